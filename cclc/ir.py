@@ -1,0 +1,322 @@
+"""The schedule IR: per-rank buffers cut into chunks, and ops stored column-wise.
+
+A :class:`Schedule` is plain immutable data:
+
+* ``layouts[buf]`` gives the elements of every chunk of buffer ``buf`` (``Buf.INPUT``,
+  ``Buf.OUTPUT``, ``Buf.SCRATCH``): a 1-D int64 array when every rank cuts the buffer the same
+  way, or a 2-D ``(n_ranks, n_chunks)`` array when ranks differ (non-uniform alltoall). Chunks of
+  one buffer need not be equal: a pass that needs a half block or a fractional share cuts
+  finer where it needs to.
+* ``ops``: one row per transfer, as equal-length read-only numpy arrays. ``src``/``dst`` are
+  *group* indices (0..n-1, see ``collective.group`` for the global rank). An op moves the
+  ``count`` contiguous chunks starting at ``src_off`` of ``src``'s ``src_buf`` into the chunks
+  starting at ``dst_off`` of ``dst``'s ``dst_buf`` (the element totals must match), as a copy
+  (overwrite) or a reduce (``dst = dst (+) src``). ``src == dst`` is a local op.
+* ``routes``: a table of link paths (CSR). Route 0 is the empty path, used by local ops; any
+  other op names the route its bytes travel, as global link ids of the topology.
+* Ops of one step run concurrently and read the state left by the previous step.
+
+Builders live in :class:`ScheduleBuilder`; passes return new schedules, never mutate one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+
+import numpy as np
+
+from cclc.collective import Collective
+from cclc.errors import ScheduleError
+
+__all__ = ["Buf", "OpKind", "Ops", "Routes", "Schedule", "ScheduleBuilder", "OP_COLUMNS",
+           "format_schedule"]
+
+
+class Buf(IntEnum):
+    INPUT = 0
+    OUTPUT = 1
+    SCRATCH = 2
+
+
+class OpKind(IntEnum):
+    COPY = 0
+    REDUCE = 1
+
+
+#: column name -> numpy dtype, in canonical order
+OP_COLUMNS: dict[str, type] = {
+    "step": np.int32, "src": np.int32, "dst": np.int32, "route": np.int32, "kind": np.int8,
+    "src_buf": np.int8, "src_off": np.int32, "dst_buf": np.int8, "dst_off": np.int32,
+    "count": np.int32,
+}
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    if a.flags.writeable:
+        a = a.copy() if a.base is not None else a
+        a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class Ops:
+    """The op table: one read-only array per column of :data:`OP_COLUMNS`, all one length."""
+
+    step: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    route: np.ndarray
+    kind: np.ndarray
+    src_buf: np.ndarray
+    src_off: np.ndarray
+    dst_buf: np.ndarray
+    dst_off: np.ndarray
+    count: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = None
+        for name, dtype in OP_COLUMNS.items():
+            col = _ro(np.asarray(getattr(self, name), dtype=dtype))
+            if col.ndim != 1:
+                raise ScheduleError(f"op column '{name}' must be 1-D")
+            if n is None:
+                n = len(col)
+            elif len(col) != n:
+                raise ScheduleError(f"op column '{name}' has {len(col)} rows, expected {n}")
+            object.__setattr__(self, name, col)
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    @classmethod
+    def empty(cls) -> Ops:
+        return cls(**{k: np.zeros(0, dtype=t) for k, t in OP_COLUMNS.items()})
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k) for k in OP_COLUMNS}
+
+    def take(self, index: np.ndarray) -> Ops:
+        """The rows at ``index`` (a boolean mask or integer indices), in that order."""
+        return Ops(**{k: v[index] for k, v in self.columns().items()})
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.step.max()) + 1 if len(self) else 0
+
+
+@dataclass(frozen=True, eq=False)
+class Routes:
+    """Link paths in CSR form: route ``i`` is ``links[offsets[i]:offsets[i+1]]``; route 0 is empty."""
+
+    offsets: np.ndarray
+    links: np.ndarray
+
+    def __post_init__(self) -> None:
+        off = _ro(np.asarray(self.offsets, dtype=np.int64))
+        links = _ro(np.asarray(self.links, dtype=np.int32))
+        if off.ndim != 1 or len(off) < 2 or off[0] != 0 or off[1] != 0:
+            raise ScheduleError("route table must start with the empty route 0")
+        if off[-1] != len(links) or (np.diff(off) < 0).any():
+            raise ScheduleError("route offsets do not match the link array")
+        object.__setattr__(self, "offsets", off)
+        object.__setattr__(self, "links", links)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def path(self, route: int) -> tuple[int, ...]:
+        return tuple(self.links[self.offsets[route]:self.offsets[route + 1]].tolist())
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """A complete schedule of one collective. See the module docstring for the meaning."""
+
+    collective: Collective
+    layouts: tuple[np.ndarray, np.ndarray, np.ndarray]
+    ops: Ops
+    routes: Routes
+    algorithm: str
+    schedule: str = "-"
+    params: tuple[tuple[str, int | float | str], ...] = ()
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        layouts = []
+        for buf, lay in zip(Buf, self.layouts):
+            a = _ro(np.asarray(lay, dtype=np.int64))
+            if a.ndim == 2 and a.shape[0] != self.n:
+                raise ScheduleError(f"{buf.name.lower()} layout has {a.shape[0]} rows for "
+                                    f"{self.n} ranks")
+            if a.ndim not in (1, 2) or (a < 0).any():
+                raise ScheduleError(f"{buf.name.lower()} layout must be 1-D or 2-D, >= 0")
+            layouts.append(a)
+        object.__setattr__(self, "layouts", tuple(layouts))
+
+    @property
+    def topology(self):
+        return self.collective.topology
+
+    @property
+    def n(self) -> int:
+        return self.collective.n
+
+    @property
+    def n_steps(self) -> int:
+        return self.ops.n_steps
+
+    def n_chunks(self, buf: Buf) -> int:
+        return int(self.layouts[buf].shape[-1])
+
+    def chunk_elems(self, buf: Buf) -> np.ndarray:
+        """``(n, n_chunks)`` elements per chunk (a broadcast view when ranks agree)."""
+        lay = self.layouts[buf]
+        return np.broadcast_to(lay, (self.n, lay.shape[-1])) if lay.ndim == 1 else lay
+
+    def chunk_starts(self, buf: Buf) -> np.ndarray:
+        """``(n, n_chunks + 1)`` element offset of every chunk boundary, per rank."""
+        key = ("starts", int(buf))
+        if key not in self._cache:
+            lay = self.chunk_elems(buf)
+            starts = np.zeros((self.n, lay.shape[1] + 1), dtype=np.int64)
+            np.cumsum(lay, axis=1, out=starts[:, 1:])
+            starts.setflags(write=False)
+            self._cache[key] = starts
+        return self._cache[key]
+
+    def op_elems(self) -> np.ndarray:
+        """Elements each op moves (from its source range)."""
+        if "elems" not in self._cache:
+            ops = self.ops
+            out = np.zeros(len(ops), dtype=np.int64)
+            for buf in Buf:
+                m = ops.src_buf == buf
+                if m.any():
+                    st = self.chunk_starts(buf)
+                    r, o, c = ops.src[m], ops.src_off[m].astype(np.int64), ops.count[m]
+                    out[m] = st[r, o + c] - st[r, o]
+            out.setflags(write=False)
+            self._cache["elems"] = out
+        return self._cache["elems"]
+
+    def op_bytes(self) -> np.ndarray:
+        return self.op_elems() * self.collective.dtype.itemsize
+
+    def replace(self, **changes) -> Schedule:
+        return replace(self, _cache={}, **changes)
+
+
+class ScheduleBuilder:
+    """Collects ops (scalars or whole numpy columns at once) and routes for one schedule.
+
+    >>> b = ScheduleBuilder(coll, input=[4] * 3, output=[4] * 3)          # doctest: +SKIP
+    >>> r = b.route((link_a, link_b))                                        # doctest: +SKIP
+    >>> b.add(step=0, src=0, dst=1, route=r, src_buf=Buf.INPUT, src_off=1,  # doctest: +SKIP
+    ...       dst_buf=Buf.OUTPUT, dst_off=0)
+    """
+
+    def __init__(self, collective: Collective, input: Sequence[int] | np.ndarray,
+                 output: Sequence[int] | np.ndarray,
+                 scratch: Sequence[int] | np.ndarray = ()):
+        self.collective = collective
+        self.layouts = (np.asarray(input, dtype=np.int64), np.asarray(output, dtype=np.int64),
+                        np.asarray(scratch, dtype=np.int64))
+        self._cols: dict[str, list[np.ndarray]] = {k: [] for k in OP_COLUMNS}
+        self._route_ids: dict[tuple[int, ...], int] = {(): 0}
+        self._route_offsets: list[np.ndarray] = [np.array([0, 0], dtype=np.int64)]
+        self._route_links: list[np.ndarray] = []
+        self._n_routes = 1
+        self._n_route_links = 0
+
+    def route(self, links: Sequence[int]) -> int:
+        """The id of the route over ``links`` (deduplicated)."""
+        key = tuple(int(x) for x in links)
+        rid = self._route_ids.get(key)
+        if rid is None:
+            rid = self.add_routes(np.array([0, len(key)]), np.array(key, dtype=np.int32))[0]
+            self._route_ids[key] = int(rid)
+        return int(rid)
+
+    def add_routes(self, offsets: np.ndarray, links: np.ndarray) -> np.ndarray:
+        """Append many routes at once (CSR, ``offsets[0] == 0``); returns their ids.
+
+        Not deduplicated: for bulk generation where the caller already knows routes are new.
+        """
+        offsets = np.asarray(offsets, dtype=np.int64)
+        links = np.asarray(links, dtype=np.int32)
+        k = len(offsets) - 1
+        self._route_offsets.append(offsets[1:] + self._n_route_links)
+        self._route_links.append(links)
+        ids = np.arange(self._n_routes, self._n_routes + k, dtype=np.int32)
+        self._n_routes += k
+        self._n_route_links += len(links)
+        return ids
+
+    def add(self, *, step, src, dst, route=0, kind=OpKind.COPY, src_buf, src_off, dst_buf,
+            dst_off, count=1) -> None:
+        """Append ops; every argument is a scalar or a 1-D array (broadcast together)."""
+        vals = dict(step=step, src=src, dst=dst, route=route, kind=kind, src_buf=src_buf,
+                    src_off=src_off, dst_buf=dst_buf, dst_off=dst_off, count=count)
+        arrays = np.broadcast_arrays(*[np.asarray(v) for v in vals.values()])
+        n = arrays[0].size
+        for (k, dtype), a in zip(OP_COLUMNS.items(), arrays):
+            self._cols[k].append(np.array(a, dtype=dtype).reshape(n))
+
+    def build(self, algorithm: str, schedule: str = "-",
+              params: tuple[tuple[str, int | float | str], ...] = ()) -> Schedule:
+        """The finished schedule, ops sorted by step (stable)."""
+        cols = {k: (np.concatenate(v) if v else np.zeros(0, dtype=OP_COLUMNS[k]))
+                for k, v in self._cols.items()}
+        order = np.argsort(cols["step"], kind="stable")
+        ops = Ops(**{k: v[order] for k, v in cols.items()})
+        offsets = np.concatenate([np.array([0], dtype=np.int64)] + [o[1:] if i == 0 else o
+                                  for i, o in enumerate(self._route_offsets)])
+        links = (np.concatenate(self._route_links) if self._route_links
+                 else np.zeros(0, dtype=np.int32))
+        return Schedule(collective=self.collective, layouts=self.layouts, ops=ops,
+                        routes=Routes(offsets, links), algorithm=algorithm, schedule=schedule,
+                        params=params)
+
+
+_BUF_LETTER = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
+_KIND_WORD = {OpKind.COPY: "copy", OpKind.REDUCE: "reduce"}
+
+
+def format_op(s: Schedule, i: int) -> str:
+    """One op as canonical text: ``step 3: copy 0.i[1+2] -> 4.o[0] via 12,13``."""
+    o = s.ops
+    path = s.routes.path(int(o.route[i]))
+    via = (" via " + ",".join(map(str, path))) if path else ""
+    cnt = int(o.count[i])
+    rng = lambda buf, off: f"{_BUF_LETTER[Buf(int(buf))]}[{int(off)}" + (f"+{cnt}]" if cnt != 1 else "]")
+    return (f"step {int(o.step[i])}: {_KIND_WORD[OpKind(int(o.kind[i]))]} "
+            f"{int(o.src[i])}.{rng(o.src_buf[i], o.src_off[i])} -> "
+            f"{int(o.dst[i])}.{rng(o.dst_buf[i], o.dst_off[i])}{via}")
+
+
+def format_schedule(s: Schedule, around: int | None = None, context: int = 3) -> str:
+    """Canonical text of a schedule (or of the ops ``context`` either side of op ``around``)."""
+    c = s.collective
+    lines = []
+    if around is None:
+        lines.append(f"schedule {c.name}: {c.kind.value} on {c.n} ranks, {c.size} B "
+                     f"{c.dtype.value}, algorithm {s.algorithm}, schedule {s.schedule}")
+        for buf in Buf:
+            lay = s.layouts[buf]
+            desc = ("per-rank " if lay.ndim == 2 else "") + f"{lay.shape[-1]} chunks"
+            if lay.ndim == 1 and len(lay) and (lay == lay[0]).all():
+                desc += f" of {int(lay[0])} elements"
+            lines.append(f"  {buf.name.lower()}: {desc}")
+        rows = range(len(s.ops))
+    else:
+        rows = range(max(0, around - context), min(len(s.ops), around + context + 1))
+    for i in rows:
+        mark = ">> " if i == around else "   "
+        lines.append(f"{mark}#{i} {format_op(s, i)}")
+    return "\n".join(lines)

@@ -1,0 +1,520 @@
+"""The machine: ranks, switches and directed links with bandwidth, latency, kind and health.
+
+Vertices are integers: ranks ``0..n_ranks-1`` first, then switches and NICs. Link attributes
+live in read-only numpy arrays indexed by link id, so a 4096-rank torus is a few arrays, not
+thousands of objects. networkx is used for path questions on the healthy graph.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from typing import Literal
+
+import networkx as nx
+import numpy as np
+
+from cclc.errors import TopologyError
+
+__all__ = ["LinkKind", "NodeType", "Topology", "torus", "single_node", "single_switch",
+           "leaf_spine", "with_faults"]
+
+
+class LinkKind(IntEnum):
+    """What a link is made of; stored as int8 in :attr:`Topology.link_kind`."""
+
+    ICI = 0
+    NVLINK = 1
+    PCIE = 2
+    IB = 3
+    ETH = 4
+
+
+@dataclass(frozen=True, slots=True)
+class NodeType:
+    """A server: GPUs behind an NVSwitch or a PCIe switch, and NICs.
+
+    ``bandwidth``/``latency`` are per GPU to any other GPU of the node (per direction);
+    ``nic_bandwidth`` is per NIC, shared by its ``nic_ports`` ports.
+    """
+
+    name: str
+    interconnect: Literal["nvswitch", "pcie"]
+    gpus: int
+    bandwidth: float
+    latency: float
+    nics: int = 0
+    nic_bandwidth: float = 0.0
+    nic_ports: int = 1
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """A resolved machine. Build with :func:`torus`, :func:`leaf_spine`, ... never by hand."""
+
+    name: str
+    kind: Literal["torus", "fabric", "node"]
+    n_ranks: int
+    vertex_names: tuple[str, ...]
+    link_src: np.ndarray
+    link_dst: np.ndarray
+    link_bandwidth: np.ndarray
+    link_latency: np.ndarray
+    link_kind: np.ndarray
+    link_failed: np.ndarray
+    failed_ranks: frozenset[int] = frozenset()
+    dims: tuple[int, ...] | None = None
+    wrap: tuple[bool, ...] | None = None
+    node_of_rank: np.ndarray | None = None
+    gpu_of_rank: np.ndarray | None = None
+    rail_of_rank: np.ndarray | None = None
+    n_nodes: int = 1
+    fault_groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    # -- sizes -------------------------------------------------------------------------------
+    @property
+    def n_vertices(self) -> int:
+        return len(self.vertex_names)
+
+    @property
+    def n_links(self) -> int:
+        return len(self.link_src)
+
+    @property
+    def n_failed_links(self) -> int:
+        return int(self.link_failed.sum())
+
+    # -- lookups -----------------------------------------------------------------------------
+    def _index(self) -> dict[str, int]:
+        if "names" not in self._cache:
+            self._cache["names"] = {n: i for i, n in enumerate(self.vertex_names)}
+        return self._cache["names"]
+
+    def vertex(self, name: str) -> int:
+        """The vertex called ``name``; :class:`TopologyError` if there is none."""
+        try:
+            return self._index()[name]
+        except KeyError:
+            raise TopologyError(f"topology '{self.name}' has no vertex '{name}'") from None
+
+    def _links(self) -> dict[tuple[int, int], int]:
+        if "links" not in self._cache:
+            self._cache["links"] = {(int(u), int(v)): i for i, (u, v)
+                                    in enumerate(zip(self.link_src.tolist(), self.link_dst.tolist()))}
+        return self._cache["links"]
+
+    def link_id(self, u: int, v: int) -> int | None:
+        """The directed link ``u -> v``, or ``None`` when the machine has no such link."""
+        return self._links().get((u, v))
+
+    def link_name(self, link: int) -> str:
+        return f"{self.vertex_names[self.link_src[link]]}->{self.vertex_names[self.link_dst[link]]}"
+
+    # -- torus geometry ----------------------------------------------------------------------
+    def _require_torus(self) -> tuple[int, ...]:
+        if self.dims is None:
+            raise TopologyError(f"topology '{self.name}' is not a torus or mesh")
+        return self.dims
+
+    def coords(self, rank: int) -> tuple[int, ...]:
+        """Torus coordinates of ``rank`` (row-major: the last dimension varies fastest)."""
+        dims = self._require_torus()
+        return tuple(int(c) for c in np.unravel_index(rank, dims))
+
+    def rank_at(self, coords: Sequence[int]) -> int:
+        """The rank at torus ``coords``; :class:`TopologyError` if out of range."""
+        dims = self._require_torus()
+        if len(coords) != len(dims):
+            raise TopologyError(f"coordinates {tuple(coords)} have {len(coords)} components, "
+                                f"but '{self.name}' has {len(dims)} dimensions")
+        for c, n in zip(coords, dims):
+            if not 0 <= c < n:
+                raise TopologyError(f"coordinates {tuple(coords)} are outside "
+                                    f"{'x'.join(map(str, dims))}")
+        return int(np.ravel_multi_index(tuple(coords), dims))
+
+    def ring(self, rank: int, dim: int) -> tuple[int, ...]:
+        """The ranks of dimension ``dim`` through ``rank``, in increasing coordinate order."""
+        dims = self._require_torus()
+        c = list(self.coords(rank))
+        out = []
+        for i in range(dims[dim]):
+            c[dim] = i
+            out.append(int(np.ravel_multi_index(tuple(c), dims)))
+        return tuple(out)
+
+    # -- graph questions ---------------------------------------------------------------------
+    def healthy_graph(self) -> nx.DiGraph:
+        """Live vertices and healthy links (a failed rank takes its links with it)."""
+        if "graph" not in self._cache:
+            g = nx.DiGraph()
+            g.add_nodes_from(v for v in range(self.n_vertices) if v not in self.failed_ranks)
+            ok = np.flatnonzero(~self.link_failed)
+            for i, u, v, lat in zip(ok.tolist(), self.link_src[ok].tolist(),
+                                    self.link_dst[ok].tolist(), self.link_latency[ok].tolist()):
+                g.add_edge(u, v, link=i, latency=lat)
+            self._cache["graph"] = g
+        return self._cache["graph"]
+
+    def shortest_path_links(self, u: int, v: int) -> tuple[int, ...]:
+        """Link ids of a fewest-hop path ``u -> v`` over healthy links (ties: lowest ids)."""
+        if u == v:
+            return ()
+        g = self.healthy_graph()
+        key = ("bfs", u)
+        if key not in self._cache:
+            if u not in g:
+                raise TopologyError(f"{self.vertex_names[u]} has failed")
+            self._cache[key] = nx.single_source_shortest_path(g, u)
+        paths = self._cache[key]
+        if v not in paths:
+            raise TopologyError(f"no healthy path from {self.vertex_names[u]} to "
+                                f"{self.vertex_names[v]}")
+        path = paths[v]
+        return tuple(g[a][b]["link"] for a, b in zip(path, path[1:]))
+
+    def is_connected(self, ranks: Iterable[int]) -> bool:
+        """Whether every rank of ``ranks`` reaches every other over healthy links."""
+        ranks = list(ranks)
+        if not ranks:
+            return True
+        g = self.healthy_graph()
+        if any(r not in g for r in ranks):
+            return False
+        reach = nx.descendants(g, ranks[0]) | {ranks[0]}
+        if not all(r in reach for r in ranks):
+            return False
+        back = nx.ancestors(g, ranks[0]) | {ranks[0]}
+        return all(r in back for r in ranks)
+
+    def diameter_latency(self, ranks: Sequence[int] | None = None, max_sources: int = 64) -> float:
+        """Largest shortest-path latency between ranks of ``ranks`` (all live ranks by default).
+
+        Exact up to ``max_sources`` ranks; beyond that the eccentricities of an evenly spaced
+        sample of sources, which is still a lower bound on the diameter.
+        """
+        ranks = list(self.live_ranks() if ranks is None else ranks)
+        if len(ranks) < 2:
+            return 0.0
+        g = self.healthy_graph()
+        step = max(1, len(ranks) // max_sources)
+        targets = set(ranks)
+        best = 0.0
+        for s in ranks[::step]:
+            dist = nx.single_source_dijkstra_path_length(g, s, weight="latency")
+            best = max(best, max(d for t, d in dist.items() if t in targets))
+        return best
+
+    # -- groups ------------------------------------------------------------------------------
+    def all_ranks(self) -> tuple[int, ...]:
+        return tuple(range(self.n_ranks))
+
+    def live_ranks(self) -> tuple[int, ...]:
+        return tuple(r for r in range(self.n_ranks) if r not in self.failed_ranks)
+
+    def _require_nodes(self, what: str) -> np.ndarray:
+        if self.node_of_rank is None:
+            raise TopologyError(f"'{what}' needs a topology made of nodes; "
+                                f"'{self.name}' is a {self.kind}")
+        return self.node_of_rank
+
+    def node(self, i: int) -> tuple[int, ...]:
+        """Live ranks of node ``i``."""
+        nodes = self._require_nodes("node")
+        if not 0 <= i < self.n_nodes:
+            raise TopologyError(f"node({i}) does not exist: '{self.name}' has nodes "
+                                f"0..{self.n_nodes - 1}")
+        return tuple(r for r in np.flatnonzero(nodes == i).tolist() if r not in self.failed_ranks)
+
+    def rail(self, i: int) -> tuple[int, ...]:
+        """Live ranks whose NIC is on rail ``i``."""
+        self._require_nodes("rail")
+        if self.rail_of_rank is None or not 0 <= i <= int(self.rail_of_rank.max(initial=-1)):
+            top = -1 if self.rail_of_rank is None else int(self.rail_of_rank.max(initial=-1))
+            raise TopologyError(f"rail({i}) does not exist: '{self.name}' has "
+                                + (f"rails 0..{top}" if top >= 0 else "no rails"))
+        return tuple(r for r in np.flatnonzero(self.rail_of_rank == i).tolist()
+                     if r not in self.failed_ranks)
+
+    def leaders(self) -> tuple[int, ...]:
+        """One live rank per node: the lowest-numbered live GPU of each node."""
+        self._require_nodes("leaders")
+        out = []
+        for n in range(self.n_nodes):
+            members = self.node(n)
+            if members:
+                out.append(members[0])
+        return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# builders
+
+
+class _LinkList:
+    """Accumulates links while a builder runs; becomes read-only arrays at the end."""
+
+    def __init__(self) -> None:
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.bw: list[float] = []
+        self.lat: list[float] = []
+        self.kind: list[int] = []
+
+    def add(self, u: int, v: int, bw: float, lat: float, kind: LinkKind, both: bool = True) -> None:
+        for a, b in ((u, v), (v, u)) if both else ((u, v),):
+            self.src.append(a)
+            self.dst.append(b)
+            self.bw.append(bw)
+            self.lat.append(lat)
+            self.kind.append(int(kind))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        n = len(self.src)
+        return dict(link_src=_frozen(np.array(self.src, dtype=np.int32)),
+                    link_dst=_frozen(np.array(self.dst, dtype=np.int32)),
+                    link_bandwidth=_frozen(np.array(self.bw, dtype=np.float64)),
+                    link_latency=_frozen(np.array(self.lat, dtype=np.float64)),
+                    link_kind=_frozen(np.array(self.kind, dtype=np.int8)),
+                    link_failed=_frozen(np.zeros(n, dtype=bool)))
+
+
+def _check_positive(what: str, value: float) -> None:
+    if not value > 0:
+        raise TopologyError(f"{what} must be > 0, got {value:g}")
+
+
+def torus(name: str, dims: Sequence[int], wrap: Sequence[bool] | None = None,
+          bandwidth: Sequence[float] | float = 1e9, latency: Sequence[float] | float = 0.0,
+          kind: LinkKind = LinkKind.ICI) -> Topology:
+    """An N-D torus (``wrap`` true) or mesh (false) per dimension, one link each way per hop.
+
+    A wrapped dimension of size 2 has a single link pair between its two ranks (as a mesh of
+    2); a dimension of size 1 has no links.
+
+    >>> t = torus("t", (5, 5))
+    >>> t.n_ranks, t.n_links
+    (25, 100)
+    """
+    dims = tuple(int(d) for d in dims)
+    if not dims:
+        raise TopologyError("a torus needs at least one dimension")
+    for d in dims:
+        _check_positive("a dimension size", d)
+    wrap = tuple(True for _ in dims) if wrap is None else tuple(bool(w) for w in wrap)
+    if len(wrap) != len(dims):
+        raise TopologyError(f"wrap has {len(wrap)} entries but the torus has {len(dims)} dimensions")
+    nd = len(dims)
+    bws = [float(bandwidth)] * nd if np.isscalar(bandwidth) else [float(b) for b in bandwidth]
+    lats = [float(latency)] * nd if np.isscalar(latency) else [float(x) for x in latency]
+    for b in bws:
+        _check_positive("link bandwidth", b)
+    for x in lats:
+        if x < 0:
+            raise TopologyError(f"link latency must be >= 0, got {x:g}")
+    n = math.prod(dims)
+    idx = np.arange(n).reshape(dims)
+    src, dst, bw, lat = [], [], [], []
+    for d, size in enumerate(dims):
+        if size == 1:
+            continue
+        plus = np.roll(idx, -1, axis=d)
+        a, b = idx, plus
+        if not wrap[d] or size == 2:
+            # drop the wrap-around hop (for size 2 it duplicates the only hop)
+            keep = [slice(None)] * nd
+            keep[d] = slice(0, size - 1)
+            a, b = idx[tuple(keep)], plus[tuple(keep)]
+        a, b = a.ravel(), b.ravel()
+        src += [a, b]
+        dst += [b, a]
+        bw.append(np.full(2 * len(a), bws[d]))
+        lat.append(np.full(2 * len(a), lats[d]))
+    cat = (lambda xs, t: np.concatenate(xs).astype(t) if xs else np.zeros(0, dtype=t))
+    link_src, link_dst = cat(src, np.int32), cat(dst, np.int32)
+    names = tuple("(" + ",".join(map(str, c)) + ")" for c in np.ndindex(*dims))
+    return Topology(name=name, kind="torus", n_ranks=n, vertex_names=names,
+                    link_src=_frozen(link_src), link_dst=_frozen(link_dst),
+                    link_bandwidth=_frozen(cat(bw, np.float64)),
+                    link_latency=_frozen(cat(lat, np.float64)),
+                    link_kind=_frozen(np.full(len(link_src), int(kind), dtype=np.int8)),
+                    link_failed=_frozen(np.zeros(len(link_src), dtype=bool)),
+                    dims=dims, wrap=wrap)
+
+
+def _check_node_type(node: NodeType) -> None:
+    _check_positive(f"gpus of node type '{node.name}'", node.gpus)
+    _check_positive(f"link bandwidth of node type '{node.name}'", node.bandwidth)
+    if node.latency < 0:
+        raise TopologyError(f"link latency of node type '{node.name}' must be >= 0")
+    if node.nics < 0 or (node.nics and node.nic_bandwidth <= 0):
+        raise TopologyError(f"NIC bandwidth of node type '{node.name}' must be > 0")
+    _check_positive(f"NIC ports of node type '{node.name}'", node.nic_ports)
+
+
+class _NodesBuilder:
+    """Lays out ``n_nodes`` nodes: ranks first, then each node's switch and NICs."""
+
+    def __init__(self, n_nodes: int, node: NodeType):
+        _check_node_type(node)
+        self.node = node
+        self.n_nodes = n_nodes
+        self.n_ranks = n_nodes * node.gpus
+        self.names = [f"node{n}.gpu{g}" for n in range(n_nodes) for g in range(node.gpus)]
+        self.links = _LinkList()
+        self.nic_vertex: dict[tuple[int, int], int] = {}
+        gpu_kind = LinkKind.NVLINK if node.interconnect == "nvswitch" else LinkKind.PCIE
+        for n in range(n_nodes):
+            sw = None
+            if node.gpus > 1 or node.interconnect == "pcie":
+                sw = self._new(f"node{n}.{node.interconnect}")
+                for g in range(node.gpus):
+                    # half the GPU-to-GPU latency on each side of the switch
+                    self.links.add(n * node.gpus + g, sw, node.bandwidth, node.latency / 2, gpu_kind)
+            for i in range(node.nics):
+                nic = self._new(f"node{n}.nic{i}")
+                self.nic_vertex[(n, i)] = nic
+                if node.interconnect == "pcie" and sw is not None:
+                    self.links.add(sw, nic, node.nic_bandwidth, 0.0, LinkKind.PCIE)
+                else:
+                    # the NIC sits on the PCIe switch of its affine GPU; other GPUs reach it
+                    # through that GPU over NVLink (NCCL's PXN)
+                    self.links.add(n * node.gpus + self.nic_gpu(i), nic, node.nic_bandwidth, 0.0,
+                                   LinkKind.PCIE)
+
+    def nic_gpu(self, i: int) -> int:
+        return i * self.node.gpus // self.node.nics
+
+    def _new(self, name: str) -> int:
+        self.names.append(name)
+        return len(self.names) - 1
+
+    def rank_arrays(self, rails: int) -> dict[str, np.ndarray]:
+        g = np.tile(np.arange(self.node.gpus), self.n_nodes)
+        nics = max(self.node.nics, 1)
+        return dict(node_of_rank=_frozen(np.repeat(np.arange(self.n_nodes), self.node.gpus)),
+                    gpu_of_rank=_frozen(g.astype(np.int32)),
+                    rail_of_rank=_frozen(((g * nics // self.node.gpus) % max(rails, 1))
+                                         .astype(np.int32)))
+
+    def finish(self, name: str, kind: Literal["fabric", "node"], rails: int) -> Topology:
+        return Topology(name=name, kind=kind, n_ranks=self.n_ranks,
+                        vertex_names=tuple(self.names), n_nodes=self.n_nodes,
+                        **self.links.arrays(), **self.rank_arrays(rails))
+
+
+def single_node(name: str, node: NodeType) -> Topology:
+    """One server on its own: GPUs and their NVSwitch or PCIe switch (NICs unused)."""
+    b = _NodesBuilder(1, replace(node, nics=0))
+    return b.finish(name, "node", rails=1)
+
+
+def single_switch(name: str, n_nodes: int, node: NodeType, bandwidth: float,
+                  latency: float) -> Topology:
+    """``n_nodes`` servers whose NIC ports all plug into one switch."""
+    _check_positive("the number of nodes", n_nodes)
+    _check_positive("link bandwidth", bandwidth)
+    if node.nics < 1:
+        raise TopologyError(f"node type '{node.name}' has no NICs to connect to a fabric")
+    b = _NodesBuilder(n_nodes, node)
+    sw = b._new("switch")
+    port_bw = min(node.nic_bandwidth / node.nic_ports, bandwidth)
+    for (n, i), nic in b.nic_vertex.items():
+        b.links.add(nic, sw, port_bw * node.nic_ports, latency, LinkKind.IB)
+    return b.finish(name, "fabric", rails=1)
+
+
+def leaf_spine(name: str, n_nodes: int, node: NodeType, rails: int, leaves: int | None,
+               spines: int, oversubscription: float, bandwidth: float,
+               latency: float) -> Topology:
+    """A rail-optimized two-level fabric.
+
+    NIC ``i`` of every node is on rail ``i % rails``; port ``p`` of it belongs to plane
+    ``rail * ports + p``; the ``leaves`` are split evenly over the planes and the nodes evenly
+    over a plane's leaves. Every leaf links to every spine; a leaf-spine link aggregates the
+    parallel cables of speed ``bandwidth`` needed to carry the leaf's downlinks divided by
+    ``oversubscription``.
+    """
+    _check_positive("the number of nodes", n_nodes)
+    _check_positive("rails", rails)
+    _check_positive("spines", spines)
+    _check_positive("oversubscription", oversubscription)
+    _check_positive("link bandwidth", bandwidth)
+    if latency < 0:
+        raise TopologyError(f"link latency must be >= 0, got {latency:g}")
+    if node.nics < 1:
+        raise TopologyError(f"node type '{node.name}' has no NICs to connect to a fabric")
+    if rails > node.nics:
+        raise TopologyError(f"{rails} rails need at least {rails} NICs per node; node type "
+                            f"'{node.name}' has {node.nics}")
+    planes = rails * node.nic_ports
+    leaves = planes if leaves is None else leaves
+    _check_positive("leaves", leaves)
+    if leaves % planes:
+        raise TopologyError(f"{leaves} leaves cannot be split evenly over {rails} rails x "
+                            f"{node.nic_ports} ports = {planes} planes")
+    per_plane = leaves // planes
+    b = _NodesBuilder(n_nodes, node)
+    leaf_v = [b._new(f"leaf{i}") for i in range(leaves)]
+    spine_v = [b._new(f"spine{i}") for i in range(spines)]
+    port_bw = min(node.nic_bandwidth / node.nic_ports, bandwidth)
+    downlinks = np.zeros(leaves)
+    for (n, i), nic in b.nic_vertex.items():
+        rail = i % rails
+        for p in range(node.nic_ports):
+            leaf = (rail * node.nic_ports + p) * per_plane + n * per_plane // n_nodes
+            b.links.add(nic, leaf_v[leaf], port_bw, latency, LinkKind.IB)
+            downlinks[leaf] += port_bw
+    for li, lv in enumerate(leaf_v):
+        need = downlinks[li] / (spines * oversubscription)
+        cables = max(1, math.ceil(need / bandwidth - 1e-9))
+        for sv in spine_v:
+            b.links.add(lv, sv, cables * bandwidth, latency, LinkKind.IB)
+    return b.finish(name, "fabric", rails=rails)
+
+
+def with_faults(topo: Topology, links: Iterable[tuple[int, int]] = (),
+                ranks: Iterable[int] = (),
+                groups: Iterable[tuple[str, Iterable[tuple[int, int]]]] = ()) -> Topology:
+    """``topo`` with the directed ``links`` failed and the ``ranks`` (and all their links) failed.
+
+    ``groups`` are named sets of directed links that fail together (an optical circuit switch);
+    their links fail and the group is remembered for reports. :class:`TopologyError` names a
+    link that does not exist.
+    """
+    failed = topo.link_failed.copy()
+    group_list = list(topo.fault_groups)
+    for gname, glinks in groups:
+        ids = []
+        for u, v in glinks:
+            ids.append(_find_link(topo, u, v))
+        failed[ids] = True
+        group_list.append((gname, tuple(ids)))
+    for u, v in links:
+        failed[_find_link(topo, u, v)] = True
+    dead = set(topo.failed_ranks)
+    for r in ranks:
+        if not 0 <= r < topo.n_ranks:
+            raise TopologyError(f"rank {r} does not exist in '{topo.name}'")
+        dead.add(int(r))
+    if dead:
+        d = np.array(sorted(dead))
+        failed |= np.isin(topo.link_src, d) | np.isin(topo.link_dst, d)
+    return replace(topo, link_failed=_frozen(failed), failed_ranks=frozenset(dead),
+                   fault_groups=tuple(group_list), _cache={})
+
+
+def _find_link(topo: Topology, u: int, v: int) -> int:
+    link = topo.link_id(u, v)
+    if link is None:
+        raise TopologyError(f"there is no link {topo.vertex_names[u]} -> {topo.vertex_names[v]} "
+                            f"in '{topo.name}'")
+    return link
