@@ -1,0 +1,75 @@
+"""The table of algorithms: every way cclc knows to lower a collective into a schedule.
+
+Each entry names the collectives it serves, says whether it applies to a given collective (and
+if not, why), and builds the schedule. Modules register their entries at import; the list of
+modules imported here is the whole catalogue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cclc.collective import Collective, CollectiveKind
+from cclc.ir import Schedule
+
+__all__ = ["Algorithm", "register", "REGISTRY", "algorithms_for", "get"]
+
+
+@dataclass(frozen=True, slots=True)
+class Algorithm:
+    """One lowering.
+
+    ``name`` is what the user writes (``algorithm halfring`` / ``schedule dimrotation``; a
+    multi-dimensional torus entry is named ``"<algorithm>+<schedule>"``, e.g.
+    ``"halfring+dimrotation"``). ``applicable(coll, **params)`` returns ``None`` when the
+    algorithm can serve ``coll`` or a sentence saying why not; ``build(coll, **params)`` returns
+    the schedule. ``params`` are the user's hint parameters (e.g. ``chunks=6``).
+    """
+
+    name: str
+    collectives: frozenset[CollectiveKind]
+    applicable: Callable[..., str | None]
+    build: Callable[..., Schedule]
+    description: str = ""
+
+    @property
+    def algorithm(self) -> str:
+        return self.name.split("+")[0]
+
+    @property
+    def schedule(self) -> str:
+        return self.name.split("+")[1] if "+" in self.name else "-"
+
+
+REGISTRY: dict[str, Algorithm] = {}
+
+
+def register(algo: Algorithm) -> Algorithm:
+    if algo.name in REGISTRY:
+        raise ValueError(f"algorithm '{algo.name}' registered twice")
+    REGISTRY[algo.name] = algo
+    return algo
+
+
+def algorithms_for(coll: Collective) -> list[Algorithm]:
+    """Every registered algorithm that serves ``coll``'s kind, in registration order."""
+    _load_all()
+    return [a for a in REGISTRY.values() if coll.kind in a.collectives]
+
+
+def get(name: str) -> Algorithm | None:
+    _load_all()
+    return REGISTRY.get(name)
+
+
+def _load_all() -> None:
+    # importing a module registers its algorithms; the order here is the order of reports
+    import importlib
+
+    for mod in _MODULES:
+        importlib.import_module(f"cclc.algorithms.{mod}")
+
+
+#: algorithm modules, each registers its entries when imported
+_MODULES: list[str] = []

@@ -1,0 +1,71 @@
+"""The command line: ``cclc check | compile | verify | sim | bounds | ...``.
+
+The only place that prints, exits, and wires dsl/, cclc/ and backends/ together. Each
+subcommand lives in ``cclc/commands/<name>.py`` with ``add_parser(subparsers)`` and
+``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from cclc import __version__
+from cclc.errors import CclError, render_error
+
+__all__ = ["main"]
+
+#: subcommands in the order ``--help`` lists them
+COMMANDS = ["check", "compile", "verify", "sim", "bounds"]
+
+EPILOG = """examples:
+  cclc check examples/torus5x5_fault.ccl
+  cclc compile examples/torus5x5.ccl -o out/
+  cclc verify out/a2a.schedule.json
+  cclc sim out/a2a.schedule.json
+
+Run 'cclc COMMAND --help' for the details of one command."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cclc",
+        description="cclc compiles a machine and a collective, written in a .ccl file, into a "
+                    "verified communication schedule and code for NCCL and MSCCL.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"cclc {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"cclc.commands.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except CclError as err:
+        print(render_error(err, _source_of(err)), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _source_of(err: CclError) -> str | None:
+    if err.span is None:
+        return None
+    try:
+        with open(err.span.file, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
