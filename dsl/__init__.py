@@ -1,0 +1,43 @@
+"""The ``.ccl`` language: parse a file and elaborate it into topologies and collectives.
+
+>>> program = loads('''
+... topology ring = torus(8) { link 50 GB/s, 1 us }
+... collective ag = allgather on ring { size 8 MiB }
+... ''', "ring.ccl")
+>>> program.collectives[0].topology.n_links
+16
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cclc.errors import CclError
+from dsl.elaborate import Program, elaborate
+from dsl.parser import parse
+
+__all__ = ["Program", "elaborate", "load", "loads", "parse"]
+
+
+def load(path: str | os.PathLike) -> Program:
+    """Read, parse and elaborate the ``.ccl`` file at ``path``.
+
+    Spans name the file as ``path`` was given; relative file names inside it (``sizes``) are
+    found next to it. An unreadable file is a :class:`CclError` without a span.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise CclError(f"cannot read '{os.fspath(path)}': {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise CclError(f"cannot read '{os.fspath(path)}': it is not UTF-8 text") from None
+    return loads(text, os.fspath(path))
+
+
+def loads(text: str, filename: str = "<string>", base_dir: str | os.PathLike | None = None
+          ) -> Program:
+    """Parse and elaborate ``.ccl`` source; ``base_dir`` defaults to ``filename``'s directory."""
+    if base_dir is None:
+        base_dir = Path(filename).parent
+    return elaborate(parse(text, filename), base_dir)

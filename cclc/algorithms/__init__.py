@@ -46,10 +46,29 @@ REGISTRY: dict[str, Algorithm] = {}
 
 
 def register(algo: Algorithm) -> Algorithm:
-    if algo.name in REGISTRY:
-        raise ValueError(f"algorithm '{algo.name}' registered twice")
+    """Add ``algo`` to the table.
+
+    One name may be registered by several modules for disjoint collectives (e.g. ``direct``
+    for alltoall in one module and for allgather in another): the entries merge into one that
+    dispatches on the collective's kind. A name registered twice for one collective is a bug.
+    """
+    old = REGISTRY.get(algo.name)
+    if old is not None:
+        if old.collectives & algo.collectives:
+            raise ValueError(f"algorithm '{algo.name}' registered twice")
+        algo = _merged(old, algo)
     REGISTRY[algo.name] = algo
     return algo
+
+
+def _merged(a: Algorithm, b: Algorithm) -> Algorithm:
+    def pick(coll: Collective) -> Algorithm:
+        return a if coll.kind in a.collectives else b
+
+    return Algorithm(name=a.name, collectives=a.collectives | b.collectives,
+                     applicable=lambda coll, **p: pick(coll).applicable(coll, **p),
+                     build=lambda coll, **p: pick(coll).build(coll, **p),
+                     description="; ".join(d for d in (a.description, b.description) if d))
 
 
 def algorithms_for(coll: Collective) -> list[Algorithm]:
@@ -72,4 +91,4 @@ def _load_all() -> None:
 
 
 #: algorithm modules, each registers its entries when imported
-_MODULES: list[str] = []
+_MODULES: list[str] = ["direct", "ring", "tree", "torus_collectives", "recursive", "bruck", "pat", "hierarchical", "direct_switch"]

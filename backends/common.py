@@ -1,0 +1,337 @@
+"""What every code-emitting backend shares: options, C names, and the schedule in equal units.
+
+Backends never change the IR. They read a :class:`~cclc.ir.Schedule` through
+:func:`prepare`, which re-expresses it in *units*: the greatest common divisor of every chunk
+size (and of the entry point's ``count``), so that every offset and count is a whole number of
+equal units. MSCCL needs that because its chunks are equal; the C++ backends need it so the
+same tables serve any ``count`` that is a multiple of the compiled one.
+
+:func:`rank_tables` then turns the ops into the per-rank, per-step entries the generated C++
+runs (sends, receives, local copies and reductions) together with the staging plan that keeps
+the IR's rule "ops of one step read the state left by the previous step" true when a rank
+reads and writes the same elements within one step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+import re
+from dataclasses import dataclass, fields
+from enum import IntEnum
+
+import numpy as np
+
+from cclc.collective import CollectiveKind
+from cclc.errors import ScheduleError
+from cclc.ir import Buf, OpKind, Schedule
+
+__all__ = ["EmitOptions", "MSCCL_RUNTIMES", "c_identifier", "UnitSchedule", "prepare",
+           "count_convention", "Role", "RankEntry", "RankTables", "rank_tables",
+           "render_template", "coerce_options", "write_file"]
+
+#: the MSCCL runtimes whose XML dialect the msccl backend can write
+MSCCL_RUNTIMES = ("msccl", "msccl-executor", "rccl")
+_PROTOCOLS = ("Simple", "LL", "LL128")
+
+
+@dataclass(frozen=True, slots=True)
+class EmitOptions:
+    """Options shared by the backends (the CLI fills them; every field has a safe default).
+
+    ``msccl_runtime``: which runtime's XML dialect and limits (``msccl`` = microsoft/msccl,
+    ``msccl-executor`` = Azure/msccl-executor-nccl, ``rccl``). ``protocol``: MSCCL ``proto``.
+    ``nchannels``: channels the MSCCL lowering may spread concurrent messages over (``None``:
+    as many as it needs up to the runtime limit). ``fuse``: emit fused MSCCL instructions.
+    ``min_bytes``/``max_bytes``: the MSCCL size window (``None``: the runtime's widest).
+    ``nthreads``: MSCCL ``nthreads`` attribute (``None``: omitted, runtime default).
+    ``build``: run the generated build after writing the sources. ``mpi``: also emit and build
+    the MPI (CPU) variant. ``nccl_home``: a folder with ``include/nccl.h`` and ``lib/libnccl.so.2``
+    (``None``: the ``nvidia-nccl-cu13`` wheel). ``cuda_arch``: nvcc ``-arch`` value.
+    """
+
+    msccl_runtime: str = "msccl"
+    protocol: str = "Simple"
+    nchannels: int | None = None
+    fuse: bool = True
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    nthreads: int | None = None
+    build: bool = False
+    mpi: bool = False
+    nccl_home: str | None = None
+    cuda_arch: str = "sm_90"
+
+    def __post_init__(self) -> None:
+        if self.msccl_runtime not in MSCCL_RUNTIMES:
+            raise ScheduleError(f"unknown MSCCL runtime '{self.msccl_runtime}': choose one of "
+                                + ", ".join(MSCCL_RUNTIMES))
+        if self.protocol not in _PROTOCOLS:
+            raise ScheduleError(f"unknown MSCCL protocol '{self.protocol}': choose one of "
+                                + ", ".join(_PROTOCOLS))
+        if self.nchannels is not None and self.nchannels < 1:
+            raise ScheduleError(f"nchannels must be >= 1, not {self.nchannels}")
+        if self.nthreads is not None and (self.nthreads <= 0 or self.nthreads % 32):
+            raise ScheduleError(f"nthreads must be a positive multiple of 32, not {self.nthreads}")
+
+
+_C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum extern
+float for goto if inline int long register restrict return short signed sizeof static struct
+switch typedef union unsigned void volatile while bool true false class namespace template
+typename this new delete operator private public protected virtual friend using""".split())
+
+
+def c_identifier(name: str) -> str:
+    """``name`` as a C identifier: other characters become ``_``; never empty, a keyword, or
+    starting with a digit.
+
+    >>> c_identifier("a2a-fast.v2")
+    'a2a_fast_v2'
+    >>> c_identifier("3d")
+    '_3d'
+    """
+    ident = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    if not ident:
+        return "_"
+    if ident[0].isdigit() or ident in _C_KEYWORDS:
+        ident = "_" + ident
+    return ident
+
+
+def count_convention(kind: CollectiveKind) -> str:
+    """What the ``count`` argument of an entry point counts (the NCCL convention)."""
+    return {
+        CollectiveKind.ALLTOALL: "elements each rank sends to each peer",
+        CollectiveKind.ALLGATHER: "elements each rank contributes (sendcount)",
+        CollectiveKind.REDUCESCATTER: "elements each rank receives (recvcount)",
+    }.get(kind, "elements of the buffer")
+
+
+@dataclass(frozen=True, eq=False)
+class UnitSchedule:
+    """A schedule in equal units. Arrays are per op (same order as ``schedule.ops``).
+
+    ``unit`` elements make one unit at the compiled size; ``units[buf]`` is units per rank of
+    each buffer (every rank cuts its buffers alike: see :func:`prepare`); ``count_units`` is the
+    entry point's ``count`` (see :func:`count_convention`) in units.
+    """
+
+    schedule: Schedule
+    unit: int
+    units: tuple[int, int, int]
+    count_units: int
+    step: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    kind: np.ndarray
+    src_buf: np.ndarray
+    src_off: np.ndarray
+    dst_buf: np.ndarray
+    dst_off: np.ndarray
+    count: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return self.schedule.n
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.step)
+
+    def writes_input(self) -> bool:
+        return bool((self.dst_buf == Buf.INPUT).any())
+
+
+def _entry_count(s: Schedule) -> int:
+    """The compiled ``count`` of the entry point, in elements."""
+    c = s.collective
+    if c.kind in (CollectiveKind.ALLTOALL, CollectiveKind.ALLGATHER,
+                  CollectiveKind.REDUCESCATTER):
+        return c.count // c.n
+    return c.count
+
+
+def prepare(schedule: Schedule) -> UnitSchedule:
+    """Express ``schedule`` in equal units (the gcd of all chunk sizes and of ``count``).
+
+    Raises :class:`ScheduleError` when ranks cut a buffer differently (a non-uniform alltoall):
+    the generated code and MSCCL's ``i_chunks``/``o_chunks`` describe one layout for all ranks.
+    """
+    s = schedule
+    for buf in Buf:
+        lay = s.layouts[buf]
+        if lay.ndim == 2 and not (lay == lay[0]).all():
+            raise ScheduleError(f"the {buf.name.lower()} buffer is cut differently on different "
+                                "ranks (a non-uniform alltoall); the code backends need one "
+                                "layout for every rank")
+    sizes = [int(x) for buf in Buf for x in np.unique(s.chunk_elems(buf)) if x > 0]
+    count = _entry_count(s)
+    unit = math.gcd(count, *sizes) if sizes else count
+    if unit <= 0:
+        raise ScheduleError("the schedule moves no data")
+    units = tuple(int(s.chunk_starts(buf)[0, -1]) // unit for buf in Buf)
+    ops = s.ops
+    src_off = np.zeros(len(ops), dtype=np.int64)
+    dst_off = np.zeros(len(ops), dtype=np.int64)
+    for buf in Buf:
+        starts = s.chunk_starts(buf)
+        m = ops.src_buf == buf
+        src_off[m] = starts[ops.src[m], ops.src_off[m]] // unit
+        m = ops.dst_buf == buf
+        dst_off[m] = starts[ops.dst[m], ops.dst_off[m]] // unit
+    return UnitSchedule(
+        schedule=s, unit=unit, units=units, count_units=count // unit,
+        step=ops.step.astype(np.int64), src=ops.src.astype(np.int64),
+        dst=ops.dst.astype(np.int64), kind=ops.kind.astype(np.int64),
+        src_buf=ops.src_buf.astype(np.int64), src_off=src_off,
+        dst_buf=ops.dst_buf.astype(np.int64), dst_off=dst_off,
+        count=(s.op_elems() // unit).astype(np.int64))
+
+
+class Role(IntEnum):
+    """What a rank does for one op (the C tables use these numbers)."""
+
+    SEND = 0
+    RECV = 1
+    LOCAL = 2
+
+
+@dataclass(frozen=True, slots=True)
+class RankEntry:
+    """One thing a rank does in one step; offsets and counts in units.
+
+    ``stage``: where in the rank's staging area the entry's data passes through, or ``None``:
+    for a send or a local op the source is first snapshotted there (another op of the step
+    writes it); for a reducing receive the message lands there before being reduced into place.
+    """
+
+    step: int
+    role: Role
+    peer: int
+    kind: OpKind
+    src_buf: Buf
+    src_off: int
+    dst_buf: Buf
+    dst_off: int
+    count: int
+    stage: int | None
+
+
+@dataclass(frozen=True, eq=False)
+class RankTables:
+    """Every rank's entries in execution order, and the staging area each rank needs."""
+
+    units: UnitSchedule
+    entries: tuple[tuple[RankEntry, ...], ...]
+    staging_units: int
+    input_copy: bool
+
+
+def _overlaps(ranges: list[tuple[int, int, int]], buf: int, lo: int, hi: int) -> bool:
+    return any(b == buf and lo < h and l < hi for b, l, h in ranges)
+
+
+def rank_tables(us: UnitSchedule) -> RankTables:
+    """Per-rank step entries and the staging plan (see :class:`RankEntry`).
+
+    Within a step a rank's entries are ordered: sends and receives (one NCCL group / MPI
+    wait-all), then local ops; message order per peer pair follows op order on both sides, which
+    is what NCCL and MPI use to match point-to-point messages.
+    """
+    n = us.n
+    per_rank: list[list[int]] = [[] for _ in range(n)]
+    for i in range(us.n_ops):
+        per_rank[int(us.src[i])].append(i)
+        if us.dst[i] != us.src[i]:
+            per_rank[int(us.dst[i])].append(i)
+    entries: list[tuple[RankEntry, ...]] = []
+    staging = 0
+    for r in range(n):
+        out: list[RankEntry] = []
+        ops = per_rank[r]
+        k = 0
+        while k < len(ops):
+            step = int(us.step[ops[k]])
+            j = k
+            while j < len(ops) and us.step[ops[j]] == step:
+                j += 1
+            group = ops[k:j]
+            k = j
+            written = [(int(us.dst_buf[i]), int(us.dst_off[i]), int(us.dst_off[i] + us.count[i]))
+                       for i in group if us.dst[i] == r]
+            comm: list[RankEntry] = []
+            local: list[RankEntry] = []
+            used = 0
+            for i in group:
+                cnt = int(us.count[i])
+                src, dst = int(us.src[i]), int(us.dst[i])
+                sb, so = int(us.src_buf[i]), int(us.src_off[i])
+                reads_written = _overlaps(written, sb, so, so + cnt)
+                kind = OpKind(int(us.kind[i]))
+                stage = None
+                if src == dst:
+                    if reads_written:
+                        stage, used = used, used + cnt
+                    local.append(RankEntry(step, Role.LOCAL, r, kind, Buf(sb), so,
+                                           Buf(int(us.dst_buf[i])), int(us.dst_off[i]), cnt,
+                                           stage))
+                elif src == r:
+                    if reads_written:
+                        stage, used = used, used + cnt
+                    comm.append(RankEntry(step, Role.SEND, dst, kind, Buf(sb), so,
+                                          Buf(int(us.dst_buf[i])), int(us.dst_off[i]), cnt,
+                                          stage))
+                else:
+                    if kind is OpKind.REDUCE:
+                        stage, used = used, used + cnt
+                    comm.append(RankEntry(step, Role.RECV, src, kind, Buf(sb), so,
+                                          Buf(int(us.dst_buf[i])), int(us.dst_off[i]), cnt,
+                                          stage))
+            staging = max(staging, used)
+            out.extend(comm)
+            out.extend(local)
+        entries.append(tuple(out))
+    return RankTables(units=us, entries=tuple(entries), staging_units=staging,
+                      input_copy=us.writes_input())
+
+
+def render_template(package: str, template: str, **values) -> str:
+    """Render jinja2 template ``template`` that sits beside ``package`` (strict: a missing value is
+    an error, not an empty string)."""
+    import jinja2
+
+    env = _ENVS.get(package)
+    if env is None:
+        env = jinja2.Environment(loader=jinja2.PackageLoader(package, "templates"),
+                                 undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                 trim_blocks=True, lstrip_blocks=True, autoescape=False)
+        _ENVS[package] = env
+    return env.get_template(template).render(**values)
+
+
+_ENVS: dict = {}
+
+
+def coerce_options(options) -> EmitOptions:
+    """``options`` as :class:`EmitOptions`: the CLI may pass its own options object; the fields
+    it shares by name with :class:`EmitOptions` are taken, the rest keep their defaults."""
+    if options is None:
+        return EmitOptions()
+    if isinstance(options, EmitOptions):
+        return options
+    values = {f.name: getattr(options, f.name) for f in fields(EmitOptions)
+              if getattr(options, f.name, None) is not None}
+    return EmitOptions(**values)
+
+
+def write_file(outdir, name: str, text: str) -> pathlib.Path:
+    """Write ``text`` to ``outdir/name`` and return the path. ``outdir`` is a folder path or a
+    :class:`cclc.outdir.OutputDir` (then its manifest and overwrite rules apply)."""
+    if hasattr(outdir, "path_for") and hasattr(outdir, "write_text"):
+        rel = outdir.write_text(name, text)
+        return pathlib.Path(outdir.path) / rel
+    path = pathlib.Path(os.fspath(outdir)) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path

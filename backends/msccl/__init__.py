@@ -1,0 +1,155 @@
+"""MSCCL-IR XML for microsoft/msccl, the msccl executor for NCCL, and RCCL.
+
+``emit(schedule, outdir, options)`` writes ``<name>.<runtime>.xml`` and, beside it,
+``<name>.<runtime>.report.md``: the conditions under which the runtime would silently ignore
+the file, and how to load it. The lowering itself is in :mod:`backends.msccl.lower`; the
+runtimes' spellings and limits in :mod:`backends.msccl.runtimes`; an independent executor of
+the XML, used by the tests, in :mod:`backends.msccl.executor`.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from backends.common import (EmitOptions, c_identifier, coerce_options, prepare,
+                             render_template, write_file)
+from backends.msccl.lower import Lowered, lower
+from backends.msccl.runtimes import RUNTIMES, Runtime
+from cclc.collective import CollectiveKind
+from cclc.errors import ScheduleError
+from cclc.ir import Buf, Schedule
+
+__all__ = ["emit", "render_xml"]
+
+_BUF = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
+
+
+def _nchunksperloop(schedule: Schedule, units: tuple[int, int, int]) -> int:
+    """The runtime checks i_chunks*mult == nchunksperloop (mult = nRanks for allgather input)
+    and o_chunks*mult == nchunksperloop (mult = nRanks for reduce_scatter output)."""
+    kind, n = schedule.collective.kind, schedule.n
+    i_mult = n if kind is CollectiveKind.ALLGATHER else 1
+    o_mult = n if kind is CollectiveKind.REDUCESCATTER else 1
+    total = units[Buf.INPUT] * i_mult
+    if units[Buf.OUTPUT] * o_mult != total:
+        raise ScheduleError(f"input ({units[Buf.INPUT]} chunks) and output "
+                            f"({units[Buf.OUTPUT]} chunks) do not describe one {kind.value} "
+                            "buffer as MSCCL expects")
+    return total
+
+
+def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, Runtime]:
+    rt = RUNTIMES[options.msccl_runtime]
+    coll = schedule.collective
+    if coll.kind not in rt.coll_names:
+        raise ScheduleError(f"{rt.title} has no {coll.kind.value} collective")
+    us = prepare(schedule)
+    low = lower(us, rt, fuse_ops=options.fuse, nchannels=options.nchannels)
+    nchunks = _nchunksperloop(schedule, us.units)
+    name = c_identifier(coll.name)[:rt.max_name]
+    min_bytes = options.min_bytes or 0
+    max_bytes = options.max_bytes if options.max_bytes is not None else rt.unlimited_max_bytes
+    algo = [("name", name), ("proto", options.protocol), ("nchannels", low.nchannels),
+            ("nchunksperloop", nchunks), ("ngpus", schedule.n),
+            ("coll", rt.coll_names[coll.kind]), ("inplace", 0)]
+    if rt.needs_outofplace:
+        algo.append(("outofplace", 1))
+    algo += [("minBytes", min_bytes), ("maxBytes", max_bytes)]
+    if options.nthreads is not None:
+        algo.append(("nthreads", options.nthreads))
+    gpus = []
+    for r, tbs in enumerate(low.tbs):
+        gpus.append(dict(
+            id=r, i_chunks=low.units[Buf.INPUT], o_chunks=low.units[Buf.OUTPUT],
+            s_chunks=low.units[Buf.SCRATCH],
+            tbs=[dict(id=tb.id, send=tb.send, recv=tb.recv, chan=tb.chan, steps=[
+                dict(s=st.index, type=st.type, srcbuf=_BUF[st.sb], srcoff=st.so,
+                     dstbuf=_BUF[st.db], dstoff=st.do, cnt=st.cnt, depid=st.depid,
+                     deps=st.deps, hasdep=int(st.hasdep)) for st in tb.steps])
+                 for tb in tbs]))
+    values = dict(algo=algo, gpus=gpus)
+    values["_meta"] = dict(name=name, nchunks=nchunks, unit=us.unit, min_bytes=min_bytes,
+                           max_bytes=max_bytes, writes_input=us.writes_input())
+    return values, low, rt
+
+
+def render_xml(schedule: Schedule, options: EmitOptions = EmitOptions()) -> str:
+    """The XML text for ``options.msccl_runtime`` (raises :class:`ScheduleError` if a runtime
+    limit is exceeded)."""
+    values, _, _ = _prepared(schedule, options)
+    values.pop("_meta")
+    return render_template("backends.msccl", "algo.xml.j2", **values)
+
+
+def _conditions(schedule: Schedule, rt: Runtime, meta: dict, options: EmitOptions) -> list[str]:
+    coll = schedule.collective
+    item = coll.dtype.itemsize
+    unlimited = meta["max_bytes"] == rt.unlimited_max_bytes and options.max_bytes is None
+    upper = ("no upper bound" if unlimited and rt.unlimited_max_bytes == 0
+             else f"below {meta['max_bytes']} B" if rt.key == "msccl"
+             else f"at most {meta['max_bytes']} B")
+    lines = [
+        f"collective: `{rt.coll_names[coll.kind]}` only (an `ncclAllReduce` call does not use "
+        "an allgather file, and so on)",
+        f"group size: the communicator has exactly {schedule.n} ranks (`ngpus`)",
+        f"size window: the call's byte count is at least {meta['min_bytes']} B and {upper} "
+        "(`minBytes`/`maxBytes`)",
+        f"count divisibility: the buffer's element count is a multiple of "
+        f"{meta['nchunksperloop']} (`nchunksperloop`); at {coll.dtype.value} "
+        f"({item} B) that is {meta['nchunksperloop'] * item} B granularity",
+        "in-place: only out-of-place calls (`sendbuff != recvbuff`); this file has "
+        "`inplace=\"0\"`, in-place calls fall back",
+        "reduction op: sum, prod, min or max (the file does not fix the op; `ncclAvg` and "
+        "custom premultiplied ops fall back)" if coll.kind.value in
+        ("allreduce", "reducescatter", "reduce") else
+        "reduction op: not used by this collective",
+    ]
+    if rt.key == "msccl":
+        lines += ["`NCCL_ALGO` must allow MSCCL (e.g. `NCCL_ALGO=MSCCL,RING,TREE`); with "
+                  "`NCCL_ALGO=TREE` the file is ignored",
+                  "not inside a group with other collectives (async mode with more than one "
+                  "op falls back)",
+                  "at most 4 files are loaded (`MSCCL_MAX_NUM_ALGOS`); extra ones are ignored "
+                  "with a warning"]
+    else:
+        lines += ["MSCCL must be enabled (`MSCCL_ENABLE=1`"
+                  + (", and `RCCL_MSCCL_FORCE_ENABLE=1` outside MI300X" if rt.key == "rccl"
+                     else "") + ")",
+                  "one GPU per process"]
+    return lines
+
+
+def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None = None
+         ) -> list[pathlib.Path]:
+    """Write ``<name>.<runtime>.xml`` and ``<name>.<runtime>.report.md`` for
+    ``options.msccl_runtime`` into ``outdir``; return their paths."""
+    options = coerce_options(options)
+    values, low, rt = _prepared(schedule, options)
+    meta = values.pop("_meta")
+    base = f"{meta['name']}.{rt.key}"
+    xml_path = write_file(outdir, f"{base}.xml",
+                          render_template("backends.msccl", "algo.xml.j2", **values))
+    coll = schedule.collective
+    notes = []
+    if meta["writes_input"]:
+        notes.append("the schedule writes its input buffer; the XML first copies the input "
+                     "into scratch so that `sendbuff` is left untouched")
+    meta["nchunksperloop"] = meta["nchunks"]
+    report = render_template(
+        "backends.msccl", "report.md.j2", algo_name=meta["name"], runtime_title=rt.title,
+        xml_file=xml_path.name, coll=rt.coll_names[coll.kind], ngpus=schedule.n,
+        proto=options.protocol, nchannels=low.nchannels,
+        max_tbs=max(len(t) for t in low.tbs),
+        max_steps=max((len(tb.steps) for t in low.tbs for tb in t), default=0),
+        limit_steps=rt.max_steps_per_tb, n_fused=low.n_fused, schedule_name=coll.name,
+        algorithm=f"{schedule.algorithm}+{schedule.schedule}" if schedule.schedule != "-"
+        else schedule.algorithm,
+        nchunksperloop=meta["nchunks"], compiled_bytes=coll.size,
+        chunk_elems=_compiled_chunk_elems(schedule, meta), dtype=coll.dtype.value,
+        conditions=_conditions(schedule, rt, meta, options),
+        load=[line.format(xml=xml_path.name) for line in rt.load_env], notes=notes)
+    return [xml_path, write_file(outdir, f"{base}.report.md", report)]
+
+
+def _compiled_chunk_elems(schedule: Schedule, meta: dict) -> int:
+    return int(meta["unit"])

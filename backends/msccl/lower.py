@@ -1,0 +1,484 @@
+"""Lowering a schedule (in equal units) to MSCCL threadblocks, steps and dependencies.
+
+The IR is lock-step: ops of one step run together and read the previous step's state. MSCCL
+is data-flow: every threadblock (tb) runs its own step list in order, sends and receives pair
+up in FIFO order per (sender, receiver, channel), and a step can wait for one step of another
+tb of its GPU. The lowering, in order:
+
+1. ``relocate_input``: if the schedule writes its input buffer, copy the input into extra
+   scratch first (the user's ``sendbuff`` is const) and read it from there.
+2. ``fuse``: a receive whose data is the next thing sent from that slot becomes one fused
+   instruction (``rcs``; ``rrcs``/``rrs`` after a reduction), forming chains A->x->B->... that
+   move together. Only when it cannot change what anyone reads (see ``_can_fuse``).
+3. ``assign_channels``: every message of a chain shares a channel; concurrent messages on one
+   pair get distinct channels (parallel tbs), within the limit.
+4. ``threadblocks``: one tb per (send peer, recv peer, channel) on each GPU (fused steps tie a
+   recv peer to a send peer); local copies and reductions get their own tb.
+5. ``order``: a graph of every instruction with edges for messages (send before receive),
+   FIFO capacity (a connection's next send after its previous receive) and data hazards on
+   each unit (RAW, WAR, WAW in the IR's step order). A topological order of it, ties broken by
+   IR step, is every tb's program order. Because the same global order serves all tbs and
+   every wait points backwards in it, the smallest unfinished instruction can always run: no
+   deadlock, even with one message of buffering per connection.
+6. ``dependencies``: hazards between tbs of one GPU become ``depid``/``deps``; waits already
+   implied by an earlier wait of the same tb are dropped; more than one left becomes ``nop``s.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from backends.common import UnitSchedule
+from backends.msccl.runtimes import Runtime
+from cclc.errors import ScheduleError
+from cclc.ir import Buf, OpKind, format_op
+
+__all__ = ["Op", "Instr", "Threadblock", "Lowered", "lower"]
+
+_BUF = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
+
+
+@dataclass(slots=True)
+class Op:
+    """An op in units after input relocation; ``ir`` is its row in the schedule (or None)."""
+
+    ir: int | None
+    step: int
+    src: int
+    dst: int
+    kind: OpKind
+    sb: Buf
+    so: int
+    db: Buf
+    do: int
+    cnt: int
+
+
+@dataclass(slots=True)
+class Instr:
+    """One MSCCL step before numbering; ``key`` orders ties in the topological sort."""
+
+    rank: int
+    type: str
+    sb: Buf
+    so: int
+    db: Buf
+    do: int
+    cnt: int
+    key: tuple
+    send: int | None = None      # send peer it needs (its tb's)
+    recv: int | None = None      # recv peer it needs
+    chan: int = 0
+    tb: int = -1
+    pos: int = -1                # index in the global order
+    index: int = -1              # final step index in its tb
+    depid: int = -1
+    deps: int = -1
+    hasdep: bool = False
+    uid: int = -1                # index in the list of all instructions
+
+
+@dataclass(slots=True)
+class Threadblock:
+    id: int
+    send: int
+    recv: int
+    chan: int
+    steps: list[Instr] = field(default_factory=list)
+
+
+@dataclass(frozen=True, eq=False)
+class Lowered:
+    """The lowered program: per GPU its tbs (ids dense from 0) and buffer sizes in units."""
+
+    tbs: tuple[tuple[Threadblock, ...], ...]
+    units: tuple[int, int, int]
+    nchannels: int
+    n_fused: int
+
+
+def _describe(us: UnitSchedule, op: Op) -> str:
+    return (format_op(us.schedule, op.ir) if op.ir is not None
+            else f"the copy of rank {op.src}'s input into scratch")
+
+
+def relocate_input(us: UnitSchedule, max_cnt: int) -> tuple[list[Op], tuple[int, int, int]]:
+    """The ops (in units); if the input is ever written, it moves to scratch behind the
+    schedule's own scratch, filled by local copies before step 0."""
+    n_in, n_out, n_scr = us.units
+    ops = [Op(i, int(us.step[i]), int(us.src[i]), int(us.dst[i]), OpKind(int(us.kind[i])),
+              Buf(int(us.src_buf[i])), int(us.src_off[i]), Buf(int(us.dst_buf[i])),
+              int(us.dst_off[i]), int(us.count[i])) for i in range(us.n_ops)]
+    if not us.writes_input():
+        return ops, us.units
+    for op in ops:
+        if op.sb is Buf.INPUT:
+            op.sb, op.so = Buf.SCRATCH, op.so + n_scr
+        if op.db is Buf.INPUT:
+            op.db, op.do = Buf.SCRATCH, op.do + n_scr
+    first = [Op(None, -1, r, r, OpKind.COPY, Buf.INPUT, lo, Buf.SCRATCH, n_scr + lo,
+                min(max_cnt, n_in - lo))
+             for r in range(us.n) for lo in range(0, n_in, max_cnt)]
+    return first + ops, (n_in, n_out, n_scr + n_in)
+
+
+class _Accesses:
+    """Per (rank, buffer): every op touching a range, for the fusion checks."""
+
+    def __init__(self, ops: list[Op]):
+        self.by: dict[tuple[int, int], list[tuple[int, int, int, bool, int]]] = defaultdict(list)
+        for k, op in enumerate(ops):
+            self.by[(op.src, op.sb)].append((op.step, op.so, op.so + op.cnt, False, k))
+            self.by[(op.dst, op.db)].append((op.step, op.do, op.do + op.cnt, True, k))
+            if op.kind is OpKind.REDUCE:
+                self.by[(op.dst, op.db)].append((op.step, op.do, op.do + op.cnt, False, k))
+
+    def clash(self, rank: int, buf: Buf, lo: int, hi: int, t0: int, t1: int,
+              skip: tuple[int, ...], writes_only: bool = False) -> bool:
+        for step, a, b, write, k in self.by[(rank, buf)]:
+            if (t0 <= step <= t1 and a < hi and lo < b and k not in skip
+                    and (write or not writes_only)):
+                return True
+        return False
+
+
+def fuse(ops: list[Op]) -> dict[int, int]:
+    """Fused hops: ``nxt[m1] = m2`` when message m2 forwards what m1 delivered (see module doc)."""
+    acc = _Accesses(ops)
+    senders: dict[tuple, list[int]] = defaultdict(list)
+    for k, op in enumerate(ops):
+        if op.src != op.dst:
+            senders[(op.src, op.sb, op.so, op.cnt)].append(k)
+    nxt: dict[int, int] = {}
+    prev: dict[int, int] = {}
+    head_time: dict[int, int] = {}
+    visited: dict[int, set[int]] = {}
+    for k in sorted(range(len(ops)), key=lambda k: (ops[k].step, k)):
+        m1 = ops[k]
+        if m1.src == m1.dst:
+            continue
+        if k not in prev:
+            head_time[k] = m1.step
+            visited[k] = {m1.src, m1.dst}
+        t0 = head_time[k]
+        for k2 in senders.get((m1.dst, m1.db, m1.do, m1.cnt), ()):
+            m2 = ops[k2]
+            if m2.step <= m1.step or k2 in prev:
+                continue
+            if m2.dst in visited[k]:
+                break
+            x, b = m1.dst, m2.dst
+            lo, hi = m1.do, m1.do + m1.cnt
+            # at x: nothing else writes the slot until the forward, nobody reads the old value
+            # after the (possibly moved) receive
+            if acc.clash(x, m1.db, lo, hi, t0, m2.step, (k, k2), writes_only=True):
+                break
+            if t0 < m1.step and acc.clash(x, m1.db, lo, hi, t0, m1.step, (k, k2)):
+                break
+            # at the next receiver: nobody touches the slot in the window its write moves over
+            if acc.clash(b, m2.db, m2.do, m2.do + m2.cnt, t0, m2.step, (k2,)):
+                break
+            nxt[k], prev[k2] = k2, k
+            head_time[k2] = t0
+            visited[k2] = visited[k] | {b}
+            break
+    return nxt
+
+
+def _dead_after(acc: _Accesses, op: Op, skip: tuple[int, ...]) -> bool:
+    """A reduced value only forwarded: the slot is scratch and no one else ever touches it."""
+    return op.db is Buf.SCRATCH and not acc.clash(op.dst, op.db, op.do, op.do + op.cnt,
+                                                  -(1 << 30), 1 << 30, skip)
+
+
+def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
+          nchannels: int | None = None) -> Lowered:
+    """Lower ``us`` for runtime ``rt``; :class:`ScheduleError` when a limit is exceeded."""
+    ops, units = relocate_input(us, rt.max_cnt)
+    nchunks = max(units)
+    if nchunks > rt.max_chunks:
+        raise ScheduleError(f"the schedule needs {nchunks} equal chunks per buffer "
+                            f"(chunk = {us.unit} elements), more than {rt.title} can address "
+                            f"({rt.max_chunks}); use fewer or more equal chunks")
+    for op in ops:
+        if op.cnt > rt.max_cnt:
+            raise ScheduleError(f"{_describe(us, op)} moves {op.cnt} chunks of {us.unit} "
+                                f"elements at once; {rt.title} allows at most {rt.max_cnt} "
+                                "(cnt < 72). Use fewer, coarser chunks (the chunk unit is the "
+                                "gcd of all chunk sizes)")
+    nxt = fuse(ops) if fuse_ops else {}
+    prev = {v: k for k, v in nxt.items()}
+    acc = _Accesses(ops) if nxt else None
+
+    # chains of messages (a lone message is a chain of one hop)
+    chains: list[list[int]] = []
+    for k, op in enumerate(ops):
+        if op.src != op.dst and k not in prev:
+            chain = [k]
+            while chain[-1] in nxt:
+                chain.append(nxt[chain[-1]])
+            chains.append(chain)
+    chains.sort(key=lambda c: (ops[c[0]].step, c[0]))
+
+    # channels
+    limit = min(rt.max_channels, nchannels or rt.max_channels)
+    busy: set[tuple[int, int, int, int]] = set()
+    partner_recv: dict[tuple[int, int, int], int] = {}   # (rank, chan, recv peer) -> send peer
+    partner_send: dict[tuple[int, int, int], int] = {}
+    chan_of: dict[int, int] = {}
+
+    def fits(chain: list[int], c: int, t: int) -> bool:
+        for k in chain:
+            if (ops[k].src, ops[k].dst, t, c) in busy:
+                return False
+        for a, b in zip(chain, chain[1:]):
+            x, pa, pb = ops[a].dst, ops[a].src, ops[b].dst
+            if partner_recv.get((x, c, pa), pb) != pb or partner_send.get((x, c, pb), pa) != pa:
+                return False
+        return True
+
+    work = list(chains)
+    placed: list[list[int]] = []
+    while work:
+        chain = work.pop(0)
+        t = ops[chain[0]].step
+        c = next((c for c in range(limit) if fits(chain, c, t)), None)
+        if c is None and len(chain) > 1:
+            # no channel keeps the fused tbs consistent: send the hops separately
+            for k in chain:
+                nxt.pop(k, None)
+                prev.pop(k, None)
+            work[0:0] = [[k] for k in chain]
+            continue
+        if c is None:
+            c = len([1 for cc in range(limit) if (ops[chain[0]].src, ops[chain[0]].dst, t, cc)
+                     in busy]) % limit
+        for k in chain:
+            busy.add((ops[k].src, ops[k].dst, t, c))
+            chan_of[k] = c
+        for a, b in zip(chain, chain[1:]):
+            x, pa, pb = ops[a].dst, ops[a].src, ops[b].dst
+            partner_recv[(x, c, pa)] = pb
+            partner_send[(x, c, pb)] = pa
+        placed.append(chain)
+
+    # instructions
+    instrs: list[Instr] = []
+    edges: dict[int, set[int]] = defaultdict(set)
+    access: dict[tuple[int, int, int], list[tuple[tuple, int, bool]]] = defaultdict(list)
+
+    def add(instr: Instr) -> int:
+        instr.uid = len(instrs)
+        instrs.append(instr)
+        return instr.uid
+
+    def touch(i: int, rank: int, buf: Buf, lo: int, hi: int, when: tuple, write: bool) -> None:
+        for u in range(lo, hi):
+            access[(rank, int(buf), u)].append((when, i, write))
+
+    n_fused = 0
+    conn_msgs: dict[tuple[int, int, int], list[tuple[tuple, int, int]]] = defaultdict(list)
+    for chain in placed:
+        t = ops[chain[0]].step
+        c = chan_of[chain[0]]
+        first = ops[chain[0]]
+        s = add(Instr(first.src, "s", first.sb, first.so, first.db, first.do, first.cnt,
+                      (t, 0, chain[0]), send=first.dst, chan=c))
+        touch(s, first.src, first.sb, first.so, first.so + first.cnt, (t, 0, chain[0]), False)
+        sender = s
+        for h, k in enumerate(chain):
+            op = ops[k]
+            last = h == len(chain) - 1
+            reduce = op.kind is OpKind.REDUCE
+            if last:
+                typ = "rrc" if reduce else "r"
+                i = add(Instr(op.dst, typ, op.db if reduce else op.sb, op.do if reduce else op.so,
+                              op.db, op.do, op.cnt, (t, 1, k), recv=op.src, chan=c))
+            else:
+                n_fused += 1
+                out = ops[chain[h + 1]]
+                if reduce and acc is not None and _dead_after(acc, op, (k, chain[h + 1])):
+                    typ = "rrs"
+                    i = add(Instr(op.dst, typ, op.db, op.do, out.db, out.do, op.cnt, (t, 1, k),
+                                  recv=op.src, send=out.dst, chan=c))
+                else:
+                    typ = "rrcs" if reduce else "rcs"
+                    i = add(Instr(op.dst, typ, op.db, op.do, op.db, op.do, op.cnt, (t, 1, k),
+                                  recv=op.src, send=out.dst, chan=c))
+            when = (t, 1, k)
+            if typ != "rrs":
+                touch(i, op.dst, op.db, op.do, op.do + op.cnt, when, True)
+            if reduce:
+                touch(i, op.dst, op.db, op.do, op.do + op.cnt, when, False)
+            edges[sender].add(i)
+            conn_msgs[(op.src, op.dst, c)].append(((ops[chain[0]].step, k), sender, i))
+            sender = i
+    for k, op in enumerate(ops):
+        if op.src == op.dst:
+            typ = "re" if op.kind is OpKind.REDUCE else "cpy"
+            i = add(Instr(op.src, typ, op.sb, op.so, op.db, op.do, op.cnt, (op.step, 1, k)))
+            touch(i, op.src, op.sb, op.so, op.so + op.cnt, (op.step, 0, k), False)
+            touch(i, op.dst, op.db, op.do, op.do + op.cnt, (op.step, 1, k), True)
+            if op.kind is OpKind.REDUCE:
+                touch(i, op.dst, op.db, op.do, op.do + op.cnt, (op.step, 1, k), False)
+
+    # FIFO capacity: a connection's next send waits (in the global order) for the previous
+    # message's receive
+    for msgs in conn_msgs.values():
+        msgs.sort()
+        for (_, _, r_prev), (_, s_next, _) in zip(msgs, msgs[1:]):
+            edges[r_prev].add(s_next)
+    # data hazards per unit, in IR order (reads of a step before its writes)
+    hazard: dict[int, set[int]] = defaultdict(set)
+    for lst in access.values():
+        lst.sort(key=lambda a: (a[0][0], a[0][1], not a[2], a[0][2]))
+        last_write: int | None = None
+        reads: list[int] = []
+        for _, i, write in lst:
+            if write:
+                for j in reads + ([last_write] if last_write is not None else []):
+                    if j != i:
+                        hazard[i].add(j)
+                last_write, reads = i, []
+            else:
+                if last_write is not None and last_write != i:
+                    hazard[i].add(last_write)
+                reads.append(i)
+    for i, preds in hazard.items():
+        for j in preds:
+            edges[j].add(i)
+
+    # global order: Kahn's algorithm, ties by IR step
+    indeg = [0] * len(instrs)
+    for j, succ in edges.items():
+        for i in succ:
+            indeg[i] += 1
+    heap = [(instrs[i].key, i) for i in range(len(instrs)) if indeg[i] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        _, j = heapq.heappop(heap)
+        instrs[j].pos = len(order)
+        order.append(j)
+        for i in edges.get(j, ()):
+            indeg[i] -= 1
+            if indeg[i] == 0:
+                heapq.heappush(heap, (instrs[i].key, i))
+    if len(order) != len(instrs):
+        raise ScheduleError("the schedule's messages and buffer hazards form a cycle that no "
+                            "MSCCL threadblock order can serve (a pair of ranks exchanging "
+                            "the same slots over one channel in one step); lower it with "
+                            "more channels or without fusion")
+
+    # threadblocks: union of (direction, peer, chan) keys per rank, joined by fused steps
+    parent: dict[tuple, tuple] = {}
+
+    def root(k: tuple) -> tuple:
+        parent.setdefault(k, k)
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    def keys_of(ins: Instr) -> list[tuple]:
+        keys = []
+        if ins.send is not None:
+            keys.append((ins.rank, "s", ins.send, ins.chan))
+        if ins.recv is not None:
+            keys.append((ins.rank, "r", ins.recv, ins.chan))
+        return keys or [(ins.rank, "local")]
+
+    for ins in instrs:
+        ks = keys_of(ins)
+        for k in ks[1:]:
+            parent[root(k)] = root(ks[0])
+    tbs: list[list[Threadblock]] = [[] for _ in range(us.n)]
+    tb_of_root: dict[tuple, Threadblock] = {}
+    for j in order:
+        ins = instrs[j]
+        ks = keys_of(ins)
+        tb = tb_of_root.get(root(ks[0]))
+        if tb is None:
+            tb = tb_of_root[root(ks[0])] = Threadblock(len(tbs[ins.rank]), -1, -1, ins.chan)
+            tbs[ins.rank].append(tb)
+        if ins.send is not None:
+            if tb.send not in (-1, ins.send):
+                raise ScheduleError(f"internal: threadblock on GPU {ins.rank} would send to "
+                                    f"{tb.send} and {ins.send}")
+            tb.send = ins.send
+        if ins.recv is not None:
+            if tb.recv not in (-1, ins.recv):
+                raise ScheduleError(f"internal: threadblock on GPU {ins.rank} would receive "
+                                    f"from {tb.recv} and {ins.recv}")
+            tb.recv = ins.recv
+        tb.steps.append(ins)
+    _sort_tbs(tbs)
+
+    # dependencies between tbs of one GPU
+    for rank_tbs in tbs:
+        for tb in rank_tbs:
+            steps: list[Instr] = []
+            waited: dict[int, int] = {}
+            for ins in tb.steps:
+                need: dict[int, int] = {}
+                for p in (instrs[j] for j in hazard.get(ins.uid, ())):
+                    if p.tb != ins.tb:
+                        need[p.tb] = max(need.get(p.tb, -1), p.index)
+                need = {t: s for t, s in need.items() if waited.get(t, -1) < s}
+                for t, s in sorted(need.items())[:-1]:
+                    nop = Instr(ins.rank, "nop", Buf.INPUT, -1, Buf.OUTPUT, -1, 0, ins.key,
+                                tb=tb.id, chan=tb.chan, depid=t, deps=s)
+                    steps.append(nop)
+                for t, s in sorted(need.items())[-1:]:
+                    ins.depid, ins.deps = t, s
+                waited.update(need)
+                steps.append(ins)
+            tb.steps = steps
+        # renumber, then map deps from pre-nop indices to final ones
+        old_to_new: dict[tuple[int, int], int] = {}
+        for tb in rank_tbs:
+            for idx, ins in enumerate(tb.steps):
+                if ins.type != "nop":
+                    old_to_new[(tb.id, ins.index)] = idx
+        for tb in rank_tbs:
+            for idx, ins in enumerate(tb.steps):
+                ins.index = idx
+        for tb in rank_tbs:
+            for ins in tb.steps:
+                if ins.depid >= 0:
+                    ins.deps = old_to_new[(ins.depid, ins.deps)]
+                    rank_tbs[ins.depid].steps[ins.deps].hasdep = True
+    _check_limits(tbs, rt)
+    chans = {tb.chan for rank_tbs in tbs for tb in rank_tbs}
+    return Lowered(tuple(tuple(t) for t in tbs), units, max(chans) + 1 if chans else 1, n_fused)
+
+
+def _sort_tbs(tbs: list[list[Threadblock]]) -> None:
+    """Steps of each tb in the global order; tb ids sorted by (send, recv, chan) so tbs that
+    use the same link sit together, as msccl-tools does."""
+    for rank_tbs in tbs:
+        rank_tbs.sort(key=lambda tb: (tb.send, tb.recv, tb.chan))
+        for new_id, tb in enumerate(rank_tbs):
+            tb.id = new_id
+            tb.steps.sort(key=lambda ins: ins.pos)
+            for idx, ins in enumerate(tb.steps):
+                ins.tb, ins.index = new_id, idx
+
+
+def _check_limits(tbs: list[list[Threadblock]], rt: Runtime) -> None:
+    for r, rank_tbs in enumerate(tbs):
+        if len(rank_tbs) > rt.max_tbs:
+            raise ScheduleError(f"GPU {r} needs {len(rank_tbs)} threadblocks; {rt.title} "
+                                f"allows {rt.max_tbs}")
+        for tb in rank_tbs:
+            if tb.chan >= rt.max_channels:
+                raise ScheduleError(f"GPU {r} threadblock {tb.id} uses channel {tb.chan}; "
+                                    f"{rt.title} has {rt.max_channels} channels")
+            if len(tb.steps) > rt.max_steps_per_tb:
+                raise ScheduleError(
+                    f"GPU {r} threadblock {tb.id} (send {tb.send}, recv {tb.recv}, channel "
+                    f"{tb.chan}) needs {len(tb.steps)} steps; {rt.title} allows "
+                    f"{rt.max_steps_per_tb} per threadblock. Use fewer chunks or steps, more "
+                    "channels, or a runtime built with a larger MSCCL_MAX_NUM_STEPS")

@@ -1,0 +1,91 @@
+"""A C++/CUDA library that runs a schedule on stock NCCL, and the same code over MPI.
+
+``emit(schedule, outdir, options)`` writes, in ``outdir/nccl-<name>/``:
+
+* ``cclc_exec.h``: the step executor shared by both builds (a template over the transport);
+* ``cclc_<name>_schedule.h``: the schedule as per-rank step tables (plain arrays);
+* ``cclc_<name>.h`` / ``cclc_<name>.cu``: the NCCL entry point ``cclc_<name>(sendbuf, recvbuf,
+  count, datatype, comm, stream)`` and CUDA reduction kernels;
+* ``cclc_<name>_mpi.h`` / ``cclc_<name>_mpi.cc`` / ``cclc_<name>_mpi_main.cc``: the MPI entry
+  point on host memory and a file-in/file-out test driver;
+* ``Makefile``: ``make`` builds ``libcclc_<name>.so`` with nvcc (warnings are errors) against
+  the NCCL of the ``nvidia-nccl-cu13`` wheel; ``make mpi`` builds the MPI driver.
+
+With ``options.build`` the library is built (and with ``options.mpi`` the MPI driver too); the
+built files are added to the returned list.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from backends.common import (EmitOptions, c_identifier, coerce_options, count_convention,
+                             prepare, rank_tables, render_template, write_file)
+from backends.nccl.build import build, cuda_home, nccl_home
+from cclc.collective import REDUCING_KINDS
+from cclc.ir import Schedule
+
+__all__ = ["emit", "render_sources"]
+
+_PKG = "backends.nccl"
+
+
+def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> dict[str, str]:
+    """File name -> text of every generated source (nothing is written)."""
+    options = coerce_options(options)
+    coll = schedule.collective
+    ident = c_identifier(coll.name)
+    tables = rank_tables(prepare(schedule))
+    us = tables.units
+    rows, first = [], [0]
+    for entries in tables.entries:
+        for e in entries:
+            rows.append(", ".join(str(v) for v in (
+                e.step, int(e.role), e.peer, int(e.kind), int(e.src_buf), e.src_off,
+                int(e.dst_buf), e.dst_off, e.count, -1 if e.stage is None else e.stage)))
+        first.append(len(rows))
+    # a sentinel row keeps the array non-empty; no rank's range reaches it
+    rows.append("-1, 0, 0, 0, 0, 0, 0, 0, 0, -1")
+    algorithm = schedule.algorithm + (f"+{schedule.schedule}" if schedule.schedule != "-" else "")
+    reducing = coll.kind in REDUCING_KINDS
+    common = dict(name=coll.name, ident=ident, ident_upper=ident.upper(), kind=coll.kind.value,
+                  n=coll.n, count_units=us.count_units,
+                  count_meaning=count_convention(coll.kind), op=coll.op.value)
+    try:
+        home = nccl_home(options)
+    except Exception:  # the wheel is optional: the Makefile still takes NCCL_HOME=...
+        home = "/path/to/nccl"
+    return {
+        "cclc_exec.h": render_template(_PKG, "cclc_exec.h.j2"),
+        f"cclc_{ident}_schedule.h": render_template(
+            _PKG, "schedule.h.j2", **common, size=coll.size, dtype=coll.dtype.value,
+            algorithm=algorithm, entries=rows, first=", ".join(map(str, first)),
+            units=", ".join(map(str, us.units)), staging_units=tables.staging_units,
+            input_copy=int(tables.input_copy), reducing=int(reducing)),
+        f"cclc_{ident}.h": render_template(
+            _PKG, "api.h.j2", **common,
+            reduce_note=(f" and for data types the {coll.op.value} reduction does not support"
+                         if reducing else "")),
+        f"cclc_{ident}.cu": render_template(_PKG, "nccl.cu.j2", **common),
+        f"cclc_{ident}_mpi.h": render_template(_PKG, "mpi.h.j2", **common),
+        f"cclc_{ident}_mpi.cc": render_template(_PKG, "mpi.cc.j2", **common),
+        f"cclc_{ident}_mpi_main.cc": render_template(
+            _PKG, "mpi_main.cc.j2", **common, in_units=us.units[0], out_units=us.units[1]),
+        "Makefile": render_template(_PKG, "Makefile.j2", **common, nccl_home=home,
+                                    cuda_home=cuda_home(), cuda_arch=options.cuda_arch),
+    }
+
+
+def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None = None
+         ) -> list[pathlib.Path]:
+    """Write the sources into ``outdir/nccl-<name>/`` (and build them if ``options.build``)."""
+    options = coerce_options(options)
+    ident = c_identifier(schedule.collective.name)
+    sub = f"nccl-{ident}"
+    written = [write_file(outdir, f"{sub}/{name}", text)
+               for name, text in render_sources(schedule, options).items()]
+    if options.build or options.mpi:
+        folder = written[0].parent
+        targets = (["all"] if options.build else []) + (["mpi"] if options.mpi else [])
+        written += build(folder, targets, options)
+    return written

@@ -1,0 +1,120 @@
+"""The NCCL tuner backend: C source of a tuner + profiler plugin carrying a tuned table.
+
+:func:`emit` renders ``plugin.c`` and a ``Makefile`` from the templates beside this file and,
+with ``build``, compiles ``libnccl-tuner-cclc.so`` with ``gcc -Wall -Wextra -Werror -fPIC
+-shared``. The rows come from :func:`cclc.tune.outputs.plugin_rows`: plain dicts with
+``func, n_ranks, n_nodes, min_bytes, max_bytes, algo, proto, channels, chunk``.
+The plugin exports ``ncclTunerPlugin_v6`` … ``_v2`` and ``ncclProfiler_v6``/``_v5``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import jinja2
+
+from cclc.errors import CclError
+
+__all__ = ["emit", "render", "build", "LIBRARY", "CFLAGS", "LDFLAGS", "TUNER_SYMBOLS",
+           "PROFILER_SYMBOLS"]
+
+LIBRARY = "libnccl-tuner-cclc.so"
+CFLAGS = "-O2 -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden"
+LDFLAGS = "-lpthread"
+TUNER_SYMBOLS = tuple(f"ncclTunerPlugin_v{v}" for v in (6, 5, 4, 3, 2))
+PROFILER_SYMBOLS = ("ncclProfiler_v6", "ncclProfiler_v5")
+_ROW_KEYS = ("func", "n_ranks", "n_nodes", "min_bytes", "max_bytes", "algo", "proto",
+             "channels", "chunk")
+
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+                          undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                          autoescape=False)
+
+
+def _check_rows(rows: Sequence[Mapping[str, int]]) -> list[dict]:
+    out = []
+    for i, r in enumerate(rows):
+        missing = [k for k in _ROW_KEYS if k not in r]
+        if missing:
+            raise CclError(f"tuner row {i} lacks {', '.join(missing)}")
+        row = {k: int(r[k]) for k in _ROW_KEYS}
+        if not 0 <= row["func"] <= 4 or not 0 <= row["algo"] <= 6 or not 0 <= row["proto"] <= 2:
+            raise CclError(f"tuner row {i} has an out-of-range function/algorithm/protocol")
+        if row["min_bytes"] > row["max_bytes"] or row["min_bytes"] < 0:
+            raise CclError(f"tuner row {i}: byte range {row['min_bytes']}..{row['max_bytes']} "
+                           "is empty")
+        if not 0 <= row["channels"] <= 64 or row["chunk"] < 0:
+            raise CclError(f"tuner row {i}: channels must be 0..64 and chunk >= 0")
+        out.append(row)
+    return out
+
+
+def render(rows: Sequence[Mapping[str, int]]) -> dict[str, str]:
+    """``{"plugin.c": ..., "Makefile": ...}`` for ``rows``."""
+    checked = _check_rows(rows)
+    return {"plugin.c": _ENV.get_template("plugin.c.j2").render(rows=checked),
+            "Makefile": _ENV.get_template("Makefile.j2").render(cflags=CFLAGS, ldflags=LDFLAGS)}
+
+
+def build(source_dir: str | os.PathLike, cc: str | None = None, extra_flags: Sequence[str] = (),
+          output: str | os.PathLike | None = None) -> Path:
+    """Compile ``plugin.c`` in ``source_dir`` into ``output`` (default: the library there).
+
+    Uses the flags of the generated Makefile; raises :class:`CclError` with the compiler's
+    messages when it fails or when no C compiler is found.
+    """
+    cc = cc or os.environ.get("CC") or "gcc"
+    if shutil.which(cc) is None:
+        raise CclError(f"no C compiler '{cc}' to build {LIBRARY} (install gcc, or use --no-build "
+                       "and run make where one exists)")
+    src = Path(source_dir) / "plugin.c"
+    target = Path(output) if output is not None else Path(source_dir) / LIBRARY
+    argv = [cc, *CFLAGS.split(), *extra_flags, f"-Wl,-soname,{LIBRARY}", "-o", str(target),
+            str(src), *LDFLAGS.split()]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise CclError(f"building {LIBRARY} failed ({' '.join(argv)}):\n{done.stderr.strip()}")
+    return target
+
+
+def emit(rows: Sequence[Mapping[str, int]], outdir, build_library: bool = True,
+         cc: str | None = None) -> list[str]:
+    """Write ``plugin.c`` and ``Makefile`` (and, with ``build_library``, the ``.so``) into
+    ``outdir`` — a :class:`cclc.outdir.OutputDir` or a folder path; returns the names written.
+    """
+    files = render(rows)
+    writer = _writer(outdir)
+    names = [writer(name, text.encode("utf-8")) for name, text in files.items()]
+    if build_library:
+        with tempfile.TemporaryDirectory(prefix="cclc-tuner-") as tmp:
+            Path(tmp, "plugin.c").write_text(files["plugin.c"], encoding="utf-8")
+            lib = build(tmp, cc=cc)
+            names.append(writer(LIBRARY, lib.read_bytes()))
+            # keep the library executable like a linker's output
+            _chmod_exec(outdir, LIBRARY)
+    return names
+
+
+def _writer(outdir):
+    if hasattr(outdir, "write_bytes") and hasattr(outdir, "path_for"):
+        return outdir.write_bytes
+    folder = Path(outdir)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def write(name: str, data: bytes) -> str:
+        (folder / name).write_bytes(data)
+        return name
+    return write
+
+
+def _chmod_exec(outdir, name: str) -> None:
+    path = outdir.path_for(name) if hasattr(outdir, "path_for") else Path(outdir) / name
+    try:
+        os.chmod(path, 0o755)
+    except OSError:
+        pass                      # the library still loads with dlopen without the x bit

@@ -1,0 +1,205 @@
+"""Ring: the members pass blocks to their successor on a ring embedded in the group.
+
+The ring visits the group in :func:`~cclc.algorithms.common.ring_order` (a snake through a
+whole torus, so every hop is one link; group order elsewhere); each hop travels a shortest
+healthy path. One direction only.
+
+* allgather: ``n - 1`` steps; in step ``t`` ring position ``p`` forwards the block that
+  originated at position ``p - t``.
+* reducescatter: a local step that copies every input block into scratch, then ``n - 1``
+  steps in which position ``p`` sends its partial sum of the block owned by ``p - t`` to
+  ``p + 1``, which adds its own; the last hop lands in the owner's output.
+* allreduce: reduce-scatter then allgather over ``n`` near-equal blocks of the buffer.
+* broadcast: a pipelined chain from the root along the ring, the buffer cut in ``chunks``
+  pieces (default: the count that balances per-hop latency against pipeline fill).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cclc.algorithms import Algorithm, register
+from cclc.algorithms.common import add_pair_routes, even_split, hint_int, ring_order
+from cclc.collective import Collective, CollectiveKind
+from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
+
+__all__ = ["build_ring", "chain_chunks"]
+
+_KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
+                    CollectiveKind.ALLREDUCE, CollectiveKind.BROADCAST})
+
+#: most pieces a broadcast chain cuts the buffer into (beyond this, latency dominates anyway)
+MAX_CHAIN_CHUNKS = 64
+
+
+def _applicable(coll: Collective, **params) -> str | None:
+    if coll.kind not in _KINDS:
+        return f"ring does not serve {coll.kind.value}"
+    extra = set(params) - ({"chunks"} if coll.kind is CollectiveKind.BROADCAST else set())
+    if extra:
+        return f"ring takes no parameter {', '.join(sorted(extra))} for {coll.kind.value}"
+    return None
+
+
+def build_ring(coll: Collective, **params) -> Schedule:
+    """The ring schedule of ``coll``; ``chunks=K`` sets the broadcast pipeline depth."""
+    order = ring_order(coll)
+    if coll.kind is CollectiveKind.BROADCAST:
+        return _broadcast(coll, order, hint_int(params, "chunks", None))
+    return _BUILDERS[coll.kind](coll, order)
+
+
+class _Ring:
+    """Routes of the ring's hops: ``hop_route[p]`` carries position ``p`` to ``p + 1``."""
+
+    def __init__(self, b: ScheduleBuilder, coll: Collective, order: np.ndarray):
+        self.order = order
+        self.n = len(order)
+        self.next = np.roll(order, -1)
+        self.hop_route = add_pair_routes(b, coll, order, self.next)
+
+
+def _allgather(coll: Collective, order: np.ndarray) -> Schedule:
+    n = coll.n
+    per_block = coll.count // n
+    b = ScheduleBuilder(coll, input=[per_block], output=[per_block] * n)
+    ring = _Ring(b, coll, order)
+    members = np.arange(n)
+    b.add(step=0, src=members, dst=members, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
+          dst_off=members)
+    _ring_allgather_steps(b, ring, first_step=0, first_buf=Buf.INPUT, block_of=lambda g: 0,
+                          slot_of=lambda g: g)
+    return b.build("ring")
+
+
+def _ring_allgather_steps(b: ScheduleBuilder, ring: _Ring, first_step: int, first_buf: Buf,
+                          block_of, slot_of) -> int:
+    """Forward every position's block around the ring (``n - 1`` steps); returns the next step.
+
+    Position ``p`` starts with the block of group index ``order[p]``, held in its
+    ``first_buf`` chunk ``block_of(g)``; every copy lands in output chunk ``slot_of(g)``.
+    """
+    n = ring.n
+    pos = np.arange(n)
+    for t in range(n - 1):
+        origin = ring.order[(pos - t) % n]
+        src_buf = first_buf if t == 0 else Buf.OUTPUT
+        src_off = block_of(origin) if t == 0 else slot_of(origin)
+        b.add(step=first_step + t, src=ring.order, dst=ring.next, route=ring.hop_route,
+              src_buf=src_buf, src_off=src_off, dst_buf=Buf.OUTPUT, dst_off=slot_of(origin))
+    return first_step + max(n - 1, 0)
+
+
+def _reducescatter(coll: Collective, order: np.ndarray) -> Schedule:
+    n = coll.n
+    per_block = coll.count // n
+    b = ScheduleBuilder(coll, input=[per_block] * n, output=[per_block],
+                        scratch=[per_block] * n)
+    ring = _Ring(b, coll, order)
+    members = np.arange(n)
+    if n == 1:
+        b.add(step=0, src=0, dst=0, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT, dst_off=0)
+        return b.build("ring")
+    # step 0 (local): partial sums start as each rank's own input; the owner's in its output
+    src = np.repeat(members, n)
+    blk = np.tile(members, n)
+    own = src == blk
+    b.add(step=0, src=src, dst=src, src_buf=Buf.INPUT, src_off=blk,
+          dst_buf=np.where(own, Buf.OUTPUT, Buf.SCRATCH), dst_off=np.where(own, 0, blk))
+    pos = np.arange(n)
+    for t in range(1, n):
+        # the block owned by position q leaves q + 1 in step 1 and reaches q after step n - 1
+        owner = order[(pos - t) % n]
+        arrives = t == n - 1
+        b.add(step=t, src=ring.order, dst=ring.next, route=ring.hop_route, kind=OpKind.REDUCE,
+              src_buf=Buf.SCRATCH, src_off=owner,
+              dst_buf=Buf.OUTPUT if arrives else Buf.SCRATCH, dst_off=0 if arrives else owner)
+    return b.build("ring")
+
+
+def _allreduce(coll: Collective, order: np.ndarray) -> Schedule:
+    n = coll.n
+    blocks = even_split(coll.count, n)  # block q is owned by ring position q
+    b = ScheduleBuilder(coll, input=blocks, output=blocks)
+    ring = _Ring(b, coll, order)
+    members = np.arange(n)
+    src = np.repeat(members, n)
+    blk = np.tile(members, n)
+    b.add(step=0, src=src, dst=src, src_buf=Buf.INPUT, src_off=blk, dst_buf=Buf.OUTPUT,
+          dst_off=blk)
+    pos = np.arange(n)
+    for t in range(1, n):
+        b.add(step=t, src=ring.order, dst=ring.next, route=ring.hop_route, kind=OpKind.REDUCE,
+              src_buf=Buf.OUTPUT, src_off=(pos - t) % n, dst_buf=Buf.OUTPUT,
+              dst_off=(pos - t) % n)
+    # after the reduce-scatter position q holds the full block q: circulate it
+    _ring_allgather_steps(b, ring, first_step=n, first_buf=Buf.OUTPUT,
+                          block_of=lambda g: _position_of(order, g),
+                          slot_of=lambda g: _position_of(order, g))
+    s = b.build("ring")
+    if coll.count < n:
+        # fewer elements than ranks: some blocks are empty, and moving nothing still costs a
+        # message's latency
+        s = s.replace(ops=s.ops.take(s.op_elems() > 0))
+    return s
+
+
+def _position_of(order: np.ndarray, g: np.ndarray) -> np.ndarray:
+    pos = np.empty(len(order), dtype=np.int64)
+    pos[order] = np.arange(len(order))
+    return pos[g]
+
+
+def chain_chunks(coll: Collective, hops: int) -> int:
+    """Pieces that minimise a pipelined chain's alpha-beta time over ``hops`` hops.
+
+    Time is ``(k + hops - 1) * (alpha + S / (k B))``, minimal at ``k = sqrt((hops - 1) S /
+    (alpha B))``, using the group's slowest link bandwidth and mean latency.
+    """
+    topo = coll.topology
+    healthy = ~topo.link_failed
+    bandwidth = float(topo.link_bandwidth[healthy].min()) if healthy.any() else 1.0
+    latency = float(topo.link_latency[healthy].mean()) if healthy.any() else 0.0
+    limit = max(1, min(MAX_CHAIN_CHUNKS, coll.count))
+    if hops <= 1:
+        return 1
+    if latency <= 0:
+        return limit
+    k = math.sqrt((hops - 1) * coll.size / (latency * bandwidth))
+    return int(min(limit, max(1, round(k))))
+
+
+def _broadcast(coll: Collective, order: np.ndarray, chunks: int | None) -> Schedule:
+    n = coll.n
+    # the chain: ring order rotated to start at the root
+    start = int(np.flatnonzero(order == coll.root)[0])
+    chain = np.roll(order, -start)
+    k = chain_chunks(coll, n - 1) if chunks is None else min(chunks, coll.count)
+    pieces = even_split(coll.count, k)
+    b = ScheduleBuilder(coll, input=pieces, output=pieces)
+    root = int(chain[0])
+    b.add(step=0, src=root, dst=root, src_buf=Buf.INPUT, src_off=np.arange(k),
+          dst_buf=Buf.OUTPUT, dst_off=np.arange(k))
+    if n == 1:
+        return b.build("ring", params=(("chunks", k),))
+    hop_route = add_pair_routes(b, coll, chain[:-1], chain[1:])
+    hop = np.arange(n - 1)
+    for t in range(k + n - 2):
+        piece = t - hop
+        live = (piece >= 0) & (piece < k)
+        h = hop[live]
+        b.add(step=t, src=chain[h], dst=chain[h + 1], route=hop_route[h],
+              src_buf=np.where(h == 0, Buf.INPUT, Buf.OUTPUT), src_off=piece[live],
+              dst_buf=Buf.OUTPUT, dst_off=piece[live])
+    return b.build("ring", params=(("chunks", k),))
+
+
+_BUILDERS = {CollectiveKind.ALLGATHER: _allgather, CollectiveKind.REDUCESCATTER: _reducescatter,
+             CollectiveKind.ALLREDUCE: _allreduce}
+
+register(Algorithm(
+    name="ring", collectives=_KINDS, applicable=_applicable, build=build_ring,
+    description="blocks passed to the successor on a ring over the group (one direction); "
+                "broadcast as a pipelined chain"))

@@ -1,0 +1,364 @@
+"""Rings in both directions, FoldedRing, and multi-dimensional tori for AllGather, ReduceScatter, AllReduce.
+
+All of them are one engine: the group laid out on a grid whose every dimension is a logical
+ring (a torus: its dimensions; a single ring: one dimension; NVLink nodes on a fabric: nodes x
+GPUs, see :mod:`cclc.algorithms.hierarchical`). The data of every block is cut into *pieces*;
+each piece has a direction (+1 or -1 around every ring) and an order of dimensions.
+
+* ReduceScatter, one piece: dimension by dimension in the piece's order, a ring reduce-scatter
+  along that dimension over the blocks still in play. After dimension ``e`` a rank holds partial
+  sums only for blocks whose coordinate ``e`` is its own, summed over its ``e``-ring.
+* AllGather, one piece: the mirror, dimensions in the reverse order; after dimension ``e`` a rank
+  holds every block of the sub-grid spanned by the dimensions done so far.
+* AllReduce: ReduceScatter then AllGather of the same pieces: it moves ``2 (n-1)/n`` of the
+  buffer per rank, the bandwidth-optimal amount without in-network reduction.
+
+Entries:
+
+``biring``
+    One dimension (the group in ring order), two pieces, one per direction: every link is busy
+    in both directions, so on a physical ring it needs half the time of the one-direction ring.
+``foldedring``
+    A ring with one failed link becomes the line ``i+1 .. i``; the logical ring visits the even
+    positions of the line going up and the odd ones coming down, so every logical hop is at most
+    two physical hops and every surviving directed link carries exactly one logical hop
+    (reference: torus_alltoall_pat_bruck.md section 1.3). One direction.
+``ring+dimrotation``
+    A whole torus: ``2 D`` pieces (D dimensions of size > 1, two directions); piece ``c`` visits
+    dimensions ``c, c+1, ...`` (rotated), so at every stage every dimension carries some piece
+    and no dimension waits for another (DimRotation, section 2).
+
+Reductions follow the IR rules: a local step first copies every input block into a scratch
+accumulator; every later hop *reduces* the sender's partial into the receiver's accumulator
+(at most one write per slot per step); a final local step copies each rank's reduced block out.
+Local steps cost nothing in the default cost model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from cclc.algorithms import Algorithm, register
+from cclc.algorithms.common import add_pair_routes, even_split, group_index, snake_order
+from cclc.collective import Collective, CollectiveKind
+from cclc.errors import CollectiveError
+from cclc.fabric_routing import finish
+from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
+
+__all__ = ["Grid", "Piece", "grid_schedule", "folded_order", "KINDS"]
+
+KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
+                   CollectiveKind.ALLREDUCE})
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One share of every block: ``direction`` (+1/-1) around each ring, reduce-scatter
+    dimension ``order`` (the all-gather uses it reversed)."""
+
+    direction: int
+    order: tuple[int, ...]
+
+
+class Grid:
+    """The group on a grid: ``members[c]`` is the group index at grid coordinates ``c``.
+
+    ``hop_path(u, v)`` (optional) gives the global link ids of the hop from group index ``u``
+    to its ring neighbour ``v``; by default hops take shortest healthy paths.
+    """
+
+    def __init__(self, members: np.ndarray,
+                 hop_path: Callable[[int, int], Sequence[int]] | None = None):
+        self.members = np.asarray(members, dtype=np.int64)
+        self.dims = self.members.shape
+        self.n = self.members.size
+        self.coords = np.empty((self.n, len(self.dims)), dtype=np.int64)
+        self.coords[self.members.ravel()] = np.stack(np.unravel_index(
+            np.arange(self.n), self.dims), axis=1)
+        self.hop_path = hop_path
+
+    def neighbour(self, dim: int, direction: int) -> np.ndarray:
+        """Group index of the next member along ``dim`` in ``direction``, per group index."""
+        c = self.coords.copy()
+        c[:, dim] = (c[:, dim] + direction) % self.dims[dim]
+        return self.members[tuple(c.T)]
+
+    def hop_routes(self, b: ScheduleBuilder, dim: int, direction: int) -> np.ndarray:
+        src = np.arange(self.n)
+        dst = self.neighbour(dim, direction)
+        if self.hop_path is None:
+            return add_pair_routes(b, b.collective, src, dst)
+        return np.array([b.route(self.hop_path(u, v)) if u != v else 0
+                         for u, v in zip(src.tolist(), dst.tolist())], dtype=np.int32)
+
+
+class _Engine:
+    """Emits the ops of the grid reduce-scatter / all-gather for every piece."""
+
+    def __init__(self, b: ScheduleBuilder, grid: Grid, pieces: Sequence[Piece]):
+        self.b, self.grid, self.pieces = b, grid, list(pieces)
+        self.P = len(self.pieces)
+        self._routes: dict[tuple[int, int], np.ndarray] = {}
+
+    def route(self, dim: int, direction: int) -> np.ndarray:
+        key = (dim, direction)
+        if key not in self._routes:
+            self._routes[key] = self.grid.hop_routes(self.b, dim, direction)
+        return self._routes[key]
+
+    def _combos(self, dims: Sequence[int]) -> np.ndarray:
+        """Every coordinate combination over ``dims``: ``(count, len(dims))``."""
+        sizes = [self.grid.dims[d] for d in dims]
+        if not sizes:
+            return np.zeros((1, 0), dtype=np.int64)
+        return np.stack(np.unravel_index(np.arange(int(np.prod(sizes))), sizes), axis=1)
+
+    def _block_ops(self, dim: int, direction: int, free: Sequence[int],
+                   shift: int) -> tuple[np.ndarray, ...]:
+        """Rows (sender, receiver, route, block) of one ring step along ``dim``.
+
+        Every member ``x`` sends to its neighbour the blocks ``y`` with ``y[dim] = x[dim] +
+        shift``, any value on the ``free`` dimensions and ``y = x`` on the others.
+        """
+        g = self.grid
+        combos = self._combos(free)
+        x = np.repeat(np.arange(g.n), len(combos))
+        y = g.coords[x].copy()
+        y[:, dim] = (y[:, dim] + shift) % g.dims[dim]
+        if len(free):
+            y[:, list(free)] = np.tile(combos, (g.n, 1))
+        block = g.members[tuple(y.T)]
+        dst = g.neighbour(dim, direction)[x]
+        return x, dst, self.route(dim, direction)[x], block
+
+    def reduce_scatter(self, first_step: int) -> list[int]:
+        """Reduce ``SCRATCH`` chunk ``y*P + p`` of every rank into rank ``y``; returns, per
+        piece, the step after its last op. The accumulator must hold the inputs already."""
+        g, P, ends = self.grid, self.P, []
+        for p, piece in enumerate(self.pieces):
+            t0 = first_step
+            for j, dim in enumerate(piece.order):
+                m = g.dims[dim]
+                done = piece.order[:j]
+                free = [d for d in range(len(g.dims)) if d != dim and d not in done]
+                for t in range(m - 1):
+                    x, dst, route, block = self._block_ops(dim, piece.direction, free,
+                                                           -(t + 1) * piece.direction)
+                    self.b.add(step=t0 + t, src=x, dst=dst, route=route, kind=OpKind.REDUCE,
+                               src_buf=Buf.SCRATCH, src_off=block * P + p,
+                               dst_buf=Buf.SCRATCH, dst_off=block * P + p)
+                t0 += m - 1
+            ends.append(t0)
+        return ends
+
+    def all_gather(self, first_steps: Sequence[int], own_buf: Buf,
+                   own_off: Callable[[np.ndarray, int], np.ndarray]) -> list[int]:
+        """Spread every rank's piece ``p`` (in ``own_buf`` at ``own_off(rank, p)``) into
+        ``OUTPUT`` chunk ``rank*P + p`` of every rank, including its own (a local copy)."""
+        g, P, ends = self.grid, self.P, []
+        ranks = np.arange(g.n)
+        for p, piece in enumerate(self.pieces):
+            t0 = first_steps[p]
+            self.b.add(step=t0, src=ranks, dst=ranks, src_buf=own_buf, src_off=own_off(ranks, p),
+                       dst_buf=Buf.OUTPUT, dst_off=ranks * P + p)
+            order = piece.order[::-1]
+            for j, dim in enumerate(order):
+                m = g.dims[dim]
+                done = order[:j]
+                for t in range(m - 1):
+                    x, dst, route, block = self._block_ops(dim, piece.direction, done,
+                                                           -t * piece.direction)
+                    own = block == x
+                    self.b.add(step=t0 + t, src=x, dst=dst, route=route,
+                               src_buf=np.where(own, own_buf, Buf.OUTPUT),
+                               src_off=np.where(own, own_off(x, p), block * P + p),
+                               dst_buf=Buf.OUTPUT, dst_off=block * P + p)
+                t0 += m - 1
+            ends.append(t0)
+        return ends
+
+
+def grid_schedule(coll: Collective, grid: Grid, pieces: Sequence[Piece], algorithm: str,
+                  schedule: str = "-", params: tuple = ()) -> Schedule:
+    """The AllGather / ReduceScatter / AllReduce of ``coll`` over ``grid`` with ``pieces``.
+
+    Chunk ``y*P + p`` of a block-structured buffer is piece ``p`` of block ``y``. Pieces that
+    would be empty are dropped (tiny sizes), so there may be fewer than asked for.
+    """
+    n, count = coll.n, coll.count
+    per_block = count // n if coll.kind is not CollectiveKind.ALLREDUCE else max(count // n, 1)
+    P = max(1, min(len(pieces), per_block))
+    pieces = list(pieces)[:P]
+    if coll.kind is CollectiveKind.ALLREDUCE:
+        blocks = even_split(count, n * P)
+        b = ScheduleBuilder(coll, input=blocks, output=blocks, scratch=blocks)
+    else:
+        piece_sizes = even_split(count // n, P)
+        blocks = np.tile(piece_sizes, n)
+        if coll.kind is CollectiveKind.ALLGATHER:
+            b = ScheduleBuilder(coll, input=piece_sizes, output=blocks)
+        else:
+            b = ScheduleBuilder(coll, input=blocks, output=piece_sizes, scratch=blocks)
+    eng = _Engine(b, grid, pieces)
+    ranks = np.arange(n)
+    if coll.kind is CollectiveKind.ALLGATHER:
+        eng.all_gather([0] * P, Buf.INPUT, lambda r, p: np.full(len(r), p))
+        return finish(b, algorithm, schedule, params)
+    # the accumulator starts as a copy of every rank's input
+    b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
+          dst_off=0, count=n * P)
+    ends = eng.reduce_scatter(1)
+    if coll.kind is CollectiveKind.REDUCESCATTER:
+        for p in range(P):
+            b.add(step=ends[p], src=ranks, dst=ranks, src_buf=Buf.SCRATCH, src_off=ranks * P + p,
+                  dst_buf=Buf.OUTPUT, dst_off=p)
+        return finish(b, algorithm, schedule, params)
+    eng.all_gather(ends, Buf.SCRATCH, lambda r, p: r * P + p)
+    return finish(b, algorithm, schedule, params)
+
+
+# ----------------------------------------------------------------------------------------------
+# entries
+
+
+def _common_reason(coll: Collective, name: str, params: dict) -> str | None:
+    if coll.kind not in KINDS:
+        return f"{name} does not serve {coll.kind.value}"
+    if params:
+        return f"{name} takes no parameters (got {', '.join(sorted(params))})"
+    if coll.n < 2:
+        return f"{name} needs at least 2 ranks"
+    return None
+
+
+def _ring_members(coll: Collective) -> np.ndarray:
+    """Group indices in ring order: a snake through a whole torus, group order elsewhere."""
+    topo = coll.topology
+    if topo.dims is not None and set(coll.group) == set(topo.live_ranks()):
+        order = group_index(coll)[snake_order(topo.dims)]
+        return order[order >= 0]
+    return np.arange(coll.n, dtype=np.int64)
+
+
+def _biring_applicable(coll: Collective, **params) -> str | None:
+    return _common_reason(coll, "biring", params)
+
+
+def _biring(coll: Collective, **params) -> Schedule:
+    grid = Grid(_ring_members(coll))
+    return grid_schedule(coll, grid, [Piece(1, (0,)), Piece(-1, (0,))], "biring")
+
+
+def _not_a_ring(coll: Collective) -> str | None:
+    """Why consecutive group members (and the last and first) are not linked, if they are not."""
+    topo = coll.topology
+    g = coll.group
+    for i in range(coll.n):
+        u, v = g[i], g[(i + 1) % coll.n]
+        if topo.link_id(u, v) is None or topo.link_id(v, u) is None:
+            return (f"the group is not a physical ring: {topo.vertex_names[u]} and "
+                    f"{topo.vertex_names[v]} (consecutive in the group) are not linked")
+    return None
+
+
+def folded_order(n: int, broken: int) -> np.ndarray:
+    """Group indices of the folded logical ring of a ring whose link ``broken -- broken+1`` failed.
+
+    The line runs ``broken+1, ..., broken``; the logical ring takes its even positions up and its
+    odd positions down: ``L0, L2, L4, ..., L5, L3, L1``.
+    """
+    line = (np.arange(n) + broken + 1) % n
+    up = line[0::2]
+    down = line[1::2][::-1]
+    return np.concatenate([up, down])
+
+
+def _failed_ring_hop(coll: Collective) -> tuple[int | None, str | None]:
+    """Position ``i`` of the one failed ring link ``i -- i+1`` (either direction), or why not."""
+    if coll.n < 3:
+        return None, "foldedring needs a ring of at least 3 ranks"
+    why = _not_a_ring(coll)
+    if why:
+        return None, why
+    topo = coll.topology
+    g = coll.group
+    bad = [i for i in range(coll.n)
+           if topo.link_failed[topo.link_id(g[i], g[(i + 1) % coll.n])]
+           or topo.link_failed[topo.link_id(g[(i + 1) % coll.n], g[i])]]
+    if len(bad) != 1:
+        return None, (f"foldedring serves a ring with exactly one failed link; this ring has "
+                      f"{len(bad)}" + ("" if bad else " (use biring)"))
+    return bad[0], None
+
+
+def _foldedring_applicable(coll: Collective, **params) -> str | None:
+    why = _common_reason(coll, "foldedring", params)
+    if why:
+        return why
+    return _failed_ring_hop(coll)[1]
+
+
+def _foldedring(coll: Collective, **params) -> Schedule:
+    broken, why = _failed_ring_hop(coll)
+    if why:
+        raise CollectiveError(f"foldedring cannot serve collective '{coll.name}': {why}")
+    n = coll.n
+    topo = coll.topology
+    g = coll.group
+    pos = (np.arange(n) - broken - 1) % n  # line position of each group index
+
+    def hop_path(u: int, v: int) -> list[int]:
+        # walk the line from u to v (never across the failed link)
+        a, c = int(pos[u]), int(pos[v])
+        step = 1 if c > a else -1
+        line = (np.arange(n) + broken + 1) % n
+        return [topo.link_id(g[line[k]], g[line[k + step]]) for k in range(a, c, step)]
+
+    grid = Grid(folded_order(n, broken), hop_path)
+    return grid_schedule(coll, grid, [Piece(1, (0,))], "foldedring")
+
+
+def _torus_dims(coll: Collective) -> tuple[list[int], str | None]:
+    topo = coll.topology
+    if topo.dims is None:
+        return [], f"ring+dimrotation needs a torus; '{topo.name}' is a {topo.kind}"
+    if topo.failed_ranks:
+        return [], "ring+dimrotation needs every rank of the torus alive"
+    if tuple(coll.group) != topo.all_ranks():
+        return [], "ring+dimrotation needs the group to be the whole torus in rank order"
+    big = [d for d, m in enumerate(topo.dims) if m > 1]
+    if len(big) < 2:
+        return [], ("ring+dimrotation needs at least two dimensions of size > 1 "
+                    "(use biring on a single ring)")
+    return big, None
+
+
+def _dimrot_applicable(coll: Collective, **params) -> str | None:
+    why = _common_reason(coll, "ring+dimrotation", params)
+    return why or _torus_dims(coll)[1]
+
+
+def _dimrot(coll: Collective, **params) -> Schedule:
+    big, _ = _torus_dims(coll)
+    topo = coll.topology
+    grid = Grid(np.arange(coll.n).reshape(topo.dims))
+    D = len(big)
+    pieces = [Piece(direction, tuple(big[(c + k) % D] for k in range(D)))
+              for c in range(D) for direction in (1, -1)]
+    return grid_schedule(coll, grid, pieces, "ring", "dimrotation")
+
+
+register(Algorithm(
+    name="biring", collectives=KINDS, applicable=_biring_applicable, build=_biring,
+    description="ring in both directions, half the data each way (allreduce = "
+                "reduce-scatter + all-gather)"))
+register(Algorithm(
+    name="foldedring", collectives=KINDS, applicable=_foldedring_applicable, build=_foldedring,
+    description="logical ring folded over a ring with one failed link (evens up, odds down)"))
+register(Algorithm(
+    name="ring+dimrotation", collectives=KINDS, applicable=_dimrot_applicable, build=_dimrot,
+    description="two-direction rings dimension by dimension; 2D pieces with rotated "
+                "dimension orders keep every dimension busy"))

@@ -1,0 +1,496 @@
+"""Lower bounds on the time of a collective on its topology, faults included.
+
+Every bound is in seconds and holds for any schedule the cost model of :mod:`cclc.sim` can
+time (alpha-beta links; reductions only at ranks, never in switches). ``S`` below is the
+collective's ``size`` (nccl-tests convention, see :class:`cclc.collective.Collective`), ``n``
+the group size, ``B`` bandwidths of healthy links only (a failed link or rank carries
+nothing).
+
+``hop_bytes``
+    Bytes times the fewest links they must cross, over the total healthy link bandwidth.
+    Alltoall: every pair's bytes times its shortest hop distance (tight on tori with minimal
+    routing). Allgather / broadcast: a block reaches each other rank over a distinct link into
+    that rank, so it crosses at least ``n-1`` links: ``(n-1) S``. Reducescatter / reduce: the
+    same by duality (a reduction tree spans the group). Allreduce: reducescatter + allgather,
+    ``2 (n-1) S``.
+``injection``
+    The bytes one rank must send over its healthy outgoing bandwidth, or receive over its
+    incoming bandwidth, the worst rank. Alltoall: its row / column of the size matrix;
+    allgather receives ``(n-1)/n S``; reducescatter sends ``(n-1)/n S``; allreduce sends
+    ``2 (n-1)/n S`` (the standard bound without in-network reduction: some rank must send that
+    much, Patarasuk & Yuan) over the largest outgoing bandwidth of a rank; broadcast / reduce:
+    the root sends / receives ``S`` and every other rank receives / sends ``S``.
+``cut``
+    A vertex set ``A`` and the healthy capacity of the links leaving (entering) it: the data
+    that must cross, over that capacity. Alltoall: the bytes between the two sides.
+    Allgather: ``|A| S/n`` must enter the other side (each block at least once);
+    reducescatter: ``|rest| S/n`` must leave ``A`` (one reduced block per destination
+    outside); allreduce: ``S`` each way (a partial sum of every element); broadcast/reduce:
+    ``S`` across any cut separating the root from a rank. The cuts tried: on a torus or mesh,
+    the bisection of every dimension at every offset (half the ring on one side; for a mesh
+    every prefix) — for a healthy torus the largest dimension's bisection, ``2 n / d_max``
+    links each way; on machines made of nodes, every node (its GPUs, switch and NICs); on a
+    leaf/spine fabric, every pod that remains connected when the spines are removed (its
+    leaf-spine uplinks are the cut, which is where oversubscription shows).
+``latency``
+    The latency of the slowest pair that must communicate: the group's diameter latency (via
+    :meth:`Topology.diameter_latency`); broadcast / reduce: the root's eccentricity.
+``lp``
+    The max-concurrent-flow LP (OR-Tools GLOP), for any graph: failed links are left out and
+    switches relay flow. Variables are one flow per (commodity family, link), so the LP grows
+    as ``n x links``; above ``LP_MAX_RANKS`` ranks it is skipped and the report says so.
+
+    * alltoall: one family per source (commodities aggregated by source) sending
+      ``pair_sizes[s, j]`` to each ``j``; all families share the link capacities; maximize the
+      throughput ``lambda``; the bound is ``1 / lambda``.
+    * allgather: bytes that reach one destination form a flow from every other rank (``S/n``
+      each) to it, but different destinations may share bytes (multicast), so each destination
+      is its own family, limited only by the capacities (not shared). This is exactly the
+      cut bound over every cut (max-flow = min-cut), which on a torus is the injection bound.
+    * reducescatter: by duality, one family per source sending ``S/n`` to each other rank,
+      families not sharing capacity (contributions to one destination may merge on the way).
+    * allreduce: the reducescatter LP plus the allgather LP (no in-network reduction; the
+      standard "AR >= RS + AG" bound, as in ForestColl).
+    * broadcast / reduce: one family per non-root rank: ``S`` from the root (to the root),
+      capacities not shared — the max-flow bound.
+
+``Bounds.best`` is the largest of the bounds, ``Bounds.name`` which one it is; "% of bound"
+is ``best / simulated time``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import shortest_path
+
+from cclc.collective import Collective, CollectiveKind
+from cclc.errors import CclError
+
+__all__ = ["Bound", "Bounds", "bounds", "lp_bound", "LP_MAX_RANKS", "hop_bytes_bound",
+           "injection_bound", "cut_bound", "latency_bound"]
+
+#: the LP is skipped for groups larger than this (it has n x links variables)
+LP_MAX_RANKS = 256
+
+K = CollectiveKind
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """One lower bound: ``seconds``, and what it counts in one line."""
+
+    name: str
+    seconds: float
+    description: str
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Every bound computed for one collective; ``notes`` say what was skipped and why."""
+
+    collective: str
+    items: tuple[Bound, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def best_bound(self) -> Bound:
+        return max(self.items, key=lambda b: b.seconds)
+
+    @property
+    def best(self) -> float:
+        """The strongest (largest) lower bound, in seconds."""
+        return self.best_bound.seconds
+
+    @property
+    def name(self) -> str:
+        """The name of the strongest bound."""
+        return self.best_bound.name
+
+    def __getitem__(self, name: str) -> Bound:
+        for b in self.items:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def get(self, name: str) -> Bound | None:
+        for b in self.items:
+            if b.name == name:
+                return b
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# shared facts about the collective
+
+
+class _Facts:
+    """Arrays every bound needs: healthy links, the group, per-pair bytes (alltoall)."""
+
+    def __init__(self, coll: Collective):
+        topo = coll.topology
+        self.coll = coll
+        self.topo = topo
+        self.kind = coll.kind
+        self.n = coll.n
+        self.S = float(coll.size)
+        self.group = np.asarray(coll.group, dtype=np.int64)
+        ok = ~topo.link_failed
+        self.ok = ok
+        self.src = topo.link_src.astype(np.int64)[ok]
+        self.dst = topo.link_dst.astype(np.int64)[ok]
+        self.bw = topo.link_bandwidth[ok]
+        V = topo.n_vertices
+        self.cap_out = np.bincount(self.src, weights=self.bw, minlength=V)
+        self.cap_in = np.bincount(self.dst, weights=self.bw, minlength=V)
+        self.root = None if coll.root is None else int(coll.root)
+
+    def pair_bytes(self) -> np.ndarray:
+        """``(n, n)`` bytes member i sends member j (alltoall), diagonal zero."""
+        if self.coll.pair_sizes is not None:
+            m = self.coll.pair_sizes.astype(np.float64).copy()
+        else:
+            m = np.full((self.n, self.n), self.S / self.n)
+        np.fill_diagonal(m, 0.0)
+        return m
+
+
+def _describe_rate(bw: float) -> str:
+    return f"{bw / 1e9:.4g} GB/s"
+
+
+# --------------------------------------------------------------------------------------------
+# closed forms
+
+
+def hop_bytes_bound(coll: Collective) -> Bound:
+    """Bytes x fewest links crossed, over the total healthy link bandwidth."""
+    f = _Facts(coll)
+    total_bw = float(f.bw.sum())
+    n, S = f.n, f.S
+    if n < 2 or total_bw <= 0:
+        return Bound("hop_bytes", 0.0, "nothing to move")
+    if f.kind is K.ALLTOALL:
+        hops = _hop_matrix(f)
+        volume = float((f.pair_bytes() * hops).sum())
+        what = "all pairs' bytes x shortest hops"
+    elif f.kind is K.ALLREDUCE:
+        volume = 2 * (n - 1) * S
+        what = "2(n-1) S: reduce-scatter and allgather trees, n-1 links per block each"
+    else:
+        volume = (n - 1) * S
+        what = {K.ALLGATHER: "(n-1) S: every block enters n-1 ranks",
+                K.REDUCESCATTER: "(n-1) S: every reduced block spans n ranks",
+                K.BROADCAST: "(n-1) S: the buffer enters n-1 ranks",
+                K.REDUCE: "(n-1) S: a reduction tree over n ranks"}[f.kind]
+    return Bound("hop_bytes", volume / total_bw,
+                 f"{what} / total link bandwidth {_describe_rate(total_bw)}")
+
+
+def _hop_matrix(f: _Facts) -> np.ndarray:
+    """Fewest healthy links from each group member to each other (BFS, in source blocks)."""
+    V = f.topo.n_vertices
+    adj = sp.csr_matrix((np.ones(len(f.src)), (f.src, f.dst)), shape=(V, V))
+    out = np.empty((f.n, f.n))
+    for lo in range(0, f.n, 256):
+        d = shortest_path(adj, method="D", unweighted=True, indices=f.group[lo:lo + 256])
+        out[lo:lo + 256] = d[:, f.group]
+    return out
+
+
+def injection_bound(coll: Collective) -> Bound:
+    """The worst rank's bytes to send (receive) over its healthy outgoing (incoming) bandwidth."""
+    f = _Facts(coll)
+    n, S, g = f.n, f.S, f.group
+    if n < 2:
+        return Bound("injection", 0.0, "nothing to move")
+    out_bw, in_bw = f.cap_out[g], f.cap_in[g]
+    send = np.zeros(n)
+    recv = np.zeros(n)
+    if f.kind is K.ALLTOALL:
+        m = f.pair_bytes()
+        send, recv = m.sum(axis=1), m.sum(axis=0)
+    elif f.kind is K.ALLGATHER:
+        send[:], recv[:] = S / n, (n - 1) / n * S
+    elif f.kind is K.REDUCESCATTER:
+        send[:], recv[:] = (n - 1) / n * S, S / n
+    elif f.kind is K.ALLREDUCE:
+        # some rank must send 2(n-1)/n S: charge it the best outgoing bandwidth of any rank
+        t = 2 * (n - 1) / n * S / float(out_bw.max())
+        return Bound("injection", t, f"2(n-1)/n S sent by some rank at the best rank "
+                                     f"outgoing bandwidth {_describe_rate(float(out_bw.max()))}")
+    elif f.kind is K.BROADCAST:
+        send[f.root], recv[:] = S, S
+        recv[f.root] = 0.0
+    else:  # REDUCE
+        send[:], recv[f.root] = S, S
+        send[f.root] = 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_send = np.where(send > 0, send / out_bw, 0.0)
+        t_recv = np.where(recv > 0, recv / in_bw, 0.0)
+    i_s, i_r = int(np.argmax(t_send)), int(np.argmax(t_recv))
+    names = f.topo.vertex_names
+    if t_send[i_s] >= t_recv[i_r]:
+        return Bound("injection", float(t_send[i_s]),
+                     f"{names[g[i_s]]} sends {send[i_s]:.6g} B at {_describe_rate(out_bw[i_s])}")
+    return Bound("injection", float(t_recv[i_r]),
+                 f"{names[g[i_r]]} receives {recv[i_r]:.6g} B at {_describe_rate(in_bw[i_r])}")
+
+
+def _candidate_cuts(f: _Facts) -> list[tuple[str, np.ndarray]]:
+    """Vertex sets worth trying as cuts (boolean masks over all vertices), with a name."""
+    topo = f.topo
+    V = topo.n_vertices
+    cuts: list[tuple[str, np.ndarray]] = []
+    if topo.dims is not None:
+        coords = np.array(np.unravel_index(np.arange(topo.n_ranks), topo.dims))
+        for d, (m, wrapped) in enumerate(zip(topo.dims, topo.wrap)):
+            if m < 2:
+                continue
+            c = coords[d]
+            if wrapped and m > 2:
+                for off in range(m):
+                    cuts.append((f"bisection of dimension {d} (coordinates {off}..."
+                                 f"{(off + m // 2 - 1) % m} on one side)",
+                                 (c - off) % m < m // 2))
+            else:
+                for k in range(1, m):
+                    cuts.append((f"cut of dimension {d} between coordinates {k - 1} and {k}",
+                                 c < k))
+    if topo.node_of_rank is not None:
+        # a vertex belongs to node i if its name starts with "node<i>."
+        vnode = np.full(V, -1)
+        vnode[:topo.n_ranks] = topo.node_of_rank
+        for v in range(topo.n_ranks, V):
+            name = topo.vertex_names[v]
+            if name.startswith("node") and "." in name:
+                vnode[v] = int(name[4:name.index(".")])
+        if topo.n_nodes > 1:
+            for i in range(topo.n_nodes):
+                cuts.append((f"node {i}", vnode == i))
+        spines = [v for v in range(topo.n_ranks, V) if topo.vertex_names[v].startswith("spine")]
+        if spines:
+            g = topo.healthy_graph().to_undirected(as_view=False)
+            g.remove_nodes_from(spines)
+            comps = [c for c in nx.connected_components(g) if any(v < topo.n_ranks for v in c)]
+            if len(comps) > 1:
+                for c in comps:
+                    mask = np.zeros(V, dtype=bool)
+                    mask[list(c)] = True
+                    leaves = sorted(topo.vertex_names[v] for v in c
+                                    if topo.vertex_names[v].startswith("leaf"))
+                    cuts.append(("pod under " + ", ".join(leaves[:4])
+                                 + (" ..." if len(leaves) > 4 else "") + " (its spine uplinks)",
+                                 mask))
+    return cuts
+
+
+def _cut_time(f: _Facts, side: np.ndarray, pair: np.ndarray | None) -> float:
+    """The bound from one vertex set ``side`` (both directions across it)."""
+    n, S = f.n, f.S
+    a = side[f.group]
+    k = int(a.sum())
+    if k == 0 or k == n:
+        return 0.0
+    leaving = side[f.src] & ~side[f.dst]
+    entering = ~side[f.src] & side[f.dst]
+    cap_ab, cap_ba = float(f.bw[leaving].sum()), float(f.bw[entering].sum())
+    if f.kind is K.ALLTOALL:
+        need_ab, need_ba = float(pair[a][:, ~a].sum()), float(pair[~a][:, a].sum())
+    elif f.kind is K.ALLGATHER:
+        need_ab, need_ba = k * S / n, (n - k) * S / n
+    elif f.kind is K.REDUCESCATTER:
+        need_ab, need_ba = (n - k) * S / n, k * S / n
+    elif f.kind is K.ALLREDUCE:
+        need_ab = need_ba = S
+    elif f.kind is K.BROADCAST:
+        need_ab, need_ba = (S, 0.0) if a[f.root] else (0.0, S)
+    else:  # REDUCE: everything flows towards the root
+        need_ab, need_ba = (0.0, S) if a[f.root] else (S, 0.0)
+    t = 0.0
+    for need, cap in ((need_ab, cap_ab), (need_ba, cap_ba)):
+        if need > 0:
+            if cap <= 0:
+                raise CclError(f"collective '{f.coll.name}': a cut of its group has no healthy "
+                               "link; the group is disconnected")
+            t = max(t, need / cap)
+    return t
+
+
+def cut_bound(coll: Collective) -> Bound:
+    """The best of the candidate cuts (bisections, nodes, pods); see the module docstring."""
+    f = _Facts(coll)
+    cuts = _candidate_cuts(f)
+    pair = f.pair_bytes() if f.kind is K.ALLTOALL else None
+    best, what = 0.0, "no cut applies (a single switch or node): see injection"
+    for name, side in cuts:
+        t = _cut_time(f, side, pair)
+        if t > best:
+            best, what = t, name
+    return Bound("cut", best, what)
+
+
+def latency_bound(coll: Collective) -> Bound:
+    """The slowest pair that must communicate: diameter latency (root eccentricity)."""
+    topo = coll.topology
+    if coll.n < 2:
+        return Bound("latency", 0.0, "a single rank")
+    if coll.kind in (K.BROADCAST, K.REDUCE):
+        g = topo.healthy_graph()
+        if coll.kind is K.REDUCE:
+            g = g.reverse(copy=False)
+        root = coll.group[coll.root]
+        dist = nx.single_source_dijkstra_path_length(g, root, weight="latency")
+        t = max(dist[r] for r in coll.group)
+        return Bound("latency", float(t), "latency from the root to the farthest rank"
+                     if coll.kind is K.BROADCAST else "latency from the farthest rank to the root")
+    return Bound("latency", float(topo.diameter_latency(coll.group)),
+                 "diameter latency of the group")
+
+
+# --------------------------------------------------------------------------------------------
+# the LP
+
+
+def _families(f: _Facts) -> tuple[list[tuple[int, np.ndarray]], bool]:
+    """Commodity families: (root vertex, net supply per vertex) and whether they share
+    capacity. Supply is positive where flow enters the network, negative where it leaves."""
+    V = f.topo.n_vertices
+    n, S, g = f.n, f.S, f.group
+    fams: list[tuple[int, np.ndarray]] = []
+    if f.kind is K.ALLTOALL:
+        m = f.pair_bytes()
+        for i in range(n):
+            sup = np.zeros(V)
+            np.add.at(sup, g, -m[i])
+            sup[g[i]] += m[i].sum()
+            fams.append((int(g[i]), sup))
+        return fams, True
+    for i in range(n):
+        sup = np.zeros(V)
+        if f.kind is K.ALLGATHER:          # into destination i from every other rank
+            sup[g] = S / n
+            sup[g[i]] = -(n - 1) * S / n
+        elif f.kind is K.REDUCESCATTER:    # out of source i to every other rank
+            sup[g] = -S / n
+            sup[g[i]] = (n - 1) * S / n
+        elif f.kind is K.BROADCAST:
+            if i == f.root:
+                continue
+            sup[g[f.root]], sup[g[i]] = S, -S
+        elif f.kind is K.REDUCE:
+            if i == f.root:
+                continue
+            sup[g[i]], sup[g[f.root]] = S, -S
+        fams.append((int(g[i]), sup))
+    return fams, False
+
+
+def _solve_lp(f: _Facts) -> float:
+    """Max-concurrent-flow time bound (seconds) for ``f.kind`` (not allreduce)."""
+    from ortools.linear_solver import pywraplp
+
+    fams, shared = _families(f)
+    if not fams:
+        return 0.0
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    if solver is None:
+        raise CclError("OR-Tools GLOP is not available: cannot solve the LP bound")
+    # scale to O(1): demands in units of S, capacities in units of the largest bandwidth
+    cmax = float(f.bw.max())
+    cap = (f.bw / cmax).tolist()
+    src, dst = f.src.tolist(), f.dst.tolist()
+    E = len(cap)
+    inf = solver.infinity()
+    lam = solver.NumVar(0.0, inf, "lambda")
+    solver.Maximize(lam)
+    flows = []
+    for k, (_, sup) in enumerate(fams):
+        ub = cap if not shared else [inf] * E
+        x = [solver.NumVar(0.0, ub[e], "") for e in range(E)]
+        flows.append(x)
+        # conservation at every vertex touched by a link: out - in - lambda * supply = 0
+        rows: dict[int, pywraplp.Constraint] = {}
+        scaled = sup / f.S
+        for v in set(src) | set(dst):
+            c = solver.Constraint(0.0, 0.0)
+            if scaled[v] != 0:
+                c.SetCoefficient(lam, -float(scaled[v]))
+            rows[v] = c
+        for v in np.flatnonzero(scaled).tolist():
+            if v not in rows:
+                raise CclError(f"collective '{f.coll.name}': rank {f.topo.vertex_names[v]} has "
+                               "no healthy link")
+        for e in range(E):
+            rows[src[e]].SetCoefficient(x[e], 1.0)
+            rows[dst[e]].SetCoefficient(x[e], -1.0)
+    if shared:
+        for e in range(E):
+            c = solver.Constraint(-inf, cap[e])
+            for x in flows:
+                c.SetCoefficient(x[e], 1.0)
+    status = solver.Solve()
+    if status != pywraplp.Solver.OPTIMAL:
+        raise CclError(f"the LP bound of collective '{f.coll.name}' did not solve (status "
+                       f"{status})")
+    lam_scaled = lam.solution_value()
+    if lam_scaled <= 0:
+        raise CclError(f"collective '{f.coll.name}': the LP finds no flow; the group is "
+                       "disconnected")
+    # lambda_scaled units of S per second at capacity cmax: the real throughput is
+    # lambda_scaled * cmax / S demands per second
+    return f.S / (lam_scaled * cmax)
+
+
+def lp_bound(coll: Collective, max_ranks: int = LP_MAX_RANKS) -> Bound | None:
+    """The max-concurrent-flow LP bound (see the module docstring), or ``None`` when the group
+    has more than ``max_ranks`` ranks (the LP has ``n x links`` variables)."""
+    if coll.n > max_ranks:
+        return None
+    f = _Facts(coll)
+    if f.n < 2:
+        return Bound("lp", 0.0, "a single rank")
+    if f.kind is K.ALLREDUCE:
+        rs = _solve_lp(_with_kind(f, K.REDUCESCATTER))
+        ag = _solve_lp(_with_kind(f, K.ALLGATHER))
+        return Bound("lp", rs + ag, "max-concurrent-flow LP: reduce-scatter + allgather")
+    what = {K.ALLTOALL: "max-concurrent-flow LP, commodities by source",
+            K.ALLGATHER: "max-flow LP into every rank (= best cut)",
+            K.REDUCESCATTER: "max-flow LP out of every rank (= best cut)",
+            K.BROADCAST: "max-flow LP from the root to every rank",
+            K.REDUCE: "max-flow LP from every rank to the root"}[f.kind]
+    return Bound("lp", _solve_lp(f), what)
+
+
+def _with_kind(f: _Facts, kind: CollectiveKind) -> _Facts:
+    g = object.__new__(_Facts)
+    g.__dict__.update(f.__dict__)
+    g.kind = kind
+    return g
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int = LP_MAX_RANKS) -> Bounds:
+    """Every lower bound of ``coll`` (seconds); ``.best`` is the strongest.
+
+    >>> from cclc.topology import torus                                          # doctest: +SKIP
+    >>> b = bounds(make_collective("a", CollectiveKind.ALLTOALL, torus("r", (8,)),
+    ...                            tuple(range(8)), size=8 << 20))                # doctest: +SKIP
+    >>> b.name, b.best                                                           # doctest: +SKIP
+    """
+    items = [hop_bytes_bound(coll), injection_bound(coll), cut_bound(coll), latency_bound(coll)]
+    notes: list[str] = []
+    if lp:
+        b = lp_bound(coll, max_ranks=lp_max_ranks)
+        if b is None:
+            notes.append(f"lp: skipped, {coll.n} ranks > {lp_max_ranks} (closed forms only)")
+        else:
+            items.append(b)
+    else:
+        notes.append("lp: not computed")
+    return Bounds(collective=coll.name, items=tuple(items), notes=tuple(notes))

@@ -1,0 +1,227 @@
+"""``cclc compile FILE -o DIR``: plan, verify and write every collective of a .ccl file."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+from cclc.collective import Collective, Hint
+from cclc.errors import CclError, ScheduleError
+from cclc.outdir import OutputDir
+from cclc.units import format_time
+
+__all__ = ["EMITTERS", "EmitOptions", "add_parser", "format_candidates", "run"]
+
+HELP = """Compile every collective of a .ccl file into a verified schedule.
+
+Writes topology-<name>.json (the elaborated topology) and <collective>.schedule.json per
+collective into DIR, plus whatever the other emitters produce. Every schedule is verified before
+anything is written for it; one that fails verification is never written (the command says why
+and exits 1). Files cclc did not write are never overwritten without --force (cclc keeps a
+list of its files in DIR/.cclc-manifest.json).
+
+examples:
+  cclc compile examples/torus5x5.ccl -o out/
+  cclc compile examples/torus5x5_fault.ccl -o out/ --explain
+  cclc compile cluster.ccl -o out/ --only grads --algorithm ring --emit json,msccl"""
+
+#: emitter name -> module with ``emit(schedule, outdir, options) -> list[str]`` (``None``:
+#: built in). Backends live outside cclc/ and are imported only when asked for.
+EMITTERS: dict[str, str | None] = {
+    "json": None,
+    "msccl": "backends.msccl",
+    "nccl": "backends.nccl",
+    "html": "backends.html",
+}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("compile", help="compile a .ccl file into verified schedules",
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", metavar="FILE.ccl", help="the file to compile")
+    p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   help="output folder (created if missing)")
+    p.add_argument("--emit", default="json", metavar="LIST",
+                   help=f"comma-separated outputs: {', '.join(EMITTERS)} (default: json)")
+    p.add_argument("--explain", action="store_true",
+                   help="print every candidate algorithm with its simulated time and %% of the "
+                        "lower bound, or why it does not apply")
+    p.add_argument("--force", action="store_true",
+                   help="replace files in DIR that cclc did not write")
+    p.add_argument("--algorithm", metavar="NAME",
+                   help="use this algorithm for every compiled collective (overrides the file; "
+                        "'a+s' also sets the schedule)")
+    p.add_argument("--only", metavar="NAME", action="append",
+                   help="compile only this collective (repeatable)")
+    p.set_defaults(run=run)
+
+
+def load_program(path: str):
+    """``dsl.load(path)``; a seam so the command can be tested on hand-built programs."""
+    import dsl
+
+    return dsl.load(path)
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def parse_emit(text: str) -> list[str]:
+    """The emitter names of ``--emit``; :class:`CclError` names an unknown one."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise CclError("--emit needs at least one output: " + ", ".join(EMITTERS))
+    for n in names:
+        if n not in EMITTERS:
+            raise CclError(f"unknown emitter '{n}' in --emit; known: {', '.join(EMITTERS)}")
+    return list(dict.fromkeys(names))
+
+
+def _emitter(name: str):
+    try:
+        module = importlib.import_module(EMITTERS[name])
+    except ImportError as err:
+        raise CclError(f"emitter '{name}' is not available ({EMITTERS[name]} cannot be "
+                       f"imported: {err})") from None
+    emit = getattr(module, "emit", None)
+    if emit is None:
+        raise CclError(f"emitter '{name}' is not available ({EMITTERS[name]} has no emit())")
+    return emit
+
+
+@dataclasses.dataclass(frozen=True)
+class EmitOptions:
+    """What an emitter may want beyond the schedule: the source file, the planner's numbers,
+    and whether it may replace files cclc did not write."""
+
+    source: str
+    force: bool
+    time: float | None
+    bound: float | None
+    candidates: tuple = ()
+
+
+def _override(coll: Collective, name: str) -> Collective:
+    algo, _, sched = name.partition("+")
+    return dataclasses.replace(coll, algorithm=Hint(algo), schedule=Hint(sched or "auto"))
+
+
+def format_candidates(p) -> str:
+    """The ``--explain`` table of a :class:`~cclc.plan.Plan`."""
+    rows = [("candidate", "time", "% of bound", "note")]
+    for c in p.candidates:
+        if c.applicable:
+            t = format_time(c.time) if c.time is not None else "-"
+            pct = f"{c.pct_of_bound:.1f}%" if c.pct_of_bound is not None else "-"
+            note = "chosen" if c.name == p.name else ""
+        else:
+            t, pct, note = "-", "-", f"not applicable: {c.reason}"
+        rows.append((c.name, t, pct, note))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3]
+             for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _check_schedule(p) -> None:
+    """Verify the planned schedule unless the planner already did."""
+    if p.verified:
+        return
+    try:
+        from cclc.verify import verify
+    except ImportError:
+        raise CclError("cannot verify schedules: cclc.verify is not installed, and cclc "
+                       "never writes an unverified schedule") from None
+    verify(p.schedule)
+
+
+def run(args) -> int:
+    from cclc.plan import plan, resolve
+    from cclc.serialize import to_json
+
+    emitters = parse_emit(args.emit)
+    emit_funcs = {n: _emitter(n) for n in emitters if EMITTERS[n] is not None}
+    program = load_program(args.file)
+    collectives = list(program.collectives)
+    if args.only:
+        known = {c.name for c in collectives}
+        for name in args.only:
+            if name not in known:
+                raise CclError(f"--only {name}: '{args.file}' has no collective '{name}'; it "
+                               f"has: {', '.join(sorted(known)) or '(none)'}")
+        collectives = [c for c in collectives if c.name in args.only]
+    if args.algorithm:
+        collectives = [_override(c, args.algorithm) for c in collectives]
+
+    # every name in the file is checked before anything is written or any long work starts
+    for coll in collectives:
+        resolve(coll)
+    out = OutputDir(args.output, force=args.force)
+    used = {c.topology.name for c in collectives}
+    for name, topo in dict(program.topologies).items():
+        if args.only and name not in used:
+            continue
+        written = out.write_text(f"topology-{name}.json", _topology_json(topo))
+        _progress(f"wrote {_shown(out, written)}")
+
+    failures = 0
+    for coll in collectives:
+        started = time.perf_counter()
+        _progress(f"compiling {coll.name}: {coll.kind.value} on {coll.n} ranks of "
+                  f"{coll.topology.name}")
+        try:
+            p = plan(coll, explain=args.explain)
+            _check_schedule(p)
+        except ScheduleError as err:
+            failures += 1
+            print(f"error: collective '{coll.name}': the schedule failed verification, so "
+                  f"nothing was written for it:\n{err.message}", file=sys.stderr)
+            continue
+        pct = f", {p.pct_of_bound:.1f}% of bound" if p.pct_of_bound is not None else ""
+        t = f" {format_time(p.time)}" if p.time is not None else ""
+        if args.explain:
+            print(f"{coll.name}: {coll.kind.value} on {coll.n} ranks; candidates:")
+            print(format_candidates(p))
+        print(f"{coll.name}: {p.name}{t}{pct}, {len(p.schedule.ops)} ops in "
+              f"{p.schedule.n_steps} steps")
+        files = []
+        if "json" in emitters:
+            doc = to_json(p.schedule)
+            files.append(out.write_text(f"{coll.name}.schedule.json",
+                                        json.dumps(doc, separators=(",", ":"),
+                                                   allow_nan=False) + "\n"))
+        options = EmitOptions(source=args.file, force=args.force, time=p.time, bound=p.bound,
+                              candidates=p.candidates)
+        for name, emit in emit_funcs.items():
+            files += [str(f) for f in emit(p.schedule, out, options)]
+        for f in files:
+            _progress(f"wrote {_shown(out, f)}")
+        _progress(f"  {coll.name} done in {time.perf_counter() - started:.1f} s")
+    if failures:
+        print(f"error: {failures} of {len(collectives)} collectives failed verification",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _shown(out: OutputDir, name: str) -> str:
+    # emitters return names inside the folder or paths that already include it
+    path = Path(name)
+    if path.is_absolute() or path.parts[:len(out.path.parts)] == out.path.parts:
+        return str(path)
+    return str(out.path / path)
+
+
+def _topology_json(topo) -> str:
+    from cclc import serialize
+
+    # the schedule document's topology encoder, so both files describe a machine alike
+    encode = getattr(serialize, "topology_to_json", None) or serialize._topology_json
+    doc = {"format": "cclc-topology", "version": 1, "topology": encode(topo)}
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n"

@@ -1,0 +1,344 @@
+"""Routes through a leaf/spine fabric: ECMP hashing (what a user gets today) or a planned assignment.
+
+A schedule's ops name explicit link paths, and the simulator charges exactly those links, so the
+choice of spine for every flow that leaves its leaf *is* the routing model:
+
+* :func:`ecmp_routes` — each flow's spine is a deterministic hash of ``(src, dst, step)`` over
+  the spines reachable on healthy links. Real ECMP is blind to load, so flows collide on one
+  spine while others idle (reference: fabrics_and_diagnosis.md section 4, balls in bins). We
+  assume the switches have withdrawn failed links from their ECMP groups (routing converged), so
+  ECMP never sends into a failed link; a fabric whose tables are stale would instead black-hole
+  the flows, which no schedule can fix and which is therefore not modelled.
+* :func:`planned_routes` — per step, flows are assigned to spines so that no leaf-spine link
+  carries more than its fair share (:func:`fair_share`) and no failed link is used: a greedy
+  largest-first assignment, repaired by a small CP-SAT model when the greedy one overloads a link.
+
+Both return a new :class:`~cclc.ir.Schedule`; only the spine hop of each route changes. Algorithm
+modules call :func:`finish` to build their schedule with the planned spine assignment.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cclc.errors import ScheduleError
+from cclc.ir import Routes, Schedule, ScheduleBuilder
+from cclc.topology import Topology
+
+__all__ = ["finish", "ecmp_routes", "planned_routes", "spine_link_loads",
+           "fair_share", "has_spines"]
+
+
+# ----------------------------------------------------------------------------------------------
+# building
+
+
+def finish(b: ScheduleBuilder, algorithm: str, schedule: str = "-",
+           params: tuple[tuple[str, int | float | str], ...] = ()) -> Schedule:
+    """Build ``b``; on a fabric with spines, give every spine-crossing flow a planned spine.
+
+    cclc's own schedules are always planned: leaving the spine to ECMP would throw away the
+    compile-time knowledge of every flow of every step.
+    """
+    s = b.build(algorithm, schedule, params)
+    return planned_routes(s) if has_spines(s.topology) else s
+
+
+# ----------------------------------------------------------------------------------------------
+# fabric structure
+
+
+def has_spines(topo: Topology) -> bool:
+    return _fabric(topo) is not None
+
+
+def _fabric(topo: Topology) -> dict | None:
+    """Leaf and spine vertices and the leaf<->spine link matrix, or ``None`` without spines."""
+    if "fabric_routing" in topo._cache:
+        return topo._cache["fabric_routing"]
+    info = None
+    if topo.kind == "fabric":
+        names = topo.vertex_names
+        leaves = [v for v in range(topo.n_ranks, topo.n_vertices) if names[v].startswith("leaf")]
+        spines = [v for v in range(topo.n_ranks, topo.n_vertices) if names[v].startswith("spine")]
+        if leaves and spines:
+            li = {v: i for i, v in enumerate(leaves)}
+            si = {v: i for i, v in enumerate(spines)}
+            up = np.full((len(leaves), len(spines)), -1, dtype=np.int64)
+            down = np.full((len(spines), len(leaves)), -1, dtype=np.int64)
+            for link, (u, v) in enumerate(zip(topo.link_src.tolist(), topo.link_dst.tolist())):
+                if u in li and v in si:
+                    up[li[u], si[v]] = link
+                elif u in si and v in li:
+                    down[si[u], li[v]] = link
+            info = dict(leaf_index=li, spine_index=si, up=up, down=down,
+                        up_ok=(up >= 0) & ~topo.link_failed[np.maximum(up, 0)],
+                        down_ok=(down >= 0) & ~topo.link_failed[np.maximum(down, 0)])
+    topo._cache["fabric_routing"] = info
+    return info
+
+
+def _spine_hops(s: Schedule, fab: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each route: position of its leaf->spine link (-1 if none), source leaf, dest leaf."""
+    topo = s.topology
+    li, si = fab["leaf_index"], fab["spine_index"]
+    n_routes = len(s.routes)
+    pos = np.full(n_routes, -1, dtype=np.int64)
+    la = np.full(n_routes, -1, dtype=np.int64)
+    lb = np.full(n_routes, -1, dtype=np.int64)
+    offs, links = s.routes.offsets, s.routes.links
+    src_v, dst_v = topo.link_src[links], topo.link_dst[links]
+    is_up = np.isin(src_v, list(li)) & np.isin(dst_v, list(si))
+    for k in np.flatnonzero(is_up).tolist():
+        r = int(np.searchsorted(offs, k, side="right")) - 1
+        if pos[r] >= 0:
+            raise ScheduleError(f"route {r} crosses the spine layer twice; fabric routing "
+                                "handles NIC->leaf->spine->leaf->NIC paths")
+        if k + 1 >= offs[r + 1]:
+            raise ScheduleError(f"route {r} ends at a spine")
+        pos[r] = k - offs[r]
+        la[r] = li[int(src_v[k])]
+        lb[r] = li[int(dst_v[k + 1])]
+    return pos, la, lb, offs
+
+
+def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarray) -> Schedule:
+    """``s`` with the spine of every op where ``spine_of_op >= 0`` replaced."""
+    ops = s.ops
+    new_route = ops.route.astype(np.int64).copy()
+    table: dict[tuple[int, ...], int] = {}
+    paths: list[tuple[int, ...]] = [()]
+    table[()] = 0
+    for r in range(1, len(s.routes)):
+        p = s.routes.path(r)
+        if p not in table:
+            table[p] = len(paths)
+            paths.append(p)
+    old_to_new = np.array([table[s.routes.path(r)] for r in range(len(s.routes))], dtype=np.int64)
+    new_route = old_to_new[new_route]
+    topo = s.topology
+    for i in np.flatnonzero(spine_of_op >= 0).tolist():
+        r = int(ops.route[i])
+        path = list(s.routes.path(r))
+        k = int(hop_pos[r])
+        leaf_a, leaf_b = int(topo.link_src[path[k]]), int(topo.link_dst[path[k + 1]])
+        spine = int(spine_of_op[i])
+        path[k] = int(fab["up"][fab["leaf_index"][leaf_a], spine])
+        path[k + 1] = int(fab["down"][spine, fab["leaf_index"][leaf_b]])
+        p = tuple(path)
+        rid = table.get(p)
+        if rid is None:
+            rid = table[p] = len(paths)
+            paths.append(p)
+        new_route[i] = rid
+    offsets = np.zeros(len(paths) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(p) for p in paths])
+    links = np.fromiter((x for p in paths for x in p), dtype=np.int32, count=int(offsets[-1]))
+    cols = ops.columns()
+    cols["route"] = new_route
+    return s.replace(ops=type(ops)(**cols), routes=Routes(offsets, links))
+
+
+def _flows(s: Schedule):
+    """(fabric info, hop positions per route, ops crossing spines, their source/dest leaves)."""
+    fab = _fabric(s.topology)
+    if fab is None:
+        return None
+    pos, la, lb, _ = _spine_hops(s, fab)
+    r = s.ops.route
+    crossing = np.flatnonzero(pos[r] >= 0)
+    return fab, pos, crossing, la[r[crossing]], lb[r[crossing]]
+
+
+def _candidates(fab: dict, a: int, b: int) -> np.ndarray:
+    """Spines reachable from leaf ``a`` to leaf ``b`` over healthy links."""
+    return np.flatnonzero(fab["up_ok"][a] & fab["down_ok"][:, b])
+
+
+def _no_path(s: Schedule, a: int, b: int) -> ScheduleError:
+    return ScheduleError(f"no healthy spine connects leaf index {a} to leaf index {b} in "
+                         f"'{s.topology.name}': every leaf-spine path between them has failed")
+
+
+# ----------------------------------------------------------------------------------------------
+# ECMP
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer: a fixed, well-spread hash (switch ASICs use CRCs; any fixed,
+    load-blind function shows the same collisions)."""
+    x = x.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return x
+
+
+def ecmp_routes(s: Schedule, seed: int = 0) -> Schedule:
+    """``s`` with every spine-crossing flow hashed onto a spine by ``(src, dst, step)``.
+
+    The hash picks among the spines with healthy links on both sides (converged routing tables;
+    see the module docstring). Ops of one pair in one step share a hash, as packets of one
+    connection do.
+    """
+    got = _flows(s)
+    if got is None:
+        return s
+    fab, pos, crossing, la, lb = got
+    if not len(crossing):
+        return s
+    group = np.asarray(s.collective.group, dtype=np.int64)
+    ops = s.ops
+    with np.errstate(over="ignore"):
+        key = (group[ops.src[crossing]].astype(np.uint64) * np.uint64(1_000_003)
+               + group[ops.dst[crossing]].astype(np.uint64)) * np.uint64(1_000_033) \
+            + ops.step[crossing].astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B9)
+    h = _mix(key)
+    spine_of_op = np.full(len(ops), -1, dtype=np.int64)
+    cand_cache: dict[tuple[int, int], np.ndarray] = {}
+    for j, (i, a, b) in enumerate(zip(crossing.tolist(), la.tolist(), lb.tolist())):
+        cand = cand_cache.get((a, b))
+        if cand is None:
+            cand = cand_cache[(a, b)] = _candidates(fab, a, b)
+        if not len(cand):
+            raise _no_path(s, a, b)
+        spine_of_op[i] = cand[int(h[j] % np.uint64(len(cand)))]
+    return _rewrite(s, fab, spine_of_op, pos)
+
+
+# ----------------------------------------------------------------------------------------------
+# planned
+
+
+def fair_share(flow_bytes: np.ndarray, leaf: np.ndarray, n_healthy: np.ndarray) -> np.ndarray:
+    """Fair share, in bytes, of one healthy uplink (or downlink) of each leaf in one step.
+
+    A leaf with ``F`` spine-crossing flows and ``H`` healthy uplinks can do no better than
+    ``ceil(F / H)`` flows on its busiest uplink; with unequal flows we allow the sum of its
+    ``ceil(F / H)`` largest flows. Returned per leaf index (0 where the leaf sends nothing).
+    """
+    out = np.zeros(len(n_healthy), dtype=np.int64)
+    for a in np.unique(leaf).tolist():
+        sizes = np.sort(flow_bytes[leaf == a])[::-1]
+        k = math.ceil(len(sizes) / max(int(n_healthy[a]), 1))
+        out[a] = int(sizes[:k].sum())
+    return out
+
+
+def _assign_step(fab: dict, sizes: np.ndarray, la: np.ndarray, lb: np.ndarray) -> np.ndarray:
+    """Spine per flow for one step: greedy largest-first; CP-SAT when greedy breaks a share."""
+    n_leaves, n_spines = fab["up"].shape
+    cap_up = fair_share(sizes, la, fab["up_ok"].sum(axis=1))
+    cap_down = fair_share(sizes, lb, fab["down_ok"].sum(axis=0))
+    up = np.zeros((n_leaves, n_spines), dtype=np.int64)
+    down = np.zeros((n_spines, n_leaves), dtype=np.int64)
+    choice = np.empty(len(sizes), dtype=np.int64)
+    cands = [_candidates(fab, a, b) for a, b in zip(la.tolist(), lb.tolist())]
+    for f in np.argsort(-sizes, kind="stable").tolist():
+        a, b, c = int(la[f]), int(lb[f]), cands[f]
+        # least relative fill of the two links the flow would use
+        fill = np.maximum((up[a, c] + sizes[f]) / max(cap_up[a], 1),
+                          (down[c, b] + sizes[f]) / max(cap_down[b], 1))
+        s = int(c[int(np.argmin(fill))])
+        choice[f] = s
+        up[a, s] += sizes[f]
+        down[s, b] += sizes[f]
+    if (up <= cap_up[:, None]).all() and (down <= cap_down[None, :]).all():
+        return choice
+    return _assign_cpsat(fab, sizes, la, lb, cands, cap_up, cap_down, choice)
+
+
+def _assign_cpsat(fab, sizes, la, lb, cands, cap_up, cap_down, hint) -> np.ndarray:
+    """Exact assignment: minimise the worst link's overload above its fair share (0 if the
+    shares can all be met, which is always possible on a healthy fabric with equal flows)."""
+    from ortools.sat.python import cp_model
+
+    scale = max(1, int(np.gcd.reduce(sizes.astype(np.int64))))
+    w = (sizes // scale).astype(int).tolist()
+    m = cp_model.CpModel()
+    x = {}
+    for f, c in enumerate(cands):
+        vs = []
+        for s in c.tolist():
+            x[f, s] = m.NewBoolVar(f"x{f}_{s}")
+            m.AddHint(x[f, s], int(hint[f] == s))
+            vs.append(x[f, s])
+        m.AddExactlyOne(vs)
+    over = m.NewIntVar(0, int(sizes.sum() // scale), "over")
+    by_up: dict[tuple[int, int], list] = {}
+    by_down: dict[tuple[int, int], list] = {}
+    for (f, s), v in x.items():
+        by_up.setdefault((int(la[f]), s), []).append((w[f], v))
+        by_down.setdefault((s, int(lb[f])), []).append((w[f], v))
+    for (a, s), terms in by_up.items():
+        m.Add(sum(c * v for c, v in terms) <= int(cap_up[a] // scale) + over)
+    for (s, b), terms in by_down.items():
+        m.Add(sum(c * v for c, v in terms) <= int(cap_down[b] // scale) + over)
+    m.Minimize(over)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_search_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_time_in_seconds = 10.0
+    status = solver.Solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return hint
+    out = np.empty(len(sizes), dtype=np.int64)
+    for (f, s), v in x.items():
+        if solver.Value(v):
+            out[f] = s
+    return out
+
+
+def planned_routes(s: Schedule) -> Schedule:
+    """``s`` with a planned spine for every spine-crossing op, step by step.
+
+    Each op is its own flow (several ops of one pair may take different spines, as NCCL's
+    multiple queue pairs per connection do). Steps with the same flow pattern are solved once.
+    """
+    got = _flows(s)
+    if got is None:
+        return s
+    fab, pos, crossing, la, lb = got
+    if not len(crossing):
+        return s
+    for a, b in set(zip(la.tolist(), lb.tolist())):
+        if not len(_candidates(fab, a, b)):
+            raise _no_path(s, a, b)
+    sizes = s.op_bytes()[crossing]
+    steps = s.ops.step[crossing]
+    spine_of_op = np.full(len(s.ops), -1, dtype=np.int64)
+    memo: dict[bytes, np.ndarray] = {}
+    bounds = np.flatnonzero(np.diff(steps)) + 1
+    for idx in np.split(np.arange(len(crossing)), bounds):
+        # canonical order inside the step so that equal patterns share one solution
+        order = np.lexsort((sizes[idx], lb[idx], la[idx]))
+        idx = idx[order]
+        key = np.stack([la[idx], lb[idx], sizes[idx]]).tobytes()
+        choice = memo.get(key)
+        if choice is None:
+            choice = memo[key] = _assign_step(fab, sizes[idx], la[idx], lb[idx])
+        spine_of_op[crossing[idx]] = choice
+    return _rewrite(s, fab, spine_of_op, pos)
+
+
+def spine_link_loads(s: Schedule) -> dict[int, np.ndarray]:
+    """Bytes per step on every leaf<->spine link: ``{link id: bytes per step}`` (links used only).
+
+    For tests and reports: compare with :func:`fair_share` or look for ECMP collisions.
+    """
+    fab = _fabric(s.topology)
+    if fab is None:
+        return {}
+    spine_links = set(fab["up"][fab["up"] >= 0].tolist()) | set(fab["down"][fab["down"] >= 0]
+                                                               .tolist())
+    out: dict[int, np.ndarray] = {}
+    nb = s.op_bytes()
+    n_steps = s.n_steps
+    for i in range(len(s.ops)):
+        for link in s.routes.path(int(s.ops.route[i])):
+            if link in spine_links:
+                out.setdefault(link, np.zeros(n_steps, dtype=np.int64))[int(s.ops.step[i])] += nb[i]
+    return out

@@ -1,0 +1,295 @@
+"""Planning: turn a collective's algorithm/schedule hints into one verified schedule.
+
+An explicit hint names a registry entry (algorithm ``a`` and schedule ``s`` combine into the
+key ``"a+s"``, or just ``"a"`` when the schedule is ``auto``). With ``auto`` every applicable
+entry is built, verified and simulated (lockstep), and the fastest wins. Either way the
+:class:`Plan` records every candidate considered: its simulated time and % of the lower bound,
+or why it was not applicable.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, replace
+
+from cclc.algorithms import REGISTRY, Algorithm, algorithms_for, get
+from cclc.collective import Collective, make_collective
+from cclc.errors import CollectiveError, ScheduleError
+from cclc.ir import Schedule
+
+__all__ = [
+    "Candidate",
+    "CrossoverRow",
+    "Plan",
+    "crossover_table",
+    "hint_key",
+    "known_names",
+    "plan",
+    "resolve",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One row of the planner's table.
+
+    ``time`` (seconds, lockstep simulation) and ``pct_of_bound`` (bound / time x 100) are
+    ``None`` when the candidate was not applicable (``reason`` says why) or could not be
+    simulated.
+    """
+
+    name: str
+    applicable: bool
+    reason: str | None = None
+    time: float | None = None
+    pct_of_bound: float | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """The chosen schedule and the evidence for the choice."""
+
+    schedule: Schedule
+    time: float | None
+    bound: float | None
+    candidates: tuple[Candidate, ...]
+    verified: bool
+
+    @property
+    def name(self) -> str:
+        return _entry_name(self.schedule)
+
+    @property
+    def pct_of_bound(self) -> float | None:
+        return _pct(self.bound, self.time)
+
+
+@dataclass(frozen=True, slots=True)
+class CrossoverRow:
+    """The winner of ``auto`` for one size."""
+
+    size: int
+    winner: str
+    time: float | None
+    pct_of_bound: float | None
+
+
+def _entry_name(s: Schedule) -> str:
+    return s.algorithm if s.schedule in ("-", "auto", "") else f"{s.algorithm}+{s.schedule}"
+
+
+def _pct(bound: float | None, time: float | None) -> float | None:
+    if bound is None or time is None or time <= 0:
+        return None
+    return 100.0 * bound / time
+
+
+def hint_key(coll: Collective) -> str | None:
+    """The registry key the hints name, or ``None`` when the algorithm is ``auto``."""
+    a, s = coll.algorithm.name, coll.schedule.name
+    if a == "auto":
+        return None
+    return a if s == "auto" else f"{a}+{s}"
+
+
+def _params(coll: Collective) -> dict:
+    # schedule parameters (e.g. chunks=6) follow the algorithm's, later ones win
+    return dict(coll.algorithm.params) | dict(coll.schedule.params)
+
+
+# -- the optional analysis modules -----------------------------------------------------------
+# verify/sim/bounds are separate parts of cclc; planning degrades (no time, no bound) rather
+# than failing when one is not installed.
+
+def _verify(schedule: Schedule) -> bool:
+    try:
+        from cclc.verify import verify
+    except ImportError:
+        return False
+    verify(schedule)
+    return True
+
+
+def _simulate(schedule: Schedule) -> float | None:
+    try:
+        from cclc.sim import simulate
+    except ImportError:
+        return None
+    return float(simulate(schedule, mode="lockstep").time)
+
+
+def _bound(coll: Collective) -> float | None:
+    try:
+        from cclc.bounds import bounds
+    except ImportError:
+        return None
+    return float(bounds(coll).best)
+
+
+# -- planning --------------------------------------------------------------------------------
+
+def _unknown(coll: Collective, what: str, name: str, known: list[str]) -> CollectiveError:
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = coll.schedule if what == "schedule" else coll.algorithm
+    msg = (f"unknown {what} '{name}' for {coll.kind.value}; known: "
+           f"{', '.join(known) if known else '(none)'}")
+    if close:
+        msg += f" (did you mean '{close[0]}'?)"
+    return CollectiveError(msg, hint.span or coll.span)
+
+
+def _lookup(coll: Collective) -> list[Algorithm] | Algorithm:
+    """The explicit entry, or the auto candidates, with errors for names that do not exist."""
+    serving = algorithms_for(coll)
+    key = hint_key(coll)
+    sched = coll.schedule.name
+    if key is None:
+        if sched == "auto":
+            return serving
+        matching = [a for a in serving if a.schedule == sched]
+        if not matching:
+            known = sorted({a.schedule for a in serving if a.schedule != "-"})
+            raise _unknown(coll, "schedule", sched, known)
+        return matching
+    if sched == "auto":
+        # "ring" names the plain entry, or lets auto pick among "ring+<schedule>" entries
+        family = [a for a in serving if a.name == key or a.algorithm == key]
+        plain = [a for a in family if a.name == key]
+        if plain:
+            return plain[0]
+        if family:
+            return family
+    entry = get(key)
+    if entry is not None and coll.kind in entry.collectives:
+        return entry
+    if entry is not None or any(a.algorithm == key for a in REGISTRY.values()):
+        served = ", ".join(a.name for a in serving)
+        raise CollectiveError(f"algorithm '{key}' does not serve {coll.kind.value}; "
+                              f"for {coll.kind.value}: {served}",
+                              coll.algorithm.span or coll.span)
+    if sched != "auto" and any(a.algorithm == coll.algorithm.name for a in serving):
+        known = sorted({a.schedule for a in serving
+                        if a.algorithm == coll.algorithm.name and a.schedule != "-"})
+        raise _unknown(coll, "schedule", sched, known)
+    if any(a.algorithm == coll.algorithm.name for a in REGISTRY.values()):
+        served = ", ".join(a.name for a in serving)
+        raise CollectiveError(f"algorithm '{coll.algorithm.name}' does not serve "
+                              f"{coll.kind.value}; for {coll.kind.value}: {served}",
+                              coll.algorithm.span or coll.span)
+    known = sorted({a.name for a in serving} | {a.algorithm for a in serving})
+    raise _unknown(coll, "algorithm", coll.algorithm.name, known)
+
+
+def _evaluate(coll: Collective, algo: Algorithm, bound: float | None
+              ) -> tuple[Candidate, Schedule | None, bool]:
+    """Build, verify and simulate one candidate (for ``auto``)."""
+    params = _params(coll)
+    reason = algo.applicable(coll, **params)
+    if reason is not None:
+        return Candidate(algo.name, False, reason), None, False
+    schedule = algo.build(coll, **params)  # a failing build is a bug: let it propagate
+    try:
+        verified = _verify(schedule)
+    except ScheduleError as err:
+        # a bug in the algorithm: never pick it, and say so in the table
+        return Candidate(algo.name, False, f"failed verification: {err.message}"), None, False
+    time = _simulate(schedule)
+    return Candidate(algo.name, True, None, time, _pct(bound, time)), schedule, verified
+
+
+def resolve(coll: Collective) -> list[Algorithm]:
+    """The entries ``plan`` would consider for ``coll``, without building anything.
+
+    Raises the same :class:`~cclc.errors.CollectiveError` as :func:`plan` for unknown names
+    and for an explicit entry that does not apply, so a caller can reject a file's mistakes
+    before doing any long work.
+    """
+    chosen = _lookup(coll)
+    if isinstance(chosen, Algorithm):
+        _check_applicable(coll, chosen)
+        return [chosen]
+    return chosen
+
+
+def _check_applicable(coll: Collective, algo: Algorithm) -> None:
+    reason = algo.applicable(coll, **_params(coll))
+    if reason is not None:
+        raise CollectiveError(f"algorithm '{algo.name}' cannot serve collective "
+                              f"'{coll.name}': {reason}", coll.algorithm.span or coll.span)
+
+
+def plan(coll: Collective, explain: bool = False) -> Plan:
+    """Choose, build and check the schedule of ``coll``.
+
+    With an explicit algorithm hint, that entry is built and verified (its
+    :class:`~cclc.errors.ScheduleError` propagates); ``explain=True`` also evaluates every
+    other entry serving the collective, so the table shows the alternatives. With ``auto``
+    every applicable entry is evaluated and the fastest verified one is kept (the first
+    registered among equals; the first applicable when no simulator is installed).
+
+    Raises :class:`~cclc.errors.CollectiveError` (at the hint's span) for an unknown name, an
+    entry that does not serve the collective or is not applicable, and when no candidate
+    applies.
+    """
+    chosen = _lookup(coll)
+    bound = _bound(coll)
+    if isinstance(chosen, Algorithm):
+        _check_applicable(coll, chosen)
+        schedule = chosen.build(coll, **_params(coll))
+        verified = _verify(schedule)
+        time = _simulate(schedule)
+        rows = [Candidate(chosen.name, True, None, time, _pct(bound, time))]
+        if explain:
+            for algo in algorithms_for(coll):
+                if algo.name != chosen.name:
+                    rows.append(_evaluate(_as_auto(coll), algo, bound)[0])
+        return Plan(schedule, time, bound, tuple(rows), verified)
+
+    rows = []
+    best: tuple[float, Schedule, bool, Candidate] | None = None
+    for algo in chosen:
+        row, schedule, verified = _evaluate(coll, algo, bound)
+        rows.append(row)
+        if schedule is None:
+            continue
+        key = row.time if row.time is not None else float("inf")
+        if best is None or key < best[0]:
+            best = (key, schedule, verified, row)
+    if best is None:
+        why = "; ".join(f"{r.name}: {r.reason}" for r in rows) or "no algorithm is registered"
+        raise CollectiveError(f"no algorithm can serve collective '{coll.name}' "
+                              f"({coll.kind.value} on {coll.n} ranks): {why}",
+                              coll.algorithm.span or coll.span)
+    _, schedule, verified, row = best
+    return Plan(schedule, row.time, bound, tuple(rows), verified)
+
+
+def _as_auto(coll: Collective) -> Collective:
+    # explain's alternatives are judged without the user's parameters, which belong to the
+    # explicit choice
+    return replace(coll, algorithm=replace(coll.algorithm, name="auto", params=()),
+                   schedule=replace(coll.schedule, name="auto", params=()))
+
+
+def crossover_table(coll: Collective, sizes) -> list[CrossoverRow]:
+    """For each size in ``sizes`` (bytes, as ``coll.size`` means them), the ``auto`` winner.
+
+    The collective is rebuilt at each size with ``auto`` hints; sizes that the group cannot
+    split evenly raise :class:`~cclc.errors.CollectiveError`.
+    """
+    if coll.pair_sizes is not None:
+        raise CollectiveError(f"collective '{coll.name}' has per-pair sizes; a crossover table "
+                              "needs a uniform size to vary", coll.span)
+    rows = []
+    for size in sizes:
+        sized = make_collective(coll.name, coll.kind, coll.topology, coll.group, size=int(size),
+                                dtype=coll.dtype, op=coll.op, root=coll.root, span=coll.span)
+        p = plan(sized)
+        rows.append(CrossoverRow(int(size), p.name, p.time, p.pct_of_bound))
+    return rows
+
+
+def known_names() -> list[str]:
+    """Every registered entry name (for help texts)."""
+    get("")  # loads every algorithm module
+    return sorted(REGISTRY)

@@ -1,0 +1,407 @@
+"""The public schedule document: ``{"format": "cclc-schedule", "version": 1, ...}``.
+
+One JSON object holds everything needed to verify, simulate or emit a schedule without the
+``.ccl`` source: the resolved topology, the collective, the chunk layouts, the route table and
+the ops as columns (an object of equal-length integer arrays). docs/schedule-format.md
+documents every key. Floats are written with Python's shortest round-trip ``repr``, so
+``from_json(to_json(s))`` reproduces every array bit for bit.
+
+Reading checks the document's shape and raises :class:`ScheduleError` that says which key is
+wrong; whether the schedule is *correct* is :func:`cclc.verify.verify`'s job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from cclc.collective import CollectiveKind, DType, Hint, ReduceOp, make_collective
+from cclc.errors import CclError, ScheduleError, Span
+from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
+from cclc.topology import LinkKind, Topology
+
+__all__ = ["FORMAT", "VERSION", "from_json", "load", "save", "to_json"]
+
+FORMAT = "cclc-schedule"
+VERSION = 1
+
+_BUF_KEYS = {Buf.INPUT: "input", Buf.OUTPUT: "output", Buf.SCRATCH: "scratch"}
+_LINK_KIND_NAMES = {k: k.name.lower() for k in LinkKind}
+_LINK_KIND_BY_NAME = {v: k for k, v in _LINK_KIND_NAMES.items()}
+#: legal values of the enum-coded op columns
+_OP_ENUMS = {"kind": (OpKind, "0 (copy) or 1 (reduce)"),
+             "src_buf": (Buf, "0 (input), 1 (output) or 2 (scratch)"),
+             "dst_buf": (Buf, "0 (input), 1 (output) or 2 (scratch)")}
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+def _opt(a: np.ndarray | None) -> list | None:
+    return None if a is None else a.tolist()
+
+
+def _topology_json(t: Topology) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "kind": t.kind,
+        "n_ranks": t.n_ranks,
+        "vertex_names": list(t.vertex_names),
+        "links": {
+            "src": t.link_src.tolist(),
+            "dst": t.link_dst.tolist(),
+            "bandwidth": t.link_bandwidth.tolist(),
+            "latency": t.link_latency.tolist(),
+            "kind": [_LINK_KIND_NAMES[LinkKind(k)] for k in t.link_kind.tolist()],
+            "failed": t.link_failed.tolist(),
+        },
+        "failed_ranks": sorted(t.failed_ranks),
+        "dims": None if t.dims is None else list(t.dims),
+        "wrap": None if t.wrap is None else list(t.wrap),
+        "n_nodes": t.n_nodes,
+        "node_of_rank": _opt(t.node_of_rank),
+        "gpu_of_rank": _opt(t.gpu_of_rank),
+        "rail_of_rank": _opt(t.rail_of_rank),
+        "fault_groups": [{"name": name, "links": list(links)} for name, links in t.fault_groups],
+    }
+
+
+def _hint_json(h: Hint) -> dict[str, Any]:
+    return {"name": h.name, "params": {k: v for k, v in h.params}}
+
+
+def _span_json(span: Span | None) -> dict[str, Any] | None:
+    if span is None:
+        return None
+    return {"file": span.file, "line": span.line, "col": span.col, "end_line": span.end_line,
+            "end_col": span.end_col}
+
+
+def to_json(s: Schedule) -> dict[str, Any]:
+    """The schedule as a JSON-ready dict (plain lists, ints, floats, strings)."""
+    c = s.collective
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "algorithm": s.algorithm,
+        "schedule": s.schedule,
+        "params": {k: v for k, v in s.params},
+        "topology": _topology_json(c.topology),
+        "collective": {
+            "name": c.name,
+            "kind": c.kind.value,
+            "group": list(c.group),
+            "size": c.size,
+            "dtype": c.dtype.value,
+            "op": c.op.value,
+            "root": c.root,
+            "algorithm": _hint_json(c.algorithm),
+            "schedule": _hint_json(c.schedule),
+            "pair_sizes": _opt(c.pair_sizes),
+            "span": _span_json(c.span),
+        },
+        "layouts": {_BUF_KEYS[b]: s.layouts[b].tolist() for b in Buf},
+        "routes": {"offsets": s.routes.offsets.tolist(), "links": s.routes.links.tolist()},
+        "ops": {k: v.tolist() for k, v in s.ops.columns().items()},
+    }
+
+
+def save(s: Schedule, path: str | os.PathLike) -> None:
+    """Write ``s`` to ``path`` as a schedule document (compact JSON, one trailing newline)."""
+    # one dumps() and one write: json.dump() streams many small chunks and is several times
+    # slower on large op tables
+    text = json.dumps(to_json(s), separators=(",", ":"), allow_nan=False)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    except OSError as e:
+        raise CclError(f"cannot write {os.fspath(path)}: {e.strerror or e}") from None
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+class _Doc:
+    """Typed access to a JSON object, naming the key path in every error."""
+
+    def __init__(self, d: Any, where: str):
+        if not isinstance(d, dict):
+            raise ScheduleError(f"'{where}' must be a JSON object, not {_what(d)}")
+        self.d = d
+        self.where = where
+
+    def path(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def get(self, key: str, optional: bool = False) -> Any:
+        if key not in self.d:
+            if optional:
+                return None
+            raise ScheduleError(f"missing key '{self.path(key)}'")
+        return self.d[key]
+
+    def obj(self, key: str) -> _Doc:
+        return _Doc(self.get(key), self.path(key))
+
+    def str(self, key: str, optional: bool = False) -> str | None:
+        v = self.get(key, optional)
+        if v is None and optional:
+            return None
+        if not isinstance(v, str):
+            raise ScheduleError(f"'{self.path(key)}' must be a string, not {_what(v)}")
+        return v
+
+    def int(self, key: str, optional: bool = False) -> int | None:
+        v = self.get(key, optional)
+        if v is None and optional:
+            return None
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ScheduleError(f"'{self.path(key)}' must be an integer, not {_what(v)}")
+        return v
+
+    def array(self, key: str, kind: str, ndim: int | tuple[int, ...] = 1,
+              optional: bool = False) -> np.ndarray | None:
+        """A list (of lists) of ``kind`` ("int", "float", "bool", "str") as a numpy array."""
+        v = self.get(key, optional)
+        if v is None and optional:
+            return None
+        return _array(v, kind, ndim, self.path(key))
+
+    def enum(self, key: str, enum, optional: bool = False):
+        v = self.str(key, optional)
+        if v is None:
+            return None
+        try:
+            return enum(v)
+        except ValueError:
+            legal = ", ".join(repr(e.value) for e in enum)
+            raise ScheduleError(f"'{self.path(key)}' is {v!r}, which is not one of "
+                                f"{legal}") from None
+
+
+def _what(v: Any) -> str:
+    if v is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(v), type(v).__name__)
+
+
+def _array(v: Any, kind: str, ndim: int | tuple[int, ...], where: str) -> np.ndarray:
+    ndims = (ndim,) if isinstance(ndim, int) else ndim
+    if not isinstance(v, list):
+        raise ScheduleError(f"'{where}' must be a list, not {_what(v)}")
+    if kind == "str":
+        if not all(isinstance(x, str) for x in v):
+            raise ScheduleError(f"'{where}' must be a list of strings")
+        return np.array(v, dtype=object)
+    try:
+        a = np.array(v)
+    except ValueError:
+        raise ScheduleError(f"'{where}' has rows of different lengths") from None
+    # an empty list carries no type; give it the expected one
+    if a.size == 0 and (a.ndim in ndims or (a.ndim == 1 and 1 in ndims)):
+        dtype = {"int": np.int64, "float": np.float64, "bool": np.bool_}[kind]
+        return a.astype(dtype)
+    if a.ndim not in ndims or a.dtype == object:
+        shape = "a list" if ndims == (1,) else "a list of lists" if ndims == (2,) else \
+            "a list (or a list of lists)"
+        raise ScheduleError(f"'{where}' must be {shape} of {kind}s")
+    ok = {"int": a.dtype.kind in "iu" and a.dtype != np.uint64,
+          "float": a.dtype.kind in "fiu" and a.dtype != np.bool_,
+          "bool": a.dtype == np.bool_}[kind]
+    if not ok:
+        raise ScheduleError(f"'{where}' must hold only {kind}s, found {_dtype_word(a)}")
+    if kind == "float":
+        a = a.astype(np.float64)
+    return a
+
+
+def _dtype_word(a: np.ndarray) -> str:
+    return {"f": "numbers with a fraction", "b": "booleans", "U": "strings",
+            "i": "integers", "u": "integers"}.get(a.dtype.kind, str(a.dtype))
+
+
+def _ro(a: np.ndarray, dtype) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=dtype)
+    a.setflags(write=False)
+    return a
+
+
+def _topology(t: _Doc) -> Topology:
+    n_ranks = t.int("n_ranks")
+    names = tuple(t.array("vertex_names", "str").tolist())
+    if not 1 <= n_ranks <= len(names):
+        raise ScheduleError(f"'{t.path('n_ranks')}' is {n_ranks}, but there are "
+                            f"{len(names)} vertex names")
+    links = t.obj("links")
+    cols = {"src": links.array("src", "int"), "dst": links.array("dst", "int"),
+            "bandwidth": links.array("bandwidth", "float"),
+            "latency": links.array("latency", "float"),
+            "failed": links.array("failed", "bool")}
+    kinds = links.array("kind", "str").tolist()
+    n_links = len(cols["src"])
+    for k, v in list(cols.items()) + [("kind", kinds)]:
+        if len(v) != n_links:
+            raise ScheduleError(f"'{links.path(k)}' has {len(v)} entries, but "
+                                f"'{links.path('src')}' has {n_links}: link columns must "
+                                "have equal lengths")
+    for k in ("src", "dst"):
+        bad = (cols[k] < 0) | (cols[k] >= len(names))
+        if bad.any():
+            raise ScheduleError(f"'{links.path(k)}' names vertex {int(cols[k][bad][0])}, but "
+                                f"vertices are 0..{len(names) - 1}")
+    try:
+        kind_codes = np.array([int(_LINK_KIND_BY_NAME[k]) for k in kinds], dtype=np.int8)
+    except KeyError as e:
+        raise ScheduleError(f"'{links.path('kind')}' has {e.args[0]!r}, which is not one of "
+                            f"{', '.join(_LINK_KIND_BY_NAME)}") from None
+    kind = t.str("kind")
+    if kind not in ("torus", "fabric", "node"):
+        raise ScheduleError(f"'{t.path('kind')}' is {kind!r}, which is not one of 'torus', "
+                            "'fabric', 'node'")
+    failed_ranks = t.array("failed_ranks", "int")
+    if ((failed_ranks < 0) | (failed_ranks >= n_ranks)).any():
+        raise ScheduleError(f"'{t.path('failed_ranks')}' names a rank outside 0..{n_ranks - 1}")
+    dims = t.array("dims", "int", optional=True)
+    wrap = t.array("wrap", "bool", optional=True)
+    if dims is not None:
+        if (dims < 1).any() or int(np.prod(dims)) != n_ranks:
+            raise ScheduleError(f"'{t.path('dims')}' {dims.tolist()} do not multiply to "
+                                f"{n_ranks} ranks")
+        if wrap is None or len(wrap) != len(dims):
+            raise ScheduleError(f"'{t.path('wrap')}' must give one boolean per dimension")
+    per_rank = {}
+    for key in ("node_of_rank", "gpu_of_rank", "rail_of_rank"):
+        a = t.array(key, "int", optional=True)
+        if a is not None and len(a) != n_ranks:
+            raise ScheduleError(f"'{t.path(key)}' has {len(a)} entries for {n_ranks} ranks")
+        per_rank[key] = None if a is None else _ro(a, np.int64 if key == "node_of_rank"
+                                                   else np.int32)
+    groups = []
+    g_list = t.get("fault_groups")
+    if not isinstance(g_list, list):
+        raise ScheduleError(f"'{t.path('fault_groups')}' must be a list, not {_what(g_list)}")
+    for k, g in enumerate(g_list):
+        gd = _Doc(g, f"{t.path('fault_groups')}[{k}]")
+        ids = gd.array("links", "int")
+        if ((ids < 0) | (ids >= n_links)).any():
+            raise ScheduleError(f"'{gd.path('links')}' names a link outside 0..{n_links - 1}")
+        groups.append((gd.str("name"), tuple(ids.tolist())))
+    return Topology(
+        name=t.str("name"), kind=kind, n_ranks=n_ranks, vertex_names=names,
+        link_src=_ro(cols["src"], np.int32), link_dst=_ro(cols["dst"], np.int32),
+        link_bandwidth=_ro(cols["bandwidth"], np.float64),
+        link_latency=_ro(cols["latency"], np.float64), link_kind=_ro(kind_codes, np.int8),
+        link_failed=_ro(cols["failed"], bool), failed_ranks=frozenset(failed_ranks.tolist()),
+        dims=None if dims is None else tuple(dims.tolist()),
+        wrap=None if wrap is None else tuple(wrap.tolist()),
+        n_nodes=t.int("n_nodes"), fault_groups=tuple(groups), **per_rank)
+
+
+def _params(v: Any, where: str) -> tuple[tuple[str, int | float | str], ...]:
+    if not isinstance(v, dict):
+        raise ScheduleError(f"'{where}' must be an object, not {_what(v)}")
+    for k, x in v.items():
+        if isinstance(x, bool) or not isinstance(x, (int, float, str)):
+            raise ScheduleError(f"'{where}.{k}' must be a number or a string, not {_what(x)}")
+    return tuple(v.items())
+
+
+def _hint(h: _Doc) -> Hint:
+    return Hint(name=h.str("name"), params=_params(h.get("params"), h.path("params")))
+
+
+def _span(v: Any, where: str) -> Span | None:
+    if v is None:
+        return None
+    d = _Doc(v, where)
+    return Span(file=d.str("file"), line=d.int("line"), col=d.int("col"),
+                end_line=d.int("end_line", optional=True), end_col=d.int("end_col", optional=True))
+
+
+def from_json(doc: Any) -> Schedule:
+    """The :class:`Schedule` a schedule document describes.
+
+    Raises :class:`ScheduleError` naming the first problem: not a schedule document, another
+    version, a missing key, a value of the wrong type, an unknown enum value, or op columns of
+    different lengths.
+    """
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ScheduleError(f"not a cclc schedule document: expected \"format\": \"{FORMAT}\"")
+    d = _Doc(doc, "")
+    version = d.get("version")
+    if version != VERSION:
+        raise ScheduleError(f"schedule document version {version!r} is not supported; this "
+                            f"cclc reads version {VERSION}")
+    topo = _topology(d.obj("topology"))
+    c = d.obj("collective")
+    kind = c.enum("kind", CollectiveKind)
+    pair_sizes = c.array("pair_sizes", "int", ndim=2, optional=True)
+    size = c.int("size")
+    try:
+        coll = make_collective(
+            name=c.str("name"), kind=kind, topology=topo,
+            group=tuple(c.array("group", "int").tolist()), size=size,
+            dtype=c.enum("dtype", DType), op=c.enum("op", ReduceOp),
+            root=c.int("root", optional=True), algorithm=_hint(c.obj("algorithm")),
+            schedule=_hint(c.obj("schedule")), pair_sizes=pair_sizes,
+            span=_span(c.get("span", optional=True), c.path("span")))
+    except ScheduleError:
+        raise
+    except CclError as e:
+        raise ScheduleError(f"'collective' is not a valid collective: {e.message}") from None
+    if coll.size != size:
+        raise ScheduleError(f"'collective.size' is {size}, but 'collective.pair_sizes' gives "
+                            f"{coll.size}")
+    lay = d.obj("layouts")
+    layouts = tuple(lay.array(_BUF_KEYS[b], "int", ndim=(1, 2)) for b in Buf)
+    r = d.obj("routes")
+    routes = Routes(r.array("offsets", "int"), _int32(r.array("links", "int"), r.path("links")))
+    o = d.obj("ops")
+    cols = {}
+    for k in OP_COLUMNS:
+        a = o.array(k, "int")
+        if cols and len(a) != len(next(iter(cols.values()))):
+            first = next(iter(cols))
+            raise ScheduleError(f"'ops.{k}' has {len(a)} entries, but 'ops.{first}' has "
+                                f"{len(cols[first])}: op columns must have equal lengths")
+        if k in _OP_ENUMS:
+            enum, legal = _OP_ENUMS[k]
+            bad = ~np.isin(a, [int(e) for e in enum])
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ScheduleError(f"'ops.{k}[{i}]' is {int(a[i])}; it must be {legal}")
+        cols[k] = _int32(a, f"ops.{k}")
+    extra = set(o.d) - set(OP_COLUMNS)
+    if extra:
+        raise ScheduleError(f"'ops' has unknown column(s) {', '.join(sorted(extra))}")
+    return Schedule(collective=coll, layouts=layouts, ops=Ops(**cols), routes=routes,
+                    algorithm=d.str("algorithm"), schedule=d.str("schedule"),
+                    params=_params(d.get("params"), "params"))
+
+
+def _int32(a: np.ndarray, where: str) -> np.ndarray:
+    if len(a) and (a.min() < -2**31 or a.max() >= 2**31):
+        raise ScheduleError(f"'{where}' has a value outside the 32-bit range")
+    return a
+
+
+def load(path: str | os.PathLike) -> Schedule:
+    """Read a schedule document; :class:`CclError` if the file cannot be read,
+    :class:`ScheduleError` if it is not a valid schedule document."""
+    p = os.fspath(path)
+    try:
+        with open(p, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise CclError(f"cannot read {p}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ScheduleError(f"{p} is not a text (UTF-8) file") from None
+    except json.JSONDecodeError as e:
+        raise ScheduleError(f"{p} is not valid JSON: line {e.lineno}, column {e.colno}: "
+                            f"{e.msg}") from None
+    try:
+        return from_json(doc)
+    except ScheduleError as e:
+        raise ScheduleError(f"{p}: {e.message}") from None

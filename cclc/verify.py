@@ -1,0 +1,446 @@
+"""The verifier: a symbolic interpreter of a schedule, one vectorized step at a time.
+
+Every chunk slot (rank, buffer, chunk) holds a symbolic value: the global data coordinate of
+its first element (see :mod:`cclc.semantics`), or :data:`~cclc.semantics.EMPTY`. A slot of
+``k`` elements starting at coordinate ``g`` holds coordinates ``g .. g+k-1``. In a reducing
+collective a slot also holds the set of ranks whose contributions it sums, as a bitset of
+``ceil(n/64)`` uint64 words. Copy collectives need no set: the coordinate names its origin.
+
+Ops are first checked on their own (ranges, element totals, routes against the topology), then
+interpreted step by step: all ops of a step read the state the previous step left, then write.
+The first violation in step order (lowest op index within a step) is raised as a
+:class:`~cclc.errors.ScheduleError` that names the op and prints the schedule around it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cclc.errors import ScheduleError
+from cclc.ir import Buf, OpKind, Schedule, format_op, format_schedule
+from cclc.semantics import EMPTY, ChunkMap, chunk_map, format_ranks
+
+__all__ = ["verify"]
+
+_BUF_WORD = {Buf.INPUT: "input", Buf.OUTPUT: "output", Buf.SCRATCH: "scratch"}
+
+
+def verify(schedule: Schedule) -> None:
+    """Raise :class:`ScheduleError` unless ``schedule`` computes its collective.
+
+    Rejects: reading an empty slot; two writes to one slot in a step; a reduction into an
+    empty slot, of different data, or adding a contribution twice; ranges out of bounds or
+    element totals that differ; a route with a missing or failed link, or that does not lead
+    from the source rank to the destination rank; a final output that differs from the
+    collective's postcondition.
+
+    >>> verify(direct_alltoall_schedule)     # doctest: +SKIP
+    """
+    _Interpreter(schedule).run()
+
+
+def _chunks(k: int) -> str:
+    return f"{k} chunk" if k == 1 else f"{k} chunks"
+
+
+class _Interpreter:
+    def __init__(self, s: Schedule):
+        self.s = s
+        self.map: ChunkMap = chunk_map(s)
+        self.contract = self.map.contract
+        self.reducing = self.contract.reducing
+        n = s.n
+        self.nc = np.array([s.n_chunks(b) for b in Buf], dtype=np.int64)
+        sizes = n * self.nc
+        self.base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self.n_slots = int(sizes.sum())
+        self.elems = np.concatenate([s.chunk_elems(b).ravel() for b in Buf]).astype(np.int64)
+        self.val = np.full(self.n_slots, EMPTY, dtype=np.int64)
+        ni = int(sizes[Buf.INPUT])
+        self.val[:ni] = self.map.input_value.ravel()
+        self.words = (n + 63) // 64
+        if self.reducing:
+            # each input slot holds its own rank's contribution
+            self.bits = np.zeros((self.n_slots, self.words), dtype=np.uint64)
+            ranks = np.repeat(np.arange(n), int(self.nc[Buf.INPUT]))
+            self.bits[np.arange(ni), ranks // 64] = np.left_shift(
+                np.uint64(1), (ranks % 64).astype(np.uint64))
+            self.bits[:ni][self.val[:ni] == EMPTY] = 0
+        self.last_writer = np.full(self.n_slots, -1, dtype=np.int32)
+        # per-slot stamp for finding two writes to one slot in a step without sorting
+        self.stamp = np.full(self.n_slots, -1, dtype=np.int32)
+
+    # -- words ---------------------------------------------------------------------------
+    def op_text(self, i: int) -> str:
+        try:
+            return f"op #{i} ({format_op(self.s, i)})"
+        except (ValueError, KeyError, IndexError):
+            # a buffer, kind or route the printer cannot name: show the raw columns
+            cols = ", ".join(f"{k}={int(v[i])}" for k, v in self.s.ops.columns().items())
+            return f"op #{i} ({cols})"
+
+    def fail(self, i: int, what: str) -> None:
+        try:
+            around = "\n" + format_schedule(self.s, around=i)
+        except (ValueError, KeyError, IndexError):
+            around = ""
+        raise ScheduleError(f"{self.op_text(i)}: {what}{around}")
+
+    def slot_words(self, slot: int) -> str:
+        b = int(np.searchsorted(self.base, slot, side="right") - 1)
+        r, c = divmod(slot - int(self.base[b]), int(self.nc[b]))
+        return f"rank {r}'s {_BUF_WORD[Buf(b)]} chunk {c}"
+
+    def contributors(self, slot_bits: np.ndarray) -> frozenset[int]:
+        out = set()
+        for w, word in enumerate(slot_bits.tolist()):
+            for b in range(64):
+                if (int(word) >> b) & 1:
+                    out.add(w * 64 + b)
+        return frozenset(out)
+
+    def value_words(self, g: int, length: int, bits: np.ndarray | None) -> str:
+        contrib = self.contributors(bits) if (self.reducing and bits is not None) else None
+        return self.contract.describe(int(g), int(length), contrib)
+
+    # -- the run -------------------------------------------------------------------------
+    def run(self) -> None:
+        s = self.s
+        ops = s.ops
+        if len(ops) == 0:
+            self.check_outputs()
+            return
+        order = np.argsort(ops.step, kind="stable")
+        static_bad = self.static_checks()
+        first_static = None
+        if static_bad.any():
+            pos = np.flatnonzero(static_bad[order])[0]
+            first_static = int(order[pos])
+        steps = ops.step[order]
+        cuts = np.flatnonzero(np.diff(steps)) + 1
+        for idx in np.split(order, cuts):
+            step = int(ops.step[idx[0]])
+            if first_static is not None and step >= int(ops.step[first_static]):
+                self.explain_static(first_static)
+            self.run_step(idx)
+        self.check_outputs()
+
+    # -- checks of each op on its own ------------------------------------------------------
+    def static_checks(self) -> np.ndarray:
+        """Boolean mask of ops with a fault visible without running the schedule."""
+        s, o = self.s, self.s.ops
+        n = s.n
+        bad = (o.step < 0) | (o.src < 0) | (o.src >= n) | (o.dst < 0) | (o.dst >= n)
+        bad |= (o.src_buf < 0) | (o.src_buf > 2) | (o.dst_buf < 0) | (o.dst_buf > 2)
+        bad |= (o.kind < 0) | (o.kind > 1) | (o.count < 1) | (o.src_off < 0) | (o.dst_off < 0)
+        bad |= (o.route < 0) | (o.route >= len(s.routes))
+        ok = ~bad
+        sb, db = np.where(ok, o.src_buf, 0), np.where(ok, o.dst_buf, 0)
+        bad |= ok & (o.src_off.astype(np.int64) + o.count > self.nc[sb])
+        bad |= ok & (o.dst_off.astype(np.int64) + o.count > self.nc[db])
+        ok = ~bad
+        src_el = self.range_elems(np.where(ok, o.src, 0), sb, np.where(ok, o.src_off, 0),
+                                  np.where(ok, o.count, 0))
+        dst_el = self.range_elems(np.where(ok, o.dst, 0), db, np.where(ok, o.dst_off, 0),
+                                  np.where(ok, o.count, 0))
+        bad |= ok & (src_el != dst_el)
+        ok = ~bad
+        local = o.src == o.dst
+        bad |= ok & local & (o.route != 0)
+        bad |= ok & ~local & (o.route == 0)
+        ok = ~bad
+        route_ok, first_v, last_v = self.route_table()
+        rt = np.where(ok, o.route, 0)
+        group = np.asarray(s.collective.group, dtype=np.int64)
+        remote = ok & ~local
+        g_src = group[np.where(ok, o.src, 0)]
+        g_dst = group[np.where(ok, o.dst, 0)]
+        bad |= remote & (~route_ok[rt] | (first_v[rt] != g_src) | (last_v[rt] != g_dst))
+        return bad
+
+    def range_elems(self, rank, buf, off, count) -> np.ndarray:
+        out = np.zeros(len(rank), dtype=np.int64)
+        for b in Buf:
+            m = buf == b
+            if m.any() and self.nc[b] > 0:
+                st = self.s.chunk_starts(b)
+                r, a = rank[m], off[m].astype(np.int64)
+                out[m] = st[r, a + count[m]] - st[r, a]
+        return out
+
+    def route_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per route: whether its links exist, are healthy and chain; first and last vertex."""
+        topo = self.s.topology
+        routes = self.s.routes
+        links, offsets = routes.links, routes.offsets
+        top = max(topo.n_links - 1, 0)
+        nonempty = routes.lengths() > 0
+        if topo.n_links == 0:
+            # no links at all: every non-empty route names a link that does not exist
+            none = np.full(len(routes), -1, dtype=np.int64)
+            return np.zeros(len(routes), dtype=bool), none, none
+        route_start = np.zeros(len(links), dtype=bool)
+        route_start[offsets[:-1][nonempty]] = True
+        # a link must exist, be healthy, and start where the previous link of its route ends;
+        # done in blocks so a 4096-rank table (~200M links) needs no full-size temporaries
+        bad = []
+        block = 1 << 22
+        for a in range(0, len(links), block):
+            b = min(a + block, len(links))
+            seg = links[a:b]
+            exists = (seg >= 0) & (seg < topo.n_links)
+            safe = np.where(exists, seg, 0)
+            good = exists & ~topo.link_failed[safe]
+            lo = max(a, 1)                              # links that have a predecessor
+            if lo < b:
+                prev = np.clip(links[lo - 1:b - 1], 0, top)
+                follows = topo.link_src[safe[lo - a:]] == topo.link_dst[prev]
+                good[lo - a:] &= follows | route_start[lo:b]
+            bad.append(np.flatnonzero(~good) + a)
+        bad_links = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
+        route_ok = nonempty.copy()
+        route_ok[np.searchsorted(offsets, bad_links, side="right") - 1] = False
+        first_v = np.full(len(routes), -1, dtype=np.int64)
+        last_v = np.full(len(routes), -1, dtype=np.int64)
+        if len(links):
+            first_v[nonempty] = topo.link_src[np.clip(links[offsets[:-1][nonempty]], 0, top)]
+            last_v[nonempty] = topo.link_dst[np.clip(links[offsets[1:][nonempty] - 1], 0, top)]
+        return route_ok, first_v, last_v
+
+    def explain_static(self, i: int) -> None:
+        """Raise the error for op ``i``, which failed :meth:`static_checks`."""
+        s, o = self.s, self.s.ops
+        n = s.n
+        step, src, dst = int(o.step[i]), int(o.src[i]), int(o.dst[i])
+        if step < 0:
+            self.fail(i, f"step {step} is negative")
+        for who, r in (("source", src), ("destination", dst)):
+            if not 0 <= r < n:
+                self.fail(i, f"{who} rank {r} is outside the group of {n} ranks (0..{n - 1})")
+        for who, b in (("source", int(o.src_buf[i])), ("destination", int(o.dst_buf[i]))):
+            if b not in (0, 1, 2):
+                self.fail(i, f"{who} buffer {b} is not input (0), output (1) or scratch (2)")
+        if int(o.kind[i]) not in (0, 1):
+            self.fail(i, f"op kind {int(o.kind[i])} is not copy (0) or reduce (1)")
+        count = int(o.count[i])
+        if count < 1:
+            self.fail(i, f"count {count} moves no chunk; it must be >= 1")
+        for who, r, b, off in (("source", src, int(o.src_buf[i]), int(o.src_off[i])),
+                               ("destination", dst, int(o.dst_buf[i]), int(o.dst_off[i]))):
+            if off < 0 or off + count > self.nc[b]:
+                self.fail(i, f"{who} chunks {off}..{off + count - 1} are out of bounds: rank "
+                             f"{r}'s {_BUF_WORD[Buf(b)]} has {_chunks(int(self.nc[b]))}")
+        se = self.range_elems(np.array([src]), np.array([o.src_buf[i]]),
+                              np.array([o.src_off[i]]), np.array([count]))[0]
+        de = self.range_elems(np.array([dst]), np.array([o.dst_buf[i]]),
+                              np.array([o.dst_off[i]]), np.array([count]))[0]
+        if se != de:
+            self.fail(i, f"the source chunks hold {int(se)} elements but the destination chunks "
+                         f"hold {int(de)}")
+        route = int(o.route[i])
+        if not 0 <= route < len(s.routes):
+            self.fail(i, f"route {route} does not exist (the schedule has routes "
+                         f"0..{len(s.routes) - 1})")
+        if src == dst:
+            self.fail(i, f"a local op (source rank == destination rank) must use the empty "
+                         f"route 0, not route {route}")
+        if route == 0:
+            self.fail(i, f"ranks {src} and {dst} differ but the op uses the empty route 0")
+        topo = s.topology
+        path = s.routes.path(route)
+        names = topo.vertex_names
+        for k, link in enumerate(path):
+            if not 0 <= link < topo.n_links:
+                self.fail(i, f"route {route} uses link {link}, which does not exist (the "
+                             f"topology has links 0..{topo.n_links - 1})")
+            if topo.link_failed[link]:
+                self.fail(i, f"route {route} uses link {link} ({topo.link_name(link)}), "
+                             "which has failed")
+            if k and topo.link_src[link] != topo.link_dst[path[k - 1]]:
+                self.fail(i, f"route {route} is not a path: link {path[k - 1]} "
+                             f"({topo.link_name(path[k - 1])}) is followed by link {link} "
+                             f"({topo.link_name(link)})")
+        g_src, g_dst = s.collective.group[src], s.collective.group[dst]
+        if topo.link_src[path[0]] != g_src:
+            self.fail(i, f"route {route} starts at {names[topo.link_src[path[0]]]}, but the "
+                         f"source rank {src} is {names[g_src]}")
+        self.fail(i, f"route {route} ends at {names[topo.link_dst[path[-1]]]}, but the "
+                     f"destination rank {dst} is {names[g_dst]}")
+
+    # -- one step ------------------------------------------------------------------------
+    def run_step(self, idx: np.ndarray) -> None:
+        o = self.s.ops
+        cnt = o.count[idx].astype(np.int64)
+        n_pairs = int(cnt.sum())
+        op_of = np.repeat(np.arange(len(idx)), cnt)
+        k = np.arange(n_pairs) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        sb, db = o.src_buf[idx].astype(np.int64), o.dst_buf[idx].astype(np.int64)
+        ss = np.repeat(self.base[sb] + o.src[idx] * self.nc[sb] + o.src_off[idx], cnt) + k
+        ds = np.repeat(self.base[db] + o.dst[idx] * self.nc[db] + o.dst_off[idx], cnt) + k
+        vals = self.val[ss]
+        bits = self.bits[ss] if self.reducing else None
+        # ops whose source and destination chunks differ in size pairwise (a split or merge)
+        # are interpreted op by op; everything else chunk by chunk
+        odd = self.elems[ss] != self.elems[ds]
+        # (op position in the step, rank of the check, message): the lowest op wins, and for
+        # one op the first check that applies
+        errors: list[tuple[int, int, str]] = []
+        if odd.any():
+            for j in np.unique(op_of[odd]).tolist():
+                m = op_of == j
+                v, b, why = self.regroup(ss[m], ds[m], vals[m],
+                                         None if bits is None else bits[m])
+                if why is not None:
+                    errors.append((j, 0, why))
+                    v[:] = 0        # a placeholder, so no second error is reported for it
+                vals[m] = v
+                if bits is not None:
+                    bits[m] = b
+        empty = vals == EMPTY
+        if empty.any():
+            p = int(np.flatnonzero(empty)[0])
+            errors.append((int(op_of[p]), 1, (f"reads {self.slot_words(int(ss[p]))}, which is "
+                                              "empty (no earlier step wrote it)")))
+        # two writes to one slot: the stamp of a slot is overwritten by each writer
+        pairs = np.arange(n_pairs, dtype=np.int32)
+        self.stamp[ds] = pairs
+        lost = self.stamp[ds] != pairs
+        if lost.any():
+            sub = np.flatnonzero(np.isin(ds, np.unique(ds[lost])))
+            sub = sub[np.lexsort((op_of[sub], ds[sub]))]
+            # within each doubly written slot (sorted by writer), the second writer violates
+            second = np.flatnonzero(ds[sub][1:] == ds[sub][:-1]) + 1
+            q = second[np.argmin(op_of[sub][second])]
+            later, earlier, slot = int(op_of[sub[q]]), int(op_of[sub[q - 1]]), int(ds[sub[q]])
+            errors.append((later, 2, (f"writes {self.slot_words(slot)}, which op #{int(idx[earlier])}"
+                                  " also writes in the same step")))
+        red = (o.kind[idx] == OpKind.REDUCE)[op_of] & ~empty
+        if red.any():
+            errors.extend((j, 3, what) for j, what in
+                          self.reduce_errors(idx, op_of, ds, vals, bits, red))
+        if errors:
+            j, _, what = min(errors)
+            self.fail(int(idx[j]), what)
+        if self.reducing and red.any():
+            bits[red] |= self.bits[ds[red]]
+        self.val[ds] = vals
+        if self.reducing:
+            self.bits[ds] = bits
+        self.last_writer[ds] = idx[op_of]
+
+    def reduce_errors(self, idx, op_of, ds, vals, bits, red) -> list[tuple[int, str]]:
+        out = []
+        p_red = np.flatnonzero(red)
+        old = self.val[ds[p_red]]
+        into_empty = old == EMPTY
+        if into_empty.any():
+            p = int(p_red[np.flatnonzero(into_empty)[0]])
+            out.append((int(op_of[p]), (f"reduces into {self.slot_words(int(ds[p]))}, which is "
+                                       "empty (a reduction needs data to add to; copy first)")))
+        if not self.reducing:
+            p = int(p_red[0])
+            out.append((int(op_of[p]), (f"is a reduction, but a {self.s.collective.kind.value} "
+                                       "only moves data: it has nothing to reduce")))
+            return out
+        length = self.elems[ds[p_red]]
+        differ = ~into_empty & (old != vals[p_red])
+        if differ.any():
+            q = int(np.flatnonzero(differ)[0])
+            p = int(p_red[q])
+            out.append((int(op_of[p]), (f"reduces {self.value_words(vals[p], length[q], bits[p])}"
+                                       f" into {self.slot_words(int(ds[p]))}, which holds "
+                                       f"{self.value_words(old[q], length[q], self.bits[ds[p]])}"
+                                       ": they are different data")))
+        twice = ~into_empty & (bits[p_red] & self.bits[ds[p_red]]).any(axis=1)
+        if twice.any():
+            q = int(np.flatnonzero(twice)[0])
+            p = int(p_red[q])
+            both = self.contributors(bits[p] & self.bits[ds[p]])
+            out.append((int(op_of[p]), (f"adds the contribution of rank(s) {format_ranks(both)} "
+                                       f"twice: {self.slot_words(int(ds[p]))} already holds "
+                                       f"{self.value_words(old[q], length[q], self.bits[ds[p]])}"
+                                       f" and the op brings "
+                                       f"{self.value_words(vals[p], length[q], bits[p])}")))
+        return out
+
+    def regroup(self, ss: np.ndarray, ds: np.ndarray, vals: np.ndarray,
+                bits: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None, str | None]:
+        """Values one op delivers to each destination chunk when chunk sizes differ.
+
+        The op's source chunks form one stream of elements; a destination chunk receives a
+        contiguous part of it, which must be one contiguous run of coordinates (and, when
+        reducing, of one contributor set) to be a value a slot can hold. Returns the values,
+        their contributor sets, and the reason the op is wrong (or None).
+        """
+        se, de = self.elems[ss], self.elems[ds]
+        s_start = np.concatenate([[0], np.cumsum(se)])
+        d_start = np.concatenate([[0], np.cumsum(de)])
+        out_v = np.full(len(ds), EMPTY, dtype=np.int64)
+        out_b = None if bits is None else np.zeros_like(bits)
+        for m in range(len(ds)):
+            lo, hi = int(d_start[m]), int(d_start[m + 1])
+            # source chunks overlapping [lo, hi); for an empty chunk, the one at lo
+            ks = [k for k in range(len(ss)) if se[k] and s_start[k] < max(hi, lo + 1)
+                  and s_start[k + 1] > lo]
+            if not ks:
+                continue
+            firsts = set()
+            for k in ks:
+                if vals[k] == EMPTY:
+                    return out_v, out_b, (f"reads {self.slot_words(int(ss[k]))}, which is "
+                                          "empty (no earlier step wrote it)")
+                firsts.add(int(vals[k]) + lo - int(s_start[k]))
+                if bits is not None and not np.array_equal(bits[k], bits[ks[0]]):
+                    return out_v, out_b, (
+                        f"{self.slot_words(int(ds[m]))} would receive elements with different "
+                        f"sets of contributions ({format_ranks(self.contributors(bits[ks[0]]))}"
+                        f" and {format_ranks(self.contributors(bits[k]))})")
+            if len(firsts) != 1:
+                return out_v, out_b, (
+                    f"{self.slot_words(int(ds[m]))} would receive pieces of different data "
+                    "(the source chunks are not one contiguous run of the collective's data)")
+            out_v[m] = firsts.pop()
+            if out_b is not None:
+                out_b[m] = bits[ks[0]]
+        return out_v, out_b, None
+
+    # -- the postcondition ---------------------------------------------------------------
+    def check_outputs(self) -> None:
+        s, cm = self.s, self.map
+        n, nco = s.n, int(self.nc[Buf.OUTPUT])
+        lo = int(self.base[Buf.OUTPUT])
+        got = self.val[lo:lo + n * nco].reshape(n, nco)
+        elems = s.chunk_elems(Buf.OUTPUT)
+        wanted = cm.contract.output_checked[:, None] & (elems > 0)
+        bad = wanted & (got != cm.output_expected)
+        if self.reducing:
+            full = np.zeros(self.words, dtype=np.uint64)
+            for r in range(n):
+                full[r // 64] |= np.uint64(1) << np.uint64(r % 64)
+            have = self.bits[lo:lo + n * nco].reshape(n, nco, self.words)
+            bad |= wanted & (have != full).any(axis=2)
+        if not bad.any():
+            return
+        r, c = (int(x) for x in np.argwhere(bad)[0])
+        slot = lo + r * nco + c
+        length = int(elems[r, c])
+        pos = int(s.chunk_starts(Buf.OUTPUT)[r, c])
+        contract = cm.contract
+        name = s.topology.vertex_names[s.collective.group[r]]
+        want_bits = full if self.reducing else None
+        should = self.value_words(cm.output_expected[r, c], length, want_bits)
+        held = self.value_words(got[r, c], length,
+                                self.bits[slot] if self.reducing else None)
+        where = f"rank {r} at {name}: output chunk {c} ({contract.output_words(r, pos, length)})"
+        if got[r, c] == EMPTY:
+            msg = (f"{where} is empty at the end: no op writes it; it should hold {should}")
+        else:
+            msg = f"{where} holds {held}; it should hold {should}"
+            if self.reducing and got[r, c] == cm.output_expected[r, c]:
+                missing = set(range(n)) - self.contributors(self.bits[slot])
+                msg += f" (missing the contribution of rank(s) {format_ranks(missing)})"
+        writer = int(self.last_writer[slot])
+        if writer >= 0:
+            msg = (f"{msg}\nlast written by {self.op_text(writer)}\n"
+                   f"{format_schedule(s, around=writer)}")
+        raise ScheduleError(msg)

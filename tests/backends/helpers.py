@@ -1,0 +1,203 @@
+"""Schedules, topologies and runners shared by the backend tests."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+
+import numpy as np
+
+from cclc.collective import CollectiveKind, DType, ReduceOp, make_collective
+from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
+from cclc.topology import NodeType, single_switch, torus, with_faults
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+REGEN = os.environ.get("CCLC_REGEN") == "1"
+
+
+def check_golden(name: str, text: str) -> None:
+    """Compare ``text`` with golden file ``name`` (rewrite it when CCLC_REGEN=1)."""
+    path = GOLDEN / name
+    if REGEN:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return
+    assert path.exists(), f"missing golden file {path}; run with CCLC_REGEN=1 to create it"
+    assert text == path.read_text(), f"{name} differs from its golden file (CCLC_REGEN=1 rewrites)"
+
+
+def _ring_route(b: ScheduleBuilder, topo, u: int, v: int) -> int:
+    return b.route(topo.shortest_path_links(u, v))
+
+
+def ring_allgather(n: int = 4, elems: int = 4, name: str = "ag-ring") -> Schedule:
+    """Hand-built ring allgather: copy own block, then forward n-1 times."""
+    topo = torus("ring", (n,))
+    coll = make_collective(name, CollectiveKind.ALLGATHER, topo, tuple(range(n)),
+                           n * elems * 4)
+    b = ScheduleBuilder(coll, input=[elems], output=[elems] * n)
+    for r in range(n):
+        nxt = (r + 1) % n
+        b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT, dst_off=r)
+        b.add(step=0, src=r, dst=nxt, route=_ring_route(b, topo, r, nxt), src_buf=Buf.INPUT,
+              src_off=0, dst_buf=Buf.OUTPUT, dst_off=r)
+        for t in range(1, n - 1):
+            c = (r - t) % n
+            b.add(step=t, src=r, dst=nxt, route=_ring_route(b, topo, r, nxt),
+                  src_buf=Buf.OUTPUT, src_off=c, dst_buf=Buf.OUTPUT, dst_off=c)
+    return b.build("ring")
+
+
+def ring_reducescatter(n: int = 3, elems: int = 2, name: str = "rs-ring",
+                       op: ReduceOp = ReduceOp.SUM, dtype: DType = DType.FP32) -> Schedule:
+    """Hand-built ring reduce-scatter through scratch: partial sums travel and grow."""
+    topo = torus("ring", (n,))
+    coll = make_collective(name, CollectiveKind.REDUCESCATTER, topo, tuple(range(n)),
+                           n * elems * dtype.itemsize, dtype=dtype, op=op)
+    b = ScheduleBuilder(coll, input=[elems] * n, output=[elems], scratch=[elems] * n)
+    for r in range(n):
+        nxt = (r + 1) % n
+        b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
+              dst_off=0, count=n)
+        for t in range(n - 1):
+            c = (r - t - 1) % n
+            b.add(step=t + 1, src=r, dst=nxt, route=_ring_route(b, topo, r, nxt),
+                  kind=OpKind.REDUCE, src_buf=Buf.SCRATCH, src_off=c, dst_buf=Buf.SCRATCH,
+                  dst_off=c)
+        b.add(step=n, src=r, dst=r, src_buf=Buf.SCRATCH, src_off=r, dst_buf=Buf.OUTPUT,
+              dst_off=0)
+    return b.build("ring")
+
+
+def pairwise_alltoall(n: int = 3, elems: int = 2, name: str = "a2a") -> Schedule:
+    """Hand-built alltoall: local block, then in step k rank r sends its block to r+k."""
+    topo = torus("ring", (n,))
+    coll = make_collective(name, CollectiveKind.ALLTOALL, topo, tuple(range(n)),
+                           n * elems * 4)
+    b = ScheduleBuilder(coll, input=[elems] * n, output=[elems] * n)
+    for r in range(n):
+        b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=r, dst_buf=Buf.OUTPUT, dst_off=r)
+        for k in range(1, n):
+            d = (r + k) % n
+            b.add(step=k - 1, src=r, dst=d, route=_ring_route(b, topo, r, d),
+                  src_buf=Buf.INPUT, src_off=d, dst_buf=Buf.OUTPUT, dst_off=r)
+    return b.build("pairwise")
+
+
+def swap_allreduce(name: str = "ar-swap") -> Schedule:
+    """Two ranks exchange and reduce the same slots in one step, in place in their input:
+    exercises staging (C++), input relocation (MSCCL) and a same-step read/write."""
+    topo = torus("pair", (2,))
+    coll = make_collective(name, CollectiveKind.ALLREDUCE, topo, (0, 1), 16)
+    b = ScheduleBuilder(coll, input=[2, 2], output=[2, 2])
+    for r in range(2):
+        o = 1 - r
+        b.add(step=0, src=r, dst=o, route=_ring_route(b, topo, r, o), kind=OpKind.REDUCE,
+              src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.INPUT, dst_off=0, count=2)
+        # reads what the step also writes: the old value is what must be copied and sent
+        b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
+              dst_off=0)
+        b.add(step=1, src=r, dst=r, src_buf=Buf.INPUT, src_off=1, dst_buf=Buf.OUTPUT,
+              dst_off=1)
+        b.add(step=2, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
+              dst_off=0)
+    return b.build("swap")
+
+
+# -- registry schedules ------------------------------------------------------------------------
+
+def pick(coll, names: list[str]):
+    """The first applicable registered algorithm among ``names`` (and its name)."""
+    from cclc.algorithms import get
+
+    reasons = []
+    for name in names:
+        algo = get(name)
+        if algo is None:
+            reasons.append(f"{name}: not registered")
+            continue
+        why = algo.applicable(coll)
+        if why is None:
+            return name, algo.build(coll)
+        reasons.append(f"{name}: {why}")
+    raise AssertionError("no algorithm applies: " + "; ".join(reasons))
+
+
+def torus333_faulty():
+    t = torus("t333", (3, 3, 3))
+    a, b = t.rank_at((0, 0, 0)), t.rank_at((1, 0, 0))
+    return with_faults(t, links=[(a, b), (b, a)])
+
+
+def fabric_2x3():
+    node = NodeType("hgx3", "nvswitch", 3, 450e9, 1e-6, nics=3, nic_bandwidth=50e9)
+    return single_switch("two", 2, node, 50e9, 2e-6)
+
+
+# -- running the MPI build -----------------------------------------------------------------------
+
+MPIRUN = shutil.which("mpirun")
+NP_TYPES = {DType.FP32: (np.float32, 7), DType.INT32: (np.int32, 2), DType.FP64: (np.float64, 8),
+            DType.INT64: (np.int64, 4), DType.UINT8: (np.uint8, 1)}
+_OPS = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MIN: np.minimum,
+        ReduceOp.MAX: np.maximum}
+
+
+def reference(kind: CollectiveKind, op: ReduceOp, inputs: list[np.ndarray], root: int | None):
+    """Every rank's expected output, straight from the collective's definition (numpy)."""
+    n = len(inputs)
+    red = _OPS[op]
+    if kind is CollectiveKind.ALLGATHER:
+        return [np.concatenate(inputs)] * n
+    if kind is CollectiveKind.ALLTOALL:
+        b = len(inputs[0]) // n
+        return [np.concatenate([x[j * b:(j + 1) * b] for x in inputs]) for j in range(n)]
+    if kind is CollectiveKind.REDUCESCATTER:
+        b = len(inputs[0]) // n
+        return [red.reduce([x[r * b:(r + 1) * b] for x in inputs]) for r in range(n)]
+    if kind is CollectiveKind.ALLREDUCE:
+        return [red.reduce(inputs)] * n
+    if kind is CollectiveKind.BROADCAST:
+        return [inputs[root]] * n
+    raise AssertionError(f"no reference for {kind}")
+
+
+def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: bool = False,
+            seed: int = 0) -> None:
+    """Emit + build the MPI driver, run it on ``n`` processes with random inputs of ``scale``
+    times the compiled count, and assert every output buffer equals the numpy reference."""
+    from backends.common import EmitOptions, prepare
+    from backends.nccl import emit
+
+    coll = schedule.collective
+    files = emit(schedule, workdir, EmitOptions(mpi=True))
+    exe = files[-1]
+    us = prepare(schedule)
+    count = us.count_units * us.unit * scale
+    ue = count // us.count_units
+    np_type, code = NP_TYPES[coll.dtype]
+    rng = np.random.default_rng(seed)
+    data = workdir / "data"
+    data.mkdir(exist_ok=True)
+    inputs = []
+    for r in range(coll.n):
+        # small integers: every order of reduction gives the same exact result
+        lo, hi = (1, 3) if coll.op is ReduceOp.PROD else (-50, 50)
+        if np_type is np.uint8:
+            lo, hi = 0, 4
+        x = rng.integers(lo, hi, size=us.units[Buf.INPUT] * ue).astype(np_type)
+        x.tofile(data / f"in.{r}.bin")
+        inputs.append(x)
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(coll.n), str(exe),
+           str(data), str(count), str(code)] + (["inplace"] if inplace else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"mpirun failed:\n{proc.stdout}\n{proc.stderr}"
+    want = reference(coll.kind, coll.op, inputs, coll.root)
+    for r in range(coll.n):
+        got = np.fromfile(data / f"out.{r}.bin", dtype=np_type)
+        assert got.shape == want[r].shape, f"rank {r}: {got.shape} vs {want[r].shape}"
+        bad = np.flatnonzero(got != want[r])
+        assert not len(bad), (f"rank {r}: {len(bad)} wrong elements, first at {bad[0]}: "
+                              f"{got[bad[0]]} != {want[r][bad[0]]}")

@@ -1,0 +1,181 @@
+"""``cclc compile``: verified files only, never over a file cclc did not write."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cclc import cli
+from cclc.algorithms import REGISTRY, Algorithm, get
+from cclc.collective import CollectiveKind
+from cclc.commands import compile as compile_cmd
+from cclc.ir import Buf, ScheduleBuilder
+from cclc.outdir import MANIFEST
+
+pytest.importorskip("cclc.verify")
+serialize = pytest.importorskip("cclc.serialize")
+
+SOURCE = """\
+topology pod = torus(4, 4) {
+    link 50 GB/s, 100 ns
+    fault link (0,0) -- (0,1)
+}
+collective a2a = alltoall on pod { size 64 KiB }
+collective ag = allgather on pod {
+    size 64 KiB
+    algorithm ALGO
+}
+collective bc = broadcast on pod { size 1 MiB; root 5 }
+"""
+
+
+@pytest.fixture
+def run_cli(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "COMMANDS", ["check", "compile"])
+
+    def run(*argv):
+        code = cli.main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run
+
+
+def _source(tmp_path, algo="ring"):
+    path = tmp_path / "pod.ccl"
+    path.write_text(SOURCE.replace("ALGO", algo))
+    return path
+
+
+def test_writes_verified_files(tmp_path, run_cli):
+    from cclc.verify import verify
+
+    out = tmp_path / "out"
+    code, stdout, err = run_cli("compile", _source(tmp_path), "-o", out)
+    assert code == 0, err
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted([MANIFEST, "topology-pod.json", "a2a.schedule.json",
+                            "ag.schedule.json", "bc.schedule.json"])
+    for name in ("a2a", "ag", "bc"):
+        s = serialize.load(out / f"{name}.schedule.json")
+        verify(s)
+        assert s.collective.name == name
+    assert serialize.load(out / "ag.schedule.json").algorithm == "ring"
+    topo = json.loads((out / "topology-pod.json").read_text())
+    assert topo["format"] == "cclc-topology" and topo["topology"]["n_ranks"] == 16
+    assert sum(topo["topology"]["links"]["failed"]) == 2
+    assert "compiling a2a" in err  # progress goes to stderr
+    assert stdout.count("% of bound") in (0, 3) and "a2a: " in stdout
+    # a second run replaces cclc's own files without --force
+    code, _, err = run_cli("compile", _source(tmp_path), "-o", out)
+    assert code == 0, err
+
+
+def test_refuses_a_foreign_file_without_force(tmp_path, run_cli):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "ag.schedule.json").write_text("precious")
+    code, _, err = run_cli("compile", _source(tmp_path), "-o", out)
+    assert code == 2
+    assert "refusing to overwrite" in err and "--force" in err
+    assert (out / "ag.schedule.json").read_text() == "precious"
+    code, _, err = run_cli("compile", _source(tmp_path), "-o", out, "--force")
+    assert code == 0, err
+    assert serialize.load(out / "ag.schedule.json").collective.name == "ag"
+
+
+def _broken_allgather(coll, **params):
+    # every rank keeps its own block and nobody sends: outputs stay incomplete
+    n = coll.n
+    b = ScheduleBuilder(coll, input=[coll.count // n], output=[coll.count // n] * n)
+    b.add(step=0, src=np.arange(n), dst=np.arange(n), src_buf=Buf.INPUT, src_off=0,
+          dst_buf=Buf.OUTPUT, dst_off=np.arange(n))
+    return b.build("broken")
+
+
+@pytest.fixture
+def broken(monkeypatch):
+    get("ring")
+    monkeypatch.setitem(REGISTRY, "broken", Algorithm(
+        "broken", frozenset({CollectiveKind.ALLGATHER}), lambda c, **p: None, _broken_allgather))
+
+
+def test_never_writes_an_unverified_schedule(tmp_path, run_cli, broken):
+    out = tmp_path / "out"
+    code, _, err = run_cli("compile", _source(tmp_path, "broken"), "-o", out)
+    assert code == 1
+    assert "'ag'" in err and "failed verification" in err
+    assert not (out / "ag.schedule.json").exists()
+    # the other collectives are still compiled
+    assert (out / "a2a.schedule.json").exists() and (out / "bc.schedule.json").exists()
+    # the same through --algorithm, restricted with --only
+    out2 = tmp_path / "out2"
+    code, _, err = run_cli("compile", _source(tmp_path), "-o", out2, "--only", "ag",
+                           "--algorithm", "broken")
+    assert code == 1 and not (out2 / "ag.schedule.json").exists()
+
+
+def test_auto_skips_the_broken_candidate(tmp_path, run_cli, broken):
+    out = tmp_path / "out"
+    code, stdout, err = run_cli("compile", _source(tmp_path, "auto"), "-o", out, "--explain",
+                                "--only", "ag")
+    assert code == 0, err
+    assert serialize.load(out / "ag.schedule.json").algorithm != "broken"
+    assert "broken" in stdout and "not applicable: failed verification" in stdout
+
+
+def test_unknown_algorithm_is_reported_at_its_place(tmp_path, run_cli):
+    path = _source(tmp_path, "rign")
+    out = tmp_path / "out"
+    code, _, err = run_cli("compile", path, "-o", out)
+    assert code == 2
+    assert err.startswith(f"{path}:8:15: error: unknown algorithm 'rign'")
+    assert "did you mean 'ring'" in err
+    assert "^~~~" in err
+    assert not out.exists() or not any(p.suffix == ".json" for p in out.iterdir())
+
+
+def test_explain_prints_the_candidates(tmp_path, run_cli):
+    code, stdout, err = run_cli("compile", _source(tmp_path, "auto"), "-o", tmp_path / "o",
+                                "--explain")
+    assert code == 0, err
+    assert "candidate" in stdout and "chosen" in stdout
+    block = stdout.split("bc: broadcast on")[1]
+    assert "ring" in block and "tree" in block
+
+
+def test_only_and_algorithm_override(tmp_path, run_cli):
+    out = tmp_path / "out"
+    code, _, err = run_cli("compile", _source(tmp_path), "-o", out, "--only", "bc",
+                           "--algorithm", "tree")
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "bc.schedule.json",
+                                                     "topology-pod.json"]
+    assert serialize.load(out / "bc.schedule.json").algorithm == "tree"
+    code, _, err = run_cli("compile", _source(tmp_path), "-o", out, "--only", "nope")
+    assert code == 2 and "has no collective 'nope'" in err and "a2a" in err
+
+
+def test_unknown_emitter_lists_the_known_ones(tmp_path, run_cli):
+    code, _, err = run_cli("compile", _source(tmp_path), "-o", tmp_path / "o",
+                           "--emit", "json,xml")
+    assert code == 2
+    assert "unknown emitter 'xml'" in err and "msccl" in err and "json" in err
+
+
+def test_emitters_are_dispatched_by_name(tmp_path, run_cli, monkeypatch):
+    (tmp_path / "fake_backend_for_test.py").write_text(
+        "def emit(schedule, outdir, options):\n"
+        "    name = schedule.collective.name + '.txt'\n"
+        "    outdir.write_text(name, f'{len(schedule.ops)} {options.source}')\n"
+        "    return [name]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(compile_cmd.EMITTERS, "fake", "fake_backend_for_test")
+    out = tmp_path / "out"
+    code, _, err = run_cli("compile", _source(tmp_path), "-o", out, "--emit", "fake",
+                           "--only", "a2a")
+    assert code == 0, err
+    assert (out / "a2a.txt").read_text().startswith("256 ")
+    assert not (out / "a2a.schedule.json").exists()  # json was not asked for
+    assert "a2a.txt" in json.loads((out / MANIFEST).read_text())["files"]

@@ -1,0 +1,68 @@
+"""OutputDir: a manifest of what cclc wrote, refusal to clobber other files, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from cclc.errors import CclError
+from cclc.outdir import MANIFEST, OutputDir
+
+
+def test_creates_folder_and_manifest(tmp_path):
+    out = OutputDir(tmp_path / "a" / "b")
+    assert out.write_text("x.json", "{}") == "x.json"
+    assert out.write_text("sub/y.txt", "hi") == "sub/y.txt"
+    assert (tmp_path / "a/b/sub/y.txt").read_text() == "hi"
+    doc = json.loads((tmp_path / "a/b" / MANIFEST).read_text())
+    assert doc["format"] == "cclc-manifest" and doc["files"] == ["sub/y.txt", "x.json"]
+    # a later run reads the manifest back and may replace its own files
+    again = OutputDir(tmp_path / "a" / "b")
+    assert again.owns("x.json")
+    again.write_text("x.json", "[]")
+    assert (tmp_path / "a/b/x.json").read_text() == "[]"
+
+
+def test_refuses_foreign_file_unless_forced(tmp_path):
+    (tmp_path / "mine.json").write_text("user data")
+    out = OutputDir(tmp_path)
+    with pytest.raises(CclError, match="refusing to overwrite .*--force"):
+        out.write_text("mine.json", "{}")
+    assert (tmp_path / "mine.json").read_text() == "user data"
+    OutputDir(tmp_path, force=True).write_text("mine.json", "{}")
+    assert (tmp_path / "mine.json").read_text() == "{}"
+    assert OutputDir(tmp_path).owns("mine.json")
+
+
+def test_no_temporary_files_left(tmp_path):
+    out = OutputDir(tmp_path)
+    for i in range(3):
+        out.write_bytes("f.bin", bytes([i]) * 1000)
+    assert sorted(os.listdir(tmp_path)) == [MANIFEST, "f.bin"]
+    assert (os.stat(tmp_path / "f.bin").st_mode & 0o777) == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("name", ["../escape.json", "/abs.json", MANIFEST, ""])
+def test_rejects_names_outside_the_folder(tmp_path, name):
+    with pytest.raises(CclError, match="not a file name"):
+        OutputDir(tmp_path).write_text(name, "x")
+
+
+def test_bad_manifest_and_bad_folder(tmp_path):
+    (tmp_path / MANIFEST).write_text("not json")
+    with pytest.raises(CclError, match="cannot read the manifest"):
+        OutputDir(tmp_path)
+    (tmp_path / MANIFEST).write_text('{"format": "other"}')
+    with pytest.raises(CclError, match="not a cclc manifest"):
+        OutputDir(tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CclError, match="not a folder"):
+        OutputDir(tmp_path / "file")
