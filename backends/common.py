@@ -113,13 +113,14 @@ class UnitSchedule:
     """A schedule in equal units. Arrays are per op (same order as ``schedule.ops``).
 
     ``unit`` elements make one unit at the compiled size; ``units[buf]`` is units per rank of
-    each buffer (every rank cuts its buffers alike: see :func:`prepare`); ``count_units`` is the
-    entry point's ``count`` (see :func:`count_convention`) in units.
+    each buffer (the largest scratch of any rank); ``scratch_units[r]`` is rank r's own scratch;
+    ``count_units`` is the entry point's ``count`` (see :func:`count_convention`) in units.
     """
 
     schedule: Schedule
     unit: int
     units: tuple[int, int, int]
+    scratch_units: tuple[int, ...]
     count_units: int
     step: np.ndarray
     src: np.ndarray
@@ -155,22 +156,24 @@ def _entry_count(s: Schedule) -> int:
 def prepare(schedule: Schedule) -> UnitSchedule:
     """Express ``schedule`` in equal units (the gcd of all chunk sizes and of ``count``).
 
-    Raises :class:`ScheduleError` when ranks cut a buffer differently (a non-uniform alltoall):
-    the generated code and MSCCL's ``i_chunks``/``o_chunks`` describe one layout for all ranks.
+    Ranks may cut their buffers differently and use different amounts of scratch, but every
+    rank's input (and output) must hold the same number of elements, since an entry point
+    takes one ``count``: :class:`ScheduleError` otherwise (a non-uniform alltoall).
     """
     s = schedule
-    for buf in Buf:
-        lay = s.layouts[buf]
-        if lay.ndim == 2 and not (lay == lay[0]).all():
-            raise ScheduleError(f"the {buf.name.lower()} buffer is cut differently on different "
-                                "ranks (a non-uniform alltoall); the code backends need one "
-                                "layout for every rank")
+    for buf in (Buf.INPUT, Buf.OUTPUT):
+        totals = s.chunk_starts(buf)[:, -1]
+        if (totals != totals[0]).any():
+            raise ScheduleError(f"the {buf.name.lower()} buffers of the ranks differ in size "
+                                f"({int(totals.min())} to {int(totals.max())} elements, a "
+                                "non-uniform alltoall); the code backends need one size for "
+                                "every rank")
     sizes = [int(x) for buf in Buf for x in np.unique(s.chunk_elems(buf)) if x > 0]
     count = _entry_count(s)
     unit = math.gcd(count, *sizes) if sizes else count
     if unit <= 0:
         raise ScheduleError("the schedule moves no data")
-    units = tuple(int(s.chunk_starts(buf)[0, -1]) // unit for buf in Buf)
+    units = tuple(int(s.chunk_starts(buf)[:, -1].max()) // unit for buf in Buf)
     ops = s.ops
     src_off = np.zeros(len(ops), dtype=np.int64)
     dst_off = np.zeros(len(ops), dtype=np.int64)
@@ -181,7 +184,9 @@ def prepare(schedule: Schedule) -> UnitSchedule:
         m = ops.dst_buf == buf
         dst_off[m] = starts[ops.dst[m], ops.dst_off[m]] // unit
     return UnitSchedule(
-        schedule=s, unit=unit, units=units, count_units=count // unit,
+        schedule=s, unit=unit, units=units,
+        scratch_units=tuple(int(x) // unit for x in s.chunk_starts(Buf.SCRATCH)[:, -1]),
+        count_units=count // unit,
         step=ops.step.astype(np.int64), src=ops.src.astype(np.int64),
         dst=ops.dst.astype(np.int64), kind=ops.kind.astype(np.int64),
         src_buf=ops.src_buf.astype(np.int64), src_off=src_off,
@@ -203,7 +208,8 @@ class RankEntry:
 
     ``stage``: where in the rank's staging area the entry's data passes through, or ``None``:
     for a send or a local op the source is first snapshotted there (another op of the step
-    writes it); for a reducing receive the message lands there before being reduced into place.
+    overwrites it first); for a reducing receive the message lands there before being reduced
+    into place after the step's messages have all arrived.
     """
 
     step: int
@@ -258,6 +264,12 @@ def rank_tables(us: UnitSchedule) -> RankTables:
                 j += 1
             group = ops[k:j]
             k = j
+            # a send reads before the group's receives complete, so only a receive that
+            # copies straight into place can clobber its source; local ops run after the
+            # group and after each other, so any write of the step can
+            in_group = [(int(us.dst_buf[i]), int(us.dst_off[i]), int(us.dst_off[i] + us.count[i]))
+                        for i in group if us.dst[i] == r and us.src[i] != r
+                        and us.kind[i] == OpKind.COPY]
             written = [(int(us.dst_buf[i]), int(us.dst_off[i]), int(us.dst_off[i] + us.count[i]))
                        for i in group if us.dst[i] == r]
             comm: list[RankEntry] = []
@@ -267,17 +279,16 @@ def rank_tables(us: UnitSchedule) -> RankTables:
                 cnt = int(us.count[i])
                 src, dst = int(us.src[i]), int(us.dst[i])
                 sb, so = int(us.src_buf[i]), int(us.src_off[i])
-                reads_written = _overlaps(written, sb, so, so + cnt)
                 kind = OpKind(int(us.kind[i]))
                 stage = None
                 if src == dst:
-                    if reads_written:
+                    if _overlaps(written, sb, so, so + cnt):
                         stage, used = used, used + cnt
                     local.append(RankEntry(step, Role.LOCAL, r, kind, Buf(sb), so,
                                            Buf(int(us.dst_buf[i])), int(us.dst_off[i]), cnt,
                                            stage))
                 elif src == r:
-                    if reads_written:
+                    if _overlaps(in_group, sb, so, so + cnt):
                         stage, used = used, used + cnt
                     comm.append(RankEntry(step, Role.SEND, dst, kind, Buf(sb), so,
                                           Buf(int(us.dst_buf[i])), int(us.dst_off[i]), cnt,

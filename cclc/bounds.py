@@ -38,7 +38,9 @@ nothing).
 ``lp``
     The max-concurrent-flow LP (OR-Tools GLOP), for any graph: failed links are left out and
     switches relay flow. Variables are one flow per (commodity family, link), so the LP grows
-    as ``n x links``; above ``LP_MAX_RANKS`` ranks it is skipped and the report says so.
+    as ``n x links``; above ``LP_MAX_RANKS_ALLTOALL`` ranks (alltoall, one LP with shared
+    capacities) or ``LP_MAX_RANKS`` (the others, one small max-flow LP per rank) it is skipped,
+    the report says so, and the closed forms stand alone.
 
     * alltoall: one family per source (commodities aggregated by source) sending
       ``pair_sizes[s, j]`` to each ``j``; all families share the link capacities; maximize the
@@ -70,10 +72,14 @@ from scipy.sparse.csgraph import shortest_path
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError
 
-__all__ = ["Bound", "Bounds", "bounds", "lp_bound", "LP_MAX_RANKS", "hop_bytes_bound",
-           "injection_bound", "cut_bound", "latency_bound"]
+__all__ = ["LP_MAX_RANKS", "LP_MAX_RANKS_ALLTOALL", "Bound", "Bounds", "bounds", "cut_bound",
+           "hop_bytes_bound", "injection_bound", "latency_bound", "lp_bound", "lp_limit"]
 
-#: the LP is skipped for groups larger than this (it has n x links variables)
+#: the alltoall LP (one multi-commodity LP of n x links variables, capacities shared) is
+#: skipped above this many ranks: GLOP takes ~1.5 s at 64 ranks (4x4x4), ~25 s at 128
+LP_MAX_RANKS_ALLTOALL = 64
+#: the other LPs split into one max-flow LP per rank (links variables each): ~1.4 s at 256
+#: ranks (8x8x4), ~5 s at 512
 LP_MAX_RANKS = 256
 
 K = CollectiveKind
@@ -98,7 +104,9 @@ class Bounds:
 
     @property
     def best_bound(self) -> Bound:
-        return max(self.items, key=lambda b: b.seconds)
+        """The strongest bound; among (numerically) equal ones the first listed."""
+        top = max(b.seconds for b in self.items)
+        return next(b for b in self.items if b.seconds >= top * (1 - 1e-9))
 
     @property
     def best(self) -> float:
@@ -174,8 +182,7 @@ def hop_bytes_bound(coll: Collective) -> Bound:
     if n < 2 or total_bw <= 0:
         return Bound("hop_bytes", 0.0, "nothing to move")
     if f.kind is K.ALLTOALL:
-        hops = _hop_matrix(f)
-        volume = float((f.pair_bytes() * hops).sum())
+        volume = _pair_hop_bytes(f)
         what = "all pairs' bytes x shortest hops"
     elif f.kind is K.ALLREDUCE:
         volume = 2 * (n - 1) * S
@@ -188,6 +195,24 @@ def hop_bytes_bound(coll: Collective) -> Bound:
                 K.REDUCE: "(n-1) S: a reduction tree over n ranks"}[f.kind]
     return Bound("hop_bytes", volume / total_bw,
                  f"{what} / total link bandwidth {_describe_rate(total_bw)}")
+
+
+def _pair_hop_bytes(f: _Facts) -> float:
+    """Sum over pairs of alltoall bytes x fewest hops."""
+    topo = f.topo
+    healthy = not topo.link_failed.any() and not topo.failed_ranks
+    if topo.dims is None or not healthy or f.coll.pair_sizes is not None:
+        return float((f.pair_bytes() * _hop_matrix(f)).sum())
+    # a healthy torus or mesh: hops add up per dimension (ring or line distance), so the sum
+    # over uniform pairs needs only how many members sit at each coordinate of each dimension
+    coords = np.array(np.unravel_index(f.group, topo.dims))
+    total = 0.0
+    for d, (m, wrapped) in enumerate(zip(topo.dims, topo.wrap)):
+        count = np.bincount(coords[d], minlength=m).astype(np.float64)
+        delta = np.abs(np.arange(m)[:, None] - np.arange(m)[None, :])
+        dist = np.minimum(delta, m - delta) if wrapped else delta
+        total += float(count @ dist @ count)
+    return total * f.S / f.n
 
 
 def _hop_matrix(f: _Facts) -> np.ndarray:
@@ -253,9 +278,9 @@ def _candidate_cuts(f: _Facts) -> list[tuple[str, np.ndarray]]:
             c = coords[d]
             if wrapped and m > 2:
                 for off in range(m):
-                    cuts.append((f"bisection of dimension {d} (coordinates {off}..."
-                                 f"{(off + m // 2 - 1) % m} on one side)",
-                                 (c - off) % m < m // 2))
+                    last = (off + m // 2 - 1) % m
+                    name = f"bisection of dimension {d} (coordinates {off}..{last} on one side)"
+                    cuts.append((name, (c - off) % m < m // 2))
             else:
                 for k in range(1, m):
                     cuts.append((f"cut of dimension {d} between coordinates {k - 1} and {k}",
@@ -289,7 +314,8 @@ def _candidate_cuts(f: _Facts) -> list[tuple[str, np.ndarray]]:
 
 
 def _cut_time(f: _Facts, side: np.ndarray, pair: np.ndarray | None) -> float:
-    """The bound from one vertex set ``side`` (both directions across it)."""
+    """The bound from one vertex set ``side`` (both directions across it); ``pair`` is the
+    alltoall size matrix, ``None`` when uniform."""
     n, S = f.n, f.S
     a = side[f.group]
     k = int(a.sum())
@@ -298,7 +324,9 @@ def _cut_time(f: _Facts, side: np.ndarray, pair: np.ndarray | None) -> float:
     leaving = side[f.src] & ~side[f.dst]
     entering = ~side[f.src] & side[f.dst]
     cap_ab, cap_ba = float(f.bw[leaving].sum()), float(f.bw[entering].sum())
-    if f.kind is K.ALLTOALL:
+    if f.kind is K.ALLTOALL and pair is None:      # uniform: S/n per ordered pair
+        need_ab = need_ba = k * (n - k) * S / n
+    elif f.kind is K.ALLTOALL:
         need_ab, need_ba = float(pair[a][:, ~a].sum()), float(pair[~a][:, a].sum())
     elif f.kind is K.ALLGATHER:
         need_ab, need_ba = k * S / n, (n - k) * S / n
@@ -324,8 +352,9 @@ def cut_bound(coll: Collective) -> Bound:
     """The best of the candidate cuts (bisections, nodes, pods); see the module docstring."""
     f = _Facts(coll)
     cuts = _candidate_cuts(f)
-    pair = f.pair_bytes() if f.kind is K.ALLTOALL else None
-    best, what = 0.0, "no cut applies (a single switch or node): see injection"
+    # the size matrix only when it is not uniform (a 4096-rank matrix per cut adds up)
+    pair = f.pair_bytes() if f.coll.pair_sizes is not None else None
+    best, what = 0.0, "no candidate cut separates the group (see injection)"
     for name, side in cuts:
         t = _cut_time(f, side, pair)
         if t > best:
@@ -391,64 +420,96 @@ def _families(f: _Facts) -> tuple[list[tuple[int, np.ndarray]], bool]:
 
 def _solve_lp(f: _Facts) -> float:
     """Max-concurrent-flow time bound (seconds) for ``f.kind`` (not allreduce)."""
-    from ortools.linear_solver import pywraplp
-
     fams, shared = _families(f)
     if not fams:
         return 0.0
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    if solver is None:
-        raise CclError("OR-Tools GLOP is not available: cannot solve the LP bound")
-    # scale to O(1): demands in units of S, capacities in units of the largest bandwidth
-    cmax = float(f.bw.max())
-    cap = (f.bw / cmax).tolist()
-    src, dst = f.src.tolist(), f.dst.tolist()
-    E = len(cap)
-    inf = solver.infinity()
-    lam = solver.NumVar(0.0, inf, "lambda")
-    solver.Maximize(lam)
-    flows = []
-    for k, (_, sup) in enumerate(fams):
-        ub = cap if not shared else [inf] * E
-        x = [solver.NumVar(0.0, ub[e], "") for e in range(E)]
-        flows.append(x)
-        # conservation at every vertex touched by a link: out - in - lambda * supply = 0
-        rows: dict[int, pywraplp.Constraint] = {}
-        scaled = sup / f.S
-        for v in set(src) | set(dst):
-            c = solver.Constraint(0.0, 0.0)
-            if scaled[v] != 0:
-                c.SetCoefficient(lam, -float(scaled[v]))
-            rows[v] = c
-        for v in np.flatnonzero(scaled).tolist():
-            if v not in rows:
-                raise CclError(f"collective '{f.coll.name}': rank {f.topo.vertex_names[v]} has "
-                               "no healthy link")
-        for e in range(E):
-            rows[src[e]].SetCoefficient(x[e], 1.0)
-            rows[dst[e]].SetCoefficient(x[e], -1.0)
+    for _, sup in fams:
+        for v in np.flatnonzero(sup).tolist():
+            if f.cap_out[v] + f.cap_in[v] <= 0:
+                raise CclError(f"collective '{f.coll.name}': {f.topo.vertex_names[v]} has no "
+                               "healthy link")
     if shared:
-        for e in range(E):
-            c = solver.Constraint(-inf, cap[e])
-            for x in flows:
-                c.SetCoefficient(x[e], 1.0)
-    status = solver.Solve()
-    if status != pywraplp.Solver.OPTIMAL:
-        raise CclError(f"the LP bound of collective '{f.coll.name}' did not solve (status "
-                       f"{status})")
-    lam_scaled = lam.solution_value()
-    if lam_scaled <= 0:
+        lam = _FlowLP(f, len(fams), shared=True).solve([sup for _, sup in fams])
+    else:
+        # families do not share capacity, so the LP splits into one max-flow per family:
+        # solve them one by one on the same model (only lambda's coefficients change), and
+        # the bound is set by the worst family
+        model = _FlowLP(f, 1, shared=False)
+        lam = min(model.solve([sup]) for _, sup in fams)
+    if lam <= 0:
         raise CclError(f"collective '{f.coll.name}': the LP finds no flow; the group is "
                        "disconnected")
-    # lambda_scaled units of S per second at capacity cmax: the real throughput is
-    # lambda_scaled * cmax / S demands per second
-    return f.S / (lam_scaled * cmax)
+    # the model is scaled (demands in units of S, capacities in units of the largest
+    # bandwidth): lambda demands per second is lambda_scaled * cmax / S
+    return f.S / (lam * float(f.bw.max()))
 
 
-def lp_bound(coll: Collective, max_ranks: int = LP_MAX_RANKS) -> Bound | None:
+class _FlowLP:
+    """``k`` flow families over the healthy links: maximize lambda such that family ``i``
+    routes ``lambda * supply_i`` (scaled: bytes / S) within the capacities (bandwidth / the
+    largest bandwidth), shared by all families or separate for each."""
+
+    def __init__(self, f: _Facts, k: int, shared: bool):
+        from ortools.linear_solver import pywraplp
+
+        self.pywraplp = pywraplp
+        self.f = f
+        solver = pywraplp.Solver.CreateSolver("GLOP")
+        if solver is None:
+            raise CclError("OR-Tools GLOP is not available: cannot solve the LP bound")
+        self.solver = solver
+        cap = (f.bw / float(f.bw.max())).tolist()
+        src, dst = f.src.tolist(), f.dst.tolist()
+        E = len(cap)
+        inf = solver.infinity()
+        self.lam = solver.NumVar(0.0, inf, "lambda")
+        solver.Maximize(self.lam)
+        vertices = sorted(set(src) | set(dst))
+        self.rows: list[dict[int, object]] = []
+        flows = []
+        for _ in range(k):
+            x = [solver.NumVar(0.0, inf if shared else cap[e], "") for e in range(E)]
+            flows.append(x)
+            # conservation: out - in - lambda * supply = 0 at every vertex with links
+            rows = {v: solver.Constraint(0.0, 0.0) for v in vertices}
+            for e in range(E):
+                rows[src[e]].SetCoefficient(x[e], 1.0)
+                rows[dst[e]].SetCoefficient(x[e], -1.0)
+            self.rows.append(rows)
+        if shared:
+            for e in range(E):
+                c = solver.Constraint(-inf, cap[e])
+                for x in flows:
+                    c.SetCoefficient(x[e], 1.0)
+        self.set_lam: list[list[int]] = [[] for _ in range(k)]
+
+    def solve(self, supplies: list[np.ndarray]) -> float:
+        """lambda (scaled) for these family supplies; the model is reused between calls."""
+        pywraplp = self.pywraplp
+        for i, sup in enumerate(supplies):
+            rows = self.rows[i]
+            for v in self.set_lam[i]:
+                rows[v].SetCoefficient(self.lam, 0.0)
+            nz = np.flatnonzero(sup).tolist()
+            for v in nz:
+                rows[v].SetCoefficient(self.lam, -float(sup[v]) / self.f.S)
+            self.set_lam[i] = nz
+        status = self.solver.Solve()
+        if status != pywraplp.Solver.OPTIMAL:
+            raise CclError(f"the LP bound of collective '{self.f.coll.name}' did not solve "
+                           f"(status {status})")
+        return float(self.lam.solution_value())
+
+
+def lp_limit(coll: Collective) -> int:
+    """The largest group :func:`lp_bound` solves by default for this collective."""
+    return LP_MAX_RANKS_ALLTOALL if coll.kind is K.ALLTOALL else LP_MAX_RANKS
+
+
+def lp_bound(coll: Collective, max_ranks: int | None = None) -> Bound | None:
     """The max-concurrent-flow LP bound (see the module docstring), or ``None`` when the group
-    has more than ``max_ranks`` ranks (the LP has ``n x links`` variables)."""
-    if coll.n > max_ranks:
+    has more than ``max_ranks`` ranks (default :func:`lp_limit`)."""
+    if coll.n > (lp_limit(coll) if max_ranks is None else max_ranks):
         return None
     f = _Facts(coll)
     if f.n < 2:
@@ -475,7 +536,7 @@ def _with_kind(f: _Facts, kind: CollectiveKind) -> _Facts:
 # --------------------------------------------------------------------------------------------
 
 
-def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int = LP_MAX_RANKS) -> Bounds:
+def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int | None = None) -> Bounds:
     """Every lower bound of ``coll`` (seconds); ``.best`` is the strongest.
 
     >>> from cclc.topology import torus                                          # doctest: +SKIP
@@ -488,7 +549,8 @@ def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int = LP_MAX_RANKS) 
     if lp:
         b = lp_bound(coll, max_ranks=lp_max_ranks)
         if b is None:
-            notes.append(f"lp: skipped, {coll.n} ranks > {lp_max_ranks} (closed forms only)")
+            limit = lp_limit(coll) if lp_max_ranks is None else lp_max_ranks
+            notes.append(f"lp: skipped, {coll.n} ranks > {limit} (closed forms only)")
         else:
             items.append(b)
     else:

@@ -10,7 +10,7 @@ choice of spine for every flow that leaves its leaf *is* the routing model:
   ECMP never sends into a failed link; a fabric whose tables are stale would instead black-hole
   the flows, which no schedule can fix and which is therefore not modelled.
 * :func:`planned_routes` — per step, flows are assigned to spines so that no leaf-spine link
-  carries more than its fair share (:func:`fair_share`) and no failed link is used: a greedy
+  carries more than its fair share (:func:`step_fair_share`) and no failed link is used: a greedy
   largest-first assignment, repaired by a small CP-SAT model when the greedy one overloads a link.
 
 Both return a new :class:`~cclc.ir.Schedule`; only the spine hop of each route changes. Algorithm
@@ -27,8 +27,15 @@ from cclc.errors import ScheduleError
 from cclc.ir import Routes, Schedule, ScheduleBuilder
 from cclc.topology import Topology
 
-__all__ = ["finish", "ecmp_routes", "planned_routes", "spine_link_loads",
-           "fair_share", "has_spines"]
+__all__ = [
+    "ecmp_routes",
+    "fair_shares",
+    "finish",
+    "has_spines",
+    "planned_routes",
+    "spine_link_loads",
+    "step_fair_share",
+]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -73,9 +80,9 @@ def _fabric(topo: Topology) -> dict | None:
                     up[li[u], si[v]] = link
                 elif u in si and v in li:
                     down[si[u], li[v]] = link
-            info = dict(leaf_index=li, spine_index=si, up=up, down=down,
-                        up_ok=(up >= 0) & ~topo.link_failed[np.maximum(up, 0)],
-                        down_ok=(down >= 0) & ~topo.link_failed[np.maximum(down, 0)])
+            info = {"leaf_index": li, "spine_index": si, "up": up, "down": down,
+                    "up_ok": (up >= 0) & ~topo.link_failed[np.maximum(up, 0)],
+                    "down_ok": (down >= 0) & ~topo.link_failed[np.maximum(down, 0)]}
     topo._cache["fabric_routing"] = info
     return info
 
@@ -213,26 +220,86 @@ def ecmp_routes(s: Schedule, seed: int = 0) -> Schedule:
 # planned
 
 
-def fair_share(flow_bytes: np.ndarray, leaf: np.ndarray, n_healthy: np.ndarray) -> np.ndarray:
-    """Fair share, in bytes, of one healthy uplink (or downlink) of each leaf in one step.
+def _largest(sizes: np.ndarray, k: int) -> int:
+    return int(np.sort(sizes)[::-1][:k].sum())
 
-    A leaf with ``F`` spine-crossing flows and ``H`` healthy uplinks can do no better than
-    ``ceil(F / H)`` flows on its busiest uplink; with unequal flows we allow the sum of its
-    ``ceil(F / H)`` largest flows. Returned per leaf index (0 where the leaf sends nothing).
+
+def step_fair_share(fab: dict, sizes: np.ndarray, la: np.ndarray, lb: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Fair share, in bytes, of every healthy uplink and downlink of each leaf in one step.
+
+    A flow may only use the spines with healthy links on both of its sides. For a leaf and any
+    set ``U`` of spines, the flows of that leaf that can use nothing but spines of ``U`` must
+    share ``U``'s links, so some link of ``U`` carries ``ceil(F_U / |U|)`` of them (Hall's
+    condition). The share is the largest such count over the unions of the flows' spine sets
+    (``U`` = all healthy spines gives the plain ``ceil(F / H)``), counted as the sum of that
+    many of the largest flows. Returns ``(up, down)`` indexed by leaf.
     """
-    out = np.zeros(len(n_healthy), dtype=np.int64)
-    for a in np.unique(leaf).tolist():
-        sizes = np.sort(flow_bytes[leaf == a])[::-1]
-        k = math.ceil(len(sizes) / max(int(n_healthy[a]), 1))
-        out[a] = int(sizes[:k].sum())
+    n_leaves = fab["up"].shape[0]
+    cand = {}
+    for x, y in set(zip(la.tolist(), lb.tolist())):
+        cand[(x, y)] = frozenset(_candidates(fab, x, y).tolist())
+    sets = [cand[(x, y)] for x, y in zip(la.tolist(), lb.tolist())]
+    up = np.zeros(n_leaves, dtype=np.int64)
+    down = np.zeros(n_leaves, dtype=np.int64)
+    for leaf_of, out in ((la, up), (lb, down)):
+        for leaf in np.unique(leaf_of).tolist():
+            idx = np.flatnonzero(leaf_of == leaf)
+            out[leaf] = _hall_share(sizes[idx], [sets[i] for i in idx.tolist()])
+    return up, down
+
+
+#: distinct spine sets per leaf beyond which only single sets and their full union are tried
+_HALL_MAX_SETS = 10
+
+
+def _hall_share(sizes: np.ndarray, sets: list[frozenset]) -> int:
+    distinct = sorted(set(sets), key=sorted)
+    if len(distinct) <= _HALL_MAX_SETS:
+        unions = set()
+        for mask in range(1, 1 << len(distinct)):
+            unions.add(frozenset().union(*(d for k, d in enumerate(distinct) if mask >> k & 1)))
+    else:
+        unions = set(distinct) | {frozenset().union(*distinct)}
+    best = 0
+    for u in unions:
+        if not u:
+            continue
+        inside = np.array([c <= u for c in sets])
+        k = math.ceil(int(inside.sum()) / len(u))
+        best = max(best, _largest(sizes[inside], k))
+    return best
+
+
+def fair_shares(s: Schedule) -> dict[int, np.ndarray]:
+    """``{leaf-spine link id: fair share in bytes per step}`` for every healthy spine link
+    (see :func:`step_fair_share`); 0 in steps where its leaf sends (receives) nothing."""
+    fab = _fabric(s.topology)
+    got = _flows(s)
+    if fab is None or got is None:
+        return {}
+    _, _, crossing, la, lb = got
+    sizes = s.op_bytes()[crossing]
+    steps = s.ops.step[crossing]
+    out: dict[int, np.ndarray] = {}
+    for link in np.concatenate([fab["up"][fab["up_ok"]], fab["down"][fab["down_ok"]]]).tolist():
+        out[int(link)] = np.zeros(s.n_steps, dtype=np.int64)
+    for step in np.unique(steps).tolist():
+        m = steps == step
+        cap_up, cap_down = step_fair_share(fab, sizes[m], la[m], lb[m])
+        for a in np.unique(la[m]).tolist():
+            for link in fab["up"][a][fab["up_ok"][a]].tolist():
+                out[link][step] = cap_up[a]
+        for b in np.unique(lb[m]).tolist():
+            for link in fab["down"][:, b][fab["down_ok"][:, b]].tolist():
+                out[link][step] = cap_down[b]
     return out
 
 
 def _assign_step(fab: dict, sizes: np.ndarray, la: np.ndarray, lb: np.ndarray) -> np.ndarray:
     """Spine per flow for one step: greedy largest-first; CP-SAT when greedy breaks a share."""
     n_leaves, n_spines = fab["up"].shape
-    cap_up = fair_share(sizes, la, fab["up_ok"].sum(axis=1))
-    cap_down = fair_share(sizes, lb, fab["down_ok"].sum(axis=0))
+    cap_up, cap_down = step_fair_share(fab, sizes, la, lb)
     up = np.zeros((n_leaves, n_spines), dtype=np.int64)
     down = np.zeros((n_spines, n_leaves), dtype=np.int64)
     choice = np.empty(len(sizes), dtype=np.int64)
@@ -327,7 +394,7 @@ def planned_routes(s: Schedule) -> Schedule:
 def spine_link_loads(s: Schedule) -> dict[int, np.ndarray]:
     """Bytes per step on every leaf<->spine link: ``{link id: bytes per step}`` (links used only).
 
-    For tests and reports: compare with :func:`fair_share` or look for ECMP collisions.
+    For tests and reports: compare with :func:`fair_shares` or look for ECMP collisions.
     """
     fab = _fabric(s.topology)
     if fab is None:

@@ -12,15 +12,17 @@ of NCCL's model, with these documented simplifications:
 
 * The topology search (rings/trees, channels, per-channel bandwidth) is replaced by its result
   on a well-formed machine: total per-GPU bandwidth = the GPU's NVLink/PCIe link inside a node
-  (``bwIntra``), and its share of the node's NIC bandwidth across nodes (``bwInter``).
+  (``bwIntra``), and its share of the node's NIC bandwidth across nodes, capped by that
+  intra-node link (``bwInter``).
   ``nChannels`` (only used by the per-channel caps) is that bandwidth over NCCL's per-link
   NVLink figure (20.6 GB/s on Hopper), at most 32.
 * ``treeCorrectionFactor`` (a 24-bucket table of 0.4..1.0) is not in the reference: Tree is
   modelled without it, i.e. slightly optimistic for Tree.
 * NVLS / CollNet need in-network reduction hardware the topology model does not describe and
   are left out; ``graph.latencyInter`` is 0.
-* A torus has no NCCL; it is modelled as ``n`` single-GPU nodes whose network bandwidth is one
-  link (NCCL's topology search does not know tori and embeds one ring per channel).
+* A torus has no NCCL; it is modelled the way NCCL sees GPUs joined by point-to-point NVLink
+  without a switch (a DGX-1): one node, NVLink latencies, one link of bandwidth per ring
+  (NCCL's topology search does not know tori and embeds one ring per channel).
 * AllToAll is grouped send/recv in NCCL, outside the tuning tables: not modelled.
 """
 
@@ -35,8 +37,16 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.topology import LinkKind, Topology
 
-__all__ = ["NcclView", "NcclEstimate", "nccl_view", "nccl_estimate", "algo_time",
-           "ALGORITHMS", "PROTOCOLS", "ARCHS"]
+__all__ = [
+    "ALGORITHMS",
+    "ARCHS",
+    "PROTOCOLS",
+    "NcclEstimate",
+    "NcclView",
+    "algo_time",
+    "nccl_estimate",
+    "nccl_view",
+]
 
 ALGORITHMS = ("tree", "ring", "pat")
 PROTOCOLS = ("ll", "ll128", "simple")
@@ -107,7 +117,9 @@ def nccl_view(coll: Collective, arch: str = "hopper") -> NcclView:
         out = [float(topo.link_bandwidth[(topo.link_src == r) & ~topo.link_failed].max(initial=0))
                for r in coll.group[:1]]
         bw = _gbps(out[0])
-        return NcclView(n, n, bw, bw, "nvlink", _channels(bw, arch))
+        # GPUs joined by point-to-point links and no switch (a DGX-1's hybrid cube mesh) are one
+        # NVLink domain to NCCL; its rings use one link per hop
+        return NcclView(n, 1, bw, 0.0, "nvlink", _channels(bw, arch))
     nodes = topo.node_of_rank[np.asarray(coll.group)]
     n_nodes = len(np.unique(nodes))
     r0 = coll.group[0]
@@ -121,7 +133,8 @@ def nccl_view(coll: Collective, arch: str = "hopper") -> NcclView:
     bw_intra = _gbps(float(topo.link_bandwidth[pick].max())) if pick else 0.0
     kind = int(topo.link_kind[pick[0]]) if pick else int(LinkKind.NVLINK)
     intra_hw = "nvlink" if kind == LinkKind.NVLINK else "pci"
-    bw_inter = _gbps(_nic_share(topo, int(topo.node_of_rank[r0])))
+    # the network ring runs GPU -> (PCIe or NVLink) -> NIC: the slower of the two limits it
+    bw_inter = min(_gbps(_nic_share(topo, int(topo.node_of_rank[r0]))), bw_intra or math.inf)
     bw = bw_intra if n_nodes <= 2 else bw_inter
     return NcclView(n, n_nodes, bw_intra, bw_inter, intra_hw, _channels(bw, arch))
 

@@ -9,14 +9,15 @@ are compared exactly with a reference computed by numpy over the stacked inputs 
 allgather). Buffers that start without data (outputs, scratch, broadcast inputs off the root)
 are filled with garbage (NaN for floats), so reading them shows up in the result.
 
-Size. The run uses the real chunk sizes when all buffers of all ranks hold at most
-``max_elements`` elements. Otherwise every chunk size is divided by the greatest common divisor
-of all chunk and block sizes (an exact rescaling: the schedule's shape is unchanged, one
-element stands for ``gcd`` of them). If that is still too big, each distinct chunk size is
-replaced by a small stand-in (1..4 elements; equal chunks stay equal, empty chunks stay empty);
-the stand-in run is only possible when the stand-in sizes still agree wherever the collective
-needs them to (e.g. alltoall block i->j is as big on both ends, every op moves as many elements
-as it receives), and :class:`ScheduleError` says so when they do not.
+Size. The run uses the real chunk sizes when all buffers of all ranks hold at most 65536
+elements (and at most ``max_elements``). Otherwise every chunk size is divided by the greatest
+common divisor of all chunk and block sizes (an exact rescaling: the schedule's shape is
+unchanged, one element stands for ``gcd`` of them). If that is still over ``max_elements``,
+each distinct chunk size is replaced by a small stand-in (1..4 elements; equal chunks stay
+equal, empty chunks stay empty); the stand-in run is only possible when the stand-in sizes
+still agree wherever the collective needs them to (e.g. alltoall block i->j is as big on both
+ends, every op moves as many elements as it receives), and :class:`ScheduleError` says so when
+they do not.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ _STORAGE = {DType.FP64: np.float64, DType.FP32: np.float32, DType.FP16: np.float
             DType.INT32: np.int32, DType.UINT32: np.uint32, DType.INT64: np.int64,
             DType.UINT64: np.uint64}
 DTYPES = tuple(DType)
+
+#: up to this many elements in all buffers the run uses the real chunk sizes; beyond it the
+#: exact gcd rescaling is as telling (ops move whole chunks) and cheaper
+_REAL_LIMIT = 1 << 16
 
 _UFUNC = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MIN: np.minimum,
           ReduceOp.MAX: np.maximum}
@@ -72,7 +77,7 @@ class _Plan:
 
 
 def check_numeric(schedule: Schedule, seed: int = 0, dtypes=None, ops=None,
-                  max_elements: int = 1 << 21) -> None:
+                  max_elements: int = 1 << 25) -> None:
     """Run ``schedule`` on real data for every dtype and reduction op; raise on a mismatch.
 
     ``dtypes`` / ``ops`` restrict the sweep (default: all; ops only matter when reducing).
@@ -86,11 +91,12 @@ def check_numeric(schedule: Schedule, seed: int = 0, dtypes=None, ops=None,
                              CollectiveKind.REDUCE)
     op_list = list(ops) if ops is not None else (list(ReduceOp) if reducing else [coll.op])
     rng = np.random.default_rng(seed)
+    steps = _steps(schedule, plan)
     # products may overflow a float to inf: that is order-independent, hence still exact
     with np.errstate(over="ignore"):
         for dtype in (dtypes or DTYPES):
             for op in op_list:
-                _run_one(schedule, plan, dtype, op, reducing, rng)
+                _run_one(schedule, plan, steps, dtype, op, reducing, rng)
 
 
 # -- sizes -----------------------------------------------------------------------------------
@@ -100,7 +106,7 @@ def _plan(s: Schedule, max_elements: int) -> _Plan:
     c = cm.contract
     elems = [s.chunk_elems(b) for b in Buf]
     real_total = int(sum(int(e.sum()) for e in elems))
-    if real_total <= max_elements:
+    if real_total <= min(max_elements, _REAL_LIMIT):
         return _layout(s, elems, c, lambda e: e, "real chunk sizes")
     g = 0
     for a in elems + [c.input_blocks, c.output_blocks]:
@@ -112,8 +118,10 @@ def _plan(s: Schedule, max_elements: int) -> _Plan:
                        f"one element per {g} (every chunk and block size divides by {g})")
     distinct = np.unique(np.concatenate([e.ravel() for e in elems]))
     distinct = distinct[distinct > 0]
-    # the k-th smallest distinct size becomes 1 + k % 4 elements; 0 stays 0
-    table = np.concatenate([[0], 1 + np.arange(len(distinct)) % 4]).astype(np.int64)
+    # the k-th smallest distinct size becomes 1 + k % 4 elements (never more than its size
+    # in gcd units); 0 stays 0
+    table = np.concatenate([[0], np.minimum(1 + np.arange(len(distinct)) % 4,
+                                            distinct // g)]).astype(np.int64)
 
     def standin(e: np.ndarray) -> np.ndarray:
         k = np.searchsorted(distinct, e)
@@ -244,10 +252,6 @@ def _reference(kind: CollectiveKind, op: ReduceOp, dtype: DType, inputs: list[np
     n = len(inputs)
     t = _STORAGE[dtype]
 
-    def block(r: int, j: int) -> np.ndarray:
-        b = plan.input_blocks[r]
-        return inputs[r][b[j]:b[j + 1]]
-
     def reduce(stack: np.ndarray) -> np.ndarray:
         if op is ReduceOp.SUM:
             out = np.sum(stack, axis=0, dtype=t)
@@ -260,13 +264,23 @@ def _reference(kind: CollectiveKind, op: ReduceOp, dtype: DType, inputs: list[np
         return _round_bf16(out) if dtype is DType.BF16 else out
 
     if kind is CollectiveKind.ALLTOALL:
-        # output block i of rank j is input block j of rank i: a transpose of blocks
-        return [np.concatenate([block(i, j) for i in range(n)]) for j in range(n)]
+        # output block i of rank j is input block j of rank i: a transpose of blocks, done as
+        # one gather over the concatenated inputs
+        flat = np.concatenate(inputs)
+        base = np.concatenate([[0], np.cumsum([len(x) for x in inputs])[:-1]])
+        starts = np.array([b[:-1] for b in plan.input_blocks])          # (i, j)
+        sizes = np.array([np.diff(b) for b in plan.input_blocks])
+        gathered = flat[_expand((base[:, None] + starts).T.ravel(), sizes.T.ravel())]
+        cut = np.cumsum(sizes.sum(axis=0))[:-1]
+        return np.split(gathered, cut)
     if kind is CollectiveKind.ALLGATHER:
         whole = np.concatenate(inputs)
         return [whole for _ in range(n)]
     if kind is CollectiveKind.REDUCESCATTER:
-        return [reduce(np.stack([block(i, r) for i in range(n)])) for r in range(n)]
+        # the blocks are cut alike on every rank (checked when the sizes were planned)
+        whole = reduce(np.stack(inputs))
+        b = plan.input_blocks[0]
+        return [whole[b[r]:b[r + 1]] for r in range(n)]
     if kind is CollectiveKind.ALLREDUCE:
         whole = reduce(np.stack(inputs))
         return [whole for _ in range(n)]
@@ -300,7 +314,29 @@ def _expand(start: np.ndarray, length: np.ndarray) -> np.ndarray:
     return np.repeat(start - first, length) + np.arange(total)
 
 
-def _run_one(s: Schedule, plan: _Plan, dtype: DType, op: ReduceOp, reducing: bool,
+def _steps(s: Schedule, plan: _Plan) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per step: the flat element indices every op reads and writes, and which are reduced.
+
+    Computed once and shared by every dtype and op of the sweep.
+    """
+    o = s.ops
+    order = np.argsort(o.step, kind="stable")
+    cuts = np.flatnonzero(np.diff(o.step[order])) + 1
+    index_type = np.int32 if plan.total < 2**31 else np.int64
+    out = []
+    for idx in np.split(order, cuts) if len(order) else []:
+        s_start, length = _element_index(plan, o.src_buf[idx], o.src[idx], o.src_off[idx],
+                                         o.count[idx])
+        d_start, _ = _element_index(plan, o.dst_buf[idx], o.dst[idx], o.dst_off[idx],
+                                    o.count[idx])
+        red = np.repeat(o.kind[idx] == OpKind.REDUCE, length)
+        out.append((_expand(s_start, length).astype(index_type),
+                    _expand(d_start, length).astype(index_type),
+                    red if red.any() else None))
+    return out
+
+
+def _run_one(s: Schedule, plan: _Plan, steps, dtype: DType, op: ReduceOp, reducing: bool,
              rng: np.random.Generator) -> None:
     coll = s.collective
     n = s.n
@@ -314,19 +350,9 @@ def _run_one(s: Schedule, plan: _Plan, dtype: DType, op: ReduceOp, reducing: boo
             a = int(plan.region[Buf.INPUT][r])
             state[a:a + len(inputs[r])] = inputs[r]
     ufunc = _UFUNC[op]
-    o = s.ops
-    order = np.argsort(o.step, kind="stable")
-    cuts = np.flatnonzero(np.diff(o.step[order])) + 1
-    for idx in np.split(order, cuts) if len(order) else []:
-        s_start, length = _element_index(plan, o.src_buf[idx], o.src[idx], o.src_off[idx],
-                                         o.count[idx])
-        d_start, _ = _element_index(plan, o.dst_buf[idx], o.dst[idx], o.dst_off[idx],
-                                    o.count[idx])
-        src = _expand(s_start, length)
-        dst = _expand(d_start, length)
+    for src, dst, red in steps:
         values = state[src]                      # every op reads the previous step's state
-        red = np.repeat(o.kind[idx] == OpKind.REDUCE, length)
-        if red.any():
+        if red is not None:
             combined = ufunc(state[dst[red]], values[red])
             if dtype is DType.BF16:
                 combined = _round_bf16(combined)

@@ -49,9 +49,9 @@ import numpy as np
 
 from cclc.collective import CollectiveKind
 from cclc.errors import ScheduleError
-from cclc.ir import Buf, Schedule
+from cclc.ir import Buf, Schedule, format_schedule
 
-__all__ = ["SimResult", "simulate", "bus_factor", "SIM_MODES"]
+__all__ = ["SIM_MODES", "SimResult", "bus_factor", "simulate"]
 
 SIM_MODES = ("lockstep", "event")
 
@@ -140,6 +140,7 @@ def _prepare(s: Schedule) -> _Prepared:
     if len(routes.links) and (routes.links.min() < 0 or routes.links.max() >= topo.n_links):
         raise ScheduleError(f"a route names a link outside 0..{topo.n_links - 1} of topology "
                             f"'{topo.name}'")
+    _check_ranges(s)
     lengths = routes.lengths()[route]
     starts = routes.offsets[:-1][route]
     n_pairs = int(lengths.sum())
@@ -148,11 +149,30 @@ def _prepare(s: Schedule) -> _Prepared:
     within = np.arange(n_pairs, dtype=np.int64) - np.repeat(first, lengths)
     pair_link = routes.links[np.repeat(starts, lengths) + within].astype(np.int64)
     # route latency of every op: the sum of its links' latencies
-    lat = np.bincount(pair_op, weights=topo.link_latency[pair_link], minlength=len(ops))
+    lat = np.bincount(pair_op, weights=topo.link_latency[pair_link],
+                      minlength=len(ops)).astype(np.float64)
     net_ops = np.flatnonzero(lengths > 0)
     return _Prepared(op_bytes=s.op_bytes().astype(np.float64), route_latency=lat,
                      pair_op=pair_op, pair_link=pair_link, pair_starts=first[net_ops],
                      net_ops=net_ops)
+
+
+def _check_ranges(s: Schedule) -> None:
+    """Ranks, buffers and chunk ranges inside the schedule's layouts (the simulator indexes
+    with them; the verifier says more about a schedule that is wrong in other ways)."""
+    ops = s.ops
+    bad = (ops.src < 0) | (ops.src >= s.n) | (ops.dst < 0) | (ops.dst >= s.n) | (ops.count < 0)
+    for side in ("src", "dst"):
+        buf = getattr(ops, f"{side}_buf")
+        off = getattr(ops, f"{side}_off").astype(np.int64)
+        bad |= (buf < 0) | (buf > max(Buf))
+        for b in Buf:
+            m = buf == b
+            bad[m] |= (off[m] < 0) | (off[m] + ops.count[m] > s.n_chunks(b))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ScheduleError(f"op #{i} reads or writes outside the ranks or buffers of the "
+                            f"schedule:\n{format_schedule(s, around=i)}")
 
 
 def _local_time(s: Schedule, p: _Prepared, local_bandwidth: float | None) -> np.ndarray:
@@ -183,7 +203,8 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
     local = _local_time(schedule, p, local_bandwidth)
     topo = schedule.topology
     bw = topo.link_bandwidth
-    link_bytes = np.bincount(p.pair_link, weights=p.op_bytes[p.pair_op], minlength=topo.n_links)
+    link_bytes = np.bincount(p.pair_link, weights=p.op_bytes[p.pair_op],
+                             minlength=topo.n_links).astype(np.float64)
     link_busy = link_bytes / bw
     if mode == "lockstep":
         start, finish, path = _lockstep(schedule, p, local)
@@ -223,15 +244,16 @@ def _step_link_busy(s: Schedule, p: _Prepared) -> tuple[np.ndarray, np.ndarray, 
     n_links = s.topology.n_links
     key = s.ops.step.astype(np.int64)[p.pair_op] * n_links + p.pair_link
     keys, inverse = np.unique(key, return_inverse=True)
+    # (bincount of nothing is int64: cast, an empty schedule is still a schedule)
     busy = np.bincount(inverse, weights=p.op_bytes[p.pair_op], minlength=len(keys))
-    busy /= s.topology.link_bandwidth[keys % n_links]
+    busy = busy.astype(np.float64) / s.topology.link_bandwidth[keys % n_links]
     return keys, busy, inverse
 
 
 def _step_links(s: Schedule, p: _Prepared) -> tuple[np.ndarray, tuple[int | None, ...]]:
     n_steps, n_links = s.n_steps, s.topology.n_links
     step_bytes = np.bincount(s.ops.step.astype(np.int64)[p.net_ops],
-                             weights=p.op_bytes[p.net_ops], minlength=n_steps)
+                             weights=p.op_bytes[p.net_ops], minlength=n_steps).astype(np.float64)
     keys, busy, _ = _step_link_busy(s, p)
     busiest: list[int | None] = [None] * n_steps
     if len(keys):

@@ -40,7 +40,12 @@ from cclc.topology import (
 from cclc.units import UNITS, parse_quantity
 from dsl import ast
 
-__all__ = ["Program", "elaborate"]
+__all__ = ["MAX_BYTES", "MAX_RANKS", "Program", "elaborate"]
+
+# Far beyond any machine cclc is meant for, and small enough that a typo (an extra zero or
+# three) is an error message instead of an out-of-memory crash while building the model.
+MAX_RANKS = 1 << 20
+MAX_BYTES = 1 << 50     # 1024 TiB: keeps byte counts exact in int64 and float64 arithmetic
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,12 +187,6 @@ def _latency(q: ast.Quantity) -> float:
     if value < 0:
         raise SemanticError(f"a latency must be >= 0, got {_text(q)}", q.span)
     return value
-
-
-# Far beyond any machine cclc is meant for, and small enough that a typo (an extra zero or
-# three) is an error message instead of an out-of-memory crash while building the model.
-MAX_RANKS = 1 << 20
-MAX_BYTES = 1 << 50     # 1024 TiB: keeps byte counts exact in int64 and float64 arithmetic
 
 
 def _count(n: ast.Number, what: str, minimum: int = 1) -> int:

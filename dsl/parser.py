@@ -2,7 +2,7 @@
 
 lark parses with the LALR grammar in ``ccl.lark``; a Transformer run after ``parse()`` turns the
 tree into :mod:`dsl.ast` nodes with spans. A lark error becomes a :class:`SyntaxErr` whose
-message names what was expected in words ("a number", "'{'", "a new line or ';'"), never a
+message names what was expected in words ("a number", "'{'", "';' or a new line"), never a
 grammar-internal terminal name.
 """
 

@@ -61,7 +61,7 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
     for r, tbs in enumerate(low.tbs):
         gpus.append(dict(
             id=r, i_chunks=low.units[Buf.INPUT], o_chunks=low.units[Buf.OUTPUT],
-            s_chunks=low.units[Buf.SCRATCH],
+            s_chunks=low.scratch[r],
             tbs=[dict(id=tb.id, send=tb.send, recv=tb.recv, chan=tb.chan, steps=[
                 dict(s=st.index, type=st.type, srcbuf=_BUF[st.sb], srcoff=st.so,
                      dstbuf=_BUF[st.db], dstoff=st.do, cnt=st.cnt, depid=st.depid,

@@ -30,10 +30,12 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from backends.common import UnitSchedule
 from backends.msccl.runtimes import Runtime
 from cclc.errors import ScheduleError
-from cclc.ir import Buf, OpKind, format_op
+from cclc.ir import Buf, OpKind
 
 __all__ = ["Op", "Instr", "Threadblock", "Lowered", "lower"]
 
@@ -95,24 +97,28 @@ class Lowered:
 
     tbs: tuple[tuple[Threadblock, ...], ...]
     units: tuple[int, int, int]
+    scratch: tuple[int, ...]     # s_chunks of each GPU
     nchannels: int
     n_fused: int
 
 
-def _describe(us: UnitSchedule, op: Op) -> str:
-    return (format_op(us.schedule, op.ir) if op.ir is not None
-            else f"the copy of rank {op.src}'s input into scratch")
-
-
-def relocate_input(us: UnitSchedule, max_cnt: int) -> tuple[list[Op], tuple[int, int, int]]:
-    """The ops (in units); if the input is ever written, it moves to scratch behind the
-    schedule's own scratch, filled by local copies before step 0."""
+def relocate_input(us: UnitSchedule, max_cnt: int
+                   ) -> tuple[list[Op], tuple[int, int, int], tuple[int, ...]]:
+    """The ops in units, none longer than ``max_cnt`` (longer ones are cut into consecutive
+    pieces, as the runtime itself cuts a step's ``cnt`` by its maximum); the buffer sizes and
+    each GPU's scratch. If the input is ever written, it moves to scratch behind the largest
+    scratch, filled by local copies before step 0 (the user's ``sendbuff`` is const)."""
     n_in, n_out, n_scr = us.units
-    ops = [Op(i, int(us.step[i]), int(us.src[i]), int(us.dst[i]), OpKind(int(us.kind[i])),
-              Buf(int(us.src_buf[i])), int(us.src_off[i]), Buf(int(us.dst_buf[i])),
-              int(us.dst_off[i]), int(us.count[i])) for i in range(us.n_ops)]
+    ops = []
+    for i in range(us.n_ops):
+        total = int(us.count[i])
+        for lo in range(0, total, max_cnt):
+            ops.append(Op(i, int(us.step[i]), int(us.src[i]), int(us.dst[i]),
+                          OpKind(int(us.kind[i])), Buf(int(us.src_buf[i])),
+                          int(us.src_off[i]) + lo, Buf(int(us.dst_buf[i])),
+                          int(us.dst_off[i]) + lo, min(max_cnt, total - lo)))
     if not us.writes_input():
-        return ops, us.units
+        return ops, us.units, us.scratch_units
     for op in ops:
         if op.sb is Buf.INPUT:
             op.sb, op.so = Buf.SCRATCH, op.so + n_scr
@@ -121,7 +127,7 @@ def relocate_input(us: UnitSchedule, max_cnt: int) -> tuple[list[Op], tuple[int,
     first = [Op(None, -1, r, r, OpKind.COPY, Buf.INPUT, lo, Buf.SCRATCH, n_scr + lo,
                 min(max_cnt, n_in - lo))
              for r in range(us.n) for lo in range(0, n_in, max_cnt)]
-    return first + ops, (n_in, n_out, n_scr + n_in)
+    return first + ops, (n_in, n_out, n_scr + n_in), (n_scr + n_in,) * us.n
 
 
 class _Accesses:
@@ -196,18 +202,17 @@ def _dead_after(acc: _Accesses, op: Op, skip: tuple[int, ...]) -> bool:
 def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
           nchannels: int | None = None) -> Lowered:
     """Lower ``us`` for runtime ``rt``; :class:`ScheduleError` when a limit is exceeded."""
-    ops, units = relocate_input(us, rt.max_cnt)
+    ops, units, scratch = relocate_input(us, rt.max_cnt)
     nchunks = max(units)
     if nchunks > rt.max_chunks:
-        raise ScheduleError(f"the schedule needs {nchunks} equal chunks per buffer "
-                            f"(chunk = {us.unit} elements), more than {rt.title} can address "
-                            f"({rt.max_chunks}); use fewer or more equal chunks")
-    for op in ops:
-        if op.cnt > rt.max_cnt:
-            raise ScheduleError(f"{_describe(us, op)} moves {op.cnt} chunks of {us.unit} "
-                                f"elements at once; {rt.title} allows at most {rt.max_cnt} "
-                                "(cnt < 72). Use fewer, coarser chunks (the chunk unit is the "
-                                "gcd of all chunk sizes)")
+        sizes = sorted({int(x) for b in Buf for x in np.unique(us.schedule.chunk_elems(b))
+                        if x > 0})
+        shown = ", ".join(map(str, sizes[:6])) + (", ..." if len(sizes) > 6 else "")
+        raise ScheduleError(f"MSCCL needs equal chunks: the gcd of this schedule's chunk sizes "
+                            f"({shown} elements) and its count is {us.unit} element(s), which "
+                            f"makes {nchunks} chunks per buffer, more than {rt.title} can "
+                            f"address ({rt.max_chunks}); choose chunk counts that divide the "
+                            "buffer evenly, or fewer chunks")
     nxt = fuse(ops) if fuse_ops else {}
     prev = {v: k for k, v in nxt.items()}
     acc = _Accesses(ops) if nxt else None
@@ -452,7 +457,8 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
                     rank_tbs[ins.depid].steps[ins.deps].hasdep = True
     _check_limits(tbs, rt)
     chans = {tb.chan for rank_tbs in tbs for tb in rank_tbs}
-    return Lowered(tuple(tuple(t) for t in tbs), units, max(chans) + 1 if chans else 1, n_fused)
+    return Lowered(tuple(tuple(t) for t in tbs), units, scratch,
+                   max(chans) + 1 if chans else 1, n_fused)
 
 
 def _sort_tbs(tbs: list[list[Threadblock]]) -> None:

@@ -20,8 +20,16 @@ import jinja2
 
 from cclc.errors import CclError
 
-__all__ = ["emit", "render", "build", "LIBRARY", "CFLAGS", "LDFLAGS", "TUNER_SYMBOLS",
-           "PROFILER_SYMBOLS"]
+__all__ = [
+    "CFLAGS",
+    "LDFLAGS",
+    "LIBRARY",
+    "PROFILER_SYMBOLS",
+    "TUNER_SYMBOLS",
+    "build",
+    "emit",
+    "render",
+]
 
 LIBRARY = "libnccl-tuner-cclc.so"
 CFLAGS = "-O2 -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden"

@@ -37,7 +37,7 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.fabric_routing import finish
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
-__all__ = ["pat_dims", "pat_offsets", "aggregation", "pat_steps"]
+__all__ = ["aggregation", "pat_dims", "pat_offsets", "pat_steps"]
 
 _KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER})
 

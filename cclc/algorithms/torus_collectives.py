@@ -48,7 +48,7 @@ from cclc.errors import CollectiveError
 from cclc.fabric_routing import finish
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
-__all__ = ["Grid", "Piece", "grid_schedule", "folded_order", "KINDS"]
+__all__ = ["KINDS", "Grid", "Piece", "folded_order", "grid_schedule"]
 
 KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
                    CollectiveKind.ALLREDUCE})
@@ -57,10 +57,12 @@ KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
 @dataclass(frozen=True)
 class Piece:
     """One share of every block: ``direction`` (+1/-1) around each ring, reduce-scatter
-    dimension ``order`` (the all-gather uses it reversed)."""
+    dimension ``order`` (the all-gather uses it reversed), and a ``delay`` in steps before it
+    starts (pipelining: a delayed piece uses one dimension while another piece uses the next)."""
 
     direction: int
     order: tuple[int, ...]
+    delay: int = 0
 
 
 class Grid:
@@ -139,7 +141,7 @@ class _Engine:
         piece, the step after its last op. The accumulator must hold the inputs already."""
         g, P, ends = self.grid, self.P, []
         for p, piece in enumerate(self.pieces):
-            t0 = first_step
+            t0 = first_step + piece.delay
             for j, dim in enumerate(piece.order):
                 m = g.dims[dim]
                 done = piece.order[:j]
@@ -205,7 +207,8 @@ def grid_schedule(coll: Collective, grid: Grid, pieces: Sequence[Piece], algorit
     eng = _Engine(b, grid, pieces)
     ranks = np.arange(n)
     if coll.kind is CollectiveKind.ALLGATHER:
-        eng.all_gather([0] * P, Buf.INPUT, lambda r, p: np.full(len(r), p))
+        eng.all_gather([piece.delay for piece in pieces], Buf.INPUT,
+                       lambda r, p: np.full(len(r), p))
         return finish(b, algorithm, schedule, params)
     # the accumulator starts as a copy of every rank's input
     b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
@@ -362,3 +365,75 @@ register(Algorithm(
     name="ring+dimrotation", collectives=KINDS, applicable=_dimrot_applicable, build=_dimrot,
     description="two-direction rings dimension by dimension; 2D pieces with rotated "
                 "dimension orders keep every dimension busy"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Swing (latency-optimal AllReduce on tori)
+
+
+def swing_distance(step: int) -> int:
+    """Swing's signed peer offset ``rho(s) = sum_{i<=s} (-2)^i``: 1, -1, 3, -5, 11, ..."""
+    return sum((-2) ** i for i in range(step + 1))
+
+
+def _swing_dims(coll: Collective) -> tuple[list[int], str | None]:
+    topo = coll.topology
+    if topo.dims is not None and tuple(coll.group) == topo.all_ranks() and not topo.failed_ranks:
+        dims = [d for d, m in enumerate(topo.dims) if m > 1]
+        bad = [topo.dims[d] for d in dims if topo.dims[d] & (topo.dims[d] - 1)]
+        if bad:
+            return [], (f"swing needs every torus dimension to be a power of two; this one has "
+                        f"{'x'.join(map(str, topo.dims))}")
+        return dims, None
+    if coll.n & (coll.n - 1):
+        return [], f"swing needs a power-of-two group (or a whole torus of such); this has {coll.n}"
+    return [], None
+
+
+def _swing_applicable(coll: Collective, **params) -> str | None:
+    if coll.kind is not CollectiveKind.ALLREDUCE:
+        return f"swing serves allreduce, not {coll.kind.value}"
+    if params:
+        return f"swing takes no parameters (got {', '.join(sorted(params))})"
+    if coll.n < 2:
+        return "swing needs at least 2 ranks"
+    return _swing_dims(coll)[1]
+
+
+def _swing(coll: Collective, **params) -> Schedule:
+    """Latency-optimal Swing: per dimension, ``log2 d`` steps in which rank ``r`` exchanges its
+    whole partial vector with ``r + rho(s)`` (even ``r``) or ``r - rho(s)`` (odd ``r``) along the
+    dimension's ring and adds what it receives. The peers' sets of contributions are disjoint at
+    every step, so after all steps every rank holds the full sum. A whole torus runs the
+    dimensions one after another (an allreduce along each dimension in turn is an allreduce)."""
+    dims, _ = _swing_dims(coll)
+    if dims:
+        grid = Grid(np.arange(coll.n).reshape(coll.topology.dims))
+    else:
+        grid = Grid(_ring_members(coll))
+        dims = [0]
+    b = ScheduleBuilder(coll, input=[coll.count], output=[coll.count])
+    ranks = np.arange(coll.n)
+    b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
+          dst_off=0)
+    step = 1
+    for dim in dims:
+        m = grid.dims[dim]
+        pos = grid.coords[:, dim]
+        for s in range(m.bit_length() - 1):
+            rho = swing_distance(s)
+            c = grid.coords.copy()
+            c[:, dim] = (pos + np.where(pos % 2 == 0, rho, -rho)) % m
+            peer = grid.members[tuple(c.T)]
+            b.add(step=step, src=ranks, dst=peer, route=add_pair_routes(b, coll, ranks, peer),
+                  kind=OpKind.REDUCE, src_buf=Buf.OUTPUT, src_off=0, dst_buf=Buf.OUTPUT,
+                  dst_off=0)
+            step += 1
+    return finish(b, "swing")
+
+
+register(Algorithm(
+    name="swing", collectives=frozenset({CollectiveKind.ALLREDUCE}),
+    applicable=_swing_applicable, build=_swing,
+    description="Swing: log2 steps per dimension with peers 1, 1, 3, 5, 11, ... away "
+                "(whole vector per step; latency-optimal on tori)"))

@@ -58,13 +58,28 @@ import numpy as np
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import hint_int, torus_link_table
 from cclc.algorithms.torus_ring import (
-    MINUS, PLUS, RING, RingPlan, detour_plan, folded_plan, halfring_plan, line_plan, ring_plan)
+    MINUS,
+    PLUS,
+    RING,
+    RingPlan,
+    detour_plan,
+    folded_plan,
+    halfring_plan,
+    line_plan,
+    ring_plan,
+)
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError, ScheduleError
 from cclc.ir import Buf, Schedule, ScheduleBuilder
 
-__all__ = ["TorusFaults", "torus_faults", "build_torus_alltoall", "build_for_sizes",
-           "ALGORITHMS", "SCHEDULES"]
+__all__ = [
+    "ALGORITHMS",
+    "SCHEDULES",
+    "TorusFaults",
+    "build_for_sizes",
+    "build_torus_alltoall",
+    "torus_faults",
+]
 
 ALGORITHMS = ("ring", "halfring", "foldedring", "line")
 SCHEDULES = ("pipeline", "dimrotation")
@@ -143,6 +158,7 @@ def _torus_reason(coll: Collective, what: str) -> str | None:
         return (f"rank {dead} has failed: the collective runs on the {coll.n} surviving ranks, "
                 f"which are not a full torus, and {what} needs every ring whole; 'direct' "
                 f"serves the surviving group")
+    # any order of the whole torus is fine: blocks are placed by group index
     if sorted(coll.group) != list(range(topo.n_ranks)):
         return (f"{what} needs the group to be the whole torus ({topo.n_ranks} ranks), not "
                 f"{coll.n} of them; 'direct' serves any group")
@@ -150,11 +166,11 @@ def _torus_reason(coll: Collective, what: str) -> str | None:
     for d in range(len(f.dims)):
         for g, edges in f.broken[d].items():
             if len(edges) > 1 or (not f.wrap[d] and edges):
-                kind = ("a mesh dimension" if not f.wrap[d]
-                        else f"{len(edges)} failed links")
-                return (f"{f.describe_ring(topo, d, g)} has {kind if f.wrap[d] else 'a failed link in ' + kind}"
-                        f": it falls apart into pieces that no ring schedule can join; 'direct' "
-                        f"routes around the failures")
+                what_failed = (f"{len(edges)} failed links" if f.wrap[d]
+                               else "a failed link on a mesh dimension")
+                return (f"{f.describe_ring(topo, d, g)} has {what_failed}: it falls apart into "
+                        f"pieces that no ring schedule can join; 'direct' routes around the "
+                        f"failures")
             if f.dims[d] == 2 and edges:
                 return (f"{f.describe_ring(topo, d, g)} (2 ranks) has lost its only link; "
                         f"'direct' routes around it")
@@ -256,14 +272,21 @@ def _build(coll: Collective, lay: _Layout, algorithm: str, schedule: str,
     per_piece = (n_phases - 1) * region + n_phases * transit
     nonuniform = coll.pair_sizes is not None
 
+    group = np.asarray(coll.group, dtype=np.int64)
+    gidx = np.empty(n, dtype=np.int64)          # global rank -> group index
+    gidx[group] = np.arange(n)
     b = ScheduleBuilder(coll, input=[0], output=[0])
-    single = b.add_routes(np.arange(topo.n_links + 1), np.arange(topo.n_links))
+    # one single-link route per healthy link (a failed link gets none, so no op can name it)
+    healthy = np.flatnonzero(~topo.link_failed)
+    single = np.full(topo.n_links, -1, dtype=np.int64)
+    single[healthy] = b.add_routes(np.arange(len(healthy) + 1), healthy)
     rows_all: list[dict[str, np.ndarray]] = []
 
     if nonuniform:
         elems = coll.pair_sizes // coll.dtype.itemsize
-        chunks_in = _split(elems, P, lay.lane_weights).reshape(n, n * PL)
-        chunks_out = _split(elems.T, P, lay.lane_weights).reshape(n, n * PL)
+        # rows by global rank (the ops name global ranks until the end)
+        chunks_in = _split(elems, P, lay.lane_weights).reshape(n, n * PL)[gidx]
+        chunks_out = _split(elems.T, P, lay.lane_weights).reshape(n, n * PL)[gidx]
         scratch_sz = np.zeros((n, P * per_piece), dtype=np.int64)
         sz = {Buf.INPUT: chunks_in, Buf.OUTPUT: chunks_out, Buf.SCRATCH: scratch_sz}
 
@@ -304,19 +327,19 @@ def _build(coll: Collective, lay: _Layout, algorithm: str, schedule: str,
             m = n // N
             block = np.take(slots, 0, axis=d).ravel()           # slots with j_d = 0
             if i == 0:
-                in_buf, in_chunk = Buf.INPUT, (lambda s, l: s * PL + p * L + l)
+                in_buf, in_chunk = Buf.INPUT, (lambda s, l, p=p: gidx[s] * PL + p * L + l)
             else:
                 rb = base + (i - 1) * region
-                in_buf, in_chunk = Buf.SCRATCH, (lambda s, l, rb=rb: rb + s * L + l)
+                in_buf, in_chunk = Buf.SCRATCH, (lambda s, l, rb=rb: rb + l * n + s)
             if i == len(phases) - 1:
-                out_buf, out_chunk = Buf.OUTPUT, (lambda s, l: s * PL + p * L + l)
+                out_buf, out_chunk = Buf.OUTPUT, (lambda s, l, p=p: gidx[s] * PL + p * L + l)
             else:
                 ob = base + i * region
-                out_buf, out_chunk = Buf.SCRATCH, (lambda s, l, ob=ob: ob + s * L + l)
+                out_buf, out_chunk = Buf.SCRATCH, (lambda s, l, ob=ob: ob + l * n + s)
             tb = base + (n_phases - 1) * region + i * transit
 
             def transit_chunk(h, c, w, l, tb=tb, m=m, N=N):
-                return tb + ((h * N + c) * m + w) * L + l
+                return tb + l * (transit // L) + (h * N + c) * m + w
 
             ops = _Ops()
             for gi, grp in enumerate(lay.groups[d]):
@@ -378,36 +401,44 @@ def _build(coll: Collective, lay: _Layout, algorithm: str, schedule: str,
                                                     "slot")
                         else:
                             sz[buf][tgt] = val[mk]
-            rows_all.append(_coalesce(rows))
+            merged = _coalesce(rows)
+            merged.pop("hop")
+            rows_all.append({k: v.astype(np.int32) for k, v in merged.items()})
+            del rows, merged
 
     cols = {k: np.concatenate([r[k] for r in rows_all]) for k in rows_all[0]}
-    cols.pop("hop")
-    group_of = np.full(topo.n_ranks, -1, dtype=np.int64)
-    group_of[np.asarray(coll.group)] = np.arange(coll.n)
-    b.add(step=cols["step"], src=group_of[cols["src"]], dst=group_of[cols["dst"]],
+    del rows_all
+    b.add(step=cols["step"], src=gidx[cols["src"]], dst=gidx[cols["dst"]],
           route=cols["route"], src_buf=cols["src_buf"], src_off=cols["src_off"],
           dst_buf=cols["dst_buf"], dst_off=cols["dst_off"], count=cols["count"])
     params = tuple(lay.params)
     out = []
     for size in (sizes or [coll.size]):
         if nonuniform:
-            layouts = (sz[Buf.INPUT], sz[Buf.OUTPUT], sz[Buf.SCRATCH])
+            layouts = (sz[Buf.INPUT][group], sz[Buf.OUTPUT][group], sz[Buf.SCRATCH][group])
             c = coll
         else:
             c = coll if size == coll.size else _resized(coll, size)
             e = _split(np.array([c.count // n]), P, lay.lane_weights).reshape(P, L)
             layouts = (np.tile(e.ravel(), n), np.tile(e.ravel(), n),
-                       _scratch_layout(e, per_piece, L))
-        b.collective = c
-        b.layouts = tuple(np.asarray(x, dtype=np.int64) for x in layouts)
-        out.append(b.build(algorithm, schedule, params))
+                       _scratch_layout(e, n, n_phases, transit))
+        layouts = tuple(np.asarray(x, dtype=np.int64) for x in layouts)
+        if not out:
+            b.collective, b.layouts = c, layouts
+            out.append(b.build(algorithm, schedule, params))
+        else:
+            out.append(out[0].replace(collective=c, layouts=layouts))
     return out
 
 
-def _scratch_layout(e: np.ndarray, per_piece: int, L: int) -> np.ndarray:
-    """Uniform scratch: every region of piece ``p`` repeats the piece's lane sizes."""
-    return np.concatenate([np.tile(e[p], per_piece // L) for p in range(e.shape[0])]) \
-        if per_piece else np.zeros(0, dtype=np.int64)
+def _scratch_layout(e: np.ndarray, n: int, n_phases: int, transit: int) -> np.ndarray:
+    """Uniform scratch: per piece, each region and transit area is lane-major."""
+    L = e.shape[1]
+    parts = []
+    for p in range(e.shape[0]):
+        parts += [np.repeat(e[p], n)] * (n_phases - 1)
+        parts += [np.repeat(e[p], transit // L)] * n_phases
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _resized(coll: Collective, size: int) -> Collective:
@@ -451,7 +482,7 @@ def _dim_groups(algorithm: str, f: TorusFaults, d: int, L: int, cache: dict,
     N, wrap = f.dims[d], f.wrap[d]
 
     def plan(kind, *args):
-        key = (kind, N) + args
+        key = (kind, algorithm, N, wrap) + args
         if key not in cache:
             cache[key] = {"healthy": lambda lane: _healthy_plan(algorithm, N, wrap, lane),
                           "folded": lambda cut: folded_plan(N, cut),
@@ -561,18 +592,80 @@ def _single_rank(coll: Collective, sizes: list[int], algorithm: str, schedule: s
 # MATE / MATEe
 
 
-def _plan_time_per_unit(topo, plan: RingPlan, ring: np.ndarray, d: int) -> float:
-    """Seconds the busiest link of ``plan`` on ``ring`` needs per byte of a rank's data
-    (every block is 1/N of it)."""
+def _plan_time_per_unit(topo, plans: list[RingPlan], ring: np.ndarray, d: int) -> float:
+    """Seconds the busiest link needs per byte of a rank's data when ``plans`` (equal shares:
+    the two antipode directions of an even ring) move it on ``ring``; a block is 1/N of it."""
     table = torus_link_table(topo)
     load: dict[int, float] = {}
-    for src, pid in zip(plan.src.tolist(), plan.path.tolist()):
-        r = int(ring[src])
-        for axis, direction in plan.paths[pid]:
-            link = int(table[r, d if axis == RING else axis, direction])
-            load[link] = load.get(link, 0.0) + 1.0 / plan.n
-            r = int(topo.link_dst[link])
+    for plan in plans:
+        for src, pid in zip(plan.src.tolist(), plan.path.tolist()):
+            r = int(ring[src])
+            for axis, direction in plan.paths[pid]:
+                link = int(table[r, d if axis == RING else axis, direction])
+                load[link] = load.get(link, 0.0) + 1.0 / (plan.n * len(plans))
+                r = int(topo.link_dst[link])
     return max(v / topo.link_bandwidth[k] for k, v in load.items())
+
+
+def _stage_costs(topo, plans: list[RingPlan], ring: np.ndarray, d: int, length: int
+                 ) -> np.ndarray:
+    """Per stage: seconds the busiest link needs per byte of a rank's data (as above, but
+    stage by stage: what a lockstep step costs)."""
+    table = torus_link_table(topo)
+    load: dict[tuple[int, int], float] = {}
+    for plan in plans:
+        for st, src, pid in zip(plan.stage.tolist(), plan.src.tolist(), plan.path.tolist()):
+            r = int(ring[src])
+            for axis, direction in plan.paths[pid]:
+                link = int(table[r, d if axis == RING else axis, direction])
+                key = (st, link)
+                load[key] = load.get(key, 0.0) + 1.0 / (plan.n * len(plans))
+                r = int(topo.link_dst[link])
+    out = np.zeros(length)
+    for (st, link), v in load.items():
+        out[st] = max(out[st], v / topo.link_bandwidth[link])
+    return out
+
+
+def _lockstep_shares(normal: np.ndarray, normal_fr: np.ndarray | None,
+                     accel: list[np.ndarray]) -> tuple[float, np.ndarray]:
+    """Shares that minimize the lockstep time of one stage of the faulty dimension.
+
+    ``normal[k]``: cost of normal step ``k`` without the faulty ring (fixed); ``normal_fr``:
+    per-unit cost of the faulty ring's FoldedRing share in the normal part (MATEe) or None;
+    ``accel[l]``: per-unit cost per accelerating step of lane ``l``. A small LP: minimize the
+    sum over steps of the slowest lane, shares summing to one.
+    """
+    from ortools.linear_solver import pywraplp
+
+    # costs are ~1e-11 s/B: scale them to ~1 so that they sit far above the LP's tolerances
+    scale = max(float(np.max(a)) for a in accel)
+    normal = normal / scale
+    normal_fr = None if normal_fr is None else normal_fr / scale
+    accel = [a / scale for a in accel]
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    w = [solver.NumVar(0.0, 1.0, f"w{i}") for i in range(len(accel))]
+    f = solver.NumVar(0.0, 1.0 if normal_fr is not None else 0.0, "f")
+    solver.Add(sum(w) + f == 1.0)
+    cost = []
+    length = max(len(normal), len(normal_fr) if normal_fr is not None else 0)
+    for k in range(length):
+        t = solver.NumVar(0.0, solver.infinity(), f"n{k}")
+        if k < len(normal):
+            solver.Add(t >= float(normal[k]))
+        if normal_fr is not None and k < len(normal_fr):
+            solver.Add(t >= float(normal_fr[k]) * f)
+        cost.append(t)
+    for k in range(max(len(a) for a in accel)):
+        t = solver.NumVar(0.0, solver.infinity(), f"a{k}")
+        for wi, a in zip(w, accel):
+            if k < len(a):
+                solver.Add(t >= float(a[k]) * wi)
+        cost.append(t)
+    solver.Minimize(sum(cost))
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        raise ScheduleError("internal: the lockstep share LP has no optimum")
+    return float(f.solution_value()), np.array([x.solution_value() for x in w])
 
 
 def _mate_families(f: TorusFaults, fd: int) -> list[tuple[int, int]]:
@@ -613,8 +706,10 @@ def _mate_applicable(coll: Collective, enhanced: bool, params: dict) -> str | No
                 f"other dimension of size > 1 around the faulty ring: foldedring+pipeline "
                 f"serves it")
     rho = params.get("rho", "derived")
-    if not (rho in ("derived", "artifact") or isinstance(rho, (int, float))):
-        return f"rho must be 'derived', 'artifact' or a number, not {rho!r}"
+    if not (rho in ("derived", "artifact", "lockstep") or isinstance(rho, (int, float))):
+        return f"rho must be 'derived', 'artifact', 'lockstep' or a number, not {rho!r}"
+    if isinstance(rho, (int, float)) and not rho >= 0:
+        return f"rho must be >= 0, got {rho}"
     extra = set(params) - {"rho"}
     if extra:
         return f"{what} takes only the parameter rho (got {', '.join(sorted(extra))})"
@@ -643,15 +738,26 @@ def _mate_layout(coll: Collective, enhanced: bool, params: dict) -> _Layout:
     if enhanced:
         normal_len = max(normal_len, folded.n_stages)
     # shares: every accelerating lane finishes together (time per unit measured on the links)
-    hr = halfring_plan(N)
+    ways = (PLUS, MINUS) if N % 2 == 0 else (PLUS,)
     healthy_ring = f.rings[fd][(fg + 1) % f.rings[fd].shape[0]]
-    t_hr = _plan_time_per_unit(topo, hr, healthy_ring, fd)
-    t_fr = _plan_time_per_unit(topo, folded, ring, fd)
-    t_det = [_plan_time_per_unit(topo, detour_plan(N, j, s), ring, fd) for j, s in fams]
+    t_hr = _plan_time_per_unit(topo, [halfring_plan(N, a) for a in ways], healthy_ring, fd)
+    t_fr = _plan_time_per_unit(topo, [folded], ring, fd)
+    t_det = [_plan_time_per_unit(topo, [detour_plan(N, j, s, a) for a in ways], ring, fd)
+             for j, s in fams]
     rho = params.get("rho", "derived")
     share_normal = t_hr / t_fr if enhanced else 0.0
     rest = 1.0 - share_normal
-    if rho == "derived":
+    if rho == "lockstep":
+        hr_len = halfring_plan(N).n_stages
+        normal = _stage_costs(topo, [halfring_plan(N, a) for a in ways], healthy_ring, fd, hr_len)
+        fr_cost = _stage_costs(topo, [folded], ring, fd, folded.n_stages)
+        det_cost = [_stage_costs(topo, [detour_plan(N, j, s, a) for a in ways], ring, fd, hr_len)
+                    for j, s in fams]
+        share_normal, accel = _lockstep_shares(normal, fr_cost if enhanced else None,
+                                               det_cost + [fr_cost])
+        if enhanced and share_normal < 1e-9:
+            normal_len = max([_phase_len(g) for g in healthy_dims.values()] + [hr_len])
+    elif rho == "derived":
         inv = np.array([1.0 / t for t in t_det] + [1.0 / t_fr])
         accel = rest * inv / inv.sum()
     else:
@@ -690,8 +796,16 @@ def _mate_layout(coll: Collective, enhanced: bool, params: dict) -> _Layout:
     D = len(active)
     stage = normal_len + accel_len
     phases = [[(active[(c + i) % D], i * stage) for i in range(D)] for c in range(D)]
-    rho_used = (t_hr / t_fr) if rho == "derived" else (
-        float(rho) if rho != "artifact" else (N / (4 * (N - 1)) if N % 2 else (N + 1) / (4 * N)))
+    if rho == "lockstep":
+        # rho as the reference defines it: own share / share of one other dimension
+        per_dim_share = (accel[:-1].sum() / max(len({j for j, _ in fams}), 1))
+        rho_used = accel[-1] / per_dim_share if per_dim_share > 0 else float("inf")
+    elif rho == "derived":
+        rho_used = t_hr / t_fr
+    elif rho == "artifact":
+        rho_used = N / (4 * (N - 1)) if N % 2 else (N + 1) / (4 * N)
+    else:
+        rho_used = float(rho)
     return _Layout(weights, D, phases, groups,
                    [("rho", round(float(rho_used), 6)), ("faulty_dim", fd)]
                    + ([("normal_share", round(float(share_normal), 6))] if enhanced else []))

@@ -42,8 +42,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RING", "RingPlan", "ring_plan", "halfring_plan", "line_plan", "folded_plan",
-           "detour_plan", "folded_order", "per_link_blocks"]
+__all__ = [
+    "RING",
+    "RingPlan",
+    "detour_plan",
+    "folded_order",
+    "folded_plan",
+    "halfring_plan",
+    "line_plan",
+    "per_link_blocks",
+    "ring_plan",
+]
 
 #: axis of a move along the ring's own dimension
 RING = -1

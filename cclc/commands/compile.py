@@ -58,6 +58,13 @@ def add_parser(sub) -> None:
                         "'a+s' also sets the schedule)")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="compile only this collective (repeatable)")
+    p.add_argument("--msccl-runtime", default="msccl",
+                   choices=["msccl", "msccl-executor", "rccl"],
+                   help="MSCCL XML dialect and limits for --emit msccl: microsoft/msccl, the "
+                        "msccl executor for NCCL, or RCCL (default: msccl)")
+    p.add_argument("--build", action="store_true",
+                   help="with --emit nccl, also build libcclc_<name>.so (nvcc, NCCL headers "
+                        "from the nvidia-nccl-cu13 wheel or NCCL_HOME)")
     p.set_defaults(run=run)
 
 
@@ -105,6 +112,9 @@ class EmitOptions:
     time: float | None
     bound: float | None
     candidates: tuple = ()
+    # read by name by backends.common.coerce_options
+    msccl_runtime: str = "msccl"
+    build: bool = False
 
 
 def _override(coll: Collective, name: str) -> Collective:
@@ -197,7 +207,9 @@ def run(args) -> int:
                                         json.dumps(doc, separators=(",", ":"),
                                                    allow_nan=False) + "\n"))
         options = EmitOptions(source=args.file, force=args.force, time=p.time, bound=p.bound,
-                              candidates=p.candidates)
+                              candidates=p.candidates,
+                              msccl_runtime=getattr(args, "msccl_runtime", "msccl"),
+                              build=getattr(args, "build", False))
         for name, emit in emit_funcs.items():
             files += [str(f) for f in emit(p.schedule, out, options)]
         for f in files:

@@ -12,12 +12,36 @@ from __future__ import annotations
 
 import math
 
-from cclc.tune.space import (DEFAULT_THREADS, Algo, Config, Func, Machine, Proto, Space,
-                             Subspace, max_chunk)
+from cclc.tune.space import (
+    DEFAULT_THREADS,
+    Algo,
+    Config,
+    Func,
+    Machine,
+    Proto,
+    Space,
+    Subspace,
+    max_chunk,
+)
 
-__all__ = ["BASE_LAT", "HW_LAT", "LL_MAX_BW", "PER_CH_RING_LL128", "PER_CH_TREE_LL128",
-           "PER_CH_TREE", "PER_CH_NVLS_TREE", "NVLS_EFFICIENCY", "ARCHS", "scale_index",
-           "nccl_time", "nccl_default", "default_point", "nsteps", "bus_factor"]
+__all__ = [
+    "ARCHS",
+    "nccl_chunk",
+    "BASE_LAT",
+    "HW_LAT",
+    "LL_MAX_BW",
+    "NVLS_EFFICIENCY",
+    "PER_CH_NVLS_TREE",
+    "PER_CH_RING_LL128",
+    "PER_CH_TREE",
+    "PER_CH_TREE_LL128",
+    "bus_factor",
+    "default_point",
+    "nccl_default",
+    "nccl_time",
+    "nsteps",
+    "scale_index",
+]
 
 ARCHS = ("volta", "ampere", "hopper", "blackwell")
 
@@ -179,6 +203,29 @@ def nccl_time(func: Func, algo: Algo, proto: Proto, m: Machine, nbytes: int) -> 
     return nccl_latency(func, algo, proto, m, nbytes, channels) + nbytes / (1000 * bw)
 
 
+def nccl_chunk(algo: Algo, proto: Proto, m: Machine, nbytes: int, channels: int,
+                func: Func = Func.ALLREDUCE) -> int:
+    """The chunk NCCL itself uses: the protocol default, halved for pipelined trees and PAT
+    while the buffer would give each channel too few chunks to fill the pipeline.
+
+    PAT follows §5 (AllGather halves while chunk·nCh·32 > nBytes, ReduceScatter ·16, floor
+    64 KiB). The tree rule (depth·8 / ·4 / ·1 chunks per channel, floors 128/64/32 KiB) is
+    derived from enqueue.cc's chunk tuning and is approximate.
+    """
+    chunk = max_chunk(algo, proto)
+    nc = max(1, channels)
+    if algo is Algo.PAT:
+        factor = 32 if func is Func.ALLGATHER else 16
+        while chunk * nc * factor > nbytes and chunk > 65536:
+            chunk //= 2
+    elif algo in (Algo.TREE, Algo.NVLS_TREE, Algo.COLLNET_CHAIN) and proto is not Proto.LL:
+        depth = max(1, m.ppn - 1 + (math.ceil(math.log2(m.n_nodes)) if m.n_nodes > 1 else 0))
+        for per_channel, floor in ((8, 131072), (4, 65536), (1, 32768)):
+            while nbytes / (nc * chunk) < depth * per_channel and chunk > floor:
+                chunk //= 2
+    return chunk
+
+
 def _thread_threshold(algo: Algo, proto: Proto, n: int) -> int:
     if proto is Proto.LL:
         return 8 * (n if algo is Algo.RING else 1)
@@ -226,6 +273,8 @@ def default_point(space: Space, sub: Subspace, nbytes: int) -> Config:
         else:
             break
     nt = min(sub.threads, key=lambda v: abs(v - nt))
-    chunk = max_chunk(algo, proto)
-    chunk = min(sub.chunks, key=lambda v: abs(v - chunk))
+    chunk = 0
+    if sub.chunks != (0,):
+        own = nccl_chunk(algo, proto, m, nbytes, nc, space.func)
+        chunk = min(sub.chunks, key=lambda v: abs(v - own))
     return Config(algo, proto, sub.transport, nc, nt, chunk)

@@ -13,8 +13,14 @@ import json
 from cclc.tune.space import ALGO_NAMES, FUNC_NAMES, PROTO_NAMES
 from cclc.tune.tuning import TableEntry, TuneResult
 
-__all__ = ["table_csv", "table_json", "nccl_conf", "example_tuner_csv", "plugin_rows",
-           "TABLE_COLUMNS"]
+__all__ = [
+    "TABLE_COLUMNS",
+    "example_tuner_csv",
+    "nccl_conf",
+    "plugin_rows",
+    "table_csv",
+    "table_json",
+]
 
 TABLE_COLUMNS = ("target", "collective", "nranks", "nnodes", "nbytes", "min_bytes", "max_bytes",
                  "algorithm", "protocol", "transport", "channels", "threads", "chunk",

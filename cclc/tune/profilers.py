@@ -32,12 +32,30 @@ import numpy as np
 
 from cclc.errors import SemanticError
 from cclc.tune import ncclcost
-from cclc.tune.space import (ALGO_NAMES, FUNC_NAMES, NCCL_STEPS, PROTO_NAMES, Algo, Config,
-                             Func, Machine, Proto)
+from cclc.tune.space import (
+    ALGO_NAMES,
+    FUNC_NAMES,
+    NCCL_STEPS,
+    PROTO_NAMES,
+    Algo,
+    Config,
+    Func,
+    Machine,
+    Proto,
+)
 
-__all__ = ["Case", "Profiler", "ModelProfiler", "CsvProfiler", "NcclTestsProfiler",
-           "NcclTestsRow", "parse_nccl_tests", "nccl_env", "profiler_from_spec",
-           "NCCL_TESTS_BINARY"]
+__all__ = [
+    "NCCL_TESTS_BINARY",
+    "Case",
+    "CsvProfiler",
+    "ModelProfiler",
+    "NcclTestsProfiler",
+    "NcclTestsRow",
+    "Profiler",
+    "nccl_env",
+    "parse_nccl_tests",
+    "profiler_from_spec",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +149,11 @@ class ModelProfiler(Profiler):
         """Predicted time in µs of each (channels, threads, chunk) triple."""
         m, func, size = case.machine, case.func, float(case.nbytes)
         n, nodes = m.n_ranks, m.n_nodes
+        if np.any(chunk == 0):
+            # chunk 0 is NCCL's own choice, which depends on the channel count
+            own = {c: ncclcost.nccl_chunk(algo, proto, m, case.nbytes, int(c), func)
+                   for c in np.unique(nc[chunk == 0])}
+            chunk = np.where(chunk == 0, [own.get(c, 1) for c in nc], chunk)
         intra = m.intra_bw * (SHM_BW_FACTOR if transport == "shm" else 1.0)
         if nodes == 1:
             cap = intra
@@ -157,10 +180,8 @@ class ModelProfiler(Profiler):
             # moves about the buffer once per direction instead of 2(n-1)/n of it
             alg = bus
             unit = size / n
-        elif ring_like and func in (Func.ALLREDUCE, Func.ALLGATHER, Func.REDUCESCATTER):
-            alg = bus / ncclcost.bus_factor(func, n)
-            unit = size / n
-        elif algo is Algo.NVLS_TREE:
+        elif (ring_like and func in (Func.ALLREDUCE, Func.ALLGATHER, Func.REDUCESCATTER)
+              or algo is Algo.NVLS_TREE):
             alg = bus / ncclcost.bus_factor(func, n)
             unit = size / n
         else:
@@ -244,7 +265,8 @@ class CsvProfiler(Profiler):
             try:
                 nbytes, channels = int(row["nbytes"]), int(row["channels"])
                 busbw = float(row["busbw"])
-                opt = tuple(None if not row.get(k) else (row[k] if k == "transport" else int(row[k]))
+                opt = tuple(None if not row.get(k)
+                            else (row[k] if k == "transport" else int(row[k]))
                             for k in _CSV_OPTIONAL)
             except ValueError as err:
                 raise SemanticError(f"{where}: {err}") from None
@@ -290,7 +312,9 @@ def nccl_env(config: Config) -> dict[str, str]:
     if config.algo is Algo.RING:
         key = "NCCL_LL128_NTHREADS" if config.proto is Proto.LL128 else "NCCL_NTHREADS"
         env[key] = str(config.threads)
-    if config.proto is Proto.SIMPLE:
+    if config.chunk == 0:
+        pass                            # NCCL's own chunk: leave the buffers alone
+    elif config.proto is Proto.SIMPLE:
         steps = NCCL_STEPS // 2 if config.algo is Algo.RING else 1
         env["NCCL_BUFFSIZE"] = str(config.chunk * NCCL_STEPS // steps)
     elif config.proto is Proto.LL:

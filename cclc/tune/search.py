@@ -18,6 +18,7 @@ spent where it pays.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 from collections.abc import Iterable, Sequence
@@ -28,8 +29,16 @@ from cclc.tune.ncclcost import default_point, nccl_default
 from cclc.tune.profilers import Case, Profiler
 from cclc.tune.space import Config, Space, Subspace
 
-__all__ = ["MeasurementCache", "Evaluator", "SearchResult", "coordinate_descent", "exhaustive",
-           "random_search", "search", "METHODS"]
+__all__ = [
+    "METHODS",
+    "Evaluator",
+    "MeasurementCache",
+    "SearchResult",
+    "coordinate_descent",
+    "exhaustive",
+    "random_search",
+    "search",
+]
 
 METHODS = ("cd", "exhaustive", "random")
 
@@ -72,13 +81,17 @@ class MeasurementCache:
     def __len__(self) -> int:
         return len(self._data)
 
+    def dumps(self) -> str:
+        """The cache as JSON text (what :meth:`save` writes)."""
+        return json.dumps({"format": self.FORMAT, "version": 1, "entries": self._data})
+
     def save(self) -> None:
         """Write the cache back (atomically) when it has a path."""
         if not self.path:
             return
         tmp = f"{self.path}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"format": self.FORMAT, "version": 1, "entries": self._data}, f)
+            f.write(self.dumps())
         os.replace(tmp, self.path)
 
 
@@ -194,6 +207,14 @@ def _descend(sub: Subspace, ev: Evaluator, start: list[int]) -> None:
                 cur, f_cur, fails = nxt, f_nxt, 0
                 step *= 2                   # a success: stride further along this axis
                 continue
+            if f_nxt == f_cur and math.isfinite(f_cur):
+                # a plateau (e.g. every chunk above the per-channel share performs alike):
+                # strict descent would stop on it, so look along it at doubling distances
+                found = _across_plateau(sub, ev, cur, f_cur, d, direction, step)
+                if found is not None:
+                    cur, f_cur = found
+                    fails, step = 0, 1
+                    continue
         if step > 1:                        # overshot: come back to unit steps first
             step = 1
             continue
@@ -204,7 +225,27 @@ def _descend(sub: Subspace, ev: Evaluator, start: list[int]) -> None:
             direction, di = +1, (di + 1) % len(dims)
 
 
-def coordinate_descent(space: Space, ev: Evaluator, retries: int = 1, seed: int = 0,
+def _across_plateau(sub: Subspace, ev: Evaluator, cur: list[int], f_cur: float, d: int,
+                    direction: int, step: int) -> tuple[list[int], float] | None:
+    """The first point better than ``f_cur`` along axis ``d`` beyond a flat stretch, probing
+    at doubling distances until the value changes; ``None`` when it only gets worse."""
+    k = step
+    while True:
+        k *= 2
+        probe = list(cur)
+        probe[d] += direction * k
+        if not 0 <= probe[d] < len(sub.axes[d]):
+            probe[d] = 0 if direction < 0 else len(sub.axes[d]) - 1
+            if probe[d] == cur[d] + direction * (k // 2):
+                return None             # already looked at the end of the axis
+        f_probe = ev.value(sub.config(probe))
+        if f_probe > f_cur:
+            return probe, f_probe
+        if f_probe < f_cur or probe[d] in (0, len(sub.axes[d]) - 1):
+            return None
+
+
+def coordinate_descent(space: Space, ev: Evaluator, retries: int = 2, seed: int = 0,
                        starts: Sequence[Config] = ()) -> SearchResult:
     """AutoCCL's search: per subspace, coordinate descent from NCCL's own point (and from
     any ``starts`` in that subspace), then ``retries`` random restarts."""
@@ -274,7 +315,7 @@ def random_search(space: Space, ev: Evaluator, samples: int, seed: int = 0) -> S
 
 def search(space: Space, case: Case, profiler: Profiler, method: str = "cd",
            budget: int | None = None, cache: MeasurementCache | None = None, seed: int = 0,
-           retries: int = 1, samples: int | None = None) -> SearchResult:
+           retries: int = 2, samples: int | None = None) -> SearchResult:
     """Tune ``case`` over ``space`` with ``method`` (cd | exhaustive | random).
 
     NCCL's default configuration is always among the evaluated points (cd starts there), so

@@ -22,9 +22,25 @@ from cclc.collective import CollectiveKind
 from cclc.errors import SemanticError
 from cclc.topology import LinkKind, Topology
 
-__all__ = ["Algo", "Proto", "Func", "ALGO_NAMES", "PROTO_NAMES", "FUNC_NAMES", "func_of",
-           "Config", "NcclVersion", "Machine", "machine_of", "Subspace", "Space", "space_for",
-           "max_chunk", "MAX_CHANNELS", "TRANSPORTS"]
+__all__ = [
+    "ALGO_NAMES",
+    "FUNC_NAMES",
+    "MAX_CHANNELS",
+    "PROTO_NAMES",
+    "TRANSPORTS",
+    "Algo",
+    "Config",
+    "Func",
+    "Machine",
+    "NcclVersion",
+    "Proto",
+    "Space",
+    "Subspace",
+    "func_of",
+    "machine_of",
+    "max_chunk",
+    "space_for",
+]
 
 
 class Algo(IntEnum):
@@ -94,7 +110,10 @@ def func_of(kind: CollectiveKind) -> Func:
 
 @dataclass(frozen=True, slots=True, order=True)
 class Config:
-    """One point of the space: implementation ⟨algo, proto, transport⟩ + resources."""
+    """One point of the space: implementation ⟨algo, proto, transport⟩ + resources.
+
+    ``chunk`` is in bytes; 0 means NCCL's own choice (the only one before the v6 tuner).
+    """
 
     algo: Algo
     proto: Proto
@@ -109,7 +128,7 @@ class Config:
 
     def label(self) -> str:
         return (f"{ALGO_NAMES[self.algo]}/{PROTO_NAMES[self.proto]}/{self.transport} "
-                f"nc={self.channels} nt={self.threads} chunk={self.chunk}")
+                f"nc={self.channels} nt={self.threads} chunk={self.chunk or 'nccl'}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +251,8 @@ def machine_of(topology: Topology, group: Sequence[int] | None = None, arch: str
         intra_lat = float(sum(topology.link_latency[list(path)]))
     inter_bw, inter_lat = 0.0, 0.0
     if len(nodes) > 1:
-        far = next(r for r in reversed(ranks) if topology.node_of_rank[r] != topology.node_of_rank[r0])
+        far = next(r for r in reversed(ranks)
+                   if topology.node_of_rank[r] != topology.node_of_rank[r0])
         path = list(topology.shortest_path_links(r0, far))
         inter_lat = float(sum(topology.link_latency[path]))
         ib = np.flatnonzero((kind == LinkKind.IB) | (kind == LinkKind.ETH))
@@ -364,9 +384,9 @@ def _protocols(algo: Algo, machine: Machine) -> list[Proto]:
 
 
 def _chunks(algo: Algo, proto: Proto, version: NcclVersion, steps: int = 8) -> tuple[int, ...]:
-    top = max_chunk(algo, proto)
     if not version.chunk_tunable:
-        return (top,)
+        return (0,)                    # 0: whatever NCCL picks (it adapts it to the size)
+    top = max_chunk(algo, proto)
     grain = _CHUNK_GRAIN[proto]
     values = sorted({max(grain, (top >> k) // grain * grain) for k in range(steps)})
     return tuple(values)

@@ -23,13 +23,36 @@ from cclc.topology import Topology
 from cclc.tune.ncclcost import nccl_default
 from cclc.tune.profilers import Case, Profiler
 from cclc.tune.search import Evaluator, MeasurementCache, search
-from cclc.tune.space import (DEFAULT_THREADS, FUNC_NAMES, MAX_CHANNELS, Algo, Config, Func,
-                             Machine, NcclVersion, Proto, Space, func_of, machine_of, space_for)
+from cclc.tune.space import (
+    DEFAULT_THREADS,
+    FUNC_NAMES,
+    MAX_CHANNELS,
+    Algo,
+    Config,
+    Func,
+    Machine,
+    NcclVersion,
+    Proto,
+    Space,
+    func_of,
+    machine_of,
+    space_for,
+)
 from cclc.units import parse_quantity
 
-__all__ = ["TuneTarget", "TuneOptions", "TableEntry", "Setting", "TuneResult", "tune",
-           "targets_from_collectives", "targets_from_grid", "parse_sizes", "size_ranges",
-           "describe"]
+__all__ = [
+    "Setting",
+    "TableEntry",
+    "TuneOptions",
+    "TuneResult",
+    "TuneTarget",
+    "describe",
+    "parse_sizes",
+    "size_ranges",
+    "targets_from_collectives",
+    "targets_from_grid",
+    "tune",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +72,7 @@ class TuneOptions:
     version: NcclVersion = NcclVersion(2, 30)
     method: str = "cd"
     budget: int | None = None
-    retries: int = 1
+    retries: int = 2
     seed: int = 0
     max_channels: int = MAX_CHANNELS
 
@@ -251,7 +274,7 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
         if chosen_t == "shm":
             settings.append(Setting("NCCL_P2P_DISABLE", "1",
                                     "host shared memory beats PCIe peer-to-peer over the table"))
-    entries = []
+    entries, over_init = [], []
     for i, (target, space, case, (lo, hi), result, default, default_bw) in enumerate(raw):
         config = configs[i]
         bw = Evaluator(profiler, case, cache).evaluate([config])[0]
@@ -262,22 +285,17 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
             n_nodes=target.machine.n_nodes, nbytes=case.nbytes, min_bytes=lo, max_bytes=hi,
             config=config, busbw=bw, default=default, default_busbw=default_bw,
             evaluations=result.evaluations, measured=result.measured, space_size=space.size))
-    need = [e for e in entries if e.config.channels > _init_channels(e, raw)]
-    if need:
-        top = max(e.config.channels for e in need)
-        settings.append(Setting("NCCL_MIN_NCHANNELS", str(top),
+        # NVLS runs on its own channel set (NCCL_NVLS_NCHANNELS), not the ring channels
+        if config.algo not in (Algo.NVLS, Algo.NVLS_TREE) and \
+                config.channels > target.machine.nccl_channels:
+            over_init.append(config.channels)
+    if over_init:
+        settings.append(Setting("NCCL_MIN_NCHANNELS", str(max(over_init)),
                                 "the tuner can only lower NCCL's channel count; "
-                                f"{len(need)} entries want more than NCCL sets up at init"))
+                                f"{len(over_init)} entries want more than NCCL sets up at init"))
     return TuneResult(entries=tuple(entries), settings=tuple(settings), notes=tuple(notes),
                       version=options.version, profiler=profiler.identity(),
                       method=options.method)
-
-
-def _init_channels(entry: TableEntry, raw) -> int:
-    for target, *_ in raw:
-        if target.name == entry.target:
-            return target.machine.nccl_channels
-    return MAX_CHANNELS
 
 
 def _settle(raw, configs, members, profiler, cache, change, values, default):
@@ -286,7 +304,7 @@ def _settle(raw, configs, members, profiler, cache, change, values, default):
     ``default`` wins ties, so nothing is set without a measured reason."""
     score: dict = defaultdict(float)
     for i in members:
-        target, space, case, *_ = raw[i]
+        _, space, case, *_ = raw[i]
         base = configs[i]
         sub = space.subspace(*base.subspace)
         candidates = []

@@ -64,7 +64,9 @@ def test_hand_built_schedules_verify_and_match_numpy(c):
 def test_any_single_op_corruption_is_rejected(c, data):
     s = build(c)
     o = s.ops
-    i = data.draw(st.integers(0, len(o) - 1))
+    # an op that moves zero elements (a zero-size alltoall pair) changes nothing when dropped
+    moving = np.flatnonzero(s.op_elems() > 0)
+    i = int(data.draw(st.sampled_from(moving.tolist())))
     ways = ["drop", "kind"]
     if int(o.dst_buf[i]) == Buf.OUTPUT and s.n_chunks(Buf.OUTPUT) > 1 \
             and s.collective.kind in (K.ALLTOALL, K.ALLGATHER):

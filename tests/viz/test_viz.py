@@ -68,7 +68,7 @@ def test_page_renders_every_rank_and_link(browser, tmp_path, example):
 
 
 def test_slider_changes_highlighted_links(browser, tmp_path):
-    s = _schedule("torus5x5_fault.ccl")
+    s = _schedule("torus5x5_fault.ccl", algorithm="mate")
     assert s.n_steps >= 2
     _open(browser, tmp_path, [s])
     seen = []
@@ -109,8 +109,8 @@ def test_keyboard_steps_and_screenshot_not_blank(browser, tmp_path):
 
 
 def test_comparison_draws_two_panels(browser, tmp_path):
-    a = _schedule("torus5x5.ccl")
-    b = _schedule("torus5x5_fault.ccl")
+    a = _schedule("torus5x5_fault.ccl", algorithm="mate")
+    b = _schedule("torus5x5_fault.ccl", algorithm="matee")
     _open(browser, tmp_path, [a, b])
     assert browser.execute_script("return document.querySelectorAll('.panel').length") == 2
     assert _errors(browser) == []

@@ -106,6 +106,23 @@ def swap_allreduce(name: str = "ar-swap") -> Schedule:
     return b.build("swap")
 
 
+def swap_alltoall(name: str = "a2a-swap") -> Schedule:
+    """Two ranks send a slot and receive (copy) into that same slot in one step: the send must
+    read the old value even though the receive lands in place."""
+    topo = torus("pair", (2,))
+    coll = make_collective(name, CollectiveKind.ALLTOALL, topo, (0, 1), 2 * 3 * 4)
+    b = ScheduleBuilder(coll, input=[3, 3], output=[3, 3])
+    for r in range(2):
+        o = 1 - r
+        b.add(step=0, src=r, dst=o, route=_ring_route(b, topo, r, o), src_buf=Buf.INPUT,
+              src_off=o, dst_buf=Buf.INPUT, dst_off=r)
+        b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=r, dst_buf=Buf.OUTPUT,
+              dst_off=r)
+        b.add(step=1, src=r, dst=r, src_buf=Buf.INPUT, src_off=o, dst_buf=Buf.OUTPUT,
+              dst_off=o)
+    return b.build("swap")
+
+
 # -- registry schedules ------------------------------------------------------------------------
 
 def pick(coll, names: list[str]):

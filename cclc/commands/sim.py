@@ -1,0 +1,90 @@
+"""``cclc sim FILE``: time a schedule document and compare it with the lower bounds."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_parser", "run"]
+
+HELP = """Simulate a schedule document (the JSON that 'cclc compile' writes) on its topology with
+the alpha-beta cost model: every link costs latency + bytes / bandwidth, messages that cross a
+link in the same step share it, a route's bytes stream through its hops at once (cut-through).
+
+  lockstep  steps run one after another; a step lasts as long as its slowest op
+            (route latency + busy time of the busiest link on its route)
+  event     no barriers: an op starts when the ops that wrote its input chunks (and the
+            readers of the chunks it overwrites) have finished and its links are free, so
+            pipelining across steps shows
+
+Prints the time, the algorithm and bus bandwidths (nccl-tests definitions), the strongest
+lower bound and "% of bound" (bound / time; 100% is optimal), and the busiest links; with
+--steps a table of every step.
+
+examples:
+  cclc sim out/a2a.schedule.json
+  cclc sim --mode event --steps out/a2a.schedule.json
+  cclc sim --links 10 --no-lp out/grads.schedule.json"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("sim", help="simulate a schedule and compare it with the lower bound",
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", metavar="FILE.schedule.json", help="the schedule document")
+    p.add_argument("--mode", choices=("lockstep", "event"), default="lockstep",
+                   help="cost model (default: lockstep)")
+    p.add_argument("--steps", action="store_true", help="print the per-step breakdown")
+    p.add_argument("--links", type=int, default=5, metavar="N",
+                   help="how many of the busiest links to list (default: 5)")
+    p.add_argument("--no-lp", action="store_true",
+                   help="skip the LP bound (closed-form bounds only; faster on big groups)")
+    p.set_defaults(run=run)
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.3f} us"
+
+
+def _gbps(bw: float) -> str:
+    return f"{bw / 1e9:.3f} GB/s"
+
+
+def run(args) -> int:
+    from cclc.bounds import bounds
+    from cclc.errors import CclError
+    from cclc.serialize import load
+    from cclc.sim import simulate
+
+    if args.links < 0:
+        raise CclError(f"--links must be >= 0, got {args.links}")
+    schedule = load(args.file)          # a bad file raises CclError: the CLI exits 2
+    coll = schedule.collective
+    topo = schedule.topology
+    result = simulate(schedule, mode=args.mode)
+    bound = bounds(coll, lp=not args.no_lp)
+    print(f"{coll.name}: {coll.kind.value} of {coll.size} B on {coll.n} ranks of "
+          f"'{topo.name}', algorithm {schedule.algorithm}, schedule {schedule.schedule}")
+    print(f"  ops {len(schedule.ops)}, steps {schedule.n_steps}, mode {result.mode}")
+    print(f"  time        {_us(result.time)}")
+    print(f"  algbw       {_gbps(result.algbw)}")
+    print(f"  busbw       {_gbps(result.busbw)}")
+    best = bound.best_bound
+    print(f"  bound       {_us(best.seconds)} ({best.name}: {best.description})")
+    print(f"  % of bound  {result.percent_of(best.seconds):.1f}%")
+    for note in bound.notes:
+        print(f"  note: {note}")
+    links = result.busiest_links(args.links)
+    if len(links):
+        print("  busiest links:")
+        for link in links.tolist():
+            util = result.link_busy[link] / result.time if result.time > 0 else 0.0
+            print(f"    {topo.link_name(link):<32} {result.link_bytes[link]:>14.0f} B  "
+                  f"busy {_us(result.link_busy[link]):>14}  {100 * util:5.1f}%")
+    if args.steps:
+        print("  step        start          time         bytes  busiest link")
+        for s in range(result.n_steps):
+            link = result.step_busiest_link[s]
+            name = "-" if link is None else topo.link_name(link)
+            print(f"  {s:>4} {result.step_start[s] * 1e6:>12.3f} {result.step_time[s] * 1e6:>13.3f}"
+                  f" {result.step_bytes[s]:>13.0f}  {name}")
+        print("  (times in us)")
+    return 0

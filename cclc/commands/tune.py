@@ -1,0 +1,146 @@
+"""``cclc tune FILE.ccl -o DIR``: NCCL parameter tables by coordinate descent, as a plugin."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cclc.collective import CollectiveKind
+from cclc.errors import CclError, SemanticError
+from cclc.outdir import OutputDir
+
+__all__ = ["add_parser", "run"]
+
+HELP = """Tune NCCL's algorithm, protocol, channels, threads and chunk size for the collectives of
+a .ccl file (AutoCCL's subspace-then-coordinate-descent search), and write:
+
+  tuning.csv, tuning.json   the table: choice per (collective, size range, group), NCCL's
+                            default beside it, and the evaluations each search used
+  nccl.conf                 NCCL_CONF_FILE for what stock NCCL only takes process-wide
+  nccl_tuner.conf           the table in the CSV format of NVIDIA's example tuner
+  plugin.c, Makefile,       the tuner + profiler plugin carrying the table
+  libnccl-tuner-cclc.so     (NCCL_TUNER_PLUGIN / NCCL_PROFILER_PLUGIN; see docs/tuning.md)
+
+Measurements come from --profiler: the topology model (default), a CSV of measured results,
+or real nccl-tests runs. Measurements are cached in DIR/tune-cache.json, so a rerun does not
+measure again.
+
+examples:
+  cclc tune examples/hgx_node.ccl -o out/
+  cclc tune examples/hgx16_leafspine.ccl -o out/ --sizes 64KiB:1GiB:x4
+  cclc tune cluster.ccl -o out/ --collectives allreduce,allgather --sizes 1MiB,64MiB
+  cclc tune cluster.ccl -o out/ \\
+      --profiler 'nccl-tests:mpirun -np {nranks} ./{binary} -b {bytes} -e {bytes}'"""
+
+_KINDS = {k.value: k for k in CollectiveKind if k is not CollectiveKind.ALLTOALL}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tune", help="tune NCCL parameters and build a tuner plugin",
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", metavar="FILE.ccl", help="topologies and collectives to tune")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--collectives", metavar="LIST",
+                   help="tune these kinds on all ranks of every topology in the file instead "
+                        f"of the file's collectives ({', '.join(_KINDS)})")
+    p.add_argument("--sizes", metavar="LIST",
+                   help="sizes to tune, e.g. 64KiB,1MiB or 4KiB:1GiB:x4 (default: each "
+                        "collective's own size; with --collectives: 64KiB:1GiB:x4)")
+    p.add_argument("--profiler", default="model", metavar="SPEC",
+                   help="model | csv:PATH | nccl-tests:TEMPLATE (default: model)")
+    p.add_argument("--search", default="cd", choices=("cd", "exhaustive", "random"),
+                   help="search method (default: cd, AutoCCL's coordinate descent)")
+    p.add_argument("--budget", type=int, metavar="N",
+                   help="at most N evaluations per (collective, size)")
+    p.add_argument("--nccl-version", default="2.30", metavar="X.Y",
+                   help="NCCL release the table is for: decides PAT (2.23+), chunk tuning "
+                        "(2.30+, tuner v6) (default: 2.30)")
+    p.add_argument("--arch", default="hopper", choices=("volta", "ampere", "hopper", "blackwell"),
+                   help="GPU generation for NCCL's tables (default: hopper)")
+    p.add_argument("--nccl-channels", type=int, metavar="N",
+                   help="channels NCCL sets up at init on this machine (NCCL_DEBUG=INFO shows "
+                        "'N coll channels'; default: 16 on NVSwitch, 4 on PCIe)")
+    p.add_argument("--build", action=argparse.BooleanOptionalAction, default=True,
+                   help="compile libnccl-tuner-cclc.so (default: --build)")
+    p.add_argument("--force", action="store_true",
+                   help="replace files in DIR that cclc did not write")
+    p.set_defaults(run=run)
+
+
+def load_program(path: str):
+    """``dsl.load(path)``; a seam so the command can be tested on hand-built programs."""
+    import dsl
+
+    return dsl.load(path)
+
+
+def run(args) -> int:
+    from backends import tuner as tuner_backend
+    from cclc.tune import outputs
+    from cclc.tune.profilers import profiler_from_spec
+    from cclc.tune.search import MeasurementCache
+    from cclc.tune.space import NcclVersion
+    from cclc.tune.tuning import (
+        TuneOptions,
+        describe,
+        parse_sizes,
+        targets_from_collectives,
+        targets_from_grid,
+        tune,
+    )
+
+    program = load_program(args.file)
+    version = NcclVersion.parse(args.nccl_version)
+    if args.budget is not None and args.budget < 1:
+        raise SemanticError("--budget must be at least 1")
+    if args.collectives:
+        kinds = []
+        for name in (n.strip().lower() for n in args.collectives.split(",") if n.strip()):
+            if name not in _KINDS:
+                raise SemanticError(f"--collectives: '{name}' cannot be tuned in NCCL "
+                                    f"(use {', '.join(_KINDS)})")
+            kinds.append(_KINDS[name])
+        sizes = parse_sizes(args.sizes or "64KiB:1GiB:x4")
+        targets, notes = targets_from_grid(program.topologies.values(), kinds, sizes,
+                                           arch=args.arch, nccl_channels=args.nccl_channels)
+    else:
+        sizes = parse_sizes(args.sizes) if args.sizes else None
+        targets, notes = targets_from_collectives(program.collectives, sizes, arch=args.arch,
+                                                  nccl_channels=args.nccl_channels)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if not targets:
+        raise SemanticError("nothing to tune: " + ("; ".join(notes) if notes else
+                                                    "the file has no collectives"))
+    out = OutputDir(args.output, force=args.force)
+    cache = MeasurementCache(str(out.path_for("tune-cache.json")))
+    profiler = profiler_from_spec(args.profiler)
+    options = TuneOptions(version=version, method=args.search, budget=args.budget)
+    try:
+        result = tune(targets, profiler, options, cache)
+    finally:
+        # what was measured stays measured, even when a later run failed
+        if len(cache):
+            out.write_text("tune-cache.json", cache.dumps())
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    written = [out.write_text("tuning.csv", outputs.table_csv(result)),
+               out.write_text("tuning.json", outputs.table_json(result)),
+               out.write_text("nccl.conf", outputs.nccl_conf(result)),
+               out.write_text("nccl_tuner.conf", outputs.example_tuner_csv(result))]
+    try:
+        written += tuner_backend.emit(outputs.plugin_rows(result), out, build_library=args.build)
+    except CclError as err:
+        print(f"error: {err.message}", file=sys.stderr)
+        return 1
+    for e in result.entries:
+        print(describe(e))
+    evaluations = sum(e.evaluations for e in result.entries)
+    measured = sum(e.measured for e in result.entries)
+    print(f"{len(result.entries)} table entries; {evaluations} evaluations "
+          f"({measured} measured, the rest cached) with {args.search} on {profiler.name}")
+    for s in result.settings:
+        print(f"process-wide: {s.name}={s.value} ({s.why})")
+    print("wrote " + ", ".join(written) + f" to {out.path}")
+    return 0
+

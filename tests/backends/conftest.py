@@ -1,0 +1,12 @@
+"""Make ``backend_helpers.py`` (hand-built schedules, the MPI runner) importable.
+
+pytest runs with ``--import-mode=importlib``, which does not put a test's directory on
+``sys.path``; the helpers are plain functions, imported as a module.
+"""
+
+import sys
+from pathlib import Path
+
+_HERE = str(Path(__file__).parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)

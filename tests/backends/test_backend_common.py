@@ -1,0 +1,129 @@
+"""backends.common: C names, options, equal units and per-rank step tables."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from backend_helpers import ring_allgather, swap_allreduce, swap_alltoall
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.common import (EmitOptions, Role, c_identifier, coerce_options, prepare,
+                             rank_tables)
+from cclc.collective import CollectiveKind, make_collective
+from cclc.errors import ScheduleError
+from cclc.ir import Buf, OpKind, ScheduleBuilder
+from cclc.topology import torus
+
+
+@pytest.mark.parametrize("name, ident", [
+    ("a2a", "a2a"), ("a2a-fast.v2", "a2a_fast_v2"), ("3d", "_3d"), ("int", "_int"),
+    ("grüße", "gr__e"), ("", "_"), ("x y", "x_y")])
+def test_c_identifier(name, ident):
+    assert c_identifier(name) == ident
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=20))
+def test_c_identifier_is_always_a_c_identifier(name):
+    ident = c_identifier(name)
+    assert ident and (ident[0].isalpha() or ident[0] == "_") and ident.isascii()
+    assert all(ch.isalnum() or ch == "_" for ch in ident)
+
+
+def test_options_validate():
+    with pytest.raises(ScheduleError, match="unknown MSCCL runtime 'nccl'"):
+        EmitOptions(msccl_runtime="nccl")
+    with pytest.raises(ScheduleError, match="protocol"):
+        EmitOptions(protocol="ll")
+    with pytest.raises(ScheduleError, match="multiple of 32"):
+        EmitOptions(nthreads=100)
+
+
+def test_coerce_takes_shared_fields_of_a_foreign_options_object():
+    @dataclasses.dataclass(frozen=True)
+    class CliOptions:       # what cclc compile passes: its own fields plus ours by name
+        source: str = "x.ccl"
+        force: bool = False
+        msccl_runtime: str = "rccl"
+        build: bool = True
+
+    opts = coerce_options(CliOptions())
+    assert opts.msccl_runtime == "rccl" and opts.build and opts.protocol == "Simple"
+    assert coerce_options(None) == EmitOptions()
+
+
+def test_unequal_chunks_become_gcd_units():
+    topo = torus("r", (2,))
+    coll = make_collective("ag", CollectiveKind.ALLGATHER, topo, (0, 1), 2 * 6 * 4)
+    # input cut 2 + 4 elements, output 6 + 6
+    b = ScheduleBuilder(coll, input=[2, 4], output=[6, 6])
+    for r in range(2):
+        b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
+              dst_off=r, count=2)
+        b.add(step=0, src=r, dst=1 - r, route=b.route(topo.shortest_path_links(r, 1 - r)),
+              src_buf=Buf.INPUT, src_off=1, dst_buf=Buf.OUTPUT, dst_off=r)
+        b.add(step=1, src=r, dst=1 - r, route=b.route(topo.shortest_path_links(r, 1 - r)),
+              src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT, dst_off=r)
+    # the second op lands its 4 elements at the start of block r; the third op then must
+    # not overwrite them: not a valid allgather, but a fine test of the unit arithmetic
+    us = prepare(b.build("hand"))
+    assert us.unit == 2 and us.units == (3, 6, 0) and us.count_units == 3
+    # ops are sorted by step: (r0 copy, r0 send, r1 copy, r1 send) then (r0, r1) of step 1
+    assert us.src_off.tolist() == [0, 1, 0, 1, 0, 0]
+    assert us.dst_off.tolist() == [0, 0, 3, 3, 0, 3]
+    assert us.count.tolist() == [3, 2, 3, 2, 1, 1]
+
+
+def test_per_rank_sizes_are_refused_but_per_rank_cuts_are_not():
+    topo = torus("r", (2,))
+    sizes = np.array([[4, 8], [4, 4]])          # rank 0 sends 12 B, rank 1 sends 8 B
+    coll = make_collective("v", CollectiveKind.ALLTOALL, topo, (0, 1), pair_sizes=sizes)
+    b = ScheduleBuilder(coll, input=[[1, 2], [1, 1]], output=[[1, 1], [2, 1]])
+    with pytest.raises(ScheduleError, match="non-uniform alltoall"):
+        prepare(b.build("hand"))
+    # same totals on every rank, cut differently, with different scratch: fine
+    coll = make_collective("u", CollectiveKind.ALLTOALL, topo, (0, 1), 16)
+    b = ScheduleBuilder(coll, input=[[1, 1], [1, 1]], output=[[1, 1], [1, 1]],
+                        scratch=[[2, 0], [1, 0]])
+    us = prepare(b.build("hand"))
+    assert us.units == (2, 2, 2) and us.scratch_units == (2, 1)
+
+
+def test_staging_keeps_same_step_reads_of_old_values():
+    tables = rank_tables(prepare(swap_allreduce()))
+    assert tables.input_copy          # the schedule reduces into its input
+    step0 = [e for e in tables.entries[0] if e.step == 0]
+    roles = [(e.role, e.kind) for e in step0]
+    # sends and receives first (one group), then local ops
+    assert roles == [(Role.SEND, OpKind.REDUCE), (Role.RECV, OpKind.REDUCE),
+                     (Role.LOCAL, OpKind.COPY)]
+    send, recv, local = step0
+    # the reduction of the received data is applied after the group, so the send (posted in
+    # the group) still reads the old input; the local copy runs after that reduction and
+    # must read a snapshot; the message lands in staging before being reduced into place
+    assert send.stage is None and local.stage is not None and recv.stage is not None
+    assert recv.stage != local.stage
+    assert tables.staging_units == 2 + 1
+
+
+def test_send_reads_a_snapshot_of_a_slot_received_into_in_place():
+    tables = rank_tables(prepare(swap_alltoall()))
+    send, recv = [e for e in tables.entries[0] if e.step == 0][:2]
+    assert send.role is Role.SEND and recv.role is Role.RECV
+    assert (send.src_buf, send.src_off) == (recv.dst_buf, recv.dst_off)
+    assert send.stage is not None and recv.stage is None
+    assert tables.staging_units == 1
+
+
+def test_no_staging_when_reads_and_writes_are_disjoint():
+    tables = rank_tables(prepare(ring_allgather()))
+    assert tables.staging_units == 0 and not tables.input_copy
+    for r, entries in enumerate(tables.entries):
+        sends = [e for e in entries if e.role is Role.SEND]
+        recvs = [e for e in entries if e.role is Role.RECV]
+        assert {e.peer for e in sends} == {(r + 1) % 4}
+        assert {e.peer for e in recvs} == {(r - 1) % 4}
+        assert [e.step for e in entries] == sorted(e.step for e in entries)

@@ -1,0 +1,140 @@
+"""Fabric routing: planned spine assignments never use a failed link and never load a spine link
+above its fair share; ECMP hashing collides; both keep the schedule correct."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cclc.algorithms import get
+from cclc.collective import CollectiveKind as K
+from cclc.collective import make_collective
+from cclc.errors import CollectiveError, ScheduleError
+from cclc.fabric_routing import ecmp_routes, fair_shares, planned_routes, spine_link_loads
+from cclc.sim import simulate
+from cclc.topology import NodeType, leaf_spine, with_faults
+from cclc.verify import verify
+
+GPU1 = NodeType("g1", "pcie", 1, 48e9, 1e-6, nics=1, nic_bandwidth=50e9)
+
+
+def _fabric(nodes=8, leaves=2, spines=4, fail=()):
+    topo = leaf_spine("f", nodes, GPU1, rails=1, leaves=leaves, spines=spines,
+                      oversubscription=1.0, bandwidth=50e9, latency=1e-6)
+    pairs = []
+    for leaf, spine in fail:
+        u, v = topo.vertex(f"leaf{leaf}"), topo.vertex(f"spine{spine}")
+        pairs += [(u, v), (v, u)]
+    return with_faults(topo, pairs) if pairs else topo
+
+
+def _check_planned(s):
+    topo = s.topology
+    verify(s)
+    assert not topo.link_failed[s.routes.links].any()
+    loads = spine_link_loads(s)
+    shares = fair_shares(s)
+    for link, per_step in loads.items():
+        assert not topo.link_failed[link]
+        assert (per_step <= shares[link]).all(), (topo.link_name(link), per_step, shares[link])
+
+
+def test_direct_allgather_on_a_healthy_fabric_spreads_flows_evenly():
+    topo = _fabric()
+    coll = make_collective("c", K.ALLGATHER, topo, topo.all_ranks(), size=8 * 4096)
+    s = get("direct").build(coll)  # built with shortest paths: every flow on spine 0
+    before = spine_link_loads(s)
+    assert len(before) == 4  # leaf0->spine0, spine0->leaf1 and the reverse
+    planned = planned_routes(s)
+    _check_planned(planned)
+    loads = spine_link_loads(planned)
+    # 4 nodes per leaf send 4 blocks each to the other leaf: 16 flows over 4 spines = 4 each
+    block = 4096  # allgather size is the output: 8 blocks of 4096 B
+    assert len(loads) == 16
+    assert all((v == 4 * block).all() for v in loads.values())
+    assert simulate(planned).time < simulate(s).time
+
+
+def test_planned_routes_avoid_a_failed_link_and_respect_the_reduced_share():
+    topo = _fabric(fail=[(1, 3)])
+    coll = make_collective("c", K.ALLGATHER, topo, topo.all_ranks(), size=8 * 4096)
+    s = planned_routes(get("direct").build(coll))
+    _check_planned(s)
+    block = 4096  # allgather size is the output: 8 blocks of 4096 B
+    # leaf0 -> leaf1 may only use spines 0..2: ceil(16/3) = 6 flows on the busiest link
+    loads = spine_link_loads(s)
+    up = [topo.link_id(topo.vertex("leaf0"), topo.vertex(f"spine{k}")) for k in range(4)]
+    assert loads.get(up[3]) is None or loads[up[3]].max() == 0
+    assert max(loads[link].max() for link in up[:3]) == math.ceil(16 / 3) * block
+
+
+def test_ecmp_collides_where_planned_does_not():
+    # a ring whose every hop crosses between the two leaves: each step is a permutation of 8
+    # flows each way over 8 spines, which a plan puts one per spine and hashing does not
+    topo = _fabric(nodes=16, leaves=2, spines=8)
+    group = tuple(x for k in range(8) for x in (k, k + 8))
+    block = 4 << 20  # large enough that bandwidth, not latency, sets the step time
+    coll = make_collective("c", K.ALLGATHER, topo, group, size=16 * block)
+    s = get("ring").build(coll)
+    planned, ecmp = planned_routes(s), ecmp_routes(s)
+    verify(ecmp)
+    assert max(v.max() for v in spine_link_loads(planned).values()) == block
+    assert max(v.max() for v in spine_link_loads(ecmp).values()) >= 2 * block
+    assert simulate(ecmp).time > 1.5 * simulate(planned).time
+    # hashing is deterministic
+    assert np.array_equal(ecmp_routes(s).routes.links, ecmp.routes.links)
+
+
+def test_ecmp_never_uses_a_failed_link():
+    topo = _fabric(nodes=8, leaves=2, spines=4, fail=[(0, 1), (1, 2)])
+    coll = make_collective("c", K.ALLREDUCE, topo, topo.all_ranks(), size=4 * 1024)
+    s = ecmp_routes(get("biring").build(coll))
+    verify(s)
+    assert not topo.link_failed[s.routes.links].any()
+
+
+def test_schedules_of_cclc_are_planned_already():
+    topo = _fabric(fail=[(0, 2)])
+    coll = make_collective("c", K.REDUCESCATTER, topo, topo.all_ranks(), size=8 * 8 * 64)
+    for name in ("pat", "biring", "recursive_halving"):
+        s = get(name).build(coll)
+        _check_planned(s)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=st.integers(2, 12), leaves=st.sampled_from([2, 3, 4]), spines=st.integers(1, 6),
+       fail=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), max_size=2),
+       algo=st.sampled_from(["direct", "bruck", "pat", "biring", "recursive_doubling"]),
+       blocks=st.integers(1, 5))
+def test_planned_routes_property(nodes, leaves, spines, fail, algo, blocks):
+    leaves = min(leaves, nodes)
+    fail = [(a % leaves, b % spines) for a, b in fail]
+    topo = _fabric(nodes, leaves, spines, fail)
+    # a fault set that cuts every spine between two leaves is not routable
+    try:
+        coll = make_collective("c", K.ALLGATHER, topo, topo.all_ranks(),
+                               size=4 * nodes * blocks)
+    except CollectiveError:
+        return  # the faults disconnect the group
+    leaf_v = [topo.vertex(f"leaf{i}") for i in range(leaves)]
+    spine_v = [topo.vertex(f"spine{i}") for i in range(spines)]
+    ok = [[not topo.link_failed[topo.link_id(a, s)] for s in spine_v] for a in leaf_v]
+    if any(not any(x and y for x, y in zip(ok[a], ok[b]))
+           for a in range(leaves) for b in range(leaves) if a != b):
+        # two leaves share no healthy spine: routes would cross the spine layer twice
+        with pytest.raises(ScheduleError):
+            planned_routes(get(algo).build(coll))
+        return
+    s = get(algo).build(coll)
+    if algo in ("direct",):  # built by a module that leaves routing to shortest paths
+        s = planned_routes(s)
+    _check_planned(s)
+    # planning a planned schedule again keeps it within the shares
+    _check_planned(planned_routes(s))
+    e = ecmp_routes(s)
+    verify(e)
+    assert not topo.link_failed[e.routes.links].any()

@@ -1,0 +1,72 @@
+"""``cclc sim`` and ``cclc bounds`` end to end through the command line."""
+
+from __future__ import annotations
+
+import pytest
+from sim_builders import ring_allgather
+
+from cclc.cli import main
+from cclc.topology import torus
+
+serialize = pytest.importorskip("cclc.serialize")
+
+
+@pytest.fixture
+def ring_schedule(tmp_path):
+    t = torus("ring", (6,), bandwidth=10e9, latency=1e-6)
+    path = tmp_path / "ag.schedule.json"
+    serialize.save(ring_allgather(t, 6 * 100_000), path)
+    return path
+
+
+def test_sim_prints_time_bandwidths_and_percent_of_bound(ring_schedule, capsys):
+    assert main(["sim", str(ring_schedule)]) == 0
+    out = capsys.readouterr().out
+    # (N-1) (latency + S/N/B) = 5 x (1 + 10) us
+    assert "time        55.000 us" in out
+    assert "algbw       10.909 GB/s" in out            # 600 kB / 55 us
+    assert "busbw       9.091 GB/s" in out             # x 5/6
+    # bidirectional-ring bound (n-1) S / (2 n B) = 25 us: a one-direction ring reaches 45.5%
+    assert "bound       25.000 us" in out
+    assert "% of bound  45.5%" in out
+    assert "busiest links:" in out and "(0)->(1)" in out
+
+
+def test_sim_steps_and_event_mode(ring_schedule, capsys):
+    assert main(["sim", "--mode", "event", "--steps", "--links", "2", "--no-lp",
+                 str(ring_schedule)]) == 0
+    out = capsys.readouterr().out
+    assert "mode event" in out
+    lines = [ln for ln in out.splitlines() if ln.strip().startswith(("0 ", "4 "))]
+    assert len(lines) == 2
+    assert out.count("->") >= 2 + 5                  # 2 busiest links + a link per step
+
+
+def test_sim_of_a_missing_file_exits_2(tmp_path, capsys):
+    assert main(["sim", str(tmp_path / "nope.json")]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_bounds_prints_every_bound_of_every_collective(tmp_path, capsys):
+    dsl = pytest.importorskip("dsl")
+    assert dsl is not None
+    src = tmp_path / "ring.ccl"
+    src.write_text("topology ring = torus(8) { link 10 GB/s, 1 us }\n"
+                   "collective a2a = alltoall on ring { size 8 MiB }\n"
+                   "collective ag = allgather on ring { size 8 MiB }\n")
+    assert main(["bounds", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("a2a: alltoall of 8388608 B on 8 ranks of 'ring'")
+    names = [ln[3:].split()[0] for ln in out.splitlines() if ln[:3] in ("   ", " * ")
+             and not ln.strip().startswith(("best:", "note:"))]
+    assert names == ["hop_bytes", "injection", "cut", "latency", "lp"] * 2
+    # alltoall on a ring of 8: N S / (8 B) = 838.861 us, met by hop-bytes, the cut and the LP
+    assert "best: hop_bytes, 838.861 us" in out
+    assert "ag: allgather" in out
+
+
+def test_bounds_of_a_bad_file_exits_2(tmp_path, capsys):
+    src = tmp_path / "bad.ccl"
+    src.write_text("topology ring = torus(8) { link 10 GB/s 1 us }\n")
+    assert main(["bounds", str(src)]) == 2
+    assert "bad.ccl:1:" in capsys.readouterr().err

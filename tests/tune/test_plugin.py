@@ -1,0 +1,192 @@
+"""The generated plugin, loaded by a C harness the way NCCL loads it (ASan + UBSan)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backends import tuner as tuner_backend
+from cclc.errors import CclError
+
+from .conftest import ASAN, run_harness, write_rows
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+ROWS = [  # func n_ranks n_nodes min max algo proto channels chunk
+    dict(func=4, n_ranks=8, n_nodes=1, min_bytes=1024, max_bytes=1 << 20, algo=1, proto=1,
+         channels=4, chunk=65536),
+    dict(func=4, n_ranks=8, n_nodes=1, min_bytes=(1 << 20) + 1, max_bytes=1 << 30, algo=4,
+         proto=2, channels=8, chunk=0),
+    dict(func=2, n_ranks=16, n_nodes=16, min_bytes=4096, max_bytes=8192, algo=6, proto=2,
+         channels=2, chunk=131072),
+    dict(func=2, n_ranks=16, n_nodes=16, min_bytes=8193, max_bytes=100000, algo=1, proto=0,
+         channels=3, chunk=0),
+    dict(func=4, n_ranks=16, n_nodes=16, min_bytes=1, max_bytes=10, algo=0, proto=2, channels=5,
+         chunk=0),
+    dict(func=0, n_ranks=8, n_nodes=1, min_bytes=0, max_bytes=1 << 40, algo=1, proto=2,
+         channels=64, chunk=1 << 20),
+]
+
+
+def _asan_build(src_dir: Path, out: Path) -> Path:
+    tuner_backend.build(src_dir, extra_flags=["-g", "-O1", *ASAN], output=out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory):
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    d = tmp_path_factory.mktemp("plugin")
+    names = tuner_backend.emit(ROWS, d)
+    assert names == ["plugin.c", "Makefile", tuner_backend.LIBRARY]
+    return d
+
+
+def test_exports(plugin):
+    syms = subprocess.run(["nm", "-D", "--defined-only", str(plugin / tuner_backend.LIBRARY)],
+                          capture_output=True, text=True, check=True).stdout
+    exported = {line.split()[-1] for line in syms.splitlines() if line.strip()}
+    assert set(tuner_backend.TUNER_SYMBOLS) <= exported
+    assert set(tuner_backend.PROFILER_SYMBOLS) <= exported
+    # nothing else leaks: the plugin's helpers are hidden
+    assert not {s for s in exported if s.startswith("cclc_")}
+
+
+def test_makefile_builds_the_same_library(plugin, tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    shutil.copy(plugin / "plugin.c", tmp_path)
+    shutil.copy(plugin / "Makefile", tmp_path)
+    subprocess.run(["make", "-s", "-C", str(tmp_path)], check=True, capture_output=True)
+    assert (tmp_path / tuner_backend.LIBRARY).stat().st_size > 0
+
+
+@pytest.mark.parametrize("instrumented", [False, True])
+def test_harness_static(harness, plugin, tmp_path, instrumented):
+    lib = plugin / tuner_backend.LIBRARY
+    if instrumented:
+        lib = _asan_build(plugin, tmp_path / "asan.so")
+    done = run_harness(harness, lib, str(write_rows(tmp_path / "rows.txt", ROWS)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 failures" in done.stdout
+
+
+@pytest.mark.parametrize("instrumented", [False, True])
+def test_harness_online_converges(harness, plugin, tmp_path, instrumented):
+    lib = plugin / tuner_backend.LIBRARY
+    if instrumented:
+        lib = _asan_build(plugin, tmp_path / "asan.so")
+    done = run_harness(harness, lib, "--online")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "froze Ring/Simple channels=8 chunk>>2" in done.stdout
+    print(done.stdout)
+
+
+def test_harness_catches_a_plugin_that_forces_unavailable_entries(harness, tmp_path):
+    """The harness is not vacuous: a plugin that ignores IGNORE entries fails it."""
+    files = tuner_backend.render(ROWS)
+    broken = files["plugin.c"].replace("return t[algo * numProto + proto] >= 0.0f;",
+                                       "return t != NULL;")
+    assert broken != files["plugin.c"]
+    (tmp_path / "plugin.c").write_text(broken)
+    lib = tuner_backend.build(tmp_path)
+    done = run_harness(harness, lib, str(write_rows(tmp_path / "rows.txt", ROWS)))
+    assert done.returncode != 0 and "FAIL" in done.stderr
+
+
+def test_empty_table_leaves_nccl_alone(harness, tmp_path):
+    tuner_backend.emit([], tmp_path)
+    done = run_harness(harness, tmp_path / tuner_backend.LIBRARY,
+                       str(write_rows(tmp_path / "rows.txt", [])))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_bad_rows_and_compiler(tmp_path):
+    with pytest.raises(CclError, match="lacks"):
+        tuner_backend.render([{"func": 4}])
+    with pytest.raises(CclError, match="empty"):
+        tuner_backend.render([dict(ROWS[0], min_bytes=10, max_bytes=1)])
+    with pytest.raises(CclError, match="no C compiler"):
+        tuner_backend.emit(ROWS, tmp_path, cc="no-such-cc")
+
+
+_row = st.builds(dict, func=st.integers(0, 4), n_ranks=st.sampled_from([2, 8]),
+                 n_nodes=st.just(1), min_bytes=st.integers(0, 1 << 20),
+                 max_bytes=st.just(0), algo=st.integers(0, 6), proto=st.integers(0, 2),
+                 channels=st.integers(1, 64), chunk=st.sampled_from([0, 4096, 1 << 19]))
+
+
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(_row, max_size=6))
+def test_harness_on_random_tables(harness, tmp_path_factory, rows):
+    # non-overlapping ranges per (func, comm): the first match is the only match
+    seen, table = {}, []
+    for r in sorted(rows, key=lambda r: r["min_bytes"]):
+        key = (r["func"], r["n_ranks"])
+        lo = max(r["min_bytes"], seen.get(key, -1) + 1)
+        row = dict(r, min_bytes=lo, max_bytes=lo + 1000)
+        seen[key] = row["max_bytes"]
+        table.append(row)
+    d = tmp_path_factory.mktemp("rand")
+    tuner_backend.emit(table, d)
+    done = run_harness(harness, d / tuner_backend.LIBRARY, str(write_rows(d / "rows.txt", table)))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_grid_on_a_machine_nccl_cannot_tune_says_why(tmp_path):
+    path = EXAMPLES / "pcie_oversubscribed.ccl"   # a failed GPU leaves 3 GPUs on one node
+    if not path.exists():
+        pytest.skip("example not present")
+    with pytest.raises(CclError, match="same number of GPUs on every node"):
+        _tune_cli([str(path), "-o", str(tmp_path), "--collectives", "allreduce"])
+
+
+def _tune_cli(argv: list[str]) -> int:
+    from cclc.commands import tune
+    parser = argparse.ArgumentParser(prog="cclc")
+    tune.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["tune", *argv])
+    return args.run(args)
+
+
+@pytest.mark.parametrize("example,extra", [
+    ("hgx_node.ccl", ["--sizes", "64KiB:1GiB:x16"]),
+    ("hgx16_leafspine.ccl", []),
+    ("fabric6_single_gpu.ccl", ["--nccl-version", "2.27"]),
+    ("pcie_oversubscribed.ccl", ["--sizes", "1MiB,64MiB"]),
+])
+def test_cclc_tune_on_examples(harness, tmp_path, capsys, example, extra):
+    path = EXAMPLES / example
+    if not path.exists():
+        pytest.skip(f"{example} not present")
+    out = tmp_path / "out"
+    assert _tune_cli([str(path), "-o", str(out), *extra]) == 0
+    for name in ("tuning.csv", "tuning.json", "nccl.conf", "nccl_tuner.conf", "plugin.c",
+                 "Makefile", tuner_backend.LIBRARY, "tune-cache.json"):
+        assert (out / name).exists(), name
+    doc = json.loads((out / "tuning.json").read_text())
+    chunk_ok = doc["nccl_version"] >= "2.30"
+    rows = [dict(func=["Broadcast", "Reduce", "AllGather", "ReduceScatter",
+                       "AllReduce"].index(e["collective"]),
+                 n_ranks=e["nranks"], n_nodes=e["nnodes"], min_bytes=e["min_bytes"],
+                 max_bytes=e["max_bytes"], algo=["Tree", "Ring", "CollNetDirect", "CollNetChain",
+                                                 "NVLS", "NVLSTree", "PAT"].index(e["algorithm"]),
+                 proto=["LL", "LL128", "Simple"].index(e["protocol"]), channels=e["channels"],
+                 chunk=e["chunk"] if chunk_ok else 0) for e in doc["entries"]]
+    assert rows
+    done = run_harness(harness, out / tuner_backend.LIBRARY,
+                       str(write_rows(tmp_path / "rows.txt", rows)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    # a rerun measures nothing new
+    capsys.readouterr()
+    assert _tune_cli([str(path), "-o", str(out), *extra, "--no-build"]) == 0
+    assert "(0 measured, the rest cached)" in capsys.readouterr().out
