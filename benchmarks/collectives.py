@@ -6,8 +6,8 @@ simulated (lockstep alpha-beta model, :mod:`cclc.sim`). Each row prints the time
 (nccl-tests definition) and % of the lower bound (:func:`cclc.bounds.bounds`, without the LP
 for speed) of every candidate, ``auto``'s choice (the fastest, the rule of :func:`cclc.plan.plan`),
 NCCL's own choice and time from its cost model (:mod:`cclc.nccl_model`) and the speed-up of
-``auto`` over it. On a leaf/spine fabric the row also gives auto's schedule with ECMP-hashed
-spines instead of the planned ones (:mod:`cclc.fabric_routing`).
+``auto`` over it. On a leaf/spine fabric every candidate gets planned spines, and the row also
+gives auto's schedule with ECMP-hashed spines instead (:mod:`cclc.fabric_routing`).
 
 A size the group cannot split evenly is rounded to the nearest size it can (the ``bytes``
 column). At the end a Markdown summary table (one line per topology and collective) is
@@ -31,7 +31,7 @@ import dsl
 from cclc.algorithms import algorithms_for
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, DType, make_collective
-from cclc.fabric_routing import ecmp_routes, has_spines
+from cclc.fabric_routing import ecmp_routes, has_spines, planned_routes
 from cclc.nccl_model import nccl_estimate
 from cclc.sim import simulate
 
@@ -82,6 +82,10 @@ def run_row(label: str, topo, kind: CollectiveKind, nominal: int) -> dict:
         if why is not None:
             continue
         s = algo.build(coll)
+        if has_spines(topo):
+            # every cclc schedule gets planned spines (modules that build with shortest paths
+            # would otherwise pile their cross-rail flows onto spine 0)
+            s = planned_routes(s)
         r = simulate(s)
         c = {"algorithm": algo.name, "time_s": r.time, "busbw_GBps": r.busbw / 1e9,
              "pct_of_bound": 100 * bound.best / r.time if r.time > 0 else None}

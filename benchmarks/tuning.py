@@ -1,7 +1,7 @@
 """Coordinate descent vs exhaustive search on the model profiler (AutoCCL's claim, our model).
 
 For every example topology (``examples/*.ccl`` that describe GPU nodes), every collective
-NCCL can tune (the file's own, on their groups) and sizes 64 KiB .. 1 GiB in steps of 16x,
+NCCL can tune (the file's own, on their groups) and sizes 64 KiB .. 4 GiB in steps of 16x,
 the script runs exhaustive search and coordinate descent (cclc.tune.search, default options)
 on :class:`cclc.tune.profilers.ModelProfiler` and prints per case:
 
@@ -34,7 +34,7 @@ from cclc.tune.search import search
 from cclc.tune.space import ALGO_NAMES, FUNC_NAMES, PROTO_NAMES, NcclVersion, space_for
 from cclc.tune.tuning import targets_from_collectives
 
-SIZES = [65536 * 16 ** k for k in range(5)]        # 64 KiB .. 1 GiB (nccl-tests size)
+SIZES = [65536 * 16 ** k for k in range(5)]        # 64 KiB .. 4 GiB (nccl-tests size)
 
 
 def _label(c) -> str:

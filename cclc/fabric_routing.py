@@ -220,8 +220,15 @@ def ecmp_routes(s: Schedule, seed: int = 0) -> Schedule:
 # planned
 
 
-def _largest(sizes: np.ndarray, k: int) -> int:
-    return int(np.sort(sizes)[::-1][:k].sum())
+def _least_max_load(sizes: np.ndarray, links: int) -> int:
+    """The least possible load of the busiest of ``links`` links carrying indivisible flows of
+    ``sizes``: at least the largest flow, the mean, and the ``ceil(F / links)`` smallest flows
+    (some link gets that many). For equal flows: ``ceil(F / links)`` flows."""
+    if not len(sizes) or links <= 0:
+        return 0
+    k = math.ceil(len(sizes) / links)
+    return int(max(sizes.max(), math.ceil(int(sizes.sum()) / links),
+                   np.sort(sizes)[:k].sum()))
 
 
 def step_fair_share(fab: dict, sizes: np.ndarray, la: np.ndarray, lb: np.ndarray
@@ -230,10 +237,13 @@ def step_fair_share(fab: dict, sizes: np.ndarray, la: np.ndarray, lb: np.ndarray
 
     A flow may only use the spines with healthy links on both of its sides. For a leaf and any
     set ``U`` of spines, the flows of that leaf that can use nothing but spines of ``U`` must
-    share ``U``'s links, so some link of ``U`` carries ``ceil(F_U / |U|)`` of them (Hall's
-    condition). The share is the largest such count over the unions of the flows' spine sets
-    (``U`` = all healthy spines gives the plain ``ceil(F / H)``), counted as the sum of that
-    many of the largest flows. Returns ``(up, down)`` indexed by leaf.
+    share ``U``'s links (Hall's condition), so no assignment can load the busiest of them less
+    than :func:`_least_max_load` of those flows over ``|U|`` links. The share is the largest
+    such bound over the unions of the flows' spine sets (``U`` = all healthy spines gives the
+    plain ``ceil(F / H)`` flows). It is a lower bound for every assignment, ECMP's included;
+    on a healthy fabric the plan meets it. With failures the shares of different leaves can
+    conflict (an odd cycle of forced choices), and the plan minimises the overload instead.
+    Returns ``(up, down)`` indexed by leaf.
     """
     n_leaves = fab["up"].shape[0]
     cand = {}
@@ -266,8 +276,7 @@ def _hall_share(sizes: np.ndarray, sets: list[frozenset]) -> int:
         if not u:
             continue
         inside = np.array([c <= u for c in sets])
-        k = math.ceil(int(inside.sum()) / len(u))
-        best = max(best, _largest(sizes[inside], k))
+        best = max(best, _least_max_load(sizes[inside], len(u)))
     return best
 
 
@@ -306,10 +315,11 @@ def _assign_step(fab: dict, sizes: np.ndarray, la: np.ndarray, lb: np.ndarray) -
     cands = [_candidates(fab, a, b) for a, b in zip(la.tolist(), lb.tolist())]
     for f in np.argsort(-sizes, kind="stable").tolist():
         a, b, c = int(la[f]), int(lb[f]), cands[f]
-        # least relative fill of the two links the flow would use
+        # least loaded pair of links (largest flows first: LPT), ties by relative fill
+        load = np.maximum(up[a, c], down[c, b]) + sizes[f]
         fill = np.maximum((up[a, c] + sizes[f]) / max(cap_up[a], 1),
                           (down[c, b] + sizes[f]) / max(cap_down[b], 1))
-        s = int(c[int(np.argmin(fill))])
+        s = int(c[np.lexsort((fill, load))[0]])
         choice[f] = s
         up[a, s] += sizes[f]
         down[s, b] += sizes[f]
@@ -319,8 +329,8 @@ def _assign_step(fab: dict, sizes: np.ndarray, la: np.ndarray, lb: np.ndarray) -
 
 
 def _assign_cpsat(fab, sizes, la, lb, cands, cap_up, cap_down, hint) -> np.ndarray:
-    """Exact assignment: minimise the worst link's overload above its fair share (0 if the
-    shares can all be met, which is always possible on a healthy fabric with equal flows)."""
+    """Exact assignment: minimise the worst link's overload above its fair share (0 when the
+    shares can all be met), then the busiest link's load."""
     from ortools.sat.python import cp_model
 
     scale = max(1, int(np.gcd.reduce(sizes.astype(np.int64))))
@@ -334,7 +344,9 @@ def _assign_cpsat(fab, sizes, la, lb, cands, cap_up, cap_down, hint) -> np.ndarr
             m.AddHint(x[f, s], int(hint[f] == s))
             vs.append(x[f, s])
         m.AddExactlyOne(vs)
-    over = m.NewIntVar(0, int(sizes.sum() // scale), "over")
+    total = int(sizes.sum() // scale)
+    over = m.NewIntVar(0, total, "over")
+    busiest = m.NewIntVar(0, total, "busiest")
     by_up: dict[tuple[int, int], list] = {}
     by_down: dict[tuple[int, int], list] = {}
     for (f, s), v in x.items():
@@ -342,9 +354,11 @@ def _assign_cpsat(fab, sizes, la, lb, cands, cap_up, cap_down, hint) -> np.ndarr
         by_down.setdefault((s, int(lb[f])), []).append((w[f], v))
     for (a, s), terms in by_up.items():
         m.Add(sum(c * v for c, v in terms) <= int(cap_up[a] // scale) + over)
+        m.Add(sum(c * v for c, v in terms) <= busiest)
     for (s, b), terms in by_down.items():
         m.Add(sum(c * v for c, v in terms) <= int(cap_down[b] // scale) + over)
-    m.Minimize(over)
+        m.Add(sum(c * v for c, v in terms) <= busiest)
+    m.Minimize(over * (total + 1) + busiest)
     solver = cp_model.CpSolver()
     solver.parameters.num_search_workers = 1
     solver.parameters.random_seed = 0

@@ -202,6 +202,7 @@ def _dead_after(acc: _Accesses, op: Op, skip: tuple[int, ...]) -> bool:
 def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
           nchannels: int | None = None) -> Lowered:
     """Lower ``us`` for runtime ``rt``; :class:`ScheduleError` when a limit is exceeded."""
+    _quick_limits(us, rt)
     ops, units, scratch = relocate_input(us, rt.max_cnt)
     nchunks = max(units)
     if nchunks > rt.max_chunks:
@@ -471,6 +472,31 @@ def _sort_tbs(tbs: list[list[Threadblock]]) -> None:
             tb.steps.sort(key=lambda ins: ins.pos)
             for idx, ins in enumerate(tb.steps):
                 ins.tb, ins.index = new_id, idx
+
+
+def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
+    """Limits that counting alone shows are exceeded, checked before the (slower) lowering:
+    every local op of a GPU runs in its one local threadblock, and the messages from one GPU
+    to one peer share at most ``max_channels`` threadblocks."""
+    pieces = -(-us.count // rt.max_cnt)
+    local = us.src == us.dst
+    per_rank = np.bincount(us.src[local], weights=pieces[local], minlength=us.n)
+    if us.writes_input():
+        per_rank += -(-us.units[0] // rt.max_cnt)
+    r = int(per_rank.argmax()) if len(per_rank) else 0
+    if len(per_rank) and per_rank[r] > rt.max_steps_per_tb:
+        raise ScheduleError(f"GPU {r} has {int(per_rank[r])} local copy/reduce steps, which "
+                            f"run in one threadblock; {rt.title} allows {rt.max_steps_per_tb} "
+                            "steps per threadblock. Use fewer chunks or steps")
+    remote = ~local
+    pair = us.src[remote] * us.n + us.dst[remote]
+    msgs = np.bincount(pair, weights=pieces[remote], minlength=us.n * us.n)
+    worst = int(msgs.argmax()) if len(msgs) else 0
+    if len(msgs) and msgs[worst] > rt.max_steps_per_tb * rt.max_channels:
+        raise ScheduleError(f"GPU {worst // us.n} sends {int(msgs[worst])} messages to GPU "
+                            f"{worst % us.n}; {rt.title} fits at most "
+                            f"{rt.max_steps_per_tb * rt.max_channels} ({rt.max_channels} "
+                            f"channels x {rt.max_steps_per_tb} steps). Use fewer chunks or steps")
 
 
 def _check_limits(tbs: list[list[Threadblock]], rt: Runtime) -> None:

@@ -39,7 +39,7 @@ PROFILER_SYMBOLS = ("ncclProfiler_v6", "ncclProfiler_v5")
 _ROW_KEYS = ("func", "n_ranks", "n_nodes", "min_bytes", "max_bytes", "algo", "proto",
              "channels", "chunk")
 
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent),
                           undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                           autoescape=False)
 

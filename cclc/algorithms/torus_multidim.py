@@ -183,10 +183,15 @@ def _torus_reason(coll: Collective, what: str) -> str | None:
 
 @dataclass
 class _Group:
-    """Rings of one dimension that run the same plans: ``uses[l]`` = (plan, stage offset)."""
+    """Rings of one dimension that run the same plans.
+
+    ``uses[l]`` lists what lane ``l`` does: ``(plan, stage offset, lo, hi)``, the plan moving
+    the slots ``[lo m, hi m)`` of every aggregated block (``m`` slots; MATE's slot shares cut a
+    block into parts that take different plans, everything else uses ``0, 1``).
+    """
 
     rings: np.ndarray
-    uses: list[tuple[RingPlan, int]]
+    uses: list[list[tuple[RingPlan, int, float, float]]]
 
 
 @dataclass
@@ -263,7 +268,8 @@ def _build(coll: Collective, lay: _Layout, algorithm: str, schedule: str,
     table = torus_link_table(topo)
     link_dst = topo.link_dst.astype(np.int64)
     slots = np.arange(n).reshape(dims)
-    max_hops = max([u[0].max_hops for gs in lay.groups.values() for g in gs for u in g.uses]
+    max_hops = max([u[0].max_hops for gs in lay.groups.values() for g in gs
+                    for lane in g.uses for u in lane]
                    + [1])
     n_phases = max(len(ph) for ph in lay.phases)
     # scratch per piece: regions R_1..R_{D-1}, then one transit region per phase
@@ -353,17 +359,21 @@ def _build(coll: Collective, lay: _Layout, algorithm: str, schedule: str,
                     ops.add(step=start, src=rk, dst=rk, route=0, src_buf=in_buf,
                             src_off=in_chunk(ss, l), dst_buf=out_buf, dst_off=out_chunk(ss, l),
                             hop=0)
-                for l, (plan, offset) in enumerate(grp.uses):
+                for l, plan, offset, lo, hi in ((l, *u) for l, lane in enumerate(grp.uses)
+                                                for u in lane):
+                    w_lo, w_hi = round(lo * m), round(hi * m)
+                    if w_hi <= w_lo:
+                        continue
                     key = (d, gi, id(plan))
                     if key not in route_cache:
                         route_cache[key] = routes_for(d, grp, plan)
                     routes = route_cache[key]                             # (G, S)
                     S = len(plan.src)
-                    sh = (S, G, m)
+                    sh = (S, G, w_hi - w_lo)
                     seg = np.arange(S)[:, None, None]
                     c = plan.dest[seg]
                     xo = plan.origin[seg]
-                    w = np.arange(m)[None, None, :]
+                    w = np.arange(w_lo, w_hi)[None, None, :]
                     s = block[w] + c * strides[d]
                     hop = plan.hop[seg]
                     first = hop == 0
@@ -494,17 +504,20 @@ def _dim_groups(algorithm: str, f: TorusFaults, d: int, L: int, cache: dict,
     healthy = np.array([g for g in range(R) if g not in broken and g != skip], dtype=np.int64)
     groups = []
     if len(healthy):
-        groups.append(_Group(f.rings[d][healthy], [(plan("healthy", l % 2), 0) for l in range(L)]))
+        groups.append(_Group(f.rings[d][healthy],
+                             [[(plan("healthy", l % 2), 0, 0.0, 1.0)] for l in range(L)]))
     for g, (cut,) in broken.items():
         if g == skip:
             continue
         kind = "folded" if algorithm == "foldedring" else "line"
-        groups.append(_Group(f.rings[d][[g]], [(plan(kind, cut), 0) for _ in range(L)]))
+        groups.append(_Group(f.rings[d][[g]], [[(plan(kind, cut), 0, 0.0, 1.0)]
+                                               for _ in range(L)]))
     return groups
 
 
 def _phase_len(groups: list[_Group]) -> int:
-    return max((u[0].n_stages + u[1] for g in groups for u in g.uses), default=0)
+    return max((u[0].n_stages + u[1] for g in groups for lane in g.uses for u in lane),
+               default=0)
 
 
 def _order_param(params: dict, active: list[int]) -> list[int]:
@@ -710,9 +723,11 @@ def _mate_applicable(coll: Collective, enhanced: bool, params: dict) -> str | No
         return f"rho must be 'derived', 'artifact', 'lockstep' or a number, not {rho!r}"
     if isinstance(rho, (int, float)) and not rho >= 0:
         return f"rho must be >= 0, got {rho}"
-    extra = set(params) - {"rho"}
+    if params.get("shares", "auto") not in ("auto", "lanes", "slots"):
+        return f"shares must be 'auto', 'lanes' or 'slots', not {params['shares']!r}"
+    extra = set(params) - {"rho", "shares"}
     if extra:
-        return f"{what} takes only the parameter rho (got {', '.join(sorted(extra))})"
+        return f"{what} takes only the parameters rho and shares (got {', '.join(sorted(extra))})"
     return None
 
 
@@ -728,9 +743,18 @@ def _mate_layout(coll: Collective, enhanced: bool, params: dict) -> _Layout:
     fams = [(j, s) for j, s in _mate_families(f, fd) if (table[ring, j, s] >= 0).all()]
     ldir = 2 if _needs_direction_lanes("halfring", f, active) else 1
     cache: dict = {}
-    # lanes: scheme lanes x direction lanes; scheme = families, own ring, (matee) normal share
+    # the faulty ring's data is split into a *scheme*: detour families, own ring, (matee) normal
+    # share. Exact shares cut every chunk into one lane per scheme entry (x direction lanes);
+    # slot shares give each entry a range of the slots of every aggregated block instead, which
+    # keeps the op count of a large torus at that of DimRotation (precision 1/m of a block).
     scheme = [("detour", j, s) for j, s in fams] + [("own",)] + ([("normal",)] if enhanced else [])
-    L = len(scheme) * ldir
+    mode = params.get("shares", "auto")
+    m_f = math.prod(f.dims) // N
+    if mode == "auto":
+        # exact lanes while the input (n^2 x pieces x lanes chunks over all ranks) stays small
+        mode = "lanes" if math.prod(f.dims) ** 2 * len(active) * len(scheme) * ldir <= 4_000_000 \
+            else "slots"
+    L = (len(scheme) if mode == "lanes" else 1) * ldir
     healthy_dims = {d: _dim_groups("halfring", f, d, L, cache) for d in active if d != fd}
     normal_len = max([_phase_len(g) for g in healthy_dims.values()]
                      + [halfring_plan(N).n_stages])
@@ -772,13 +796,24 @@ def _mate_layout(coll: Collective, enhanced: bool, params: dict) -> _Layout:
         div = len(per_dim) + r
         accel = np.array([rest / div / per_dim[j] for j, _ in fams] + [rest * r / div])
     scheme_w = np.concatenate([accel, [share_normal] if enhanced else []])
-    weights = np.repeat(scheme_w / ldir, ldir)
+    scheme_w = np.maximum(scheme_w, 0.0) / np.maximum(scheme_w, 0.0).sum()
+    if mode == "lanes":
+        weights = np.repeat(scheme_w / ldir, ldir)
+    else:
+        # whole slots per scheme entry (largest remainders), as fractions of the block
+        counts = np.floor(scheme_w * m_f).astype(int)
+        order = np.argsort(-(scheme_w * m_f - counts), kind="stable")
+        counts[order[:m_f - counts.sum()]] += 1
+        bounds_ = np.concatenate([[0], np.cumsum(counts)]) / m_f
+        weights = np.full(ldir, 1.0 / ldir)
+        share_normal = float(counts[-1] / m_f) if enhanced else 0.0
+        accel = counts[:len(fams) + 1] / m_f
 
     accel_plans = [detour_plan(N, j, s, PLUS) for j, s in fams]
     accel_len = max([p.n_stages for p in accel_plans] + [folded.n_stages])
     # faulty dimension: healthy rings HalfRing in the normal part; the faulty ring's lanes
     groups = dict(healthy_dims)
-    uses = []
+    uses: list[list[tuple[RingPlan, int, float, float]]] = [[] for _ in range(L)]
     for k, sch in enumerate(scheme):
         for lane in range(ldir):
             antipode = PLUS if lane % 2 == 0 else MINUS
@@ -786,18 +821,22 @@ def _mate_layout(coll: Collective, enhanced: bool, params: dict) -> _Layout:
                 key = ("detour", N, sch[1], sch[2], antipode)
                 if key not in cache:
                     cache[key] = detour_plan(N, sch[1], sch[2], antipode)
-                uses.append((cache[key], normal_len))
+                use = (cache[key], normal_len)
             elif sch[0] == "own":
-                uses.append((folded, normal_len))
+                use = (folded, normal_len)
             else:
-                uses.append((folded, 0))
+                use = (folded, 0)
+            if mode == "lanes":
+                uses[k * ldir + lane].append(use + (0.0, 1.0))
+            else:
+                uses[lane].append(use + (float(bounds_[k]), float(bounds_[k + 1])))
     groups[fd] = _dim_groups("halfring", f, fd, L, cache, skip=fg) + \
         [_Group(f.rings[fd][[fg]], uses)]
     D = len(active)
     stage = normal_len + accel_len
     phases = [[(active[(c + i) % D], i * stage) for i in range(D)] for c in range(D)]
-    if rho == "lockstep":
-        # rho as the reference defines it: own share / share of one other dimension
+    if rho == "lockstep" or mode == "slots":
+        # the realized rho as the reference defines it: own share / share of one other dimension
         per_dim_share = (accel[:-1].sum() / max(len({j for j, _ in fams}), 1))
         rho_used = accel[-1] / per_dim_share if per_dim_share > 0 else float("inf")
     elif rho == "derived":
@@ -807,7 +846,7 @@ def _mate_layout(coll: Collective, enhanced: bool, params: dict) -> _Layout:
     else:
         rho_used = float(rho)
     return _Layout(weights, D, phases, groups,
-                   [("rho", round(float(rho_used), 6)), ("faulty_dim", fd)]
+                   [("rho", round(float(rho_used), 6)), ("faulty_dim", fd), ("shares", mode)]
                    + ([("normal_share", round(float(share_normal), 6))] if enhanced else []))
 
 

@@ -251,7 +251,7 @@ class CsvProfiler(Profiler):
                                    if line.strip() and not line.lstrip().startswith("#")))
         if not rows:
             raise SemanticError(f"'{path}' has no measurement rows")
-        header = {h.strip().lower() for h in rows[0].keys()}
+        header = {h.strip().lower() for h in rows[0]}
         missing = [c for c in _CSV_REQUIRED if c not in header]
         if missing:
             raise SemanticError(f"'{path}' lacks the column(s) {', '.join(missing)}")

@@ -11,8 +11,12 @@ time from NCCL's own point: it keeps stepping while the neighbour is better (dou
 step after each success, the role of AutoCCL's gain-scaled "lr"), flips direction on a
 failure, moves to the next axis after both directions failed, and has converged after
 2 × #axes failures in a row; then it restarts from a random unvisited point (``retries``).
-Subspaces are visited best-first by the value of their starting point, so a tight budget is
-spent where it pays.
+Two additions keep it honest on NCCL's real surfaces: on a plateau (equal values, e.g. every
+chunk above a channel's share of the buffer) it looks along the plateau at doubling
+distances instead of stopping, and each subspace is also descended from the few-channels end
+of the channel axis, because NCCL adapts its chunk to the channel count and so puts small saw
+teeth on that axis. Subspaces are visited best-first by the value of their starting point, so
+a tight budget is spent where it pays.
 """
 
 from __future__ import annotations
@@ -245,7 +249,7 @@ def _across_plateau(sub: Subspace, ev: Evaluator, cur: list[int], f_cur: float, 
             return None
 
 
-def coordinate_descent(space: Space, ev: Evaluator, retries: int = 2, seed: int = 0,
+def coordinate_descent(space: Space, ev: Evaluator, retries: int = 1, seed: int = 0,
                        starts: Sequence[Config] = ()) -> SearchResult:
     """AutoCCL's search: per subspace, coordinate descent from NCCL's own point (and from
     any ``starts`` in that subspace), then ``retries`` random restarts."""
@@ -258,7 +262,12 @@ def coordinate_descent(space: Space, ev: Evaluator, retries: int = 2, seed: int 
         order = sorted(range(len(points)), key=lambda i: -(values[i] or float("-inf")))
         for i in order:
             sub = space.subspaces[i]
-            begin = [points[i]] + [c for c in starts if c.subspace == points[i].subspace]
+            # NCCL's point, the caller's starts, and the few-channels end of the channel axis:
+            # NCCL adapts its chunk to the channel count, which puts small saw teeth on that
+            # axis that a descent from NCCL's (high) count alone can stall on
+            low = replace(points[i], channels=sub.channels[min(1, len(sub.channels) - 1)])
+            begin = ([points[i]] + [c for c in starts if c.subspace == points[i].subspace]
+                     + [low])
             for c in begin:
                 _descend(sub, ev, _index_of(sub, c))
             for _ in range(retries):
@@ -315,7 +324,7 @@ def random_search(space: Space, ev: Evaluator, samples: int, seed: int = 0) -> S
 
 def search(space: Space, case: Case, profiler: Profiler, method: str = "cd",
            budget: int | None = None, cache: MeasurementCache | None = None, seed: int = 0,
-           retries: int = 2, samples: int | None = None) -> SearchResult:
+           retries: int = 1, samples: int | None = None) -> SearchResult:
     """Tune ``case`` over ``space`` with ``method`` (cd | exhaustive | random).
 
     NCCL's default configuration is always among the evaluated points (cd starts there), so

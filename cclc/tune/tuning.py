@@ -72,7 +72,7 @@ class TuneOptions:
     version: NcclVersion = NcclVersion(2, 30)
     method: str = "cd"
     budget: int | None = None
-    retries: int = 2
+    retries: int = 1
     seed: int = 0
     max_channels: int = MAX_CHANNELS
 

@@ -33,14 +33,25 @@ def _fabric(nodes=8, leaves=2, spines=4, fail=()):
 
 
 def _check_planned(s):
+    """No failed link; no spine link above its fair share in a step whose spine-crossing flows
+    are all one size; within one flow of it where sizes differ (indivisible flows of unequal
+    sizes cannot always split evenly: 12, 12, 8, 4 over two links is 20 + 16, not 18 + 18)."""
     topo = s.topology
     verify(s)
     assert not topo.link_failed[s.routes.links].any()
     loads = spine_link_loads(s)
     shares = fair_shares(s)
-    for link, per_step in loads.items():
-        assert not topo.link_failed[link]
-        assert (per_step <= shares[link]).all(), (topo.link_name(link), per_step, shares[link])
+    if not loads:
+        return
+    nb = s.op_bytes()
+    crossing = np.isin(np.arange(len(s.ops)), [i for i in range(len(s.ops))
+                       if set(s.routes.path(int(s.ops.route[i]))) & set(loads)])
+    for step in range(s.n_steps):
+        sizes = nb[crossing & (s.ops.step == step)]
+        slack = 0 if len(np.unique(sizes)) <= 1 else int(sizes.max())
+        for link, per_step in loads.items():
+            assert not topo.link_failed[link]
+            assert per_step[step] <= shares[link][step] + slack, (topo.link_name(link), step)
 
 
 def test_direct_allgather_on_a_healthy_fabric_spreads_flows_evenly():
@@ -105,16 +116,69 @@ def test_schedules_of_cclc_are_planned_already():
         _check_planned(s)
 
 
+ALGOS = ["direct", "bruck", "pat", "biring", "recursive_doubling"]
+
+
+def _built(algo, coll):
+    s = get(algo).build(coll)
+    # direct (cclc.algorithms.direct) leaves routing to shortest paths: plan it here
+    return planned_routes(s) if algo == "direct" else s
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nodes=st.integers(2, 12), leaves=st.sampled_from([2, 3, 4]), spines=st.integers(1, 6),
-       fail=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), max_size=2),
-       algo=st.sampled_from(["direct", "bruck", "pat", "biring", "recursive_doubling"]),
+       algo=st.sampled_from(ALGOS), blocks=st.integers(1, 5))
+def test_planned_routes_never_exceed_the_fair_share(nodes, leaves, spines, algo, blocks):
+    topo = _fabric(nodes, min(leaves, nodes), spines)
+    coll = make_collective("c", K.ALLGATHER, topo, topo.all_ranks(), size=4 * nodes * blocks)
+    s = _built(algo, coll)
+    _check_planned(s)
+    # planning a planned schedule again keeps it within the shares
+    _check_planned(planned_routes(s))
+    verify(ecmp_routes(s))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=st.integers(2, 12), leaves=st.sampled_from([2, 3, 4]), spines=st.integers(2, 6),
+       fail=st.tuples(st.integers(0, 3), st.integers(0, 5)), algo=st.sampled_from(ALGOS),
        blocks=st.integers(1, 5))
-def test_planned_routes_property(nodes, leaves, spines, fail, algo, blocks):
+def test_planned_routes_with_one_failed_link(nodes, leaves, spines, fail, algo, blocks):
+    """One failed leaf-spine link (the C4 scenario). The shares of different leaves can then
+    conflict (4 leaves on a ring, 2 spines, one cut: an odd cycle of forced choices), so the
+    planner minimises the worst overload above the shares: it never uses the failed link and
+    in no step is its worst overload above that of hashing (the shares are lower bounds for
+    any assignment, so hashing's overload is at least as large)."""
+    leaves = min(leaves, nodes)
+    topo = _fabric(nodes, leaves, spines, [(fail[0] % leaves, fail[1] % spines)])
+    coll = make_collective("c", K.ALLGATHER, topo, topo.all_ranks(), size=4 * nodes * blocks)
+    s = _built(algo, coll)
+    e = ecmp_routes(s)
+    for x in (s, e):
+        verify(x)
+        assert not topo.link_failed[x.routes.links].any()
+    shares = fair_shares(s)
+
+    def overload(x):
+        loads = spine_link_loads(x)
+        worst = np.zeros(x.n_steps, dtype=np.int64)
+        for link, per_step in loads.items():
+            worst = np.maximum(worst, per_step - shares[link])
+        return worst
+
+    assert (overload(s) <= overload(e)).all()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nodes=st.integers(2, 12), leaves=st.sampled_from([2, 3, 4]), spines=st.integers(2, 6),
+       fail=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5)), min_size=2, max_size=4),
+       blocks=st.integers(1, 5))
+def test_planned_routes_with_several_failures(nodes, leaves, spines, fail, blocks):
+    """With several failures the per-leaf shares may conflict (a flow forced onto one spine
+    by its destination's failures crowds its source's other flows): the plan still never
+    uses a failed link, and its worst link is no worse than hashing's."""
     leaves = min(leaves, nodes)
     fail = [(a % leaves, b % spines) for a, b in fail]
     topo = _fabric(nodes, leaves, spines, fail)
-    # a fault set that cuts every spine between two leaves is not routable
     try:
         coll = make_collective("c", K.ALLGATHER, topo, topo.all_ranks(),
                                size=4 * nodes * blocks)
@@ -123,18 +187,16 @@ def test_planned_routes_property(nodes, leaves, spines, fail, algo, blocks):
     leaf_v = [topo.vertex(f"leaf{i}") for i in range(leaves)]
     spine_v = [topo.vertex(f"spine{i}") for i in range(spines)]
     ok = [[not topo.link_failed[topo.link_id(a, s)] for s in spine_v] for a in leaf_v]
+    s = get("direct").build(coll)
     if any(not any(x and y for x, y in zip(ok[a], ok[b]))
            for a in range(leaves) for b in range(leaves) if a != b):
         # two leaves share no healthy spine: routes would cross the spine layer twice
         with pytest.raises(ScheduleError):
-            planned_routes(get(algo).build(coll))
+            planned_routes(s)
         return
-    s = get(algo).build(coll)
-    if algo in ("direct",):  # built by a module that leaves routing to shortest paths
-        s = planned_routes(s)
-    _check_planned(s)
-    # planning a planned schedule again keeps it within the shares
-    _check_planned(planned_routes(s))
-    e = ecmp_routes(s)
-    verify(e)
-    assert not topo.link_failed[e.routes.links].any()
+    planned, ecmp = planned_routes(s), ecmp_routes(s)
+    for x in (planned, ecmp):
+        verify(x)
+        assert not topo.link_failed[x.routes.links].any()
+    worst = (lambda x: max((v.max() for v in spine_link_loads(x).values()), default=0))
+    assert worst(planned) <= worst(ecmp)

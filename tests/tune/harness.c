@@ -3,12 +3,15 @@
  *
  *   harness PLUGIN.so ROWS.txt   static checks against the rows the plugin was built from
  *   harness PLUGIN.so --online   online tuning driven by synthetic profiler events
+ *   harness PLUGIN.so --threads  the online run on 4 communicators from 4 threads at once
  *
  * ROWS.txt: one row per line, "func nRanks nNodes minBytes maxBytes algo proto channels chunk".
  * The ABI structs are declared here independently of the plugin (from NCCL's tuner_v2..v6.h
  * and profiler_v5.h). Exit status 0 when every check passes; failures are printed.
  */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -72,11 +75,17 @@ typedef struct {
 } profiler_v5;
 
 static int failures = 0;
-#define CHECK(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+#define CHECK(cond, ...) do { if (!(cond)) { __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED); fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
   fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
 
+/* formats every message (so a bad format string shows under the sanitizers), prints nothing */
 static void quiet_logger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
-  (void)level; (void)flags; (void)file; (void)line; (void)fmt;
+  char buf[512];
+  va_list ap;
+  (void)level; (void)flags; (void)file; (void)line;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
 }
 
 typedef struct { int func; long long nRanks, nNodes; unsigned long long lo, hi; int algo, proto, ch; unsigned long long chunk; } row_t;
@@ -249,18 +258,17 @@ static double synthetic_ns(int a, int p, int nch, int shift) {
   return base * (1.0 + 0.1 * d * d) * (1.0 + 0.05 * (shift - 2) * (shift - 2));
 }
 
-static int run_online(void* lib) {
-  setenv("CCLC_TUNER_ONLINE", "1", 1);
+static int run_online(void* lib, uint64_t id) {
   const tuner_v6* tv = (const tuner_v6*)dlsym(lib, "ncclTunerPlugin_v6");
   const profiler_v5* pv = (const profiler_v5*)dlsym(lib, "ncclProfiler_v6");
   if (!tv || !pv) { fprintf(stderr, "symbols missing\n"); return 1; }
   void *tctx = NULL, *pctx = NULL, *lonely = NULL;
   int mask = 0;
   /* profiler first, as NCCL may do; the commId joins the two contexts */
-  CHECK(pv->init(&pctx, 777, &mask, "test", 1, 3, 0, quiet_logger) == 0, "profiler init");
+  CHECK(pv->init(&pctx, id, &mask, "test", 1, 3, 0, quiet_logger) == 0, "profiler init");
   CHECK((mask & (1 << 1)) && (mask & (1 << 6)), "activation mask %#x lacks Coll|KernelCh", mask);
-  CHECK(tv->init(&tctx, 777, 3, 1, quiet_logger, NULL, NULL) == 0, "tuner init");
-  CHECK(tv->init(&lonely, 778, 3, 1, quiet_logger, NULL, NULL) == 0, "tuner init (no profiler)");
+  CHECK(tv->init(&tctx, id, 3, 1, quiet_logger, NULL, NULL) == 0, "tuner init");
+  CHECK(tv->init(&lonely, id + 1, 3, 1, quiet_logger, NULL, NULL) == 0, "tuner init (no profiler)");
   const size_t bytes = 1u << 24;
   uint64_t clock = 1000000;
   int lastA = -1, lastP = -1, lastN = -1, lastS = -1, stable = 0, converged_at = -1;
@@ -332,17 +340,46 @@ static int run_online(void* lib) {
   }
   CHECK(untouched_after >= 0, "without profiler events the tuner never gave up");
   CHECK(tv->finalize(tctx) == 0 && tv->finalize(lonely) == 0 && pv->finalize(pctx) == 0, "finalize");
-  printf("online: froze %s/%s channels=%d chunk>>%d after %d collectives; unprofiled comm released after %d calls; %d failures\n",
-         ALGO[lastA], PROTO[lastP], lastN, lastS, converged_at, untouched_after, failures);
+  printf("online (comm %llu): froze %s/%s channels=%d chunk>>%d after %d collectives; unprofiled comm released after %d calls; %d failures\n",
+         (unsigned long long)id, ALGO[lastA], PROTO[lastP], lastN, lastS, converged_at, untouched_after,
+         failures);
   return failures != 0;
 }
 
+typedef struct { void* lib; uint64_t id; int rc; } worker_t;
+
+static void* worker(void* arg) {
+  worker_t* w = (worker_t*)arg;
+  w->rc = run_online(w->lib, w->id);
+  return NULL;
+}
+
+/* NCCL may drive several communicators from several threads; each has its own state */
+static int run_threads(void* lib) {
+  enum { N = 4 };
+  pthread_t th[N];
+  worker_t w[N];
+  for (int i = 0; i < N; i++) {
+    w[i].lib = lib; w[i].id = 5000 + 10 * (uint64_t)i; w[i].rc = 1;
+    if (pthread_create(&th[i], NULL, worker, &w[i]) != 0) { perror("pthread_create"); return 1; }
+  }
+  int rc = 0;
+  for (int i = 0; i < N; i++) { pthread_join(th[i], NULL); rc |= w[i].rc; }
+  return rc || failures != 0;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 3) { fprintf(stderr, "usage: %s PLUGIN.so ROWS.txt|--online\n", argv[0]); return 2; }
+  if (argc != 3) { fprintf(stderr, "usage: %s PLUGIN.so ROWS.txt|--online|--threads\n", argv[0]); return 2; }
   /* NCCL opens plugins with RTLD_LAZY | RTLD_LOCAL */
   void* lib = dlopen(argv[1], RTLD_LAZY | RTLD_LOCAL);
   if (!lib) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 1; }
-  int rc = strcmp(argv[2], "--online") == 0 ? run_online(lib) : run_static(lib, argv[2]);
+  int rc;
+  if (strcmp(argv[2], "--online") == 0 || strcmp(argv[2], "--threads") == 0) {
+    setenv("CCLC_TUNER_ONLINE", "1", 1);   /* read when a communicator is created */
+    rc = strcmp(argv[2], "--online") == 0 ? run_online(lib, 777) : run_threads(lib);
+  } else {
+    rc = run_static(lib, argv[2]);
+  }
   dlclose(lib);
   return rc;
 }

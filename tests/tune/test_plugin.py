@@ -90,6 +90,14 @@ def test_harness_online_converges(harness, plugin, tmp_path, instrumented):
     print(done.stdout)
 
 
+def test_harness_threads(harness, plugin, tmp_path):
+    """Four communicators tuned online from four threads at once, on the ASan build."""
+    lib = _asan_build(plugin, tmp_path / "asan.so")
+    done = run_harness(harness, lib, "--threads")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("froze Ring/Simple channels=8 chunk>>2") == 4
+
+
 def test_harness_catches_a_plugin_that_forces_unavailable_entries(harness, tmp_path):
     """The harness is not vacuous: a plugin that ignores IGNORE entries fails it."""
     files = tuner_backend.render(ROWS)
@@ -190,3 +198,25 @@ def test_cclc_tune_on_examples(harness, tmp_path, capsys, example, extra):
     capsys.readouterr()
     assert _tune_cli([str(path), "-o", str(out), *extra, "--no-build"]) == 0
     assert "(0 measured, the rest cached)" in capsys.readouterr().out
+
+
+def test_cclc_tune_replays_a_csv(tmp_path, capsys):
+    path = EXAMPLES / "hgx_node.ccl"
+    if not path.exists():
+        pytest.skip("example not present")
+    csv_path = tmp_path / "measured.csv"
+    csv_path.write_text("collective,nbytes,algorithm,protocol,channels,busbw\n"
+                        "allreduce,1073741824,ring,simple,8,500\n"
+                        "allreduce,1073741824,ring,simple,16,350\n"
+                        "allreduce,1073741824,nvls,simple,16,480\n"
+                        "allgather,268435456,ring,simple,16,360\n")
+    out = tmp_path / "out"
+    assert _tune_cli([str(path), "-o", str(out), "--profiler", f"csv:{csv_path}",
+                      "--search", "exhaustive", "--no-build"]) == 0
+    entries = {e["target"]: e for e in json.loads((out / "tuning.json").read_text())["entries"]}
+    grads = entries["grads"]
+    assert (grads["algorithm"], grads["protocol"], grads["channels"]) == ("Ring", "Simple", 8)
+    assert grads["busbw_gbps"] == 500 and grads["nccl_busbw_gbps"] == 480
+    # no threads column: every thread count measures alike, so nothing process-wide is set
+    assert "NCCL_NTHREADS" not in (out / "nccl.conf").read_text()
+    assert not (out / tuner_backend.LIBRARY).exists()

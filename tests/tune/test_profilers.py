@@ -175,3 +175,20 @@ def test_nccl_default_choice(hgx_node, hgx_cluster, single_gpu_fabric):
     assert (d_big.algo, d_big.proto) == min(t, key=lambda k: t[k])
     ag = space_for(Func.ALLGATHER, single_gpu_fabric, V230)
     assert nccl_default(ag, 1 << 28).algo in (Algo.PAT, Algo.RING)
+
+
+def test_nccl_chunk_rules(hgx_cluster, single_gpu_fabric):
+    from cclc.tune.ncclcost import nccl_chunk
+    from cclc.tune.space import max_chunk
+    top = max_chunk(Algo.PAT, Proto.SIMPLE)
+    # PAT AllGather halves while chunk * nCh * 32 > nBytes, never below 64 KiB (§5)
+    assert nccl_chunk(Algo.PAT, Proto.SIMPLE, single_gpu_fabric, 1 << 40, 4,
+                      Func.ALLGATHER) == top
+    c = nccl_chunk(Algo.PAT, Proto.SIMPLE, single_gpu_fabric, 1 << 22, 4, Func.ALLGATHER)
+    assert c * 4 * 32 <= 1 << 22 or c == 65536
+    assert nccl_chunk(Algo.PAT, Proto.SIMPLE, single_gpu_fabric, 1024, 4, Func.ALLGATHER) == 65536
+    # a deep tree on a small buffer gets smaller chunks; ring keeps the protocol default
+    assert nccl_chunk(Algo.TREE, Proto.SIMPLE, hgx_cluster, 1 << 20, 16) < \
+        max_chunk(Algo.TREE, Proto.SIMPLE)
+    assert nccl_chunk(Algo.RING, Proto.SIMPLE, hgx_cluster, 1 << 20, 16) == \
+        max_chunk(Algo.RING, Proto.SIMPLE)
