@@ -27,9 +27,21 @@ from cclc.collective import CollectiveKind
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind, Schedule
 
-__all__ = ["EmitOptions", "MSCCL_RUNTIMES", "c_identifier", "UnitSchedule", "prepare",
-           "count_convention", "Role", "RankEntry", "RankTables", "rank_tables",
-           "render_template", "coerce_options", "write_file"]
+__all__ = [
+    "MSCCL_RUNTIMES",
+    "EmitOptions",
+    "RankEntry",
+    "RankTables",
+    "Role",
+    "UnitSchedule",
+    "c_identifier",
+    "coerce_options",
+    "count_convention",
+    "prepare",
+    "rank_tables",
+    "render_template",
+    "write_file",
+]
 
 #: the MSCCL runtimes whose XML dialect the msccl backend can write
 MSCCL_RUNTIMES = ("msccl", "msccl-executor", "rccl")
@@ -76,10 +88,7 @@ class EmitOptions:
             raise ScheduleError(f"nthreads must be a positive multiple of 32, not {self.nthreads}")
 
 
-_C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum extern
-float for goto if inline int long register restrict return short signed sizeof static struct
-switch typedef union unsigned void volatile while bool true false class namespace template
-typename this new delete operator private public protected virtual friend using""".split())
+_C_KEYWORDS = frozenset(["auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "bool", "true", "false", "class", "namespace", "template", "typename", "this", "new", "delete", "operator", "private", "public", "protected", "virtual", "friend", "using"])
 
 
 def c_identifier(name: str) -> str:

@@ -62,8 +62,10 @@ RHO_SERIES = {"MATE_rho_artifact": ("mate", "artifact"),
 #: the paper's averages (reference section 4; FoldedRing_DimRotation is not reported)
 PAPER = {"HalfRing_Pipeline": 1.56, "Ring_DimRotation": 1.45, "HalfRing_DimRotation": 2.28,
          "FoldedRing_Pipeline": 0.55, "MATE": 1.36, "MATEe": 1.37}
-#: event-mode simulation is per op in Python; above this many ops it is skipped
-EVENT_MAX_OPS = 300_000
+#: event-mode simulation of MATE/MATEe is skipped above this many ops (it grows faster than the
+#: op count); --quick uses the smaller limit
+EVENT_MAX_OPS = 1_000_000
+QUICK_EVENT_MAX_OPS = 300_000
 
 
 def _topologies(dims, bandwidth):
@@ -86,7 +88,7 @@ def _bound(coll, use_lp: bool) -> tuple[float, str]:
     return b.best, b.name
 
 
-def run_torus(dims, bandwidth, sizes, series, log, lp_max=150):
+def run_torus(dims, bandwidth, sizes, series, log, lp_max=150, event_max_ops=EVENT_MAX_OPS):
     """Rows (one per size and series) for one torus."""
     healthy, faulty = _topologies(dims, bandwidth)
     rows = []
@@ -113,7 +115,7 @@ def run_torus(dims, bandwidth, sizes, series, log, lp_max=150):
             row = {"torus": topo.name, "series": name, "size": size, "bytes": s.collective.size,
                    "time": r.time, "ops": n_ops, "steps": s.n_steps,
                    "time_bandwidth": t_bw * s.collective.size / big.collective.size}
-            if "MATE" in name and n_ops <= EVENT_MAX_OPS:
+            if "MATE" in name and n_ops <= event_max_ops:
                 row["time_event"] = simulate(s, mode="event").time
             if size == BOUND_SIZE or (BOUND_SIZE not in sizes and size == sizes[-1]):
                 bound, bname = _bound(s.collective, use_lp=topo.n_ranks <= lp_max)
@@ -207,7 +209,8 @@ def main(argv=None) -> int:
     tori = [(5, 5), (5, 5, 5)] + ([] if args.quick or args.no_4d else [(5, 5, 5, 5)])
     rows = []
     for dims in tori:
-        rows += run_torus(dims, 32e9, sizes, series, log)
+        rows += run_torus(dims, 32e9, sizes, series, log,
+                          event_max_ops=QUICK_EVENT_MAX_OPS if args.quick else EVENT_MAX_OPS)
     tpu_rows = []
     if not args.quick:
         for dims in [(4, 4, 4), (8, 4, 4)]:

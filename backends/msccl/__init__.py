@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import pathlib
 
-from backends.common import (EmitOptions, c_identifier, coerce_options, prepare,
-                             render_template, write_file)
-from backends.msccl.lower import Lowered, lower
+from backends.common import (
+    EmitOptions,
+    c_identifier,
+    coerce_options,
+    prepare,
+    render_template,
+    write_file,
+)
+from backends.msccl.lower import LimitError, Lowered, lower
 from backends.msccl.runtimes import RUNTIMES, Runtime
 from cclc.collective import CollectiveKind
 from cclc.errors import ScheduleError
@@ -44,7 +50,16 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
     if coll.kind not in rt.coll_names:
         raise ScheduleError(f"{rt.title} has no {coll.kind.value} collective")
     us = prepare(schedule)
-    low = lower(us, rt, fuse_ops=options.fuse, nchannels=options.nchannels)
+    try:
+        low = lower(us, rt, fuse_ops=options.fuse, nchannels=options.nchannels)
+    except LimitError as err:
+        # fused steps tie threadblocks together; unfused ones may spread out enough to fit
+        if not options.fuse:
+            raise
+        try:
+            low = lower(us, rt, fuse_ops=False, nchannels=options.nchannels)
+        except LimitError:
+            raise err from None
     nchunks = _nchunksperloop(schedule, us.units)
     name = c_identifier(coll.name)[:rt.max_name]
     min_bytes = options.min_bytes or 0
@@ -59,24 +74,25 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
         algo.append(("nthreads", options.nthreads))
     gpus = []
     for r, tbs in enumerate(low.tbs):
-        gpus.append(dict(
-            id=r, i_chunks=low.units[Buf.INPUT], o_chunks=low.units[Buf.OUTPUT],
-            s_chunks=low.scratch[r],
-            tbs=[dict(id=tb.id, send=tb.send, recv=tb.recv, chan=tb.chan, steps=[
-                dict(s=st.index, type=st.type, srcbuf=_BUF[st.sb], srcoff=st.so,
-                     dstbuf=_BUF[st.db], dstoff=st.do, cnt=st.cnt, depid=st.depid,
-                     deps=st.deps, hasdep=int(st.hasdep)) for st in tb.steps])
-                 for tb in tbs]))
-    values = dict(algo=algo, gpus=gpus)
-    values["_meta"] = dict(name=name, nchunks=nchunks, unit=us.unit, min_bytes=min_bytes,
-                           max_bytes=max_bytes, writes_input=us.writes_input())
+        steps = [[{"s": st.index, "type": st.type, "srcbuf": _BUF[st.sb], "srcoff": st.so,
+                   "dstbuf": _BUF[st.db], "dstoff": st.do, "cnt": st.cnt, "depid": st.depid,
+                   "deps": st.deps, "hasdep": int(st.hasdep)} for st in tb.steps]
+                 for tb in tbs]
+        gpus.append({"id": r, "i_chunks": low.units[Buf.INPUT],
+                     "o_chunks": low.units[Buf.OUTPUT], "s_chunks": low.scratch[r],
+                     "tbs": [{"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan,
+                              "steps": st} for tb, st in zip(tbs, steps)]})
+    values = {"algo": algo, "gpus": gpus}
+    values["_meta"] = {"name": name, "nchunks": nchunks, "unit": us.unit,
+                       "min_bytes": min_bytes, "max_bytes": max_bytes,
+                       "writes_input": us.writes_input()}
     return values, low, rt
 
 
-def render_xml(schedule: Schedule, options: EmitOptions = EmitOptions()) -> str:
+def render_xml(schedule: Schedule, options: EmitOptions | None = None) -> str:
     """The XML text for ``options.msccl_runtime`` (raises :class:`ScheduleError` if a runtime
     limit is exceeded)."""
-    values, _, _ = _prepared(schedule, options)
+    values, _, _ = _prepared(schedule, coerce_options(options))
     values.pop("_meta")
     return render_template("backends.msccl", "algo.xml.j2", **values)
 
@@ -88,34 +104,32 @@ def _conditions(schedule: Schedule, rt: Runtime, meta: dict, options: EmitOption
     upper = ("no upper bound" if unlimited and rt.unlimited_max_bytes == 0
              else f"below {meta['max_bytes']} B" if rt.key == "msccl"
              else f"at most {meta['max_bytes']} B")
+    reducing = coll.kind.value in ("allreduce", "reducescatter", "reduce")
     lines = [
-        f"collective: `{rt.coll_names[coll.kind]}` only (an `ncclAllReduce` call does not use "
-        "an allgather file, and so on)",
+        (f"collective: `{rt.coll_names[coll.kind]}` only (an `ncclAllReduce` call does not "
+         "use an allgather file, and so on)"),
         f"group size: the communicator has exactly {schedule.n} ranks (`ngpus`)",
-        f"size window: the call's byte count is at least {meta['min_bytes']} B and {upper} "
-        "(`minBytes`/`maxBytes`)",
-        f"count divisibility: the buffer's element count is a multiple of "
-        f"{meta['nchunksperloop']} (`nchunksperloop`); at {coll.dtype.value} "
-        f"({item} B) that is {meta['nchunksperloop'] * item} B granularity",
-        "in-place: only out-of-place calls (`sendbuff != recvbuff`); this file has "
-        "`inplace=\"0\"`, in-place calls fall back",
-        "reduction op: sum, prod, min or max (the file does not fix the op; `ncclAvg` and "
-        "custom premultiplied ops fall back)" if coll.kind.value in
-        ("allreduce", "reducescatter", "reduce") else
+        (f"size window: the call's byte count is at least {meta['min_bytes']} B and {upper} "
+         "(`minBytes`/`maxBytes`)"),
+        (f"count divisibility: the buffer's element count is a multiple of "
+         f"{meta['nchunksperloop']} (`nchunksperloop`); at {coll.dtype.value} "
+         f"({item} B) that is {meta['nchunksperloop'] * item} B granularity"),
+        ("in-place: only out-of-place calls (`sendbuff != recvbuff`); this file has "
+         "`inplace=\"0\"`, in-place calls fall back"),
+        ("reduction op: sum, prod, min or max (the file does not fix the op; `ncclAvg` and "
+         "custom premultiplied ops fall back)") if reducing else
         "reduction op: not used by this collective",
     ]
     if rt.key == "msccl":
-        lines += ["`NCCL_ALGO` must allow MSCCL (e.g. `NCCL_ALGO=MSCCL,RING,TREE`); with "
-                  "`NCCL_ALGO=TREE` the file is ignored",
-                  "not inside a group with other collectives (async mode with more than one "
-                  "op falls back)",
-                  "at most 4 files are loaded (`MSCCL_MAX_NUM_ALGOS`); extra ones are ignored "
-                  "with a warning"]
+        lines += [("`NCCL_ALGO` must allow MSCCL (e.g. `NCCL_ALGO=MSCCL,RING,TREE`); with "
+                   "`NCCL_ALGO=TREE` the file is ignored"),
+                  ("not inside a group with other collectives (async mode with more than one "
+                   "op falls back)"),
+                  ("at most 4 files are loaded (`MSCCL_MAX_NUM_ALGOS`); extra ones are "
+                   "ignored with a warning")]
     else:
-        lines += ["MSCCL must be enabled (`MSCCL_ENABLE=1`"
-                  + (", and `RCCL_MSCCL_FORCE_ENABLE=1` outside MI300X" if rt.key == "rccl"
-                     else "") + ")",
-                  "one GPU per process"]
+        force = ", and `RCCL_MSCCL_FORCE_ENABLE=1` outside MI300X" if rt.key == "rccl" else ""
+        lines += [f"MSCCL must be enabled (`MSCCL_ENABLE=1`{force})", "one GPU per process"]
     return lines
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["XmlError", "Step", "Tb", "Algo", "parse", "execute", "expected_outputs"]
+__all__ = ["Algo", "Step", "Tb", "XmlError", "execute", "expected_outputs", "parse"]
 
 _SEND = {"s", "rcs", "rrs", "rrcs"}
 _RECV = {"r", "rcs", "rrc", "rrs", "rrcs"}

@@ -27,8 +27,10 @@ tb of its GPU. The lowering, in order:
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
+from bisect import bisect_left, bisect_right
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -37,9 +39,11 @@ from backends.msccl.runtimes import Runtime
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind
 
-__all__ = ["Op", "Instr", "Threadblock", "Lowered", "lower"]
+__all__ = ["Instr", "LimitError", "Lowered", "Op", "Threadblock", "lower"]
 
-_BUF = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
+
+class LimitError(ScheduleError):
+    """The schedule does not fit a limit of the runtime (the message names it)."""
 
 
 @dataclass(slots=True)
@@ -131,21 +135,31 @@ def relocate_input(us: UnitSchedule, max_cnt: int
 
 
 class _Accesses:
-    """Per (rank, buffer): every op touching a range, for the fusion checks."""
+    """Per (rank, buffer): every op touching a range, sorted by step, for the fusion checks."""
 
     def __init__(self, ops: list[Op]):
-        self.by: dict[tuple[int, int], list[tuple[int, int, int, bool, int]]] = defaultdict(list)
+        by: dict[tuple[int, int], list[tuple[int, int, int, bool, int]]] = defaultdict(list)
         for k, op in enumerate(ops):
-            self.by[(op.src, op.sb)].append((op.step, op.so, op.so + op.cnt, False, k))
-            self.by[(op.dst, op.db)].append((op.step, op.do, op.do + op.cnt, True, k))
+            by[(op.src, op.sb)].append((op.step, op.so, op.so + op.cnt, False, k))
+            by[(op.dst, op.db)].append((op.step, op.do, op.do + op.cnt, True, k))
             if op.kind is OpKind.REDUCE:
-                self.by[(op.dst, op.db)].append((op.step, op.do, op.do + op.cnt, False, k))
+                by[(op.dst, op.db)].append((op.step, op.do, op.do + op.cnt, False, k))
+        self.by = {key: sorted(v) for key, v in by.items()}
+        self.steps = {key: [a[0] for a in v] for key, v in self.by.items()}
 
     def clash(self, rank: int, buf: Buf, lo: int, hi: int, t0: int, t1: int,
-              skip: tuple[int, ...], writes_only: bool = False) -> bool:
-        for step, a, b, write, k in self.by[(rank, buf)]:
-            if (t0 <= step <= t1 and a < hi and lo < b and k not in skip
-                    and (write or not writes_only)):
+              skip: tuple[int, ...], writes_only: bool = False, reads_only: bool = False
+              ) -> bool:
+        """Does an op other than ``skip`` touch [lo, hi) in steps t0..t1 (only writes if
+        ``writes_only``, only reads if ``reads_only``)?"""
+        key = (rank, buf)
+        if key not in self.by:
+            return False
+        steps, acc = self.steps[key], self.by[key]
+        for i in range(bisect_left(steps, t0), bisect_right(steps, t1)):
+            _, a, b, write, k = acc[i]
+            if (a < hi and lo < b and k not in skip and (write or not writes_only)
+                    and not (write and reads_only)):
                 return True
         return False
 
@@ -194,26 +208,28 @@ def fuse(ops: list[Op]) -> dict[int, int]:
 
 
 def _dead_after(acc: _Accesses, op: Op, skip: tuple[int, ...]) -> bool:
-    """A reduced value only forwarded: the slot is scratch and no one else ever touches it."""
+    """A reduced value that is only forwarded (``rrs``: no local write): the slot is scratch
+    (nobody looks at it in the end) and no later step reads it, so its stale value is never
+    seen; reads in the reduction's own step see the old value in the IR too."""
     return op.db is Buf.SCRATCH and not acc.clash(op.dst, op.db, op.do, op.do + op.cnt,
-                                                  -(1 << 30), 1 << 30, skip)
+                                                  op.step + 1, 1 << 30, skip, reads_only=True)
 
 
 def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
           nchannels: int | None = None) -> Lowered:
     """Lower ``us`` for runtime ``rt``; :class:`ScheduleError` when a limit is exceeded."""
-    _quick_limits(us, rt)
     ops, units, scratch = relocate_input(us, rt.max_cnt)
     nchunks = max(units)
     if nchunks > rt.max_chunks:
         sizes = sorted({int(x) for b in Buf for x in np.unique(us.schedule.chunk_elems(b))
                         if x > 0})
         shown = ", ".join(map(str, sizes[:6])) + (", ..." if len(sizes) > 6 else "")
-        raise ScheduleError(f"MSCCL needs equal chunks: the gcd of this schedule's chunk sizes "
-                            f"({shown} elements) and its count is {us.unit} element(s), which "
-                            f"makes {nchunks} chunks per buffer, more than {rt.title} can "
-                            f"address ({rt.max_chunks}); choose chunk counts that divide the "
-                            "buffer evenly, or fewer chunks")
+        raise LimitError(f"MSCCL needs equal chunks: the gcd of this schedule's chunk sizes "
+                         f"({shown} elements) and its count is {us.unit} element(s), which "
+                         f"makes {nchunks} chunks per buffer, more than {rt.title} can "
+                         f"address ({rt.max_chunks}); choose chunk counts that divide the "
+                         "buffer evenly, or fewer chunks")
+    _quick_limits(us, rt)
     nxt = fuse(ops) if fuse_ops else {}
     prev = {v: k for k, v in nxt.items()}
     acc = _Accesses(ops) if nxt else None
@@ -230,25 +246,52 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
 
     # channels
     limit = min(rt.max_channels, nchannels or rt.max_channels)
+    # each peer of a GPU costs a threadblock per channel and direction: keep the busiest GPU
+    # within the threadblock limit (leaving a few for local ops)
+    peers: dict[int, set[tuple[str, int]]] = defaultdict(set)
+    for op in ops:
+        if op.src != op.dst:
+            peers[op.src].add(("s", op.dst))
+            peers[op.dst].add(("r", op.src))
+    most = max((len(p) for p in peers.values()), default=1)
+    limit = max(1, min(limit, (rt.max_tbs - 4) // most))
     busy: set[tuple[int, int, int, int]] = set()
     partner_recv: dict[tuple[int, int, int], int] = {}   # (rank, chan, recv peer) -> send peer
     partner_send: dict[tuple[int, int, int], int] = {}
     chan_of: dict[int, int] = {}
 
+    # steps each (rank, direction, peer, channel) threadblock would get: a channel that is
+    # full is skipped, so long schedules spread over more channels instead of one long tb
+    load: dict[tuple[int, str, int, int], int] = defaultdict(int)
+    cap = max(1, rt.max_steps_per_tb // 2)     # the rest is room for nops
+
+    def tb_load(rank: int, way: str, peer: int, c: int) -> int:
+        # a fused step ties a recv peer to a send peer: both directions share one tb
+        if way == "s":
+            other = partner_send.get((rank, c, peer))
+            return load[(rank, "s", peer, c)] + (load[(rank, "r", other, c)]
+                                                  if other is not None else 0)
+        other = partner_recv.get((rank, c, peer))
+        return load[(rank, "r", peer, c)] + (load[(rank, "s", other, c)]
+                                              if other is not None else 0)
+
     def fits(chain: list[int], c: int, t: int) -> bool:
         for k in chain:
             if (ops[k].src, ops[k].dst, t, c) in busy:
                 return False
-        for a, b in zip(chain, chain[1:]):
+            if (tb_load(ops[k].src, "s", ops[k].dst, c) >= cap
+                    or tb_load(ops[k].dst, "r", ops[k].src, c) >= cap):
+                return False
+        for a, b in pairwise(chain):
             x, pa, pb = ops[a].dst, ops[a].src, ops[b].dst
             if partner_recv.get((x, c, pa), pb) != pb or partner_send.get((x, c, pb), pa) != pa:
                 return False
         return True
 
-    work = list(chains)
+    work = deque(chains)
     placed: list[list[int]] = []
     while work:
-        chain = work.pop(0)
+        chain = work.popleft()
         t = ops[chain[0]].step
         c = next((c for c in range(limit) if fits(chain, c, t)), None)
         if c is None and len(chain) > 1:
@@ -256,15 +299,20 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
             for k in chain:
                 nxt.pop(k, None)
                 prev.pop(k, None)
-            work[0:0] = [[k] for k in chain]
+            work.extendleft([k] for k in reversed(chain))
             continue
         if c is None:
-            c = len([1 for cc in range(limit) if (ops[chain[0]].src, ops[chain[0]].dst, t, cc)
-                     in busy]) % limit
+            # every channel is taken or full: share the least loaded one (the global order
+            # below still keeps it deadlock-free, or says why not)
+            src, dst = ops[chain[0]].src, ops[chain[0]].dst
+            free = [cc for cc in range(limit) if (src, dst, t, cc) not in busy] or range(limit)
+            c = min(free, key=lambda cc: load[(src, "s", dst, cc)])
         for k in chain:
             busy.add((ops[k].src, ops[k].dst, t, c))
+            load[(ops[k].src, "s", ops[k].dst, c)] += 1
+            load[(ops[k].dst, "r", ops[k].src, c)] += 1
             chan_of[k] = c
-        for a, b in zip(chain, chain[1:]):
+        for a, b in pairwise(chain):
             x, pa, pb = ops[a].dst, ops[a].src, ops[b].dst
             partner_recv[(x, c, pa)] = pb
             partner_send[(x, c, pb)] = pa
@@ -334,7 +382,7 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
     # message's receive
     for msgs in conn_msgs.values():
         msgs.sort()
-        for (_, _, r_prev), (_, s_next, _) in zip(msgs, msgs[1:]):
+        for (_, _, r_prev), (_, s_next, _) in pairwise(msgs):
             edges[r_prev].add(s_next)
     # data hazards per unit, in IR order (reads of a step before its writes)
     hazard: dict[int, set[int]] = defaultdict(set)
@@ -394,7 +442,7 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
             keys.append((ins.rank, "s", ins.send, ins.chan))
         if ins.recv is not None:
             keys.append((ins.rank, "r", ins.recv, ins.chan))
-        return keys or [(ins.rank, "local")]
+        return keys
 
     for ins in instrs:
         ks = keys_of(ins)
@@ -402,8 +450,31 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
             parent[root(k)] = root(ks[0])
     tbs: list[list[Threadblock]] = [[] for _ in range(us.n)]
     tb_of_root: dict[tuple, Threadblock] = {}
+    # local copies and reductions: as few local tbs as the step limit allows (with room for
+    # nops); an op joins the tb of the op it waits on, so chains stay in one tb
+    n_local: dict[int, int] = defaultdict(int)
+    for ins in instrs:
+        if ins.send is None and ins.recv is None:
+            n_local[ins.rank] += 1
+    cap = max(1, rt.max_steps_per_tb * 3 // 4)
+    local_pool: dict[int, list[Threadblock]] = defaultdict(list)
+    local_tb: dict[int, Threadblock] = {}
     for j in order:
         ins = instrs[j]
+        if ins.send is None and ins.recv is None:
+            pool = local_pool[ins.rank]
+            preds = sorted((instrs[p].pos, local_tb[p]) for p in hazard.get(ins.uid, ())
+                           if p in local_tb and instrs[p].rank == ins.rank)
+            tb = preds[-1][1] if preds and len(preds[-1][1].steps) < cap else None
+            if tb is None and len(pool) < -(-n_local[ins.rank] // cap):
+                tb = Threadblock(len(tbs[ins.rank]), -1, -1, 0)
+                tbs[ins.rank].append(tb)
+                pool.append(tb)
+            if tb is None:
+                tb = min(pool, key=lambda t: len(t.steps))
+            local_tb[ins.uid] = tb
+            tb.steps.append(ins)
+            continue
         ks = keys_of(ins)
         tb = tb_of_root.get(root(ks[0]))
         if tb is None:
@@ -476,24 +547,24 @@ def _sort_tbs(tbs: list[list[Threadblock]]) -> None:
 
 def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
     """Limits that counting alone shows are exceeded, checked before the (slower) lowering:
-    every local op of a GPU runs in its one local threadblock, and the messages from one GPU
-    to one peer share at most ``max_channels`` threadblocks."""
+    a GPU's local ops need their steps in some threadblocks, and the messages from one GPU to
+    one peer share at most ``max_channels`` threadblocks."""
     pieces = -(-us.count // rt.max_cnt)
     local = us.src == us.dst
     per_rank = np.bincount(us.src[local], weights=pieces[local], minlength=us.n)
     if us.writes_input():
         per_rank += -(-us.units[0] // rt.max_cnt)
     r = int(per_rank.argmax()) if len(per_rank) else 0
-    if len(per_rank) and per_rank[r] > rt.max_steps_per_tb:
-        raise ScheduleError(f"GPU {r} has {int(per_rank[r])} local copy/reduce steps, which "
-                            f"run in one threadblock; {rt.title} allows {rt.max_steps_per_tb} "
-                            "steps per threadblock. Use fewer chunks or steps")
+    if len(per_rank) and per_rank[r] > rt.max_steps_per_tb * rt.max_tbs:
+        raise LimitError(f"GPU {r} has {int(per_rank[r])} local copy/reduce steps; "
+                            f"{rt.title} fits at most {rt.max_steps_per_tb * rt.max_tbs} "
+                            f"({rt.max_tbs} threadblocks x {rt.max_steps_per_tb} steps)")
     remote = ~local
     pair = us.src[remote] * us.n + us.dst[remote]
     msgs = np.bincount(pair, weights=pieces[remote], minlength=us.n * us.n)
     worst = int(msgs.argmax()) if len(msgs) else 0
     if len(msgs) and msgs[worst] > rt.max_steps_per_tb * rt.max_channels:
-        raise ScheduleError(f"GPU {worst // us.n} sends {int(msgs[worst])} messages to GPU "
+        raise LimitError(f"GPU {worst // us.n} sends {int(msgs[worst])} messages to GPU "
                             f"{worst % us.n}; {rt.title} fits at most "
                             f"{rt.max_steps_per_tb * rt.max_channels} ({rt.max_channels} "
                             f"channels x {rt.max_steps_per_tb} steps). Use fewer chunks or steps")
@@ -502,14 +573,14 @@ def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
 def _check_limits(tbs: list[list[Threadblock]], rt: Runtime) -> None:
     for r, rank_tbs in enumerate(tbs):
         if len(rank_tbs) > rt.max_tbs:
-            raise ScheduleError(f"GPU {r} needs {len(rank_tbs)} threadblocks; {rt.title} "
+            raise LimitError(f"GPU {r} needs {len(rank_tbs)} threadblocks; {rt.title} "
                                 f"allows {rt.max_tbs}")
         for tb in rank_tbs:
             if tb.chan >= rt.max_channels:
-                raise ScheduleError(f"GPU {r} threadblock {tb.id} uses channel {tb.chan}; "
+                raise LimitError(f"GPU {r} threadblock {tb.id} uses channel {tb.chan}; "
                                     f"{rt.title} has {rt.max_channels} channels")
             if len(tb.steps) > rt.max_steps_per_tb:
-                raise ScheduleError(
+                raise LimitError(
                     f"GPU {r} threadblock {tb.id} (send {tb.send}, recv {tb.recv}, channel "
                     f"{tb.chan}) needs {len(tb.steps)} steps; {rt.title} allows "
                     f"{rt.max_steps_per_tb} per threadblock. Use fewer chunks or steps, more "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from cclc.collective import CollectiveKind
 
-__all__ = ["Runtime", "RUNTIMES"]
+__all__ = ["RUNTIMES", "Runtime"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +45,8 @@ RUNTIMES: dict[str, Runtime] = {
         max_name=63, needs_outofplace=False, unlimited_max_bytes=1 << 40,
         load_env=("export MSCCL_XML_FILES=/path/{xml}   # colon-separated, at most 4 files",
                   "export NCCL_ALGO=MSCCL,RING,TREE       # MSCCL must be allowed by NCCL_ALGO",
-                  "# or MSCCL_CONFIG=cfg.xml with <msccl_algos><load path=... minbytes=... "
-                  "maxbytes=... proto=.../></msccl_algos>",
+                  ("# or MSCCL_CONFIG=cfg.xml with <msccl_algos><load path=... minbytes=... "
+                   "maxbytes=... proto=.../></msccl_algos>"),
                   "# success is logged at NCCL_DEBUG=INFO as 'Connected N MSCCL algorithms'")),
     "msccl-executor": Runtime(
         key="msccl-executor", title="Azure/msccl-executor-nccl",
@@ -56,8 +56,8 @@ RUNTIMES: dict[str, Runtime] = {
         load_env=("mkdir -p algos && cp {xml} algos/",
                   "export MSCCL_ALGO_DIR=$PWD/algos     # every file in it is loaded at init",
                   "export MSCCL_ENABLE=1                 # the default",
-                  "# one GPU per process only (\"MSCCL doesn't support multiple GPUs in one "
-                  "process\")",
+                  ("# one GPU per process only (\"MSCCL doesn't support multiple GPUs in one "
+                   "process\")"),
                   "# MSCCL_MAX_NUM_STEPS is a build variable of the executor (default 64)")),
     "rccl": Runtime(
         key="rccl", title="ROCm RCCL built-in MSCCL",

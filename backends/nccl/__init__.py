@@ -19,9 +19,17 @@ from __future__ import annotations
 
 import pathlib
 
-from backends.common import (EmitOptions, c_identifier, coerce_options, count_convention,
-                             prepare, rank_tables, render_template, write_file)
-from backends.nccl.build import build, cuda_home, nccl_home
+from backends.common import (
+    EmitOptions,
+    c_identifier,
+    coerce_options,
+    count_convention,
+    prepare,
+    rank_tables,
+    render_template,
+    write_file,
+)
+from backends.nccl.build import BuildError, build, cuda_home, nccl_home
 from cclc.collective import REDUCING_KINDS
 from cclc.ir import Schedule
 
@@ -48,12 +56,12 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
     rows.append("-1, 0, 0, 0, 0, 0, 0, 0, 0, -1")
     algorithm = schedule.algorithm + (f"+{schedule.schedule}" if schedule.schedule != "-" else "")
     reducing = coll.kind in REDUCING_KINDS
-    common = dict(name=coll.name, ident=ident, ident_upper=ident.upper(), kind=coll.kind.value,
-                  n=coll.n, count_units=us.count_units,
-                  count_meaning=count_convention(coll.kind), op=coll.op.value)
+    common = {"name": coll.name, "ident": ident, "ident_upper": ident.upper(),
+              "kind": coll.kind.value, "n": coll.n, "count_units": us.count_units,
+              "count_meaning": count_convention(coll.kind), "op": coll.op.value}
     try:
         home = nccl_home(options)
-    except Exception:  # the wheel is optional: the Makefile still takes NCCL_HOME=...
+    except BuildError:  # the wheel is optional: the Makefile still takes NCCL_HOME=...
         home = "/path/to/nccl"
     return {
         "cclc_exec.h": render_template(_PKG, "cclc_exec.h.j2"),

@@ -17,6 +17,7 @@ import numpy as np
 
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes
+from cclc.fabric_routing import finish
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
@@ -58,7 +59,7 @@ def _alltoall(coll: Collective) -> Schedule:
     routes = add_pair_routes(b, coll, src, dst)
     b.add(step=0, src=src, dst=dst, route=routes, src_buf=Buf.INPUT, src_off=dst,
           dst_buf=Buf.OUTPUT, dst_off=src)
-    return b.build("direct")
+    return finish(b, "direct")
 
 
 def _allgather(coll: Collective) -> Schedule:
@@ -69,7 +70,7 @@ def _allgather(coll: Collective) -> Schedule:
     routes = add_pair_routes(b, coll, src, dst)
     b.add(step=0, src=src, dst=dst, route=routes, src_buf=Buf.INPUT, src_off=0,
           dst_buf=Buf.OUTPUT, dst_off=src)
-    return b.build("direct")
+    return finish(b, "direct")
 
 
 def _reducescatter(coll: Collective) -> Schedule:
@@ -92,7 +93,7 @@ def _reducescatter(coll: Collective) -> Schedule:
         other = (ranks + s) % n
         b.add(step=s, src=ranks, dst=ranks, kind=OpKind.REDUCE, src_buf=Buf.SCRATCH,
               src_off=other, dst_buf=Buf.OUTPUT, dst_off=0)
-    return b.build("direct")
+    return finish(b, "direct")
 
 
 _BUILDERS = {CollectiveKind.ALLTOALL: _alltoall, CollectiveKind.ALLGATHER: _allgather,

@@ -22,6 +22,7 @@ import numpy as np
 
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes, even_split, hint_int, ring_order
+from cclc.fabric_routing import finish
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
@@ -71,7 +72,7 @@ def _allgather(coll: Collective, order: np.ndarray) -> Schedule:
           dst_off=members)
     _ring_allgather_steps(b, ring, first_step=0, first_buf=Buf.INPUT, block_of=lambda g: 0,
                           slot_of=lambda g: g)
-    return b.build("ring")
+    return finish(b, "ring")
 
 
 def _ring_allgather_steps(b: ScheduleBuilder, ring: _Ring, first_step: int, first_buf: Buf,
@@ -101,7 +102,7 @@ def _reducescatter(coll: Collective, order: np.ndarray) -> Schedule:
     members = np.arange(n)
     if n == 1:
         b.add(step=0, src=0, dst=0, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT, dst_off=0)
-        return b.build("ring")
+        return finish(b, "ring")
     # step 0 (local): partial sums start as each rank's own input; the owner's in its output
     src = np.repeat(members, n)
     blk = np.tile(members, n)
@@ -116,7 +117,7 @@ def _reducescatter(coll: Collective, order: np.ndarray) -> Schedule:
         b.add(step=t, src=ring.order, dst=ring.next, route=ring.hop_route, kind=OpKind.REDUCE,
               src_buf=Buf.SCRATCH, src_off=owner,
               dst_buf=Buf.OUTPUT if arrives else Buf.SCRATCH, dst_off=0 if arrives else owner)
-    return b.build("ring")
+    return finish(b, "ring")
 
 
 def _allreduce(coll: Collective, order: np.ndarray) -> Schedule:
@@ -138,7 +139,7 @@ def _allreduce(coll: Collective, order: np.ndarray) -> Schedule:
     _ring_allgather_steps(b, ring, first_step=n, first_buf=Buf.OUTPUT,
                           block_of=lambda g: _position_of(order, g),
                           slot_of=lambda g: _position_of(order, g))
-    s = b.build("ring")
+    s = finish(b, "ring")
     if coll.count < n:
         # fewer elements than ranks: some blocks are empty, and moving nothing still costs a
         # message's latency
@@ -183,7 +184,7 @@ def _broadcast(coll: Collective, order: np.ndarray, chunks: int | None) -> Sched
     b.add(step=0, src=root, dst=root, src_buf=Buf.INPUT, src_off=np.arange(k),
           dst_buf=Buf.OUTPUT, dst_off=np.arange(k))
     if n == 1:
-        return b.build("ring", params=(("chunks", k),))
+        return finish(b, "ring", params=(("chunks", k),))
     hop_route = add_pair_routes(b, coll, chain[:-1], chain[1:])
     hop = np.arange(n - 1)
     for t in range(k + n - 2):
@@ -193,7 +194,7 @@ def _broadcast(coll: Collective, order: np.ndarray, chunks: int | None) -> Sched
         b.add(step=t, src=chain[h], dst=chain[h + 1], route=hop_route[h],
               src_buf=np.where(h == 0, Buf.INPUT, Buf.OUTPUT), src_off=piece[live],
               dst_buf=Buf.OUTPUT, dst_off=piece[live])
-    return b.build("ring", params=(("chunks", k),))
+    return finish(b, "ring", params=(("chunks", k),))
 
 
 _BUILDERS = {CollectiveKind.ALLGATHER: _allgather, CollectiveKind.REDUCESCATTER: _reducescatter,

@@ -238,12 +238,74 @@ def _common_reason(coll: Collective, name: str, params: dict) -> str | None:
 
 
 def _ring_members(coll: Collective) -> np.ndarray:
-    """Group indices in ring order: a snake through a whole torus, group order elsewhere."""
+    """Group indices in ring order: a snake through a whole torus, group order elsewhere.
+
+    When faults break the snake (a hop that is not a healthy link each way), a ring through
+    the healthy links is searched for instead (:func:`_hamiltonian_order`); the snake stays
+    when none is found within the search budget.
+    """
     topo = coll.topology
     if topo.dims is not None and set(coll.group) == set(topo.live_ranks()):
-        order = group_index(coll)[snake_order(topo.dims)]
-        return order[order >= 0]
+        gi = group_index(coll)
+        order = gi[snake_order(topo.dims)]
+        order = order[order >= 0]
+        ranks = [coll.group[i] for i in order.tolist()]
+        if not all(_duplex(topo, u, v) for u, v in zip(ranks, ranks[1:] + ranks[:1])):
+            found = _hamiltonian_order(topo, ranks)
+            if found is not None:
+                return gi[np.asarray(found)]
+        return order
     return np.arange(coll.n, dtype=np.int64)
+
+
+def _duplex(topo, u: int, v: int) -> bool:
+    """A healthy link each way between ``u`` and ``v``."""
+    a, b = topo.link_id(u, v), topo.link_id(v, u)
+    return a is not None and b is not None and not topo.link_failed[a] \
+        and not topo.link_failed[b]
+
+
+#: DFS expansions spent looking for a ring through the healthy links
+_HAMILTON_BUDGET = 50_000
+
+
+def _hamiltonian_order(topo, ranks: list[int]) -> list[int] | None:
+    """A ring order of ``ranks`` whose hops are healthy links both ways, or failing that a path
+    whose only long hop is the closing one; ``None`` if the budget runs out first.
+
+    Depth-first search, fewest onward neighbours first (Warnsdorff's rule). A torus minus one
+    rank has an odd number of ranks on a bipartite graph, so no ring exists there and the best
+    is a path (its closing hop takes a short detour).
+    """
+    members = set(ranks)
+    adj = {u: [v for v in topo.healthy_graph().successors(u) if v in members and _duplex(topo, u, v)]
+           for u in ranks}
+    start = ranks[0]
+    path, seen = [start], {start}
+    stack = [iter(sorted(adj[start]))]
+    best_path = None
+    budget = _HAMILTON_BUDGET
+    while stack and budget:
+        budget -= 1
+        nxt = next(stack[-1], None)
+        if nxt is None:
+            stack.pop()
+            seen.discard(path.pop())
+            continue
+        if nxt in seen:
+            continue
+        path.append(nxt)
+        seen.add(nxt)
+        if len(path) == len(ranks):
+            if start in adj[nxt]:
+                return list(path)
+            if best_path is None:
+                best_path = list(path)
+            seen.discard(path.pop())
+            continue
+        onward = [w for w in adj[nxt] if w not in seen]
+        stack.append(iter(sorted(onward, key=lambda w: sum(x not in seen for x in adj[w]))))
+    return best_path
 
 
 def _biring_applicable(coll: Collective, **params) -> str | None:

@@ -11,15 +11,16 @@ coordinate in ``d``. Every rank keeps the same amount of data in every phase.
 at ``j_d := x``, the sender's coordinate. After the last phase slot ``j`` holds the block *from*
 origin ``j``, which is exactly the output order. Each slot is cut into *pieces* (the chunks of
 Pipeline, DimRotation's ``D`` pieces) and *lanes* (fractions of a piece that take different
-paths: the two directions of the Ring baseline and of an even ring's antipode, MATE's shares);
-lanes are the innermost chunks, so lanes that move together coalesce into one op.
+paths: the two directions of the Ring baseline and of an even ring's antipode, MATE's exact
+shares).
 
-**Buffers.** Input chunk ``(t, p, l)`` = ``t P L + p L + l`` (block ``t`` cut into pieces and
-lanes); output the same with the origin. Scratch holds, per piece, one region of ``n`` slots
-per intermediate phase result and one transit region per phase (blocks waiting at an
-intermediate ring member, indexed by segment, destination coordinate and slot). Regions are
-never reused by another phase, so a non-uniform alltoall (per-rank 2-D layouts) gets a
-consistent size for every chunk.
+**Buffers.** Input chunk ``(t, p, l)`` = ``t P L + p L + l`` (block ``t``, by group index, cut
+into pieces and lanes); output the same with the origin. Scratch holds, per piece, one region
+of ``n`` slots per intermediate phase result and one transit region per phase (blocks waiting
+at an intermediate ring member, indexed by segment, destination coordinate and slot), both
+lane-major so that an aggregated block is contiguous. Regions are never reused by another
+phase, so a non-uniform alltoall (per-rank 2-D layouts) gets a consistent size for every chunk.
+Ops are generated per chunk and coalesced into runs of consecutive chunks.
 
 **Schedules** (``K`` pieces, ``D`` dimensions of size > 1; ``T(x)`` = one phase of ``x`` data):
 
@@ -37,8 +38,11 @@ consistent size for every chunk.
   finish together: a lane's share is proportional to ``1 / (time per unit)`` of its plan,
   measured on the actual links (``rho="derived"``: gives ``rho = T_HR/T_FR = (N+1)/(4N)`` for
   odd ``N``, ``N/(4(N-1))`` for even ``N``). ``rho="artifact"`` reproduces the paper artifact's
-  accelerating divisor, which swaps the two formulas (reference section 3); a number sets
-  ``rho`` directly.
+  accelerating divisor, which swaps the two formulas (reference section 3); ``rho="lockstep"``
+  solves a small LP for the shares that minimize the lockstep time; a number sets ``rho``.
+  ``shares="lanes"`` cuts every chunk into one lane per share (exact); ``shares="slots"`` gives
+  each share a range of whole slots of every aggregated block (``1/m`` precision, but the op
+  count of plain DimRotation); ``auto`` picks lanes while the torus is small.
 
 Stage lengths are the longest ring plan of the stage, so the lockstep simulation charges a
 stage for its slowest ring; in a schedule every op is a single-link hop of a ring, except

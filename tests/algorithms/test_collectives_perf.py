@@ -15,7 +15,7 @@ from cclc.collective import CollectiveKind as K
 from cclc.collective import Hint, make_collective
 from cclc.plan import plan
 from cclc.sim import simulate
-from cclc.topology import NodeType, leaf_spine, single_node, torus
+from cclc.topology import NodeType, leaf_spine, single_node, torus, with_faults
 from cclc.verify import verify
 
 GiB = 1 << 30
@@ -144,3 +144,18 @@ def test_swing_beats_rings_on_small_torus_allreduce():
     swing = simulate(get("swing").build(coll)).time
     assert swing < 0.5 * simulate(get("ring+dimrotation").build(coll)).time
     assert plan(coll).name == "swing"
+
+
+def test_biring_routes_around_a_failed_link_on_a_whole_torus():
+    # the snake order crosses the failed link; a ring through healthy links avoids it and
+    # keeps every hop one link, so the fault costs nothing
+    topo = torus("t", (4, 4), bandwidth=B, latency=100e-9)
+    faulty = with_faults(topo, [(2, 3), (3, 2)])  # snake hop (0,2) -> (0,3)
+    times = []
+    for t in (topo, faulty):
+        coll = make_collective("c", K.ALLGATHER, t, t.all_ranks(), size=16 << 22)
+        s = get("biring").build(coll)
+        verify(s)
+        assert set(s.routes.lengths()[s.ops.route[s.ops.src != s.ops.dst]].tolist()) == {1}
+        times.append(simulate(s).time)
+    assert times[1] == pytest.approx(times[0])

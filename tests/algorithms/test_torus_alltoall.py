@@ -327,3 +327,19 @@ def test_group_in_any_order(uniform):
                         size=12 * 4 * 5 if uniform else None, pair_sizes=pairs)
     for name in ("foldedring+pipeline", "mate"):
         check(get(name).build(c))
+
+
+@pytest.mark.parametrize("name", ["mate", "matee"])
+def test_slot_shares_verify_and_approximate_the_lane_shares(name):
+    # slot shares: each part of the faulty ring's data is a range of whole slots (a large
+    # torus keeps DimRotation's op count); exact lanes cut every chunk instead
+    t = fail_edge(torus("t", (5, 5, 3), bandwidth=BW, latency=0.0), (0, 0, 1), (1, 0, 1))
+    c = a2a(t, t.n_ranks * 4 * 1000)
+    lanes = get(name).build(c, shares="lanes")
+    slots = get(name).build(c, shares="slots")
+    check(slots)
+    assert dict(slots.params)["shares"] == "slots"
+    assert len(slots.ops) < len(lanes.ops)
+    ratio = simulate(slots, mode="event").time / simulate(lanes, mode="event").time
+    assert 0.9 < ratio < 1.25          # shares quantized to 1/15 of a block here
+    assert get(name).applicable(c, shares="halves")

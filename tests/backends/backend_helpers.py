@@ -209,7 +209,7 @@ def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: 
         inputs.append(x)
     cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(coll.n), str(exe),
            str(data), str(count), str(code)] + (["inplace"] if inplace else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, f"mpirun failed:\n{proc.stdout}\n{proc.stderr}"
     want = reference(coll.kind, coll.op, inputs, coll.root)
     for r in range(coll.n):
@@ -218,3 +218,77 @@ def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: 
         bad = np.flatnonzero(got != want[r])
         assert not len(bad), (f"rank {r}: {len(bad)} wrong elements, first at {bad[0]}: "
                               f"{got[bad[0]]} != {want[r][bad[0]]}")
+
+
+# -- random schedules ------------------------------------------------------------------------------
+
+def random_allgather(n: int, seed: int, elems: int = 2) -> Schedule:
+    """A random gossip allgather: each step, random holders forward blocks to random ranks that
+    lack them (through any pair: the code backends do not care about links)."""
+    rng = np.random.default_rng(seed)
+    topo = torus("ring", (n,))
+    coll = make_collective(f"ag-rand-{seed}", CollectiveKind.ALLGATHER, topo, tuple(range(n)),
+                           n * elems * 4)
+    b = ScheduleBuilder(coll, input=[elems], output=[elems] * n)
+    known = [{r} for r in range(n)]
+    step = 0
+    for r in range(n):
+        b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
+              dst_off=r)
+    while any(len(k) < n for k in known):
+        new = [set() for _ in range(n)]
+        for _ in range(int(rng.integers(1, 2 * n))):
+            src = int(rng.integers(n))
+            dst = int(rng.integers(n))
+            blocks = sorted(known[src] - known[dst] - new[dst])
+            if src == dst or not blocks:
+                continue
+            blk = int(rng.choice(blocks))
+            # at step 0 a rank's own block is read from its input; later from its output
+            from_input = blk == src and step == 0
+            b.add(step=step, src=src, dst=dst, route=b.route(topo.shortest_path_links(src, dst)),
+                  src_buf=Buf.INPUT if from_input else Buf.OUTPUT,
+                  src_off=0 if from_input else blk, dst_buf=Buf.OUTPUT, dst_off=blk)
+            new[dst].add(blk)
+        for r in range(n):
+            known[r] |= new[r]
+        step += 1
+    return b.build("random")
+
+
+def random_reducescatter(n: int, seed: int, elems: int = 2,
+                         op: ReduceOp = ReduceOp.SUM) -> Schedule:
+    """A random reduction tree per block: partial sums in scratch travel between random ranks
+    and are added where they land; the owner finally copies its block out."""
+    rng = np.random.default_rng(seed)
+    topo = torus("ring", (n,))
+    coll = make_collective(f"rs-rand-{seed}", CollectiveKind.REDUCESCATTER, topo,
+                           tuple(range(n)), n * elems * 4, op=op)
+    b = ScheduleBuilder(coll, input=[elems] * n, output=[elems], scratch=[elems] * n)
+    for r in range(n):
+        b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
+              dst_off=0, count=n)
+    active = [set(range(n)) for _ in range(n)]       # active[c]: ranks holding a partial of c
+    step = 1
+    while any(len(a) > 1 for a in active):
+        for c in range(n):
+            busy: set[int] = set()
+            for _ in range(int(rng.integers(1, n + 1))):
+                senders = sorted(active[c] - {c} - busy)
+                if not senders:
+                    break
+                src = int(rng.choice(senders))
+                targets = sorted(active[c] - {src} - busy)
+                if not targets:
+                    break
+                dst = int(rng.choice(targets))
+                b.add(step=step, src=src, dst=dst,
+                      route=b.route(topo.shortest_path_links(src, dst)), kind=OpKind.REDUCE,
+                      src_buf=Buf.SCRATCH, src_off=c, dst_buf=Buf.SCRATCH, dst_off=c)
+                busy |= {src, dst}
+                active[c].discard(src)
+        step += 1
+    for r in range(n):
+        b.add(step=step, src=r, dst=r, src_buf=Buf.SCRATCH, src_off=r, dst_buf=Buf.OUTPUT,
+              dst_off=0)
+    return b.build("random")

@@ -10,8 +10,7 @@ from backend_helpers import ring_allgather, swap_allreduce, swap_alltoall
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.common import (EmitOptions, Role, c_identifier, coerce_options, prepare,
-                             rank_tables)
+from backends.common import EmitOptions, Role, c_identifier, coerce_options, prepare, rank_tables
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind, ScheduleBuilder

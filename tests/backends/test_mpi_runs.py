@@ -4,8 +4,16 @@ buffer must equal the numpy reference."""
 from __future__ import annotations
 
 import pytest
-from backend_helpers import (MPIRUN, fabric_2x3, pick, ring_reducescatter, run_mpi,
-                             swap_allreduce, swap_alltoall, torus333_faulty)
+from backend_helpers import (
+    MPIRUN,
+    fabric_2x3,
+    pick,
+    ring_reducescatter,
+    run_mpi,
+    swap_allreduce,
+    swap_alltoall,
+    torus333_faulty,
+)
 
 from cclc.collective import CollectiveKind, DType, ReduceOp, make_collective
 from cclc.topology import NodeType, single_switch

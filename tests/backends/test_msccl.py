@@ -6,8 +6,15 @@ from __future__ import annotations
 import re
 
 import pytest
-from backend_helpers import (check_golden, fabric_2x3, pairwise_alltoall, ring_allgather,
-                             ring_reducescatter, swap_allreduce, swap_alltoall)
+from backend_helpers import (
+    check_golden,
+    fabric_2x3,
+    pairwise_alltoall,
+    ring_allgather,
+    ring_reducescatter,
+    swap_allreduce,
+    swap_alltoall,
+)
 
 from backends.common import EmitOptions
 from backends.msccl import emit, render_xml
@@ -94,7 +101,7 @@ def test_fusion_makes_chains():
 # -- hand-broken XML is rejected -----------------------------------------------------------------
 
 def _tb_with_two_sends(xml: str) -> tuple[str, str]:
-    for tb in re.findall(r"<tb [^>]*>.*?</tb>", xml, flags=re.S):
+    for tb in re.findall(r"<tb [^>]*>.*?</tb>", xml, flags=re.DOTALL):
         sends = re.findall(r'<step [^>]*type="s"[^>]*/>', tb)
         if len(sends) >= 2:
             return sends[0], sends[1]
@@ -231,9 +238,13 @@ def test_too_many_chunks_is_a_clear_error():
 
 def test_steps_per_threadblock_limit_differs_by_runtime():
     s = _many_sends(70)
+    # on one channel the 70 messages need one threadblock of 70 steps
     with pytest.raises(ScheduleError, match="70 steps; .*allows 64 per threadblock"):
-        render_xml(s, EmitOptions(msccl_runtime="msccl-executor", min_bytes=0))
-    xml = render_xml(s, EmitOptions(msccl_runtime="msccl"))   # 256 steps there
+        render_xml(s, EmitOptions(msccl_runtime="msccl-executor", nchannels=1))
+    execute(render_xml(s, EmitOptions(msccl_runtime="msccl", nchannels=1)))   # 256 there
+    # free to choose, the lowering spreads them over more channels
+    xml = render_xml(s, EmitOptions(msccl_runtime="msccl-executor"))
+    assert int(re.search(r'nchannels="(\d+)"', xml).group(1)) > 1
     execute(xml)
 
 
@@ -282,3 +293,14 @@ def test_emit_into_output_dir_with_cli_options(tmp_path):
     paths = emit(ring_allgather(), out, CliOptions("x.ccl", False))
     assert all(p.exists() for p in paths)
     assert set(out.files()) == {"ag_ring.rccl.xml", "ag_ring.rccl.report.md"}
+
+
+def test_executor_command_line(tmp_path, capsys):
+    from backends.msccl.executor import main as run_executor
+
+    xml, _ = emit(ring_reducescatter(), tmp_path)
+    assert run_executor([str(xml)]) == 0
+    broken = tmp_path / "broken.xml"
+    broken.write_text(xml.read_text().replace('type="rrs"', 'type="rcs"', 1))
+    assert run_executor([str(broken), "--op", "max"]) == 1
+    assert "FAIL" in capsys.readouterr().err

@@ -33,7 +33,7 @@ def test_golden_sources():
 def test_tables_are_per_rank_and_complete():
     s = pairwise_alltoall(n=3)
     header = render_sources(s)["cclc_a2a_schedule.h"]
-    rows = re.findall(r"^  \{ (-?\d+(?:, -?\d+){9}) \},$", header, flags=re.M)
+    rows = re.findall(r"^  \{ (-?\d+(?:, -?\d+){9}) \},$", header, flags=re.MULTILINE)
     # 3 local copies + 6 messages seen from both ends + the sentinel
     assert len(rows) == 3 + 2 * 6 + 1
     first = re.search(r"_first\[\] = \{ ([0-9, ]+) \}", header).group(1)
@@ -54,7 +54,7 @@ def test_nvcc_builds_the_library_and_exports_the_entry_point(tmp_path):
     assert lib.name == f"libcclc_{ident}.so" and lib.exists()
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True,
                              text=True, check=True).stdout
-    assert re.search(rf"\bT cclc_{ident}$", symbols, flags=re.M), symbols
+    assert re.search(rf"\bT cclc_{ident}$", symbols, flags=re.MULTILINE), symbols
     needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True,
                             check=True).stdout
     assert "libnccl.so.2" in needed
