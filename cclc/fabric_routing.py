@@ -98,16 +98,20 @@ def _spine_hops(s: Schedule, fab: dict) -> tuple[np.ndarray, np.ndarray, np.ndar
     offs, links = s.routes.offsets, s.routes.links
     src_v, dst_v = topo.link_src[links], topo.link_dst[links]
     is_up = np.isin(src_v, list(li)) & np.isin(dst_v, list(si))
+    twice = np.zeros(n_routes, dtype=bool)
     for k in np.flatnonzero(is_up).tolist():
         r = int(np.searchsorted(offs, k, side="right")) - 1
         if pos[r] >= 0:
-            raise ScheduleError(f"route {r} crosses the spine layer twice; fabric routing "
-                                "handles NIC->leaf->spine->leaf->NIC paths")
+            # no spine reaches both leaves over healthy links: the path detours through a
+            # third leaf and is kept as found (there is no spine choice to plan)
+            twice[r] = True
+            continue
         if k + 1 >= offs[r + 1]:
             raise ScheduleError(f"route {r} ends at a spine")
         pos[r] = k - offs[r]
         la[r] = li[int(src_v[k])]
         lb[r] = li[int(dst_v[k + 1])]
+    pos[twice], la[twice], lb[twice] = -1, -1, -1
     return pos, la, lb, offs
 
 

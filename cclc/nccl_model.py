@@ -252,3 +252,17 @@ def nccl_estimate(coll: Collective, arch: str = "hopper") -> NcclEstimate | None
     factor = (2 * (coll.n - 1) / coll.n if coll.kind is CollectiveKind.ALLREDUCE
               else (coll.n - 1) / coll.n)
     return NcclEstimate(algo, proto, t, algbw, algbw * factor, tuple(table), view)
+
+
+def compare_with_nccl(coll: Collective, time: float) -> str | None:
+    """One line for reports: NCCL's predicted choice and time, and cclc's predicted speed-up.
+
+    ``None`` where NCCL's tables have nothing to say (alltoall, broadcast, reduce).
+    """
+    est = nccl_estimate(coll)
+    if est is None or time <= 0:
+        return None
+    from cclc.units import format_time
+
+    return (f"NCCL today (its cost model): {est.name} {format_time(est.time)}; cclc's schedule "
+            f"is predicted {est.time / time:.2f}x faster")

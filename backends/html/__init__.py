@@ -12,10 +12,10 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
+from backends.html.data import prepare
 from cclc.bounds import bounds
 from cclc.ir import Schedule
 from cclc.sim import simulate
-from backends.html.data import prepare
 
 __all__ = ["render", "emit"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cclc.ir import Buf, OpKind, Schedule
 from backends.html.layout import layout_topology
+from cclc.ir import Buf, OpKind, Schedule
 
 __all__ = ["prepare", "MAX_GANTT_LINKS", "MAX_INTERVALS", "BUFFER_VIEW_LIMIT"]
 

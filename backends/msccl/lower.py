@@ -218,8 +218,9 @@ def _dead_after(acc: _Accesses, op: Op, skip: tuple[int, ...]) -> bool:
 def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
           nchannels: int | None = None) -> Lowered:
     """Lower ``us`` for runtime ``rt``; :class:`ScheduleError` when a limit is exceeded."""
-    ops, units, scratch = relocate_input(us, rt.max_cnt)
-    nchunks = max(units)
+    # checked before anything proportional to the chunk count
+    n_in, n_out, n_scr = us.units
+    nchunks = max(n_in, n_out, n_scr + (n_in if us.writes_input() else 0))
     if nchunks > rt.max_chunks:
         sizes = sorted({int(x) for b in Buf for x in np.unique(us.schedule.chunk_elems(b))
                         if x > 0})
@@ -230,6 +231,7 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
                          f"address ({rt.max_chunks}); choose chunk counts that divide the "
                          "buffer evenly, or fewer chunks")
     _quick_limits(us, rt)
+    ops, units, scratch = relocate_input(us, rt.max_cnt)
     nxt = fuse(ops) if fuse_ops else {}
     prev = {v: k for k, v in nxt.items()}
     acc = _Accesses(ops) if nxt else None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Schedule
 
-__all__ = ["Algorithm", "register", "REGISTRY", "algorithms_for", "get"]
+__all__ = ["REGISTRY", "Algorithm", "algorithms_for", "get", "register"]
 
 
 @dataclass(frozen=True, slots=True)

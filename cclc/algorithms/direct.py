@@ -17,8 +17,8 @@ import numpy as np
 
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes
-from cclc.fabric_routing import finish
 from cclc.collective import Collective, CollectiveKind
+from cclc.fabric_routing import finish
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
 __all__ = ["build_direct"]

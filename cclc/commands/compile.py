@@ -152,6 +152,7 @@ def _check_schedule(p) -> None:
 
 
 def run(args) -> int:
+    from cclc.nccl_model import compare_with_nccl
     from cclc.plan import plan, resolve
     from cclc.serialize import to_json
 
@@ -200,6 +201,9 @@ def run(args) -> int:
             print(format_candidates(p))
         print(f"{coll.name}: {p.name}{t}{pct}, {len(p.schedule.ops)} ops in "
               f"{p.schedule.n_steps} steps")
+        baseline = compare_with_nccl(coll, p.time) if p.time is not None else None
+        if baseline:
+            print(f"  {baseline}")
         files = []
         if "json" in emitters:
             doc = to_json(p.schedule)

@@ -50,6 +50,7 @@ def _gbps(bw: float) -> str:
 
 def run(args) -> int:
     from cclc.bounds import bounds
+    from cclc.nccl_model import compare_with_nccl
     from cclc.errors import CclError
     from cclc.serialize import load
     from cclc.sim import simulate
@@ -70,6 +71,9 @@ def run(args) -> int:
     best = bound.best_bound
     print(f"  bound       {_us(best.seconds)} ({best.name}: {best.description})")
     print(f"  % of bound  {result.percent_of(best.seconds):.1f}%")
+    baseline = compare_with_nccl(coll, result.time)
+    if baseline:
+        print(f"  {baseline}")
     for note in bound.notes:
         print(f"  note: {note}")
     links = result.busiest_links(args.links)

@@ -157,7 +157,13 @@ def fabric_2x3():
 
 MPIRUN = shutil.which("mpirun")
 NP_TYPES = {DType.FP32: (np.float32, 7), DType.INT32: (np.int32, 2), DType.FP64: (np.float64, 8),
-            DType.INT64: (np.int64, 4), DType.UINT8: (np.uint8, 1)}
+            DType.INT64: (np.int64, 4), DType.UINT8: (np.uint8, 1), DType.FP16: (np.float16, 6),
+            DType.BF16: (np.float32, 9)}   # bf16: computed in float32, stored as its top half
+
+
+def _to_file_type(x: np.ndarray, dtype: DType) -> np.ndarray:
+    # the small integers used here are exact in bf16, so truncating float32 is exact
+    return (x.view(np.uint32) >> 16).astype(np.uint16) if dtype is DType.BF16 else x
 _OPS = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MIN: np.minimum,
         ReduceOp.MAX: np.maximum}
 
@@ -178,13 +184,16 @@ def reference(kind: CollectiveKind, op: ReduceOp, inputs: list[np.ndarray], root
         return [red.reduce(inputs)] * n
     if kind is CollectiveKind.BROADCAST:
         return [inputs[root]] * n
+    if kind is CollectiveKind.REDUCE:         # only the root's output is specified
+        return [red.reduce(inputs) if r == root else None for r in range(n)]
     raise AssertionError(f"no reference for {kind}")
 
 
 def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: bool = False,
-            seed: int = 0) -> None:
+            seed: int = 0, dtype: DType | None = None) -> None:
     """Emit + build the MPI driver, run it on ``n`` processes with random inputs of ``scale``
-    times the compiled count, and assert every output buffer equals the numpy reference."""
+    times the compiled count (in ``dtype``, default the collective's), and assert every output
+    buffer equals the numpy reference."""
     from backends.common import EmitOptions, prepare
     from backends.nccl import emit
 
@@ -194,7 +203,8 @@ def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: 
     us = prepare(schedule)
     count = us.count_units * us.unit * scale
     ue = count // us.count_units
-    np_type, code = NP_TYPES[coll.dtype]
+    dtype = dtype or coll.dtype
+    np_type, code = NP_TYPES[dtype]
     rng = np.random.default_rng(seed)
     data = workdir / "data"
     data.mkdir(exist_ok=True)
@@ -204,8 +214,10 @@ def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: 
         lo, hi = (1, 3) if coll.op is ReduceOp.PROD else (-50, 50)
         if np_type is np.uint8:
             lo, hi = 0, 4
+        if dtype in (DType.FP16, DType.BF16):       # sums stay exact in 8 mantissa bits
+            lo, hi = (1, 3) if coll.op is ReduceOp.PROD else (-8, 8)
         x = rng.integers(lo, hi, size=us.units[Buf.INPUT] * ue).astype(np_type)
-        x.tofile(data / f"in.{r}.bin")
+        _to_file_type(x, dtype).tofile(data / f"in.{r}.bin")
         inputs.append(x)
     cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(coll.n), str(exe),
            str(data), str(count), str(code)] + (["inplace"] if inplace else [])
@@ -213,11 +225,14 @@ def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: 
     assert proc.returncode == 0, f"mpirun failed:\n{proc.stdout}\n{proc.stderr}"
     want = reference(coll.kind, coll.op, inputs, coll.root)
     for r in range(coll.n):
-        got = np.fromfile(data / f"out.{r}.bin", dtype=np_type)
-        assert got.shape == want[r].shape, f"rank {r}: {got.shape} vs {want[r].shape}"
-        bad = np.flatnonzero(got != want[r])
+        if want[r] is None:
+            continue
+        expect = _to_file_type(np.asarray(want[r], dtype=np_type), dtype)
+        got = np.fromfile(data / f"out.{r}.bin", dtype=expect.dtype)
+        assert got.shape == expect.shape, f"rank {r}: {got.shape} vs {expect.shape}"
+        bad = np.flatnonzero(got != expect)
         assert not len(bad), (f"rank {r}: {len(bad)} wrong elements, first at {bad[0]}: "
-                              f"{got[bad[0]]} != {want[r][bad[0]]}")
+                              f"{got[bad[0]]} != {expect[bad[0]]}")
 
 
 # -- random schedules ------------------------------------------------------------------------------

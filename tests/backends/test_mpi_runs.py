@@ -16,7 +16,7 @@ from backend_helpers import (
 )
 
 from cclc.collective import CollectiveKind, DType, ReduceOp, make_collective
-from cclc.topology import NodeType, single_switch
+from cclc.topology import NodeType, single_switch, torus
 
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun is not installed "
                                 "(apt-get install openmpi-bin libopenmpi-dev)")
@@ -55,3 +55,18 @@ def test_same_step_hazards_in_place_and_int_max(tmp_path):
     run_mpi(swap_alltoall(), tmp_path / "a2a", scale=5000)   # beyond MPI's eager limit
     run_mpi(ring_reducescatter(op=ReduceOp.MAX, dtype=DType.INT32), tmp_path / "max",
             inplace=True)
+
+
+@pytest.mark.parametrize("kind, algos", [(CollectiveKind.BROADCAST, ["ring", "tree"]),
+                                         (CollectiveKind.REDUCE, ["tree", "ring"])])
+def test_rooted_collectives(tmp_path, kind, algos):
+    coll = make_collective(kind.value, kind, torus("ring5", (5,)), tuple(range(5)), 5 * 8 * 4,
+                           root=2)
+    _, s = pick(coll, algos)
+    run_mpi(s, tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [DType.FP16, DType.BF16, DType.INT64, DType.UINT8])
+def test_other_data_types_at_run_time(tmp_path, dtype):
+    # the data type is a run-time argument; the schedule counts elements
+    run_mpi(ring_reducescatter(n=4), tmp_path, scale=3, dtype=dtype)

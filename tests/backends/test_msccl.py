@@ -56,9 +56,10 @@ def _small_collectives():
         n = topo.n_ranks
         for kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL,
                      CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
-                     CollectiveKind.BROADCAST):
+                     CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
+            rooted = kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
             coll = make_collective(kind.value, kind, topo, tuple(range(n)), 4 * n * n * 4,
-                                   root=0 if kind is CollectiveKind.BROADCAST else None)
+                                   root=n - 1 if rooted else None)
             for algo in algorithms_for(coll):
                 if algo.applicable(coll) is None:
                     yield f"{topo.name}-{kind.value}-{algo.name}", algo.build(coll)
@@ -79,7 +80,7 @@ def test_executor_accepts_every_emitted_xml(key):
                 assert re.search(r"allows|has \d+ channels|no \w+ collective", err.message)
                 continue
             for order in ORDERS:
-                execute(xml, order=order)
+                execute(xml, order=order, root=s.collective.root or 0)
 
 
 def test_executor_checks_other_ops():

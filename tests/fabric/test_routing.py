@@ -6,14 +6,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cclc.algorithms import get
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
-from cclc.errors import CollectiveError, ScheduleError
+from cclc.errors import CollectiveError
 from cclc.fabric_routing import ecmp_routes, fair_shares, planned_routes, spine_link_loads
 from cclc.sim import simulate
 from cclc.topology import NodeType, leaf_spine, with_faults
@@ -57,17 +56,16 @@ def _check_planned(s):
 def test_direct_allgather_on_a_healthy_fabric_spreads_flows_evenly():
     topo = _fabric()
     coll = make_collective("c", K.ALLGATHER, topo, topo.all_ranks(), size=8 * 4096)
-    s = get("direct").build(coll)  # built with shortest paths: every flow on spine 0
-    before = spine_link_loads(s)
-    assert len(before) == 4  # leaf0->spine0, spine0->leaf1 and the reverse
-    planned = planned_routes(s)
+    planned = get("direct").build(coll)  # cclc's own schedules are planned when built
     _check_planned(planned)
+    assert planned_routes(planned).routes.links.tolist() == planned.routes.links.tolist()
     loads = spine_link_loads(planned)
     # 4 nodes per leaf send 4 blocks each to the other leaf: 16 flows over 4 spines = 4 each
     block = 4096  # allgather size is the output: 8 blocks of 4096 B
     assert len(loads) == 16
     assert all((v == 4 * block).all() for v in loads.values())
-    assert simulate(planned).time < simulate(s).time
+    hashed = ecmp_routes(planned)
+    assert simulate(planned).time <= simulate(hashed).time
 
 
 def test_planned_routes_avoid_a_failed_link_and_respect_the_reduced_share():
@@ -190,9 +188,11 @@ def test_planned_routes_with_several_failures(nodes, leaves, spines, fail, block
     s = get("direct").build(coll)
     if any(not any(x and y for x, y in zip(ok[a], ok[b]))
            for a in range(leaves) for b in range(leaves) if a != b):
-        # two leaves share no healthy spine: routes would cross the spine layer twice
-        with pytest.raises(ScheduleError):
-            planned_routes(s)
+        # two leaves share no healthy spine: their flows detour through a third leaf; the
+        # plan keeps those paths as found and still never uses a failed link
+        planned = planned_routes(s)
+        verify(planned)
+        assert not topo.link_failed[planned.routes.links].any()
         return
     planned, ecmp = planned_routes(s), ecmp_routes(s)
     for x in (planned, ecmp):
