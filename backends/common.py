@@ -88,7 +88,14 @@ class EmitOptions:
             raise ScheduleError(f"nthreads must be a positive multiple of 32, not {self.nthreads}")
 
 
-_C_KEYWORDS = frozenset(["auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "bool", "true", "false", "class", "namespace", "template", "typename", "this", "new", "delete", "operator", "private", "public", "protected", "virtual", "friend", "using"])
+_C_KEYWORDS = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef
+    union unsigned void volatile while
+    bool true false
+    class namespace template typename this new delete operator private public protected virtual
+    friend using
+""".split())
 
 
 def c_identifier(name: str) -> str:
@@ -244,7 +251,7 @@ class RankTables:
 
 
 def _overlaps(ranges: list[tuple[int, int, int]], buf: int, lo: int, hi: int) -> bool:
-    return any(b == buf and lo < h and l < hi for b, l, h in ranges)
+    return any(b == buf and lo < r_hi and r_lo < hi for b, r_lo, r_hi in ranges)
 
 
 def rank_tables(us: UnitSchedule) -> RankTables:

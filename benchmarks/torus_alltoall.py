@@ -203,7 +203,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write the averages and every row")
     ap.add_argument("--no-4d", action="store_true", help="skip the 625-rank 5x5x5x5 torus")
     args = ap.parse_args(argv)
-    log = (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
     sizes = SIZES
     series = list(SERIES) + list(RHO_SERIES)
     tori = [(5, 5), (5, 5, 5)] + ([] if args.quick or args.no_4d else [(5, 5, 5, 5)])

@@ -1,4 +1,5 @@
-"""Routes through a leaf/spine fabric: ECMP hashing (what a user gets today) or a planned assignment.
+"""Routes through a leaf/spine fabric: ECMP hashing (what a user gets today) or a planned \
+assignment.
 
 A schedule's ops name explicit link paths, and the simulator charges exactly those links, so the
 choice of spine for every flow that leaves its leaf *is* the routing model:

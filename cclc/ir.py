@@ -109,7 +109,8 @@ class Ops:
 
 @dataclass(frozen=True, eq=False)
 class Routes:
-    """Link paths in CSR form: route ``i`` is ``links[offsets[i]:offsets[i+1]]``; route 0 is empty."""
+    """Link paths in CSR form: route ``i`` is ``links[offsets[i]:offsets[i+1]]``; route 0 is \
+empty."""
 
     offsets: np.ndarray
     links: np.ndarray
@@ -294,7 +295,10 @@ def format_op(s: Schedule, i: int) -> str:
     path = s.routes.path(int(o.route[i]))
     via = (" via " + ",".join(map(str, path))) if path else ""
     cnt = int(o.count[i])
-    rng = lambda buf, off: f"{_BUF_LETTER[Buf(int(buf))]}[{int(off)}" + (f"+{cnt}]" if cnt != 1 else "]")
+
+    def rng(buf, off):
+        return f"{_BUF_LETTER[Buf(int(buf))]}[{int(off)}" + (f"+{cnt}]" if cnt != 1 else "]")
+
     return (f"step {int(o.step[i])}: {_KIND_WORD[OpKind(int(o.kind[i]))]} "
             f"{int(o.src[i])}.{rng(o.src_buf[i], o.src_off[i])} -> "
             f"{int(o.dst[i])}.{rng(o.dst_buf[i], o.dst_off[i])}{via}")

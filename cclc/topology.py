@@ -107,8 +107,8 @@ class Topology:
 
     def _links(self) -> dict[tuple[int, int], int]:
         if "links" not in self._cache:
-            self._cache["links"] = {(int(u), int(v)): i for i, (u, v)
-                                    in enumerate(zip(self.link_src.tolist(), self.link_dst.tolist()))}
+            pairs = zip(self.link_src.tolist(), self.link_dst.tolist())
+            self._cache["links"] = {(int(u), int(v)): i for i, (u, v) in enumerate(pairs)}
         return self._cache["links"]
 
     def link_id(self, u: int, v: int) -> int | None:
@@ -311,7 +311,8 @@ def torus(name: str, dims: Sequence[int], wrap: Sequence[bool] | None = None,
         _check_positive("a dimension size", d)
     wrap = tuple(True for _ in dims) if wrap is None else tuple(bool(w) for w in wrap)
     if len(wrap) != len(dims):
-        raise TopologyError(f"wrap has {len(wrap)} entries but the torus has {len(dims)} dimensions")
+        raise TopologyError(f"wrap has {len(wrap)} entries but the torus has "
+                            f"{len(dims)} dimensions")
     nd = len(dims)
     bws = [float(bandwidth)] * nd if np.isscalar(bandwidth) else [float(b) for b in bandwidth]
     lats = [float(latency)] * nd if np.isscalar(latency) else [float(x) for x in latency]
@@ -338,7 +339,10 @@ def torus(name: str, dims: Sequence[int], wrap: Sequence[bool] | None = None,
         dst += [b, a]
         bw.append(np.full(2 * len(a), bws[d]))
         lat.append(np.full(2 * len(a), lats[d]))
-    cat = (lambda xs, t: np.concatenate(xs).astype(t) if xs else np.zeros(0, dtype=t))
+
+    def cat(xs, t):
+        return np.concatenate(xs).astype(t) if xs else np.zeros(0, dtype=t)
+
     link_src, link_dst = cat(src, np.int32), cat(dst, np.int32)
     names = tuple("(" + ",".join(map(str, c)) + ")" for c in np.ndindex(*dims))
     return Topology(name=name, kind="torus", n_ranks=n, vertex_names=names,
@@ -378,7 +382,8 @@ class _NodesBuilder:
                 sw = self._new(f"node{n}.{node.interconnect}")
                 for g in range(node.gpus):
                     # half the GPU-to-GPU latency on each side of the switch
-                    self.links.add(n * node.gpus + g, sw, node.bandwidth, node.latency / 2, gpu_kind)
+                    self.links.add(n * node.gpus + g, sw, node.bandwidth, node.latency / 2,
+                                   gpu_kind)
             for i in range(node.nics):
                 nic = self._new(f"node{n}.nic{i}")
                 self.nic_vertex[(n, i)] = nic

@@ -312,8 +312,9 @@ class _Interpreter:
             second = np.flatnonzero(ds[sub][1:] == ds[sub][:-1]) + 1
             q = second[np.argmin(op_of[sub][second])]
             later, earlier, slot = int(op_of[sub[q]]), int(op_of[sub[q - 1]]), int(ds[sub[q]])
-            errors.append((later, 2, (f"writes {self.slot_words(slot)}, which op #{int(idx[earlier])}"
-                                  " also writes in the same step")))
+            errors.append((later, 2, (f"writes {self.slot_words(slot)}, "
+                                      f"which op #{int(idx[earlier])}"
+                                      " also writes in the same step")))
         red = (o.kind[idx] == OpKind.REDUCE)[op_of] & ~empty
         if red.any():
             errors.extend((j, 3, what) for j, what in

@@ -518,7 +518,8 @@ def _missing_vertex(topo: Topology, parts: list[str]) -> str:
     have = []
     for kind, indices in children.items():
         lo, hi = min(indices), max(indices)
-        have.append(kind if hi < 0 else f"{kind}({lo})" if lo == hi else f"{kind}({lo})..{kind}({hi})")
+        have.append(kind if hi < 0 else f"{kind}({lo})" if lo == hi
+                    else f"{kind}({lo})..{kind}({hi})")
     owner = f"'{topo.name}'" if not parent else _display(parent)
     if missing is None:
         return f"{owner} is not a single vertex: name one of its parts ({', '.join(have)})"

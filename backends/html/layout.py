@@ -90,7 +90,8 @@ def _torus(topo: Topology) -> Layout:
     diff = cd != cs
     dim_of_link = np.argmax(diff, axis=1)
     in_plane = dim_of_link >= nd - 2 if nd >= 2 else np.ones(len(src), dtype=bool)
-    x1, y1, x2, y2 = vx[src].astype(float), vy[src].astype(float), vx[dst].astype(float), vy[dst].astype(float)
+    x1, y1 = vx[src].astype(float), vy[src].astype(float)
+    x2, y2 = vx[dst].astype(float), vy[dst].astype(float)
     seg = np.zeros((len(src), 4))
     # wrap-around hops in a plane: draw a short stub leaving the edge instead of a long line
     step = (cd[np.arange(len(src)), dim_of_link] - cs[np.arange(len(src)), dim_of_link])

@@ -1,4 +1,5 @@
-"""Rings in both directions, FoldedRing, and multi-dimensional tori for AllGather, ReduceScatter, AllReduce.
+"""Rings in both directions, FoldedRing, and multi-dimensional tori for AllGather, ReduceScatter, \
+AllReduce.
 
 All of them are one engine: the group laid out on a grid whose every dimension is a logical
 ring (a torus: its dimensions; a single ring: one dimension; NVLink nodes on a fabric: nodes x
@@ -278,7 +279,8 @@ def _hamiltonian_order(topo, ranks: list[int]) -> list[int] | None:
     is a path (its closing hop takes a short detour).
     """
     members = set(ranks)
-    adj = {u: [v for v in topo.healthy_graph().successors(u) if v in members and _duplex(topo, u, v)]
+    adj = {u: [v for v in topo.healthy_graph().successors(u)
+               if v in members and _duplex(topo, u, v)]
            for u in ranks}
     start = ranks[0]
     path, seen = [start], {start}

@@ -337,19 +337,21 @@ def _build(coll: Collective, lay: _Layout, algorithm: str, schedule: str,
             m = n // N
             block = np.take(slots, 0, axis=d).ravel()           # slots with j_d = 0
             if i == 0:
-                in_buf, in_chunk = Buf.INPUT, (lambda s, l, p=p: gidx[s] * PL + p * L + l)
+                in_buf, in_chunk = Buf.INPUT, (lambda s, lane_idx, p=p:
+                                               gidx[s] * PL + p * L + lane_idx)
             else:
                 rb = base + (i - 1) * region
-                in_buf, in_chunk = Buf.SCRATCH, (lambda s, l, rb=rb: rb + l * n + s)
+                in_buf, in_chunk = Buf.SCRATCH, (lambda s, lane_idx, rb=rb: rb + lane_idx * n + s)
             if i == len(phases) - 1:
-                out_buf, out_chunk = Buf.OUTPUT, (lambda s, l, p=p: gidx[s] * PL + p * L + l)
+                out_buf, out_chunk = Buf.OUTPUT, (lambda s, lane_idx, p=p:
+                                                  gidx[s] * PL + p * L + lane_idx)
             else:
                 ob = base + i * region
-                out_buf, out_chunk = Buf.SCRATCH, (lambda s, l, ob=ob: ob + l * n + s)
+                out_buf, out_chunk = Buf.SCRATCH, (lambda s, lane_idx, ob=ob: ob + lane_idx * n + s)
             tb = base + (n_phases - 1) * region + i * transit
 
-            def transit_chunk(h, c, w, l, tb=tb, m=m, N=N):
-                return tb + l * (transit // L) + (h * N + c) * m + w
+            def transit_chunk(h, c, w, lane_idx, tb=tb, m=m, N=N):
+                return tb + lane_idx * (transit // L) + (h * N + c) * m + w
 
             ops = _Ops()
             for gi, grp in enumerate(lay.groups[d]):
@@ -357,14 +359,16 @@ def _build(coll: Collective, lay: _Layout, algorithm: str, schedule: str,
                 # self blocks stay in their slot: a local copy into the next region
                 x = np.arange(N)
                 s_self = block[None, :] + (x * strides[d])[:, None]       # (N, m)
-                for l in range(L):
+                for lane_idx in range(L):
                     rk = grp.rings[:, :, None]                           # (G, N, 1)
                     ss = np.broadcast_to(s_self[None], (G, N, m))
                     ops.add(step=start, src=rk, dst=rk, route=0, src_buf=in_buf,
-                            src_off=in_chunk(ss, l), dst_buf=out_buf, dst_off=out_chunk(ss, l),
+                            src_off=in_chunk(ss, lane_idx), dst_buf=out_buf,
+                            dst_off=out_chunk(ss, lane_idx),
                             hop=0)
-                for l, plan, offset, lo, hi in ((l, *u) for l, lane in enumerate(grp.uses)
-                                                for u in lane):
+                for lane_idx, plan, offset, lo, hi in ((lane_idx, *u)
+                                                       for lane_idx, lane in enumerate(grp.uses)
+                                                       for u in lane):
                     w_lo, w_hi = round(lo * m), round(hi * m)
                     if w_hi <= w_lo:
                         continue
@@ -385,10 +389,11 @@ def _build(coll: Collective, lay: _Layout, algorithm: str, schedule: str,
                     src_rank = grp.rings[:, plan.src].T[:, :, None]
                     dst_rank = grp.rings[:, plan.dst].T[:, :, None]
                     read_buf = np.where(first, int(in_buf), int(Buf.SCRATCH))
-                    read_off = np.where(first, in_chunk(s, l), transit_chunk(hop - 1, c, w, l))
+                    read_off = np.where(first, in_chunk(s, lane_idx),
+                                        transit_chunk(hop - 1, c, w, lane_idx))
                     write_buf = np.where(final, int(out_buf), int(Buf.SCRATCH))
-                    write_off = np.where(final, out_chunk(s + (xo - c) * strides[d], l),
-                                         transit_chunk(hop, c, w, l))
+                    write_off = np.where(final, out_chunk(s + (xo - c) * strides[d], lane_idx),
+                                         transit_chunk(hop, c, w, lane_idx))
                     ops.add(step=np.broadcast_to(start + offset + plan.stage[seg], sh),
                             src=np.broadcast_to(src_rank, sh), dst=np.broadcast_to(dst_rank, sh),
                             route=np.broadcast_to(routes.T[:, :, None], sh),
@@ -509,7 +514,7 @@ def _dim_groups(algorithm: str, f: TorusFaults, d: int, L: int, cache: dict,
     groups = []
     if len(healthy):
         groups.append(_Group(f.rings[d][healthy],
-                             [[(plan("healthy", l % 2), 0, 0.0, 1.0)] for l in range(L)]))
+                             [[(plan("healthy", lane % 2), 0, 0.0, 1.0)] for lane in range(L)]))
     for g, (cut,) in broken.items():
         if g == skip:
             continue

@@ -108,8 +108,8 @@ class _Journeys:
         pid = self.path_ids.setdefault(path, len(self.path_ids))
         self.rows.append((origin, dest, stage, hop, src, dst, pid, final))
 
-    def walk(self, origin: int, dest: int, start: int, moves: list[tuple[int, int, tuple[Move, ...]]]
-             ) -> None:
+    def walk(self, origin: int, dest: int, start: int,
+             moves: list[tuple[int, int, tuple[Move, ...]]]) -> None:
         """One journey: ``moves`` = [(src, dst, path), ...], one stage after another."""
         for k, (a, b, path) in enumerate(moves):
             self.segment(origin, dest, start + k, k, a, b, path, k == len(moves) - 1)

@@ -50,8 +50,8 @@ def _gbps(bw: float) -> str:
 
 def run(args) -> int:
     from cclc.bounds import bounds
-    from cclc.nccl_model import compare_with_nccl
     from cclc.errors import CclError
+    from cclc.nccl_model import compare_with_nccl
     from cclc.serialize import load
     from cclc.sim import simulate
 

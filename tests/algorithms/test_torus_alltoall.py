@@ -140,7 +140,8 @@ def test_sizes_share_the_ops():
 
 
 @pytest.mark.parametrize("dims,fault", [((5, 5), ((0, 0), (1, 0))), ((4, 4), ((2, 3), (2, 0))),
-                                        ((5, 3), ((4, 1), (0, 1))), ((3, 2, 4), ((0, 1, 1), (1, 1, 1)))])
+                                        ((5, 3), ((4, 1), (0, 1))),
+                                        ((3, 2, 4), ((0, 1, 1), (1, 1, 1)))])
 @pytest.mark.parametrize("name", ["mate", "matee"])
 def test_mate_verifies_and_avoids_the_failed_link(dims, fault, name):
     t = fail_edge(torus("t", dims, bandwidth=BW, latency=LAT), *fault)

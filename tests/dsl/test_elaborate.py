@@ -53,7 +53,7 @@ EXPECTED_COLLECTIVES = {
                             ("shards", "reducescatter", 128, 512 << 20)],
     "fabric6_single_gpu.ccl": [("ag", "allgather", 6, 6 << 20),
                                ("rs", "reducescatter", 6, 48 << 20),
-                               ("ar", "allreduce", 6, 64 << 20)],
+                               ("ar", "allreduce", 6, 96 << 20)],
     "pcie_oversubscribed.ccl": [("bcast", "broadcast", 4, 64 << 20),
                                 ("sum", "reduce", 8, 16 << 20)],
     # the largest row sum of the matrix: 4 MiB + 6 x 1 MiB + 512 KiB

@@ -157,7 +157,8 @@ def test_group_selectors(text, name, index, ranks):
 
 
 def test_rank_list_may_span_lines():
-    sel = _only("collective c = allgather on pod.ranks[0, 1,\n   2, 3] { size 1 MiB }").group.selector
+    sel = _only("collective c = allgather on pod.ranks[0, 1,\n"
+                "   2, 3] { size 1 MiB }").group.selector
     assert len(sel.ranks) == 4
 
 

@@ -198,5 +198,8 @@ def test_planned_routes_with_several_failures(nodes, leaves, spines, fail, block
     for x in (planned, ecmp):
         verify(x)
         assert not topo.link_failed[x.routes.links].any()
-    worst = (lambda x: max((v.max() for v in spine_link_loads(x).values()), default=0))
+
+    def worst(x):
+        return max((v.max() for v in spine_link_loads(x).values()), default=0)
+
     assert worst(planned) <= worst(ecmp)

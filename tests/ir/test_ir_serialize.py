@@ -161,7 +161,8 @@ def test_load_errors(tmp_path):
         load(tmp_path / "nope.json")
     p = tmp_path / "bad.json"
     p.write_text('{"format": "cclc-schedule", ')
-    with pytest.raises(ScheduleError, match=r"bad\.json is not valid JSON: line 1, column 29: Expecting property name"):
+    with pytest.raises(ScheduleError, match=r"bad\.json is not valid JSON: line 1, column 29: "
+                                            r"Expecting property name"):
         load(p)
     p.write_text('{"format": "cclc-schedule", "version": 1}')
     with pytest.raises(ScheduleError, match=r"bad\.json: missing key 'topology'$"):

@@ -72,7 +72,8 @@ def test_relay_through_scratch_over_two_steps():
     early = with_ops(s, step=np.where(np.arange(len(s.ops)) >= 7, 0, s.ops.step))
     i = 7
     assert first_line(early, i) == (
-        f"op #{i} (step 0: copy 1.s[0] -> 0.o[2] via {early.routes.path(int(early.ops.route[i]))[0]})"
+        f"op #{i} (step 0: copy 1.s[0] -> 0.o[2] "
+        f"via {early.routes.path(int(early.ops.route[i]))[0]})"
         ": reads rank 1's scratch chunk 0, which is empty (no earlier step wrote it)")
 
 
