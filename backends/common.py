@@ -147,6 +147,9 @@ class UnitSchedule:
     dst_buf: np.ndarray
     dst_off: np.ndarray
     count: np.ndarray
+    #: False for the near-equal form (see :func:`prepare`): unit ``u`` starts near element
+    #: ``u * count / count_units``, and ``unit`` is only the floor of ``count / count_units``
+    exact: bool = True
 
     @property
     def n(self) -> int:
@@ -169,13 +172,30 @@ def _entry_count(s: Schedule) -> int:
     return c.count
 
 
-def prepare(schedule: Schedule) -> UnitSchedule:
+def prepare(schedule: Schedule, max_units: int | None = None) -> UnitSchedule:
     """Express ``schedule`` in equal units (the gcd of all chunk sizes and of ``count``).
 
     Ranks may cut their buffers differently and use different amounts of scratch, but every
     rank's input (and output) must hold the same number of elements, since an entry point
     takes one ``count``: :class:`ScheduleError` otherwise (a non-uniform alltoall).
+
+    With ``max_units``, a schedule whose exact units would make a buffer longer than that
+    (chunks cut as ``floor(i * count / K)`` when ``K`` does not divide ``count``) is expressed
+    in the *near-equal* form instead, if it has one: the smallest ``K`` such that every chunk
+    boundary of every buffer and rank lies within two elements (and less than half a unit) of
+    ``u * count / K`` for a whole ``u`` -- the even splits ``floor(i * count / K)``,
+    ``numpy.array_split`` and blocks of ``count`` split that way. Then boundary ``e`` becomes
+    unit ``round(e * K / count)``, ``count_units`` is ``K``, and ``exact`` is False: the unit
+    schedule is this schedule with its cuts made equal, which is what it is at every ``count``
+    that is a multiple of ``K`` (MSCCL's XML is size-generic and runs only at those sizes).
     """
+    us = _prepare_exact(schedule)
+    if max_units is None or max(us.units) <= max_units:
+        return us
+    return _prepare_near(schedule, max_units) or us
+
+
+def _prepare_exact(schedule: Schedule) -> UnitSchedule:
     s = schedule
     for buf in (Buf.INPUT, Buf.OUTPUT):
         totals = s.chunk_starts(buf)[:, -1]
@@ -208,6 +228,79 @@ def prepare(schedule: Schedule) -> UnitSchedule:
         src_buf=ops.src_buf.astype(np.int64), src_off=src_off,
         dst_buf=ops.dst_buf.astype(np.int64), dst_off=dst_off,
         count=(s.op_elems() // unit).astype(np.int64))
+
+
+def _near_units(elems, k: int, count: int) -> np.ndarray:
+    """The unit index nearest to each element offset (``elems * k / count``, rounded)."""
+    e = np.asarray(elems, dtype=np.int64)
+    return (2 * e * k + count) // (2 * count)
+
+
+def _near_k(schedule: Schedule, count: int, max_units: int) -> int | None:
+    """The smallest ``K`` (at most ``max_units`` units per buffer) that puts every chunk
+    boundary within one element-rounding of a unit boundary ``u * count / K``, or None."""
+    s = schedule
+    bounds = np.unique(np.concatenate([s.chunk_starts(buf).ravel() for buf in Buf]))
+    sizes = np.concatenate([s.chunk_elems(buf).ravel() for buf in Buf])
+    sizes = sizes[sizes > 0]
+    if not len(sizes) or count <= 0:
+        return None
+    s_min, longest = int(sizes.min()), int(bounds[-1])
+    ks: set[int] = set()
+    # the smallest chunk is d units: d * count / K lies within a few elements of its size
+    for d in range(1, 9):
+        lo = d * count // (s_min + 4)
+        hi = d * count // max(s_min - 4, 1) + 1
+        ks.update(range(max(lo, 1), min(hi, lo + 4096, count) + 1))
+    for k in sorted(ks):
+        if int(_near_units(longest, k, count)) > max_units:
+            break
+        err = np.abs(bounds * k - _near_units(bounds, k, count) * count)
+        # within 2 elements of the exact cut (floor, ceil and array_split conventions, and a
+        # block's split inside a split block) and nearer to it than to any other unit
+        if (err < 2 * k).all() and (2 * err < count).all():
+            return k
+    return None
+
+
+def _prepare_near(schedule: Schedule, max_units: int) -> UnitSchedule | None:
+    """The near-equal form of :func:`prepare`, or None when the schedule has none."""
+    s = schedule
+    count = _entry_count(s)
+    k = _near_k(s, count, max_units)
+    if k is None:
+        return None
+
+    def to_units(elems: np.ndarray) -> np.ndarray:
+        return _near_units(elems, k, count)
+
+    ops = s.ops
+    src_off = np.zeros(len(ops), dtype=np.int64)
+    dst_off = np.zeros(len(ops), dtype=np.int64)
+    src_end = np.zeros(len(ops), dtype=np.int64)
+    dst_end = np.zeros(len(ops), dtype=np.int64)
+    elems = s.op_elems()
+    for buf in Buf:
+        starts = to_units(s.chunk_starts(buf))
+        raw = s.chunk_starts(buf)
+        m = ops.src_buf == buf
+        src_off[m] = starts[ops.src[m], ops.src_off[m]]
+        src_end[m] = to_units(raw[ops.src[m], ops.src_off[m]] + elems[m])
+        m = ops.dst_buf == buf
+        dst_off[m] = starts[ops.dst[m], ops.dst_off[m]]
+        dst_end[m] = to_units(raw[ops.dst[m], ops.dst_off[m]] + elems[m])
+    cnt = src_end - src_off
+    if (cnt != dst_end - dst_off).any() or (cnt <= 0).any():
+        return None
+    return UnitSchedule(
+        schedule=s, unit=count // k,
+        units=tuple(int(to_units(s.chunk_starts(buf)[:, -1].max())) for buf in Buf),
+        scratch_units=tuple(int(x) for x in to_units(s.chunk_starts(Buf.SCRATCH)[:, -1])),
+        count_units=k,
+        step=ops.step.astype(np.int64), src=ops.src.astype(np.int64),
+        dst=ops.dst.astype(np.int64), kind=ops.kind.astype(np.int64),
+        src_buf=ops.src_buf.astype(np.int64), src_off=src_off,
+        dst_buf=ops.dst_buf.astype(np.int64), dst_off=dst_off, count=cnt, exact=False)
 
 
 class Role(IntEnum):

@@ -49,7 +49,7 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
     coll = schedule.collective
     if coll.kind not in rt.coll_names:
         raise ScheduleError(f"{rt.title} has no {coll.kind.value} collective")
-    us = prepare(schedule)
+    us = prepare(schedule, rt.max_chunks)
     try:
         low = lower(us, rt, fuse_ops=options.fuse, nchannels=options.nchannels)
     except LimitError as err:
@@ -83,7 +83,7 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
                      "tbs": [{"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan,
                               "steps": st} for tb, st in zip(tbs, steps)]})
     values = {"algo": algo, "gpus": gpus}
-    values["_meta"] = {"name": name, "nchunks": nchunks, "unit": us.unit,
+    values["_meta"] = {"name": name, "nchunks": nchunks, "unit": us.unit, "exact": us.exact,
                        "min_bytes": min_bytes, "max_bytes": max_bytes,
                        "writes_input": us.writes_input()}
     return values, low, rt
@@ -148,6 +148,17 @@ def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None =
     if meta["writes_input"]:
         notes.append("the schedule writes its input buffer; the XML first copies the input "
                      "into scratch so that `sendbuff` is left untouched")
+    if not meta["exact"]:
+        nck = meta["nchunks"]
+        item = coll.dtype.itemsize
+        notes.append(
+            f"the schedule cuts its buffers into near-equal chunks (boundaries at "
+            f"floor(i * count / K)) because its chunk counts do not divide the compiled "
+            f"{coll.size} B; MSCCL chunks are equal, so the XML describes this schedule at "
+            f"the sizes where they are: THIS compiled size is not a multiple of "
+            f"{nck} elements and falls back to the runtime's default algorithms; calls whose "
+            f"buffer is a multiple of {nck} {coll.dtype.value} elements ({nck * item} B) run "
+            "it")
     meta["nchunksperloop"] = meta["nchunks"]
     report = render_template(
         "backends.msccl", "report.md.j2", algo_name=meta["name"], runtime_title=rt.title,
@@ -165,5 +176,8 @@ def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None =
     return [xml_path, write_file(outdir, f"{base}.report.md", report)]
 
 
-def _compiled_chunk_elems(schedule: Schedule, meta: dict) -> int:
-    return int(meta["unit"])
+def _compiled_chunk_elems(schedule: Schedule, meta: dict) -> str:
+    if meta["exact"]:
+        return str(int(meta["unit"]))
+    # near-equal units are not whole at the compiled size
+    return f"{meta['unit']} to {meta['unit'] + 1} (not equal, see the note below)"

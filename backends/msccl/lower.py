@@ -13,7 +13,8 @@ tb of its GPU. The lowering, in order:
 3. ``assign_channels``: every message of a chain shares a channel; concurrent messages on one
    pair get distinct channels (parallel tbs), within the limit.
 4. ``threadblocks``: one tb per (send peer, recv peer, channel) on each GPU (fused steps tie a
-   recv peer to a send peer); local copies and reductions get their own tb.
+   recv peer to a send peer; otherwise a send stream and a receive stream of one channel are
+   paired into one tb, as msccl-tools does); local copies and reductions get their own tb.
 5. ``order``: a graph of every instruction with edges for messages (send before receive),
    FIFO capacity (a connection's next send after its previous receive) and data hazards on
    each unit (RAW, WAR, WAW in the IR's step order). A topological order of it, ties broken by
@@ -248,13 +249,14 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
 
     # channels
     limit = min(rt.max_channels, nchannels or rt.max_channels)
-    # each peer of a GPU costs a threadblock per channel and direction: keep the busiest GPU
-    # within the threadblock limit (leaving a few for local ops)
-    peers: dict[int, set[tuple[str, int]]] = defaultdict(set)
+    # each peer of a GPU costs a threadblock per channel (a send stream and a receive stream
+    # share one, see _pair_streams): keep the busiest GPU within the threadblock limit
+    # (leaving a few for local ops)
+    peers: dict[tuple[int, str], set[int]] = defaultdict(set)
     for op in ops:
         if op.src != op.dst:
-            peers[op.src].add(("s", op.dst))
-            peers[op.dst].add(("r", op.src))
+            peers[(op.src, "s")].add(op.dst)
+            peers[(op.dst, "r")].add(op.src)
     most = max((len(p) for p in peers.values()), default=1)
     limit = max(1, min(limit, (rt.max_tbs - 4) // most))
     busy: set[tuple[int, int, int, int]] = set()
@@ -450,6 +452,7 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
         ks = keys_of(ins)
         for k in ks[1:]:
             parent[root(k)] = root(ks[0])
+    _pair_streams(instrs, parent, root, keys_of, rt)
     tbs: list[list[Threadblock]] = [[] for _ in range(us.n)]
     tb_of_root: dict[tuple, Threadblock] = {}
     # local copies and reductions: as few local tbs as the step limit allows (with room for
@@ -533,6 +536,52 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
     chans = {tb.chan for rank_tbs in tbs for tb in rank_tbs}
     return Lowered(tuple(tuple(t) for t in tbs), units, scratch,
                    max(chans) + 1 if chans else 1, n_fused)
+
+
+def _pair_streams(instrs: list[Instr], parent: dict, root, keys_of, rt: Runtime) -> None:
+    """Join a GPU's send-only and receive-only streams of one channel into shared tbs.
+
+    An MSCCL tb has one send peer and one receive peer, so a tb that only sends (or only
+    receives) wastes half of one; msccl-tools pairs them too. Joining keeps every connection's
+    sends (and receives) in one tb, so FIFO order per (peer, channel) is unchanged, and the
+    joined tb runs its steps in the global order like every other tb, so the deadlock argument
+    (the smallest unfinished instruction can always run) still holds. A pair whose steps would
+    leave too little room for nops under the runtime's step limit stays apart.
+    """
+    size: dict[tuple, int] = defaultdict(int)
+    ways: dict[tuple, set[str]] = defaultdict(set)
+    for ins in instrs:
+        ks = keys_of(ins)
+        if not ks:
+            continue
+        r = root(ks[0])
+        size[r] += 1
+        for k in ks:
+            ways[r].add(k[1])
+    # per (rank, channel): streams that only send and streams that only receive
+    sends: dict[tuple[int, int], list[tuple]] = defaultdict(list)
+    recvs: dict[tuple[int, int], list[tuple]] = defaultdict(list)
+    for r, w in ways.items():
+        if w == {"s"}:
+            sends[(r[0], r[3])].append(r)
+        elif w == {"r"}:
+            recvs[(r[0], r[3])].append(r)
+    cap = max(1, rt.max_steps_per_tb * 3 // 4)
+    for key, ss in sends.items():
+        rs = recvs.get(key)
+        if not rs:
+            continue
+        # the longest streams pair with the shortest that still fit; ties by peer, so the
+        # result does not depend on dict order
+        ss.sort(key=lambda k: (-size[k], k[2]))
+        rs.sort(key=lambda k: (size[k], k[2]))
+        used = [False] * len(rs)
+        for s_key in ss:
+            for j, r_key in enumerate(rs):
+                if not used[j] and size[s_key] + size[r_key] <= cap:
+                    used[j] = True
+                    parent[root(r_key)] = root(s_key)
+                    break
 
 
 def _sort_tbs(tbs: list[list[Threadblock]]) -> None:

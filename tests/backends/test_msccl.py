@@ -117,7 +117,9 @@ def test_rejects_swapped_sends():
     swapped = swapped.replace("\0A", b.replace(f's="{sb}"', f's="{sa}"'))
     swapped = swapped.replace("\0B", a.replace(f's="{sa}"', f's="{sb}"'))
     assert swapped != xml
-    with pytest.raises(XmlError, match="output chunk|race"):
+    # with send and receive streams paired in one tb, the later send may now run before the
+    # receive that fills its chunk
+    with pytest.raises(XmlError, match="output chunk|race|holds no data"):
         execute(swapped)
 
 
