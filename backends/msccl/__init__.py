@@ -15,6 +15,7 @@ from backends.common import (
     EmitOptions,
     c_identifier,
     coerce_options,
+    entry_count,
     prepare,
     render_template,
     write_file,
@@ -50,16 +51,24 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
     if coll.kind not in rt.coll_names:
         raise ScheduleError(f"{rt.title} has no {coll.kind.value} collective")
     us = prepare(schedule, rt.max_chunks)
-    try:
-        low = lower(us, rt, fuse_ops=options.fuse, nchannels=options.nchannels)
-    except LimitError as err:
-        # fused steps tie threadblocks together; unfused ones may spread out enough to fit
-        if not options.fuse:
-            raise
+    # fused steps tie threadblocks together, and paired send/receive streams make longer
+    # ones (nops included); if a limit is exceeded, looser forms may spread out enough to fit
+    tries = [(options.fuse, True), (options.fuse, False)]
+    if options.fuse:
+        tries += [(False, True), (False, False)]
+    first: LimitError | None = None
+    last: LimitError | None = None
+    for fuse_ops, pair in tries:
+        if not pair and (last is None or "steps" not in last.message):
+            continue        # unpaired streams only help a threadblock that is too long
         try:
-            low = lower(us, rt, fuse_ops=False, nchannels=options.nchannels)
-        except LimitError:
-            raise err from None
+            low = lower(us, rt, fuse_ops=fuse_ops, nchannels=options.nchannels, pair=pair)
+            break
+        except LimitError as err:
+            first, last = first or err, err
+    else:
+        assert first is not None
+        raise first from None
     nchunks = _nchunksperloop(schedule, us.units)
     name = c_identifier(coll.name)[:rt.max_name]
     min_bytes = options.min_bytes or 0
@@ -84,6 +93,7 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
                               "steps": st} for tb, st in zip(tbs, steps)]})
     values = {"algo": algo, "gpus": gpus}
     values["_meta"] = {"name": name, "nchunks": nchunks, "unit": us.unit, "exact": us.exact,
+                       "falls_back": bool(entry_count(schedule) % us.count_units),
                        "min_bytes": min_bytes, "max_bytes": max_bytes,
                        "writes_input": us.writes_input()}
     return values, low, rt
@@ -151,12 +161,15 @@ def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None =
     if not meta["exact"]:
         nck = meta["nchunks"]
         item = coll.dtype.itemsize
+        here = ("THIS compiled size is not a multiple of "
+                f"{nck} elements and falls back to the runtime's default algorithms"
+                if meta["falls_back"] else
+                "at the compiled size the runtime cuts equal chunks, not the schedule's "
+                "uneven ones (each chunk moves as the schedule says)")
         notes.append(
-            f"the schedule cuts its buffers into near-equal chunks (boundaries at "
-            f"floor(i * count / K)) because its chunk counts do not divide the compiled "
-            f"{coll.size} B; MSCCL chunks are equal, so the XML describes this schedule at "
-            f"the sizes where they are: THIS compiled size is not a multiple of "
-            f"{nck} elements and falls back to the runtime's default algorithms; calls whose "
+            f"the schedule cuts its buffers into near-equal chunks (an even split such as "
+            f"floor(i * count / K)) at the compiled {coll.size} B; MSCCL chunks are equal, "
+            f"so the XML describes this schedule with equal chunks: {here}; calls whose "
             f"buffer is a multiple of {nck} {coll.dtype.value} elements ({nck * item} B) run "
             "it")
     meta["nchunksperloop"] = meta["nchunks"]

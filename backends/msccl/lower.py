@@ -217,8 +217,9 @@ def _dead_after(acc: _Accesses, op: Op, skip: tuple[int, ...]) -> bool:
 
 
 def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
-          nchannels: int | None = None) -> Lowered:
-    """Lower ``us`` for runtime ``rt``; :class:`ScheduleError` when a limit is exceeded."""
+          nchannels: int | None = None, pair: bool = True) -> Lowered:
+    """Lower ``us`` for runtime ``rt``; :class:`ScheduleError` when a limit is exceeded.
+    ``pair``: share tbs between send-only and receive-only streams (see ``_pair_streams``)."""
     # checked before anything proportional to the chunk count
     n_in, n_out, n_scr = us.units
     nchunks = max(n_in, n_out, n_scr + (n_in if us.writes_input() else 0))
@@ -452,7 +453,8 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
         ks = keys_of(ins)
         for k in ks[1:]:
             parent[root(k)] = root(ks[0])
-    _pair_streams(instrs, parent, root, keys_of, rt)
+    if pair:
+        _pair_streams(instrs, parent, root, keys_of, rt)
     tbs: list[list[Threadblock]] = [[] for _ in range(us.n)]
     tb_of_root: dict[tuple, Threadblock] = {}
     # local copies and reductions: as few local tbs as the step limit allows (with room for

@@ -18,12 +18,14 @@ built files are added to the returned list.
 from __future__ import annotations
 
 import pathlib
+import textwrap
 
 from backends.common import (
     EmitOptions,
     c_identifier,
     coerce_options,
     count_convention,
+    is_padded,
     prepare,
     rank_tables,
     render_template,
@@ -43,8 +45,20 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
     options = coerce_options(options)
     coll = schedule.collective
     ident = c_identifier(coll.name)
-    tables = rank_tables(prepare(schedule))
+    tables = rank_tables(prepare(schedule, split=True, pad=True))
     us = tables.units
+    padded = is_padded(schedule)
+    meaning = count_convention(coll.kind)
+    pad_note: list[str] = []
+    if padded:
+        # a non-uniform alltoall: one count cannot say what each pair sends
+        meaning = "elements of the largest buffer of any rank (see below)"
+        pad_note = textwrap.wrap(
+            f"Non-uniform alltoall: with u = count / {us.count_units} elements, every rank's "
+            f"sendbuf holds {us.units[0]} u and recvbuf {us.units[1]} u elements; rank i's "
+            "block for (from) member j lies where the .ccl size matrix puts it (blocks in "
+            "group order, packed from the start, sizes scaled by count / compiled count) and "
+            "the rest of each buffer is padding, never read or written.", 92)
     rows, first = [], [0]
     for entries in tables.entries:
         for e in entries:
@@ -58,7 +72,8 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
     reducing = coll.kind in REDUCING_KINDS
     common = {"name": coll.name, "ident": ident, "ident_upper": ident.upper(),
               "kind": coll.kind.value, "n": coll.n, "count_units": us.count_units,
-              "count_meaning": count_convention(coll.kind), "op": coll.op.value}
+              "count_meaning": meaning, "op": coll.op.value,
+              "split": us.split}
     try:
         home = nccl_home(options)
     except BuildError:  # the wheel is optional: the Makefile still takes NCCL_HOME=...
@@ -71,7 +86,7 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
             units=", ".join(map(str, us.units)), staging_units=tables.staging_units,
             input_copy=int(tables.input_copy), reducing=int(reducing)),
         f"cclc_{ident}.h": render_template(
-            _PKG, "api.h.j2", **common,
+            _PKG, "api.h.j2", **common, pad_note=pad_note,
             reduce_note=(f" and for data types the {coll.op.value} reduction does not support"
                          if reducing else "")),
         f"cclc_{ident}.cu": render_template(_PKG, "nccl.cu.j2", **common),

@@ -190,19 +190,22 @@ def reference(kind: CollectiveKind, op: ReduceOp, inputs: list[np.ndarray], root
 
 
 def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: bool = False,
-            seed: int = 0, dtype: DType | None = None) -> None:
+            seed: int = 0, dtype: DType | None = None, count: int | None = None) -> None:
     """Emit + build the MPI driver, run it on ``n`` processes with random inputs of ``scale``
-    times the compiled count (in ``dtype``, default the collective's), and assert every output
-    buffer equals the numpy reference."""
-    from backends.common import EmitOptions, prepare
+    times the compiled count, or of ``count`` (in ``dtype``, default the collective's), and
+    assert every output buffer equals the numpy reference."""
+    from backends.common import EmitOptions, entry_count, prepare
     from backends.nccl import emit
 
     coll = schedule.collective
     files = emit(schedule, workdir, EmitOptions(mpi=True))
     exe = files[-1]
-    us = prepare(schedule)
-    count = us.count_units * us.unit * scale
-    ue = count // us.count_units
+    us = prepare(schedule, split=True)
+    if count is None:
+        count = (us.count_units * us.unit if us.exact else entry_count(schedule)) * scale
+    # the input is whole blocks of ``count`` elements (the near-equal form) or whole units
+    in_elems = (us.units[Buf.INPUT] // us.count_units * count if us.split
+                else us.units[Buf.INPUT] * (count // us.count_units))
     dtype = dtype or coll.dtype
     np_type, code = NP_TYPES[dtype]
     rng = np.random.default_rng(seed)
@@ -216,7 +219,7 @@ def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: 
             lo, hi = 0, 4
         if dtype in (DType.FP16, DType.BF16):       # sums stay exact in 8 mantissa bits
             lo, hi = (1, 3) if coll.op is ReduceOp.PROD else (-8, 8)
-        x = rng.integers(lo, hi, size=us.units[Buf.INPUT] * ue).astype(np_type)
+        x = rng.integers(lo, hi, size=in_elems).astype(np_type)
         _to_file_type(x, dtype).tofile(data / f"in.{r}.bin")
         inputs.append(x)
     cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(coll.n), str(exe),
@@ -307,3 +310,33 @@ def random_reducescatter(n: int, seed: int, elems: int = 2,
         b.add(step=step, src=r, dst=r, src_buf=Buf.SCRATCH, src_off=r, dst_buf=Buf.OUTPUT,
               dst_off=0)
     return b.build("random")
+
+
+def uneven_ring_allgather(n: int = 3, elems: int = 100_000, pieces: int = 3,
+                          name: str = "ag-uneven", floor: bool = False,
+                          cut: list[int] | None = None) -> Schedule:
+    """Ring allgather whose blocks are cut like ``numpy.array_split`` (or at ``floor(i * elems
+    / pieces)``, or as ``cut`` says) into ``pieces`` unequal chunks (``elems`` not a multiple
+    of ``pieces``): exact units are single elements, far more than MSCCL can address, so
+    MSCCL needs the near-equal form."""
+    if cut is None and floor:
+        cut = np.diff(np.arange(pieces + 1) * elems // pieces).tolist()
+    elif cut is None:
+        cut = [len(a) for a in np.array_split(np.arange(elems), pieces)]
+    elems, pieces = sum(cut), len(cut)
+    topo = torus("ring", (n,))
+    coll = make_collective(name, CollectiveKind.ALLGATHER, topo, tuple(range(n)),
+                           n * elems * 4)
+    b = ScheduleBuilder(coll, input=cut, output=cut * n)
+    for r in range(n):
+        nxt = (r + 1) % n
+        for p in range(pieces):
+            b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=p, dst_buf=Buf.OUTPUT,
+                  dst_off=r * pieces + p)
+            b.add(step=0, src=r, dst=nxt, route=_ring_route(b, topo, r, nxt),
+                  src_buf=Buf.INPUT, src_off=p, dst_buf=Buf.OUTPUT, dst_off=r * pieces + p)
+            for t in range(1, n - 1):
+                c = ((r - t) % n) * pieces + p
+                b.add(step=t, src=r, dst=nxt, route=_ring_route(b, topo, r, nxt),
+                      src_buf=Buf.OUTPUT, src_off=c, dst_buf=Buf.OUTPUT, dst_off=c)
+    return b.build("ring")

@@ -6,7 +6,12 @@ import dataclasses
 
 import numpy as np
 import pytest
-from backend_helpers import ring_allgather, swap_allreduce, swap_alltoall
+from backend_helpers import (
+    ring_allgather,
+    swap_allreduce,
+    swap_alltoall,
+    uneven_ring_allgather,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -126,3 +131,31 @@ def test_no_staging_when_reads_and_writes_are_disjoint():
         assert {e.peer for e in sends} == {(r + 1) % 4}
         assert {e.peer for e in recvs} == {(r - 1) % 4}
         assert [e.step for e in entries] == sorted(e.step for e in entries)
+
+
+def test_near_equal_units_for_uneven_splits():
+    s = uneven_ring_allgather(n=3, elems=100_000, pieces=3)     # blocks cut 33334+33333+33333
+    exact = prepare(s)
+    assert exact.exact and exact.unit == 1 and exact.units == (100_000, 300_000, 0)
+    assert prepare(s, max_units=300_000).exact          # exact units fit: kept
+    us = prepare(s, max_units=1000)
+    assert not us.exact and us.count_units == 3 and us.units == (3, 9, 0)
+    # every op moves one chunk: one unit, at the chunk's index
+    assert (us.count == 1).all()
+    ops = s.ops
+    assert (us.src_off == ops.src_off).all()
+    assert (us.dst_off == ops.dst_off).all()
+
+
+def test_near_equal_units_refuse_ops_that_move_across_atom_cuts():
+    # a copy of input chunk 0 (33334 elements) to scratch offset 5: the atoms it covers
+    # (cut at 5 by the scratch's own boundary) do not line up with those it lands on
+    topo = torus("r", (2,))
+    coll = make_collective("ar", CollectiveKind.ALLREDUCE, topo, (0, 1), 100_000 * 4)
+    b = ScheduleBuilder(coll, input=[33334, 33333, 33333], output=[33334, 33333, 33333],
+                        scratch=[5, 33334])
+    for r in range(2):
+        b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
+              dst_off=1)
+    us = prepare(b.build("hand"), max_units=1000)
+    assert us.exact and us.unit == 1

@@ -13,6 +13,7 @@ from backend_helpers import (
     swap_allreduce,
     swap_alltoall,
     torus333_faulty,
+    uneven_ring_allgather,
 )
 
 from cclc.collective import CollectiveKind, DType, ReduceOp, make_collective
@@ -70,3 +71,69 @@ def test_rooted_collectives(tmp_path, kind, algos):
 def test_other_data_types_at_run_time(tmp_path, dtype):
     # the data type is a run-time argument; the schedule counts elements
     run_mpi(ring_reducescatter(n=4), tmp_path, scale=3, dtype=dtype)
+
+
+def test_uneven_chunks_run_at_any_count(tmp_path):
+    # a ring allreduce of 43 elements on 6 ranks cuts its buffer into chunks of 7 and 8: the
+    # library computes each chunk's offset from the call's count, so counts that 6 does not
+    # divide run too, not only multiples of the compiled 43
+    from backends.common import prepare
+
+    node = NodeType("one", "nvswitch", 1, 450e9, 1e-6, nics=1, nic_bandwidth=50e9)
+    topo = single_switch("six", 6, node, 50e9, 2e-6)
+    coll = make_collective("ar", CollectiveKind.ALLREDUCE, topo, tuple(range(6)), 43 * 4)
+    _, s = pick(coll, ["ring"])
+    us = prepare(s, split=True)
+    assert not us.exact and us.split and us.count_units % 6 == 0
+    for count in (43, 6 * 1000 + 5, 4):
+        run_mpi(s, tmp_path / f"c{count}", count=count, inplace=count == 43)
+
+
+def test_floor_cut_chunks_run_at_any_count(tmp_path):
+    from backends.common import prepare
+
+    s = uneven_ring_allgather(n=4, elems=11, pieces=3, floor=True)     # chunks 3, 4, 4
+    us = prepare(s, split=True)
+    assert us.split == 1 and us.count_units == 3
+    for count in (11, 1000, 7):
+        run_mpi(s, tmp_path / f"c{count}", count=count)
+
+
+@pytest.mark.parametrize("scale", [1, 3])
+def test_nonuniform_alltoall_padded_to_the_largest_buffer(tmp_path, scale):
+    import subprocess
+
+    import numpy as np
+
+    from backends.common import EmitOptions, padded_count, prepare
+    from backends.nccl import emit
+
+    sizes = np.array([[2, 6, 4, 2], [8, 2, 2, 2], [4, 4, 0, 6], [2, 2, 10, 4]]) * 4   # bytes
+    coll = make_collective("v", CollectiveKind.ALLTOALL, torus("r4", (4,)), tuple(range(4)),
+                           pair_sizes=sizes)
+    _, s = pick(coll, ["direct"])
+    elems = sizes // 4
+    count = padded_count(s) * scale
+    assert count == int(max(elems.sum(axis=0).max(), elems.sum(axis=1).max())) * scale
+    exe = emit(s, tmp_path, EmitOptions(mpi=True))[-1]
+    us = prepare(s, pad=True)
+    ue = count // us.count_units
+    rng = np.random.default_rng(1)
+    data = tmp_path / "data"
+    data.mkdir()
+    m = elems * scale
+    inputs = []
+    for r in range(4):
+        x = rng.integers(-50, 50, size=us.units[0] * ue).astype(np.float32)
+        x[m[r].sum():] = np.nan        # padding: must never be read
+        x.tofile(data / f"in.{r}.bin")
+        inputs.append(x)
+    proc = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "4",
+                           str(exe), str(data), str(count), "7"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for r in range(4):
+        want = np.concatenate([inputs[j][m[j, :r].sum():m[j, :r + 1].sum()] for j in range(4)])
+        got = np.fromfile(data / f"out.{r}.bin", dtype=np.float32)
+        assert len(got) == us.units[1] * ue
+        assert np.array_equal(got[:len(want)], want), f"rank {r}"

@@ -14,6 +14,7 @@ from backend_helpers import (
     ring_reducescatter,
     swap_allreduce,
     swap_alltoall,
+    uneven_ring_allgather,
 )
 
 from backends.common import EmitOptions
@@ -307,3 +308,48 @@ def test_executor_command_line(tmp_path, capsys):
     broken.write_text(xml.read_text().replace('type="rrs"', 'type="rcs"', 1))
     assert run_executor([str(broken), "--op", "max"]) == 1
     assert "FAIL" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_uneven_chunks_use_near_equal_units(runtime, tmp_path):
+    s = uneven_ring_allgather(n=3, elems=100_000, pieces=3)
+    xml = render_xml(s, EmitOptions(msccl_runtime=runtime))
+    assert 'nchunksperloop="9"' in xml and 'i_chunks="3"' in xml and 'o_chunks="9"' in xml
+    execute(xml)
+    paths = emit(s, tmp_path, EmitOptions(msccl_runtime=runtime))
+    report = paths[1].read_text()
+    # 300000 elements are not a multiple of 9: this very size falls back
+    assert "THIS compiled size is not a multiple of 9 elements" in report
+    assert "33333 to 33334" in report
+
+
+def test_uneven_chunks_that_divide_the_count_run_at_the_compiled_size(tmp_path):
+    # 200000 elements cut 99999 + 100001: two near-equal units, and 2 divides the count, so
+    # the runtime uses the file at this size too (with equal chunks)
+    s = uneven_ring_allgather(n=3, cut=[99_999, 100_001])
+    xml = render_xml(s, EmitOptions())
+    assert 'nchunksperloop="6"' in xml
+    execute(xml)
+    report = emit(s, tmp_path, EmitOptions())[1].read_text()
+    assert "THIS compiled size" not in report
+    assert "at the compiled size the runtime cuts equal chunks" in report
+
+
+def test_send_and_receive_streams_share_threadblocks():
+    from backends.common import prepare
+    from backends.msccl.lower import lower
+    from backends.msccl.runtimes import RUNTIMES
+
+    us = prepare(pairwise_alltoall(n=5))
+    paired = lower(us, RUNTIMES["msccl"])
+    apart = lower(us, RUNTIMES["msccl"], pair=False)
+    # per GPU: one tb of local copies, then 4 paired (send, recv) tbs instead of 4 + 4
+    assert [len(t) for t in paired.tbs] == [5] * 5
+    assert [len(t) for t in apart.tbs] == [9] * 5
+    for tbs in paired.tbs:
+        remote = [tb for tb in tbs if tb.send >= 0 or tb.recv >= 0]
+        assert all(tb.send >= 0 and tb.recv >= 0 for tb in remote)
+        # one tb per connection and direction: FIFO order per (peer, channel) is kept
+        assert len({(tb.send, tb.chan) for tb in remote}) == len(remote)
+        assert len({(tb.recv, tb.chan) for tb in remote}) == len(remote)
+    execute(render_xml(pairwise_alltoall(n=5), EmitOptions()))

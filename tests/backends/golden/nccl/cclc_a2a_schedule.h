@@ -37,6 +37,7 @@ static const cclc_plan cclc_a2a_plan = {
   0,    // reducing
   cclc_a2a_entries,
   cclc_a2a_first,
+  0,    // split (see cclc_units in cclc_exec.h)
 };
 
 #endif  // CCLC_A2A_SCHEDULE_H_

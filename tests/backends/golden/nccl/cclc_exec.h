@@ -11,7 +11,7 @@ enum { CCLC_SEND = 0, CCLC_RECV = 1, CCLC_LOCAL = 2 };
 enum { CCLC_COPY = 0, CCLC_REDUCE = 1 };
 enum { CCLC_INPUT = 0, CCLC_OUTPUT = 1, CCLC_SCRATCH = 2 };
 
-// offsets and counts are in units; one unit is (count / count_units) elements of a call
+// offsets and counts are in units; cclc_units says where a unit starts for a call's count
 typedef struct {
   int step;
   int role;
@@ -34,14 +34,39 @@ typedef struct {
   int reducing;            // the collective reduces (a data type must support the op)
   const cclc_entry* entries;
   const int* first;        // entries of rank r: [first[r], first[r + 1])
+  int split;               // 0: count is a multiple of count_units and units are equal;
+                           // 1, 2: blocks of count elements cut into count_units near-equal
+                           // units (see cclc_units), for any count
 } cclc_plan;
+
+// Element offsets of units for one call: with K = count_units, unit u is unit i = u % K of
+// block b = u / K of count elements. split 0: u * (count / K); 1: b * count + floor(i * count
+// / K); 2: b * count + i * (count / K) + min(i, count % K) (numpy.array_split's cut).
+struct cclc_units {
+  unsigned long long k;
+  unsigned long long count;
+  int split;
+
+  size_t at(long long unit) const {
+    const unsigned long long u = (unsigned long long)unit;
+    if (split == 0) return (size_t)(u * (count / k));
+    const unsigned long long b = u / k, i = u % k;
+    if (split == 1) return (size_t)(b * count + i * count / k);
+    const unsigned long long q = count / k, r = count % k;
+    return (size_t)(b * count + i * q + (i < r ? i : r));
+  }
+  // elements of the units [off, off + n)
+  size_t span(long long off, long long n) const { return at(off + n) - at(off); }
+  // the most elements one unit holds (staging areas are addressed in these)
+  size_t widest() const { return (size_t)((count + (split ? k - 1 : 0)) / k); }
+};
 
 // T provides: copy(dst, src, elems), reduce(dst, src, elems), group_start(step),
 // send(buf, elems, peer), recv(buf, elems, peer), group_end(); each returns 0 or an error code.
 template <class T>
 int cclc_execute(const cclc_plan& plan, int rank, T& t, char* const bufs[3], char* staging,
-                 size_t unit_elems, size_t elem_bytes) {
-  const size_t ub = unit_elems * elem_bytes;
+                 const cclc_units& u, size_t elem_bytes) {
+  const size_t sb = u.widest() * elem_bytes;
   const cclc_entry* e = plan.entries + plan.first[rank];
   const cclc_entry* const end = plan.entries + plan.first[rank + 1];
   int rc = 0;
@@ -51,8 +76,8 @@ int cclc_execute(const cclc_plan& plan, int rank, T& t, char* const bufs[3], cha
     bool comm = false;
     for (const cclc_entry* q = s; q < e; ++q) {
       if (q->role != CCLC_RECV && q->stage >= 0) {
-        rc = t.copy(staging + q->stage * ub, bufs[q->src_buf] + q->src_off * ub,
-                    q->count * unit_elems);
+        rc = t.copy(staging + q->stage * sb, bufs[q->src_buf] + u.at(q->src_off) * elem_bytes,
+                    u.span(q->src_off, q->count));
         if (rc) return rc;
       }
       comm = comm || q->role != CCLC_LOCAL;
@@ -60,14 +85,14 @@ int cclc_execute(const cclc_plan& plan, int rank, T& t, char* const bufs[3], cha
     if (comm) {
       if ((rc = t.group_start(s->step))) return rc;
       for (const cclc_entry* q = s; q < e; ++q) {
-        const size_t n = q->count * unit_elems;
         if (q->role == CCLC_SEND) {
-          const char* src = q->stage >= 0 ? staging + q->stage * ub
-                                          : bufs[q->src_buf] + q->src_off * ub;
-          rc = t.send(src, n, q->peer);
+          const char* src = q->stage >= 0 ? staging + q->stage * sb
+                                          : bufs[q->src_buf] + u.at(q->src_off) * elem_bytes;
+          rc = t.send(src, u.span(q->src_off, q->count), q->peer);
         } else if (q->role == CCLC_RECV) {
-          char* dst = q->stage >= 0 ? staging + q->stage * ub : bufs[q->dst_buf] + q->dst_off * ub;
-          rc = t.recv(dst, n, q->peer);
+          char* dst = q->stage >= 0 ? staging + q->stage * sb
+                                    : bufs[q->dst_buf] + u.at(q->dst_off) * elem_bytes;
+          rc = t.recv(dst, u.span(q->dst_off, q->count), q->peer);
         }
         if (rc) {
           t.group_end();
@@ -77,13 +102,13 @@ int cclc_execute(const cclc_plan& plan, int rank, T& t, char* const bufs[3], cha
       if ((rc = t.group_end())) return rc;
     }
     for (const cclc_entry* q = s; q < e; ++q) {
-      const size_t n = q->count * unit_elems;
-      char* dst = bufs[q->dst_buf] + q->dst_off * ub;
+      const size_t n = u.span(q->dst_off, q->count);
+      char* dst = bufs[q->dst_buf] + u.at(q->dst_off) * elem_bytes;
       if (q->role == CCLC_RECV && q->stage >= 0) {
-        rc = t.reduce(dst, staging + q->stage * ub, n);
+        rc = t.reduce(dst, staging + q->stage * sb, n);
       } else if (q->role == CCLC_LOCAL) {
-        const char* src = q->stage >= 0 ? staging + q->stage * ub
-                                        : bufs[q->src_buf] + q->src_off * ub;
+        const char* src = q->stage >= 0 ? staging + q->stage * sb
+                                        : bufs[q->src_buf] + u.at(q->src_off) * elem_bytes;
         rc = q->kind == CCLC_REDUCE ? t.reduce(dst, src, n) : t.copy(dst, src, n);
       }
       if (rc) return rc;

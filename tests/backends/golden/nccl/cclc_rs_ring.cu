@@ -102,7 +102,7 @@ extern "C" ncclResult_t cclc_rs_ring(const void* sendbuf, void* recvbuf, size_t 
   if (comm == nullptr) return ncclInvalidArgument;
   if (count == 0) return ncclSuccess;
   if (sendbuf == nullptr || recvbuf == nullptr) return ncclInvalidArgument;
-  if (count % (size_t)plan.count_units != 0) return ncclInvalidArgument;
+  if (plan.split == 0 && count % (size_t)plan.count_units != 0) return ncclInvalidArgument;
   const size_t elem_bytes = cclc_type_size(datatype);
   if (elem_bytes == 0) return ncclInvalidArgument;
   int nranks = 0, rank = 0;
@@ -111,14 +111,13 @@ extern "C" ncclResult_t cclc_rs_ring(const void* sendbuf, void* recvbuf, size_t 
   if (nranks != plan.n_ranks) return ncclInvalidArgument;
   if ((r = ncclCommUserRank(comm, &rank)) != ncclSuccess) return r;
 
-  const size_t unit_elems = count / (size_t)plan.count_units;
-  const size_t ub = unit_elems * elem_bytes;
-  const size_t in_bytes = (size_t)plan.units[CCLC_INPUT] * ub;
-  const size_t out_bytes = (size_t)plan.units[CCLC_OUTPUT] * ub;
+  const cclc_units u{(unsigned long long)plan.count_units, (unsigned long long)count, plan.split};
+  const size_t in_bytes = u.at(plan.units[CCLC_INPUT]) * elem_bytes;
+  const size_t out_bytes = u.at(plan.units[CCLC_OUTPUT]) * elem_bytes;
   // in place (or overlapping) buffers, and schedules that write their input, work on a copy
   const bool copy_in = plan.input_copy || cclc_overlap(sendbuf, in_bytes, recvbuf, out_bytes);
-  const size_t scratch_bytes = (size_t)plan.units[CCLC_SCRATCH] * ub;
-  const size_t staging_bytes = (size_t)plan.staging_units * ub;
+  const size_t scratch_bytes = u.at(plan.units[CCLC_SCRATCH]) * elem_bytes;
+  const size_t staging_bytes = (size_t)plan.staging_units * u.widest() * elem_bytes;
   const size_t total = scratch_bytes + staging_bytes + (copy_in ? in_bytes : 0);
 
   char* mem = nullptr;
@@ -132,7 +131,7 @@ extern "C" ncclResult_t cclc_rs_ring(const void* sendbuf, void* recvbuf, size_t 
     rc = t.cuda(cudaMemcpyAsync(bufs[CCLC_INPUT], sendbuf, in_bytes, cudaMemcpyDeviceToDevice,
                                 stream));
   }
-  if (!rc) rc = cclc_execute(plan, rank, t, bufs, mem + scratch_bytes, unit_elems, elem_bytes);
+  if (!rc) rc = cclc_execute(plan, rank, t, bufs, mem + scratch_bytes, u, elem_bytes);
   if (mem != nullptr && cudaFreeAsync(mem, stream) != cudaSuccess && !rc)
     return ncclUnhandledCudaError;
   return rc ? t.error : ncclSuccess;

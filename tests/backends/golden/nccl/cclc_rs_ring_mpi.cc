@@ -157,7 +157,7 @@ extern "C" int cclc_rs_ring_mpi(const void* sendbuf, void* recvbuf, size_t count
   const cclc_plan& plan = cclc_rs_ring_plan;
   if (count == 0) return 0;
   if (sendbuf == nullptr || recvbuf == nullptr) return CCLC_MPI_INVALID_ARGUMENT;
-  if (count % (size_t)plan.count_units != 0) return CCLC_MPI_INVALID_ARGUMENT;
+  if (plan.split == 0 && count % (size_t)plan.count_units != 0) return CCLC_MPI_INVALID_ARGUMENT;
   const size_t elem_bytes = cclc_type_size(datatype);
   if (elem_bytes == 0) return CCLC_MPI_INVALID_ARGUMENT;
   int nranks = 0, rank = 0;
@@ -165,13 +165,12 @@ extern "C" int cclc_rs_ring_mpi(const void* sendbuf, void* recvbuf, size_t count
     return CCLC_MPI_SYSTEM_ERROR;
   if (nranks != plan.n_ranks) return CCLC_MPI_INVALID_ARGUMENT;
 
-  const size_t unit_elems = count / (size_t)plan.count_units;
-  const size_t ub = unit_elems * elem_bytes;
-  const size_t in_bytes = (size_t)plan.units[CCLC_INPUT] * ub;
-  const size_t out_bytes = (size_t)plan.units[CCLC_OUTPUT] * ub;
+  const cclc_units u{(unsigned long long)plan.count_units, (unsigned long long)count, plan.split};
+  const size_t in_bytes = u.at(plan.units[CCLC_INPUT]) * elem_bytes;
+  const size_t out_bytes = u.at(plan.units[CCLC_OUTPUT]) * elem_bytes;
   const bool copy_in = plan.input_copy || cclc_overlap(sendbuf, in_bytes, recvbuf, out_bytes);
-  const size_t scratch_bytes = (size_t)plan.units[CCLC_SCRATCH] * ub;
-  const size_t staging_bytes = (size_t)plan.staging_units * ub;
+  const size_t scratch_bytes = u.at(plan.units[CCLC_SCRATCH]) * elem_bytes;
+  const size_t staging_bytes = (size_t)plan.staging_units * u.widest() * elem_bytes;
   std::vector<char> mem(scratch_bytes + staging_bytes + (copy_in ? in_bytes : 0) + 1);
   char* bufs[3] = {(char*)sendbuf, (char*)recvbuf, mem.data()};
   if (copy_in) {
@@ -179,5 +178,5 @@ extern "C" int cclc_rs_ring_mpi(const void* sendbuf, void* recvbuf, size_t count
     memcpy(bufs[CCLC_INPUT], sendbuf, in_bytes);
   }
   MpiTransport t{datatype, elem_bytes, comm, 0, {}};
-  return cclc_execute(plan, rank, t, bufs, mem.data() + scratch_bytes, unit_elems, elem_bytes);
+  return cclc_execute(plan, rank, t, bufs, mem.data() + scratch_bytes, u, elem_bytes);
 }

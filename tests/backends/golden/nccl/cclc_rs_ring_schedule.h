@@ -40,6 +40,7 @@ static const cclc_plan cclc_rs_ring_plan = {
   1,    // reducing
   cclc_rs_ring_entries,
   cclc_rs_ring_first,
+  0,    // split (see cclc_units in cclc_exec.h)
 };
 
 #endif  // CCLC_RS_RING_SCHEDULE_H_
