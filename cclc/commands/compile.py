@@ -22,8 +22,9 @@ HELP = """Compile every collective of a .ccl file into a verified schedule.
 Writes topology-<name>.json (the elaborated topology) and <collective>.schedule.json per
 collective into DIR, plus whatever the other emitters produce. Every schedule is verified before
 anything is written for it; one that fails verification is never written (the command says why
-and exits 1). Files cclc did not write are never overwritten without --force (cclc keeps a
-list of its files in DIR/.cclc-manifest.json).
+and exits 1). An output a schedule cannot take (e.g. a runtime limit of MSCCL) is reported and
+the other outputs are still written; the command then exits 1. Files cclc did not write are
+never overwritten without --force (cclc keeps a list of its files in DIR/.cclc-manifest.json).
 
 examples:
   cclc compile examples/torus5x5.ccl -o out/
@@ -182,6 +183,7 @@ def run(args) -> int:
         _progress(f"wrote {_shown(out, written)}")
 
     failures = 0
+    missing: list[str] = []
     for coll in collectives:
         started = time.perf_counter()
         _progress(f"compiling {coll.name}: {coll.kind.value} on {coll.n} ranks of "
@@ -215,15 +217,24 @@ def run(args) -> int:
                               msccl_runtime=getattr(args, "msccl_runtime", "msccl"),
                               build=getattr(args, "build", False))
         for name, emit in emit_funcs.items():
-            files += [str(f) for f in emit(p.schedule, out, options)]
+            try:
+                files += [str(f) for f in emit(p.schedule, out, options)]
+            except CclError as err:
+                # one output the schedule cannot take (a runtime limit, a refused overwrite)
+                # must not cost the user the others
+                missing.append(f"{coll.name}: {name}")
+                print(f"error: collective '{coll.name}': no {name} output: {err.message}",
+                      file=sys.stderr)
         for f in files:
             _progress(f"wrote {_shown(out, f)}")
         _progress(f"  {coll.name} done in {time.perf_counter() - started:.1f} s")
     if failures:
         print(f"error: {failures} of {len(collectives)} collectives failed verification",
               file=sys.stderr)
-        return 1
-    return 0
+    if missing:
+        print(f"error: outputs not produced (the others were written): {', '.join(missing)}",
+              file=sys.stderr)
+    return 1 if failures or missing else 0
 
 
 def _shown(out: OutputDir, name: str) -> str:

@@ -11,6 +11,7 @@ from cclc import cli
 from cclc.algorithms import REGISTRY, Algorithm, get
 from cclc.collective import CollectiveKind
 from cclc.commands import compile as compile_cmd
+from cclc.errors import CclError
 from cclc.ir import Buf, ScheduleBuilder
 from cclc.outdir import MANIFEST
 
@@ -179,3 +180,18 @@ def test_emitters_are_dispatched_by_name(tmp_path, run_cli, monkeypatch):
     assert (out / "a2a.txt").read_text().startswith("256 ")
     assert not (out / "a2a.schedule.json").exists()  # json was not asked for
     assert "a2a.txt" in json.loads((out / MANIFEST).read_text())["files"]
+
+
+def test_an_output_the_schedule_cannot_take_does_not_cost_the_others(tmp_path, run_cli,
+                                                                    monkeypatch):
+    def refusing_emit(schedule, outdir, options):
+        raise CclError("this runtime cannot express the schedule")
+
+    monkeypatch.setitem(compile_cmd.EMITTERS, "msccl", refusing_emit)
+    monkeypatch.setattr(compile_cmd, "_emitter", lambda name: compile_cmd.EMITTERS[name])
+    out = tmp_path / "out"
+    code, _, err = run_cli("compile", _source(tmp_path), "-o", out, "--emit", "json,msccl")
+    assert code == 1
+    assert "no msccl output: this runtime cannot express the schedule" in err
+    assert "outputs not produced (the others were written): a2a: msccl" in err
+    assert (out / "a2a.schedule.json").exists() and (out / "bc.schedule.json").exists()
