@@ -7,6 +7,7 @@ import pytest
 
 import dsl
 from backends.html import render
+from cclc.algorithms import get
 from cclc.plan import plan
 from cclc.serialize import save
 
@@ -124,7 +125,7 @@ def test_large_schedule_page_is_bounded(browser, tmp_path):
     topo = torus("big", (8, 8, 8), bandwidth=[50e9] * 3, latency=[1e-7] * 3)
     coll = make_collective("a2a", CollectiveKind.ALLTOALL, topo, topo.all_ranks(),
                            size=512 * 1024 * 4)
-    s = plan(coll).schedule
+    s = get("direct").build(coll)
     page = _open(browser, tmp_path, [s], "big.html")
     assert page.stat().st_size < 12_000_000
     assert browser.execute_script("return document.querySelectorAll('.rank').length") == 512
