@@ -170,6 +170,9 @@ def run(args) -> int:
         collectives = [c for c in collectives if c.name in args.only]
     if args.algorithm:
         collectives = [_override(c, args.algorithm) for c in collectives]
+    if not collectives:
+        _progress(f"note: '{args.file}' declares no collective: only its topologies are "
+                  "written (add 'collective NAME = KIND on TOPOLOGY { size ... }')")
 
     # every name in the file is checked before anything is written or any long work starts
     for coll in collectives:
