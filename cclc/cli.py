@@ -52,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     except CclError as err:
         print(render_error(err, _source_of(err)), file=sys.stderr)
         return 2
+    except OSError as err:
+        # a path the user named cannot be read or written (too long, a folder, no permission)
+        where = f" '{err.filename}'" if err.filename else ""
+        print(f"error: cannot use{where}: {err.strerror or err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

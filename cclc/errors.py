@@ -76,5 +76,16 @@ def render_error(err: CclError, source: str | None = None) -> str:
         width = span.end_col - span.col
     elif span.end_line is not None and span.end_line > span.line:
         width = max(1, len(text) - span.col + 1)
+    col = span.col
+    if len(text) > _MAX_SHOWN:
+        # show a window around the spot, not a whole machine-written line
+        start = max(0, col - 1 - _MAX_SHOWN // 2)
+        text = ("..." if start else "") + text[start:start + _MAX_SHOWN] + "..."
+        col = col - start + (3 if start else 0)
+        width = min(width, _MAX_SHOWN)
     marker = "^" + "~" * (width - 1)
-    return f"{head}\n{text}\n{' ' * (span.col - 1)}{marker}"
+    return f"{head}\n{text}\n{' ' * (col - 1)}{marker}"
+
+
+#: longest source excerpt shown under an error
+_MAX_SHOWN = 160

@@ -99,8 +99,8 @@ class OutputDir:
         if target.exists() and rel not in self._files and not self.force:
             raise CclError(f"refusing to overwrite '{target}': cclc did not write it "
                            "(use --force to replace it)")
-        if target.is_dir():
-            raise CclError(f"cannot write '{target}': it is a folder")
+        if target.exists() and not target.is_file():
+            raise CclError(f"cannot write '{target}': it exists and is not a regular file")
         # the manifest goes first: a crash between the two leaves a listed file that is
         # missing (harmless), never an unlisted file cclc wrote
         if rel not in self._files:

@@ -251,6 +251,14 @@ def _topology(t: _Doc) -> Topology:
         if bad.any():
             raise ScheduleError(f"'{links.path(k)}' names vertex {int(cols[k][bad][0])}, but "
                                 f"vertices are 0..{len(names) - 1}")
+    if n_links and not (cols["bandwidth"] > 0).all():
+        i = int(np.flatnonzero(~(cols["bandwidth"] > 0))[0])
+        raise ScheduleError(f"'{links.path('bandwidth')}[{i}]' is {cols['bandwidth'][i]}; "
+                            "link bandwidth must be > 0")
+    if n_links and not (cols["latency"] >= 0).all():
+        i = int(np.flatnonzero(~(cols["latency"] >= 0))[0])
+        raise ScheduleError(f"'{links.path('latency')}[{i}]' is {cols['latency'][i]}; "
+                            "link latency must be >= 0")
     try:
         kind_codes = np.array([int(_LINK_KIND_BY_NAME[k]) for k in kinds], dtype=np.int8)
     except KeyError as e:
@@ -372,7 +380,14 @@ def from_json(doc: Any) -> Schedule:
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 raise ScheduleError(f"'ops.{k}[{i}]' is {int(a[i])}; it must be {legal}")
+        elif len(a) and a.min() < 0:
+            i = int(np.argmin(a))
+            raise ScheduleError(f"'ops.{k}[{i}]' is {int(a[i])}; it must be >= 0")
         cols[k] = _int32(a, f"ops.{k}")
+    if len(cols["step"]) and int(cols["step"].max()) > len(cols["step"]):
+        # every step holds at least one op, so there cannot be more steps than ops
+        raise ScheduleError(f"'ops.step' goes up to {int(cols['step'].max())} with only "
+                            f"{len(cols['step'])} ops: steps must be numbered without long gaps")
     extra = set(o.d) - set(OP_COLUMNS)
     if extra:
         raise ScheduleError(f"'ops' has unknown column(s) {', '.join(sorted(extra))}")

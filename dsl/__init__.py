@@ -26,12 +26,19 @@ def load(path: str | os.PathLike) -> Program:
     Spans name the file as ``path`` was given; relative file names inside it (``sizes``) are
     found next to it. An unreadable file is a :class:`CclError` without a span.
     """
+    p = Path(path)
+    if p.exists() and not p.is_file():
+        # a folder, a device such as /dev/zero, a pipe: never read without end
+        raise CclError(f"cannot read '{os.fspath(path)}': it is not a regular file")
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8")
     except OSError as err:
         raise CclError(f"cannot read '{os.fspath(path)}': {err.strerror or err}") from None
     except UnicodeDecodeError:
         raise CclError(f"cannot read '{os.fspath(path)}': it is not UTF-8 text") from None
+    if text.lstrip().startswith("{") and '"format"' in text[:200]:
+        raise CclError(f"'{os.fspath(path)}' is a JSON document written by cclc, not a .ccl "
+                       "file: read schedules with 'cclc verify', 'cclc sim' or 'cclc viz'")
     return loads(text, os.fspath(path))
 
 

@@ -70,7 +70,7 @@ def ring_order(coll: Collective) -> np.ndarray:
     locality order: node by node on a fabric).
     """
     topo = coll.topology
-    if topo_is_plain_torus(topo) and set(coll.group) == set(topo.live_ranks()):
+    if coll.n > 1 and topo_is_plain_torus(topo) and set(coll.group) == set(topo.live_ranks()):
         idx = group_index(coll)
         best, best_cost = None, None
         # a snake exists for every order of the dimensions and runs either way round; keep

@@ -82,9 +82,10 @@ def _progress(msg: str) -> None:
 
 def parse_emit(text: str) -> list[str]:
     """The emitter names of ``--emit``; :class:`CclError` names an unknown one."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise CclError("--emit needs at least one output: " + ", ".join(EMITTERS))
+    names = [n.strip() for n in text.split(",")]
+    if not any(names) or not all(names):
+        raise CclError("--emit takes a comma-separated list of outputs without empty items, "
+                       "from: " + ", ".join(EMITTERS))
     for n in names:
         if n not in EMITTERS:
             raise CclError(f"unknown emitter '{n}' in --emit; known: {', '.join(EMITTERS)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 __all__ = ["add_parser", "run"]
 
@@ -50,14 +51,22 @@ def _gbps(bw: float) -> str:
 
 def run(args) -> int:
     from cclc.bounds import bounds
-    from cclc.errors import CclError
+    from cclc.errors import CclError, ScheduleError
     from cclc.nccl_model import compare_with_nccl
     from cclc.serialize import load
     from cclc.sim import simulate
+    from cclc.verify import verify
 
     if args.links < 0:
         raise CclError(f"--links must be >= 0, got {args.links}")
     schedule = load(args.file)          # a bad file raises CclError: the CLI exits 2
+    try:
+        # timing a schedule that does not do its job would report meaningless numbers
+        verify(schedule)
+    except ScheduleError as err:
+        print(f"error: {args.file} fails verification, so it is not simulated:\n{err.message}",
+              file=sys.stderr)
+        return 1
     coll = schedule.collective
     topo = schedule.topology
     result = simulate(schedule, mode=args.mode)

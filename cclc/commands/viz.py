@@ -32,15 +32,27 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from backends.html import render
+    from cclc.errors import ScheduleError
     from cclc.serialize import load
+    from cclc.verify import verify
 
     out = Path(args.output)
+    if out.exists() and not out.is_file():
+        raise CclError(f"{out} exists and is not a regular file; cclc writes only over its own "
+                       "kind of file, even with --force")
     if out.exists() and not args.force:
         raise CclError(f"{out} exists; cclc does not overwrite it without --force")
     schedules = []
     for path in args.schedules:
         print(f"viz: reading {path}", file=sys.stderr)
-        schedules.append(load(path))
+        schedule = load(path)
+        try:
+            verify(schedule)  # a drawing of a wrong schedule would mislead
+        except ScheduleError as err:
+            print(f"error: {path} fails verification, so it is not drawn:\n{err.message}",
+                  file=sys.stderr)
+            return 1
+        schedules.append(schedule)
     print("viz: simulating and drawing", file=sys.stderr)
     page = render(schedules)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -246,6 +246,9 @@ class CsvProfiler(Profiler):
                 text = f.read()
         except OSError as err:
             raise SemanticError(f"cannot read measurements '{path}': {err.strerror}") from None
+        except UnicodeDecodeError:
+            raise SemanticError(f"cannot read measurements '{path}': it is not UTF-8 text "
+                                "(a CSV file is expected)") from None
         self._digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         rows = list(csv.DictReader(line for line in text.splitlines()
                                    if line.strip() and not line.lstrip().startswith("#")))
