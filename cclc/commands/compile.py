@@ -179,6 +179,7 @@ def run(args) -> int:
     for coll in collectives:
         resolve(coll)
     out = OutputDir(args.output, force=args.force)
+    _refuse_foreign_files(out, program, collectives, emitters, args)
     used = {c.topology.name for c in collectives}
     for name, topo in dict(program.topologies).items():
         if args.only and name not in used:
@@ -239,6 +240,30 @@ def run(args) -> int:
         print(f"error: outputs not produced (the others were written): {', '.join(missing)}",
               file=sys.stderr)
     return 1 if failures or missing else 0
+
+
+def _refuse_foreign_files(out: OutputDir, program, collectives, emitters, args) -> None:
+    """Refuse before any work when a file this run will write exists and is not cclc's.
+
+    The writes themselves refuse too; checking first keeps a refused run from leaving part of
+    its output behind.
+    """
+    if args.force:
+        return
+    runtime = getattr(args, "msccl_runtime", "msccl")
+    names = [f"topology-{t}.json" for t in program.topologies
+             if not args.only or t in {c.topology.name for c in collectives}]
+    for c in collectives:
+        if "json" in emitters:
+            names.append(f"{c.name}.schedule.json")
+        if "html" in emitters:
+            names.append(f"{c.name}.html")
+        if "msccl" in emitters:
+            names += [f"{c.name}.{runtime}.xml", f"{c.name}.{runtime}.report.md"]
+    foreign = [n for n in names if out.path_for(n).exists() and not out.owns(n)]
+    if foreign:
+        raise CclError(f"refusing to overwrite {', '.join(map(repr, foreign))} in "
+                       f"'{out.path}': cclc did not write them (use --force to replace them)")
 
 
 def _shown(out: OutputDir, name: str) -> str:

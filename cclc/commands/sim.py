@@ -75,11 +75,14 @@ def run(args) -> int:
           f"'{topo.name}', algorithm {schedule.algorithm}, schedule {schedule.schedule}")
     print(f"  ops {len(schedule.ops)}, steps {schedule.n_steps}, mode {result.mode}")
     print(f"  time        {_us(result.time)}")
-    print(f"  algbw       {_gbps(result.algbw)}")
-    print(f"  busbw       {_gbps(result.busbw)}")
+    moves = result.time > 0
+    # nothing crosses a link (a one-rank group): rates and ratios have no meaning
+    print(f"  algbw       {_gbps(result.algbw) if moves else '-'}")
+    print(f"  busbw       {_gbps(result.busbw) if moves else '-'}")
     best = bound.best_bound
     print(f"  bound       {_us(best.seconds)} ({best.name}: {best.description})")
-    print(f"  % of bound  {result.percent_of(best.seconds):.1f}%")
+    pct = f"{result.percent_of(best.seconds):.1f}%" if moves else "- (nothing to move)"
+    print(f"  % of bound  {pct}")
     baseline = compare_with_nccl(coll, result.time)
     if baseline:
         print(f"  {baseline}")

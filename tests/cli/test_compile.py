@@ -81,6 +81,8 @@ def test_refuses_a_foreign_file_without_force(tmp_path, run_cli):
     assert code == 2
     assert "refusing to overwrite" in err and "--force" in err
     assert (out / "ag.schedule.json").read_text() == "precious"
+    # refused before any work: nothing else was written
+    assert sorted(p.name for p in out.iterdir()) == ["ag.schedule.json"]
     code, _, err = run_cli("compile", _source(tmp_path), "-o", out, "--force")
     assert code == 0, err
     assert serialize.load(out / "ag.schedule.json").collective.name == "ag"
