@@ -117,6 +117,10 @@ class TorusFaults:
         return f"the dimension-{d} ring {topo.vertex_names[r[0]]}..{topo.vertex_names[r[-1]]}"
 
 
+#: most pieces a pipeline(chunks=K) schedule takes
+MAX_PIPELINE_CHUNKS = 64
+
+
 def _rings(dims: tuple[int, ...], d: int) -> np.ndarray:
     idx = np.arange(math.prod(dims)).reshape(dims)
     return np.moveaxis(idx, d, -1).reshape(-1, dims[d])
@@ -877,10 +881,14 @@ def _applicable(coll: Collective, algorithm: str, schedule: str, params: dict) -
                                     else "no parameters") + f" (got {', '.join(sorted(extra))})")
     if schedule == "pipeline":
         try:
-            hint_int(params, "chunks", 6)
+            k = hint_int(params, "chunks", 6)
             _order_param(params, _active_dims(tuple(coll.topology.dims)))
         except CollectiveError as e:
             return e.message
+        if k > MAX_PIPELINE_CHUNKS:
+            # ops grow with K while the pipeline's gain, (K+D-1)/K, is spent long before
+            return (f"pipeline(chunks={k}) is over the limit of {MAX_PIPELINE_CHUNKS} chunks: "
+                    "more pieces multiply the ops without shortening the pipeline")
     f = torus_faults(coll.topology)
     if algorithm in ("ring", "halfring") and f.n_broken:
         d = next(d for d in range(len(f.dims)) if f.broken[d])
