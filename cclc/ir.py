@@ -206,6 +206,25 @@ class Schedule:
             self._cache["elems"] = out
         return self._cache["elems"]
 
+    def op_links(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(op, link)`` for every link of every op's route, grouped by op in op order.
+
+        The one expansion of the CSR routes over the ops that cost, drawing and analysis share;
+        op and route ids must already be in range.
+        """
+        if "op_links" not in self._cache:
+            route = self.ops.route
+            lengths = self.routes.lengths()[route]
+            first = np.cumsum(lengths) - lengths
+            within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(first, lengths)
+            pair_op = np.repeat(np.arange(len(self.ops), dtype=np.int64), lengths)
+            starts = self.routes.offsets[:-1][route]
+            pair_link = self.routes.links[np.repeat(starts, lengths) + within].astype(np.int64)
+            pair_op.setflags(write=False)
+            pair_link.setflags(write=False)
+            self._cache["op_links"] = (pair_op, pair_link)
+        return self._cache["op_links"]
+
     def op_bytes(self) -> np.ndarray:
         return self.op_elems() * self.collective.dtype.itemsize
 

@@ -13,9 +13,12 @@ import difflib
 from dataclasses import dataclass, replace
 
 from cclc.algorithms import REGISTRY, Algorithm, algorithms_for, get
+from cclc.bounds import bounds
 from cclc.collective import Collective, make_collective
 from cclc.errors import CollectiveError, ScheduleError
 from cclc.ir import Schedule
+from cclc.sim import simulate
+from cclc.verify import verify
 
 __all__ = [
     "Candidate",
@@ -97,32 +100,18 @@ def _params(coll: Collective) -> dict:
     return dict(coll.algorithm.params) | dict(coll.schedule.params)
 
 
-# -- the optional analysis modules -----------------------------------------------------------
-# verify/sim/bounds are separate parts of cclc; planning degrades (no time, no bound) rather
-# than failing when one is not installed.
+# -- the analyses every candidate goes through ------------------------------------------------
 
 def _verify(schedule: Schedule) -> bool:
-    try:
-        from cclc.verify import verify
-    except ImportError:
-        return False
     verify(schedule)
     return True
 
 
-def _simulate(schedule: Schedule) -> float | None:
-    try:
-        from cclc.sim import simulate
-    except ImportError:
-        return None
+def _simulate(schedule: Schedule) -> float:
     return float(simulate(schedule, mode="lockstep").time)
 
 
-def _bound(coll: Collective) -> float | None:
-    try:
-        from cclc.bounds import bounds
-    except ImportError:
-        return None
+def _bound(coll: Collective) -> float:
     return float(bounds(coll).best)
 
 

@@ -142,12 +142,8 @@ def _prepare(s: Schedule) -> _Prepared:
                             f"'{topo.name}'")
     _check_ranges(s)
     lengths = routes.lengths()[route]
-    starts = routes.offsets[:-1][route]
-    n_pairs = int(lengths.sum())
-    pair_op = np.repeat(np.arange(len(ops), dtype=np.int64), lengths)
     first = np.cumsum(lengths) - lengths           # index of each op's first pair
-    within = np.arange(n_pairs, dtype=np.int64) - np.repeat(first, lengths)
-    pair_link = routes.links[np.repeat(starts, lengths) + within].astype(np.int64)
+    pair_op, pair_link = s.op_links()
     # route latency of every op: the sum of its links' latencies
     lat = np.bincount(pair_op, weights=topo.link_latency[pair_link],
                       minlength=len(ops)).astype(np.float64)

@@ -23,16 +23,6 @@ def _r(a, nd=1):
     return np.round(np.asarray(a, dtype=float), nd).tolist()
 
 
-def _link_rows(s: Schedule) -> tuple[np.ndarray, np.ndarray]:
-    """(op index, link id) for every link of every op's route."""
-    lengths = s.routes.lengths()[s.ops.route]
-    op_of = np.repeat(np.arange(len(s.ops)), lengths)
-    starts = s.routes.offsets[s.ops.route]
-    pos = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    links = s.routes.links[np.repeat(starts, lengths) + pos]
-    return op_of, links
-
-
 def _step_loads(s: Schedule, op_of: np.ndarray, links: np.ndarray) -> dict:
     """Bytes per (step, link), sparse; steps are grouped when there are too many cells."""
     n_links = s.topology.n_links
@@ -119,7 +109,7 @@ def prepare(s: Schedule, lockstep, event, bound) -> dict:
     """Everything the page needs for one schedule, as JSON-ready values."""
     topo = s.topology
     lay = layout_topology(topo)
-    op_of, links = _link_rows(s)
+    op_of, links = s.op_links()
     loads = _step_loads(s, op_of, links)
     busy = np.asarray(lockstep.link_busy, dtype=float)
     top = np.argsort(-busy, kind="stable")[:8]

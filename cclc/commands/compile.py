@@ -145,11 +145,8 @@ def _check_schedule(p) -> None:
     """Verify the planned schedule unless the planner already did."""
     if p.verified:
         return
-    try:
-        from cclc.verify import verify
-    except ImportError:
-        raise CclError("cannot verify schedules: cclc.verify is not installed, and cclc "
-                       "never writes an unverified schedule") from None
+    from cclc.verify import verify
+
     verify(p.schedule)
 
 
