@@ -1,0 +1,363 @@
+"""Find what makes the slow pairs slow: robust outliers, then the part that explains them.
+
+1. **Normalise.** Each pair's cost is ``y = log(seconds / bytes)``. Pairs are grouped by the
+   kinds of links along their route (NVLink-only pairs are not compared with pairs that cross
+   InfiniBand); within a group the median and the MAD (x 1.4826) give a robust z-score
+   ``z = (y - median) / sigma``, so a few slow pairs cannot hide themselves by moving the
+   baseline. A pair that never finished gets the largest z.
+2. **Candidates.** Every part that pairs share is a hypothesis with the set of pairs it would
+   slow down: each directed link, each cable (both directions), each NIC or switch (all its
+   links), each rank as a sender (its row of the matrix), as a receiver (its column) and as a
+   whole (row, column, and what it relays). Hypotheses that slow exactly the same pairs cannot
+   be told apart by timings and are reported together.
+3. **Score.** A hypothesis ``H`` with pair set ``P`` scores ``sum_{p in P} zc_p / sqrt(|P|)``
+   with ``zc`` the z-score clipped to ``[-CLIP, CLIP]`` (the matched filter of a shift on
+   exactly ``P``): adding healthy pairs to ``P`` or leaving slow pairs out lowers the score, so
+   the part whose pair set matches the slow pairs wins. Clipping keeps one hung pair from
+   outvoting many slow ones.
+4. **Explain greedily.** The best hypothesis is reported when its score and its pairs' median
+   slowdown clear the thresholds; its pairs are then taken as explained (z set to 0) and the
+   search repeats for a second fault. Confidence is the posterior of the winner among all
+   distinct hypotheses under that Gaussian shift model, ``1 / sum_k exp(-(s_1^2 - s_k^2) / 2)``.
+
+The C4D paper's reading (hot row: sender; hot column: receiver; hot cell: link) is the special
+case of rows, columns and one-hop links; the reference for the method is the C4 paper (Alibaba,
+HPCA 2025) and its C4D component.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from cclc.diagnose.routes import pair_routes
+from cclc.diagnose.timings import Timings, TimingsError
+from cclc.topology import LinkKind, Topology
+
+__all__ = ["CLIP", "Diagnosis", "DiagnoseOptions", "Suspect", "diagnose"]
+
+#: largest |z| a single pair contributes (a hang counts as this)
+CLIP = 10.0
+#: a group of pairs smaller than this borrows the global median (too few for its own)
+_MIN_CLASS = 5
+#: z above which a pair is called slow in the evidence
+_SLOW_Z = 3.0
+
+#: the order in which equivalent hypotheses are named: the most specific first
+_KIND_ORDER = ("link", "cable", "sender", "receiver", "nic", "switch", "rank")
+
+
+@dataclass(frozen=True, slots=True)
+class DiagnoseOptions:
+    """Thresholds: a suspect needs ``score >= min_score`` (sigmas, see the module docstring)
+    and a median slowdown of its pairs ``>= min_slowdown``; at most ``max_suspects``. The noise
+    floor ``min_sigma`` stops a perfectly quiet measurement from making tiny differences
+    significant. ``concurrent``: the pairs were timed while all of them ran at once (one
+    alltoall), so a slow link can only slow the pairs for which it becomes the bottleneck
+    (see :func:`_sensitive`); ``False``: pairs were timed one at a time, and a slow link slows
+    every pair routed over it."""
+
+    min_score: float = 8.0
+    min_slowdown: float = 1.2
+    max_suspects: int = 5
+    min_sigma: float = 0.01
+    concurrent: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    """One part found to explain slow pairs.
+
+    ``kind`` is one of ``link cable sender receiver nic switch rank``; ``name`` the part in
+    cclc's vertex names, ``same_pairs`` the other parts that slow exactly the same pairs.
+    ``links`` are the directed link ids it stands for (empty for a sender/receiver/rank);
+    ``rank`` is set for sender/receiver/rank. Evidence: ``pairs`` routed over it, ``slow``
+    of them slow (z > 3), ``hung`` never finished, ``slowdown`` the median of their time over
+    the baseline, ``explained`` of the ``slow_total`` slow pairs still unexplained when it was
+    chosen.
+    """
+
+    kind: str
+    name: str
+    same_pairs: tuple[str, ...]
+    links: tuple[int, ...]
+    rank: int | None
+    score: float
+    confidence: float
+    pairs: int
+    slow: int
+    hung: int
+    slowdown: float
+    explained: int
+    slow_total: int
+    pair_index: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class Diagnosis:
+    """Everything :func:`diagnose` found: suspects (best first), the slow and hung pairs, the
+    links no measured pair crosses (where a fault would be invisible), and notes."""
+
+    suspects: tuple[Suspect, ...]
+    n_pairs: int
+    slow_pairs: int
+    hung_pairs: int
+    unobserved_links: int
+    best_rejected: tuple[str, float, float] | None
+    notes: tuple[str, ...]
+    z: np.ndarray
+    slowdown: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _Hypotheses:
+    kinds: tuple[str, ...]
+    names: tuple[str, ...]
+    links: tuple[tuple[int, ...], ...]
+    ranks: tuple[int | None, ...]
+    matrix: sp.csc_matrix          # pairs x hypotheses, 1 where the hypothesis slows the pair
+
+
+def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOptions()
+             ) -> Diagnosis:
+    """Locate the parts of ``topo`` that explain the slow pairs of ``t``.
+
+    >>> d = diagnose(topo, read_timings("probe.csv"))          # doctest: +SKIP
+    >>> d.suspects[0].name, d.suspects[0].confidence            # doctest: +SKIP
+    ('(2,2)->(3,2)', 1.0)
+    """
+    notes = []
+    bad = np.flatnonzero((t.src >= topo.n_ranks) | (t.dst >= topo.n_ranks))
+    if len(bad):
+        k = int(bad[0])
+        raise TimingsError(f"{t.source}: pair {int(t.src[k])} -> {int(t.dst[k])} names a rank "
+                           f"that '{topo.name}' does not have (ranks 0..{topo.n_ranks - 1})")
+    dead = np.isin(t.src, list(topo.failed_ranks)) | np.isin(t.dst, list(topo.failed_ranks))
+    if dead.any():
+        notes.append(f"{int(dead.sum())} pairs with a rank the topology declares failed were "
+                     "left out")
+    keep = np.flatnonzero(~dead)
+    src, dst = t.src[keep], t.dst[keep]
+    secs, nbytes = t.seconds[keep], t.nbytes[keep]
+    if len(keep) == 0:
+        raise TimingsError(f"{t.source}: no measured pair between live ranks")
+    routes = pair_routes(topo, src, dst)
+    z, slowdown = _zscores(topo, routes, secs, nbytes, options.min_sigma)
+    sensitive = _sensitive(topo, routes, nbytes) if options.concurrent else None
+    hyp = _hypotheses(topo, routes, src, dst, sensitive)
+    sizes = np.asarray(hyp.matrix.sum(axis=0)).ravel()
+    zc = np.clip(z, -CLIP, CLIP)
+    slow = z > _SLOW_Z
+    suspects: list[Suspect] = []
+    rejected = None
+    open_slow = slow.copy()
+    for _ in range(options.max_suspects):
+        scores = (hyp.matrix.T @ zc) / np.sqrt(np.maximum(sizes, 1))
+        scores[sizes == 0] = -np.inf
+        best = int(np.argmax(scores))
+        cols = hyp.matrix[:, best].indices
+        med = float(np.median(slowdown[cols]))
+        if scores[best] < options.min_score or med < options.min_slowdown:
+            rejected = (hyp.names[best], float(scores[best]), med)
+            break
+        suspects.append(_suspect(hyp, best, scores, cols, z, slowdown, open_slow))
+        zc = zc.copy()
+        zc[cols] = 0.0
+        open_slow[cols] = False
+    unobserved = topo.n_links - len(np.unique(routes.links)) - int(topo.link_failed.sum())
+    return Diagnosis(suspects=tuple(suspects), n_pairs=len(keep), slow_pairs=int(slow.sum()),
+                     hung_pairs=int((~np.isfinite(secs)).sum()),
+                     unobserved_links=max(unobserved, 0), best_rejected=rejected,
+                     notes=tuple(notes), z=z, slowdown=slowdown)
+
+
+def _zscores(topo: Topology, routes, secs: np.ndarray, nbytes: np.ndarray, min_sigma: float
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Robust z-score and slowdown (time over its group's median) of every pair."""
+    finite = np.isfinite(secs)
+    y = np.full(len(secs), np.inf)
+    y[finite] = np.log(np.maximum(secs[finite], 1e-300) / nbytes[finite])
+    # the group of a pair: the sequence of link kinds along its route
+    kinds = topo.link_kind.astype(np.int64)[routes.links] + 1
+    code = np.zeros(len(secs), dtype=np.int64)
+    pos = routes.pair_of_entry()
+    # fold the kind sequence into one integer per pair (routes are short)
+    for k in range(int(np.diff(routes.offsets).max(initial=0))):
+        at = routes.offsets[:-1] + k
+        has = at < routes.offsets[1:]
+        code[has] = code[has] * (len(LinkKind) + 1) + kinds[at[has]]
+    del pos
+    groups, inv = np.unique(code, return_inverse=True)
+    inv = inv.reshape(-1)
+    base = np.zeros(len(secs))
+    sigma = np.zeros(len(secs))
+    ok_all = y[finite]
+    g_med = float(np.median(ok_all)) if len(ok_all) else 0.0
+    g_sig = max(1.4826 * float(np.median(np.abs(ok_all - g_med))), min_sigma) \
+        if len(ok_all) else min_sigma
+    for g in range(len(groups)):
+        members = inv == g
+        vals = y[members & finite]
+        if len(vals) >= _MIN_CLASS:
+            med = float(np.median(vals))
+            sig = max(1.4826 * float(np.median(np.abs(vals - med))), min_sigma)
+        else:
+            med, sig = g_med, g_sig
+        base[members] = med
+        sigma[members] = sig
+    z = np.full(len(secs), CLIP)
+    z[finite] = (y[finite] - base[finite]) / sigma[finite]
+    slowdown = np.full(len(secs), np.inf)
+    slowdown[finite] = np.exp(y[finite] - base[finite])
+    return z, slowdown
+
+
+def _hypotheses(topo: Topology, routes, src: np.ndarray, dst: np.ndarray,
+                sensitive: np.ndarray | None) -> _Hypotheses:
+    """Every hypothesis, with identical pair sets merged into one column. ``sensitive``
+    (per route entry) says which pairs a slow link can slow down; ``None``: all it carries."""
+    n_pairs = len(src)
+    pair_of = routes.pair_of_entry()
+    entry = np.ones(len(routes.links), dtype=bool) if sensitive is None else sensitive
+    link_pairs = sp.csc_matrix((np.ones(int(entry.sum())),
+                                (pair_of[entry], routes.links[entry])),
+                               shape=(n_pairs, topo.n_links))
+    link_pairs.data[:] = 1.0
+    link_pairs.sum_duplicates()
+    link_pairs.data[:] = 1.0
+    used = np.flatnonzero(np.asarray(link_pairs.sum(axis=0)).ravel() > 0)
+    kinds: list[str] = []
+    names: list[str] = []
+    links: list[tuple[int, ...]] = []
+    ranks: list[int | None] = []
+    cols: list[sp.csc_matrix] = []
+
+    def add(kind: str, name: str, ls: tuple[int, ...], rank: int | None, col) -> None:
+        kinds.append(kind)
+        names.append(name)
+        links.append(ls)
+        ranks.append(rank)
+        # one column: the union of the pairs of every part of the hypothesis
+        cols.append(_indicator(np.unique(sp.csc_matrix(col).indices), n_pairs))
+
+    vn = topo.vertex_names
+    lsrc, ldst = topo.link_src, topo.link_dst
+    for li in used.tolist():
+        add("link", f"{vn[lsrc[li]]}->{vn[ldst[li]]}", (li,), None, link_pairs[:, [li]])
+    used_set = set(used.tolist())
+    for li in used.tolist():
+        back = topo.link_id(int(ldst[li]), int(lsrc[li]))
+        if back is not None and back in used_set and li < back:
+            add("cable", f"{vn[lsrc[li]]}--{vn[ldst[li]]}", (li, back), None,
+                link_pairs[:, [li, back]])
+    # vertices: a non-rank vertex (NIC, switch) slows every pair through any of its links
+    incident: dict[int, list[int]] = {}
+    for li in used.tolist():
+        incident.setdefault(int(lsrc[li]), []).append(li)
+        incident.setdefault(int(ldst[li]), []).append(li)
+    rows = np.arange(n_pairs)
+    for v in sorted(incident):
+        ls = tuple(sorted(set(incident[v])))
+        if v >= topo.n_ranks:
+            kind = "nic" if ".nic" in vn[v] else "switch"
+            add(kind, vn[v], _all_links(topo, v), None, link_pairs[:, list(ls)])
+    for r in sorted(set(src.tolist()) | set(dst.tolist())):
+        row = (src == r)
+        col = (dst == r)
+        add("sender", vn[r], (), r, _indicator(rows[row], n_pairs))
+        add("receiver", vn[r], (), r, _indicator(rows[col], n_pairs))
+        through = link_pairs[:, incident.get(r, [])]
+        whole = sp.hstack([through, _indicator(rows[row | col], n_pairs)]).tocsc() \
+            if through.shape[1] else _indicator(rows[row | col], n_pairs)
+        add("rank", vn[r], (), r, whole)
+    m = sp.hstack(cols).tocsc()
+    m.sum_duplicates()
+    m.data[:] = 1.0
+    return _merge_identical(kinds, names, links, ranks, m)
+
+
+def _sensitive(topo: Topology, routes, nbytes: np.ndarray) -> np.ndarray:
+    """Per route entry: whether link ``l`` at half speed would slow pair ``p`` down.
+
+    With every pair running at once, pair ``p`` takes about its route's latency plus
+    ``b_p = max over l in route(p) of busy_l`` (the simulator's lockstep model, with
+    ``busy_l`` the bytes crossing ``l`` over its bandwidth). Halving ``l`` doubles
+    ``busy_l``, which shows in ``p`` only when ``2 busy_l > b_p``: a half-speed NVLink that
+    also carries a GPU's cross-rail traffic is invisible to pairs held back by their NIC.
+    """
+    pair_of = routes.pair_of_entry()
+    load = np.bincount(routes.links, weights=nbytes[pair_of], minlength=topo.n_links)
+    busy = load / topo.link_bandwidth
+    entry_busy = busy[routes.links]
+    starts = routes.offsets[:-1]
+    bottleneck = np.maximum.reduceat(entry_busy, starts) if len(entry_busy) else entry_busy
+    return 2.0 * entry_busy > bottleneck[pair_of] * (1.0 + 1e-9)
+
+
+def _all_links(topo: Topology, v: int) -> tuple[int, ...]:
+    return tuple(np.flatnonzero((topo.link_src == v) | (topo.link_dst == v)).tolist())
+
+
+def _indicator(idx: np.ndarray, n: int) -> sp.csc_matrix:
+    return sp.csc_matrix((np.ones(len(idx)), (idx, np.zeros(len(idx), dtype=np.int64))),
+                         shape=(n, 1))
+
+
+def _merge_identical(kinds, names, links, ranks, m: sp.csc_matrix) -> _Hypotheses:
+    """One column per distinct pair set; its name lists every hypothesis with that set, the
+    most specific (:data:`_KIND_ORDER`) first."""
+    # two random projections of the pair set; equal sets (same sorted indices) give
+    # bit-identical sums, different sets collide with probability ~2^-100
+    rng = np.random.default_rng(12345)
+    key1 = m.T @ rng.random(m.shape[0])
+    key2 = m.T @ rng.random(m.shape[0])
+    sizes = np.diff(m.indptr)
+    order = sorted(range(len(kinds)), key=lambda i: (_KIND_ORDER.index(kinds[i]), i))
+    seen: dict[tuple, int] = {}
+    groups: list[list[int]] = []
+    for i in order:
+        k = (int(sizes[i]), float(key1[i]), float(key2[i]))
+        if k in seen:
+            groups[seen[k]].append(i)
+        else:
+            seen[k] = len(groups)
+            groups.append([i])
+    heads = [g[0] for g in groups]
+    merged_names = []
+    for g in groups:
+        first = f"{kinds[g[0]]} {names[g[0]]}"
+        others = [f"{kinds[i]} {names[i]}" for i in g[1:]]
+        merged_names.append((first, tuple(others)))
+    return _Hypotheses(kinds=tuple(kinds[i] for i in heads),
+                       names=tuple(x for x in merged_names),
+                       links=tuple(links[i] for i in heads),
+                       ranks=tuple(ranks[i] for i in heads),
+                       matrix=m[:, heads].tocsc())
+
+
+def _suspect(hyp: _Hypotheses, best: int, scores: np.ndarray, cols: np.ndarray, z, slowdown,
+             open_slow) -> Suspect:
+    s1 = float(scores[best])
+    finite = scores[np.isfinite(scores)]
+    expo = np.clip(-(s1 ** 2 - np.maximum(finite, 0.0) ** 2) / 2.0, -700.0, 0.0)
+    confidence = float(1.0 / np.exp(expo).sum())
+    name, same = hyp.names[best]
+    return Suspect(kind=hyp.kinds[best], name=name.split(" ", 1)[1],
+                   same_pairs=same, links=hyp.links[best], rank=hyp.ranks[best],
+                   score=s1, confidence=confidence, pairs=len(cols),
+                   slow=int((z[cols] > _SLOW_Z).sum()),
+                   hung=int((~np.isfinite(slowdown[cols])).sum()),
+                   slowdown=float(np.median(slowdown[cols])),
+                   explained=int(open_slow[cols].sum()), slow_total=int(open_slow.sum()),
+                   pair_index=cols)
+
+
+def ccl_name(topo: Topology, v: int) -> str:
+    """Vertex ``v`` as a ``.ccl`` file names it: ``(2,3)`` on a torus, ``node(3).nic(1)``."""
+    name = topo.vertex_names[v]
+    if topo.kind == "torus":
+        return name
+    return re.sub(r"([a-z]+)(\d+)", r"\1(\2)", name)

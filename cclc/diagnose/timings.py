@@ -1,0 +1,239 @@
+"""Per-pair timings: what was measured, read from the formats people have.
+
+Formats (``read_timings`` picks one from the content):
+
+* **pairs CSV** — a header ``src,dst,bytes,seconds`` then one row per measured transfer; ranks
+  are rank ids. A pair may appear many times (several calls): its bytes and seconds are summed.
+  ``seconds`` written as ``inf`` (or left empty) means the transfer never finished (a hang).
+* **matrix CSV** — ``n`` rows of ``n`` numbers: row ``i``, column ``j`` is the time of ``i -> j``
+  in seconds (the diagonal is ignored; ``inf`` or empty is a hang). Every pair is taken to move
+  the same number of bytes, which only the ratios between pairs need.
+* **JSON** — ``{"format": "cclc-peer-timings", "version": 1, "records": [...]}`` with records
+  ``{"rank": R, "peer": P, "dir": "send" | "recv", "bytes": B, "seconds": S}``: rank ``R``'s
+  send to (or receive from) ``P``. A send of ``R`` to ``P`` and a receive of ``P`` from ``R``
+  time the same pair ``R -> P``; per pair the slower side is kept (the transfer lasts until
+  both ends are done).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from cclc.errors import CclError, Span
+
+__all__ = ["Timings", "TimingsError", "make_timings", "parse_timings", "read_timings", "to_pairs_csv"]
+
+
+class TimingsError(CclError):
+    """A timings file that cannot be read as any of the formats."""
+
+
+@dataclass(frozen=True, eq=False)
+class Timings:
+    """Measured pairs: ``src[k] -> dst[k]`` moved ``nbytes[k]`` in ``seconds[k]`` (``inf``: it
+    never finished). One entry per distinct pair, ``src != dst``."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    seconds: np.ndarray
+    source: str = "<timings>"
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    @property
+    def hung(self) -> np.ndarray:
+        return ~np.isfinite(self.seconds)
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+def make_timings(src, dst, nbytes, seconds, source: str = "<timings>") -> Timings:
+    """Merge repeated pairs (bytes and seconds add up; a hang stays a hang) and drop ``i -> i``."""
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    nbytes = np.asarray(nbytes, dtype=np.float64)
+    seconds = np.asarray(seconds, dtype=np.float64)
+    keep = src != dst
+    src, dst, nbytes, seconds = src[keep], dst[keep], nbytes[keep], seconds[keep]
+    pairs, inv = np.unique(np.stack([src, dst], axis=1).reshape(-1, 2), axis=0,
+                           return_inverse=True)
+    inv = inv.reshape(-1)
+    tot_b = np.bincount(inv, weights=nbytes, minlength=len(pairs))
+    hung = np.bincount(inv, weights=~np.isfinite(seconds), minlength=len(pairs)) > 0
+    tot_s = np.bincount(inv, weights=np.where(np.isfinite(seconds), seconds, 0.0),
+                        minlength=len(pairs))
+    tot_s[hung] = np.inf
+    return Timings(src=_ro(pairs[:, 0].copy()), dst=_ro(pairs[:, 1].copy()),
+                   nbytes=_ro(tot_b), seconds=_ro(tot_s), source=source)
+
+
+def read_timings(path: str) -> Timings:
+    """Read a timings file in any of the module's formats; :class:`TimingsError` says where a
+    file goes wrong."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return parse_timings(text, path)
+
+
+def parse_timings(text: str, source: str = "<timings>") -> Timings:
+    """Parse timings ``text`` (pairs CSV, matrix CSV or JSON, told apart by their content)."""
+    stripped = text.lstrip()
+    if not stripped:
+        raise TimingsError("the timings file is empty", Span(source, 1, 1))
+    if stripped.startswith("{"):
+        return _parse_json(text, source)
+    first = next(line for line in text.splitlines() if line.strip() and
+                 not line.lstrip().startswith("#"))
+    if first.replace(" ", "").lower().startswith("src,dst"):
+        return _parse_pairs(text, source)
+    return _parse_matrix(text, source)
+
+
+def _number(cell: str, what: str, span: Span, hang_ok: bool = False) -> float:
+    cell = cell.strip()
+    if hang_ok and cell.lower() in ("", "inf", "hang", "timeout"):
+        return math.inf
+    try:
+        x = float(cell)
+    except ValueError:
+        raise TimingsError(f"expected a number for {what}, got '{cell}'", span) from None
+    if math.isnan(x) or x < 0 or (math.isinf(x) and not hang_ok):
+        raise TimingsError(f"{what} must be a number >= 0, got '{cell}'", span)
+    return x
+
+
+def _cells(line: str, lineno: int, source: str):
+    """The comma-separated cells of a line with the span of each."""
+    col = 1
+    for cell in line.split(","):
+        yield cell, Span(source, lineno, col, lineno, col + max(1, len(cell)))
+        col += len(cell) + 1
+
+
+def _parse_pairs(text: str, source: str) -> Timings:
+    rows = []
+    header_seen = False
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if not header_seen:
+            names = [c.strip().lower() for c in line.split(",")]
+            if names[:4] != ["src", "dst", "bytes", "seconds"]:
+                raise TimingsError("expected the header 'src,dst,bytes,seconds'",
+                                   Span(source, lineno, 1, lineno, len(line) + 1))
+            header_seen = True
+            continue
+        cells = list(_cells(line, lineno, source))
+        if len(cells) != 4:
+            raise TimingsError(f"expected 4 cells (src,dst,bytes,seconds), got {len(cells)}",
+                               Span(source, lineno, 1, lineno, len(line) + 1))
+        (s, ss), (d, ds), (b, bs), (t, ts) = cells
+        src = _rank(s, ss)
+        dst = _rank(d, ds)
+        nbytes = _number(b, "bytes", bs)
+        if nbytes <= 0:
+            raise TimingsError(f"bytes must be > 0, got '{b.strip()}'", bs)
+        rows.append((src, dst, nbytes, _number(t, "seconds", ts, hang_ok=True)))
+    if not rows:
+        raise TimingsError("the timings file has a header but no rows", Span(source, 1, 1))
+    src, dst, nbytes, seconds = zip(*rows)
+    return make_timings(src, dst, nbytes, seconds, source)
+
+
+def _rank(cell: str, span: Span) -> int:
+    cell = cell.strip()
+    if not cell.isdigit():
+        raise TimingsError(f"expected a rank id (an integer >= 0), got '{cell}'", span)
+    return int(cell)
+
+
+def _parse_matrix(text: str, source: str) -> Timings:
+    rows: list[tuple[int, list[tuple[str, Span]]]] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            rows.append((lineno, list(_cells(line, lineno, source))))
+    n = len(rows)
+    src, dst, secs = [], [], []
+    for i, (lineno, cells) in enumerate(rows):
+        if len(cells) != n:
+            raise TimingsError(f"a matrix of {n} rows needs {n} numbers per row, this row has "
+                               f"{len(cells)} (or use the header 'src,dst,bytes,seconds')",
+                               Span(source, lineno, 1, lineno, len(text.splitlines()[lineno - 1])
+                                    + 1))
+        for j, (cell, span) in enumerate(cells):
+            if i != j:
+                src.append(i)
+                dst.append(j)
+                secs.append(_number(cell, f"the time of {i} -> {j}", span, hang_ok=True))
+    if n < 2:
+        raise TimingsError("a timings matrix needs at least 2 ranks", Span(source, 1, 1))
+    return make_timings(src, dst, np.ones(len(src)), secs, source)
+
+
+def _parse_json(text: str, source: str) -> Timings:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise TimingsError(f"not valid JSON: {err.msg}",
+                           Span(source, err.lineno, err.colno)) from None
+    if not isinstance(doc, dict) or doc.get("format") != "cclc-peer-timings":
+        raise TimingsError("expected a JSON object with \"format\": \"cclc-peer-timings\"",
+                           Span(source, 1, 1))
+    if doc.get("version") != 1:
+        raise TimingsError(f"unsupported cclc-peer-timings version {doc.get('version')!r} "
+                           "(this cclc reads version 1)", Span(source, 1, 1))
+    records = doc.get("records")
+    if not isinstance(records, list):
+        raise TimingsError("\"records\" must be a list", Span(source, 1, 1))
+    # per (pair, side): summed bytes and seconds; the slower side of each pair wins
+    sides: dict[tuple[int, int, str], list[float]] = {}
+    for k, r in enumerate(records):
+        where = f"record {k}"
+        if not isinstance(r, dict):
+            raise TimingsError(f"{where} is not an object", Span(source, 1, 1))
+        try:
+            rank, peer = int(r["rank"]), int(r["peer"])
+            direction = r["dir"]
+            nbytes = float(r["bytes"])
+            seconds = float(r["seconds"]) if r["seconds"] is not None else math.inf
+        except (KeyError, TypeError, ValueError) as err:
+            raise TimingsError(f"{where} needs integer rank and peer, dir, bytes and seconds "
+                               f"({err})", Span(source, 1, 1)) from None
+        if direction not in ("send", "recv") or rank < 0 or peer < 0 or nbytes <= 0 \
+                or not seconds >= 0:
+            raise TimingsError(f"{where} is out of range: {json.dumps(r)}", Span(source, 1, 1))
+        pair = (rank, peer) if direction == "send" else (peer, rank)
+        acc = sides.setdefault((*pair, direction), [0.0, 0.0])
+        acc[0] += nbytes
+        acc[1] += seconds
+    if not sides:
+        raise TimingsError("the timings file has no records", Span(source, 1, 1))
+    best: dict[tuple[int, int], tuple[float, float]] = {}
+    for (s, d, _), (b, t) in sides.items():
+        old = best.get((s, d))
+        if old is None or t / b > old[1] / old[0]:
+            best[(s, d)] = (b, t)
+    keys = sorted(best)
+    return make_timings([k[0] for k in keys], [k[1] for k in keys],
+                        [best[k][0] for k in keys], [best[k][1] for k in keys], source)
+
+
+def to_pairs_csv(t: Timings) -> str:
+    """``t`` in the pairs CSV format (``inf`` for hangs)."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["src", "dst", "bytes", "seconds"])
+    for s, d, b, x in zip(t.src.tolist(), t.dst.tolist(), t.nbytes.tolist(), t.seconds.tolist()):
+        w.writerow([s, d, int(b), "inf" if not math.isfinite(x) else repr(x)])
+    return out.getvalue()
