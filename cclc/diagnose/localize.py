@@ -27,7 +27,6 @@ HPCA 2025) and its C4D component.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -354,10 +353,3 @@ def _suspect(hyp: _Hypotheses, best: int, scores: np.ndarray, cols: np.ndarray, 
                    explained=int(open_slow[cols].sum()), slow_total=int(open_slow.sum()),
                    pair_index=cols)
 
-
-def ccl_name(topo: Topology, v: int) -> str:
-    """Vertex ``v`` as a ``.ccl`` file names it: ``(2,3)`` on a torus, ``node(3).nic(1)``."""
-    name = topo.vertex_names[v]
-    if topo.kind == "torus":
-        return name
-    return re.sub(r"([a-z]+)(\d+)", r"\1(\2)", name)

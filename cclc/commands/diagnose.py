@@ -1,0 +1,119 @@
+"""``cclc diagnose TIMINGS --topology FILE.ccl``: name the part that makes pairs slow."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+__all__ = ["add_parser", "run"]
+
+HELP = """Read per-pair timings measured on a machine, map every pair onto the links its traffic
+crosses (the topology's routing: shortest healthy paths on tori, ECMP spines on leaf/spine
+fabrics), find the pairs that are robustly slower than their peers (median/MAD per group of
+alike routes) and the link, cable, NIC, switch or GPU whose pairs are the slow ones (a hot row
+is a slow sender, a hot column a slow receiver, pairs sharing one link a bad link). Prints each
+suspect with a confidence and its evidence, and the 'fault' statements that make the next
+'cclc compile' route around it.
+
+Timings (the format is recognised from the content):
+  src,dst,bytes,seconds       header, then one row per transfer (rank ids; 'inf' = never finished)
+  an n x n matrix             seconds of i -> j in row i, column j (diagonal ignored)
+  JSON "cclc-peer-timings"    per-rank send/recv records (see docs/diagnose.md)
+
+By default the pairs are taken as timed while all ran at once (one alltoall), so a slow link
+only shows in the pairs it becomes the bottleneck of; --pairwise when each pair was timed alone.
+
+Exit status: 0 when no fault is found, 1 when suspects are reported, 2 on bad input.
+
+examples:
+  cclc diagnose probe.csv --topology examples/torus5x5.ccl
+  cclc diagnose probe.csv --topology examples/torus5x5.ccl --patch fixed.ccl
+  cclc compile fixed.ccl -o out/"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("diagnose", help="find the failed link or slow GPU from measured timings",
+                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("timings", metavar="TIMINGS", help="the measured timings")
+    p.add_argument("--topology", required=True, metavar="FILE.ccl",
+                   help="the .ccl file describing the machine that was measured")
+    p.add_argument("--name", metavar="TOPOLOGY",
+                   help="which topology of the file (needed when it defines several)")
+    p.add_argument("--faults", metavar="FILE", help="write the fault statements to FILE")
+    p.add_argument("--patch", metavar="OUT.ccl",
+                   help="write the .ccl file with the fault statements added to its topology")
+    p.add_argument("--pairwise", action="store_true",
+                   help="the pairs were timed one at a time, not all at once")
+    p.add_argument("--min-score", type=float, default=8.0, metavar="SIGMAS",
+                   help="evidence a suspect needs, in standard deviations (default 8)")
+    p.add_argument("--min-slowdown", type=float, default=1.2, metavar="X",
+                   help="median slowdown of its pairs a suspect needs (default 1.2)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import dsl
+    from cclc.diagnose.faults import fault_statements, patch_source
+    from cclc.diagnose.localize import DiagnoseOptions, diagnose
+    from cclc.diagnose.timings import read_timings
+    from cclc.errors import CclError
+
+    program = dsl.load(args.topology)
+    topos = program.topologies
+    if args.name is not None:
+        if args.name not in topos:
+            raise CclError(f"{args.topology} has no topology '{args.name}' (it has: "
+                           f"{', '.join(topos) or 'none'})")
+        topo = topos[args.name]
+    elif len(topos) == 1:
+        topo = next(iter(topos.values()))
+    else:
+        raise CclError(f"{args.topology} defines {len(topos)} topologies "
+                       f"({', '.join(topos) or 'none'}): choose one with --name")
+    if args.min_score <= 0 or not args.min_slowdown >= 1.0:
+        raise CclError("--min-score must be > 0 and --min-slowdown >= 1")
+    timings = read_timings(args.timings)
+    opts = DiagnoseOptions(min_score=args.min_score, min_slowdown=args.min_slowdown,
+                           concurrent=not args.pairwise)
+    d = diagnose(topo, timings, opts)
+    print(f"{args.timings}: {d.n_pairs} pairs on '{topo.name}' ({topo.n_ranks} ranks): "
+          f"{d.slow_pairs} slow (z > 3), {d.hung_pairs} never finished")
+    for note in d.notes:
+        print(f"note: {note}")
+    if d.unobserved_links:
+        print(f"note: {d.unobserved_links} healthy links carry no measured pair; a fault on "
+              "them cannot show in these timings")
+    for i, s in enumerate(d.suspects, 1):
+        slow = "hung" if math.isinf(s.slowdown) else f"{s.slowdown:.2f}x"
+        print(f"suspect {i}: {s.kind} {s.name}  confidence {s.confidence:.2f}")
+        print(f"  evidence: {s.slow} of the {s.pairs} pairs it would slow are slow"
+              f"{f' ({s.hung} never finished)' if s.hung else ''}, median {slow}; it explains "
+              f"{s.explained} of {s.slow_total} unexplained slow pairs; score {s.score:.1f}")
+        if s.same_pairs:
+            shown = ", ".join(s.same_pairs[:4]) + (" ..." if len(s.same_pairs) > 4 else "")
+            print(f"  the timings cannot tell it from: {shown}")
+    if not d.suspects:
+        msg = "no fault found"
+        if d.best_rejected is not None:
+            (kind_name, _), score, med = d.best_rejected
+            msg += (f": the strongest candidate, {kind_name}, scores {score:.1f} (needs "
+                    f"{opts.min_score:g}) with median slowdown {med:.2f}x (needs "
+                    f"{opts.min_slowdown:g}x)")
+        print(msg)
+        return 0
+    statements = fault_statements(topo, d.suspects)
+    print("fault statements (add them to the topology, or use --patch):")
+    for line in statements:
+        print(f"  {line}")
+    if args.faults:
+        with open(args.faults, "w", encoding="utf-8") as f:
+            f.write("\n".join(statements) + "\n")
+        print(f"wrote {args.faults}")
+    if args.patch:
+        with open(args.topology, encoding="utf-8") as f:
+            text = f.read()
+        patched = patch_source(text, args.topology, topo.name, statements)
+        with open(args.patch, "w", encoding="utf-8") as f:
+            f.write(patched)
+        print(f"wrote {args.patch}")
+    return 1
