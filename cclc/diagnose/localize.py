@@ -1,6 +1,8 @@
 """Find what makes the slow pairs slow: robust outliers, then the part that explains them.
 
-1. **Normalise.** Each pair's cost is ``y = log(seconds / bytes)``. Pairs are grouped by the
+1. **Normalise.** Each pair's cost is ``y = log(seconds / expected)``, ``expected`` its time
+   on the healthy machine under cclc's alpha-beta model (so pairs that share a busy link are
+   not mistaken for slow ones). Pairs are grouped by the
    kinds of links along their route (NVLink-only pairs are not compared with pairs that cross
    InfiniBand); within a group the median and the MAD (x 1.4826) give a robust z-score
    ``z = (y - median) / sigma``, so a few slow pairs cannot hide themselves by moving the
@@ -144,7 +146,8 @@ def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOpti
     if len(keep) == 0:
         raise TimingsError(f"{t.source}: no measured pair between live ranks")
     routes = pair_routes(topo, src, dst)
-    z, slowdown = _zscores(topo, routes, secs, nbytes, options.min_sigma)
+    expected = _expected(topo, routes, nbytes, options.concurrent)
+    z, slowdown = _zscores(topo, routes, secs, expected, options.min_sigma)
     sensitive = _sensitive(topo, routes, nbytes) if options.concurrent else None
     hyp = _hypotheses(topo, routes, src, dst, sensitive)
     sizes = np.asarray(hyp.matrix.sum(axis=0)).ravel()
@@ -173,12 +176,29 @@ def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOpti
                      notes=tuple(notes), z=z, slowdown=slowdown)
 
 
-def _zscores(topo: Topology, routes, secs: np.ndarray, nbytes: np.ndarray, min_sigma: float
+def _expected(topo: Topology, routes, nbytes: np.ndarray, concurrent: bool) -> np.ndarray:
+    """Each pair's time on the healthy machine under cclc's alpha-beta model: its route's
+    latency plus, all pairs at once, the busy time of its busiest link (lockstep simulation of
+    one step), or alone, its bytes over its slowest link."""
+    pair_of = routes.pair_of_entry()
+    starts = routes.offsets[:-1]
+    if not len(routes.links):
+        return np.ones(len(nbytes))
+    latency = np.add.reduceat(topo.link_latency[routes.links], starts)
+    if concurrent:
+        load = np.bincount(routes.links, weights=nbytes[pair_of], minlength=topo.n_links)
+        per_entry = (load / topo.link_bandwidth)[routes.links]
+        return latency + np.maximum.reduceat(per_entry, starts)
+    slowest = np.minimum.reduceat(topo.link_bandwidth[routes.links], starts)
+    return latency + nbytes / slowest
+
+
+def _zscores(topo: Topology, routes, secs: np.ndarray, expected: np.ndarray, min_sigma: float
              ) -> tuple[np.ndarray, np.ndarray]:
     """Robust z-score and slowdown (time over its group's median) of every pair."""
     finite = np.isfinite(secs)
     y = np.full(len(secs), np.inf)
-    y[finite] = np.log(np.maximum(secs[finite], 1e-300) / nbytes[finite])
+    y[finite] = np.log(np.maximum(secs[finite], 1e-300) / expected[finite])
     # the group of a pair: the sequence of link kinds along its route
     kinds = topo.link_kind.astype(np.int64)[routes.links] + 1
     code = np.zeros(len(secs), dtype=np.int64)

@@ -1,0 +1,69 @@
+"""Reading timings: the three formats agree, repeated pairs add up, bad input says where."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from cclc import cli
+from cclc.diagnose.timings import TimingsError, parse_timings, to_pairs_csv
+
+
+def test_pairs_csv_merges_repeats_and_hangs():
+    t = parse_timings("src,dst,bytes,seconds\n0,1,100,1.0\n0,1,300,2.0\n1,0,10,inf\n"
+                      "2,2,5,1\n", "p.csv")
+    assert t.src.tolist() == [0, 1] and t.dst.tolist() == [1, 0]
+    assert t.nbytes.tolist() == [400.0, 10.0]
+    assert t.seconds[0] == 3.0 and math.isinf(t.seconds[1])
+
+
+def test_matrix_and_json_match_pairs_csv():
+    m = np.array([[0, 1.0, 2.0], [3.0, 0, 4.0], [5.0, 6.0, 0]])
+    text = "\n".join(",".join(str(float(x)) for x in row) for row in m)
+    a = parse_timings(text, "m.csv")
+    records = [{"rank": i, "peer": j, "dir": "send", "bytes": 1, "seconds": m[i, j]}
+               for i in range(3) for j in range(3) if i != j]
+    # the receiving side of 0 -> 1 saw it take longer: the slower side is kept
+    records.append({"rank": 1, "peer": 0, "dir": "recv", "bytes": 1, "seconds": 9.0})
+    b = parse_timings(json.dumps({"format": "cclc-peer-timings", "version": 1,
+                                  "records": records}), "t.json")
+    c = parse_timings(to_pairs_csv(a), "again.csv")
+    assert a.src.tolist() == b.src.tolist() == c.src.tolist()
+    expect = [m[i, j] for i in range(3) for j in range(3) if i != j]
+    assert a.seconds.tolist() == c.seconds.tolist() == expect
+    assert b.seconds.tolist() == [9.0] + expect[1:]
+
+
+@pytest.mark.parametrize("text, line, col, what", [
+    ("src,dst,bytes,seconds\n0,1,100,fast\n", 2, 9, "expected a number for seconds"),
+    ("src,dst,bytes,seconds\n0,x,100,1\n", 2, 3, "expected a rank id"),
+    ("src,dst,bytes,seconds\n0,1,100\n", 2, 1, "expected 4 cells"),
+    ("1,2\n3\n", 2, 1, "needs 2 numbers per row"),
+    ("0,1\n-1,0\n", 2, 1, "must be a number >= 0"),
+    ('{"format": "other"}', 1, 1, "cclc-peer-timings"),
+])
+def test_bad_timings_name_the_place(text, line, col, what):
+    with pytest.raises(TimingsError) as err:
+        parse_timings(text, "bad.csv")
+    assert what in err.value.message
+    assert (err.value.span.line, err.value.span.col) == (line, col)
+
+
+def test_cli_bad_timings_exit_2_with_caret(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("src,dst,bytes,seconds\n0,1,100,fast\n")
+    rc = cli.main(["diagnose", str(bad), "--topology", "examples/torus5x5.ccl"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"{bad}:2:9: error: expected a number for seconds" in err
+    assert "^" in err and "Traceback" not in err
+
+
+def test_cli_rank_outside_topology(tmp_path, capsys):
+    bad = tmp_path / "t.csv"
+    bad.write_text("src,dst,bytes,seconds\n0,99,100,1\n")
+    assert cli.main(["diagnose", str(bad), "--topology", "examples/torus5x5.ccl"]) == 2
+    assert "names a rank that 'torus' does not have" in capsys.readouterr().err
