@@ -27,7 +27,8 @@ import numpy as np
 
 from cclc.errors import CclError, Span
 
-__all__ = ["Timings", "TimingsError", "make_timings", "parse_timings", "read_timings", "to_pairs_csv"]
+__all__ = ["Timings", "TimingsError", "make_timings", "parse_timings", "read_timings",
+           "to_pairs_csv"]
 
 
 class TimingsError(CclError):
