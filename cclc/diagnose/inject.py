@@ -60,15 +60,19 @@ def probe_timings(topo: Topology, faults: tuple[Fault, ...] = (), noise: float =
     bw.setflags(write=False)
     slow_topo = replace(topo, link_bandwidth=bw, _cache={})
     elems = bytes_per_pair // 4
-    coll = make_collective("probe", CollectiveKind.ALLTOALL, slow_topo, group,
-                           size=bytes_per_pair // 4 * 4 * n)
-    b = ScheduleBuilder(coll, input=[elems] * n, output=[elems] * n)
-    rid = np.zeros(len(gs), dtype=np.int32)
-    for k in range(len(gs)):
-        rid[k] = b.route(tuple(routes.links[routes.offsets[k]:routes.offsets[k + 1]].tolist()))
-    b.add(step=0, src=gs, dst=gd, route=rid, src_buf=Buf.INPUT, src_off=gd,
-          dst_buf=Buf.OUTPUT, dst_off=gs)
-    s = b.build("probe")
+    key = ("diagnose.probe", group, elems)
+    if key not in topo._cache:
+        # the probe is built once per machine: only the bandwidths change between faults
+        coll = make_collective("probe", CollectiveKind.ALLTOALL, topo, group,
+                               size=elems * 4 * n)
+        b = ScheduleBuilder(coll, input=[elems] * n, output=[elems] * n)
+        rid = np.array([b.route(tuple(routes.links[routes.offsets[k]:routes.offsets[k + 1]]
+                                      .tolist())) for k in range(len(gs))], dtype=np.int32)
+        b.add(step=0, src=gs, dst=gd, route=rid, src_buf=Buf.INPUT, src_off=gd,
+              dst_buf=Buf.OUTPUT, dst_off=gs)
+        topo._cache[key] = b.build("probe")
+    probe = topo._cache[key]
+    s = replace(probe, collective=replace(probe.collective, topology=slow_topo), _cache={})
     r = simulate(s, mode="lockstep")
     seconds = (r.op_finish - r.op_start).astype(np.float64)
     if noise > 0:

@@ -29,6 +29,7 @@ HPCA 2025) and its C4D component.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -148,8 +149,12 @@ def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOpti
     routes = pair_routes(topo, src, dst)
     expected = _expected(topo, routes, nbytes, options.concurrent)
     z, slowdown = _zscores(topo, routes, secs, expected, options.min_sigma)
-    sensitive = _sensitive(topo, routes, nbytes) if options.concurrent else None
-    hyp = _hypotheses(topo, routes, src, dst, sensitive)
+    key = ("diagnose.hypotheses", options.concurrent,
+           hashlib.sha1(src.tobytes() + dst.tobytes() + nbytes.tobytes()).hexdigest())
+    if key not in topo._cache:
+        sensitive = _sensitive(topo, routes, nbytes) if options.concurrent else None
+        topo._cache[key] = _hypotheses(topo, routes, src, dst, sensitive)
+    hyp = topo._cache[key]
     sizes = np.asarray(hyp.matrix.sum(axis=0)).ravel()
     zc = np.clip(z, -CLIP, CLIP)
     slow = z > _SLOW_Z
@@ -202,13 +207,11 @@ def _zscores(topo: Topology, routes, secs: np.ndarray, expected: np.ndarray, min
     # the group of a pair: the sequence of link kinds along its route
     kinds = topo.link_kind.astype(np.int64)[routes.links] + 1
     code = np.zeros(len(secs), dtype=np.int64)
-    pos = routes.pair_of_entry()
     # fold the kind sequence into one integer per pair (routes are short)
     for k in range(int(np.diff(routes.offsets).max(initial=0))):
         at = routes.offsets[:-1] + k
         has = at < routes.offsets[1:]
         code[has] = code[has] * (len(LinkKind) + 1) + kinds[at[has]]
-    del pos
     groups, inv = np.unique(code, return_inverse=True)
     inv = inv.reshape(-1)
     base = np.zeros(len(secs))

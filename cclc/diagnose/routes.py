@@ -10,6 +10,8 @@ knows this; when topologies declare their routing it is the one place to follow 
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from cclc.topology import Topology
@@ -38,13 +40,21 @@ def pair_routes(topo: Topology, src: np.ndarray, dst: np.ndarray) -> PairRoutes:
     The routes are those of a direct alltoall among the pairs' ranks, built by the same code as
     cclc's ``direct`` schedules, with the fabric's spines chosen by ECMP.
     """
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    # diagnosing many measurements of one machine routes the same pairs again: keep them
+    key = ("diagnose.pair_routes", hashlib.sha1(src.tobytes() + dst.tobytes()).hexdigest())
+    if key not in topo._cache:
+        topo._cache[key] = _pair_routes(topo, src, dst)
+    return topo._cache[key]
+
+
+def _pair_routes(topo: Topology, src: np.ndarray, dst: np.ndarray) -> PairRoutes:
     from cclc.algorithms.common import add_pair_routes
     from cclc.collective import CollectiveKind, make_collective
     from cclc.fabric_routing import ecmp_routes, has_spines
     from cclc.ir import Buf, ScheduleBuilder
 
-    src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
     group = tuple(sorted(set(src.tolist()) | set(dst.tolist())))
     index = {r: i for i, r in enumerate(group)}
     gs = np.array([index[r] for r in src.tolist()], dtype=np.int64)
