@@ -46,8 +46,8 @@ def add_parser(sub) -> None:
                    help="the pairs were timed one at a time, not all at once")
     p.add_argument("--min-score", type=float, default=8.0, metavar="SIGMAS",
                    help="evidence a suspect needs, in standard deviations (default 8)")
-    p.add_argument("--min-slowdown", type=float, default=1.2, metavar="X",
-                   help="median slowdown of its pairs a suspect needs (default 1.2)")
+    p.add_argument("--min-slowdown", type=float, default=1.1, metavar="X",
+                   help="median slowdown of its pairs a suspect needs (default 1.1)")
     p.set_defaults(run=run)
 
 

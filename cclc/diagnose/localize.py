@@ -10,13 +10,16 @@
 2. **Candidates.** Every part that pairs share is a hypothesis with the set of pairs it would
    slow down: each directed link, each cable (both directions), each NIC or switch (all its
    links), each rank as a sender (its row of the matrix), as a receiver (its column) and as a
-   whole (row, column, and what it relays). Hypotheses that slow exactly the same pairs cannot
+   whole (all its links). Hypotheses that slow exactly the same pairs cannot
    be told apart by timings and are reported together.
-3. **Score.** A hypothesis ``H`` with pair set ``P`` scores ``sum_{p in P} zc_p / sqrt(|P|)``
-   with ``zc`` the z-score clipped to ``[-CLIP, CLIP]`` (the matched filter of a shift on
-   exactly ``P``): adding healthy pairs to ``P`` or leaving slow pairs out lowers the score, so
-   the part whose pair set matches the slow pairs wins. Clipping keeps one hung pair from
-   outvoting many slow ones.
+3. **Score.** A hypothesis weighs each pair ``p`` by ``w_p`` in [0, 1], how much of its
+   slowdown would show in ``p`` (:func:`_weights`: with all pairs running at once a slow link
+   only shows where it becomes the bottleneck) and scores ``sum_p w_p zc_p / sqrt(sum_p
+   w_p^2)`` with ``zc`` the z-score clipped to ``[-CLIP, CLIP]`` (the matched filter of a
+   shift shaped like ``w``): adding healthy pairs or leaving slow pairs out lowers the score,
+   so the part whose pairs match the slow pairs wins. Clipping keeps one hung pair from
+   outvoting many slow ones. Pairs that never finished are scored separately against what
+   each part *carries* (a black-holing link stops every pair over it, bottleneck or not).
 4. **Explain greedily.** The best hypothesis is reported when its score and its pairs' median
    slowdown clear the thresholds; its pairs are then taken as explained (z set to 0) and the
    search repeats for a second fault. Confidence is the posterior of the winner among all
@@ -63,7 +66,7 @@ class DiagnoseOptions:
     every pair routed over it."""
 
     min_score: float = 8.0
-    min_slowdown: float = 1.2
+    min_slowdown: float = 1.1
     max_suspects: int = 5
     min_sigma: float = 0.01
     concurrent: bool = True
@@ -152,27 +155,38 @@ def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOpti
     key = ("diagnose.hypotheses", options.concurrent,
            hashlib.sha1(src.tobytes() + dst.tobytes() + nbytes.tobytes()).hexdigest())
     if key not in topo._cache:
-        sensitive = _sensitive(topo, routes, nbytes) if options.concurrent else None
-        topo._cache[key] = _hypotheses(topo, routes, src, dst, sensitive)
-    hyp = topo._cache[key]
-    sizes = np.asarray(hyp.matrix.sum(axis=0)).ravel()
-    zc = np.clip(z, -CLIP, CLIP)
+        weight = _weights(topo, routes, nbytes) if options.concurrent else None
+        # slow pairs: what a slow part would slow (weighted); hung pairs: everything a
+        # black-holing part carries, bottleneck or not
+        topo._cache[key] = (_hypotheses(topo, routes, src, dst, weight),
+                            _hypotheses(topo, routes, src, dst, None))
+    slow_hyp, hang_hyp = topo._cache[key]
+    hung = ~np.isfinite(secs)
+    signals = [(slow_hyp, np.where(hung, 0.0, np.clip(z, -CLIP, CLIP)))]
+    if hung.any():
+        signals.append((hang_hyp, np.where(hung, CLIP, 0.0)))
     slow = z > _SLOW_Z
     suspects: list[Suspect] = []
     rejected = None
     open_slow = slow.copy()
     for _ in range(options.max_suspects):
-        scores = (hyp.matrix.T @ zc) / np.sqrt(np.maximum(sizes, 1))
-        scores[sizes == 0] = -np.inf
-        best = int(np.argmax(scores))
-        cols = hyp.matrix[:, best].indices
-        med = float(np.median(slowdown[cols]))
-        if scores[best] < options.min_score or med < options.min_slowdown:
-            rejected = (hyp.names[best], float(scores[best]), med)
+        best = None
+        for hyp, signal in signals:
+            scores = _scores(hyp, signal)
+            i = int(np.argmax(scores))
+            if best is None or scores[i] > best[2][best[1]]:
+                best = (hyp, i, scores)
+        hyp, i, scores = best
+        col = hyp.matrix[:, i]
+        cols = col.indices
+        strong = cols[col.data >= 0.5] if (col.data >= 0.5).any() else cols
+        med = float(np.median(slowdown[strong]))
+        if scores[i] < options.min_score or med < options.min_slowdown:
+            rejected = (hyp.names[i], float(scores[i]), med)
             break
-        suspects.append(_suspect(hyp, best, scores, cols, z, slowdown, open_slow))
-        zc = zc.copy()
-        zc[cols] = 0.0
+        suspects.append(_suspect(hyp, i, scores, cols, strong, z, slowdown, open_slow))
+        signals = [(h, np.where(np.isin(np.arange(len(sig)), cols), 0.0, sig))
+                   for h, sig in signals]
         open_slow[cols] = False
     unobserved = topo.n_links - len(np.unique(routes.links)) - int(topo.link_failed.sum())
     return Diagnosis(suspects=tuple(suspects), n_pairs=len(keep), slow_pairs=int(slow.sum()),
@@ -238,18 +252,17 @@ def _zscores(topo: Topology, routes, secs: np.ndarray, expected: np.ndarray, min
 
 
 def _hypotheses(topo: Topology, routes, src: np.ndarray, dst: np.ndarray,
-                sensitive: np.ndarray | None) -> _Hypotheses:
-    """Every hypothesis, with identical pair sets merged into one column. ``sensitive``
-    (per route entry) says which pairs a slow link can slow down; ``None``: all it carries."""
+                weight: np.ndarray | None) -> _Hypotheses:
+    """Every hypothesis as a weighted column over the pairs (identical columns merged).
+    ``weight`` (per route entry, see :func:`_weights`) is how much a slow link would show in
+    a pair; ``None``: fully in every pair it carries."""
     n_pairs = len(src)
     pair_of = routes.pair_of_entry()
-    entry = np.ones(len(routes.links), dtype=bool) if sensitive is None else sensitive
-    link_pairs = sp.csc_matrix((np.ones(int(entry.sum())),
-                                (pair_of[entry], routes.links[entry])),
+    w = np.ones(len(routes.links)) if weight is None else weight
+    entry = w > 0
+    # a pair crosses a link at most once on a shortest path: no duplicates to add up
+    link_pairs = sp.csc_matrix((w[entry], (pair_of[entry], routes.links[entry])),
                                shape=(n_pairs, topo.n_links))
-    link_pairs.data[:] = 1.0
-    link_pairs.sum_duplicates()
-    link_pairs.data[:] = 1.0
     used = np.flatnonzero(np.asarray(link_pairs.sum(axis=0)).ravel() > 0)
     kinds: list[str] = []
     names: list[str] = []
@@ -262,8 +275,8 @@ def _hypotheses(topo: Topology, routes, src: np.ndarray, dst: np.ndarray,
         names.append(name)
         links.append(ls)
         ranks.append(rank)
-        # one column: the union of the pairs of every part of the hypothesis
-        cols.append(_indicator(np.unique(sp.csc_matrix(col).indices), n_pairs))
+        # one column: every pair the hypothesis slows, by its most visible part
+        cols.append(_union(col, n_pairs))
 
     vn = topo.vertex_names
     lsrc, ldst = topo.link_src, topo.link_dst
@@ -291,36 +304,49 @@ def _hypotheses(topo: Topology, routes, src: np.ndarray, dst: np.ndarray,
         col = (dst == r)
         add("sender", vn[r], (), r, _indicator(rows[row], n_pairs))
         add("receiver", vn[r], (), r, _indicator(rows[col], n_pairs))
-        through = link_pairs[:, incident.get(r, [])]
-        whole = sp.hstack([through, _indicator(rows[row | col], n_pairs)]).tocsc() \
-            if through.shape[1] else _indicator(rows[row | col], n_pairs)
-        add("rank", vn[r], (), r, whole)
+        if r in incident:
+            # a slow GPU: every link of it, as for a NIC (rows and columns above are the
+            # sender and receiver sides alone)
+            add("rank", vn[r], (), r, link_pairs[:, incident[r]])
     m = sp.hstack(cols).tocsc()
-    m.sum_duplicates()
-    m.data[:] = 1.0
+    m.eliminate_zeros()
     return _merge_identical(kinds, names, links, ranks, m)
 
 
-def _sensitive(topo: Topology, routes, nbytes: np.ndarray) -> np.ndarray:
-    """Per route entry: whether link ``l`` at half speed would slow pair ``p`` down.
+def _weights(topo: Topology, routes, nbytes: np.ndarray) -> np.ndarray:
+    """Per route entry: how much of a halving of link ``l`` pair ``p`` would show, 0 ... 1.
 
     With every pair running at once, pair ``p`` takes about its route's latency plus
     ``b_p = max over l in route(p) of busy_l`` (the simulator's lockstep model, with
-    ``busy_l`` the bytes crossing ``l`` over its bandwidth). Halving ``l`` doubles
-    ``busy_l``, which shows in ``p`` only when ``2 busy_l > b_p``: a half-speed NVLink that
-    also carries a GPU's cross-rail traffic is invisible to pairs held back by their NIC.
+    ``busy_l`` the bytes crossing ``l`` over its bandwidth). Halving ``l`` makes that
+    ``max(b_p, 2 busy_l)``; the weight is the log of that ratio over ``log 2``: 1 when ``l``
+    is the bottleneck, 0 when it would stay hidden (a half-speed NVLink that also carries a
+    GPU's cross-rail traffic is invisible to pairs held back by their NIC).
     """
     pair_of = routes.pair_of_entry()
     load = np.bincount(routes.links, weights=nbytes[pair_of], minlength=topo.n_links)
     busy = load / topo.link_bandwidth
     entry_busy = busy[routes.links]
     starts = routes.offsets[:-1]
-    bottleneck = np.maximum.reduceat(entry_busy, starts) if len(entry_busy) else entry_busy
-    return 2.0 * entry_busy > bottleneck[pair_of] * (1.0 + 1e-9)
+    bottleneck = np.maximum.reduceat(entry_busy, starts)[pair_of] if len(entry_busy) \
+        else entry_busy
+    ratio = np.maximum(2.0 * entry_busy, bottleneck) / np.maximum(bottleneck, 1e-300)
+    w = np.log(ratio) / np.log(2.0)
+    return np.where(w > 1e-6, w, 0.0)
 
 
 def _all_links(topo: Topology, v: int) -> tuple[int, ...]:
     return tuple(np.flatnonzero((topo.link_src == v) | (topo.link_dst == v)).tolist())
+
+
+def _union(col, n: int) -> sp.csc_matrix:
+    """One column holding, per pair, the largest weight of the columns of ``col``."""
+    coo = sp.coo_matrix(col)
+    rows = np.unique(coo.row)
+    vals = np.zeros(n)
+    np.maximum.at(vals, coo.row, coo.data)
+    return sp.csc_matrix((vals[rows], (rows, np.zeros(len(rows), dtype=np.int64))),
+                         shape=(n, 1))
 
 
 def _indicator(idx: np.ndarray, n: int) -> sp.csc_matrix:
@@ -360,8 +386,17 @@ def _merge_identical(kinds, names, links, ranks, m: sp.csc_matrix) -> _Hypothese
                        matrix=m[:, heads].tocsc())
 
 
-def _suspect(hyp: _Hypotheses, best: int, scores: np.ndarray, cols: np.ndarray, z, slowdown,
-             open_slow) -> Suspect:
+def _scores(hyp: _Hypotheses, signal: np.ndarray) -> np.ndarray:
+    """Matched-filter score of every hypothesis: ``sum w_p zc_p / sqrt(sum w_p^2)``."""
+    norm = np.sqrt(np.asarray(hyp.matrix.multiply(hyp.matrix).sum(axis=0)).ravel())
+    scores = np.full(len(norm), -np.inf)
+    ok = norm > 0
+    scores[ok] = (hyp.matrix.T @ signal)[ok] / norm[ok]
+    return scores
+
+
+def _suspect(hyp: _Hypotheses, best: int, scores: np.ndarray, cols: np.ndarray,
+             strong: np.ndarray, z, slowdown, open_slow) -> Suspect:
     s1 = float(scores[best])
     finite = scores[np.isfinite(scores)]
     expo = np.clip(-(s1 ** 2 - np.maximum(finite, 0.0) ** 2) / 2.0, -700.0, 0.0)
@@ -372,7 +407,7 @@ def _suspect(hyp: _Hypotheses, best: int, scores: np.ndarray, cols: np.ndarray, 
                    score=s1, confidence=confidence, pairs=len(cols),
                    slow=int((z[cols] > _SLOW_Z).sum()),
                    hung=int((~np.isfinite(slowdown[cols])).sum()),
-                   slowdown=float(np.median(slowdown[cols])),
+                   slowdown=float(np.median(slowdown[strong])),
                    explained=int(open_slow[cols].sum()), slow_total=int(open_slow.sum()),
                    pair_index=cols)
 
