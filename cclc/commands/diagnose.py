@@ -18,7 +18,8 @@ suspect with a confidence and its evidence, and the 'fault' statements that make
 Timings (the format is recognised from the content):
   src,dst,bytes,seconds       header, then one row per transfer (rank ids; 'inf' = never finished)
   an n x n matrix             seconds of i -> j in row i, column j (diagonal ignored)
-  JSON "cclc-peer-timings"    per-rank send/recv records (see docs/diagnose.md)
+  JSON "cclc-peer-timings"    per-rank send/recv records, as cclc's NCCL plugin writes them
+                              with CCLC_PEER_TIMINGS=PREFIX (one file per rank: pass them all)
 
 By default the pairs are taken as timed while all ran at once (one alltoall), so a slow link
 only shows in the pairs it becomes the bottleneck of; --pairwise when each pair was timed alone.
@@ -28,13 +29,16 @@ Exit status: 0 when no fault is found, 1 when suspects are reported, 2 on bad in
 examples:
   cclc diagnose probe.csv --topology examples/torus5x5.ccl
   cclc diagnose probe.csv --topology examples/torus5x5.ccl --patch fixed.ccl
+  cclc diagnose peers.*.rank*.json --topology cluster.ccl
   cclc compile fixed.ccl -o out/"""
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("diagnose", help="find the failed link or slow GPU from measured timings",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("timings", metavar="TIMINGS", help="the measured timings")
+    p.add_argument("timings", metavar="TIMINGS", nargs="+",
+                   help="the measured timings (several files are combined: e.g. the plugin's "
+                        "one JSON file per rank)")
     p.add_argument("--topology", required=True, metavar="FILE.ccl",
                    help="the .ccl file describing the machine that was measured")
     p.add_argument("--name", metavar="TOPOLOGY",
@@ -55,7 +59,7 @@ def run(args) -> int:
     import dsl
     from cclc.diagnose.faults import fault_statements, patch_source
     from cclc.diagnose.localize import DiagnoseOptions, diagnose
-    from cclc.diagnose.timings import read_timings
+    from cclc.diagnose.timings import read_timings_files
     from cclc.errors import CclError
 
     program = dsl.load(args.topology)
@@ -72,11 +76,11 @@ def run(args) -> int:
                        f"({', '.join(topos) or 'none'}): choose one with --name")
     if args.min_score <= 0 or not args.min_slowdown >= 1.0:
         raise CclError("--min-score must be > 0 and --min-slowdown >= 1")
-    timings = read_timings(args.timings)
+    timings = read_timings_files(args.timings)
     opts = DiagnoseOptions(min_score=args.min_score, min_slowdown=args.min_slowdown,
                            concurrent=not args.pairwise)
     d = diagnose(topo, timings, opts)
-    print(f"{args.timings}: {d.n_pairs} pairs on '{topo.name}' ({topo.n_ranks} ranks): "
+    print(f"{timings.source}: {d.n_pairs} pairs on '{topo.name}' ({topo.n_ranks} ranks): "
           f"{d.slow_pairs} slow (z > 3), {d.hung_pairs} never finished")
     for note in d.notes:
         print(f"note: {note}")

@@ -10,9 +10,10 @@ Formats (``read_timings`` picks one from the content):
   the same number of bytes, which only the ratios between pairs need.
 * **JSON** — ``{"format": "cclc-peer-timings", "version": 1, "records": [...]}`` with records
   ``{"rank": R, "peer": P, "dir": "send" | "recv", "bytes": B, "seconds": S}``: rank ``R``'s
-  send to (or receive from) ``P``. A send of ``R`` to ``P`` and a receive of ``P`` from ``R``
-  time the same pair ``R -> P``; per pair the slower side is kept (the transfer lasts until
-  both ends are done).
+  send to (or receive from) ``P`` (extra fields, e.g. ``coll`` and ``ops``, are ignored). A
+  send of ``R`` to ``P`` and a receive of ``P`` from ``R`` time the same pair ``R -> P``; per
+  pair the slower side is kept (the transfer lasts until both ends are done). cclc's NCCL
+  plugin writes one such file per rank (``CCLC_PEER_TIMINGS``); pass them all at once.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 from cclc.errors import CclError, Span
 
 __all__ = ["Timings", "TimingsError", "make_timings", "parse_timings", "read_timings",
-           "to_pairs_csv"]
+           "read_timings_files", "to_pairs_csv"]
 
 
 class TimingsError(CclError):
@@ -182,7 +183,7 @@ def _parse_matrix(text: str, source: str) -> Timings:
     return make_timings(src, dst, np.ones(len(src)), secs, source)
 
 
-def _parse_json(text: str, source: str) -> Timings:
+def _json_records(text: str, source: str) -> list:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
@@ -197,12 +198,21 @@ def _parse_json(text: str, source: str) -> Timings:
     records = doc.get("records")
     if not isinstance(records, list):
         raise TimingsError("\"records\" must be a list", Span(source, 1, 1))
-    # per (pair, side): summed bytes and seconds; the slower side of each pair wins
+    return [(source, k, r) for k, r in enumerate(records)]
+
+
+def _parse_json(text: str, source: str) -> Timings:
+    return _aggregate(_json_records(text, source), source)
+
+
+def _aggregate(records: list, source: str) -> Timings:
+    """Per pair: both sides' records summed, and the slower side kept."""
     sides: dict[tuple[int, int, str], list[float]] = {}
-    for k, r in enumerate(records):
+    for where_file, k, r in records:
         where = f"record {k}"
+        span = Span(where_file, 1, 1)
         if not isinstance(r, dict):
-            raise TimingsError(f"{where} is not an object", Span(source, 1, 1))
+            raise TimingsError(f"{where} is not an object", span)
         try:
             rank, peer = int(r["rank"]), int(r["peer"])
             direction = r["dir"]
@@ -210,10 +220,10 @@ def _parse_json(text: str, source: str) -> Timings:
             seconds = float(r["seconds"]) if r["seconds"] is not None else math.inf
         except (KeyError, TypeError, ValueError) as err:
             raise TimingsError(f"{where} needs integer rank and peer, dir, bytes and seconds "
-                               f"({err})", Span(source, 1, 1)) from None
+                               f"({err})", span) from None
         if direction not in ("send", "recv") or rank < 0 or peer < 0 or nbytes <= 0 \
                 or not seconds >= 0:
-            raise TimingsError(f"{where} is out of range: {json.dumps(r)}", Span(source, 1, 1))
+            raise TimingsError(f"{where} is out of range: {json.dumps(r)}", span)
         pair = (rank, peer) if direction == "send" else (peer, rank)
         acc = sides.setdefault((*pair, direction), [0.0, 0.0])
         acc[0] += nbytes
@@ -228,6 +238,26 @@ def _parse_json(text: str, source: str) -> Timings:
     keys = sorted(best)
     return make_timings([k[0] for k in keys], [k[1] for k in keys],
                         [best[k][0] for k in keys], [best[k][1] for k in keys], source)
+
+
+def read_timings_files(paths: list[str]) -> Timings:
+    """Read and combine several timings files: the per-rank JSON files the plugin writes are
+    joined record by record (so a pair's send and receive sides meet); CSV files add up."""
+    if len(paths) == 1:
+        return read_timings(paths[0])
+    texts = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            texts.append(f.read())
+    source = f"{paths[0]} (+{len(paths) - 1} more)"
+    if all(t.lstrip().startswith("{") for t in texts):
+        records = [rec for path, text in zip(paths, texts) for rec in _json_records(text, path)]
+        return _aggregate(records, source)
+    parts = [parse_timings(text, path) for path, text in zip(paths, texts)]
+    return make_timings(np.concatenate([p.src for p in parts]),
+                        np.concatenate([p.dst for p in parts]),
+                        np.concatenate([p.nbytes for p in parts]),
+                        np.concatenate([p.seconds for p in parts]), source)
 
 
 def to_pairs_csv(t: Timings) -> str:

@@ -76,3 +76,20 @@ def test_no_file_without_the_variable(tmp_path):
                           timeout=60, check=False)
     assert done.returncode == 1 and "lacks Coll|ProxyOp|ProxyStep" in done.stderr
     assert not list(Path(tmp_path).glob("*.json"))
+
+
+def test_diagnose_joins_per_rank_files(tmp_path):
+    """Two ranks' files: each pair's send side and receive side meet, the slower is kept."""
+    from cclc.diagnose.timings import read_timings_files
+
+    def doc(rank, recs):
+        return json.dumps({"format": "cclc-peer-timings", "version": 1, "records": [
+            {"rank": rank, "peer": p, "dir": w, "bytes": 100, "seconds": s, "coll": "AllReduce",
+             "ops": 1} for p, w, s in recs]})
+    a = tmp_path / "t.rank0.json"
+    b = tmp_path / "t.rank1.json"
+    a.write_text(doc(0, [(1, "send", 1.0), (1, "recv", 2.0)]))
+    b.write_text(doc(1, [(0, "recv", 3.0), (0, "send", 0.5)]))
+    t = read_timings_files([str(a), str(b)])
+    pairs = dict(zip(zip(t.src.tolist(), t.dst.tolist()), t.seconds.tolist()))
+    assert pairs == {(0, 1): 3.0, (1, 0): 2.0}
