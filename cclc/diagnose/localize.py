@@ -264,51 +264,65 @@ def _hypotheses(topo: Topology, routes, src: np.ndarray, dst: np.ndarray,
     link_pairs = sp.csc_matrix((w[entry], (pair_of[entry], routes.links[entry])),
                                shape=(n_pairs, topo.n_links))
     used = np.flatnonzero(np.asarray(link_pairs.sum(axis=0)).ravel() > 0)
+    ip, ix, dv = link_pairs.indptr, link_pairs.indices, link_pairs.data
     kinds: list[str] = []
     names: list[str] = []
     links: list[tuple[int, ...]] = []
     ranks: list[int | None] = []
-    cols: list[sp.csc_matrix] = []
+    col_rows: list[np.ndarray] = []
+    col_vals: list[np.ndarray] = []
 
-    def add(kind: str, name: str, ls: tuple[int, ...], rank: int | None, col) -> None:
+    def add(kind: str, name: str, ls: tuple[int, ...], rank: int | None, rows, vals) -> None:
         kinds.append(kind)
         names.append(name)
         links.append(ls)
         ranks.append(rank)
-        # one column: every pair the hypothesis slows, by its most visible part
-        cols.append(_union(col, n_pairs))
+        col_rows.append(rows)
+        col_vals.append(vals)
+
+    def over(ls) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs of links ``ls``, each by its most visible link (largest weight)."""
+        rows = np.concatenate([ix[ip[li]:ip[li + 1]] for li in ls])
+        vals = np.concatenate([dv[ip[li]:ip[li + 1]] for li in ls])
+        if len(ls) > 1 and len(rows):
+            order = np.lexsort((-vals, rows))
+            rows, vals = rows[order], vals[order]
+            first = np.concatenate([[True], rows[1:] != rows[:-1]])
+            rows, vals = rows[first], vals[first]
+        return rows, vals
 
     vn = topo.vertex_names
     lsrc, ldst = topo.link_src, topo.link_dst
     for li in used.tolist():
-        add("link", f"{vn[lsrc[li]]}->{vn[ldst[li]]}", (li,), None, link_pairs[:, [li]])
+        add("link", f"{vn[lsrc[li]]}->{vn[ldst[li]]}", (li,), None, *over([li]))
     used_set = set(used.tolist())
     for li in used.tolist():
         back = topo.link_id(int(ldst[li]), int(lsrc[li]))
         if back is not None and back in used_set and li < back:
-            add("cable", f"{vn[lsrc[li]]}--{vn[ldst[li]]}", (li, back), None,
-                link_pairs[:, [li, back]])
+            add("cable", f"{vn[lsrc[li]]}--{vn[ldst[li]]}", (li, back), None, *over([li, back]))
     # vertices: a non-rank vertex (NIC, switch) slows every pair through any of its links
     incident: dict[int, list[int]] = {}
     for li in used.tolist():
         incident.setdefault(int(lsrc[li]), []).append(li)
         incident.setdefault(int(ldst[li]), []).append(li)
-    rows = np.arange(n_pairs)
     for v in sorted(incident):
-        ls = tuple(sorted(set(incident[v])))
         if v >= topo.n_ranks:
             kind = "nic" if ".nic" in vn[v] else "switch"
-            add(kind, vn[v], _all_links(topo, v), None, link_pairs[:, list(ls)])
+            add(kind, vn[v], _all_links(topo, v), None, *over(sorted(set(incident[v]))))
+    by_src = np.argsort(src, kind="stable")
+    by_dst = np.argsort(dst, kind="stable")
     for r in sorted(set(src.tolist()) | set(dst.tolist())):
-        row = (src == r)
-        col = (dst == r)
-        add("sender", vn[r], (), r, _indicator(rows[row], n_pairs))
-        add("receiver", vn[r], (), r, _indicator(rows[col], n_pairs))
+        lo, hi = np.searchsorted(src[by_src], [r, r + 1])
+        add("sender", vn[r], (), r, np.sort(by_src[lo:hi]), np.ones(hi - lo))
+        lo, hi = np.searchsorted(dst[by_dst], [r, r + 1])
+        add("receiver", vn[r], (), r, np.sort(by_dst[lo:hi]), np.ones(hi - lo))
         if r in incident:
-            # a slow GPU: every link of it, as for a NIC (rows and columns above are the
+            # a slow GPU: every link of it, as for a NIC (the rows and columns above are the
             # sender and receiver sides alone)
-            add("rank", vn[r], (), r, link_pairs[:, incident[r]])
-    m = sp.hstack(cols).tocsc()
+            add("rank", vn[r], (), r, *over(sorted(set(incident[r]))))
+    cols = np.repeat(np.arange(len(col_rows)), [len(x) for x in col_rows])
+    m = sp.csc_matrix((np.concatenate(col_vals), (np.concatenate(col_rows), cols)),
+                      shape=(n_pairs, len(col_rows)))
     m.eliminate_zeros()
     return _merge_identical(kinds, names, links, ranks, m)
 
@@ -337,21 +351,6 @@ def _weights(topo: Topology, routes, nbytes: np.ndarray) -> np.ndarray:
 
 def _all_links(topo: Topology, v: int) -> tuple[int, ...]:
     return tuple(np.flatnonzero((topo.link_src == v) | (topo.link_dst == v)).tolist())
-
-
-def _union(col, n: int) -> sp.csc_matrix:
-    """One column holding, per pair, the largest weight of the columns of ``col``."""
-    coo = sp.coo_matrix(col)
-    rows = np.unique(coo.row)
-    vals = np.zeros(n)
-    np.maximum.at(vals, coo.row, coo.data)
-    return sp.csc_matrix((vals[rows], (rows, np.zeros(len(rows), dtype=np.int64))),
-                         shape=(n, 1))
-
-
-def _indicator(idx: np.ndarray, n: int) -> sp.csc_matrix:
-    return sp.csc_matrix((np.ones(len(idx)), (idx, np.zeros(len(idx), dtype=np.int64))),
-                         shape=(n, 1))
 
 
 def _merge_identical(kinds, names, links, ranks, m: sp.csc_matrix) -> _Hypotheses:
