@@ -71,10 +71,10 @@ def make_timings(src, dst, nbytes, seconds, source: str = "<timings>") -> Timing
     pairs, inv = np.unique(np.stack([src, dst], axis=1).reshape(-1, 2), axis=0,
                            return_inverse=True)
     inv = inv.reshape(-1)
-    tot_b = np.bincount(inv, weights=nbytes, minlength=len(pairs))
+    tot_b = np.bincount(inv, weights=nbytes, minlength=len(pairs)).astype(np.float64)
     hung = np.bincount(inv, weights=~np.isfinite(seconds), minlength=len(pairs)) > 0
     tot_s = np.bincount(inv, weights=np.where(np.isfinite(seconds), seconds, 0.0),
-                        minlength=len(pairs))
+                        minlength=len(pairs)).astype(np.float64)
     tot_s[hung] = np.inf
     return Timings(src=_ro(pairs[:, 0].copy()), dst=_ro(pairs[:, 1].copy()),
                    nbytes=_ro(tot_b), seconds=_ro(tot_s), source=source)

@@ -85,3 +85,32 @@ def test_pairwise_timings_charge_every_link_of_a_route():
     d = diagnose(topo, t, DiagnoseOptions(concurrent=False))
     assert _found(d, f"link {_name(topo, li)}")
     assert d.suspects[0].pairs == int((pair_routes(topo, t.src, t.dst).links == li).sum())
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), side=st.integers(3, 4))
+def test_top_score_matches_a_brute_force_search(seed, side):
+    """With pairs timed one at a time every part weighs its pairs 1: the winner's score is the
+    largest ``sum clip(z) / sqrt(n)`` over every link, cable, row, column and rank, computed
+    here with plain loops over the pairs."""
+    topo = torus("t", (side, side), None, 32e9, 1e-7)
+    rng = np.random.default_rng(seed)
+    li = int(rng.integers(topo.n_links))
+    t = probe_timings(topo, (Fault("link", "", (li,), factor=3.0),), noise=0.05, seed=seed)
+    d = diagnose(topo, t, DiagnoseOptions(concurrent=False))
+    r = pair_routes(topo, t.src, t.dst)
+    zc = np.clip(d.z, -10, 10)
+    on = [set(r.links[r.offsets[k]:r.offsets[k + 1]].tolist()) for k in range(len(t))]
+    sets = []
+    for a in range(topo.n_links):
+        sets.append({k for k in range(len(t)) if a in on[k]})
+        b = topo.link_id(int(topo.link_dst[a]), int(topo.link_src[a]))
+        sets.append({k for k in range(len(t)) if a in on[k] or b in on[k]})
+    for v in range(topo.n_ranks):
+        mine = set(np.flatnonzero((topo.link_src == v) | (topo.link_dst == v)).tolist())
+        sets.append({k for k in range(len(t)) if t.src[k] == v})
+        sets.append({k for k in range(len(t)) if t.dst[k] == v})
+        sets.append({k for k in range(len(t)) if on[k] & mine})
+    best = max(sum(zc[k] for k in s) / np.sqrt(len(s)) for s in sets if s)
+    assert d.suspects and abs(d.suspects[0].score - best) < 1e-9 * max(1.0, best)
+    assert _found(d, f"link {_name(topo, li)}")

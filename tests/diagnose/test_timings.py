@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cclc import cli
 from cclc.diagnose.timings import TimingsError, parse_timings, to_pairs_csv
@@ -67,3 +69,22 @@ def test_cli_rank_outside_topology(tmp_path, capsys):
     bad.write_text("src,dst,bytes,seconds\n0,99,100,1\n")
     assert cli.main(["diagnose", str(bad), "--topology", "examples/torus5x5.ccl"]) == 2
     assert "names a rank that 'torus' does not have" in capsys.readouterr().err
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(1, 10**9),
+                          st.one_of(st.floats(0, 1e3), st.just(math.inf))),
+                min_size=1, max_size=40))
+def test_pairs_csv_round_trip_sums_like_numpy(rows):
+    text = "src,dst,bytes,seconds\n" + "".join(f"{s},{d},{b},{x!r}\n" for s, d, b, x in rows)
+    t = parse_timings(text, "r.csv")
+    assert len(t) == len({(s, d) for s, d, _, _ in rows if s != d})
+    if len(t):
+        again = parse_timings(to_pairs_csv(t), "again.csv")
+        assert again.seconds.tolist() == t.seconds.tolist()
+    for k, (s, d) in enumerate(zip(t.src.tolist(), t.dst.tolist())):
+        mine = [(b, x) for ss, dd, b, x in rows if (ss, dd) == (s, d)]
+        assert t.nbytes[k] == sum(b for b, _ in mine)
+        secs = np.array([x for _, x in mine])
+        expect = np.inf if np.isinf(secs).any() else secs.sum()
+        assert t.seconds[k] == pytest.approx(expect)
