@@ -114,3 +114,12 @@ def test_top_score_matches_a_brute_force_search(seed, side):
     best = max(sum(zc[k] for k in s) / np.sqrt(len(s)) for s in sets if s)
     assert d.suspects and abs(d.suspects[0].score - best) < 1e-9 * max(1.0, best)
     assert _found(d, f"link {_name(topo, li)}")
+
+
+def test_two_slow_links_are_both_found():
+    topo = torus("t", (5, 5), None, 32e9, 1e-7)
+    a, b = 3, 61
+    t = probe_timings(topo, (Fault("link", "", (a,)), Fault("link", "", (b,))), noise=0.05)
+    d = diagnose(topo, t)
+    assert {s.links for s in d.suspects} == {(a,), (b,)}
+    assert all(s.explained == s.pairs for s in d.suspects)
