@@ -86,7 +86,11 @@ class ImportedNode:
 def read_nccl_topology(path: str | Path, name: str, latency: float | None = None,
                        bandwidth: float | None = None) -> ImportedNode:
     """Read an NCCL topology file; see :func:`node_type_from_xml`."""
-    data = Path(path).read_bytes()
+    p = Path(path)
+    if p.exists() and not p.is_file():
+        # a folder, a device such as /dev/zero, a pipe: never read without end
+        raise TopologyError(f"cannot read '{path}': it is not a regular file")
+    data = p.read_bytes()
     return node_type_from_xml(data, str(path), name, latency=latency, bandwidth=bandwidth)
 
 
@@ -215,7 +219,7 @@ def _parse(data: bytes | str, file: str) -> _Element:
         parser.Parse(data, True)
     except xml.parsers.expat.ExpatError as err:
         message = xml.parsers.expat.ErrorString(err.code)
-        raise TopologyError(f"not an NCCL topology file: not well-formed XML ({message})",
+        raise TopologyError(f"not an NCCL topology file: XML error: {message}",
                             Span(file, err.lineno, err.offset + 1)) from None
     return roots[0]
 

@@ -135,7 +135,7 @@ def test_generated_pcie_node_takes_the_slowest_gpu_link_as_nccl_computes_it(spee
 # ---- files that are not what cclc can import ---------------------------------------------------
 
 BAD = {
-    "not_xml": ("node hgx = nvswitch(gpus = 8)\n", 1, 1, "not well-formed XML"),
+    "not_xml": ("node hgx = nvswitch(gpus = 8)\n", 1, 1, "not an NCCL topology file: XML error"),
     "msccl": ('<algo name="a" nchunksperloop="8" nchannels="1">\n  <gpu id="0"/>\n</algo>\n',
               1, 1, "the root element is <algo>"),
     "no_gpu": ('<system version="1">\n  <cpu numaid="0"/>\n</system>\n', 1, 1, "no <gpu>"),
@@ -185,7 +185,7 @@ def test_nic_far_from_the_models_gpu_is_refused():
 
 @pytest.fixture
 def run_cli(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "COMMANDS", ["check"])
+    monkeypatch.setattr(cli, "COMMANDS", ["check", "import"])
 
     def run(*argv):
         code = cli.main([str(a) for a in argv])
@@ -220,3 +220,30 @@ def test_language_errors(tmp_path, source, words):
         loads(source, str(tmp_path / "t.ccl"))
     assert words in render_error(info.value)
     assert info.value.span.file == str(tmp_path / "t.ccl")
+
+
+@pytest.mark.parametrize("xml, name", [(HGX_XML, "hgx"), (PCIE_XML, "box")])
+def test_import_prints_a_statement_that_gives_the_same_node(run_cli, xml, name):
+    code, out, err = run_cli("import", xml, "--name", name)
+    assert code == 0 and err == ""
+    assert load(EXAMPLES / "nccl" / "hgx_from_nccl.ccl")
+    from_text = loads(out, "printed.ccl").node_types[name]
+    assert from_text == read_nccl_topology(xml, name).node
+    assert "mlx5_0 (GPU 0" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["import", "missing.xml"], "cannot use 'missing.xml'"),
+    (["import", "/dev/null", "--name", "2x"], "is not a .ccl name"),
+    (["import", "."], "not a regular file"),
+])
+def test_import_errors(run_cli, argv, words):
+    code, out, err = run_cli(*argv)
+    assert code == 2 and out == "" and words in err and "Traceback" not in err
+
+
+def test_import_of_a_ccl_file_points_into_it(run_cli):
+    code, out, err = run_cli("import", EXAMPLES / "hgx_node.ccl")
+    assert code == 2
+    assert err.startswith(f"{EXAMPLES / 'hgx_node.ccl'}:1:")
+    assert "not an NCCL topology file: XML error" in err
