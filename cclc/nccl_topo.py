@@ -28,9 +28,9 @@ __all__ = ["DEFAULT_LATENCY", "NVLINK_BANDWIDTH", "ImportedNode", "node_type_fro
 
 #: NVLink bandwidth per link and direction (bytes/s) by the GPU's compute capability
 #: (``sm``): the hardware's rate (NVLink1 on P100 20 GB/s, NVLink2-4 on V100/A100/H100
-#: 25 GB/s, NVLink5 on B200 50 GB/s), as cclc's hand-written examples use. NCCL's own model
+#: 25 GB/s, NVLink5 on B200/B300 50 GB/s), as cclc's hand-written examples use. NCCL's own model
 #: derates them (src/graph/topo.h: 18, 20, 20, 20.6, 40.1 GB/s).
-NVLINK_BANDWIDTH = {60: 20e9, 70: 25e9, 80: 25e9, 90: 25e9, 100: 50e9}
+NVLINK_BANDWIDTH = {60: 20e9, 70: 25e9, 80: 25e9, 90: 25e9, 100: 50e9, 103: 50e9}
 
 #: NCCL's XML carries no latencies: GPU-to-GPU latency of the imported node, the values of
 #: cclc's examples (a `link` setting in the .ccl block overrides them)
@@ -153,7 +153,7 @@ def node_type_from_xml(data: bytes | str, file: str, name: str, latency: float |
         rates = []
         for g, n in zip(gpus, nvlinks):
             sm = _int(g, "sm", fail)
-            per_link = NVLINK_BANDWIDTH.get(sm // 10 * 10)
+            per_link = NVLINK_BANDWIDTH.get(sm)
             if per_link is None:
                 raise fail(f"no NVLink rate is known for sm=\"{sm}\" (known: "
                            f"{', '.join(map(str, NVLINK_BANDWIDTH))}); give the bandwidth with "
