@@ -17,7 +17,7 @@ from cclc.errors import CclError, render_error
 __all__ = ["main"]
 
 #: subcommands in the order ``--help`` lists them
-COMMANDS = ["check", "compile", "verify", "sim", "bounds", "viz", "tune", "diagnose"]
+COMMANDS = ["check", "compile", "verify", "sim", "bounds", "viz", "tune", "diagnose", "import"]
 
 EPILOG = """examples:
   cclc check examples/torus5x5_fault.ccl

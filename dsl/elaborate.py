@@ -13,7 +13,7 @@ import difflib
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ from cclc.collective import (
     make_collective,
 )
 from cclc.errors import CclError, CollectiveError, SemanticError, TopologyError
+from cclc.nccl_topo import read_nccl_topology
 from cclc.topology import (
     NodeType,
     Topology,
@@ -75,7 +76,7 @@ def elaborate(file: ast.File, base_dir: str | Path = ".") -> Program:
         scope.check_new(stmt.name)
         try:
             if isinstance(stmt, ast.NodeDef):
-                scope.define(stmt.name, "node type", _node_type(stmt))
+                scope.define(stmt.name, "node type", _node_type(stmt, Path(base_dir)))
             elif isinstance(stmt, ast.TopologyDef):
                 scope.define(stmt.name, "topology", _topology(stmt, scope))
             else:
@@ -272,10 +273,12 @@ def _no_link_dims(link: ast.Link | None) -> None:
 # ---- node types ----------------------------------------------------------------------------------
 
 
-def _node_type(stmt: ast.NodeDef) -> NodeType:
+def _node_type(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
     """``node NAME = nvswitch(gpus = 8) { link ...; nic ...; ports ... }``."""
     ctor = stmt.constructor
-    interconnect = _choice(("nvswitch", "pcie"), ctor.name, "node kind")
+    interconnect = _choice(("nvswitch", "pcie", "nccl_xml"), ctor.name, "node kind")
+    if interconnect == "nccl_xml":
+        return _nccl_xml_node(stmt, base_dir)
     args = ctor.arguments
     if len(args) != 1 or args[0].key is None or args[0].key.text != "gpus":
         raise SemanticError(f"{interconnect}(...) takes the number of GPUs, e.g. "
@@ -298,6 +301,39 @@ def _node_type(stmt: ast.NodeDef) -> NodeType:
         nics=_count(nic.count, "the number of NICs") if nic else 0,
         nic_bandwidth=_bandwidth(nic.bandwidth) if nic else 0.0,
         nic_ports=_count(ports.count, "ports") if ports else 1)
+
+
+def _nccl_xml_node(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
+    """``node NAME = nccl_xml("node.xml") { link ...; ports ... }``: NCCL's topology file.
+
+    The file gives GPUs, their NVLink or PCIe links, NICs and speeds; a `link` setting
+    overrides the GPU link (the file has no latency), `ports` splits each NIC.
+    """
+    ctor = stmt.constructor
+    args = ctor.arguments
+    if len(args) != 1 or args[0].key is not None or not isinstance(args[0].value, ast.String):
+        raise SemanticError('nccl_xml(...) takes the name of an NCCL topology file (written by '
+                            'NCCL_TOPO_DUMP_FILE), e.g. nccl_xml("node.xml")', ctor.span)
+    path = args[0].value
+    block = _block(stmt.settings, (ast.Link, ast.Ports), "a node type from an NCCL file",
+                   {ast.Nic: "the NICs and their speeds come from the NCCL file"})
+    link, ports = _one(block, ast.Link), _one(block, ast.Ports)
+    _no_link_dims(link)
+    try:
+        imported = read_nccl_topology(
+            base_dir / path.value, stmt.name.text,
+            latency=_latency(link.latency) if link else None,
+            bandwidth=_bandwidth(link.bandwidth) if link else None)
+    except OSError as err:
+        raise SemanticError(f"cannot read the NCCL topology file '{path.value}': "
+                            f"{err.strerror or err}", path.span) from None
+    node = imported.node
+    if ports is not None:
+        if node.nics == 0:
+            raise SemanticError(f"'ports' counts the switch ports of each NIC, but "
+                                f"'{path.value}' has no NIC", ports.keyword_span)
+        node = replace(node, nic_ports=_count(ports.count, "ports"))
+    return node
 
 
 # ---- topologies ----------------------------------------------------------------------------------

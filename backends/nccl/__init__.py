@@ -8,8 +8,11 @@
   count, datatype, comm, stream)`` and CUDA reduction kernels;
 * ``cclc_<name>_mpi.h`` / ``cclc_<name>_mpi.cc`` / ``cclc_<name>_mpi_main.cc``: the MPI entry
   point on host memory and a file-in/file-out test driver;
+* ``cclc_<name>_perf.h`` / ``cclc_<name>_perf.cu`` / ``cclc_<name>_mpi_perf.cc``: nccl-tests-
+  style drivers (sizes, time, algbw, busbw, #wrong; the runtime's own collective beside);
 * ``Makefile``: ``make`` builds ``libcclc_<name>.so`` with nvcc (warnings are errors) against
-  the NCCL of the ``nvidia-nccl-cu13`` wheel; ``make mpi`` builds the MPI driver.
+  the NCCL of the ``nvidia-nccl-cu13`` wheel; ``make mpi`` builds the MPI driver; ``make perf``
+  and ``make mpiperf`` the measurement drivers.
 
 With ``options.build`` the library is built (and with ``options.mpi`` the MPI driver too); the
 built files are added to the returned list.
@@ -26,13 +29,14 @@ from backends.common import (
     coerce_options,
     count_convention,
     is_padded,
+    padded_count,
     prepare,
     rank_tables,
     render_template,
     write_file,
 )
 from backends.nccl.build import BuildError, build, cuda_home, nccl_home
-from cclc.collective import REDUCING_KINDS
+from cclc.collective import REDUCING_KINDS, CollectiveKind, DType
 from cclc.ir import Schedule
 
 __all__ = ["emit", "render_sources"]
@@ -94,9 +98,50 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
         f"cclc_{ident}_mpi.cc": render_template(_PKG, "mpi.cc.j2", **common),
         f"cclc_{ident}_mpi_main.cc": render_template(
             _PKG, "mpi_main.cc.j2", **common, in_units=us.units[0], out_units=us.units[1]),
+        **_perf_sources(schedule, common, us, algorithm),
         "Makefile": render_template(_PKG, "Makefile.j2", **common, nccl_home=home,
                                     cuda_home=cuda_home(), cuda_arch=options.cuda_arch),
     }
+
+
+#: ncclDataType_t's numbers, which both builds take
+_NCCL_TYPE = {DType.INT8: 0, DType.UINT8: 1, DType.INT32: 2, DType.UINT32: 3, DType.INT64: 4,
+              DType.UINT64: 5, DType.FP16: 6, DType.FP32: 7, DType.FP64: 8, DType.BF16: 9}
+#: the runtimes' own collective that the perf drivers time beside cclc's
+_NATIVE = {CollectiveKind.ALLTOALL: ("AllToAll (grouped ncclSend/ncclRecv)", "Alltoallv"),
+           CollectiveKind.ALLGATHER: ("AllGather", "Allgather"),
+           CollectiveKind.REDUCESCATTER: ("ReduceScatter", "Reduce_scatter_block"),
+           CollectiveKind.ALLREDUCE: ("AllReduce", "Allreduce"),
+           CollectiveKind.BROADCAST: ("Broadcast", "Bcast"),
+           CollectiveKind.REDUCE: ("Reduce", "Reduce")}
+
+
+def _perf_sources(schedule: Schedule, common: dict, us, algorithm: str) -> dict[str, str]:
+    """The nccl-tests-style drivers (``make perf`` and ``make mpiperf``) and their header."""
+    coll = schedule.collective
+    ident = common["ident"]
+    reducing = coll.kind in REDUCING_KINDS
+    pair_units = [0]
+    padded = is_padded(schedule)
+    if padded:
+        # blocks in units of count / count_units: elements * count_units / compiled count
+        compiled = padded_count(schedule)
+        elems = coll.pair_sizes // coll.dtype.itemsize
+        pair_units = [int(x) * us.count_units // compiled for x in elems.ravel()]
+        assert all(int(x) * us.count_units % compiled == 0 for x in elems.ravel())
+    nccl_name, mpi_name = _NATIVE[coll.kind]
+    values = {**common, "perf_kind": coll.kind.name,
+              "root": coll.root if coll.kind in (CollectiveKind.BROADCAST,
+                                                 CollectiveKind.REDUCE) else -1,
+              "perf_op": coll.op.name if reducing else "kNoOp",
+              "perf_op_name": coll.op.value if reducing else "none",
+              "dtype_code": _NCCL_TYPE[coll.dtype], "in_units": us.units[0],
+              "out_units": us.units[1], "padded": "true" if padded else "false",
+              "pair_units": ", ".join(map(str, pair_units)), "algorithm": algorithm,
+              "nccl_collective": nccl_name, "mpi_collective": mpi_name}
+    return {f"cclc_{ident}_perf.h": render_template(_PKG, "perf.h.j2", **values),
+            f"cclc_{ident}_perf.cu": render_template(_PKG, "perf.cu.j2", **values),
+            f"cclc_{ident}_mpi_perf.cc": render_template(_PKG, "mpi_perf.cc.j2", **values)}
 
 
 def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None = None

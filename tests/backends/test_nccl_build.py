@@ -22,9 +22,10 @@ def test_golden_sources():
     src = render_sources(ring_reducescatter())
     assert set(src) == {"cclc_exec.h", "cclc_rs_ring_schedule.h", "cclc_rs_ring.h",
                         "cclc_rs_ring.cu", "cclc_rs_ring_mpi.h", "cclc_rs_ring_mpi.cc",
-                        "cclc_rs_ring_mpi_main.cc", "Makefile"}
+                        "cclc_rs_ring_mpi_main.cc", "Makefile", "cclc_rs_ring_perf.h",
+                        "cclc_rs_ring_perf.cu", "cclc_rs_ring_mpi_perf.cc"}
     for name in ("cclc_exec.h", "cclc_rs_ring_schedule.h", "cclc_rs_ring.h", "cclc_rs_ring.cu",
-                 "cclc_rs_ring_mpi.cc"):
+                 "cclc_rs_ring_mpi.cc", "cclc_rs_ring_perf.h"):
         check_golden(f"nccl/{name}", src[name])
     check_golden("nccl/cclc_a2a_schedule.h",
                  render_sources(pairwise_alltoall())["cclc_a2a_schedule.h"])

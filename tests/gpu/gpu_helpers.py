@@ -1,0 +1,159 @@
+"""Running generated NCCL code on one GPU with several processes.
+
+NCCL refuses two ranks of one communicator on one GPU of one host, but accepts them when each
+process claims its own host with ``NCCL_HOSTID``; the ranks then talk over NCCL's socket
+transport on the loopback interface. ``NCCL_COMM_ID`` gives every rank the same bootstrap
+address (rank 0 listens there), so no MPI is needed to share the unique id.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+
+import numpy as np
+from backend_helpers import NP_TYPES, _to_file_type, reference
+
+from backends.common import EmitOptions, entry_count, prepare
+from backends.nccl import emit
+from backends.nccl.build import cuda_home, nccl_home
+from cclc.collective import CollectiveKind, DType, ReduceOp
+from cclc.ir import Buf, Schedule
+
+HARNESS = pathlib.Path(__file__).with_name("harness.cu")
+
+
+def why_no_gpu() -> str | None:
+    """Why the GPU tier cannot run here, or ``None`` when it can."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return "no NVIDIA GPU (nvidia-smi is not installed)"
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60,
+                                check=False).stdout
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"nvidia-smi -L failed: {err}"
+    if "GPU " not in listed:
+        return "no NVIDIA GPU (nvidia-smi -L lists none)"
+    if shutil.which("nvcc") is None and not (pathlib.Path(cuda_home()) / "bin" / "nvcc").exists():
+        return "no nvcc (CUDA toolkit) to build the libraries"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(rank: int, port: int, **extra: str) -> dict[str, str]:
+    """The environment of rank ``rank`` of a communicator whose ranks share one GPU."""
+    env = dict(os.environ)
+    env.update(NCCL_HOSTID=f"cclc-gpu-tier-{rank}", NCCL_SOCKET_IFNAME="lo",
+               NCCL_IB_DISABLE="1", NCCL_COMM_ID=f"127.0.0.1:{port}", **extra)
+    return env
+
+
+def run_ranks(argvs: list[list[str]], envs: list[dict[str, str]], timeout: float = 300):
+    """Start one process per rank, wait for all; return their (status, stdout, stderr)."""
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for argv, env in zip(argvs, envs)]
+    results = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError("the ranks did not finish (a hang?)") from None
+        results.append((p.returncode, out, err))
+    return results
+
+
+def build_harness(folder: pathlib.Path) -> pathlib.Path:
+    """Compile harness.cu against the library built in ``folder``."""
+    ident = next(folder.glob("cclc_*_schedule.h")).name[len("cclc_"):-len("_schedule.h")]
+    home = nccl_home()
+    nvcc = shutil.which("nvcc") or str(pathlib.Path(cuda_home()) / "bin" / "nvcc")
+    exe = folder / "gpu_harness"
+    subprocess.run([nvcc, "-O2", "-std=c++17", "--Werror", "all-warnings", str(HARNESS),
+                    "-o", str(exe), f"-I{folder}", f"-I{home}/include",
+                    f'-DCCLC_HEADER="cclc_{ident}.h"', f"-DCCLC_FN=cclc_{ident}",
+                    f"-L{folder}", f"-lcclc_{ident}", f"-L{home}/lib", "-l:libnccl.so.2",
+                    f"-Xlinker=-rpath,{folder}:{home}/lib"], check=True, capture_output=True)
+    return exe
+
+
+def run_gpu(schedule: Schedule, workdir: pathlib.Path, dtype: DType | None = None,
+            inplace: bool = False, scale: int = 1, seed: int = 0) -> None:
+    """Build the library, run it with one process per rank on GPU 0 on random small-integer
+    inputs of ``scale`` times the compiled count, and compare every output with numpy."""
+    coll = schedule.collective
+    folder = emit(schedule, workdir, EmitOptions(build=True))[0].parent
+    exe = build_harness(folder)
+    us = prepare(schedule, split=True)
+    count = (us.count_units * us.unit if us.exact else entry_count(schedule)) * scale
+    in_elems = (us.units[Buf.INPUT] // us.count_units * count if us.split
+                else us.units[Buf.INPUT] * (count // us.count_units))
+    out_elems = (us.units[Buf.OUTPUT] // us.count_units * count if us.split
+                 else us.units[Buf.OUTPUT] * (count // us.count_units))
+    dtype = dtype or coll.dtype
+    np_type, code = NP_TYPES[dtype]
+    esize = 2 if dtype is DType.BF16 else np.dtype(np_type).itemsize
+    rng = np.random.default_rng(seed)
+    data = workdir / "data"
+    data.mkdir(exist_ok=True)
+    inputs = []
+    for r in range(coll.n):
+        lo, hi = (1, 3) if coll.op is ReduceOp.PROD else (-50, 50)
+        if np_type is np.uint8:
+            lo, hi = 0, 4
+        if dtype in (DType.FP16, DType.BF16):       # sums stay exact in 8 mantissa bits
+            lo, hi = (1, 3) if coll.op is ReduceOp.PROD else (-8, 8)
+        x = rng.integers(lo, hi, size=in_elems).astype(np_type)
+        _to_file_type(x, dtype).tofile(data / f"in.{r}.bin")
+        inputs.append(x)
+    in_bytes, out_bytes = in_elems * esize, out_elems * esize
+    port = free_port()
+    argvs, envs = [], []
+    for r in range(coll.n):
+        shared = in_at = out_at = 0
+        if inplace:     # NCCL's in-place layouts
+            shared = max(in_bytes, out_bytes)
+            in_at = r * in_bytes if coll.kind is CollectiveKind.ALLGATHER else 0
+            out_at = r * out_bytes if coll.kind is CollectiveKind.REDUCESCATTER else 0
+        argvs.append([str(exe), str(data), str(count), str(code), str(r), str(coll.n),
+                      str(in_bytes), str(out_bytes), str(shared), str(in_at), str(out_at)])
+        envs.append(rank_env(r, port))
+    for r, (status, out, err) in enumerate(run_ranks(argvs, envs)):
+        assert status == 0, f"rank {r} exited with {status}:\n{out}\n{err}"
+    want = reference(coll.kind, coll.op, inputs, coll.root)
+    for r in range(coll.n):
+        if want[r] is None:
+            continue
+        expect = _to_file_type(np.asarray(want[r], dtype=np_type), dtype)
+        got = np.fromfile(data / f"out.{r}.bin", dtype=expect.dtype)
+        assert got.shape == expect.shape, f"rank {r}: {got.shape} vs {expect.shape}"
+        bad = np.flatnonzero(got != expect)
+        assert not len(bad), (f"rank {r}: {len(bad)} wrong elements, first at {bad[0]}: "
+                              f"{got[bad[0]]} != {expect[bad[0]]}")
+
+
+def one_gpu_mpirun(n: int, argv: list[str], **env: str) -> list[str]:
+    """An mpirun command line whose ranks share one GPU (each sets its own NCCL_HOSTID)."""
+    mpirun = shutil.which("mpirun")
+    assert mpirun is not None, "mpirun is not installed"
+    exports = []
+    for key, value in {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1", **env}.items():
+        exports += ["-x", f"{key}={value}"]
+    wrapper = ('NCCL_HOSTID="cclc-gpu-tier-${OMPI_COMM_WORLD_RANK:-$PMI_RANK}" '
+               'exec "$0" "$@"')
+    return [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(n), *exports,
+            "sh", "-c", wrapper, *argv]
+
+
+__all__ = ["build_harness", "free_port", "one_gpu_mpirun", "rank_env",
+           "run_gpu", "run_ranks", "why_no_gpu"]

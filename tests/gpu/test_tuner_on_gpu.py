@@ -1,0 +1,43 @@
+"""The tuner plugin loaded into NCCL on a real GPU: NCCL's own log (NCCL_DEBUG_SUBSYS=TUNING)
+must show the plugin keeping its rows and NCCL running the algorithm and protocol each row
+forces, at a size where NCCL's default differs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from test_perf_on_gpu import _hgx, run_perf
+
+from backends import tuner as tuner_backend
+from cclc.collective import CollectiveKind
+
+ALGOS = ["Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"]
+PROTOS = ["LL", "LL128", "Simple"]
+ALLREDUCE = 4   # ncclFunc_t
+
+
+def _choices(log: str) -> set[tuple[str, str]]:
+    """(algorithm, protocol) of every collective NCCL logged, in both log formats."""
+    found = {(a, p) for a, p in re.findall(r"Best tuning, algorithm, (\w+), protocol, (\w+)", log)}
+    found |= {(ALGOS[int(a)], PROTOS[int(p)])
+              for a, p in re.findall(r"Bytes -> Algo (\d+) proto (\d+)", log)}
+    return found
+
+
+@pytest.mark.parametrize("size, algo, proto", [("4K", 1, 2), ("4M", 1, 0)],
+                         ids=["small-forced-simple", "large-forced-ll"])
+def test_nccl_runs_what_the_plugin_forces(tmp_path, size, algo, proto):
+    rows = [dict(func=ALLREDUCE, n_ranks=8, n_nodes=-1, min_bytes=0, max_bytes=1 << 40,
+                 algo=algo, proto=proto, channels=2, chunk=0)]
+    tuner_backend.emit(rows, tmp_path / "tuner")
+    plugin = tmp_path / "tuner" / tuner_backend.LIBRARY
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    run_perf(_hgx(CollectiveKind.ALLREDUCE), tmp_path / "lib", "-b", size, "-e", size, "-n",
+             "2", "-w", "1", env={"NCCL_TUNER_PLUGIN": str(plugin), "NCCL_DEBUG": "INFO",
+                                  "NCCL_DEBUG_SUBSYS": "TUNING",
+                                  "NCCL_DEBUG_FILE": f"{logs}/nccl.%h.%p.log"})
+    log = "\n".join(p.read_text(errors="replace") for p in logs.iterdir())
+    assert re.search(r"cclc tuner: 1 table rows for this communicator", log), log[-3000:]
+    assert _choices(log) == {(ALGOS[algo], PROTOS[proto])}, log[-3000:]
