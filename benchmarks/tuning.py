@@ -28,7 +28,7 @@ import time
 
 import dsl
 from cclc.errors import CclError
-from cclc.tune.ncclcost import nccl_default
+from cclc.tune.baseline import nccl_default
 from cclc.tune.profilers import Case, ModelProfiler
 from cclc.tune.search import search
 from cclc.tune.space import ALGO_NAMES, FUNC_NAMES, PROTO_NAMES, NcclVersion, space_for

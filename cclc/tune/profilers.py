@@ -4,7 +4,7 @@ A profiler maps a :class:`Case` (collective function, bytes, machine) and a batc
 :class:`~cclc.tune.space.Config` to bus bandwidths in GB/s (nccl-tests' busbw; ``None`` when
 the configuration cannot be measured). Three implementations:
 
-- :class:`ModelProfiler` predicts from the topology: NCCL's latency tables (ncclcost) for
+- :class:`ModelProfiler` predicts from the topology: NCCL's latency tables (cclc.nccl_model) for
   the fixed costs, and AutoCCL's resource model for the rest — per-channel bandwidth that
   grows with threads, channels adding up until the link (transport × protocol efficiency)
   saturates, a *congestion factor* that makes more channels slightly worse beyond that point,
@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from cclc.errors import SemanticError
-from cclc.tune import ncclcost
+from cclc import nccl_model as ncclcost
+from cclc.tune.baseline import machine_model
 from cclc.tune.space import (
     ALGO_NAMES,
     FUNC_NAMES,
@@ -42,6 +43,7 @@ from cclc.tune.space import (
     Func,
     Machine,
     Proto,
+    max_chunk,
 )
 
 __all__ = [
@@ -151,15 +153,17 @@ class ModelProfiler(Profiler):
         n, nodes = m.n_ranks, m.n_nodes
         if np.any(chunk == 0):
             # chunk 0 is NCCL's own choice, which depends on the channel count
-            own = {c: ncclcost.nccl_chunk(algo, proto, m, case.nbytes, int(c), func)
+            model = machine_model(m)
+            own = {c: ncclcost.nccl_chunk(model, algo, proto, case.nbytes, int(c), func,
+                                          max_chunk(algo, proto))
                    for c in np.unique(nc[chunk == 0])}
             chunk = np.where(chunk == 0, [own.get(c, 1) for c in nc], chunk)
-        intra = m.intra_bw * (SHM_BW_FACTOR if transport == "shm" else 1.0)
-        if nodes == 1:
-            cap = intra
-        else:
-            cap = min(intra if m.ppn > 1 else math.inf, m.inter_bw)
-        cap_gbs = cap / 1e9 * PROTO_EFFICIENCY[proto]
+        # the link capacity is the bus bandwidth of the graph NCCL's search builds on this
+        # machine (cclc.nccl_model): all its channels, over all NICs/rails
+        model = machine_model(m)
+        graph = ncclcost.graph_busbw(model, Algo.RING if algo in (Algo.PAT, Algo.TREE)
+                                     else algo)
+        cap_gbs = graph * (SHM_BW_FACTOR if transport == "shm" else 1.0) * PROTO_EFFICIENCY[proto]
         if proto is Proto.LL:
             cap_gbs = min(cap_gbs, ncclcost.LL_MAX_BW[m.arch][ncclcost.scale_index(nodes)])
         if algo in (Algo.NVLS, Algo.NVLS_TREE):
@@ -202,7 +206,7 @@ class ModelProfiler(Profiler):
         ceff = np.maximum(1.0, np.minimum(chunk, part))
         loops = np.ceil(part / ceff)
         ch_rate = np.maximum(bus / nc, 1e-12) * 1e3           # bytes per µs per channel
-        lat = ncclcost.nccl_latency(func, algo, proto, m, case.nbytes, m.nccl_channels)
+        lat = ncclcost.latency_us(model, func, algo, proto, case.nbytes)
         if transport == "shm" and m.ppn > 1:
             lat += SHM_LAT_US * (m.ppn - 1)
         return (lat + size / np.maximum(alg * 1e3, 1e-12) + syncs * loops * SYNC_US[proto]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import SemanticError
 from cclc.topology import Topology
-from cclc.tune.ncclcost import nccl_default
+from cclc.tune.baseline import nccl_default
 from cclc.tune.profilers import Case, Profiler
 from cclc.tune.search import Evaluator, MeasurementCache, search
 from cclc.tune.space import (
