@@ -74,9 +74,15 @@ class Case:
 
 
 class Profiler(ABC):
-    """Measures busbw (GB/s) of configurations; ``identity`` keys the result cache."""
+    """Measures busbw (GB/s) of configurations; ``identity`` keys the result cache.
+
+    ``measured`` says whether the numbers come from running NCCL (csv replay of
+    measurements, nccl-tests) or from a model: only measured numbers may lower NCCL's
+    channels or threads (:func:`cclc.tune.tuning.tune`).
+    """
 
     name: str = "profiler"
+    measured: bool = True
 
     @abstractmethod
     def identity(self) -> str:
@@ -127,7 +133,8 @@ class ModelProfiler(Profiler):
     """Predicted busbw from the machine model; deterministic and vectorized per subspace."""
 
     name = "model"
-    VERSION = 1
+    measured = False
+    VERSION = 2
 
     def identity(self) -> str:
         return f"model-v{self.VERSION}"
