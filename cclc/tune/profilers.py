@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cclc.errors import SemanticError
 from cclc import nccl_model as ncclcost
+from cclc.errors import SemanticError
 from cclc.tune.baseline import machine_model
 from cclc.tune.space import (
     ALGO_NAMES,

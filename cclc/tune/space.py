@@ -15,10 +15,9 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
-
-from typing import TYPE_CHECKING
 
 from cclc.collective import CollectiveKind
 from cclc.errors import SemanticError

@@ -256,6 +256,10 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
             raw.append((target, space, case, rng, result, default, default_bw))
     if not raw:
         raise SemanticError("no configuration could be measured for any target")
+    if not profiler.measured:
+        notes.append("a model, not a measurement: the table chooses NCCL's algorithm and "
+                     "protocol only and keeps NCCL's own channels, threads and chunk (AutoCCL's "
+                     "gains come from measuring: use --profiler csv:FILE or nccl-tests:CMD)")
     # process-wide parameters: one value for the whole process
     configs = {i: r[4].best for i, r in enumerate(raw)}
     settings: list[Setting] = []
@@ -356,6 +360,7 @@ def _settle(raw, configs, members, profiler, cache, change, values, default):
 
 def describe(entry: TableEntry) -> str:
     """One line for reports."""
-    gain = f"{entry.gain:.2f}x" if entry.gain else "n/a"
+    g = entry.gain
+    gain = "n/a" if not g else f"{g:.2f}x" if g >= 1 else f"{1 / g:.2f}x slower"
     return (f"{entry.target} {FUNC_NAMES[entry.func]} {entry.nbytes} B: {entry.config.label()} "
             f"busbw {entry.busbw:.2f} GB/s (NCCL default {entry.default_busbw or 0:.2f}, {gain})")
