@@ -215,6 +215,13 @@ def test_cclc_tune_on_examples(harness, tmp_path, capsys, example, extra):
                  chunk=e["chunk"] if chunk_ok and e["source"] == "measured" else 0)
             for e in doc["entries"]]
     assert rows
+    # --profiler model (the default): every entry is a model's, and no plugin row carries
+    # channels or a chunk -- NCCL keeps its own (issue 11: the hgx16 table wrote 1-2 channels)
+    assert {e["source"] for e in doc["entries"]} == {"model"}
+    import re
+    c_rows = re.findall(r"^  \{ (\d+), .*, (\d+), (\d+)ULL, (\d) \},$",
+                        (out / "plugin.c").read_text(), re.M)
+    assert len(c_rows) >= 1 and all((ch, ck, m) == ("0", "0", "0") for _, ch, ck, m in c_rows)
     done = run_harness(harness, out / tuner_backend.LIBRARY,
                        str(write_rows(tmp_path / "rows.txt", rows)))
     assert done.returncode == 0, done.stdout + done.stderr
