@@ -179,3 +179,27 @@ def test_search_never_exceeds_the_links(nodes, gpus, nics, nic_gbps, arch):
         c = nccl_choice(m, func, 1 << 24)
         assert c.time_us == min(t for *_, t in table)
         assert math.isfinite(c.busbw)
+
+
+@pytest.mark.parametrize("example", ["hgx_node.ccl", "hgx16_leafspine.ccl",
+                                     "fabric6_single_gpu.ccl"])
+def test_compile_and_tune_baselines_are_one_function(example):
+    """What compile reports as NCCL's choice is what cclc tune puts beside its entries."""
+    from pathlib import Path
+
+    import dsl
+    from cclc.tune.baseline import nccl_default
+    from cclc.tune.space import NcclVersion, func_of, machine_of, space_for
+
+    program = dsl.load(Path(__file__).resolve().parents[2] / "examples" / example)
+    checked = 0
+    for coll in program.collectives:
+        est = nccl_estimate(coll)
+        if est is None:
+            continue
+        machine = machine_of(coll.topology, coll.group)
+        d = nccl_default(space_for(func_of(coll.kind), machine, NcclVersion(2, 30)), coll.size)
+        assert (d.algo, d.proto, d.channels, d.threads) == \
+            (est.algo, est.proto, est.channels, est.threads), coll.name
+        checked += 1
+    assert checked
