@@ -16,7 +16,8 @@ at communicator init and at every call:
    their bandwidth) when ``bwIntra >= 25``, except on sm80+ with ``bwIntra < 50`` and more
    than 4 channels. The communicator runs twice the graph's channels (``ncclTopoPostset``).
 2. **Tuning model** (``src/graph/tuning.cc`` ``ncclTopoTuneModel`` and
-   ``ncclTopoGetAlgoTime``; NVLS in ``tuning/nvls.cc``): per algorithm and protocol a bus
+   ``ncclTopoGetAlgoTime``, NCCL 2.28-2.29 constants and NVLS formulas): per algorithm and
+   protocol a bus
    bandwidth ``nChannels x bw`` with NCCL's protocol caps, the tree correction factors and
    NVLS efficiency, converted to algorithm bandwidth, plus a latency from NCCL's default
    constants; time = latency + bytes / algbw. NCCL runs the argmin. Channels and threads
@@ -29,7 +30,8 @@ NCCL rates at 12 / 24 / 48 GB/s (Gen3 on Volta, Gen4 on Ampere, Gen5 on Hopper a
 PCIe links and NICs are taken as declared (the examples declare PCIe as NCCL rates it).
 
 Known simplifications (docs/nccl-model.md lists where the model is weak): the tree graph is the
-ring graph; NVLS graphs are the ring search without duplication; CollNet/SHARP is never on,
+ring graph; the NVLS graph follows NCCL 2.27 search.cc's NVLS rules in closed form (heads,
+NVLink load, NIC path) rather than a path search; CollNet/SHARP is never on,
 because a cclc topology cannot declare in-network reduction; link faults inside the fabric are
 invisible to NCCL's search and so to this model; a torus is seen as one NVLink domain whose
 rings use one link per hop.
@@ -82,7 +84,7 @@ __all__ = [
 
 ARCHS = ("volta", "ampere", "hopper", "blackwell")
 
-# -- ncclTunerConstantsDefaults (µs, GB/s) -----------------------------------------------------
+# -- ncclTunerConstantsDefaults (µs, GB/s), NCCL 2.29 src/graph/tuning.cc ---------------------
 # baseLat [algo][LL, LL128, Simple]
 BASE_LAT = {Algo.TREE: (6.8, 14.0, 8.4), Algo.RING: (6.6, 14.0, 8.4),
             Algo.COLLNET_DIRECT: (0.0, 0.0, 0.0), Algo.COLLNET_CHAIN: (0.0, 0.0, 0.0),
@@ -112,7 +114,7 @@ PER_CH_TREE_LL128 = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0),
 PER_CH_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
                "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0)}
 PER_CH_NVLS_TREE = {"volta": (0.0, 0.0, 0.0), "ampere": (0.0, 0.0, 0.0),
-                    "hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 80.0)}
+                    "hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 43.8)}
 NVLS_EFFICIENCY = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
 NET_OVERHEAD_US = 1.0      # Intel hosts (2.0 on AMD); x3 for Simple
 # tuning.cc: tree AllReduce bandwidth x this, by log2(nBytes / 64), 64 B .. 256 MiB
@@ -367,12 +369,73 @@ def _search(s: NcclSystem, limit: int, duplicate: bool) -> Graph:
     return Graph(n, bw, bw)
 
 
+def _nvls_fits(s: NcclSystem, n: int, bw_intra: float, bw_inter: float) -> bool:
+    """Whether ``n`` NVLS channels of ``bw_intra``/``bw_inter`` fit the links.
+
+    NCCL 2.27 search.cc ``ncclTopoSearchTryNvls``: each channel loads every GPU's NVLink to
+    the NVSwitch with ``bwIntra`` in each direction, its head GPU with twice that, and the
+    heads are distinct GPUs, so a GPU carries at most ``(n + 1) x bwIntra``. Across nodes each
+    channel's head pulls from its own NIC (``ncclTopoSearchRecNet``) over the GPU's PCIe
+    path, both at ``bwInter``.
+    """
+    if n < 1 or (n + 1) * bw_intra > s.gpu_bw + 1e-9:
+        return False
+    return s.n_nodes == 1 or bw_inter <= min(s.gpu_nic_bw, s.nic_bw) + 1e-9
+
+
+def _nvls_search(s: NcclSystem) -> Graph | None:
+    """The NVLS graph (NCCL 2.27 search.cc ``ncclTopoCompute``, pattern NVLS).
+
+    Channels are heads: one per GPU on a single node (min = max = the GPU count, "pull
+    evenly from all GPUs"), one per NIC with a distinct local GPU across nodes
+    (``NCCL_MAX_NVLS_ARITY`` = 32 at most). Pass 1 tries the speed list (the intra list on one
+    node, the inter list across nodes) with ``bwIntra = bwInter`` from the first speed with
+    ``speed x minChannels <= totalBw x ngpus/(ngpus-1)``, keeps a graph with more channels or
+    more ``nChannels x bwInter``, and goes on while the next speed is above 0.49 of the best.
+    NVLS graphs are not duplicated. Pass 2 raises ``bwInter`` alone while it is below
+    ``2 x bwIntra`` and the NIC path holds it.
+    """
+    ngpus = s.ppn
+    heads = min(32, ngpus) if s.n_nodes == 1 else min(32, ngpus, s.nics)
+    if heads < 1:
+        return None
+    inter = s.n_nodes > 1
+    speeds = _speeds(s.arch, inter)
+    max_bw = s.gpu_nic_bw if inter else s.gpu_bw
+    min_channels = heads if not inter else 1
+    total = s.gpu_bw * ngpus / (ngpus - 1)
+    i = 0
+    while i < len(speeds) - 1 and (speeds[i] > max_bw + 1e-9
+                                   or speeds[i] * min_channels > total + 1e-9):
+        i += 1
+    best: tuple[int, float] | None = None
+    while True:
+        speed = speeds[i]
+        fits = [n for n in range(min_channels, heads + 1) if _nvls_fits(s, n, speed, speed)]
+        if fits:
+            n = max(fits)
+            if best is None or n > best[0] or n * speed > best[0] * best[1] + 1e-9:
+                best = (n, speed)
+        if best is not None and best[0] * best[1] >= s.gpu_bw - 1e-9:
+            break
+        if i + 1 >= len(speeds) or (best is not None and speeds[i + 1] / best[1] <= 0.49):
+            break
+        i += 1
+    if best is None:
+        return None
+    n, bw_intra = best
+    bw_inter = bw_intra
+    j = speeds.index(bw_intra)
+    while j > 0 and bw_inter < 2 * bw_intra and _nvls_fits(s, n, bw_intra, speeds[j - 1]):
+        j -= 1
+        bw_inter = speeds[j]
+    return Graph(n, bw_intra, bw_inter)
+
+
 def nccl_init(system: NcclSystem) -> NcclModel:
     """NCCL's graphs and channel counts for ``system`` (its communicator init)."""
     ring = _search(system, _GRAPH_MAX_CHANNELS, duplicate=True)
-    nvls = None
-    if system.nvls:
-        nvls = _search(system, MAX_CHANNELS, duplicate=False)
+    nvls = _nvls_search(system) if system.nvls else None
     channels = min(MAX_CHANNELS, 2 * ring.n_channels)
     nvls_channels = _NVLS_CHANNELS.get(system.arch, 0) if nvls is not None else 0
     return NcclModel(system, ring, ring, nvls, channels, nvls_channels)
@@ -435,18 +498,15 @@ def _bus_bw(func: Func, algo: Algo, proto: Proto, m: NcclModel) -> float:
 
 
 def _alg_bw(func: Func, algo: Algo, proto: Proto, m: NcclModel) -> float:
-    """busBw converted the way tuning.cc does (Ring x n/nsteps, NVLS 5/6, NVLSTree
-    0.7 nNodes / 2(nNodes-1), others 0.5; nothing for non-ring AllGather/ReduceScatter)."""
+    """busBw converted the way NCCL 2.28 tuning.cc does (Ring, NVLS and NVLSTree x n/nsteps,
+    others 0.5; nothing for non-ring AllGather/ReduceScatter)."""
     s = m.system
     bus = _bus_bw(func, algo, proto, m)
     if algo is not Algo.RING and func in (Func.ALLGATHER, Func.REDUCESCATTER):
         return bus
-    if algo is Algo.RING:
+    if algo in (Algo.RING, Algo.NVLS, Algo.NVLS_TREE):
+        # NCCL 2.28 tuning.cc converts NVLS and NVLSTree like Ring (2.19-2.27: x 5/6)
         return bus * s.n_ranks / nsteps(func, s.n_ranks)
-    if algo is Algo.NVLS:
-        return bus * 5.0 / 6.0
-    if algo is Algo.NVLS_TREE:
-        return bus * 0.70 * s.n_nodes / (2 * (s.n_nodes - 1))
     return bus * 0.5
 
 

@@ -42,7 +42,10 @@ def test_h100_node_search():
     assert m.system.gpu_bw == pytest.approx(370.8)
     assert m.ring == Graph(12, 30.0, 30.0)
     assert m.channels == 24
-    assert m.nvls == Graph(6, 60.0, 60.0)      # NVLS graphs are never duplicated
+    # NVLS (search.cc, NVLS pattern): 8 heads, one per GPU; a GPU carries (8 + 1) x bwIntra
+    # (its head channel twice): 50 x 9 > 370.8, 40 x 9 <= 370.8; pass 2 then raises bwInter
+    # alone while it is below 2 x bwIntra, to the top of the Hopper intra list (60)
+    assert m.nvls == Graph(8, 40.0, 60.0)
 
 
 def test_h800_node_search_matches_nccl_log():
@@ -95,10 +98,12 @@ def test_one_node_allgather_is_ring_simple_by_hand():
 def test_one_node_allreduce_large_is_nvls_by_hand():
     m = nccl_init(system_of(single_node("box", HGX)))
     c = nccl_choice(m, Func.ALLREDUCE, GiB)
-    # NVLS: 6 channels x min(60 x 0.85 x 5/6 x 2, 60) = 360 GB/s bus, x 5/6 to algbw;
-    # latency = NVLink NVLS 25 us
+    # NVLS (NCCL 2.28 tuning.cc): 8 channels x min(40 x 0.85 x 7/8 x 2, 60) = 476 GB/s bus,
+    # x 8/14 to algbw like Ring; latency = NVLink NVLS 25 us
+    bus = 8 * min(40 * 0.85 * 7 / 8 * 2, 60.0)
+    assert bus == pytest.approx(476.0)
     assert c.name == "nvls/simple"
-    assert c.time_us == pytest.approx(25.0 + GiB / (1000 * 360 * 5 / 6), rel=1e-12)
+    assert c.time_us == pytest.approx(25.0 + GiB / (1000 * bus * 8 / 14), rel=1e-6)
     assert c.channels == 16
 
 
@@ -109,8 +114,16 @@ def test_sixteen_nodes_ring_latency_by_hand():
     # 254 steps, 30 between nodes; intra max(3.4, 3 x 1 us net overhead); the multi-node
     # Ring/Simple allreduce latency x 1.4 (nBytes / (24 x 128) >= 64)
     lat = (8.4 + (254 - 30) * 3.4 + 30 * 14.0) * 1.4
-    assert est.name == "ring/simple"
-    assert est.time_us == pytest.approx(lat + GiB / (1000 * 384.0 * n / 254), rel=1e-12)
+    ring = nccl_time(est.model, Func.ALLREDUCE, Algo.RING, Proto.SIMPLE, GiB)
+    assert ring == pytest.approx(lat + GiB / (1000 * 384.0 * n / 254), rel=1e-12)
+    # NVLSTree is faster and NCCL runs it: the NVLS graph has 8 heads (one per NIC) of
+    # bwIntra 40 (9 x 40 <= 370.8 on the head GPU) and bwInter 48 (the PCIe Gen5 path);
+    # per channel min(40 x 0.85 x 7/8 x 2, 48, Hopper 4+-node cap 45.5) = 45.5, x 8
+    # channels, x 128/254 to algbw; latency 25 + 2 x log2(16) x 20.9 us
+    nvls_tree = 25.0 + 2 * 4 * 20.9 + GiB / (1000 * 8 * 45.5 * n / 254)
+    assert est.name == "nvls_tree/simple"
+    assert est.time_us == pytest.approx(nvls_tree, rel=1e-6)
+    assert est.time_us < ring
 
 
 def test_small_allreduce_tree_correction_and_ll():
