@@ -50,3 +50,28 @@ def test_bad_data_is_a_clear_error(tmp_path):
         load_points(bad)
     with pytest.raises(SemanticError, match="cannot read"):
         load_points(tmp_path / "missing.csv")
+
+
+def test_hgx16_example_allreduce_matches_its_class_of_cluster():
+    """The flagship example (16 HGX H100 nodes, 8 x 400 Gb/s NICs each): the predicted NCCL
+    busbw of its 1 GiB allreduce is within +-25% of every published allreduce figure for
+    multi-node H100 clusters of that build (>= 4 nodes, 8 NDR NICs per node), whatever their
+    size: the measured 1 GiB point of a 4-node cluster and the 8 GiB-class figures."""
+    from pathlib import Path
+
+    import dsl
+    from cclc.collective import CollectiveKind
+    from cclc.nccl_model import nccl_estimate
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "hgx16_leafspine.ccl"
+    program = dsl.load(example)
+    coll = next(c for c in program.collectives
+                if c.kind is CollectiveKind.ALLREDUCE and c.size == 1 << 30 and c.n == 128)
+    est = nccl_estimate(coll)
+    peers = [p for p in POINTS
+             if p.arch == "hopper" and p.nodes >= 4 and p.gpus == 8 and p.nics == 8
+             and p.nic_gbps == 400 and p.func is Func.ALLREDUCE and p.metric == "busbw"]
+    assert any(p.size == 1 << 30 for p in peers) and any(p.nodes == 16 for p in peers)
+    off = [f"{p.id}: published {p.value:g} at {p.size} B, predicted {est.busbw:.1f}"
+           for p in peers if abs(est.busbw / p.value - 1) > TOLERANCE]
+    assert not off, "\n".join(off)
