@@ -185,6 +185,19 @@ def test_search_never_exceeds_the_links(nodes, gpus, nics, nic_gbps, arch):
     assert g.n_channels * g.bw_intra * share <= s.gpu_bw + 1e-6 or g.n_channels == 1
     if nodes > 1:
         assert g.total <= s.nics * s.gpu_nic_bw + 1e-6 or g.n_channels == 1
+    # the NVLS graph: one channel per head (a GPU; across nodes a GPU with its own NIC), the
+    # head GPU carries twice its channel, bwInter only raised while below twice bwIntra and, across
+    # nodes, within the GPU's path to its NIC
+    if m.nvls is not None:
+        v = m.nvls
+        assert 1 <= v.n_channels <= min(s.ppn, s.nics if nodes > 1 else s.ppn)
+        assert (v.n_channels + 1) * v.bw_intra <= s.gpu_bw + 1e-6
+        # raised one list step at a time while below 2 x bwIntra (adjacent speeds < 2x apart)
+        assert v.bw_intra <= v.bw_inter < 4 * v.bw_intra
+        if nodes > 1:
+            assert v.bw_inter <= min(s.gpu_nic_bw, s.nic_bw) + 1e-6
+    else:
+        assert not s.nvls
     # every enabled entry is a positive time, and NCCL's choice is the argmin
     for func in (Func.ALLREDUCE, Func.ALLGATHER, Func.REDUCESCATTER):
         table = [(a, p, t) for a, p, t in cost_table(m, func, 1 << 24) if t is not None]
