@@ -7,8 +7,9 @@ on :class:`cclc.tune.profilers.ModelProfiler` and prints per case:
 
 - the best bus bandwidth each found and CD's fraction of the exhaustive optimum,
 - the evaluations each used and CD's share of the exhaustive count,
-- NCCL's default choice (its cost-model argmin and size heuristic, cclc.tune.ncclcost), its
-  predicted busbw and the predicted gain of the tuned configuration over it.
+- NCCL's default choice (its cost-model argmin and size heuristic: cclc.nccl_model, placed in
+  the space by cclc.tune.baseline), its predicted busbw and the predicted gain of the tuned
+  configuration over it.
 
 The target (issue 7): CD reaches >= 98% of the exhaustive optimum with <= 10% of its
 evaluations. Gains are predictions of the model, not measurements.
@@ -28,7 +29,7 @@ import time
 
 import dsl
 from cclc.errors import CclError
-from cclc.tune.ncclcost import nccl_default
+from cclc.tune.baseline import nccl_default
 from cclc.tune.profilers import Case, ModelProfiler
 from cclc.tune.search import search
 from cclc.tune.space import ALGO_NAMES, FUNC_NAMES, PROTO_NAMES, NcclVersion, space_for

@@ -133,4 +133,17 @@ def prepare(s: Schedule, lockstep, event, bound) -> dict:
                   live=live.tolist(), src=topo.link_src.tolist(), dst=topo.link_dst.tolist(),
                   bw=_r(topo.link_bandwidth / 1e9, 3), failed=topo.link_failed.tolist(),
                   group=list(coll.group)),
+        nccl=_nccl(coll, lockstep.time),
         loads=loads, timeline=_timeline(s, event, op_of, links), buffers=_buffer_view(s))
+
+
+def _nccl(coll, time: float) -> dict | None:
+    """NCCL's predicted choice and time on the same machine (cclc's model of NCCL), and how
+    the schedule compares; ``None`` where NCCL's tables have nothing to say."""
+    from cclc.nccl_model import nccl_estimate, speedup_text
+
+    est = nccl_estimate(coll)
+    if est is None or time <= 0:
+        return None
+    return dict(name=est.name, time_us=est.time_us, busbw=est.busbw,
+                vs=speedup_text(est.time_us * 1e-6, time))

@@ -3,7 +3,7 @@
 :func:`emit` renders ``plugin.c`` and a ``Makefile`` from the templates beside this file and,
 with ``build``, compiles ``libnccl-tuner-cclc.so`` with ``gcc -Wall -Wextra -Werror -fPIC
 -shared``. The rows come from :func:`cclc.tune.outputs.plugin_rows`: plain dicts with
-``func, n_ranks, n_nodes, min_bytes, max_bytes, algo, proto, channels, chunk``.
+``func, n_ranks, n_nodes, min_bytes, max_bytes, algo, proto, channels, chunk, measured``.
 The plugin exports ``ncclTunerPlugin_v6`` … ``_v2`` and ``ncclProfiler_v6``/``_v5``.
 """
 
@@ -37,7 +37,7 @@ LDFLAGS = "-lpthread"
 TUNER_SYMBOLS = tuple(f"ncclTunerPlugin_v{v}" for v in (6, 5, 4, 3, 2))
 PROFILER_SYMBOLS = ("ncclProfiler_v6", "ncclProfiler_v5")
 _ROW_KEYS = ("func", "n_ranks", "n_nodes", "min_bytes", "max_bytes", "algo", "proto",
-             "channels", "chunk")
+             "channels", "chunk", "measured")
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent),
                           undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
@@ -58,6 +58,11 @@ def _check_rows(rows: Sequence[Mapping[str, int]]) -> list[dict]:
                            "is empty")
         if not 0 <= row["channels"] <= 64 or row["chunk"] < 0:
             raise CclError(f"tuner row {i}: channels must be 0..64 and chunk >= 0")
+        if row["measured"] not in (0, 1):
+            raise CclError(f"tuner row {i}: measured must be 0 (model) or 1 (measured)")
+        if not row["measured"] and (row["channels"] or row["chunk"]):
+            raise CclError(f"tuner row {i} comes from a model: it may choose the algorithm "
+                           "and protocol only, not channels or chunk")
         out.append(row)
     return out
 

@@ -23,7 +23,8 @@ a .ccl file (AutoCCL's subspace-then-coordinate-descent search), and write:
 
 Measurements come from --profiler: the topology model (default), a CSV of measured results,
 or real nccl-tests runs. Measurements are cached in DIR/tune-cache.json, so a rerun does not
-measure again.
+measure again. A table from the model chooses NCCL's algorithm and protocol only and keeps
+NCCL's own channels, threads and chunk: only measurements may change those.
 
 examples:
   cclc tune examples/hgx_node.ccl -o out/
@@ -59,7 +60,8 @@ def add_parser(sub) -> None:
                    help="GPU generation for NCCL's tables (default: hopper)")
     p.add_argument("--nccl-channels", type=int, metavar="N",
                    help="channels NCCL sets up at init on this machine (NCCL_DEBUG=INFO shows "
-                        "'N coll channels'; default: 16 on NVSwitch, 4 on PCIe)")
+                        "'N coll channels'; default: what cclc's model of NCCL's "
+                        "topology search gives)")
     p.add_argument("--build", action=argparse.BooleanOptionalAction, default=True,
                    help="compile libnccl-tuner-cclc.so (default: --build)")
     p.add_argument("--force", action="store_true",

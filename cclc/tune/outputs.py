@@ -10,7 +10,7 @@ import csv
 import io
 import json
 
-from cclc.tune.space import ALGO_NAMES, FUNC_NAMES, PROTO_NAMES
+from cclc.tune.space import ALGO_NAMES, FUNC_NAMES, MAX_CHANNELS, PROTO_NAMES
 from cclc.tune.tuning import TableEntry, TuneResult
 
 __all__ = [
@@ -25,7 +25,7 @@ __all__ = [
 TABLE_COLUMNS = ("target", "collective", "nranks", "nnodes", "nbytes", "min_bytes", "max_bytes",
                  "algorithm", "protocol", "transport", "channels", "threads", "chunk",
                  "busbw_gbps", "nccl_algorithm", "nccl_protocol", "nccl_channels",
-                 "nccl_busbw_gbps", "gain", "evaluations", "measured", "space_size")
+                 "nccl_busbw_gbps", "gain", "evaluations", "measured", "space_size", "source")
 
 
 def _row(e: TableEntry) -> dict:
@@ -39,7 +39,8 @@ def _row(e: TableEntry) -> dict:
             "nccl_channels": d.channels,
             "nccl_busbw_gbps": None if e.default_busbw is None else round(e.default_busbw, 4),
             "gain": None if e.gain is None else round(e.gain, 4),
-            "evaluations": e.evaluations, "measured": e.measured, "space_size": e.space_size}
+            "evaluations": e.evaluations, "measured": e.measured, "space_size": e.space_size,
+            "source": e.source}
 
 
 def table_csv(result: TuneResult) -> str:
@@ -79,18 +80,24 @@ def nccl_conf(result: TuneResult) -> str:
 def plugin_rows(result: TuneResult) -> list[dict]:
     """Table rows for the C plugin: adjacent size ranges with the same choice merged.
 
-    Keys: func, n_ranks, n_nodes, min_bytes, max_bytes, algo, proto, channels, chunk (ints).
+    Keys: func, n_ranks, n_nodes, min_bytes, max_bytes, algo, proto, channels, chunk,
+    measured (ints). A row from a model (``measured`` 0) carries no channels and no chunk:
+    it may only pick the algorithm and protocol, and the plugin refuses to apply resources
+    from it.
     """
     rows: list[dict] = []
     ordered = sorted(result.entries, key=lambda e: (e.n_ranks, e.n_nodes, int(e.func),
                                                     e.min_bytes))
     for e in ordered:
+        measured = e.source == "measured"
         row = {"func": int(e.func), "n_ranks": e.n_ranks, "n_nodes": e.n_nodes,
                "min_bytes": e.min_bytes, "max_bytes": e.max_bytes, "algo": int(e.config.algo),
-               "proto": int(e.config.proto), "channels": e.config.channels,
-               "chunk": e.config.chunk if result.version.chunk_tunable else 0}
+               "proto": int(e.config.proto),
+               "channels": e.config.channels if measured else 0,
+               "chunk": e.config.chunk if result.version.chunk_tunable and measured else 0,
+               "measured": int(measured)}
         last = rows[-1] if rows else None
-        same = ("func", "n_ranks", "n_nodes", "algo", "proto", "channels", "chunk")
+        same = ("func", "n_ranks", "n_nodes", "algo", "proto", "channels", "chunk", "measured")
         if (last is not None and all(last[k] == row[k] for k in same)
                 and last["max_bytes"] + 1 >= row["min_bytes"]):
             last["max_bytes"] = max(last["max_bytes"], row["max_bytes"])
@@ -107,9 +114,13 @@ def example_tuner_csv(result: TuneResult) -> str:
     """The table in the format of NVIDIA's example tuner (NCCL_TUNER_CONFIG_FILE):
     ``collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks``."""
     lines = ["# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks",
-             "# from `cclc tune`; first matching line wins"]
+             "# from `cclc tune`; first matching line wins",
+             "# rows from a model say 64 channels: NCCL clamps that to the communicator's own",
+             "# count, never below it (the example tuner of NCCL 2.22-2.28 would force 1 channel",
+             "# on a row saying -1)"]
     for r in plugin_rows(result):
+        channels = r["channels"] if r["measured"] else MAX_CHANNELS
         lines.append(f"{FUNC_NAMES[r['func']].lower()},{r['min_bytes']},{r['max_bytes']},"
                      f"{_EXAMPLE_ALGO[r['algo']]},{_EXAMPLE_PROTO[r['proto']]},"
-                     f"{r['channels']},{r['n_nodes']},{r['n_ranks']}")
+                     f"{channels},{r['n_nodes']},{r['n_ranks']}")
     return "\n".join(lines) + "\n"

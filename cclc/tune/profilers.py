@@ -4,7 +4,7 @@ A profiler maps a :class:`Case` (collective function, bytes, machine) and a batc
 :class:`~cclc.tune.space.Config` to bus bandwidths in GB/s (nccl-tests' busbw; ``None`` when
 the configuration cannot be measured). Three implementations:
 
-- :class:`ModelProfiler` predicts from the topology: NCCL's latency tables (ncclcost) for
+- :class:`ModelProfiler` predicts from the topology: NCCL's latency tables (cclc.nccl_model) for
   the fixed costs, and AutoCCL's resource model for the rest — per-channel bandwidth that
   grows with threads, channels adding up until the link (transport × protocol efficiency)
   saturates, a *congestion factor* that makes more channels slightly worse beyond that point,
@@ -30,8 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cclc import nccl_model
 from cclc.errors import SemanticError
-from cclc.tune import ncclcost
+from cclc.tune.baseline import machine_model
 from cclc.tune.space import (
     ALGO_NAMES,
     FUNC_NAMES,
@@ -42,6 +43,7 @@ from cclc.tune.space import (
     Func,
     Machine,
     Proto,
+    max_chunk,
 )
 
 __all__ = [
@@ -72,9 +74,15 @@ class Case:
 
 
 class Profiler(ABC):
-    """Measures busbw (GB/s) of configurations; ``identity`` keys the result cache."""
+    """Measures busbw (GB/s) of configurations; ``identity`` keys the result cache.
+
+    ``measured`` says whether the numbers come from running NCCL (csv replay of
+    measurements, nccl-tests) or from a model: only measured numbers may lower NCCL's
+    channels or threads (:func:`cclc.tune.tuning.tune`).
+    """
 
     name: str = "profiler"
+    measured: bool = True
 
     @abstractmethod
     def identity(self) -> str:
@@ -102,16 +110,16 @@ SHM_LAT_US = 1.5
 
 def _per_channel(algo: Algo, proto: Proto, m: Machine) -> float:
     """Peak data rate of one channel (one CTA) in GB/s, from NCCL's per-channel tables."""
-    arch, scale = m.arch, ncclcost.scale_index(m.n_nodes)
+    arch, scale = m.arch, nccl_model.scale_index(m.n_nodes)
     if algo is Algo.TREE:
         if proto is Proto.SIMPLE:
-            return ncclcost.PER_CH_TREE[arch][scale]
+            return nccl_model.PER_CH_TREE[arch][scale]
         if proto is Proto.LL128:
-            return ncclcost.PER_CH_TREE_LL128[arch][scale]
-        return ncclcost.PER_CH_TREE[arch][scale] / 3.8
+            return nccl_model.PER_CH_TREE_LL128[arch][scale]
+        return nccl_model.PER_CH_TREE[arch][scale] / 3.8
     if algo in (Algo.NVLS, Algo.NVLS_TREE):
-        return max(ncclcost.PER_CH_NVLS_TREE[arch][1:])
-    ring_ll128 = ncclcost.PER_CH_RING_LL128[arch]
+        return max(nccl_model.PER_CH_NVLS_TREE[arch][1:])
+    ring_ll128 = nccl_model.PER_CH_RING_LL128[arch]
     if proto is Proto.LL128:
         return ring_ll128
     if proto is Proto.LL:
@@ -125,7 +133,8 @@ class ModelProfiler(Profiler):
     """Predicted busbw from the machine model; deterministic and vectorized per subspace."""
 
     name = "model"
-    VERSION = 1
+    measured = False
+    VERSION = 2
 
     def identity(self) -> str:
         return f"model-v{self.VERSION}"
@@ -151,19 +160,21 @@ class ModelProfiler(Profiler):
         n, nodes = m.n_ranks, m.n_nodes
         if np.any(chunk == 0):
             # chunk 0 is NCCL's own choice, which depends on the channel count
-            own = {c: ncclcost.nccl_chunk(algo, proto, m, case.nbytes, int(c), func)
+            model = machine_model(m)
+            own = {c: nccl_model.nccl_chunk(model, algo, proto, case.nbytes, int(c), func,
+                                          max_chunk(algo, proto))
                    for c in np.unique(nc[chunk == 0])}
             chunk = np.where(chunk == 0, [own.get(c, 1) for c in nc], chunk)
-        intra = m.intra_bw * (SHM_BW_FACTOR if transport == "shm" else 1.0)
-        if nodes == 1:
-            cap = intra
-        else:
-            cap = min(intra if m.ppn > 1 else math.inf, m.inter_bw)
-        cap_gbs = cap / 1e9 * PROTO_EFFICIENCY[proto]
+        # the link capacity is the bus bandwidth of the graph NCCL's search builds on this
+        # machine (cclc.nccl_model): all its channels, over all NICs/rails
+        model = machine_model(m)
+        graph = nccl_model.graph_busbw(model, Algo.RING if algo in (Algo.PAT, Algo.TREE)
+                                     else algo)
+        cap_gbs = graph * (SHM_BW_FACTOR if transport == "shm" else 1.0) * PROTO_EFFICIENCY[proto]
         if proto is Proto.LL:
-            cap_gbs = min(cap_gbs, ncclcost.LL_MAX_BW[m.arch][ncclcost.scale_index(nodes)])
+            cap_gbs = min(cap_gbs, nccl_model.LL_MAX_BW[m.arch][nccl_model.scale_index(nodes)])
         if algo in (Algo.NVLS, Algo.NVLS_TREE):
-            cap_gbs *= ncclcost.NVLS_EFFICIENCY[m.arch]
+            cap_gbs *= nccl_model.NVLS_EFFICIENCY[m.arch]
         sat = THREAD_SATURATION[proto] if algo is Algo.RING else 640
         demand = nc * _per_channel(algo, proto, m) * np.minimum(1.0, nt / sat)
         # threads beyond saturation add nothing to the copy rate but cost occupancy
@@ -182,14 +193,14 @@ class ModelProfiler(Profiler):
             unit = size / n
         elif (ring_like and func in (Func.ALLREDUCE, Func.ALLGATHER, Func.REDUCESCATTER)
               or algo is Algo.NVLS_TREE):
-            alg = bus / ncclcost.bus_factor(func, n)
+            alg = bus / nccl_model.bus_factor(func, n)
             unit = size / n
         else:
             alg = bus * (0.5 if func is Func.ALLREDUCE and algo is Algo.TREE else 1.0)
             unit = size
         log_nodes = math.ceil(math.log2(nodes)) if nodes > 1 else 0
         if algo is Algo.RING:
-            syncs = ncclcost.nsteps(func, n) if func in (Func.ALLREDUCE, Func.ALLGATHER,
+            syncs = nccl_model.nsteps(func, n) if func in (Func.ALLREDUCE, Func.ALLGATHER,
                                                          Func.REDUCESCATTER) else n - 1
             fill = 1 if func in (Func.ALLREDUCE, Func.ALLGATHER, Func.REDUCESCATTER) else n - 1
         elif algo is Algo.TREE:
@@ -202,7 +213,7 @@ class ModelProfiler(Profiler):
         ceff = np.maximum(1.0, np.minimum(chunk, part))
         loops = np.ceil(part / ceff)
         ch_rate = np.maximum(bus / nc, 1e-12) * 1e3           # bytes per µs per channel
-        lat = ncclcost.nccl_latency(func, algo, proto, m, case.nbytes, m.nccl_channels)
+        lat = nccl_model.latency_us(model, func, algo, proto, case.nbytes)
         if transport == "shm" and m.ppn > 1:
             lat += SHM_LAT_US * (m.ppn - 1)
         return (lat + size / np.maximum(alg * 1e3, 1e-12) + syncs * loops * SYNC_US[proto]
@@ -211,7 +222,7 @@ class ModelProfiler(Profiler):
     def busbw_array(self, case: Case, algo: Algo, proto: Proto, transport: str,
                     nc: np.ndarray, nt: np.ndarray, chunk: np.ndarray) -> np.ndarray:
         t = self.time_us(case, algo, proto, transport, nc, nt, chunk)
-        return case.nbytes / t / 1e3 * ncclcost.bus_factor(case.func, case.machine.n_ranks)
+        return case.nbytes / t / 1e3 * nccl_model.bus_factor(case.func, case.machine.n_ranks)
 
 
 # --- CSV replay ----------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from cclc.errors import SemanticError
-from cclc.tune.ncclcost import default_point, nccl_default
+from cclc.tune.baseline import default_point, nccl_default
 from cclc.tune.profilers import Case, Profiler
 from cclc.tune.space import Config, Space, Subspace
 

@@ -15,12 +15,16 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from cclc.collective import CollectiveKind
 from cclc.errors import SemanticError
 from cclc.topology import LinkKind, Topology
+
+if TYPE_CHECKING:  # cclc.nccl_model imports this module's enums
+    from cclc.nccl_model import NcclSystem
 
 __all__ = [
     "ALGO_NAMES",
@@ -187,8 +191,10 @@ class Machine:
     """What the space and the model profiler need to know about the ranks being tuned.
 
     Bandwidths are bytes/s per GPU per direction; latencies in seconds. ``nccl_channels``
-    is the channel count NCCL would set up at init (the tuner can only go below it unless
-    NCCL_MIN_NCHANNELS raises it); it is a modelling assumption, overridable.
+    is the channel count NCCL sets up at init (the tuner can only go below it unless
+    NCCL_MIN_NCHANNELS raises it): by default what :mod:`cclc.nccl_model`'s replica of
+    NCCL's topology search gives, overridable. ``system`` is the machine as that model sees
+    it; a Machine built by hand without one is read as one NIC per GPU.
     """
 
     n_ranks: int
@@ -201,10 +207,29 @@ class Machine:
     arch: str = "hopper"       # volta | ampere | hopper | blackwell
     collnet: bool = False
     nccl_channels: int = 16
+    system: NcclSystem | None = None
 
     @property
     def ppn(self) -> int:
         return self.n_ranks // self.n_nodes
+
+    @property
+    def nccl_system(self) -> NcclSystem:
+        """The machine as cclc's model of NCCL sees it."""
+        from cclc.nccl_model import NcclSystem, gpu_nic_bandwidth, nvlink_as_nccl_sees_it
+
+        if self.system is not None:
+            return self.system
+        nvswitch = self.interconnect == "nvswitch"
+        intra = self.intra_bw / 1e9
+        nic = self.inter_bw / 1e9
+        gpu_bw = nvlink_as_nccl_sees_it(intra, self.arch) if nvswitch and intra else intra
+        if self.n_nodes > 1 and not gpu_bw:
+            gpu_bw = min(nic, gpu_nic_bandwidth(self.arch))
+        return NcclSystem(self.arch, self.n_ranks, self.n_nodes, "nvlink" if nvswitch else "pci",
+                          gpu_bw, self.ppn if self.n_nodes > 1 else 0, nic,
+                          min(nic, gpu_nic_bandwidth(self.arch)) if self.n_nodes > 1 else 0.0,
+                          nvswitch)
 
     @property
     def nvls(self) -> bool:
@@ -217,7 +242,8 @@ class Machine:
         """A stable text identifying the machine, for the measurement cache."""
         return (f"{self.n_ranks}r{self.n_nodes}n-{self.interconnect}-{self.intra_bw:.6g}-"
                 f"{self.intra_lat:.6g}-{self.inter_bw:.6g}-{self.inter_lat:.6g}-{self.arch}-"
-                f"{int(self.collnet)}-{self.nccl_channels}")
+                f"{int(self.collnet)}-{self.nccl_channels}"
+                + ("" if self.system is None else f"-{self.system}"))
 
 
 def machine_of(topology: Topology, group: Sequence[int] | None = None, arch: str = "hopper",
@@ -273,13 +299,16 @@ def machine_of(topology: Topology, group: Sequence[int] | None = None, arch: str
             intra_bw = inter_bw
     if per_node[0] == 1 and len(nodes) == 1:
         raise SemanticError("tuning a single GPU: there is nothing to communicate")
+    from cclc.nccl_model import nccl_init, system_of
+
+    system = system_of(topology, ranks, arch)
     if nccl_channels is None:
-        # typical NCCL channel counts at init (derived: NVSwitch nodes set up 16+ rings,
-        # PCIe nodes a few); override when NCCL_DEBUG=INFO shows the real "coll channels"
-        nccl_channels = 16 if interconnect == "nvswitch" else 4
+        # the "coll channels" NCCL sets up at init, from the replica of its topology search;
+        # override when NCCL_DEBUG=INFO shows a different count
+        nccl_channels = nccl_init(system).channels
     return Machine(n_ranks=len(ranks), n_nodes=len(nodes), interconnect=interconnect,
                    intra_bw=intra_bw, intra_lat=intra_lat, inter_bw=inter_bw,
-                   inter_lat=inter_lat, arch=arch, nccl_channels=nccl_channels)
+                   inter_lat=inter_lat, arch=arch, nccl_channels=nccl_channels, system=system)
 
 
 def _node_has(topology: Topology, what: str) -> bool:

@@ -8,6 +8,12 @@ machines, the transport (NCCL_P2P_DISABLE) are each set to the value that loses 
 all entries, and every entry is re-measured with it — so the table says what a process will
 actually get. A channel count above NCCL's init-time count is only reachable by raising
 NCCL_MIN_NCHANNELS, which becomes a setting too.
+
+A table from a model (``--profiler model``) cannot harm: a model may choose the algorithm and
+protocol, but every entry keeps NCCL's own channels, threads and chunk for that size (NCCL's
+size heuristic inside the chosen implementation), and no process-wide setting is written.
+Only measured profiles (csv, nccl-tests, online) may move the resources. Each entry records
+where it came from (``source``: model or measured) and the generated plugin enforces the rule.
 """
 
 from __future__ import annotations
@@ -20,9 +26,9 @@ from dataclasses import dataclass, replace
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import SemanticError
 from cclc.topology import Topology
-from cclc.tune.ncclcost import nccl_default
+from cclc.tune.baseline import default_point, nccl_default
 from cclc.tune.profilers import Case, Profiler
-from cclc.tune.search import Evaluator, MeasurementCache, search
+from cclc.tune.search import Evaluator, MeasurementCache, SearchResult, search
 from cclc.tune.space import (
     DEFAULT_THREADS,
     FUNC_NAMES,
@@ -95,6 +101,7 @@ class TableEntry:
     evaluations: int
     measured: int
     space_size: int
+    source: str = "measured"   # "model": NCCL's own resources, algorithm/protocol only
 
     @property
     def gain(self) -> float | None:
@@ -236,8 +243,11 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
         for nbytes, rng in zip(sorted(target.sizes), size_ranges(target.sizes)):
             case = Case(target.func, nbytes, target.machine)
             default = nccl_default(space, nbytes)
-            result = search(space, case, profiler, options.method, options.budget, cache,
-                            options.seed, options.retries)
+            if profiler.measured:
+                result = search(space, case, profiler, options.method, options.budget, cache,
+                                options.seed, options.retries)
+            else:
+                result = _implementations_only(space, case, profiler, cache)
             default_bw = Evaluator(profiler, case, cache).evaluate([default])[0]
             if result.best is None:
                 notes.append(f"{target.name} at {nbytes} B: no configuration could be measured; "
@@ -246,11 +256,19 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
             raw.append((target, space, case, rng, result, default, default_bw))
     if not raw:
         raise SemanticError("no configuration could be measured for any target")
+    if not profiler.measured:
+        notes.append("a model, not a measurement: the table chooses NCCL's algorithm and "
+                     "protocol only and keeps NCCL's own channels, threads and chunk (AutoCCL's "
+                     "gains come from measuring: use --profiler csv:FILE or nccl-tests:CMD)")
     # process-wide parameters: one value for the whole process
     configs = {i: r[4].best for i, r in enumerate(raw)}
     settings: list[Setting] = []
-    for cls_name, protos in (("NCCL_NTHREADS", (Proto.LL, Proto.SIMPLE)),
-                             ("NCCL_LL128_NTHREADS", (Proto.LL128,))):
+    # a model never sets process-wide resources: threads, transport and channel floors stay
+    # NCCL's (the loops below run over measured tables only)
+    process_wide = profiler.measured
+    thread_classes = ((("NCCL_NTHREADS", (Proto.LL, Proto.SIMPLE)),
+                       ("NCCL_LL128_NTHREADS", (Proto.LL128,))) if process_wide else ())
+    for cls_name, protos in thread_classes:
         members = [i for i, c in configs.items() if c.algo is Algo.RING and c.proto in protos]
         if not members:
             continue
@@ -264,8 +282,8 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
             settings.append(Setting(cls_name, str(chosen),
                                     f"best single thread count over {len(members)} Ring "
                                     f"{'/'.join(p.name for p in protos)} entries"))
-    pcie = [i for i in configs
-            if raw[i][0].machine.interconnect == "pcie" and raw[i][0].machine.ppn > 1]
+    pcie = [i for i in configs if process_wide
+            and raw[i][0].machine.interconnect == "pcie" and raw[i][0].machine.ppn > 1]
     if pcie:
         chosen_t = _settle(raw, configs, pcie, profiler, cache,
                            lambda c, v: replace(c, transport=v), ["p2p", "shm"], "p2p")
@@ -284,9 +302,10 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
             target=target.name, func=target.func, n_ranks=target.machine.n_ranks,
             n_nodes=target.machine.n_nodes, nbytes=case.nbytes, min_bytes=lo, max_bytes=hi,
             config=config, busbw=bw, default=default, default_busbw=default_bw,
-            evaluations=result.evaluations, measured=result.measured, space_size=space.size))
+            evaluations=result.evaluations, measured=result.measured, space_size=space.size,
+            source="measured" if profiler.measured else "model"))
         # NVLS runs on its own channel set (NCCL_NVLS_NCHANNELS), not the ring channels
-        if config.algo not in (Algo.NVLS, Algo.NVLS_TREE) and \
+        if process_wide and config.algo not in (Algo.NVLS, Algo.NVLS_TREE) and \
                 config.channels > target.machine.nccl_channels:
             over_init.append(config.channels)
     if over_init:
@@ -296,6 +315,22 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
     return TuneResult(entries=tuple(entries), settings=tuple(settings), notes=tuple(notes),
                       version=options.version, profiler=profiler.identity(),
                       method=options.method)
+
+
+def _implementations_only(space: Space, case: Case, profiler: Profiler,
+                          cache: MeasurementCache | None) -> SearchResult:
+    """The best implementation (algorithm, protocol) with NCCL's own resources in each: what a
+    model may decide. AutoCCL's gains from channels, threads and chunk need measurements."""
+    ev = Evaluator(profiler, case, cache)
+    candidates = [default_point(space, sub, case.nbytes) for sub in space.subspaces
+                  if sub.transport == "p2p"]
+    values = ev.evaluate(candidates)
+    scored = [(v, c) for v, c in zip(values, candidates) if v is not None]
+    if not scored:
+        return SearchResult("model-implementation", None, None, ev.evaluations, ev.measured,
+                            False)
+    bw, best = max(scored, key=lambda vc: vc[0])
+    return SearchResult("model-implementation", best, bw, ev.evaluations, ev.measured, False)
 
 
 def _settle(raw, configs, members, profiler, cache, change, values, default):
@@ -325,6 +360,7 @@ def _settle(raw, configs, members, profiler, cache, change, values, default):
 
 def describe(entry: TableEntry) -> str:
     """One line for reports."""
-    gain = f"{entry.gain:.2f}x" if entry.gain else "n/a"
+    g = entry.gain
+    gain = "n/a" if not g else f"{g:.2f}x" if g >= 1 else f"{1 / g:.2f}x slower"
     return (f"{entry.target} {FUNC_NAMES[entry.func]} {entry.nbytes} B: {entry.config.label()} "
             f"busbw {entry.busbw:.2f} GB/s (NCCL default {entry.default_busbw or 0:.2f}, {gain})")

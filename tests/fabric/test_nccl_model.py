@@ -1,91 +1,231 @@
-"""NCCL's cost model (nccl_plugins.md section 7) against values computed by hand."""
+"""cclc's model of NCCL: its topology search replica and cost formulas against values worked
+out by hand from NCCL's rules, and against graphs NCCL itself printed (NCCL_DEBUG=INFO)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
-from cclc.nccl_model import NcclView, algo_time, nccl_estimate, nccl_view
-from cclc.topology import NodeType, leaf_spine, single_node, torus
+from cclc.nccl_model import (
+    Graph,
+    NcclSystem,
+    compare_with_nccl,
+    cost_table,
+    nccl_choice,
+    nccl_estimate,
+    nccl_init,
+    nccl_time,
+    speedup_text,
+    system_of,
+)
+from cclc.topology import NodeType, leaf_spine, single_node, single_switch
+from cclc.tune.space import Algo, Func, Proto
 
 GiB = 1 << 30
 HGX = NodeType("hgx", "nvswitch", 8, 450e9, 1e-6, nics=8, nic_bandwidth=50e9)
 
 
-def test_view_of_one_hgx_node():
-    topo = single_node("box", HGX)
-    v = nccl_view(make_collective("c", K.ALLREDUCE, topo, topo.all_ranks(), size=GiB))
-    assert (v.n_ranks, v.n_nodes, v.intra_hw) == (8, 1, "nvlink")
-    assert v.bw_intra == pytest.approx(450.0)
-    assert v.n_channels == 22  # ceil(450 / 20.6)
+def _cluster(nodes: int, node: NodeType = HGX):
+    return leaf_spine("c", nodes, node, rails=node.nics, leaves=None, spines=4,
+                      oversubscription=1.0, bandwidth=node.nic_bandwidth, latency=2e-6)
 
 
-def test_one_node_allreduce_1gib_is_ring_simple():
-    topo = single_node("box", HGX)
-    est = nccl_estimate(make_collective("c", K.ALLREDUCE, topo, topo.all_ranks(), size=GiB))
-    # Ring/Simple: lat = 8.4 + 2*7 * 3.4 us; algbw = 450 * 8 / 14 GB/s
-    expect = (8.4 + 14 * 3.4 + GiB / (1000 * 450 * 8 / 14)) * 1e-6
-    assert (est.algorithm, est.protocol) == ("ring", "simple")
-    assert est.time == pytest.approx(expect, rel=1e-12)
-    assert est.busbw == pytest.approx(GiB / expect * 14 / 8)
+def test_h100_node_search():
+    # 18 NVLinks x 20.6 = 370.8 GB/s; Hopper intra speeds 60, 50, 40, 30 all pack to 360 at
+    # best (6 x 60 first); 24/60 < 0.49 stops; bw 60 >= 50 so the channels are duplicated
+    m = nccl_init(system_of(single_node("box", HGX)))
+    assert m.system.gpu_bw == pytest.approx(370.8)
+    assert m.ring == Graph(12, 30.0, 30.0)
+    assert m.channels == 24
+    # NVLS (search.cc, NVLS pattern): 8 heads, one per GPU; a GPU carries (8 + 1) x bwIntra
+    # (its head channel twice): 50 x 9 > 370.8, 40 x 9 <= 370.8; pass 2 then raises bwInter
+    # alone while it is below 2 x bwIntra, to the top of the Hopper intra list (60)
+    assert m.nvls == Graph(8, 40.0, 60.0)
 
 
-def test_one_node_allreduce_1kib_is_ring_ll():
-    topo = single_node("box", HGX)
-    est = nccl_estimate(make_collective("c", K.ALLREDUCE, topo, topo.all_ranks(), size=1024))
-    # Ring/LL: lat = 6.6 + 14 * 0.6; bw = min(141, 450 * 0.5) * 8 / 14
-    expect = (6.6 + 14 * 0.6 + 1024 / (1000 * 141 * 8 / 14)) * 1e-6
-    assert est.name == "ring/ll"
-    assert est.time == pytest.approx(expect, rel=1e-12)
-    # Tree/LL was the runner-up: 6.8 + 2 * 7 * 0.6, bw min(450/3.8, 141) * 0.5
-    tree = {(a, p): t for a, p, t in est.table}[("tree", "ll")]
-    assert tree == pytest.approx((6.8 + 14 * 0.6 + 1024 / (1000 * 450 / 3.8 * 0.5)) * 1e-6)
+def test_h800_node_search_matches_nccl_log():
+    # NVIDIA/nccl issue 892 (H800, 8 NVLinks): NCCL printed "16 coll channels".
+    # 8 x 20.6 = 164.8: 40 GB/s packs 4 channels (160), 20 GB/s 8 (160, not better);
+    # 4 channels are not "> 4", so they are duplicated to 8 x 20
+    node = NodeType("h800", "nvswitch", 8, 200e9, 1e-6)
+    m = nccl_init(system_of(single_node("box", node)))
+    assert m.ring == Graph(8, 20.0, 20.0)
+    assert m.channels == 16
 
 
-def test_sixteen_nodes_allreduce_uses_the_network_bandwidth_and_latency():
-    topo = leaf_spine("c", 16, HGX, rails=8, leaves=None, spines=8, oversubscription=1.0,
-                      bandwidth=50e9, latency=2e-6)
-    coll = make_collective("c", K.ALLREDUCE, topo, topo.all_ranks(), size=GiB)
-    v = nccl_view(coll)
-    assert (v.n_nodes, v.bw_inter, v.n_channels) == (16, pytest.approx(50.0), 3)
+def test_two_node_two_gpu_search_matches_nccl_log():
+    # NVIDIA/nccl issue 1189 (H20, 2 GPUs and 2 NDR NICs per node, PCIe Gen5 48 GB/s):
+    # NCCL printed "Pattern 4 ... nChannels 4, bw 24.000000/24.000000" and
+    # "8 coll channels". Speed 48 gives one channel per NIC (2 x 48); the duplication halves
+    # it into 4 x 24 (2 channels are not "> 4"); the communicator runs twice that
+    node = NodeType("h20", "nvswitch", 2, 450e9, 1e-6, nics=2, nic_bandwidth=50e9)
+    m = nccl_init(system_of(single_switch("sw", 2, node, 50e9, 2e-6)))
+    assert (m.system.nics, m.system.gpu_nic_bw) == (2, 48.0)
+    assert m.ring == Graph(4, 24.0, 24.0)
+    assert m.channels == 8
+
+
+def test_channels_spread_over_all_nics():
+    """The cause of issue 11: across nodes NCCL runs one channel per NIC (8 x 48 GB/s on
+    8 NDR NICs), not the per-GPU share of the NICs; 2, 3, 4 and 16 nodes agree."""
+    totals = []
+    for nodes in (2, 3, 4, 16):
+        m = nccl_init(system_of(_cluster(nodes)))
+        assert m.ring == Graph(8, 48.0, 48.0)
+        totals.append(m.ring.total)
+    assert totals == [384.0] * 4
+    # half the NICs, half the bandwidth: 4 x 48, and 4 channels are not "> 4", so they are
+    # duplicated into 8 x 24
+    half = NodeType("h4", "nvswitch", 8, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
+    assert nccl_init(system_of(_cluster(4, half))).ring == Graph(8, 24.0, 24.0)
+
+
+def test_one_node_allgather_is_ring_simple_by_hand():
+    m = nccl_init(system_of(single_node("box", HGX)))
+    c = nccl_choice(m, Func.ALLGATHER, GiB)
+    # Ring/Simple: lat 8.4 + 7 x 3.4 us; algbw = 12 x 30 x 8 / 7 GB/s
+    expect = 8.4 + 7 * 3.4 + GiB / (1000 * 360 * 8 / 7)
+    assert (c.algo, c.proto) == (Algo.RING, Proto.SIMPLE)
+    assert c.time_us == pytest.approx(expect, rel=1e-12)
+    assert c.busbw == pytest.approx(GiB / expect / 1e3 * 7 / 8)
+
+
+def test_one_node_allreduce_large_is_nvls_by_hand():
+    m = nccl_init(system_of(single_node("box", HGX)))
+    c = nccl_choice(m, Func.ALLREDUCE, GiB)
+    # NVLS (NCCL 2.28 tuning.cc): 8 channels x min(40 x 0.85 x 7/8 x 2, 60) = 476 GB/s bus,
+    # x 8/14 to algbw like Ring; latency = NVLink NVLS 25 us
+    bus = 8 * min(40 * 0.85 * 7 / 8 * 2, 60.0)
+    assert bus == pytest.approx(476.0)
+    assert c.name == "nvls/simple"
+    assert c.time_us == pytest.approx(25.0 + GiB / (1000 * bus * 8 / 14), rel=1e-6)
+    assert c.channels == 16
+
+
+def test_sixteen_nodes_ring_latency_by_hand():
+    coll = make_collective("c", K.ALLREDUCE, _cluster(16), tuple(range(128)), size=GiB)
     est = nccl_estimate(coll)
     n = 128
-    # 254 steps, 30 of them between nodes; intra latency max(3.4, 3 x 1 us net overhead);
-    # multi-node Ring/Simple allreduce latency x 1.4
+    # 254 steps, 30 between nodes; intra max(3.4, 3 x 1 us net overhead); the multi-node
+    # Ring/Simple allreduce latency x 1.4 (nBytes / (24 x 128) >= 64)
     lat = (8.4 + (254 - 30) * 3.4 + 30 * 14.0) * 1.4
-    expect = (lat + GiB / (1000 * 50.0 * n / 254)) * 1e-6
-    assert est.name == "ring/simple"
-    assert est.time == pytest.approx(expect, rel=1e-12)
+    ring = nccl_time(est.model, Func.ALLREDUCE, Algo.RING, Proto.SIMPLE, GiB)
+    assert ring == pytest.approx(lat + GiB / (1000 * 384.0 * n / 254), rel=1e-12)
+    # NVLSTree is faster and NCCL runs it: the NVLS graph has 8 heads (one per NIC) of
+    # bwIntra 40 (9 x 40 <= 370.8 on the head GPU) and bwInter 48 (the PCIe Gen5 path);
+    # per channel min(40 x 0.85 x 7/8 x 2, 48, Hopper 4+-node cap 45.5) = 45.5, x 8
+    # channels, x 128/254 to algbw; latency 25 + 2 x log2(16) x 20.9 us
+    nvls_tree = 25.0 + 2 * 4 * 20.9 + GiB / (1000 * 8 * 45.5 * n / 254)
+    assert est.name == "nvls_tree/simple"
+    assert est.time_us == pytest.approx(nvls_tree, rel=1e-6)
+    assert est.time_us < ring
 
 
-def test_pat_only_with_one_gpu_per_node_and_only_simple():
-    one_gpu = NcclView(16, 16, 48.0, 50.0, "pci", 3)
-    t = algo_time(K.ALLGATHER, 1 << 20, one_gpu, "pat", "simple")
-    expect = (8.0 + math.log2(16) * 14.0 / 3.5 + 16 * 2.8 + (1 << 20) / (1000 * 50 * 0.75))
-    assert t == pytest.approx(expect * 1e-6)
-    assert algo_time(K.ALLGATHER, 1 << 20, one_gpu, "pat", "ll") is None
-    assert algo_time(K.ALLREDUCE, 1 << 20, one_gpu, "pat", "simple") is None
-    eight = NcclView(128, 16, 450.0, 50.0, "nvlink", 3)
-    assert algo_time(K.ALLGATHER, 1 << 20, eight, "pat", "simple") is None
-    assert algo_time(K.ALLGATHER, 1 << 20, eight, "tree", "simple") is None
+def test_small_allreduce_tree_correction_and_ll():
+    m = nccl_init(system_of(_cluster(4)))
+    t = {(a, p): v for a, p, v in cost_table(m, Func.ALLREDUCE, 4096)}
+    # Tree/LL at 4 KiB: log2(4096 / 64) = 6 -> correction 0.7 on the bandwidth
+    bus = min(384 / 3.8, 35.0)                 # LL cap on Hopper at 4+ nodes
+    lat = 6.8 + 2 * (7 * 0.6 + 2 * 5.0)
+    assert t[(Algo.TREE, Proto.LL)] == pytest.approx(lat + 4096 / (1000 * bus * 0.5 * 0.7))
+    # NVLS needs CollNet across nodes; NVLSTree is there; PAT needs one GPU per node
+    assert t[(Algo.NVLS, Proto.SIMPLE)] is None
+    assert t[(Algo.NVLS_TREE, Proto.SIMPLE)] is not None
+    assert t[(Algo.PAT, Proto.SIMPLE)] is None
+    assert nccl_choice(m, Func.ALLREDUCE, 4096).proto is Proto.LL
 
 
-def test_allgather_ring_bandwidth_conversion():
-    v = NcclView(8, 1, 450.0, 0.0, "nvlink", 22)
-    t = algo_time(K.ALLGATHER, GiB, v, "ring", "simple")
-    # busbw -> algbw: x nRanks / (n - 1)
-    assert t == pytest.approx((8.4 + 7 * 3.4 + GiB / (1000 * 450 * 8 / 7)) * 1e-6)
+def test_pat_only_with_one_gpu_per_node_and_simple():
+    one = NcclSystem("hopper", 16, 16, "pci", 48.0, 1, 50.0, 48.0)
+    m = nccl_init(one)
+    assert nccl_time(m, Func.ALLGATHER, Algo.PAT, Proto.SIMPLE, 1 << 20) is not None
+    assert nccl_time(m, Func.ALLGATHER, Algo.PAT, Proto.LL, 1 << 20) is None
+    assert nccl_time(m, Func.ALLREDUCE, Algo.PAT, Proto.SIMPLE, 1 << 20) is None
+    # ppn 1: the tree's network latency (14 us Simple), log2(16) = 4
+    t = nccl_time(m, Func.ALLGATHER, Algo.PAT, Proto.SIMPLE, 1 << 20)
+    bus = m.ring.total * 0.75
+    assert t == pytest.approx(8.0 + 4 * 14.0 / 3.5 + 16 * 2.8 + (1 << 20) / (1000 * bus))
 
 
-def test_torus_and_alltoall():
-    topo = torus("t", (4, 4), bandwidth=50e9, latency=1e-6)
-    coll = make_collective("c", K.ALLGATHER, topo, topo.all_ranks(), size=16 * 4096)
-    v = nccl_view(coll)
-    # one NVLink-like domain, one link per ring hop
-    assert (v.n_nodes, v.bw_intra, v.intra_hw) == (1, pytest.approx(50.0), "nvlink")
-    assert nccl_estimate(coll) is not None
-    a2a = make_collective("c", K.ALLTOALL, topo, topo.all_ranks(), size=16 * 4096)
-    assert nccl_estimate(a2a) is None
+def test_speedup_text_says_slower():
+    assert speedup_text(1.27, 1.0) == "1.27x faster"
+    assert speedup_text(1.0, 1.27) == "1.27x slower"
+    assert speedup_text(1.0, 1.0) == "as fast"
+    coll = make_collective("c", K.ALLREDUCE, single_node("box", HGX), tuple(range(8)), size=GiB)
+    est = nccl_estimate(coll)
+    line = compare_with_nccl(coll, est.time_us * 1e-6 * 2)
+    assert "predicted" in line and "2.00x slower" in line
+
+
+@settings(max_examples=40, deadline=None)
+@given(nodes=st.integers(1, 12), gpus=st.sampled_from([1, 2, 4, 8]),
+       nics=st.integers(1, 8), nic_gbps=st.sampled_from([100, 200, 400]),
+       arch=st.sampled_from(["ampere", "hopper", "blackwell"]))
+def test_search_never_exceeds_the_links(nodes, gpus, nics, nic_gbps, arch):
+    """Whatever the machine, the replica's graph fits in its links: the channels x bandwidth
+    are at most the GPU's total and, across nodes, at most the NICs' total."""
+    if nodes == 1 and gpus == 1:
+        return
+    node = NodeType("n", "nvswitch" if gpus > 1 else "pcie", gpus,
+                    (300e9 if arch == "ampere" else 450e9) if gpus > 1 else 48e9, 1e-6,
+                    nics=nics, nic_bandwidth=nic_gbps / 8 * 1e9)
+    topo = single_node("b", node) if nodes == 1 else single_switch("s", nodes, node,
+                                                                   nic_gbps / 8 * 1e9, 2e-6)
+    s = system_of(topo, arch=arch)
+    m = nccl_init(s)
+    g = m.ring
+    assert 1 <= g.n_channels <= 32 and m.channels == min(64, 2 * g.n_channels)
+    # across nodes a channel crosses (ppn-1)/ppn of each GPU's link, inside one node all of it
+    share = (s.ppn - 1) / s.ppn if nodes > 1 else 1.0
+    assert g.n_channels * g.bw_intra * share <= s.gpu_bw + 1e-6 or g.n_channels == 1
+    if nodes > 1:
+        assert g.total <= s.nics * s.gpu_nic_bw + 1e-6 or g.n_channels == 1
+    # the NVLS graph: one channel per head (a GPU; across nodes a GPU with its own NIC), the
+    # head GPU carries twice its channel, bwInter only raised while below twice bwIntra and, across
+    # nodes, within the GPU's path to its NIC
+    if m.nvls is not None:
+        v = m.nvls
+        assert 1 <= v.n_channels <= min(s.ppn, s.nics if nodes > 1 else s.ppn)
+        assert (v.n_channels + 1) * v.bw_intra <= s.gpu_bw + 1e-6
+        # raised one list step at a time while below 2 x bwIntra (adjacent speeds < 2x apart)
+        assert v.bw_intra <= v.bw_inter < 4 * v.bw_intra
+        if nodes > 1:
+            assert v.bw_inter <= min(s.gpu_nic_bw, s.nic_bw) + 1e-6
+    else:
+        assert not s.nvls
+    # every enabled entry is a positive time, and NCCL's choice is the argmin
+    for func in (Func.ALLREDUCE, Func.ALLGATHER, Func.REDUCESCATTER):
+        table = [(a, p, t) for a, p, t in cost_table(m, func, 1 << 24) if t is not None]
+        assert table and all(t > 0 for *_, t in table)
+        c = nccl_choice(m, func, 1 << 24)
+        assert c.time_us == min(t for *_, t in table)
+        assert math.isfinite(c.busbw)
+
+
+@pytest.mark.parametrize("example", ["hgx_node.ccl", "hgx16_leafspine.ccl",
+                                     "fabric6_single_gpu.ccl"])
+def test_compile_and_tune_baselines_are_one_function(example):
+    """What compile reports as NCCL's choice is what cclc tune puts beside its entries."""
+    from pathlib import Path
+
+    import dsl
+    from cclc.tune.baseline import nccl_default
+    from cclc.tune.space import NcclVersion, func_of, machine_of, space_for
+
+    program = dsl.load(Path(__file__).resolve().parents[2] / "examples" / example)
+    checked = 0
+    for coll in program.collectives:
+        est = nccl_estimate(coll)
+        if est is None:
+            continue
+        machine = machine_of(coll.topology, coll.group)
+        d = nccl_default(space_for(func_of(coll.kind), machine, NcclVersion(2, 30)), coll.size)
+        assert (d.algo, d.proto, d.channels, d.threads) == \
+            (est.algo, est.proto, est.channels, est.threads), coll.name
+        checked += 1
+    assert checked

@@ -33,12 +33,16 @@ def test_size_ranges_tile_without_gaps():
     assert size_ranges([1000]) == [(708, 1414)]
 
 
-@pytest.fixture(scope="module")
-def result(request):
+def _machine():
     from cclc.topology import NodeType, single_node
     from cclc.tune.space import machine_of
     hgx = NodeType("hgx", "nvswitch", 8, 450e9, 1e-6, nics=8, nic_bandwidth=50e9)
-    m = machine_of(single_node("box", hgx))
+    return machine_of(single_node("box", hgx))
+
+
+@pytest.fixture(scope="module")
+def result(request):
+    m = _machine()
     targets = [TuneTarget("ar", Func.ALLREDUCE, m, parse_sizes("64KiB:1GiB:x16")),
                TuneTarget("ag", Func.ALLGATHER, m, (1 << 20,))]
     return tune(targets, ModelProfiler(), TuneOptions())
@@ -78,8 +82,11 @@ def test_example_tuner_csv_format(result):
         assert f[3] in ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree",
                         "pat")
         assert f[4] in ("ll", "ll128", "simple")
+        # a model's row says 64: NCCL clamps it to its own count (-1 would make the example
+        # tuner of NCCL 2.22-2.28 force 1 channel)
+        channels = r["channels"] if r["measured"] else 64
         assert (int(f[1]), int(f[2]), int(f[5]), int(f[6]), int(f[7])) == \
-            (r["min_bytes"], r["max_bytes"], r["channels"], r["n_nodes"], r["n_ranks"])
+            (r["min_bytes"], r["max_bytes"], channels, r["n_nodes"], r["n_ranks"])
 
 
 def test_plugin_rows_merge_equal_neighbours(result):
@@ -95,4 +102,33 @@ def test_plugin_rows_merge_equal_neighbours(result):
         hit = [r for r in rows
                if r["func"] == e.func and r["min_bytes"] <= e.nbytes <= r["max_bytes"]]
         assert len(hit) == 1 and hit[0]["algo"] == e.config.algo
-        assert hit[0]["channels"] == e.config.channels
+        assert hit[0]["channels"] == (e.config.channels if e.source == "measured" else 0)
+
+
+def test_model_rows_never_lower_nccl_resources(result):
+    """--profiler model may choose the algorithm and protocol only: every entry runs NCCL's
+    own channels and threads for its size, and nothing process-wide is set."""
+    from cclc.nccl_model import nccl_resources
+    from cclc.tune.baseline import machine_model
+    assert result.entries and not result.settings
+    for e in result.entries:
+        assert e.source == "model"
+        nc, nt = nccl_resources(machine_model(_machine()), e.config.algo, e.config.proto,
+                                e.nbytes)
+        assert (e.config.channels, e.config.threads) == (nc, nt)
+    assert all(r["measured"] == 0 and r["channels"] == 0 and r["chunk"] == 0
+               for r in outputs.plugin_rows(result))
+
+
+def test_measured_rows_keep_their_resources(tmp_path):
+    from cclc.tune.profilers import CsvProfiler
+    path = tmp_path / "m.csv"
+    path.write_text("collective,nbytes,algorithm,protocol,channels,busbw\n"
+                    "allreduce,1048576,ring,ll128,4,90\n"
+                    "allreduce,1048576,ring,ll128,24,60\n")
+    r = tune([TuneTarget("ar", Func.ALLREDUCE, _machine(), (1 << 20,))], CsvProfiler(str(path)),
+             TuneOptions(method="exhaustive"))
+    (e,) = r.entries
+    assert (e.source, e.config.channels) == ("measured", 4)
+    (row,) = outputs.plugin_rows(r)
+    assert (row["measured"], row["channels"]) == (1, 4)

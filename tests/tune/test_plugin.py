@@ -19,7 +19,7 @@ from .conftest import ASAN, run_harness, write_rows
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
-ROWS = [  # func n_ranks n_nodes min max algo proto channels chunk
+ROWS = [  # func n_ranks n_nodes min max algo proto channels chunk (all measured)
     dict(func=4, n_ranks=8, n_nodes=1, min_bytes=1024, max_bytes=1 << 20, algo=1, proto=1,
          channels=4, chunk=65536),
     dict(func=4, n_ranks=8, n_nodes=1, min_bytes=(1 << 20) + 1, max_bytes=1 << 30, algo=4,
@@ -33,6 +33,7 @@ ROWS = [  # func n_ranks n_nodes min max algo proto channels chunk
     dict(func=0, n_ranks=8, n_nodes=1, min_bytes=0, max_bytes=1 << 40, algo=1, proto=2,
          channels=64, chunk=1 << 20),
 ]
+ROWS = [dict(r, measured=1) for r in ROWS]
 
 
 def _asan_build(src_dir: Path, out: Path) -> Path:
@@ -110,6 +111,25 @@ def test_harness_catches_a_plugin_that_forces_unavailable_entries(harness, tmp_p
     assert done.returncode != 0 and "FAIL" in done.stderr
 
 
+def test_plugin_never_applies_resources_from_a_model_row(harness, tmp_path):
+    """The rule is enforced in the plugin itself: a row marked as coming from a model may
+    force its algorithm/protocol, but its channels and chunk are never applied, even if a
+    hand-edited table carries them (render() already refuses such rows)."""
+    model_rows = [dict(r, measured=0) for r in ROWS]
+    with pytest.raises(CclError, match="comes from a model"):
+        tuner_backend.render(model_rows)
+    # bypass the check: the template with resources on model rows
+    source = tuner_backend._ENV.get_template("plugin.c.j2").render(rows=model_rows)
+    (tmp_path / "plugin.c").write_text(source)
+    lib = tuner_backend.build(tmp_path)
+    expect = [dict(r, channels=0, chunk=0) for r in model_rows]   # what NCCL must see
+    done = run_harness(harness, lib, str(write_rows(tmp_path / "rows.txt", expect)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    # and the harness notices when the plugin does apply them
+    done = run_harness(harness, lib, str(write_rows(tmp_path / "rows2.txt", model_rows)))
+    assert done.returncode != 0 and "FAIL" in done.stderr
+
+
 def test_empty_table_leaves_nccl_alone(harness, tmp_path):
     tuner_backend.emit([], tmp_path)
     done = run_harness(harness, tmp_path / tuner_backend.LIBRARY,
@@ -129,7 +149,8 @@ def test_bad_rows_and_compiler(tmp_path):
 _row = st.builds(dict, func=st.integers(0, 4), n_ranks=st.sampled_from([2, 8]),
                  n_nodes=st.just(1), min_bytes=st.integers(0, 1 << 20),
                  max_bytes=st.just(0), algo=st.integers(0, 6), proto=st.integers(0, 2),
-                 channels=st.integers(1, 64), chunk=st.sampled_from([0, 4096, 1 << 19]))
+                 channels=st.integers(1, 64), chunk=st.sampled_from([0, 4096, 1 << 19]),
+                 measured=st.just(1))
 
 
 @settings(max_examples=4, deadline=None,
@@ -188,9 +209,19 @@ def test_cclc_tune_on_examples(harness, tmp_path, capsys, example, extra):
                  n_ranks=e["nranks"], n_nodes=e["nnodes"], min_bytes=e["min_bytes"],
                  max_bytes=e["max_bytes"], algo=["Tree", "Ring", "CollNetDirect", "CollNetChain",
                                                  "NVLS", "NVLSTree", "PAT"].index(e["algorithm"]),
-                 proto=["LL", "LL128", "Simple"].index(e["protocol"]), channels=e["channels"],
-                 chunk=e["chunk"] if chunk_ok else 0) for e in doc["entries"]]
+                 proto=["LL", "LL128", "Simple"].index(e["protocol"]),
+                 # a model's entry keeps NCCL's channels and chunk: the plugin sets neither
+                 channels=e["channels"] if e["source"] == "measured" else 0,
+                 chunk=e["chunk"] if chunk_ok and e["source"] == "measured" else 0)
+            for e in doc["entries"]]
     assert rows
+    # --profiler model (the default): every entry is a model's, and no plugin row carries
+    # channels or a chunk -- NCCL keeps its own (issue 11: the hgx16 table wrote 1-2 channels)
+    assert {e["source"] for e in doc["entries"]} == {"model"}
+    import re
+    c_rows = re.findall(r"^  \{ (\d+), .*, (\d+), (\d+)ULL, (\d) \},$",
+                        (out / "plugin.c").read_text(), re.M)
+    assert len(c_rows) >= 1 and all((ch, ck, m) == ("0", "0", "0") for _, ch, ck, m in c_rows)
     done = run_harness(harness, out / tuner_backend.LIBRARY,
                        str(write_rows(tmp_path / "rows.txt", rows)))
     assert done.returncode == 0, done.stdout + done.stderr

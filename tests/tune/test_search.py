@@ -137,7 +137,7 @@ def test_cache_avoids_measuring_again(tmp_path, ar_space, hgx_node):
 
 
 def test_cd_never_below_nccl_default(hgx_cluster):
-    from cclc.tune.ncclcost import nccl_default
+    from cclc.tune.baseline import nccl_default
     prof = ModelProfiler()
     for func in (Func.ALLREDUCE, Func.ALLGATHER, Func.BROADCAST):
         space = space_for(func, hgx_cluster, V230)

@@ -145,6 +145,13 @@ def test_viz_command_writes_page(tmp_path):
     assert main(["viz", str(path), "-o", str(out)]) == 0
     text = out.read_text()
     assert "<script" in text and "http://" not in text.replace("http://www.w3.org/2000/svg", "")
+    # alltoall is outside NCCL's tables; an allreduce page states NCCL's predicted choice from
+    # the one model of NCCL
+    assert '"nccl":null' in text
+    from cclc.nccl_model import nccl_estimate
+    hgx = _schedule("hgx_node.ccl")
+    est = nccl_estimate(hgx.collective)
+    assert f'"nccl":{{"name":"{est.name}"' in render([hgx])
     # never overwrites without --force
     assert main(["viz", str(path), "-o", str(out)]) == 2
 

@@ -1,0 +1,63 @@
+"""cclc's model of NCCL against published measurements: predicted vs published per point.
+
+Reads ``benchmarks/data/nccl_published.csv`` (every row names its source: a URL and the
+comment, table or figure), predicts each point with :mod:`cclc.nccl_model` through
+:mod:`cclc.calibration` (the same functions that compile reports and ``cclc tune`` use) and
+prints one line per point: the machine, the collective and size, the published value, the
+prediction, the relative error and NCCL's algorithm/protocol in the model. Large-size points
+marked ``yes`` must be within +-25% (tests/fabric/test_calibration.py); ``known-weak`` points
+are outside for a documented reason; small-size points are reported only.
+
+    python benchmarks/calibration.py
+    python benchmarks/calibration.py --markdown      # the README table
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cclc.calibration import DATA_FILE, TOLERANCE, load_points, predict
+from cclc.tune.space import FUNC_NAMES
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n} B"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=str(DATA_FILE), help="calibration CSV")
+    ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    args = ap.parse_args(argv)
+    rows = [predict(p) for p in load_points(args.data)]
+    if args.markdown:
+        print("| point | machine | collective | size | published | predicted | error | "
+              "NCCL's choice (model) | check |")
+        print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        p = r.point
+        machine = (f"{p.nodes} x {p.gpus} {p.arch} {p.interconnect}"
+                   + (f", {p.nics} x {p.nic_gbps:g} Gb/s" if p.nics else ""))
+        unit = "GB/s busbw" if p.metric == "busbw" else "us"
+        forced = f" ({p.algorithm.name.lower()} forced)" if p.algorithm is not None else ""
+        coll = FUNC_NAMES[p.func] + forced
+        if args.markdown:
+            print(f"| {p.id} | {machine} | {coll} | {_size(p.size)} | {p.value:g} {unit} | "
+                  f"{r.predicted:.1f} | {r.error * 100:+.0f}% | {r.choice} | {p.check} |")
+        else:
+            print(f"{p.id:<24} {machine:<40} {coll:<24} {_size(p.size):>7} "
+                  f"{p.value:9.2f} {r.predicted:9.2f} {unit:<10} {r.error * 100:+6.1f}% "
+                  f"{r.choice:<17} {p.check}")
+    checked = [r for r in rows if r.point.scale == "large" and r.point.check == "yes"]
+    drift = [r.point.id for r in checked if not r.within]
+    print(f"\n{len(checked)} large-size points checked at +-{TOLERANCE:.0%}: "
+          + ("all within" if not drift else "drifting: " + ", ".join(drift)))
+    return 1 if drift else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
