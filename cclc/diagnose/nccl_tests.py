@@ -184,11 +184,12 @@ def _rank_line(m: re.Match, indent: int, lineno: int, source: str) -> NcclTestsR
                          device_span=Span(source, lineno, dc, lineno, dc + len(m["device"])))
 
 
-def parse_hosts(text: str, source: str = "<hosts>") -> dict[str, int]:
+def parse_hosts(text: str, source: str = "<hosts>") -> dict[str, Span]:
     """A hosts list: one host per line (the first word, so MPI hostfiles with ``slots=N``
-    work; ``#`` comments and blank lines skipped), line ``i`` being node ``i``. Names are cut
-    at the first ``.`` as nccl-tests prints them. Returns host -> node index."""
-    nodes: dict[str, int] = {}
+    work; ``#`` comments and blank lines skipped), the ``i``-th host being node ``i``. Names
+    are cut at the first ``.`` as nccl-tests prints them. Returns host -> where it is listed,
+    in node order."""
+    nodes: dict[str, Span] = {}
     first: dict[str, tuple[str, int]] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         body = line.split("#", 1)[0]
@@ -202,7 +203,7 @@ def parse_hosts(text: str, source: str = "<hosts>") -> dict[str, int]:
             raise TimingsError(f"host '{name}' is listed twice (line {at}: '{was}'; nccl-tests "
                                "cuts host names at the first '.')",
                                Span(source, lineno, col, lineno, col + len(name)))
-        nodes[short] = len(nodes)
+        nodes[short] = Span(source, lineno, col, lineno, col + len(name))
         first[short] = (name, lineno)
     if not nodes:
         raise TimingsError("the hosts file lists no host", Span(source, 1, 1))
@@ -223,16 +224,19 @@ def _rank_table(topo: Topology) -> tuple[int, dict[tuple[int, int], int], str]:
 
 
 def nccl_tests_timings(runs: list[NcclTestsRun], topo: Topology,
-                       hosts: dict[str, int] | None = None, hosts_source: str = "the hosts file"
-                       ) -> Timings:
+                       hosts: dict[str, Span] | None = None) -> Timings:
     """The pairs of ``runs`` (see the module docstring) as :class:`Timings` of ``topo``'s
-    ranks; :class:`TimingsError` at the rank line that does not fit the topology."""
+    ranks, nodes in the order of ``hosts`` (:func:`parse_hosts`) or of first appearance;
+    :class:`TimingsError` at the rank line (or hosts line) that does not fit the topology."""
     n_nodes, table, shape = _rank_table(topo)
-    if hosts is not None and len(hosts) > n_nodes:
-        extra = next(h for h, i in hosts.items() if i == n_nodes)
-        raise TimingsError(f"{hosts_source} lists {len(hosts)} hosts but {shape}; host "
-                           f"'{extra}' would be node {n_nodes}")
-    node_of = dict(hosts) if hosts is not None else {}
+    hosts_source = "the hosts file"
+    if hosts is not None:
+        spans = list(hosts.values())
+        hosts_source = spans[0].file
+        if len(spans) > n_nodes:
+            raise TimingsError(f"the hosts file lists {len(spans)} hosts but {shape}: this "
+                               f"one would be node {n_nodes}", spans[n_nodes])
+    node_of = {h: i for i, h in enumerate(hosts)} if hosts is not None else {}
     src, dst, nbytes, seconds = [], [], [], []
     for run in runs:
         topo_ranks = []

@@ -278,7 +278,7 @@ def read_timings_files(paths: list[str], topo=None, hosts: str | None = None) ->
             with open(hosts, encoding="utf-8") as f:
                 node_of = nccl_tests.parse_hosts(f.read(), hosts)
         runs = [nccl_tests.parse_nccl_tests(t, p) for p, t in zip(paths, texts)]
-        return nccl_tests.nccl_tests_timings(runs, topo, node_of, hosts or "the hosts file")
+        return nccl_tests.nccl_tests_timings(runs, topo, node_of)
     if hosts is not None:
         raise TimingsError("--hosts is for nccl-tests output; these timings name ranks",
                            Span(hosts, 1, 1))

@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dsl
 from cclc import cli
@@ -113,7 +115,7 @@ def test_shift_gives_every_pair_the_run_time_and_runs_add_up():
     ranks = [(f"chip{i}", 0) for i in (4, 9, 2, 7)]
     run = parse_nccl_tests(nccl_tests_output(ranks, [(1 << 20, 300.0)]))
     again = parse_nccl_tests(nccl_tests_output(ranks[:2], [(1 << 20, 100.0)]))
-    hosts = {f"chip{i}": i for i in range(25)}
+    hosts = parse_hosts("".join(f"chip{i}\n" for i in range(25)))
     t = nccl_tests_timings([run, again], topo, hosts)
     got = {(s, d): (b, round(x * 1e6, 6)) for s, d, b, x in
            zip(t.src.tolist(), t.dst.tolist(), t.nbytes.tolist(), t.seconds.tolist())}
@@ -121,6 +123,37 @@ def test_shift_gives_every_pair_the_run_time_and_runs_add_up():
     # 4 -> 9 -> 2 -> 7 -> 4 at the run's time; 4 <-> 9 timed again by the 2-rank run
     assert got == {(4, 9): (2 * mib, 400.0), (9, 2): (mib, 300.0), (2, 7): (mib, 300.0),
                    (7, 4): (mib, 300.0), (9, 4): (mib, 100.0)}
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(st.integers(0, 15), st.integers(0, 7)), min_size=2,
+                                   max_size=5, unique=True),
+                          st.integers(1, 1 << 30), st.floats(1.0, 1e6)),
+                min_size=1, max_size=6))
+def test_runs_sum_like_a_brute_force_reference(runs):
+    """Random runs written and read back: every pair r -> r+1 of a run, summed over runs,
+    with node = order of first appearance of the host."""
+    topo = _hgx()
+    parsed = [parse_nccl_tests(nccl_tests_output([(f"host{h}", d) for h, d in ranks],
+                                                 [(size, usec)]), f"run{k}")
+              for k, (ranks, size, usec) in enumerate(runs)]
+    t = nccl_tests_timings(parsed, topo)
+    node: dict[int, int] = {}
+    expect: dict[tuple[int, int], list[float]] = {}
+    for ranks, size, usec in runs:
+        for h, _ in ranks:
+            node.setdefault(h, len(node))
+        printed = float(_time(usec))          # what the file holds, rounded as nccl-tests does
+        gr = [node[h] * 8 + d for h, d in ranks]
+        for r in range(len(gr)):
+            acc = expect.setdefault((gr[r], gr[(r + 1) % len(gr)]), [0.0, 0.0])
+            acc[0] += size
+            acc[1] += printed * 1e-6
+    got = {(s, d): [b, x] for s, d, b, x in zip(t.src.tolist(), t.dst.tolist(),
+                                                 t.nbytes.tolist(), t.seconds.tolist())}
+    assert got.keys() == expect.keys()
+    for k, (b, x) in expect.items():
+        assert got[k][0] == b and got[k][1] == pytest.approx(x, rel=1e-12)
 
 
 def test_timeout_is_a_hang():
@@ -191,6 +224,13 @@ def test_hosts_file_errors(tmp_path, capsys):
                      "--hosts", hosts]) == 2
     err = capsys.readouterr().err
     assert f"{hosts}:3:1: error: host 'a.y' is listed twice" in err
+    # more hosts than the machine has nodes: the first one too many
+    hosts = _write(tmp_path, "hosts", "".join(f"  n{i} slots=8\n" for i in range(17)))
+    assert cli.main(["diagnose", log, "--topology", "examples/hgx16_leafspine.ccl",
+                     "--hosts", hosts]) == 2
+    err = capsys.readouterr().err
+    assert f"{hosts}:17:3: error: the hosts file lists 17 hosts but 'cluster' has 16 nodes" \
+        in err
     # nccl-tests output cannot be mixed with a CSV
     csv = _write(tmp_path, "p.csv", "src,dst,bytes,seconds\n0,1,1,1\n")
     with pytest.raises(TimingsError, match="cannot be combined"):
