@@ -300,3 +300,33 @@ def test_nccl_tests_healthy_reports_nothing(tmp_path, capsys):
     assert cli.main(["diagnose", *paths, "--topology", "examples/torus5x5.ccl",
                      "--hosts", hostfile]) == 0
     assert "no fault found" in capsys.readouterr().out
+
+
+def test_nccl_tests_on_a_fabric_finds_a_slow_nic(tmp_path, capsys):
+    """hgx16: 2-rank runs between the same GPU of two servers (rails 1 and 3), servers named
+    in an order unrelated to the topology's, given by --hosts: the half-speed NIC 3 of node 5
+    is found, so host and device were placed right."""
+    topo = _hgx()
+    nic = topo.vertex("node5.nic3")
+    links = tuple(np.flatnonzero((topo.link_src == nic) | (topo.link_dst == nic)).tolist())
+    rng = np.random.default_rng(3)
+    name = [f"gpu-node{k:02d}" for k in rng.permutation(16)]
+    paths = []
+    for g in (1, 3):
+        for i in range(16):
+            for j in range(i + 1, 16):
+                t = probe_timings(topo, (Fault("nic", "node5.nic3", links),), noise=0.05,
+                                  bytes_per_pair=1 << 24, seed=int(rng.integers(1 << 31)),
+                                  ranks=(i * 8 + g, j * 8 + g))
+                text = nccl_tests_output([(name[i], g), (name[j], g)],
+                                         [(1 << 24, float(t.seconds.max()) * 1e6)])
+                paths.append(_write(tmp_path, f"r{len(paths):03d}.log", text))
+    hostfile = _write(tmp_path, "hosts", "".join(f"{h}\n" for h in name))
+    assert cli.main(["diagnose", *paths, "--topology", "examples/hgx16_leafspine.ccl",
+                     "--hosts", hostfile]) == 1
+    out = capsys.readouterr().out
+    report = out.split("suspect 1: ", 1)[1].split("fault statements")[0]
+    assert "suspect 2" not in out
+    # the NIC, or a part the timings cannot tell from it (its cables, its GPU)
+    assert "nic node5.nic3" in report or report.startswith("nic node5.nic3"), out
+    assert "30 of the 30 pairs it would slow are slow" in report
