@@ -20,6 +20,9 @@ Timings (the format is recognised from the content):
   an n x n matrix             seconds of i -> j in row i, column j (diagonal ignored)
   JSON "cclc-peer-timings"    per-rank send/recv records, as cclc's NCCL plugin writes them
                               with CCLC_PEER_TIMINGS=PREFIX (one file per rank: pass them all)
+  nccl-tests output           sendrecv_perf runs, one file per run (2 ranks: one pair; n ranks:
+                              the shift r -> r+1, all given the run's time); hosts become nodes
+                              in the order of --hosts FILE, or of first appearance
 
 By default the pairs are taken as timed while all ran at once (one alltoall), so a slow link
 only shows in the pairs it becomes the bottleneck of; --pairwise when each pair was timed alone.
@@ -30,6 +33,7 @@ examples:
   cclc diagnose probe.csv --topology examples/torus5x5.ccl
   cclc diagnose probe.csv --topology examples/torus5x5.ccl --patch fixed.ccl
   cclc diagnose peers.*.rank*.json --topology cluster.ccl
+  cclc diagnose sendrecv.*.log --topology cluster.ccl --hosts hosts.txt
   cclc compile fixed.ccl -o out/"""
 
 
@@ -43,6 +47,9 @@ def add_parser(sub) -> None:
                    help="the .ccl file describing the machine that was measured")
     p.add_argument("--name", metavar="TOPOLOGY",
                    help="which topology of the file (needed when it defines several)")
+    p.add_argument("--hosts", metavar="FILE",
+                   help="nccl-tests output: the hosts in node order, one per line (default: "
+                        "the order in which they first appear in the files)")
     p.add_argument("--faults", metavar="FILE", help="write the fault statements to FILE")
     p.add_argument("--patch", metavar="OUT.ccl",
                    help="write the .ccl file with the fault statements added to its topology")
@@ -76,12 +83,16 @@ def run(args) -> int:
                        f"({', '.join(topos) or 'none'}): choose one with --name")
     if args.min_score <= 0 or not args.min_slowdown >= 1.0:
         raise CclError("--min-score must be > 0 and --min-slowdown >= 1")
-    timings = read_timings_files(args.timings)
+    timings = read_timings_files(args.timings, topo, args.hosts)
+    # the file knows how it was timed (nccl-tests runs: one at a time); --pairwise overrides
+    concurrent = not args.pairwise and timings.concurrent is not False
     opts = DiagnoseOptions(min_score=args.min_score, min_slowdown=args.min_slowdown,
-                           concurrent=not args.pairwise)
+                           concurrent=concurrent)
     d = diagnose(topo, timings, opts)
     print(f"{timings.source}: {d.n_pairs} pairs on '{topo.name}' ({topo.n_ranks} ranks): "
           f"{d.slow_pairs} slow (z > 3), {d.hung_pairs} never finished")
+    if timings.concurrent is False and not args.pairwise:
+        print("note: nccl-tests runs are timed one at a time: diagnosing as with --pairwise")
     for note in d.notes:
         print(f"note: {note}")
     if d.unobserved_links:

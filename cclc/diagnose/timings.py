@@ -14,6 +14,9 @@ Formats (``read_timings`` picks one from the content):
   send of ``R`` to ``P`` and a receive of ``P`` from ``R`` time the same pair ``R -> P``; per
   pair the slower side is kept (the transfer lasts until both ends are done). cclc's NCCL
   plugin writes one such file per rank (``CCLC_PEER_TIMINGS``); pass them all at once.
+* **nccl-tests output** — ``sendrecv_perf`` runs, one file per run: read by
+  :mod:`cclc.diagnose.nccl_tests`, which needs the topology to place each rank's host and
+  device (:func:`read_timings_files` with ``topo``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ class Timings:
     nbytes: np.ndarray
     seconds: np.ndarray
     source: str = "<timings>"
+    #: how the pairs were timed: ``True`` all at once, ``False`` one run at a time (nccl-tests
+    #: runs), ``None`` not known (the caller decides)
+    concurrent: bool | None = None
 
     def __len__(self) -> int:
         return len(self.src)
@@ -60,7 +66,8 @@ def _ro(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def make_timings(src, dst, nbytes, seconds, source: str = "<timings>") -> Timings:
+def make_timings(src, dst, nbytes, seconds, source: str = "<timings>",
+                 concurrent: bool | None = None) -> Timings:
     """Merge repeated pairs (bytes and seconds add up; a hang stays a hang) and drop ``i -> i``."""
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
@@ -77,7 +84,8 @@ def make_timings(src, dst, nbytes, seconds, source: str = "<timings>") -> Timing
                         minlength=len(pairs)).astype(np.float64)
     tot_s[hung] = np.inf
     return Timings(src=_ro(pairs[:, 0].copy()), dst=_ro(pairs[:, 1].copy()),
-                   nbytes=_ro(tot_b), seconds=_ro(tot_s), source=source)
+                   nbytes=_ro(tot_b), seconds=_ro(tot_s), source=source,
+                   concurrent=concurrent)
 
 
 def read_timings(path: str) -> Timings:
@@ -95,6 +103,10 @@ def parse_timings(text: str, source: str = "<timings>") -> Timings:
         raise TimingsError("the timings file is empty", Span(source, 1, 1))
     if stripped.startswith("{"):
         return _parse_json(text, source)
+    from cclc.diagnose.nccl_tests import is_nccl_tests
+    if is_nccl_tests(text):
+        raise TimingsError("this is nccl-tests output: reading it needs the topology "
+                           "(read_timings_files with topo)", Span(source, 1, 1))
     first = next(line for line in text.splitlines() if line.strip() and
                  not line.lstrip().startswith("#"))
     if first.replace(" ", "").lower().startswith("src,dst"):
@@ -240,15 +252,38 @@ def _aggregate(records: list, source: str) -> Timings:
                         [best[k][0] for k in keys], [best[k][1] for k in keys], source)
 
 
-def read_timings_files(paths: list[str]) -> Timings:
+def read_timings_files(paths: list[str], topo=None, hosts: str | None = None) -> Timings:
     """Read and combine several timings files: the per-rank JSON files the plugin writes are
-    joined record by record (so a pair's send and receive sides meet); CSV files add up."""
-    if len(paths) == 1:
-        return read_timings(paths[0])
+    joined record by record (so a pair's send and receive sides meet); CSV files add up;
+    nccl-tests output files (one run each) are placed on ``topo`` (a
+    :class:`cclc.topology.Topology`), their hosts in the order of the ``hosts`` file if given
+    (see :mod:`cclc.diagnose.nccl_tests`)."""
+    from cclc.diagnose import nccl_tests
+
     texts = []
     for path in paths:
         with open(path, encoding="utf-8") as f:
             texts.append(f.read())
+    is_nt = [nccl_tests.is_nccl_tests(t) for t in texts]
+    if any(is_nt):
+        if not all(is_nt):
+            other = paths[is_nt.index(False)]
+            raise TimingsError(f"nccl-tests output ({paths[is_nt.index(True)]}) cannot be "
+                               "combined with timings in another format", Span(other, 1, 1))
+        if topo is None:
+            raise TimingsError("nccl-tests output needs the topology to place its hosts",
+                               Span(paths[0], 1, 1))
+        node_of = None
+        if hosts is not None:
+            with open(hosts, encoding="utf-8") as f:
+                node_of = nccl_tests.parse_hosts(f.read(), hosts)
+        runs = [nccl_tests.parse_nccl_tests(t, p) for p, t in zip(paths, texts)]
+        return nccl_tests.nccl_tests_timings(runs, topo, node_of)
+    if hosts is not None:
+        raise TimingsError("--hosts is for nccl-tests output; these timings name ranks",
+                           Span(hosts, 1, 1))
+    if len(paths) == 1:
+        return parse_timings(texts[0], paths[0])
     source = f"{paths[0]} (+{len(paths) - 1} more)"
     if all(t.lstrip().startswith("{") for t in texts):
         records = [rec for path, text in zip(paths, texts) for rec in _json_records(text, path)]
