@@ -681,7 +681,13 @@ def compare_with_nccl(coll: Collective, time: float) -> str | None:
         return None
     from cclc.units import format_time
 
+    from cclc.calibration import TOLERANCE
+
     nccl_s = est.time_us * 1e-6
+    verdict = speedup_text(nccl_s, time)
+    # The model is only shown to be right within the calibration tolerance: a smaller difference
+    # is not a claim the model can carry, so the line says so instead of standing as a speed-up.
+    if verdict != "as fast" and abs(nccl_s / time - 1) <= TOLERANCE:
+        verdict += f", inside the model's +-{TOLERANCE:.0%} calibration error"
     return (f"NCCL today (predicted by cclc's model of NCCL): {est.name} {format_time(nccl_s)}, "
-            f"busbw {est.busbw:.1f} GB/s; cclc's schedule is predicted "
-            f"{speedup_text(nccl_s, time)}")
+            f"busbw {est.busbw:.1f} GB/s; cclc's schedule is predicted {verdict}")
