@@ -1,0 +1,221 @@
+"""Relay lowering: moves the declared routing cannot carry become store-and-forward relays.
+
+An algorithm may route an op over any healthy path (a detour around a failed link, a
+neighbour two hops away on a folded ring, every pair at once in ``direct``). Whether the
+machine can make that move by itself depends on its routing (:mod:`cclc.routing`): a GPU
+torus (``routing none``) only reaches its neighbours; dimension-order routers cannot leave
+the dimension-order path. :func:`lower_relays` cuts each such route at the ranks where the
+routing stops carrying it and turns the op into a chain of ops through those ranks, each
+hop into scratch chunks of the relaying rank, so that every op of the result is a move the
+machine makes itself and the backends emit exactly that.
+
+Timing. Each original step becomes as many steps as its longest chain needs; every chain
+ends in the step's last sub-step, so ops keep reading the state the previous original step
+left (the IR's rule) and every final write still happens once per slot. An op of several
+chunks is relayed chunk by chunk, chunk ``j`` taking hop ``k`` in sub-step ``j + k``, so the
+hops pipeline; when a step writes a slot that one of its own ops reads (in-place patterns),
+chunks could overtake that read, so that step relays each op whole.
+
+Scratch. A relay lands in scratch chunks of the relaying rank with the same element counts
+as the chunks it carries; a region is reused once its content has been forwarded (two
+sub-steps later), and every rank gets the same scratch layout.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from cclc.errors import ScheduleError
+from cclc.ir import Buf, OpKind, Ops, Routes, Schedule
+from cclc.routing import carried_routes, carried_segments
+
+__all__ = ["lower_relays", "relay_count"]
+
+
+def relay_count(schedule: Schedule) -> int:
+    """How many ops of ``schedule`` use a route its topology's routing does not carry."""
+    carried = carried_routes(schedule.topology, schedule.routes)
+    return int((~carried[schedule.ops.route]).sum())
+
+
+class _Scratch:
+    """Relay regions per chunk shape, reused per rank once forwarded."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[tuple[int, ...], int] = {}             # shape -> shape id
+        self.free_at: dict[tuple[int, int], list[int]] = defaultdict(list)  # (rank, shape)
+        self.regions: dict[int, int] = defaultdict(int)           # shape id -> regions
+
+    def take(self, rank: int, shape: tuple[int, ...], written: int) -> tuple[int, int]:
+        """A region of ``rank`` for ``shape`` written in sub-step ``written`` and read in the
+        next one: ``(shape id, region index)``."""
+        sid = self.shapes.setdefault(shape, len(self.shapes))
+        slots = self.free_at[(rank, sid)]
+        for r, free in enumerate(slots):
+            if free <= written:
+                slots[r] = written + 2
+                return sid, r
+        slots.append(written + 2)
+        self.regions[sid] = max(self.regions[sid], len(slots))
+        return sid, len(slots) - 1
+
+    def layout(self) -> tuple[np.ndarray, dict[int, int]]:
+        """Element counts of the appended chunks, and the first chunk of every shape."""
+        elems: list[int] = []
+        first: dict[int, int] = {}
+        for shape, sid in self.shapes.items():
+            first[sid] = len(elems)
+            elems += list(shape) * self.regions[sid]
+        return np.array(elems, dtype=np.int64), first
+
+
+def lower_relays(schedule: Schedule) -> Schedule:
+    """``schedule`` with every op whose route the topology's routing does not carry replaced
+    by a chain of carried hops through the ranks on its route (see the module docstring).
+
+    Returns ``schedule`` itself when every route is carried. Raises
+    :class:`~cclc.errors.ScheduleError` when a route would have to be relayed by a rank
+    outside the collective's group, or cut at a switch.
+    """
+    s = schedule
+    topo = s.topology
+    carried = carried_routes(topo, s.routes)
+    ops = s.ops
+    relayed = ~carried[ops.route]
+    if not relayed.any():
+        return s
+    group = s.collective.group
+    index_of = {int(g): i for i, g in enumerate(group)}
+    route_ids: dict[tuple[int, ...], int] = {}
+    route_paths: list[tuple[int, ...]] = [s.routes.path(r) for r in range(len(s.routes))]
+    for r, p in enumerate(route_paths):
+        route_ids.setdefault(p, r)
+
+    def route_of(path: tuple[int, ...]) -> int:
+        rid = route_ids.get(path)
+        if rid is None:
+            rid = route_ids[path] = len(route_paths)
+            route_paths.append(path)
+        return rid
+
+    segments: dict[int, list[tuple[int, list[int]]]] = {}   # route -> [(route id, relay ranks)]
+
+    def chain(route: int) -> list[tuple[int, int | None]]:
+        """Per hop: its route id and the group index of the rank it lands on (None: the
+        op's destination)."""
+        if route not in segments:
+            pieces = carried_segments(topo, route_paths[route])
+            hops = []
+            for k, seg in enumerate(pieces):
+                end = int(topo.link_dst[seg[-1]])
+                if k < len(pieces) - 1 and end not in index_of:
+                    raise ScheduleError(
+                        f"a route of schedule '{s.algorithm}' must be relayed at "
+                        f"{topo.vertex_names[end]}, which is not a rank of collective "
+                        f"'{s.collective.name}' (routing '{topo.routing}')")
+                hops.append((route_of(seg), None if k == len(pieces) - 1 else index_of[end]))
+            segments[route] = hops
+        return segments[route]
+
+    elems = [s.chunk_elems(b) for b in Buf]
+    cols = {k: v.tolist() for k, v in ops.columns().items()}
+    n_ops = len(ops)
+    out: dict[str, list[int]] = {k: [] for k in cols}
+    relay_slots: list[tuple[int, int, int]] = []   # per scratch-relay write: (row, sid, region)
+    relay_reads: list[tuple[int, int, int]] = []
+    scratch = _Scratch()
+    order = np.argsort(ops.step, kind="stable")
+    steps = ops.step[order]
+    cuts = np.flatnonzero(np.diff(steps)) + 1
+    base = 0
+
+    def emit(step, src, dst, route, kind, sbuf, soff, dbuf, doff, count) -> int:
+        for k, v in zip(out, (step, src, dst, route, kind, sbuf, soff, dbuf, doff, count)):
+            out[k].append(v)
+        return len(out["step"]) - 1
+
+    for idx in np.split(order, cuts) if n_ops else []:
+        idx = idx.tolist()
+        pipelined = not _reads_own_writes(s, idx, cols)
+        plans = []
+        for o in idx:
+            if not relayed[o]:
+                plans.append((o, None, 1, 1))
+                continue
+            hops = chain(cols["route"][o])
+            count = cols["count"][o]
+            src, dst = cols["src"][o], cols["dst"][o]
+            sb, db = cols["src_buf"][o], cols["dst_buf"][o]
+            so, do = cols["src_off"][o], cols["dst_off"][o]
+            same = np.array_equal(elems[sb][src, so:so + count], elems[db][dst, do:do + count])
+            pieces = count if pipelined and same else 1
+            plans.append((o, hops, pieces, pieces + len(hops) - 1))
+        length = max(p[3] for p in plans)
+        for o, hops, pieces, span in plans:
+            c = [cols[k][o] for k in cols]
+            _, src, dst, route, kind, sb, so, db, do, count = c
+            first = base + length - span
+            if hops is None:
+                emit(base + length - 1, src, dst, route, kind, sb, so, db, do, count)
+                continue
+            per = count // pieces
+            for j in range(pieces):
+                shape = tuple(int(x) for x in elems[sb][src, so + j * per:so + (j + 1) * per])
+                at, a_buf, a_off, a_read = src, sb, so + j * per, None
+                for k, (rid, lands) in enumerate(hops):
+                    t = first + j + k
+                    if lands is None:
+                        row = emit(t, at, dst, rid, kind, a_buf, a_off, db, do + j * per, per)
+                    else:
+                        sid, region = scratch.take(lands, shape, t)
+                        row = emit(t, at, lands, rid, int(OpKind.COPY), a_buf, a_off,
+                                   int(Buf.SCRATCH), 0, per)
+                        relay_slots.append((row, sid, region))
+                    if a_read is not None:
+                        relay_reads.append((row, *a_read))
+                    if lands is not None:
+                        at, a_buf, a_off, a_read = lands, int(Buf.SCRATCH), 0, (sid, region)
+        base += length
+
+    # place the relay regions after the schedule's own scratch chunks
+    extra, first_chunk = scratch.layout()
+    own = s.layouts[Buf.SCRATCH]
+    n_own = own.shape[-1]
+    if own.ndim == 2:
+        scratch_layout = np.concatenate([own, np.broadcast_to(extra, (s.n, len(extra)))], axis=1)
+    else:
+        scratch_layout = np.concatenate([own, extra])
+    dst_off, src_off = out["dst_off"], out["src_off"]
+    for row, sid, region in relay_slots:
+        dst_off[row] = n_own + first_chunk[sid] + region * _shape_len(scratch, sid)
+    for row, sid, region in relay_reads:
+        src_off[row] = n_own + first_chunk[sid] + region * _shape_len(scratch, sid)
+    offsets = np.zeros(len(route_paths) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in route_paths], out=offsets[1:])
+    links = np.array([x for p in route_paths for x in p], dtype=np.int32)
+    new_ops = Ops(**{k: np.array(v) for k, v in out.items()})
+    order = np.argsort(new_ops.step, kind="stable")
+    return s.replace(layouts=(s.layouts[Buf.INPUT], s.layouts[Buf.OUTPUT], scratch_layout),
+                     ops=new_ops.take(order), routes=Routes(offsets, links))
+
+
+def _shape_len(scratch: _Scratch, sid: int) -> int:
+    for shape, i in scratch.shapes.items():
+        if i == sid:
+            return len(shape)
+    raise KeyError(sid)
+
+
+def _reads_own_writes(s: Schedule, idx: list[int], cols: dict[str, list[int]]) -> bool:
+    """Whether an op of this step reads a chunk that another op of the step writes."""
+    writes: set[tuple[int, int, int]] = set()
+    for o in idx:
+        for c in range(cols["count"][o]):
+            writes.add((cols["dst"][o], cols["dst_buf"][o], cols["dst_off"][o] + c))
+    for o in idx:
+        for c in range(cols["count"][o]):
+            if (cols["src"][o], cols["src_buf"][o], cols["src_off"][o] + c) in writes:
+                return True
+    return False
