@@ -125,6 +125,22 @@ def test_every_example_emits_only_moves_its_routing_makes(path):
         assert _check_emitted(coll, schedule) > 0
 
 
+_TORI = [p for p in EXAMPLES if any(c.topology.kind == "torus" for c in _load(p))]
+
+
+@pytest.mark.parametrize("routing", ["none", "dimension_order"])
+@pytest.mark.parametrize("path", _TORI, ids=lambda p: p.stem)
+def test_torus_examples_compile_under_each_gpu_and_router_routing(path, routing):
+    from cclc.plan import plan
+
+    for coll in _load(path):
+        if coll.n > MAX_RANKS:
+            continue
+        coll = _variant(coll, routing, None)
+        schedule = plan(coll).schedule
+        assert _check_emitted(coll, schedule) > 0
+
+
 _CASES = [(p, i) for p in EXAMPLES for i, c in enumerate(_load(p)) if c.n <= MAX_RANKS]
 
 
