@@ -28,7 +28,7 @@ from collections import defaultdict
 import numpy as np
 
 from cclc.errors import ScheduleError
-from cclc.ir import Buf, OpKind, Ops, Routes, Schedule
+from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
 from cclc.routing import carried_routes, carried_segments
 
 __all__ = ["lower_relays", "relay_count"]
@@ -120,64 +120,65 @@ def lower_relays(schedule: Schedule) -> Schedule:
         return segments[route]
 
     elems = [s.chunk_elems(b) for b in Buf]
-    cols = {k: v.tolist() for k, v in ops.columns().items()}
-    n_ops = len(ops)
-    out: dict[str, list[int]] = {k: [] for k in cols}
+    step_of = ops.step.astype(np.int64)
+    n_steps = s.n_steps
+    # steps where an op reads a chunk another op of the step writes: relay those whole
+    in_place = _steps_reading_own_writes(s)
+    rel = np.flatnonzero(relayed)
+    cols = {k: v[rel].tolist() for k, v in ops.columns().items()}
+    plans = []                                      # per relayed op: (hops, pieces)
+    length = np.ones(n_steps, dtype=np.int64)       # sub-steps each original step becomes
+    for i in range(len(rel)):
+        hops = chain(cols["route"][i])
+        count = cols["count"][i]
+        src, dst = cols["src"][i], cols["dst"][i]
+        sb, db = cols["src_buf"][i], cols["dst_buf"][i]
+        so, do = cols["src_off"][i], cols["dst_off"][i]
+        same = np.array_equal(elems[sb][src, so:so + count], elems[db][dst, do:do + count])
+        pieces = count if same and not in_place[cols["step"][i]] else 1
+        plans.append((hops, pieces))
+        st = cols["step"][i]
+        length[st] = max(length[st], pieces + len(hops) - 1)
+    base = np.concatenate([[0], np.cumsum(length)[:-1]])
+    last = base + length - 1
+
+    # ops the routing carries keep their row, in the last sub-step of their step
+    keep = ops.take(~relayed)
+    out: dict[str, list] = {k: [v] for k, v in keep.columns().items()}
+    out["step"] = [last[step_of[~relayed]]]
+    rows: dict[str, list[int]] = {k: [] for k in OP_COLUMNS}
     relay_slots: list[tuple[int, int, int]] = []   # per scratch-relay write: (row, sid, region)
     relay_reads: list[tuple[int, int, int]] = []
     scratch = _Scratch()
-    order = np.argsort(ops.step, kind="stable")
-    steps = ops.step[order]
-    cuts = np.flatnonzero(np.diff(steps)) + 1
-    base = 0
 
     def emit(step, src, dst, route, kind, sbuf, soff, dbuf, doff, count) -> int:
-        for k, v in zip(out, (step, src, dst, route, kind, sbuf, soff, dbuf, doff, count)):
-            out[k].append(v)
-        return len(out["step"]) - 1
+        for k, v in zip(rows, (step, src, dst, route, kind, sbuf, soff, dbuf, doff, count)):
+            rows[k].append(v)
+        return len(rows["step"]) - 1
 
-    for idx in np.split(order, cuts) if n_ops else []:
-        idx = idx.tolist()
-        pipelined = not _reads_own_writes(s, idx, cols)
-        plans = []
-        for o in idx:
-            if not relayed[o]:
-                plans.append((o, None, 1, 1))
-                continue
-            hops = chain(cols["route"][o])
-            count = cols["count"][o]
-            src, dst = cols["src"][o], cols["dst"][o]
-            sb, db = cols["src_buf"][o], cols["dst_buf"][o]
-            so, do = cols["src_off"][o], cols["dst_off"][o]
-            same = np.array_equal(elems[sb][src, so:so + count], elems[db][dst, do:do + count])
-            pieces = count if pipelined and same else 1
-            plans.append((o, hops, pieces, pieces + len(hops) - 1))
-        length = max(p[3] for p in plans)
-        for o, hops, pieces, span in plans:
-            c = [cols[k][o] for k in cols]
-            _, src, dst, route, kind, sb, so, db, do, count = c
-            first = base + length - span
-            if hops is None:
-                emit(base + length - 1, src, dst, route, kind, sb, so, db, do, count)
-                continue
-            per = count // pieces
-            for j in range(pieces):
-                shape = tuple(int(x) for x in elems[sb][src, so + j * per:so + (j + 1) * per])
-                at, a_buf, a_off, a_read = src, sb, so + j * per, None
-                for k, (rid, lands) in enumerate(hops):
-                    t = first + j + k
-                    if lands is None:
-                        row = emit(t, at, dst, rid, kind, a_buf, a_off, db, do + j * per, per)
-                    else:
-                        sid, region = scratch.take(lands, shape, t)
-                        row = emit(t, at, lands, rid, int(OpKind.COPY), a_buf, a_off,
-                                   int(Buf.SCRATCH), 0, per)
-                        relay_slots.append((row, sid, region))
-                    if a_read is not None:
-                        relay_reads.append((row, *a_read))
-                    if lands is not None:
-                        at, a_buf, a_off, a_read = lands, int(Buf.SCRATCH), 0, (sid, region)
-        base += length
+    # chains in step order, so scratch regions are reused in time order
+    for i in np.argsort(np.array(cols["step"], dtype=np.int64), kind="stable").tolist():
+        hops, pieces = plans[i]
+        _, src, dst, _, kind, sb, so, db, do, count = (cols[k][i] for k in OP_COLUMNS)
+        st = cols["step"][i]
+        first = int(last[st]) - (pieces + len(hops) - 1) + 1
+        per = count // pieces
+        for j in range(pieces):
+            shape = tuple(int(x) for x in elems[sb][src, so + j * per:so + (j + 1) * per])
+            at, a_buf, a_off, a_read = src, sb, so + j * per, None
+            for k, (rid, lands) in enumerate(hops):
+                t = first + j + k
+                if lands is None:
+                    row = emit(t, at, dst, rid, kind, a_buf, a_off, db, do + j * per, per)
+                else:
+                    sid, region = scratch.take(lands, shape, t)
+                    row = emit(t, at, lands, rid, int(OpKind.COPY), a_buf, a_off,
+                               int(Buf.SCRATCH), 0, per)
+                    relay_slots.append((row, sid, region))
+                if a_read is not None:
+                    relay_reads.append((row, *a_read))
+                if lands is not None:
+                    at, a_buf, a_off, a_read = lands, int(Buf.SCRATCH), 0, (sid, region)
 
     # place the relay regions after the schedule's own scratch chunks
     extra, first_chunk = scratch.layout()
@@ -187,35 +188,39 @@ def lower_relays(schedule: Schedule) -> Schedule:
         scratch_layout = np.concatenate([own, np.broadcast_to(extra, (s.n, len(extra)))], axis=1)
     else:
         scratch_layout = np.concatenate([own, extra])
-    dst_off, src_off = out["dst_off"], out["src_off"]
+    dst_off, src_off = rows["dst_off"], rows["src_off"]
+    shape_len = {sid: len(shape) for shape, sid in scratch.shapes.items()}
     for row, sid, region in relay_slots:
-        dst_off[row] = n_own + first_chunk[sid] + region * _shape_len(scratch, sid)
+        dst_off[row] = n_own + first_chunk[sid] + region * shape_len[sid]
     for row, sid, region in relay_reads:
-        src_off[row] = n_own + first_chunk[sid] + region * _shape_len(scratch, sid)
+        src_off[row] = n_own + first_chunk[sid] + region * shape_len[sid]
     offsets = np.zeros(len(route_paths) + 1, dtype=np.int64)
     np.cumsum([len(p) for p in route_paths], out=offsets[1:])
     links = np.array([x for p in route_paths for x in p], dtype=np.int32)
-    new_ops = Ops(**{k: np.array(v) for k, v in out.items()})
+    for k, dtype in OP_COLUMNS.items():
+        out[k].append(np.array(rows[k], dtype=dtype))
+    new_ops = Ops(**{k: np.concatenate(v) for k, v in out.items()})
     order = np.argsort(new_ops.step, kind="stable")
     return s.replace(layouts=(s.layouts[Buf.INPUT], s.layouts[Buf.OUTPUT], scratch_layout),
                      ops=new_ops.take(order), routes=Routes(offsets, links))
 
 
-def _shape_len(scratch: _Scratch, sid: int) -> int:
-    for shape, i in scratch.shapes.items():
-        if i == sid:
-            return len(shape)
-    raise KeyError(sid)
+def _steps_reading_own_writes(s: Schedule) -> np.ndarray:
+    """Per step: whether an op of it reads a chunk that an op of the same step writes."""
+    ops = s.ops
+    widths = np.array([s.n_chunks(b) for b in Buf], dtype=np.int64)
+    base = np.concatenate([[0], np.cumsum(widths * s.n)[:-1]])
+    n_slots = int((widths * s.n).sum()) + 1
 
+    def keys(rank, buf, off):
+        cnt = ops.count.astype(np.int64)
+        within = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        slot = np.repeat(base[buf] + rank.astype(np.int64) * widths[buf] + off, cnt) + within
+        return np.repeat(ops.step.astype(np.int64), cnt) * n_slots + slot
 
-def _reads_own_writes(s: Schedule, idx: list[int], cols: dict[str, list[int]]) -> bool:
-    """Whether an op of this step reads a chunk that another op of the step writes."""
-    writes: set[tuple[int, int, int]] = set()
-    for o in idx:
-        for c in range(cols["count"][o]):
-            writes.add((cols["dst"][o], cols["dst_buf"][o], cols["dst_off"][o] + c))
-    for o in idx:
-        for c in range(cols["count"][o]):
-            if (cols["src"][o], cols["src_buf"][o], cols["src_off"][o] + c) in writes:
-                return True
-    return False
+    writes = keys(ops.dst, ops.dst_buf.astype(np.int64), ops.dst_off.astype(np.int64))
+    reads = keys(ops.src, ops.src_buf.astype(np.int64), ops.src_off.astype(np.int64))
+    hit = np.isin(reads, writes)
+    out = np.zeros(s.n_steps, dtype=bool)
+    out[np.unique(reads[hit] // n_slots)] = True
+    return out
