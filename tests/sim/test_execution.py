@@ -90,3 +90,18 @@ def test_matee_is_not_slower_than_mate_under_the_dataflow_model(dims):
     mate = predict(get("mate").build(c), model).time
     matee = predict(get("matee").build(c), model).time
     assert matee <= mate
+
+
+def test_compile_names_the_model_and_routing_of_every_time(tmp_path, capsys):
+    from cclc import cli
+
+    src = tmp_path / "t.ccl"
+    src.write_text("topology t = torus(3, 3) { link 10 GB/s, 100 ns }\n"
+                   "collective a = alltoall on t { size 36 KiB }\n")
+    for emit, model in (("json", "ir"), ("json,msccl", "msccl"), ("nccl,msccl", "nccl")):
+        code = cli.main(["compile", str(src), "-o", str(tmp_path / emit.replace(",", "_")),
+                         "--emit", emit, "--explain"])
+        out = capsys.readouterr().out
+        assert code == 0
+        assert f"time ({model} model)" in out
+        assert f"({model} model: " in out and "routing none" in out
