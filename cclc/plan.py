@@ -20,6 +20,7 @@ from cclc.collective import Collective, make_collective
 from cclc.errors import CollectiveError, ScheduleError
 from cclc.execution import IR_MODEL, ExecutionModel, predict
 from cclc.ir import Schedule
+from cclc.relay import RelayError
 from cclc.verify import verify
 
 __all__ = [
@@ -183,7 +184,11 @@ def _evaluate(coll: Collective, algo: Algorithm, bound: float | None,
     reason = algo.applicable(coll, **params)
     if reason is not None:
         return Candidate(algo.name, False, reason), None, False
-    schedule = algo.build(coll, **params)  # a failing build is a bug: let it propagate
+    try:
+        schedule = algo.build(coll, **params)  # any other failing build is a bug: propagate
+    except RelayError as err:
+        # the routing cannot carry a move and no member of the group can relay it
+        return Candidate(algo.name, False, err.message), None, False
     try:
         verified = _verify(schedule)
     except ScheduleError as err:

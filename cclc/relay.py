@@ -31,7 +31,11 @@ from cclc.errors import ScheduleError
 from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
 from cclc.routing import carried_routes, carried_segments
 
-__all__ = ["lower_relays", "relay_count"]
+__all__ = ["RelayError", "lower_relays", "relay_count"]
+
+
+class RelayError(ScheduleError):
+    """A move the declared routing cannot carry and no rank of the group can relay."""
 
 
 def relay_count(schedule: Schedule) -> int:
@@ -75,9 +79,8 @@ def lower_relays(schedule: Schedule) -> Schedule:
     """``schedule`` with every op whose route the topology's routing does not carry replaced
     by a chain of carried hops through the ranks on its route (see the module docstring).
 
-    Returns ``schedule`` itself when every route is carried. Raises
-    :class:`~cclc.errors.ScheduleError` when a route would have to be relayed by a rank
-    outside the collective's group, or cut at a switch.
+    Returns ``schedule`` itself when every route is carried. Raises :class:`RelayError` when
+    a route would have to be relayed by a rank outside the collective's group.
     """
     s = schedule
     topo = s.topology
@@ -100,7 +103,7 @@ def lower_relays(schedule: Schedule) -> Schedule:
             route_paths.append(path)
         return rid
 
-    segments: dict[int, list[tuple[int, list[int]]]] = {}   # route -> [(route id, relay ranks)]
+    segments: dict[int, list[tuple[int, int | None]]] = {}   # route -> chain (see chain())
 
     def chain(route: int) -> list[tuple[int, int | None]]:
         """Per hop: its route id and the group index of the rank it lands on (None: the
@@ -111,10 +114,11 @@ def lower_relays(schedule: Schedule) -> Schedule:
             for k, seg in enumerate(pieces):
                 end = int(topo.link_dst[seg[-1]])
                 if k < len(pieces) - 1 and end not in index_of:
-                    raise ScheduleError(
+                    raise RelayError(
                         f"a route of schedule '{s.algorithm}' must be relayed at "
                         f"{topo.vertex_names[end]}, which is not a rank of collective "
-                        f"'{s.collective.name}' (routing '{topo.routing}')")
+                        f"'{s.collective.name}' (routing '{topo.routing}': add the ranks on "
+                        "the way to the group, or declare the routing the network has)")
                 hops.append((route_of(seg), None if k == len(pieces) - 1 else index_of[end]))
             segments[route] = hops
         return segments[route]

@@ -150,6 +150,12 @@ def test_a_relay_outside_the_group_is_refused():
     c = make_collective("x", CollectiveKind.ALLTOALL, t, (0, 3), 2 * 4 * 2)
     with pytest.raises(ScheduleError, match="not a rank of collective"):
         get("direct").build(c)
+    # auto reports it per candidate, and fails with every reason when nothing else serves
+    from cclc.plan import plan
+
+    with pytest.raises(CclError, match="direct: a route of schedule 'direct' must be relayed"):
+        plan(c)
+    assert plan(replace(c, topology=replace(t, routing="shortest", _cache={}))).name == "direct"
 
 
 def test_the_language_declares_routing(tmp_path):
