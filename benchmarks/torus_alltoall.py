@@ -14,7 +14,12 @@ bound at 128 MiB (the LP max-concurrent-flow bound where the torus is small enou
 best closed-form bound), and the same series on TPUv4-like 4x4x4 and 8x4x4 tori at 56 GB/s.
 
 Times come from the lockstep simulation (:mod:`cclc.sim`: steps separated by barriers, a step
-as long as its busiest link). MATE/MATEe are also simulated in event mode (``*_event``
+as long as its busiest link), the IR's own model; ``--routing`` chooses the tori's declared
+routing (default ``source``: cut-through along any path a schedule names, the paper's model;
+``none``: a GPU torus, every multi-hop move relayed by GPUs, :mod:`cclc.relay`). Each row also
+carries the time under the NCCL library's model (``time_nccl``: lockstep plus 8.4 us per step)
+and, where event mode runs, under MSCCL's (``time_msccl``: dataflow plus its overheads); see
+:mod:`cclc.execution`. MATE/MATEe are also simulated in event mode (``*_event``
 columns), where an op starts as soon as its data and links are ready; that is the model the
 paper's analytical backend uses for overlapping lanes of different lengths (see
 docs/torus-alltoall.md). Sizes are rounded down to a multiple of the number of ranks (uint8
@@ -38,6 +43,8 @@ import numpy as np
 from cclc.algorithms.torus_multidim import build_for_sizes
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, DType, make_collective
+from cclc.execution import BACKEND_MODELS, predict
+from cclc.relay import lower_relays
 from cclc.sim import simulate
 from cclc.topology import torus, with_faults
 
@@ -68,8 +75,9 @@ EVENT_MAX_OPS = 1_000_000
 QUICK_EVENT_MAX_OPS = 300_000
 
 
-def _topologies(dims, bandwidth):
-    healthy = torus("x".join(map(str, dims)), dims, bandwidth=bandwidth, latency=100e-9)
+def _topologies(dims, bandwidth, routing="source"):
+    healthy = torus("x".join(map(str, dims)), dims, bandwidth=bandwidth, latency=100e-9,
+                    routing=routing)
     a = healthy.rank_at((0,) * len(dims))
     b = healthy.rank_at((1,) + (0,) * (len(dims) - 1))
     return healthy, with_faults(healthy, links=[(a, b), (b, a)])
@@ -88,9 +96,10 @@ def _bound(coll, use_lp: bool) -> tuple[float, str]:
     return b.best, b.name
 
 
-def run_torus(dims, bandwidth, sizes, series, log, lp_max=150, event_max_ops=EVENT_MAX_OPS):
+def run_torus(dims, bandwidth, sizes, series, log, lp_max=150, event_max_ops=EVENT_MAX_OPS,
+              routing="source"):
     """Rows (one per size and series) for one torus."""
-    healthy, faulty = _topologies(dims, bandwidth)
+    healthy, faulty = _topologies(dims, bandwidth, routing)
     rows = []
     for name in series:
         if name in RHO_SERIES:
@@ -103,6 +112,8 @@ def run_torus(dims, bandwidth, sizes, series, log, lp_max=150, event_max_ops=EVE
         t0 = time.time()
         colls = [_collective(topo, s) for s in sizes]
         scheds = build_for_sizes(colls[0], [c.size for c in colls], alg, sch, **params)
+        # the moves the declared routing cannot carry become relays (as every compile does)
+        scheds = [lower_relays(x) for x in scheds]
         built = time.time() - t0
         n_ops = len(scheds[0].ops)
         # the bandwidth-only time (every latency 0) is linear in the bytes: simulate it once
@@ -113,10 +124,12 @@ def run_torus(dims, bandwidth, sizes, series, log, lp_max=150, event_max_ops=EVE
         for size, s in zip(sizes, scheds):
             r = simulate(s)
             row = {"torus": topo.name, "series": name, "size": size, "bytes": s.collective.size,
-                   "time": r.time, "ops": n_ops, "steps": s.n_steps,
-                   "time_bandwidth": t_bw * s.collective.size / big.collective.size}
+                   "time": r.time, "ops": n_ops, "steps": s.n_steps, "routing": routing,
+                   "time_bandwidth": t_bw * s.collective.size / big.collective.size,
+                   "time_nccl": predict(s, BACKEND_MODELS["nccl"]).time}
             if "MATE" in name and n_ops <= event_max_ops:
                 row["time_event"] = simulate(s, mode="event").time
+                row["time_msccl"] = predict(s, BACKEND_MODELS["msccl"]).time
             if size == BOUND_SIZE or (BOUND_SIZE not in sizes and size == sizes[-1]):
                 bound, bname = _bound(s.collective, use_lp=topo.n_ranks <= lp_max)
                 row["bound"] = bound
@@ -127,8 +140,14 @@ def run_torus(dims, bandwidth, sizes, series, log, lp_max=150, event_max_ops=EVE
             f"total {time.time() - t0:6.1f}s")
     base = {r["size"]: r["time"] for r in rows if r["series"] == "Ring_Pipeline"}
     base_bw = {r["size"]: r["time_bandwidth"] for r in rows if r["series"] == "Ring_Pipeline"}
+    base_nccl = {r["size"]: r["time_nccl"] for r in rows if r["series"] == "Ring_Pipeline"}
     for r in rows:
         r["speedup"] = base[r["size"]] / r["time"]
+        r["speedup_nccl"] = base_nccl[r["size"]] / r["time_nccl"]
+        if "time_msccl" in r:
+            # both sides as MSCCL would run them would need Ring_Pipeline in event mode too;
+            # the baseline here is the NCCL library's Ring_Pipeline (what a user runs today)
+            r["speedup_msccl_vs_nccl_baseline"] = base_nccl[r["size"]] / r["time_msccl"]
         r["speedup_bandwidth"] = base_bw[r["size"]] / r["time_bandwidth"]
         if "time_event" in r:
             r["speedup_event"] = base[r["size"]] / r["time_event"]
@@ -155,10 +174,15 @@ def markdown(rows, tpu_rows, series) -> str:
     avg = averages(rows)
     avg_ev = averages(rows, "speedup_event")
     avg_bw = averages(rows, "speedup_bandwidth")
+    avg_nccl = averages(rows, "speedup_nccl")
     tori = sorted({r["torus"] for r in rows}, key=len)
-    out = ["| series | " + " | ".join(tori) + " | average | paper | bandwidth only (latency 0) "
-           "| event mode (tori where run) |",
-           "|---|" + "---|" * (len(tori) + 4)]
+    routing = rows[0].get("routing", "source") if rows else "source"
+    out = [f"Routing `{routing}`. Columns: per torus and average, the IR model (lockstep, no "
+           "software cost); paper; IR model with latency 0; IR event mode (dataflow, no "
+           "software cost); NCCL library model (lockstep + 8.4 us per step, both sides).", "",
+           "| series | " + " | ".join(tori) + " | average | paper | bandwidth only (latency 0) "
+           "| event mode (tori where run) | NCCL library model |",
+           "|---|" + "---|" * (len(tori) + 5)]
     for s in series:
         cells = []
         for t in tori:
@@ -167,7 +191,7 @@ def markdown(rows, tpu_rows, series) -> str:
         paper = f"{PAPER[s]:.2f}x" if s in PAPER else "-"
         ev = f"{avg_ev[s]:.2f}x" if s in avg_ev else "-"
         out.append(f"| {s} | " + " | ".join(cells) + f" | **{avg[s]:.2f}x** | {paper} | "
-                   f"{avg_bw[s]:.2f}x | {ev} |")
+                   f"{avg_bw[s]:.2f}x | {ev} | {avg_nccl[s]:.2f}x |")
     out += ["", ("% of the lower bound at 128 MiB (LP max-concurrent-flow where computed, "
                  "else the best closed-form bound):"), "",
             "| series | " + " | ".join(tori) + " |", "|---|" + "---|" * len(tori)]
@@ -202,6 +226,9 @@ def main(argv=None) -> int:
                     help="5x5 and 5x5x5 only, no TPU tori (~1 min)")
     ap.add_argument("--json", metavar="PATH", help="write the averages and every row")
     ap.add_argument("--no-4d", action="store_true", help="skip the 625-rank 5x5x5x5 torus")
+    ap.add_argument("--routing", default="source", choices=("source", "none", "dimension_order",
+                                                            "shortest"),
+                    help="the tori's declared routing (default: source, the paper's model)")
     args = ap.parse_args(argv)
 
     def log(msg):
@@ -213,11 +240,12 @@ def main(argv=None) -> int:
     rows = []
     for dims in tori:
         rows += run_torus(dims, 32e9, sizes, series, log,
-                          event_max_ops=QUICK_EVENT_MAX_OPS if args.quick else EVENT_MAX_OPS)
+                          event_max_ops=QUICK_EVENT_MAX_OPS if args.quick else EVENT_MAX_OPS,
+                          routing=args.routing)
     tpu_rows = []
     if not args.quick:
         for dims in [(4, 4, 4), (8, 4, 4)]:
-            tpu_rows += run_torus(dims, 56e9, sizes, series, log)
+            tpu_rows += run_torus(dims, 56e9, sizes, series, log, routing=args.routing)
 
     print(f"Speed-up over Ring_Pipeline (healthy), averaged over {len(sizes)} sizes "
           f"({_fmt_size(sizes[0])} .. {_fmt_size(sizes[-1])}), lockstep simulation:\n")
@@ -241,6 +269,8 @@ def main(argv=None) -> int:
                                                         if k in RHO_SERIES},
                        "average_speedup_bandwidth_only": averages(rows, "speedup_bandwidth"),
                        "average_speedup_event": averages(rows, "speedup_event"),
+                       "average_speedup_nccl_model": averages(rows, "speedup_nccl"),
+                       "routing": args.routing,
                        "paper": PAPER, "tpu_average_speedup": averages(tpu_rows),
                        "rows": rows + tpu_rows}, fh, indent=1)
     return 0

@@ -2,7 +2,9 @@
 
 An explicit hint names a registry entry (algorithm ``a`` and schedule ``s`` combine into the
 key ``"a+s"``, or just ``"a"`` when the schedule is ``auto``). With ``auto`` every applicable
-entry is built, verified and simulated (lockstep), and the fastest wins. Either way the
+entry is built, verified and simulated under an execution model (:mod:`cclc.execution`: the
+backend's lockstep or dataflow execution and its software overhead; the IR's plain lockstep by
+default) and the topology's declared routing, and the fastest wins. Either way the
 :class:`Plan` records every candidate considered: its simulated time and % of the lower bound,
 or why it was not applicable.
 """
@@ -16,8 +18,9 @@ from cclc.algorithms import REGISTRY, Algorithm, algorithms_for, get
 from cclc.bounds import bounds
 from cclc.collective import Collective, make_collective
 from cclc.errors import CollectiveError, ScheduleError
+from cclc.execution import IR_MODEL, ExecutionModel, predict
 from cclc.ir import Schedule
-from cclc.sim import simulate
+from cclc.relay import RelayError
 from cclc.verify import verify
 
 __all__ = [
@@ -36,9 +39,10 @@ __all__ = [
 class Candidate:
     """One row of the planner's table.
 
-    ``time`` (seconds, lockstep simulation) and ``pct_of_bound`` (bound / time x 100) are
-    ``None`` when the candidate was not applicable (``reason`` says why) or could not be
-    simulated.
+    ``time`` (seconds, under the plan's execution model and the declared routing) and
+    ``pct_of_bound`` (bound / time x 100) are ``None`` when the candidate was not applicable
+    (``reason`` says why) or could not be simulated. ``planned_time``: on an ECMP fabric, the
+    time if cclc's planned spines were realized (a plan: it needs a routing mechanism).
     """
 
     name: str
@@ -46,6 +50,7 @@ class Candidate:
     reason: str | None = None
     time: float | None = None
     pct_of_bound: float | None = None
+    planned_time: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,6 +62,8 @@ class Plan:
     bound: float | None
     candidates: tuple[Candidate, ...]
     verified: bool
+    model: ExecutionModel = IR_MODEL
+    planned_time: float | None = None
 
     @property
     def name(self) -> str:
@@ -107,8 +114,9 @@ def _verify(schedule: Schedule) -> bool:
     return True
 
 
-def _simulate(schedule: Schedule) -> float:
-    return float(simulate(schedule, mode="lockstep").time)
+def _simulate(schedule: Schedule, model: ExecutionModel) -> tuple[float, float | None]:
+    p = predict(schedule, model)
+    return p.time, p.planned_time
 
 
 def _bound(coll: Collective) -> float:
@@ -169,21 +177,26 @@ def _lookup(coll: Collective) -> list[Algorithm] | Algorithm:
     raise _unknown(coll, "algorithm", coll.algorithm.name, known)
 
 
-def _evaluate(coll: Collective, algo: Algorithm, bound: float | None
-              ) -> tuple[Candidate, Schedule | None, bool]:
+def _evaluate(coll: Collective, algo: Algorithm, bound: float | None,
+              model: ExecutionModel = IR_MODEL) -> tuple[Candidate, Schedule | None, bool]:
     """Build, verify and simulate one candidate (for ``auto``)."""
     params = _params(coll)
     reason = algo.applicable(coll, **params)
     if reason is not None:
         return Candidate(algo.name, False, reason), None, False
-    schedule = algo.build(coll, **params)  # a failing build is a bug: let it propagate
+    try:
+        schedule = algo.build(coll, **params)  # any other failing build is a bug: propagate
+    except RelayError as err:
+        # the routing cannot carry a move and no member of the group can relay it
+        return Candidate(algo.name, False, err.message), None, False
     try:
         verified = _verify(schedule)
     except ScheduleError as err:
         # a bug in the algorithm: never pick it, and say so in the table
         return Candidate(algo.name, False, f"failed verification: {err.message}"), None, False
-    time = _simulate(schedule)
-    return Candidate(algo.name, True, None, time, _pct(bound, time)), schedule, verified
+    time, planned = _simulate(schedule, model)
+    return (Candidate(algo.name, True, None, time, _pct(bound, time), planned), schedule,
+            verified)
 
 
 def resolve(coll: Collective) -> list[Algorithm]:
@@ -207,7 +220,7 @@ def _check_applicable(coll: Collective, algo: Algorithm) -> None:
                               f"'{coll.name}': {reason}", coll.algorithm.span or coll.span)
 
 
-def plan(coll: Collective, explain: bool = False) -> Plan:
+def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MODEL) -> Plan:
     """Choose, build and check the schedule of ``coll``.
 
     With an explicit algorithm hint, that entry is built and verified (its
@@ -218,7 +231,7 @@ def plan(coll: Collective, explain: bool = False) -> Plan:
 
     Raises :class:`~cclc.errors.CollectiveError` (at the hint's span) for an unknown name, an
     entry that does not serve the collective or is not applicable, and when no candidate
-    applies.
+    applies. Times are under ``model`` (see :mod:`cclc.execution`).
     """
     chosen = _lookup(coll)
     bound = _bound(coll)
@@ -226,18 +239,18 @@ def plan(coll: Collective, explain: bool = False) -> Plan:
         _check_applicable(coll, chosen)
         schedule = chosen.build(coll, **_params(coll))
         verified = _verify(schedule)
-        time = _simulate(schedule)
-        rows = [Candidate(chosen.name, True, None, time, _pct(bound, time))]
+        time, planned = _simulate(schedule, model)
+        rows = [Candidate(chosen.name, True, None, time, _pct(bound, time), planned)]
         if explain:
             for algo in algorithms_for(coll):
                 if algo.name != chosen.name:
-                    rows.append(_evaluate(_as_auto(coll), algo, bound)[0])
-        return Plan(schedule, time, bound, tuple(rows), verified)
+                    rows.append(_evaluate(_as_auto(coll), algo, bound, model)[0])
+        return Plan(schedule, time, bound, tuple(rows), verified, model, planned)
 
     rows = []
     best: tuple[float, Schedule, bool, Candidate] | None = None
     for algo in chosen:
-        row, schedule, verified = _evaluate(coll, algo, bound)
+        row, schedule, verified = _evaluate(coll, algo, bound, model)
         rows.append(row)
         if schedule is None:
             continue
@@ -250,7 +263,7 @@ def plan(coll: Collective, explain: bool = False) -> Plan:
                               f"({coll.kind.value} on {coll.n} ranks): {why}",
                               coll.algorithm.span or coll.span)
     _, schedule, verified, row = best
-    return Plan(schedule, row.time, bound, tuple(rows), verified)
+    return Plan(schedule, row.time, bound, tuple(rows), verified, model, row.planned_time)
 
 
 def _as_auto(coll: Collective) -> Collective:

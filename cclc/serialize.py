@@ -21,6 +21,7 @@ import numpy as np
 from cclc.collective import CollectiveKind, DType, Hint, ReduceOp, make_collective
 from cclc.errors import CclError, ScheduleError, Span
 from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
+from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
 from cclc.topology import LinkKind, Topology
 
 __all__ = ["FORMAT", "VERSION", "from_json", "load", "save", "to_json"]
@@ -60,6 +61,7 @@ def _topology_json(t: Topology) -> dict[str, Any]:
         "failed_ranks": sorted(t.failed_ranks),
         "dims": None if t.dims is None else list(t.dims),
         "wrap": None if t.wrap is None else list(t.wrap),
+        "routing": t.routing,
         "n_nodes": t.n_nodes,
         "node_of_rank": _opt(t.node_of_rank),
         "gpu_of_rank": _opt(t.gpu_of_rank),
@@ -279,6 +281,12 @@ def _topology(t: _Doc) -> Topology:
                                 f"{n_ranks} ranks")
         if wrap is None or len(wrap) != len(dims):
             raise ScheduleError(f"'{t.path('wrap')}' must give one boolean per dimension")
+    # documents written before routing was declared priced any healthy path a route named
+    routing = t.str("routing", optional=True) or ("source" if kind == "torus" else "ecmp")
+    allowed = TORUS_ROUTINGS if kind == "torus" else FABRIC_ROUTINGS
+    if routing not in allowed:
+        raise ScheduleError(f"'{t.path('routing')}' is {routing!r}, which is not one of "
+                            + ", ".join(repr(r) for r in allowed))
     per_rank = {}
     for key in ("node_of_rank", "gpu_of_rank", "rail_of_rank"):
         a = t.array(key, "int", optional=True)
@@ -304,7 +312,7 @@ def _topology(t: _Doc) -> Topology:
         link_failed=_ro(cols["failed"], bool), failed_ranks=frozenset(failed_ranks.tolist()),
         dims=None if dims is None else tuple(dims.tolist()),
         wrap=None if wrap is None else tuple(wrap.tolist()),
-        n_nodes=t.int("n_nodes"), fault_groups=tuple(groups), **per_rank)
+        n_nodes=t.int("n_nodes"), fault_groups=tuple(groups), routing=routing, **per_rank)
 
 
 def _params(v: Any, where: str) -> tuple[tuple[str, int | float | str], ...]:

@@ -31,6 +31,12 @@ Two modes:
     than in lockstep, so ``event <= lockstep``; pipelining across steps is what makes it
     shorter. With one step and one route latency the two agree.
 
+Software overhead: ``lockstep`` can charge a fixed cost per step (a runtime that launches
+each step as one group of sends and receives pays a launch and a synchronization per step) and
+``event`` a fixed cost per op (a runtime that issues each op from its own queue pays an issue
+cost per op); :mod:`cclc.execution` says which backend pays which and where the numbers come
+from. Both are 0 unless asked for.
+
 Both modes report the same per-link bytes and busy time (bytes / bandwidth) and per-step
 breakdown; per-op start/finish times and a critical path come with either (lockstep: the op
 that sets each step's length; event: the chain of ops and link waits that ends last).
@@ -183,11 +189,16 @@ def _local_time(s: Schedule, p: _Prepared, local_bandwidth: float | None) -> np.
 
 
 def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep",
-             local_bandwidth: float | None = None) -> SimResult:
+             local_bandwidth: float | None = None, step_overhead: float = 0.0,
+             op_overhead: float = 0.0) -> SimResult:
     """Simulate ``schedule`` on its topology; see the module docstring for the cost model.
 
     ``local_bandwidth`` (B/s) charges local ops (``src == dst``, empty route) for the bytes they
-    copy or reduce; by default they are free.
+    copy or reduce; by default they are free. ``step_overhead`` (seconds, lockstep) is the
+    software cost of issuing a step: each step starts that long after the previous barrier.
+    ``op_overhead`` (seconds, event) is the software cost of issuing an op: it starts that
+    long after its inputs are ready. Both default to 0 (the schedule's own cost);
+    :mod:`cclc.execution` gives each backend's values and their sources.
 
     >>> from cclc.topology import torus                                  # doctest: +SKIP
     >>> r = simulate(sched, mode="event")                                  # doctest: +SKIP
@@ -195,6 +206,8 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
     """
     if mode not in SIM_MODES:
         raise ScheduleError(f"unknown simulation mode '{mode}': use one of {', '.join(SIM_MODES)}")
+    if not (step_overhead >= 0 and op_overhead >= 0):
+        raise ScheduleError("software overheads must be >= 0")
     p = _prepare(schedule)
     local = _local_time(schedule, p, local_bandwidth)
     topo = schedule.topology
@@ -203,9 +216,9 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
                              minlength=topo.n_links).astype(np.float64)
     link_busy = link_bytes / bw
     if mode == "lockstep":
-        start, finish, path = _lockstep(schedule, p, local)
+        start, finish, path = _lockstep(schedule, p, local, step_overhead)
     else:
-        start, finish, path = _event(schedule, p, local)
+        start, finish, path = _event(schedule, p, local, op_overhead)
 
     n_steps = schedule.n_steps
     step = schedule.ops.step.astype(np.int64)
@@ -267,8 +280,8 @@ def _step_links(s: Schedule, p: _Prepared) -> tuple[np.ndarray, tuple[int | None
 # lockstep
 
 
-def _lockstep(s: Schedule, p: _Prepared,
-              local: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+def _lockstep(s: Schedule, p: _Prepared, local: np.ndarray,
+              overhead: float = 0.0) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     n_ops = len(s.ops)
     step = s.ops.step.astype(np.int64)
     _, busy, inverse = _step_link_busy(s, p)
@@ -280,8 +293,10 @@ def _lockstep(s: Schedule, p: _Prepared,
     n_steps = s.n_steps
     step_time = np.zeros(n_steps)
     np.maximum.at(step_time, step, op_time)
-    step_start = np.concatenate([[0.0], np.cumsum(step_time)[:-1]]) if n_steps else step_time
-    start = step_start[step] if n_ops else np.zeros(0)
+    # a step's ops are issued ``overhead`` after the previous barrier
+    slot = step_time + overhead
+    step_start = np.concatenate([[0.0], np.cumsum(slot)[:-1]]) if n_steps else slot
+    start = step_start[step] + overhead if n_ops else np.zeros(0)
     finish = start + op_time
     # the op that sets each step's length (the first of equals), in step order
     path = []
@@ -307,8 +322,8 @@ def _slot_bases(s: Schedule) -> tuple[list[int], list[int]]:
     return bases, widths
 
 
-def _event(s: Schedule, p: _Prepared,
-           local: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+def _event(s: Schedule, p: _Prepared, local: np.ndarray,
+           overhead: float = 0.0) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """One pass over the ops in step order (they are sorted by step): linear in ops + slots.
 
     Per slot it keeps the last writer (op, finish time) and the latest-finishing reader since
@@ -368,6 +383,7 @@ def _event(s: Schedule, p: _Prepared,
                 ready, why = write_t[slot], write_op[slot]
             if read_t[slot] > ready:
                 ready, why = read_t[slot], read_op[slot]
+        ready += overhead
         r0, r1 = offsets[route[o]], offsets[route[o] + 1]
         if r0 == r1:
             start[o] = ready

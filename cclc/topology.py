@@ -77,6 +77,8 @@ class Topology:
     rail_of_rank: np.ndarray | None = None
     n_nodes: int = 1
     fault_groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    #: what the network carries by itself (see :mod:`cclc.routing`)
+    routing: str = "source"
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     # -- sizes -------------------------------------------------------------------------------
@@ -294,8 +296,13 @@ def _check_positive(what: str, value: float) -> None:
 
 def torus(name: str, dims: Sequence[int], wrap: Sequence[bool] | None = None,
           bandwidth: Sequence[float] | float = 1e9, latency: Sequence[float] | float = 0.0,
-          kind: LinkKind = LinkKind.ICI) -> Topology:
+          kind: LinkKind = LinkKind.ICI, routing: str = "source") -> Topology:
     """An N-D torus (``wrap`` true) or mesh (false) per dimension, one link each way per hop.
+
+    ``routing`` is one of :data:`cclc.routing.TORUS_ROUTINGS`. This builder defaults to
+    ``source`` (cut-through along any healthy path a schedule names: the model of the torus
+    AllToAll paper and of cclc before routing was declared); the language's default for a
+    torus block is ``none``, the routing of a GPU torus.
 
     A wrapped dimension of size 2 has a single link pair between its two ranks (as a mesh of
     2); a dimension of size 1 has no links.
@@ -304,6 +311,9 @@ def torus(name: str, dims: Sequence[int], wrap: Sequence[bool] | None = None,
     >>> t.n_ranks, t.n_links
     (25, 100)
     """
+    if routing not in ("none", "dimension_order", "shortest", "source"):
+        raise TopologyError(f"unknown torus routing '{routing}': use none, dimension_order, "
+                            "shortest or source")
     dims = tuple(int(d) for d in dims)
     if not dims:
         raise TopologyError("a torus needs at least one dimension")
@@ -351,7 +361,7 @@ def torus(name: str, dims: Sequence[int], wrap: Sequence[bool] | None = None,
                     link_latency=_frozen(cat(lat, np.float64)),
                     link_kind=_frozen(np.full(len(link_src), int(kind), dtype=np.int8)),
                     link_failed=_frozen(np.zeros(len(link_src), dtype=bool)),
-                    dims=dims, wrap=wrap)
+                    dims=dims, wrap=wrap, routing=routing)
 
 
 def _check_node_type(node: NodeType) -> None:
@@ -412,7 +422,7 @@ class _NodesBuilder:
 
     def finish(self, name: str, kind: Literal["fabric", "node"], rails: int) -> Topology:
         return Topology(name=name, kind=kind, n_ranks=self.n_ranks,
-                        vertex_names=tuple(self.names), n_nodes=self.n_nodes,
+                        vertex_names=tuple(self.names), n_nodes=self.n_nodes, routing="ecmp",
                         **self.links.arrays(), **self.rank_arrays(rails))
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind, Schedule, format_op, format_schedule
+from cclc.routing import carried_routes, describe
 from cclc.semantics import EMPTY, ChunkMap, chunk_map, format_ranks
 
 __all__ = ["verify"]
@@ -30,8 +31,9 @@ def verify(schedule: Schedule) -> None:
 
     Rejects: reading an empty slot; two writes to one slot in a step; a reduction into an
     empty slot, of different data, or adding a contribution twice; ranges out of bounds or
-    element totals that differ; a route with a missing or failed link, or that does not lead
-    from the source rank to the destination rank; a final output that differs from the
+    element totals that differ; a route with a missing or failed link, that does not lead
+    from the source rank to the destination rank, or that the topology's declared routing does
+    not carry (see :mod:`cclc.routing`); a final output that differs from the
     collective's postcondition.
 
     >>> verify(direct_alltoall_schedule)     # doctest: +SKIP
@@ -156,6 +158,11 @@ class _Interpreter:
         g_src = group[np.where(ok, o.src, 0)]
         g_dst = group[np.where(ok, o.dst, 0)]
         bad |= remote & (~route_ok[rt] | (first_v[rt] != g_src) | (last_v[rt] != g_dst))
+        ok = ~bad
+        # a route must also be one the topology's declared routing carries by itself
+        carried = carried_routes(s.topology, s.routes) if ok.any() else None
+        if carried is not None:
+            bad |= ok & remote & ~carried[np.where(ok, o.route, 0)]
         return bad
 
     def range_elems(self, rank, buf, off, count) -> np.ndarray:
@@ -264,8 +271,14 @@ class _Interpreter:
         if topo.link_src[path[0]] != g_src:
             self.fail(i, f"route {route} starts at {names[topo.link_src[path[0]]]}, but the "
                          f"source rank {src} is {names[g_src]}")
-        self.fail(i, f"route {route} ends at {names[topo.link_dst[path[-1]]]}, but the "
-                     f"destination rank {dst} is {names[g_dst]}")
+        if topo.link_dst[path[-1]] != g_dst:
+            self.fail(i, f"route {route} ends at {names[topo.link_dst[path[-1]]]}, but the "
+                         f"destination rank {dst} is {names[g_dst]}")
+        hops = " -> ".join([names[topo.link_src[path[0]]]]
+                           + [names[topo.link_dst[k]] for k in path])
+        self.fail(i, f"route {route} ({hops}) is not a path the topology's routing "
+                     f"'{topo.routing}' ({describe(topo.routing)}) carries; relay it through "
+                     "the ranks on the way (cclc.relay.lower_relays)")
 
     # -- one step ------------------------------------------------------------------------
     def run_step(self, idx: np.ndarray) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "Quantity",
     "Rails",
     "Root",
+    "Routing",
     "Schedule",
     "Selector",
     "Setting",
@@ -278,6 +279,14 @@ class Oversubscription(Setting):
 
     keyword: ClassVar[str] = "oversubscription"
     ratio: Number
+
+
+@dataclass(frozen=True, slots=True)
+class Routing(Setting):
+    """``routing none``: what the network carries by itself (see cclc.routing)."""
+
+    keyword: ClassVar[str] = "routing"
+    mode: Name
 
 
 @dataclass(frozen=True, slots=True)

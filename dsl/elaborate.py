@@ -29,6 +29,7 @@ from cclc.collective import (
 )
 from cclc.errors import CclError, CollectiveError, SemanticError, TopologyError
 from cclc.nccl_topo import read_nccl_topology
+from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
 from cclc.topology import (
     NodeType,
     Topology,
@@ -354,7 +355,8 @@ def _build_torus(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
     where = "a mesh" if is_mesh else "a torus"
     hints = {ast.Wrap: "a mesh never wraps around; to choose wrap-around per dimension, write "
                        "torus(...) with `wrap`"} if is_mesh else None
-    allowed = (ast.Link, *_FAULTS) if is_mesh else (ast.Wrap, ast.Link, *_FAULTS)
+    allowed = ((ast.Link, ast.Routing, *_FAULTS) if is_mesh
+               else (ast.Wrap, ast.Link, ast.Routing, *_FAULTS))
     block = _block(stmt.settings, allowed, where, hints)
     if not ctor.arguments:
         raise SemanticError(f"{ctor.name.text}(...) needs at least one dimension size, e.g. "
@@ -399,8 +401,9 @@ def _build_torus(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
                             stmt.name.span)
     bandwidths = [_bandwidth(link.bandwidth) for link in links]
     latencies = [_latency(link.latency) for link in links]
+    routing = _routing(block, TORUS_ROUTINGS)
     try:
-        return torus(stmt.name.text, dims, wrap, bandwidths, latencies)
+        return torus(stmt.name.text, dims, wrap, bandwidths, latencies, routing=routing)
     except TopologyError as err:
         raise err.with_span(ctor.span) from None
 
@@ -422,10 +425,12 @@ def _build_fabric(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
                                                                "fabric(leaf_spine)"),
                     "fabric style")
     if style == "switch":
-        block = _block(stmt.settings, (ast.Nodes, ast.Link, *_FAULTS), "a switch fabric")
+        block = _block(stmt.settings, (ast.Nodes, ast.Link, ast.Routing, *_FAULTS),
+                       "a switch fabric")
     else:
         block = _block(stmt.settings, (ast.Nodes, ast.Rails, ast.Leaves, ast.Spines,
-                                       ast.Oversubscription, ast.Link, *_FAULTS),
+                                       ast.Oversubscription, ast.Link, ast.Routing,
+                                       *_FAULTS),
                        "a leaf/spine fabric")
     nodes, link = _one(block, ast.Nodes), _one(block, ast.Link)
     if nodes is None:
@@ -444,9 +449,11 @@ def _build_fabric(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
     _check_scale(stmt.name, "ranks", n_nodes * node.gpus)
     _check_scale(stmt.name, "NIC ports", n_nodes * node.nics * node.nic_ports)
     bandwidth, latency = _bandwidth(link.bandwidth), _latency(link.latency)
+    routing = _routing(block, FABRIC_ROUTINGS)
     try:
         if style == "switch":
-            return single_switch(stmt.name.text, n_nodes, node, bandwidth, latency)
+            return replace(single_switch(stmt.name.text, n_nodes, node, bandwidth, latency),
+                           routing=routing, _cache={})
         rails_setting = _one(block, ast.Rails)
         rails = node.nics
         if rails_setting is not None:
@@ -474,10 +481,16 @@ def _build_fabric(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
             if not ratio > 0:
                 raise SemanticError(f"oversubscription must be > 0 (2 means 2:1), got "
                                     f"{ratio_setting.ratio.text}", ratio_setting.ratio.span)
-        return leaf_spine(stmt.name.text, n_nodes, node, rails, leaves, spines, ratio,
-                          bandwidth, latency)
+        return replace(leaf_spine(stmt.name.text, n_nodes, node, rails, leaves, spines, ratio,
+                                  bandwidth, latency), routing=routing, _cache={})
     except TopologyError as err:
         raise err.with_span(ctor.span) from None
+
+
+def _routing(block: dict[type, list], allowed: Sequence[str]) -> str:
+    """The declared routing, or the first of ``allowed`` (the kind's default)."""
+    setting = _one(block, ast.Routing)
+    return allowed[0] if setting is None else _choice(allowed, setting.mode, "routing")
 
 
 _TOPOLOGY_BUILDERS = {"torus": _build_torus, "mesh": _build_torus, "node": _build_node,

@@ -306,6 +306,9 @@ class _ToAst(Transformer):
     def oversubscription(self, meta, children):
         return ast.Oversubscription(span=self._span(meta), ratio=self._values(children)[0])
 
+    def routing(self, meta, children):
+        return ast.Routing(span=self._span(meta), mode=self._values(children)[0])
+
     def nic(self, meta, children):
         count, bandwidth = self._values(children)
         return ast.Nic(span=self._span(meta), count=count, bandwidth=bandwidth)

@@ -8,10 +8,11 @@ modules imported here is the whole catalogue.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Schedule
+from cclc.relay import lower_relays
 
 __all__ = ["REGISTRY", "Algorithm", "algorithms_for", "get", "register"]
 
@@ -51,7 +52,12 @@ def register(algo: Algorithm) -> Algorithm:
     One name may be registered by several modules for disjoint collectives (e.g. ``direct``
     for alltoall in one module and for allgather in another): the entries merge into one that
     dispatches on the collective's kind. A name registered twice for one collective is a bug.
+
+    Every registered build ends with :func:`cclc.relay.lower_relays`: an algorithm may route
+    over any healthy path, and the pass turns the moves the topology's declared routing cannot
+    carry into relays, so every schedule anyone gets from the table is one the machine runs.
     """
+    algo = replace(algo, build=_relayed(algo.build))
     old = REGISTRY.get(algo.name)
     if old is not None:
         if old.collectives & algo.collectives:
@@ -59,6 +65,13 @@ def register(algo: Algorithm) -> Algorithm:
         algo = _merged(old, algo)
     REGISTRY[algo.name] = algo
     return algo
+
+
+def _relayed(build: Callable[..., Schedule]) -> Callable[..., Schedule]:
+    def build_and_relay(coll: Collective, **params) -> Schedule:
+        return lower_relays(build(coll, **params))
+
+    return build_and_relay
 
 
 def _merged(a: Algorithm, b: Algorithm) -> Algorithm:

@@ -26,6 +26,11 @@ and exits 1). An output a schedule cannot take (e.g. a runtime limit of MSCCL) i
 the other outputs are still written; the command then exits 1. Files cclc did not write are
 never overwritten without --force (cclc keeps a list of its files in DIR/.cclc-manifest.json).
 
+Times are predicted under the execution model of the first code-emitting backend in --emit
+(nccl: lockstep with a per-step cost; msccl: dataflow with a per-op cost; json only: the IR's
+plain lockstep) and the topology's declared routing; every printed time names its model. On an
+ECMP fabric the time with cclc's planned spines is printed beside it, as a plan.
+
 examples:
   cclc compile examples/torus5x5.ccl -o out/
   cclc compile examples/torus5x5_fault.ccl -o out/ --explain
@@ -125,13 +130,16 @@ def _override(coll: Collective, name: str) -> Collective:
 
 
 def format_candidates(p) -> str:
-    """The ``--explain`` table of a :class:`~cclc.plan.Plan`."""
-    rows = [("candidate", "time", "% of bound", "note")]
+    """The ``--explain`` table of a :class:`~cclc.plan.Plan` (times under its model)."""
+    rows = [("candidate", f"time ({p.model.name} model)", "% of bound", "note")]
     for c in p.candidates:
         if c.applicable:
             t = format_time(c.time) if c.time is not None else "-"
             pct = f"{c.pct_of_bound:.1f}%" if c.pct_of_bound is not None else "-"
             note = "chosen" if c.name == p.name else ""
+            if c.planned_time is not None:
+                note = (note + "; " if note else "") + \
+                    f"planned spines {format_time(c.planned_time)} (a plan)"
         else:
             t, pct, note = "-", "-", f"not applicable: {c.reason}"
         rows.append((c.name, t, pct, note))
@@ -151,6 +159,7 @@ def _check_schedule(p) -> None:
 
 
 def run(args) -> int:
+    from cclc.execution import model_for
     from cclc.nccl_model import compare_with_nccl
     from cclc.plan import plan, resolve
     from cclc.serialize import to_json
@@ -191,7 +200,7 @@ def run(args) -> int:
         _progress(f"compiling {coll.name}: {coll.kind.value} on {coll.n} ranks of "
                   f"{coll.topology.name}")
         try:
-            p = plan(coll, explain=args.explain)
+            p = plan(coll, explain=args.explain, model=model_for(emitters))
             _check_schedule(p)
         except ScheduleError as err:
             failures += 1
@@ -204,7 +213,11 @@ def run(args) -> int:
             print(f"{coll.name}: {coll.kind.value} on {coll.n} ranks; candidates:")
             print(format_candidates(p))
         print(f"{coll.name}: {p.name}{t}{pct}, {len(p.schedule.ops)} ops in "
-              f"{p.schedule.n_steps} steps")
+              f"{p.schedule.n_steps} steps ({p.model.label}; routing {coll.topology.routing})")
+        if p.planned_time is not None:
+            print(f"  with cclc's planned spines: {format_time(p.planned_time)}; a plan, not "
+                  "what runs: realizing a spine per flow needs a routing mechanism no backend "
+                  "has yet, so the time above is under ECMP hashing")
         baseline = compare_with_nccl(coll, p.time) if p.time is not None else None
         if baseline:
             print(f"  {baseline}")

@@ -24,7 +24,8 @@ lower bound and "% of bound" (bound / time; 100% is optimal), and the busiest li
 examples:
   cclc sim out/a2a.schedule.json
   cclc sim --mode event --steps out/a2a.schedule.json
-  cclc sim --links 10 --no-lp out/grads.schedule.json"""
+  cclc sim --links 10 --no-lp out/grads.schedule.json
+  cclc sim --backend nccl out/a2a.schedule.json      # also the time as the NCCL library runs it"""
 
 
 def add_parser(sub) -> None:
@@ -33,6 +34,9 @@ def add_parser(sub) -> None:
     p.add_argument("file", metavar="FILE.schedule.json", help="the schedule document")
     p.add_argument("--mode", choices=("lockstep", "event"), default="lockstep",
                    help="cost model (default: lockstep)")
+    p.add_argument("--backend", action="append", choices=("nccl", "msccl"), default=[],
+                   help="also print the time under this backend's execution model (lockstep "
+                        "or dataflow, with its software overhead; repeatable)")
     p.add_argument("--steps", action="store_true", help="print the per-step breakdown")
     p.add_argument("--links", type=int, default=5, metavar="N",
                    help="how many of the busiest links to list (default: 5)")
@@ -52,6 +56,7 @@ def _gbps(bw: float) -> str:
 def run(args) -> int:
     from cclc.bounds import bounds
     from cclc.errors import CclError, ScheduleError
+    from cclc.execution import BACKEND_MODELS, predict
     from cclc.nccl_model import compare_with_nccl
     from cclc.serialize import load
     from cclc.sim import simulate
@@ -74,7 +79,14 @@ def run(args) -> int:
     print(f"{coll.name}: {coll.kind.value} of {coll.size} B on {coll.n} ranks of "
           f"'{topo.name}', algorithm {schedule.algorithm}, schedule {schedule.schedule}")
     print(f"  ops {len(schedule.ops)}, steps {schedule.n_steps}, mode {result.mode}")
-    print(f"  time        {_us(result.time)}")
+    print(f"  time        {_us(result.time)} ({result.mode}, no software cost, the "
+          "routes as written)")
+    for name in args.backend:
+        pred = predict(schedule, BACKEND_MODELS[name])
+        print(f"  as {name:<8} {_us(pred.time)} ({pred.model.label}; routing {topo.routing})")
+        if pred.planned_time is not None:
+            print(f"  {'':<11} {_us(pred.planned_time)} with cclc's planned spines: a plan "
+                  "that needs a routing mechanism")
     moves = result.time > 0
     # nothing crosses a link (a one-rank group): rates and ratios have no meaning
     print(f"  algbw       {_gbps(result.algbw) if moves else '-'}")

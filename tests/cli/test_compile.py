@@ -179,7 +179,8 @@ def test_emitters_are_dispatched_by_name(tmp_path, run_cli, monkeypatch):
     code, _, err = run_cli("compile", _source(tmp_path), "-o", out, "--emit", "fake",
                            "--only", "a2a")
     assert code == 0, err
-    assert (out / "a2a.txt").read_text().startswith("256 ")
+    # direct on 16 ranks is 256 ops, plus the relays a GPU torus (routing none) needs
+    assert int((out / "a2a.txt").read_text().split()[0]) > 256
     assert not (out / "a2a.schedule.json").exists()  # json was not asked for
     assert "a2a.txt" in json.loads((out / MANIFEST).read_text())["files"]
 

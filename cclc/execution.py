@@ -1,0 +1,111 @@
+"""Execution models: how each backend runs a schedule, and the time cclc predicts for it.
+
+A schedule's steps say what may run together; a runtime decides what actually waits for what.
+Every predicted time names the model it comes from:
+
+``ir``
+    The schedule's own steps with a barrier between them and no software cost: what the IR
+    means, used when no code-emitting backend is chosen (``--emit json``).
+``nccl``
+    The generated NCCL library (and its MPI build): lockstep, one ``ncclGroupStart`` ...
+    ``ncclGroupEnd`` per step, so each step pays a launch and a synchronization. The per-step
+    cost is NCCL's own base latency of a collective on the Simple protocol, 8.4 us (NCCL 2.21
+    ``src/graph/tuning.cc``, ``baseLat`` of ring/Simple, the fixed cost NCCL's tuner charges
+    one launch). A model: it has not been measured on a GPU.
+``msccl``
+    MSCCL runtimes: dataflow (an op starts when its inputs are written and its link is free:
+    the event-driven simulator), each op paying the per-hop software latency of the Simple
+    protocol over NVLink, 3.4 us (NCCL 2.21 ``src/graph/tuning.cc``, ``hwLat[NVLINK]`` of
+    ring/Simple), plus one launch of 8.4 us per call (as above). A model, not measured.
+
+On a fabric whose declared routing is ``ecmp`` the time is priced with the spines ECMP would
+hash each flow onto (:func:`cclc.fabric_routing.ecmp_routes`); the spines cclc plans are a
+plan that no backend can impose yet, so their time is reported beside it as ``planned_time``
+and labelled as needing a routing mechanism. Under ``adaptive`` routing the switches balance
+the spines themselves, which the planned assignment (no spine link above its fair share)
+models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from cclc.ir import Schedule
+from cclc.sim import simulate
+
+__all__ = ["BACKEND_MODELS", "IR_MODEL", "ExecutionModel", "Prediction", "model_for", "predict"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionModel:
+    """How a runtime executes a schedule: simulator mode and software overheads (seconds)."""
+
+    name: str
+    mode: Literal["lockstep", "event"]
+    step_overhead: float = 0.0
+    op_overhead: float = 0.0
+    call_overhead: float = 0.0
+    description: str = ""
+
+    @property
+    def label(self) -> str:
+        """How reports name the model next to a time."""
+        return f"{self.name} model: {self.description}"
+
+
+#: the NCCL tuner's fixed cost of one launch on the Simple protocol (NCCL 2.21 tuning.cc)
+_NCCL_LAUNCH = 8.4e-6
+#: NCCL's per-hop software latency of the Simple protocol over NVLink (NCCL 2.21 tuning.cc)
+_SIMPLE_HOP = 3.4e-6
+
+IR_MODEL = ExecutionModel("ir", "lockstep", description="lockstep steps, no software cost")
+BACKEND_MODELS: dict[str, ExecutionModel] = {
+    "nccl": ExecutionModel("nccl", "lockstep", step_overhead=_NCCL_LAUNCH,
+                           description="lockstep, one NCCL group per step, 8.4 us per step"),
+    "msccl": ExecutionModel("msccl", "event", op_overhead=_SIMPLE_HOP,
+                            call_overhead=_NCCL_LAUNCH,
+                            description="dataflow, 3.4 us per op, 8.4 us per call"),
+}
+
+
+def model_for(emitters) -> ExecutionModel:
+    """The model ``auto`` chooses with: that of the first code-emitting backend in
+    ``emitters`` (in the order given), or :data:`IR_MODEL` when there is none."""
+    for name in emitters:
+        if name in BACKEND_MODELS:
+            return BACKEND_MODELS[name]
+    return IR_MODEL
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A predicted time (seconds) and the model it is for.
+
+    ``planned_time`` is set on an ECMP fabric: the time if the planned spines were realized
+    (they need a routing mechanism no backend has yet); ``time`` is under ECMP.
+    """
+
+    time: float
+    model: ExecutionModel
+    planned_time: float | None = None
+
+
+def _run(schedule: Schedule, model: ExecutionModel) -> float:
+    r = simulate(schedule, mode=model.mode, step_overhead=model.step_overhead,
+                 op_overhead=model.op_overhead)
+    return float(r.time) + model.call_overhead
+
+
+def predict(schedule: Schedule, model: ExecutionModel = IR_MODEL) -> Prediction:
+    """The time of ``schedule`` under ``model`` and its topology's declared routing."""
+    from cclc.fabric_routing import ecmp_routes, has_spines
+
+    topo = schedule.topology
+    if has_spines(topo) and topo.routing == "ecmp":
+        planned = _run(schedule, model)
+        ecmp = _run(ecmp_routes(schedule), model)
+        # the plan is only news when it differs (rail-local schedules never cross a spine)
+        same = abs(planned - ecmp) <= 1e-9 * max(ecmp, 1e-30)
+        return Prediction(ecmp, model, None if same else planned)
+    return Prediction(_run(schedule, model), model)

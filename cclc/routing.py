@@ -1,0 +1,161 @@
+"""Declared routing: which paths the machine's network can carry a message over by itself.
+
+A topology declares how its network forwards a message (``routing`` in a torus, mesh or
+fabric block). A route in a schedule is *carried* when that routing would send the message
+along exactly those links; any other route must be broken into relays through intermediate
+ranks (:mod:`cclc.relay`) before a backend sees it.
+
+``none``
+    Point-to-point links and no router: a GPU torus joined by NVLink or by cables between
+    NICs. A message only reaches a neighbour; anything farther is relayed by GPUs. The default
+    of a torus or mesh, because a torus of GPUs has no router that forwards for it.
+``dimension_order``
+    A router per chip that corrects dimension 0 first, then 1, ..., each by the shorter way
+    round (the positive way on a tie): the deterministic routing of TPU-style torus
+    interconnects and of the Blue Gene/L and Cray torus networks in their default mode. It
+    cannot avoid a failed link; a path over one has to be relayed around it.
+``shortest``
+    Minimal adaptive routing that knows the faults: any fewest-hop path over healthy links.
+``source``
+    Source routing: each message carries its path and is forwarded cut-through along any
+    healthy path the schedule names (as Myrinet did). The model the torus AllToAll paper's
+    simulator assumes, and the default of the Python ``torus()`` builder, so studies that
+    reproduce the paper say so; not a default of the language.
+``ecmp``
+    Switched fabrics with equal-cost multipath: a fewest-hop path over healthy links, the
+    spine chosen by a hash of the flow (priced by :func:`cclc.fabric_routing.ecmp_routes`).
+    The default of a fabric and of a single node.
+``adaptive``
+    A switched fabric whose switches pick the least-loaded fewest-hop path per packet.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from cclc.ir import Routes
+from cclc.topology import Topology
+
+__all__ = ["FABRIC_ROUTINGS", "TORUS_ROUTINGS", "carried_routes", "carried_segments",
+           "describe", "hop_distance"]
+
+#: routings a torus or mesh may declare (the first is the default)
+TORUS_ROUTINGS = ("none", "dimension_order", "shortest", "source")
+#: routings a fabric or node may declare (the first is the default)
+FABRIC_ROUTINGS = ("ecmp", "adaptive")
+
+_DESCRIPTIONS = {
+    "none": "point-to-point links, multi-hop moves relayed by ranks",
+    "dimension_order": "dimension-order routers (cannot avoid a failed link)",
+    "shortest": "minimal adaptive routing around faults",
+    "source": "source routing along any healthy path",
+    "ecmp": "ECMP hashing over fewest-hop paths",
+    "adaptive": "adaptive routing over fewest-hop paths",
+}
+
+
+def describe(routing: str) -> str:
+    """One line saying what a routing can carry (for reports)."""
+    return _DESCRIPTIONS[routing]
+
+
+def hop_distance(topo: Topology, sources: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Fewest healthy hops from each of ``sources`` to the matching entry of ``targets``
+    (``inf`` where there is no path)."""
+    ok = ~topo.link_failed
+    v = topo.n_vertices
+    g = csr_matrix((np.ones(int(ok.sum())), (topo.link_src[ok], topo.link_dst[ok])),
+                   shape=(v, v))
+    rows, inverse = np.unique(sources, return_inverse=True)
+    d = shortest_path(g, method="D", unweighted=True, indices=rows)
+    return d.reshape(len(rows), v)[inverse, targets]
+
+
+def _link_geometry(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
+    """Per torus link: its dimension and direction (+1 towards the next coordinate)."""
+    if "link_geometry" not in topo._cache:
+        dims = np.array(topo.dims)
+        cs = np.array(np.unravel_index(topo.link_src, topo.dims)).T
+        cd = np.array(np.unravel_index(topo.link_dst, topo.dims)).T
+        dim = np.argmax(cs != cd, axis=1) if len(cs) else np.zeros(0, dtype=np.int64)
+        rows = np.arange(len(dim))
+        wraps = (np.array(topo.wrap) & (dims > 2))[dim]
+        a, b = cs[rows, dim], cd[rows, dim]
+        # on a ring the +1 neighbour wraps around; on a line (or a pair) it is just larger
+        sign = np.where(np.where(wraps, (a + 1) % dims[dim] == b, b > a), 1, -1)
+        topo._cache["link_geometry"] = (dim, sign)
+    return topo._cache["link_geometry"]
+
+
+def _dor_moves(topo: Topology, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per (src, dst) pair and dimension: hops and direction of the dimension-order path."""
+    dims = np.array(topo.dims)
+    wrap = np.array(topo.wrap) & (dims > 2)
+    cs = np.array(np.unravel_index(src, topo.dims)).T
+    cd = np.array(np.unravel_index(dst, topo.dims)).T
+    fwd = (cd - cs) % dims
+    # a wrapped dimension goes the shorter way round, the positive way on a tie; a mesh
+    # dimension (or one of size 2, which has a single link pair) goes straight
+    go_up = np.where(wrap, fwd <= dims - fwd, cd >= cs)
+    hops = np.where(wrap, np.minimum(fwd, dims - fwd), np.abs(cd - cs))
+    return hops, np.where(go_up, 1, -1)
+
+
+def carried_routes(topo: Topology, routes: Routes, routing: str | None = None) -> np.ndarray:
+    """Boolean per route: whether ``routing`` (the topology's by default) carries it.
+
+    Only routes whose links exist, chain and are healthy are meaningful here; the verifier
+    checks those properties first. The empty route 0 counts as carried.
+    """
+    routing = topo.routing if routing is None else routing
+    lengths = routes.lengths()
+    ok = np.ones(len(routes), dtype=bool)
+    nonempty = np.flatnonzero(lengths > 0)
+    if not len(nonempty):
+        return ok
+    links = routes.links.astype(np.int64)
+    first = topo.link_src[links[routes.offsets[:-1][nonempty]]].astype(np.int64)
+    last = topo.link_dst[links[routes.offsets[1:][nonempty] - 1]].astype(np.int64)
+    if routing == "source":
+        pass
+    elif routing == "none":
+        ok[nonempty] = lengths[nonempty] == 1
+    elif routing in ("shortest", "ecmp", "adaptive"):
+        ok[nonempty] = lengths[nonempty] == hop_distance(topo, first, last)
+    elif routing == "dimension_order":
+        hops, sign = _dor_moves(topo, first, last)
+        ldim, lsign = _link_geometry(topo)
+        route_of = np.repeat(np.arange(len(routes)), lengths)
+        pos = np.searchsorted(nonempty, route_of)          # row of each link's route
+        d = ldim[links]
+        good = lsign[links] == sign[pos, d]
+        # dimensions are corrected in order: a link never goes back to a lower dimension
+        same_route = route_of[1:] == route_of[:-1]
+        good[1:] &= ~same_route | (d[1:] >= d[:-1])
+        bad_routes = np.unique(route_of[~good])
+        ok[nonempty] = lengths[nonempty] == hops.sum(axis=1)
+        ok[bad_routes] = False
+    else:
+        raise ValueError(f"unknown routing '{routing}'")
+    return ok
+
+
+def carried_segments(topo: Topology, path: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """``path`` cut into the fewest pieces, greedily from its start, that the topology's
+    routing carries one by one; the cut points are where a rank must relay."""
+    out: list[tuple[int, ...]] = []
+    i = 0
+    while i < len(path):
+        # the longest carried prefix of what is left (a single link is always carried:
+        # under every routing a healthy link between neighbours is a fewest-hop path)
+        # a cut must fall on a rank: switches forward but do not store and forward
+        candidates = [path[i:j] for j in range(len(path), i, -1)
+                      if j == len(path) or topo.link_dst[path[j - 1]] < topo.n_ranks]
+        offs = np.concatenate([[0, 0], np.cumsum([len(c) for c in candidates])])
+        ok = carried_routes(topo, Routes(offs, np.concatenate(candidates)))[1:]
+        best = candidates[int(np.argmax(ok))] if ok.any() else path[i:i + 1]
+        out.append(best)
+        i += len(best)
+    return out
