@@ -158,6 +158,9 @@ class _Doc:
             return None
         if not isinstance(v, int) or isinstance(v, bool):
             raise ScheduleError(f"'{self.path(key)}' must be an integer, not {_what(v)}")
+        if not -2**63 <= v < 2**63:
+            # numpy holds sizes and counts in 64 bits
+            raise ScheduleError(f"'{self.path(key)}' is {_short(v)}, outside the 64-bit range")
         return v
 
     def array(self, key: str, kind: str, ndim: int | tuple[int, ...] = 1,
@@ -214,7 +217,17 @@ def _array(v: Any, kind: str, ndim: int | tuple[int, ...], where: str) -> np.nda
         raise ScheduleError(f"'{where}' must hold only {kind}s, found {_dtype_word(a)}")
     if kind == "float":
         a = a.astype(np.float64)
+        if not np.isfinite(a).all():
+            i = int(np.flatnonzero(~np.isfinite(a.ravel()))[0])
+            raise ScheduleError(f"'{where}' holds {a.ravel()[i]} at flat index {i}: numbers "
+                                "must be finite")
     return a
+
+
+def _short(v: int) -> str:
+    # a 10**30 written out is harder to read than its size
+    text = str(v)
+    return text if len(text) <= 24 else f"an integer of {len(text.lstrip('-'))} digits"
 
 
 def _dtype_word(a: np.ndarray) -> str:
@@ -416,6 +429,9 @@ def load(path: str | os.PathLike) -> Schedule:
     except json.JSONDecodeError as e:
         raise ScheduleError(f"{p} is not valid JSON: line {e.lineno}, column {e.colno}: "
                             f"{e.msg}") from None
+    except RecursionError:
+        raise ScheduleError(f"{p} nests lists or objects too deeply to be a schedule "
+                            "document") from None
     try:
         return from_json(doc)
     except ScheduleError as e:

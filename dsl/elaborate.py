@@ -37,7 +37,7 @@ from cclc.topology import (
     torus,
     with_faults,
 )
-from cclc.units import UNITS, parse_quantity
+from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH, UNITS, parse_quantity
 from dsl import ast
 
 __all__ = ["MAX_BYTES", "MAX_RANKS", "Program", "elaborate"]
@@ -179,6 +179,9 @@ def _bandwidth(q: ast.Quantity) -> float:
     value = _convert(q, "bandwidth")
     if not value > 0:
         raise SemanticError(f"a bandwidth must be > 0, got {_text(q)}", q.span)
+    if not MIN_BANDWIDTH <= value <= MAX_BANDWIDTH:
+        raise SemanticError(f"a bandwidth must be between 1 B/s and 1 PB/s, got {_text(q)}",
+                            q.span)
     return value
 
 
@@ -186,6 +189,8 @@ def _latency(q: ast.Quantity) -> float:
     value = _convert(q, "time")
     if value < 0:
         raise SemanticError(f"a latency must be >= 0, got {_text(q)}", q.span)
+    if value > MAX_LATENCY:
+        raise SemanticError(f"a latency must be at most 1 s, got {_text(q)}", q.span)
     return value
 
 

@@ -124,6 +124,25 @@ def _override(coll: Collective, name: str) -> Collective:
     return dataclasses.replace(coll, algorithm=Hint(algo), schedule=Hint(sched or "auto"))
 
 
+def _check_algorithm_flag(name: str) -> None:
+    # parameters need the file's syntax (units, strings); the flag names an entry only
+    if not name or "(" in name or " " in name or name.count("+") > 1:
+        raise CclError(f"--algorithm {name!r}: the flag takes a name ('ring') or "
+                       "'algorithm+schedule' ('halfring+dimrotation') without parameters; "
+                       "write parameters in the file: algorithm pat(buffer = 4 MiB)")
+
+
+def _resolve(coll: Collective, flag: str | None, resolve) -> None:
+    """``resolve(coll)``; a name given by ``--algorithm`` is reported as a bad flag, not at a
+    line of the file that does not contain it."""
+    try:
+        resolve(coll)
+    except CclError as err:
+        if flag is None:
+            raise
+        raise CclError(f"--algorithm {flag}: {err.message}") from None
+
+
 def format_candidates(p) -> str:
     """The ``--explain`` table of a :class:`~cclc.plan.Plan`."""
     rows = [("candidate", "time", "% of bound", "note")]
@@ -167,6 +186,7 @@ def run(args) -> int:
                                f"has: {', '.join(sorted(known)) or '(none)'}")
         collectives = [c for c in collectives if c.name in args.only]
     if args.algorithm:
+        _check_algorithm_flag(args.algorithm)
         collectives = [_override(c, args.algorithm) for c in collectives]
     if not collectives:
         _progress(f"note: '{args.file}' declares no collective: only its topologies are "
@@ -174,7 +194,7 @@ def run(args) -> int:
 
     # every name in the file is checked before anything is written or any long work starts
     for coll in collectives:
-        resolve(coll)
+        _resolve(coll, args.algorithm, resolve)
     out = OutputDir(args.output, force=args.force)
     _refuse_foreign_files(out, program, collectives, emitters, args)
     used = {c.topology.name for c in collectives}

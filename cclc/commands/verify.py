@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cclc.commands.argtypes import int_at_least
+
 __all__ = ["add_parser", "run"]
 
 HELP = """Read a schedule document (the JSON that 'cclc compile' writes) and run the symbolic
@@ -28,7 +30,8 @@ def add_parser(sub) -> None:
     p.add_argument("file", metavar="FILE.schedule.json", help="the schedule document")
     p.add_argument("--numeric", action="store_true",
                    help="also run the schedule on real data for every dtype and op")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the numeric data")
+    p.add_argument("--seed", type=int_at_least(0), default=0,
+                   help="random seed of the numeric data (a non-negative integer)")
     p.set_defaults(run=run)
 
 
