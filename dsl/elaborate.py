@@ -574,11 +574,17 @@ def _apply_faults(topo: Topology, faults: list[ast.Setting]) -> Topology:
     ranks: list[int] = []
     groups: list[tuple[str, list[tuple[int, int]]]] = []
     group_lines: dict[str, int] = {}
+    # a repeated line is a copy-paste slip that would otherwise pass without a word
+    failed_on: dict[tuple[int, int] | int, int] = {}
     for fault in faults:
         if isinstance(fault, ast.FaultLink):
-            links += _directed_links(topo, fault.pair)
+            directed = _directed_links(topo, fault.pair)
+            _once(failed_on, directed, "link", fault.pair.span)
+            links += directed
         elif isinstance(fault, ast.FaultRank):
-            ranks.append(_rank(topo, fault.rank))
+            rank = _rank(topo, fault.rank)
+            _once(failed_on, [rank], "rank", fault.rank.span)
+            ranks.append(rank)
         else:
             name = fault.name.text
             if name in group_lines:
@@ -589,6 +595,16 @@ def _apply_faults(topo: Topology, faults: list[ast.Setting]) -> Topology:
                 raise SemanticError(f"fault group '{name}' lists no links", fault.name.span)
             groups.append((name, [d for pair in fault.links for d in _directed_links(topo, pair)]))
     return with_faults(topo, links, ranks, groups)
+
+
+def _once(failed_on: dict, items: list, what: str, span) -> None:
+    """Record ``items`` as failed at ``span``; a :class:`SemanticError` if one already is."""
+    for item in items:
+        if item in failed_on:
+            raise SemanticError(f"duplicate fault: this {what} already failed on line "
+                                f"{failed_on[item]}", span)
+    for item in items:
+        failed_on[item] = span.line
 
 
 # ---- collectives ---------------------------------------------------------------------------------
