@@ -1,8 +1,8 @@
 """What a user gets today: NCCL's own algorithm/protocol choice and its predicted time.
 
 NCCL picks, per call, the (algorithm, protocol) with the lowest time in its cost model
-(``src/graph/tuning.cc``: ``ncclTopoTuneModel`` / ``ncclTopoGetAlgoTime``; the constants and
-formulas are in reference/nccl_plugins.md section 7)::
+(NCCL 2.2x ``src/graph/tuning.cc``: ``ncclTopoTuneModel`` / ``ncclTopoGetAlgoTime``, where the
+constants and formulas are)::
 
     time(us) = latency(algo, proto) + nBytes / (1000 * algbw(algo, proto))      # bw in GB/s
 
@@ -16,7 +16,7 @@ of NCCL's model, with these documented simplifications:
   intra-node link (``bwInter``).
   ``nChannels`` (only used by the per-channel caps) is that bandwidth over NCCL's per-link
   NVLink figure (20.6 GB/s on Hopper), at most 32.
-* ``treeCorrectionFactor`` (a 24-bucket table of 0.4..1.0) is not in the reference: Tree is
+* ``treeCorrectionFactor`` (a 24-bucket table of 0.4..1.0) is not modelled: Tree is
   modelled without it, i.e. slightly optimistic for Tree.
 * NVLS / CollNet need in-network reduction hardware the topology model does not describe and
   are left out; ``graph.latencyInter`` is 0.
@@ -260,9 +260,11 @@ def compare_with_nccl(coll: Collective, time: float) -> str | None:
     ``None`` where NCCL's tables have nothing to say (alltoall, broadcast, reduce).
     """
     est = nccl_estimate(coll)
-    if est is None or time <= 0:
+    if est is None or not 0 < time < math.inf or not 0 < est.time < math.inf:
         return None
     from cclc.units import format_time
 
+    ratio = est.time / time
+    verdict = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
     return (f"NCCL today (its cost model): {est.name} {format_time(est.time)}; cclc's schedule "
-            f"is predicted {est.time / time:.2f}x faster")
+            f"is predicted {verdict}")

@@ -45,7 +45,7 @@ def node_grid(coll: Collective) -> tuple[np.ndarray | None, str | None]:
     group (by first appearance), or the reason the group is not whole-node shaped."""
     topo = coll.topology
     if topo.kind != "fabric" or topo.node_of_rank is None:
-        return None, (f"hierarchical needs NVLink nodes on a fabric; '{topo.name}' is a "
+        return None, (f"hierarchical needs multi-GPU nodes (NVLink or PCIe) on a fabric; '{topo.name}' is a "
                       f"{topo.kind}")
     nodes: dict[int, list[tuple[int, int]]] = {}
     for i, r in enumerate(coll.group):

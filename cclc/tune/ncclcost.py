@@ -4,7 +4,8 @@ Self-contained in cclc/tune (cclc/nccl_model.py did not exist when this was writ
 uses: the constants are the starting point of the model profiler, and :func:`nccl_default`
 predicts what stock NCCL would run — algorithm/protocol by the argmin of its time estimate,
 channels and threads by its size heuristic, the default chunk — so that a tuned result can be
-reported as a gain over NCCL. Facts: reference/nccl_plugins.md §7; lines marked *derived* are
+reported as a gain over NCCL. Facts: NCCL's ``src/graph/tuning.cc`` and ``src/graph/topo.h``;
+lines marked *derived* are
 this module's approximations of quantities NCCL measures at init (graph bandwidths).
 """
 
@@ -49,7 +50,7 @@ ARCHS = ("volta", "ampere", "hopper", "blackwell")
 BASE_LAT = {Algo.TREE: (6.8, 14.0, 8.4), Algo.RING: (6.6, 14.0, 8.4),
             Algo.COLLNET_DIRECT: (0.0, 0.0, 0.0), Algo.COLLNET_CHAIN: (0.0, 0.0, 0.0),
             Algo.NVLS: (0.0, 0.0, 0.0), Algo.NVLS_TREE: (0.0, 0.0, 0.0), Algo.PAT: (8.0, 8.0, 8.0)}
-# hwLat [link][algo][proto] in µs; entries the reference does not list are 0 (NCCL's table
+# hwLat [link][algo][proto] in µs; entries not listed here are 0 (NCCL's table
 # has zeros for unsupported combinations)
 HW_LAT = {
     "nvlink": {Algo.TREE: (0.6, 1.25, 4.0), Algo.RING: (0.6, 1.9, 3.4),
@@ -69,7 +70,7 @@ HW_LAT = {
 LL_MAX_BW = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
              "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0)}
 PER_CH_RING_LL128 = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
-# Volta/Ampere rows are not in the reference: their Ring LL128 per-channel cap stands in
+# Volta/Ampere values were not taken from NCCL: their Ring LL128 per-channel cap stands in
 PER_CH_TREE_LL128 = {"volta": (20.0, 20.0, 20.0), "ampere": (20.0, 20.0, 20.0),
                      "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0)}
 PER_CH_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
