@@ -45,8 +45,8 @@ def node_grid(coll: Collective) -> tuple[np.ndarray | None, str | None]:
     group (by first appearance), or the reason the group is not whole-node shaped."""
     topo = coll.topology
     if topo.kind != "fabric" or topo.node_of_rank is None:
-        return None, (f"hierarchical needs multi-GPU nodes (NVLink or PCIe) on a fabric; '{topo.name}' is a "
-                      f"{topo.kind}")
+        return None, (f"hierarchical needs multi-GPU nodes (NVLink or PCIe) on a fabric; "
+                      f"'{topo.name}' is a {topo.kind}")
     nodes: dict[int, list[tuple[int, int]]] = {}
     for i, r in enumerate(coll.group):
         nodes.setdefault(int(topo.node_of_rank[r]), []).append((int(topo.gpu_of_rank[r]), i))

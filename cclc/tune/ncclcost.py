@@ -5,8 +5,8 @@ uses: the constants are the starting point of the model profiler, and :func:`ncc
 predicts what stock NCCL would run — algorithm/protocol by the argmin of its time estimate,
 channels and threads by its size heuristic, the default chunk — so that a tuned result can be
 reported as a gain over NCCL. Facts: NCCL's ``src/graph/tuning.cc`` and ``src/graph/topo.h``;
-lines marked *derived* are
-this module's approximations of quantities NCCL measures at init (graph bandwidths).
+lines marked *derived* are this module's approximations of quantities NCCL measures at init
+(graph bandwidths).
 """
 
 from __future__ import annotations
