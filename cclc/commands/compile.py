@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -143,21 +144,45 @@ def _resolve(coll: Collective, flag: str | None, resolve) -> None:
         raise CclError(f"--algorithm {flag}: {err.message}") from None
 
 
-def format_candidates(p) -> str:
-    """The ``--explain`` table of a :class:`~cclc.plan.Plan`."""
+def format_candidates(p, pinned_by: str | None = None) -> str:
+    """The ``--explain`` table of a :class:`~cclc.plan.Plan`; ``pinned_by`` says who named the
+    algorithm ("the file", "--algorithm") when it was not chosen by speed."""
     rows = [("candidate", "time", "% of bound", "note")]
+    usable = {c.name for c in p.candidates if c.applicable}
+    usable |= {name.split("+")[0] for name in usable}
+    faster = [c.name for c in p.candidates if c.applicable and c.time is not None
+              and p.time is not None and c.time < p.time * (1 - 1e-9)]
     for c in p.candidates:
         if c.applicable:
             t = format_time(c.time) if c.time is not None else "-"
             pct = f"{c.pct_of_bound:.1f}%" if c.pct_of_bound is not None else "-"
-            note = "chosen" if c.name == p.name else ""
+            note = ""
+            if c.name == p.name:
+                note = "chosen" if pinned_by is None else f"pinned by {pinned_by}"
+                if pinned_by is not None and faster:
+                    note += f" ({', '.join(faster)} faster)"
         else:
-            t, pct, note = "-", "-", f"not applicable: {c.reason}"
+            t, pct, note = "-", "-", f"not applicable: {_suggest_usable(c.reason, usable)}"
         rows.append((c.name, t, pct, note))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3]
              for r in rows]
     return "\n".join(line.rstrip() for line in lines)
+
+
+_SUGGESTION = re.compile(r"use ([\w+]+(?: or [\w+]+)*)")
+
+
+def _suggest_usable(reason: str, usable: set[str]) -> str:
+    """``reason`` with its "use A or B" advice cut to the candidates that apply here."""
+    def keep(m: re.Match) -> str:
+        names = m.group(1).split(" or ")
+        kept = [n for n in names if n in usable]
+        if kept:
+            return "use " + " or ".join(kept)
+        return " and ".join(names) + (" does" if len(names) == 1 else " do") + \
+            " not apply here either"
+    return _SUGGESTION.sub(keep, reason)
 
 
 def _check_schedule(p) -> None:
@@ -171,7 +196,7 @@ def _check_schedule(p) -> None:
 
 def run(args) -> int:
     from cclc.nccl_model import compare_with_nccl
-    from cclc.plan import plan, resolve
+    from cclc.plan import hint_key, plan, resolve
     from cclc.serialize import to_json
 
     emitters = parse_emit(args.emit)
@@ -222,7 +247,10 @@ def run(args) -> int:
         t = f" {format_time(p.time)}" if p.time is not None else ""
         if args.explain:
             print(f"{coll.name}: {coll.kind.value} on {coll.n} ranks; candidates:")
-            print(format_candidates(p))
+            pinned_by = None
+            if hint_key(coll) is not None:
+                pinned_by = "--algorithm" if args.algorithm else "the file"
+            print(format_candidates(p, pinned_by))
         print(f"{coll.name}: {p.name}{t}{pct}, {len(p.schedule.ops)} ops in "
               f"{p.schedule.n_steps} steps")
         baseline = compare_with_nccl(coll, p.time) if p.time is not None else None
