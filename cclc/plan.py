@@ -26,6 +26,7 @@ __all__ = [
     "Plan",
     "crossover_table",
     "hint_key",
+    "hint_params",
     "known_names",
     "plan",
     "resolve",
@@ -98,6 +99,10 @@ def hint_key(coll: Collective) -> str | None:
 def _params(coll: Collective) -> dict:
     # schedule parameters (e.g. chunks=6) follow the algorithm's, later ones win
     return dict(coll.algorithm.params) | dict(coll.schedule.params)
+
+
+#: the hint parameters an entry of ``coll`` is built with
+hint_params = _params
 
 
 # -- the analyses every candidate goes through ------------------------------------------------

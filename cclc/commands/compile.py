@@ -64,6 +64,9 @@ def add_parser(sub) -> None:
                    choices=["msccl", "msccl-executor", "rccl"],
                    help="MSCCL XML dialect and limits for --emit msccl: microsoft/msccl, the "
                         "msccl executor for NCCL, or RCCL (default: msccl)")
+    p.add_argument("--no-size-check", action="store_true",
+                   help="plan even when the up-front estimate says the machine has too little "
+                        "memory or time for it")
     p.add_argument("--build", action="store_true",
                    help="with --emit nccl, also build libcclc_<name>.so (nvcc, NCCL headers "
                         "from the nvidia-nccl-cu13 wheel or NCCL_HOME)")
@@ -133,15 +136,25 @@ def _check_algorithm_flag(name: str) -> None:
                        "write parameters in the file: algorithm pat(buffer = 4 MiB)")
 
 
-def _resolve(coll: Collective, flag: str | None, resolve) -> None:
+def _resolve(coll: Collective, flag: str | None, resolve) -> list:
     """``resolve(coll)``; a name given by ``--algorithm`` is reported as a bad flag, not at a
     line of the file that does not contain it."""
     try:
-        resolve(coll)
+        return resolve(coll)
     except CclError as err:
         if flag is None:
             raise
         raise CclError(f"--algorithm {flag}: {err.message}") from None
+
+
+def _check_sizes(collectives: list[Collective], entries: dict) -> None:
+    """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget)."""
+    from cclc.budget import available_memory, check_budget, estimate
+    from cclc.plan import hint_params
+
+    memory = available_memory()
+    for coll in collectives:
+        check_budget(estimate(coll, entries[coll.name], hint_params(coll)), memory)
 
 
 def format_candidates(p, pinned_by: str | None = None) -> str:
@@ -218,8 +231,9 @@ def run(args) -> int:
                   "written (add 'collective NAME = KIND on TOPOLOGY { size ... }')")
 
     # every name in the file is checked before anything is written or any long work starts
-    for coll in collectives:
-        _resolve(coll, args.algorithm, resolve)
+    entries = {coll.name: _resolve(coll, args.algorithm, resolve) for coll in collectives}
+    if not args.no_size_check:
+        _check_sizes(collectives, entries)
     out = OutputDir(args.output, force=args.force)
     _refuse_foreign_files(out, program, collectives, emitters, args)
     used = {c.topology.name for c in collectives}
