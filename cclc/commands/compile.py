@@ -14,6 +14,7 @@ from pathlib import Path
 from cclc.collective import Collective, Hint
 from cclc.errors import CclError, ScheduleError
 from cclc.outdir import OutputDir
+from cclc.progress import Progress
 from cclc.units import format_time
 
 __all__ = ["EMITTERS", "EmitOptions", "add_parser", "format_candidates", "run"]
@@ -234,13 +235,15 @@ def run(args) -> int:
     entries = {coll.name: _resolve(coll, args.algorithm, resolve) for coll in collectives}
     if not args.no_size_check:
         _check_sizes(collectives, entries)
+    progress = Progress(_progress)
     out = OutputDir(args.output, force=args.force)
     _refuse_foreign_files(out, program, collectives, emitters, args)
     used = {c.topology.name for c in collectives}
     for name, topo in dict(program.topologies).items():
         if args.only and name not in used:
             continue
-        written = out.write_text(f"topology-{name}.json", _topology_json(topo))
+        with progress.stage(f"writing topology-{name}.json"):
+            written = out.write_text(f"topology-{name}.json", _topology_json(topo))
         _progress(f"wrote {_shown(out, written)}")
 
     failures = 0
@@ -250,8 +253,11 @@ def run(args) -> int:
         _progress(f"compiling {coll.name}: {coll.kind.value} on {coll.n} ranks of "
                   f"{coll.topology.name}")
         try:
-            p = plan(coll, explain=args.explain)
-            _check_schedule(p)
+            with progress.stage(f"{coll.name}: planning") as st:
+                p = plan(coll, explain=args.explain,
+                         on_step=lambda i, total, what: st.update(i, what, total))
+            with progress.stage(f"{coll.name}: verifying {p.name}"):
+                _check_schedule(p)
         except ScheduleError as err:
             failures += 1
             print(f"error: collective '{coll.name}': the schedule failed verification, so "
@@ -272,17 +278,20 @@ def run(args) -> int:
             print(f"  {baseline}")
         files = []
         if "json" in emitters:
-            doc = to_json(p.schedule)
-            files.append(out.write_text(f"{coll.name}.schedule.json",
-                                        json.dumps(doc, separators=(",", ":"),
-                                                   allow_nan=False) + "\n"))
+            with progress.stage(f"{coll.name}: writing {coll.name}.schedule.json"):
+                doc = to_json(p.schedule)
+                files.append(out.write_text(f"{coll.name}.schedule.json",
+                                            json.dumps(doc, separators=(",", ":"),
+                                                       allow_nan=False) + "\n"))
         options = EmitOptions(source=args.file, force=args.force, time=p.time, bound=p.bound,
                               candidates=p.candidates,
                               msccl_runtime=getattr(args, "msccl_runtime", "msccl"),
                               build=getattr(args, "build", False))
-        for name, emit in emit_funcs.items():
+        for k, (name, emit) in enumerate(emit_funcs.items()):
             try:
-                files += [str(f) for f in emit(p.schedule, out, options)]
+                with progress.stage(f"{coll.name}: {name} output ({k + 1} of "
+                                    f"{len(emit_funcs)} outputs)"):
+                    files += [str(f) for f in emit(p.schedule, out, options)]
             except CclError as err:
                 # one output the schedule cannot take (a runtime limit, a refused overwrite)
                 # must not cost the user the others
