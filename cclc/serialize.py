@@ -22,6 +22,7 @@ from cclc.collective import CollectiveKind, DType, Hint, ReduceOp, make_collecti
 from cclc.errors import CclError, ScheduleError, Span
 from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
 from cclc.topology import LinkKind, Topology
+from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH
 
 __all__ = ["FORMAT", "VERSION", "from_json", "load", "save", "to_json"]
 
@@ -264,14 +265,18 @@ def _topology(t: _Doc) -> Topology:
         if bad.any():
             raise ScheduleError(f"'{links.path(k)}' names vertex {int(cols[k][bad][0])}, but "
                                 f"vertices are 0..{len(names) - 1}")
-    if n_links and not (cols["bandwidth"] > 0).all():
-        i = int(np.flatnonzero(~(cols["bandwidth"] > 0))[0])
-        raise ScheduleError(f"'{links.path('bandwidth')}[{i}]' is {cols['bandwidth'][i]}; "
-                            "link bandwidth must be > 0")
-    if n_links and not (cols["latency"] >= 0).all():
-        i = int(np.flatnonzero(~(cols["latency"] >= 0))[0])
-        raise ScheduleError(f"'{links.path('latency')}[{i}]' is {cols['latency'][i]}; "
-                            "link latency must be >= 0")
+    # the language's ranges: beyond them times overflow to inf in the simulator and bounds
+    bw, lat = cols["bandwidth"], cols["latency"]
+    bad = ~((bw >= MIN_BANDWIDTH) & (bw <= MAX_BANDWIDTH))
+    if n_links and bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ScheduleError(f"'{links.path('bandwidth')}[{i}]' is {bw[i]}; link bandwidth must "
+                            f"be > 0 and in {MIN_BANDWIDTH:g}..{MAX_BANDWIDTH:g} bytes/s")
+    bad = ~((lat >= 0) & (lat <= MAX_LATENCY))
+    if n_links and bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ScheduleError(f"'{links.path('latency')}[{i}]' is {lat[i]}; link latency must be "
+                            f">= 0 and at most {MAX_LATENCY:g} s")
     try:
         kind_codes = np.array([int(_LINK_KIND_BY_NAME[k]) for k in kinds], dtype=np.int8)
     except KeyError as e:

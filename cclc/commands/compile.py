@@ -58,7 +58,8 @@ def add_parser(sub) -> None:
                    help="replace files in DIR that cclc did not write")
     p.add_argument("--algorithm", metavar="NAME",
                    help="use this algorithm for every compiled collective (overrides the file; "
-                        "'a+s' also sets the schedule)")
+                        "'a+s' also sets the schedule; parameters such as chunks=6 are written "
+                        "in the file, not here)")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="compile only this collective (repeatable)")
     p.add_argument("--msccl-runtime", default="msccl",

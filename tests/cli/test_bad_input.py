@@ -57,6 +57,8 @@ def test_nccl_channels_zero_is_a_bad_flag(tmp_path, capsys):
     (("collective", "size"), 10**30, "outside the 64-bit range"),
     (("topology", "links", "bandwidth", 0), float("inf"), "numbers must be finite"),
     (("topology", "links", "latency", 0), float("nan"), "numbers must be finite"),
+    (("topology", "links", "bandwidth", 0), 1e-300, "link bandwidth must be > 0 and in 1..1e+15"),
+    (("topology", "links", "latency", 0), 1e300, "link latency must be >= 0 and at most 1 s"),
 ])
 @pytest.mark.parametrize("command", ["verify", "sim", "viz"])
 def test_out_of_range_numbers_in_a_schedule(tmp_path, capsys, schedule, where, value, needle,
