@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from cclc.commands.argtypes import int_at_least
+from cclc.progress import Progress
 
 __all__ = ["add_parser", "run"]
 
@@ -41,12 +42,16 @@ def run(args) -> int:
     from cclc.serialize import load
     from cclc.verify import verify
 
-    schedule = load(args.file)          # a bad file raises CclError: the CLI exits 2
+    progress = Progress(lambda line: print(line, file=sys.stderr, flush=True))
+    with progress.stage(f"reading {args.file}"):
+        schedule = load(args.file)      # a bad file raises CclError: the CLI exits 2
     name = schedule.collective.name
     try:
-        verify(schedule)
+        with progress.stage(f"verifying {len(schedule.ops)} ops"):
+            verify(schedule)
         if args.numeric:
-            check_numeric(schedule, seed=args.seed)
+            with progress.stage(f"running {len(schedule.ops)} ops on numeric data"):
+                check_numeric(schedule, seed=args.seed)
     except ScheduleError as err:
         print(f"{args.file}: verification failed: {err.message}", file=sys.stderr)
         return 1
