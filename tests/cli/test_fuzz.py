@@ -144,7 +144,7 @@ def test_mutated_schedule_documents_never_escape(tmp_path, capsys, schedule_doc,
     f.write_text(text)
     _run(["verify", str(f)], capsys)
     _run(["sim", str(f)], capsys)
-    _run(["viz", str(f), "-o", str(tmp_path / "m.html")], capsys)
+    _run(["viz", str(f), "-o", str(tmp_path / "m.html"), "--force"], capsys)
 
 
 def test_a_document_nested_a_hundred_thousand_deep_is_refused(tmp_path, capsys):
