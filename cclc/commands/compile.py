@@ -290,8 +290,8 @@ def run(args) -> int:
                               build=getattr(args, "build", False))
         for k, (name, emit) in enumerate(emit_funcs.items()):
             try:
-                with progress.stage(f"{coll.name}: {name} output ({k + 1} of "
-                                    f"{len(emit_funcs)} outputs)"):
+                with progress.stage(f"{coll.name}: {name} output of {len(p.schedule.ops)} "
+                                    f"ops ({k + 1} of {len(emit_funcs)} outputs)"):
                     files += [str(f) for f in emit(p.schedule, out, options)]
             except CclError as err:
                 # one output the schedule cannot take (a runtime limit, a refused overwrite)
