@@ -234,7 +234,7 @@ def run(args) -> int:
 
     # every name in the file is checked before anything is written or any long work starts
     entries = {coll.name: _resolve(coll, args.algorithm, resolve) for coll in collectives}
-    if not args.no_size_check:
+    if not getattr(args, "no_size_check", False):
         _check_sizes(collectives, entries)
     progress = Progress(_progress)
     out = OutputDir(args.output, force=args.force)
