@@ -62,7 +62,7 @@ class OutputDir:
             return set()
         try:
             doc = json.loads(target.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, RecursionError) as err:
             raise CclError(f"cannot read the manifest '{target}': {err}; delete it to start "
                            "over") from None
         if (not isinstance(doc, dict) or doc.get("format") != _FORMAT

@@ -12,6 +12,7 @@ or why it was not applicable.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from cclc.algorithms import REGISTRY, Algorithm, algorithms_for, get
@@ -29,6 +30,7 @@ __all__ = [
     "Plan",
     "crossover_table",
     "hint_key",
+    "hint_params",
     "known_names",
     "plan",
     "resolve",
@@ -105,6 +107,10 @@ def hint_key(coll: Collective) -> str | None:
 def _params(coll: Collective) -> dict:
     # schedule parameters (e.g. chunks=6) follow the algorithm's, later ones win
     return dict(coll.algorithm.params) | dict(coll.schedule.params)
+
+
+#: the hint parameters an entry of ``coll`` is built with
+hint_params = _params
 
 
 # -- the analyses every candidate goes through ------------------------------------------------
@@ -220,7 +226,8 @@ def _check_applicable(coll: Collective, algo: Algorithm) -> None:
                               f"'{coll.name}': {reason}", coll.algorithm.span or coll.span)
 
 
-def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MODEL) -> Plan:
+def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MODEL,
+         on_step: Callable[[int, int, str], None] | None = None) -> Plan:
     """Choose, build and check the schedule of ``coll``.
 
     With an explicit algorithm hint, that entry is built and verified (its
@@ -231,25 +238,32 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
 
     Raises :class:`~cclc.errors.CollectiveError` (at the hint's span) for an unknown name, an
     entry that does not serve the collective or is not applicable, and when no candidate
-    applies. Times are under ``model`` (see :mod:`cclc.execution`).
+    applies. Times are under ``model`` (see :mod:`cclc.execution`). ``on_step(i, total, what)``
+    is called before each step (the bounds, then each candidate), for progress reports.
     """
+    step = on_step or (lambda i, total, what: None)
     chosen = _lookup(coll)
+    others = [a for a in algorithms_for(coll) if a.name != chosen.name] \
+        if isinstance(chosen, Algorithm) and explain else []
+    total = 1 + (len(chosen) if isinstance(chosen, list) else 1 + len(others))
+    step(0, total, "lower bounds")
     bound = _bound(coll)
     if isinstance(chosen, Algorithm):
         _check_applicable(coll, chosen)
+        step(1, total, chosen.name)
         schedule = chosen.build(coll, **_params(coll))
         verified = _verify(schedule)
         time, planned = _simulate(schedule, model)
         rows = [Candidate(chosen.name, True, None, time, _pct(bound, time), planned)]
-        if explain:
-            for algo in algorithms_for(coll):
-                if algo.name != chosen.name:
-                    rows.append(_evaluate(_as_auto(coll), algo, bound, model)[0])
+        for i, algo in enumerate(others):
+            step(2 + i, total, algo.name)
+            rows.append(_evaluate(_as_auto(coll), algo, bound, model)[0])
         return Plan(schedule, time, bound, tuple(rows), verified, model, planned)
 
     rows = []
     best: tuple[float, Schedule, bool, Candidate] | None = None
-    for algo in chosen:
+    for i, algo in enumerate(chosen):
+        step(1 + i, total, algo.name)
         row, schedule, verified = _evaluate(coll, algo, bound, model)
         rows.append(row)
         if schedule is None:

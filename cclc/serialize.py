@@ -23,6 +23,7 @@ from cclc.errors import CclError, ScheduleError, Span
 from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
 from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
 from cclc.topology import LinkKind, Topology
+from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH
 
 __all__ = ["FORMAT", "VERSION", "from_json", "load", "save", "to_json"]
 
@@ -160,6 +161,9 @@ class _Doc:
             return None
         if not isinstance(v, int) or isinstance(v, bool):
             raise ScheduleError(f"'{self.path(key)}' must be an integer, not {_what(v)}")
+        if not -2**63 <= v < 2**63:
+            # numpy holds sizes and counts in 64 bits
+            raise ScheduleError(f"'{self.path(key)}' is {_short(v)}, outside the 64-bit range")
         return v
 
     def array(self, key: str, kind: str, ndim: int | tuple[int, ...] = 1,
@@ -216,7 +220,17 @@ def _array(v: Any, kind: str, ndim: int | tuple[int, ...], where: str) -> np.nda
         raise ScheduleError(f"'{where}' must hold only {kind}s, found {_dtype_word(a)}")
     if kind == "float":
         a = a.astype(np.float64)
+        if not np.isfinite(a).all():
+            i = int(np.flatnonzero(~np.isfinite(a.ravel()))[0])
+            raise ScheduleError(f"'{where}' holds {a.ravel()[i]} at flat index {i}: numbers "
+                                "must be finite")
     return a
+
+
+def _short(v: int) -> str:
+    # a 10**30 written out is harder to read than its size
+    text = str(v)
+    return text if len(text) <= 24 else f"an integer of {len(text.lstrip('-'))} digits"
 
 
 def _dtype_word(a: np.ndarray) -> str:
@@ -253,14 +267,18 @@ def _topology(t: _Doc) -> Topology:
         if bad.any():
             raise ScheduleError(f"'{links.path(k)}' names vertex {int(cols[k][bad][0])}, but "
                                 f"vertices are 0..{len(names) - 1}")
-    if n_links and not (cols["bandwidth"] > 0).all():
-        i = int(np.flatnonzero(~(cols["bandwidth"] > 0))[0])
-        raise ScheduleError(f"'{links.path('bandwidth')}[{i}]' is {cols['bandwidth'][i]}; "
-                            "link bandwidth must be > 0")
-    if n_links and not (cols["latency"] >= 0).all():
-        i = int(np.flatnonzero(~(cols["latency"] >= 0))[0])
-        raise ScheduleError(f"'{links.path('latency')}[{i}]' is {cols['latency'][i]}; "
-                            "link latency must be >= 0")
+    # the language's ranges: beyond them times overflow to inf in the simulator and bounds
+    bw, lat = cols["bandwidth"], cols["latency"]
+    bad = ~((bw >= MIN_BANDWIDTH) & (bw <= MAX_BANDWIDTH))
+    if n_links and bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ScheduleError(f"'{links.path('bandwidth')}[{i}]' is {bw[i]}; link bandwidth must "
+                            f"be > 0 and in {MIN_BANDWIDTH:g}..{MAX_BANDWIDTH:g} bytes/s")
+    bad = ~((lat >= 0) & (lat <= MAX_LATENCY))
+    if n_links and bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ScheduleError(f"'{links.path('latency')}[{i}]' is {lat[i]}; link latency must be "
+                            f">= 0 and at most {MAX_LATENCY:g} s")
     try:
         kind_codes = np.array([int(_LINK_KIND_BY_NAME[k]) for k in kinds], dtype=np.int8)
     except KeyError as e:
@@ -424,6 +442,9 @@ def load(path: str | os.PathLike) -> Schedule:
     except json.JSONDecodeError as e:
         raise ScheduleError(f"{p} is not valid JSON: line {e.lineno}, column {e.colno}: "
                             f"{e.msg}") from None
+    except RecursionError:
+        raise ScheduleError(f"{p} nests lists or objects too deeply to be a schedule "
+                            "document") from None
     try:
         return from_json(doc)
     except ScheduleError as e:

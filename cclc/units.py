@@ -6,7 +6,8 @@ from typing import Literal
 
 from cclc.errors import SemanticError
 
-__all__ = ["UNITS", "parse_quantity", "format_bytes", "format_time", "format_bandwidth"]
+__all__ = ["UNITS", "MIN_BANDWIDTH", "MAX_BANDWIDTH", "MAX_LATENCY", "parse_quantity",
+           "format_bytes", "format_time", "format_bandwidth"]
 
 Kind = Literal["size", "bandwidth", "time"]
 
@@ -17,6 +18,12 @@ _BANDWIDTH = {"B/s": 1, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9, "TB/s": 1e12,
 _TIME = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 UNITS: dict[str, dict[str, float]] = {"size": _SIZE, "bandwidth": _BANDWIDTH, "time": _TIME}
+
+# Links outside these ranges are typing mistakes, and their times overflow to inf or lose all
+# precision in the simulator and the bounds (1e-300 B/s gives "inf% of bound").
+MIN_BANDWIDTH = 1.0      #: bytes/s
+MAX_BANDWIDTH = 1e15     #: bytes/s (1 PB/s, a thousand times an NVLink 5 port)
+MAX_LATENCY = 1.0        #: seconds
 
 
 def _kind_of(unit: str) -> str | None:

@@ -39,7 +39,7 @@ from cclc.topology import (
     torus,
     with_faults,
 )
-from cclc.units import UNITS, parse_quantity
+from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH, UNITS, parse_quantity
 from dsl import ast
 
 __all__ = ["MAX_BYTES", "MAX_RANKS", "Program", "elaborate"]
@@ -181,6 +181,9 @@ def _bandwidth(q: ast.Quantity) -> float:
     value = _convert(q, "bandwidth")
     if not value > 0:
         raise SemanticError(f"a bandwidth must be > 0, got {_text(q)}", q.span)
+    if not MIN_BANDWIDTH <= value <= MAX_BANDWIDTH:
+        raise SemanticError(f"a bandwidth must be between 1 B/s and 1 PB/s, got {_text(q)}",
+                            q.span)
     return value
 
 
@@ -188,6 +191,8 @@ def _latency(q: ast.Quantity) -> float:
     value = _convert(q, "time")
     if value < 0:
         raise SemanticError(f"a latency must be >= 0, got {_text(q)}", q.span)
+    if value > MAX_LATENCY:
+        raise SemanticError(f"a latency must be at most 1 s, got {_text(q)}", q.span)
     return value
 
 
@@ -618,11 +623,17 @@ def _apply_faults(topo: Topology, faults: list[ast.Setting]) -> Topology:
     ranks: list[int] = []
     groups: list[tuple[str, list[tuple[int, int]]]] = []
     group_lines: dict[str, int] = {}
+    # a repeated line is a copy-paste slip that would otherwise pass without a word
+    failed_on: dict[tuple[int, int] | int, int] = {}
     for fault in faults:
         if isinstance(fault, ast.FaultLink):
-            links += _directed_links(topo, fault.pair)
+            directed = _directed_links(topo, fault.pair)
+            _once(failed_on, directed, "link", fault.pair.span)
+            links += directed
         elif isinstance(fault, ast.FaultRank):
-            ranks.append(_rank(topo, fault.rank))
+            rank = _rank(topo, fault.rank)
+            _once(failed_on, [rank], "rank", fault.rank.span)
+            ranks.append(rank)
         else:
             name = fault.name.text
             if name in group_lines:
@@ -633,6 +644,16 @@ def _apply_faults(topo: Topology, faults: list[ast.Setting]) -> Topology:
                 raise SemanticError(f"fault group '{name}' lists no links", fault.name.span)
             groups.append((name, [d for pair in fault.links for d in _directed_links(topo, pair)]))
     return with_faults(topo, links, ranks, groups)
+
+
+def _once(failed_on: dict, items: list, what: str, span) -> None:
+    """Record ``items`` as failed at ``span``; a :class:`SemanticError` if one already is."""
+    for item in items:
+        if item in failed_on:
+            raise SemanticError(f"duplicate fault: this {what} already failed on line "
+                                f"{failed_on[item]}", span)
+    for item in items:
+        failed_on[item] = span.line
 
 
 # ---- collectives ---------------------------------------------------------------------------------

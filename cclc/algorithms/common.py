@@ -314,3 +314,13 @@ def hint_int(params: dict, key: str, default: int | None, low: int = 1) -> int |
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise CollectiveError(f"parameter {key} must be an integer >= {low}, got {value!r}")
     return value
+
+
+def bad_int_param(params: dict, key: str, low: int = 1) -> str | None:
+    """Why integer hint parameter ``key`` is unusable, or ``None``: for ``applicable``, so a
+    bad value is reported at the file's hint before any work starts."""
+    try:
+        hint_int(params, key, None, low)
+    except CollectiveError as err:
+        return err.message
+    return None

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from cclc.algorithms import Algorithm, register
-from cclc.algorithms.common import hint_int
+from cclc.algorithms.common import bad_int_param, hint_int
 from cclc.algorithms.torus_collectives import KINDS, Grid, Piece, grid_schedule
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
@@ -45,8 +45,8 @@ def node_grid(coll: Collective) -> tuple[np.ndarray | None, str | None]:
     group (by first appearance), or the reason the group is not whole-node shaped."""
     topo = coll.topology
     if topo.kind != "fabric" or topo.node_of_rank is None:
-        return None, (f"hierarchical needs NVLink nodes on a fabric; '{topo.name}' is a "
-                      f"{topo.kind}")
+        return None, (f"hierarchical needs multi-GPU nodes (NVLink or PCIe) on a fabric; "
+                      f"'{topo.name}' is a {topo.kind}")
     nodes: dict[int, list[tuple[int, int]]] = {}
     for i, r in enumerate(coll.group):
         nodes.setdefault(int(topo.node_of_rank[r]), []).append((int(topo.gpu_of_rank[r]), i))
@@ -68,7 +68,7 @@ def _applicable(coll: Collective, **params) -> str | None:
     extra = set(params) - {"chunks"}
     if extra:
         return f"hierarchical takes only the parameter chunks (got {', '.join(sorted(extra))})"
-    return node_grid(coll)[1]
+    return bad_int_param(params, "chunks") or node_grid(coll)[1]
 
 
 def _pieces(coll: Collective, members: np.ndarray, chunks: int) -> list[Piece]:

@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from cclc.algorithms import Algorithm, register
-from cclc.algorithms.common import add_pair_routes, hint_int
+from cclc.algorithms.common import add_pair_routes, bad_int_param, hint_int
 from cclc.collective import Collective, CollectiveKind
 from cclc.fabric_routing import finish
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
@@ -134,7 +134,7 @@ def _applicable(coll: Collective, **params) -> str | None:
         return f"pat takes only the parameter buffer (got {', '.join(sorted(extra))})"
     if coll.n < 2:
         return "pat needs at least 2 ranks"
-    return None
+    return bad_int_param(params, "buffer")
 
 
 def _build(coll: Collective, **params) -> Schedule:

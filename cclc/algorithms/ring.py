@@ -21,7 +21,13 @@ import math
 import numpy as np
 
 from cclc.algorithms import Algorithm, register
-from cclc.algorithms.common import add_pair_routes, even_split, hint_int, ring_order
+from cclc.algorithms.common import (
+    add_pair_routes,
+    bad_int_param,
+    even_split,
+    hint_int,
+    ring_order,
+)
 from cclc.collective import Collective, CollectiveKind
 from cclc.fabric_routing import finish
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
@@ -41,7 +47,7 @@ def _applicable(coll: Collective, **params) -> str | None:
     extra = set(params) - ({"chunks"} if coll.kind is CollectiveKind.BROADCAST else set())
     if extra:
         return f"ring takes no parameter {', '.join(sorted(extra))} for {coll.kind.value}"
-    return None
+    return bad_int_param(params, "chunks")
 
 
 def build_ring(coll: Collective, **params) -> Schedule:

@@ -38,7 +38,7 @@ Ops are generated per chunk and coalesced into runs of consecutive chunks.
   finish together: a lane's share is proportional to ``1 / (time per unit)`` of its plan,
   measured on the actual links (``rho="derived"``: gives ``rho = T_HR/T_FR = (N+1)/(4N)`` for
   odd ``N``, ``N/(4(N-1))`` for even ``N``). ``rho="artifact"`` reproduces the paper artifact's
-  accelerating divisor, which swaps the two formulas (reference section 3); ``rho="lockstep"``
+  accelerating divisor (``HalfRing.cc``), which swaps the two formulas; ``rho="lockstep"``
   solves a small LP for the shares that minimize the lockstep time; a number sets ``rho``.
   ``shares="lanes"`` cuts every chunk into one lane per share (exact); ``shares="slots"`` gives
   each share a range of whole slots of every aggregated block (``1/m`` precision, but the op
@@ -849,7 +849,7 @@ def _mate_layout(coll: Collective, enhanced: bool, params: dict) -> _Layout:
     stage = normal_len + accel_len
     phases = [[(active[(c + i) % D], i * stage) for i in range(D)] for c in range(D)]
     if rho == "lockstep" or mode == "slots":
-        # the realized rho as the reference defines it: own share / share of one other dimension
+        # the realized rho as the paper defines it: own share / share of one other dimension
         per_dim_share = (accel[:-1].sum() / max(len({j for j, _ in fams}), 1))
         rho_used = accel[-1] / per_dim_share if per_dim_share > 0 else float("inf")
     elif rho == "derived":

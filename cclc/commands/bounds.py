@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+from cclc.progress import Progress
 
 __all__ = ["add_parser", "run"]
 
@@ -36,10 +39,12 @@ def run(args) -> int:
     from cclc.bounds import bounds
 
     program = dsl.load(args.file)       # errors carry spans: the CLI renders them
+    progress = Progress(lambda line: print(line, file=sys.stderr, flush=True))
     for i, coll in enumerate(program.collectives):
         if i:
             print()
-        b = bounds(coll, lp=not args.no_lp)
+        with progress.stage(f"{coll.name}: computing the lower bounds of {coll.n} ranks"):
+            b = bounds(coll, lp=not args.no_lp)
         print(f"{coll.name}: {coll.kind.value} of {coll.size} B on {coll.n} ranks of "
               f"'{coll.topology.name}'")
         width = max(len(x.name) for x in b.items)

@@ -93,15 +93,18 @@ def describe_group(coll: Collective) -> str:
     if set(group) == set(topo.live_ranks()):
         return "all"
     if topo.node_of_rank is not None:
-        if group == topo.leaders():
-            return "leaders"
         for i in range(topo.n_nodes):
             if group == topo.node(i):
                 return f"node({i})"
+        # rail(0) and the leaders (GPU 0 of every node) are one group: name both
+        names = []
         if topo.rail_of_rank is not None:
-            for i in range(int(topo.rail_of_rank.max(initial=-1)) + 1):
-                if group == topo.rail(i):
-                    return f"rail({i})"
+            names = [f"rail({i})" for i in range(int(topo.rail_of_rank.max(initial=-1)) + 1)
+                     if group == topo.rail(i)]
+        if group == topo.leaders():
+            names.append("leaders")
+        if names:
+            return " = ".join(names)
     names = [topo.vertex_names[r] for r in group]
     return " ".join(names[:6]) + (f" ... {names[-1]}" if len(names) > 6 else "")
 

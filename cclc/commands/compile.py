@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 from cclc.collective import Collective, Hint
 from cclc.errors import CclError, ScheduleError
 from cclc.outdir import OutputDir
+from cclc.progress import Progress
 from cclc.units import format_time
 
 __all__ = ["EMITTERS", "EmitOptions", "add_parser", "format_candidates", "run"]
@@ -61,13 +63,17 @@ def add_parser(sub) -> None:
                    help="replace files in DIR that cclc did not write")
     p.add_argument("--algorithm", metavar="NAME",
                    help="use this algorithm for every compiled collective (overrides the file; "
-                        "'a+s' also sets the schedule)")
+                        "'a+s' also sets the schedule; parameters such as chunks=6 are written "
+                        "in the file, not here)")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="compile only this collective (repeatable)")
     p.add_argument("--msccl-runtime", default="msccl",
                    choices=["msccl", "msccl-executor", "rccl"],
                    help="MSCCL XML dialect and limits for --emit msccl: microsoft/msccl, the "
                         "msccl executor for NCCL, or RCCL (default: msccl)")
+    p.add_argument("--no-size-check", action="store_true",
+                   help="plan even when the up-front estimate says the machine has too little "
+                        "memory or time for it")
     p.add_argument("--build", action="store_true",
                    help="with --emit nccl, also build libcclc_<name>.so (nvcc, NCCL headers "
                         "from the nvidia-nccl-cu13 wheel or NCCL_HOME)")
@@ -129,24 +135,78 @@ def _override(coll: Collective, name: str) -> Collective:
     return dataclasses.replace(coll, algorithm=Hint(algo), schedule=Hint(sched or "auto"))
 
 
-def format_candidates(p) -> str:
-    """The ``--explain`` table of a :class:`~cclc.plan.Plan` (times under its model)."""
+def _check_algorithm_flag(name: str) -> None:
+    # parameters need the file's syntax (units, strings); the flag names an entry only
+    if not name or "(" in name or " " in name or name.count("+") > 1:
+        raise CclError(f"--algorithm {name!r}: the flag takes a name ('ring') or "
+                       "'algorithm+schedule' ('halfring+dimrotation') without parameters; "
+                       "write parameters in the file: algorithm pat(buffer = 4 MiB)")
+
+
+def _resolve(coll: Collective, flag: str | None, resolve) -> list:
+    """``resolve(coll)``; a name given by ``--algorithm`` is reported as a bad flag, not at a
+    line of the file that does not contain it."""
+    try:
+        return resolve(coll)
+    except CclError as err:
+        if flag is None:
+            raise
+        raise CclError(f"--algorithm {flag}: {err.message}") from None
+
+
+def _check_sizes(collectives: list[Collective], entries: dict) -> None:
+    """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget)."""
+    from cclc.budget import available_memory, check_budget, estimate
+    from cclc.plan import hint_params
+
+    memory = available_memory()
+    for coll in collectives:
+        check_budget(estimate(coll, entries[coll.name], hint_params(coll)), memory)
+
+
+def format_candidates(p, pinned_by: str | None = None) -> str:
+    """The ``--explain`` table of a :class:`~cclc.plan.Plan` (times under its model);
+    ``pinned_by`` says who named the algorithm ("the file", "--algorithm") when it was not
+    chosen by speed."""
     rows = [("candidate", f"time ({p.model.name} model)", "% of bound", "note")]
+    usable = {c.name for c in p.candidates if c.applicable}
+    usable |= {name.split("+")[0] for name in usable}
+    faster = [c.name for c in p.candidates if c.applicable and c.time is not None
+              and p.time is not None and c.time < p.time * (1 - 1e-9)]
     for c in p.candidates:
         if c.applicable:
             t = format_time(c.time) if c.time is not None else "-"
             pct = f"{c.pct_of_bound:.1f}%" if c.pct_of_bound is not None else "-"
-            note = "chosen" if c.name == p.name else ""
+            note = ""
+            if c.name == p.name:
+                note = "chosen" if pinned_by is None else f"pinned by {pinned_by}"
+                if pinned_by is not None and faster:
+                    note += f" ({', '.join(faster)} faster)"
             if c.planned_time is not None:
                 note = (note + "; " if note else "") + \
                     f"planned spines {format_time(c.planned_time)} (a plan)"
         else:
-            t, pct, note = "-", "-", f"not applicable: {c.reason}"
+            t, pct, note = "-", "-", f"not applicable: {_suggest_usable(c.reason, usable)}"
         rows.append((c.name, t, pct, note))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3]
              for r in rows]
     return "\n".join(line.rstrip() for line in lines)
+
+
+_SUGGESTION = re.compile(r"use ([\w+]+(?: or [\w+]+)*)")
+
+
+def _suggest_usable(reason: str, usable: set[str]) -> str:
+    """``reason`` with its "use A or B" advice cut to the candidates that apply here."""
+    def keep(m: re.Match) -> str:
+        names = m.group(1).split(" or ")
+        kept = [n for n in names if n in usable]
+        if kept:
+            return "use " + " or ".join(kept)
+        return " and ".join(names) + (" does" if len(names) == 1 else " do") + \
+            " not apply here either"
+    return _SUGGESTION.sub(keep, reason)
 
 
 def _check_schedule(p) -> None:
@@ -161,7 +221,7 @@ def _check_schedule(p) -> None:
 def run(args) -> int:
     from cclc.execution import model_for
     from cclc.nccl_model import compare_with_nccl
-    from cclc.plan import plan, resolve
+    from cclc.plan import hint_key, plan, resolve
     from cclc.serialize import to_json
 
     emitters = parse_emit(args.emit)
@@ -176,21 +236,25 @@ def run(args) -> int:
                                f"has: {', '.join(sorted(known)) or '(none)'}")
         collectives = [c for c in collectives if c.name in args.only]
     if args.algorithm:
+        _check_algorithm_flag(args.algorithm)
         collectives = [_override(c, args.algorithm) for c in collectives]
     if not collectives:
         _progress(f"note: '{args.file}' declares no collective: only its topologies are "
                   "written (add 'collective NAME = KIND on TOPOLOGY { size ... }')")
 
     # every name in the file is checked before anything is written or any long work starts
-    for coll in collectives:
-        resolve(coll)
+    entries = {coll.name: _resolve(coll, args.algorithm, resolve) for coll in collectives}
+    if not getattr(args, "no_size_check", False):
+        _check_sizes(collectives, entries)
+    progress = Progress(_progress)
     out = OutputDir(args.output, force=args.force)
     _refuse_foreign_files(out, program, collectives, emitters, args)
     used = {c.topology.name for c in collectives}
     for name, topo in dict(program.topologies).items():
         if args.only and name not in used:
             continue
-        written = out.write_text(f"topology-{name}.json", _topology_json(topo))
+        with progress.stage(f"writing topology-{name}.json"):
+            written = out.write_text(f"topology-{name}.json", _topology_json(topo))
         _progress(f"wrote {_shown(out, written)}")
 
     failures = 0
@@ -200,8 +264,11 @@ def run(args) -> int:
         _progress(f"compiling {coll.name}: {coll.kind.value} on {coll.n} ranks of "
                   f"{coll.topology.name}")
         try:
-            p = plan(coll, explain=args.explain, model=model_for(emitters))
-            _check_schedule(p)
+            with progress.stage(f"{coll.name}: planning") as st:
+                p = plan(coll, explain=args.explain, model=model_for(emitters),
+                         on_step=lambda i, total, what: st.update(i, what, total))
+            with progress.stage(f"{coll.name}: verifying {p.name}"):
+                _check_schedule(p)
         except ScheduleError as err:
             failures += 1
             print(f"error: collective '{coll.name}': the schedule failed verification, so "
@@ -211,7 +278,10 @@ def run(args) -> int:
         t = f" {format_time(p.time)}" if p.time is not None else ""
         if args.explain:
             print(f"{coll.name}: {coll.kind.value} on {coll.n} ranks; candidates:")
-            print(format_candidates(p))
+            pinned_by = None
+            if hint_key(coll) is not None:
+                pinned_by = "--algorithm" if args.algorithm else "the file"
+            print(format_candidates(p, pinned_by))
         print(f"{coll.name}: {p.name}{t}{pct}, {len(p.schedule.ops)} ops in "
               f"{p.schedule.n_steps} steps ({p.model.label}; routing {coll.topology.routing})")
         if p.planned_time is not None:
@@ -223,17 +293,20 @@ def run(args) -> int:
             print(f"  {baseline}")
         files = []
         if "json" in emitters:
-            doc = to_json(p.schedule)
-            files.append(out.write_text(f"{coll.name}.schedule.json",
-                                        json.dumps(doc, separators=(",", ":"),
-                                                   allow_nan=False) + "\n"))
+            with progress.stage(f"{coll.name}: writing {coll.name}.schedule.json"):
+                doc = to_json(p.schedule)
+                files.append(out.write_text(f"{coll.name}.schedule.json",
+                                            json.dumps(doc, separators=(",", ":"),
+                                                       allow_nan=False) + "\n"))
         options = EmitOptions(source=args.file, force=args.force, time=p.time, bound=p.bound,
                               candidates=p.candidates,
                               msccl_runtime=getattr(args, "msccl_runtime", "msccl"),
                               build=getattr(args, "build", False))
-        for name, emit in emit_funcs.items():
+        for k, (name, emit) in enumerate(emit_funcs.items()):
             try:
-                files += [str(f) for f in emit(p.schedule, out, options)]
+                with progress.stage(f"{coll.name}: {name} output of {len(p.schedule.ops)} "
+                                    f"ops ({k + 1} of {len(emit_funcs)} outputs)"):
+                    files += [str(f) for f in emit(p.schedule, out, options)]
             except CclError as err:
                 # one output the schedule cannot take (a runtime limit, a refused overwrite)
                 # must not cost the user the others

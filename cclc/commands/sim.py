@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cclc.progress import Progress
+
 __all__ = ["add_parser", "run"]
 
 HELP = """Simulate a schedule document (the JSON that 'cclc compile' writes) on its topology with
@@ -64,18 +66,23 @@ def run(args) -> int:
 
     if args.links < 0:
         raise CclError(f"--links must be >= 0, got {args.links}")
-    schedule = load(args.file)          # a bad file raises CclError: the CLI exits 2
+    progress = Progress(lambda line: print(line, file=sys.stderr, flush=True))
+    with progress.stage(f"reading {args.file}"):
+        schedule = load(args.file)      # a bad file raises CclError: the CLI exits 2
     try:
         # timing a schedule that does not do its job would report meaningless numbers
-        verify(schedule)
+        with progress.stage(f"verifying {len(schedule.ops)} ops"):
+            verify(schedule)
     except ScheduleError as err:
         print(f"error: {args.file} fails verification, so it is not simulated:\n{err.message}",
               file=sys.stderr)
         return 1
     coll = schedule.collective
     topo = schedule.topology
-    result = simulate(schedule, mode=args.mode)
-    bound = bounds(coll, lp=not args.no_lp)
+    with progress.stage(f"simulating {len(schedule.ops)} ops ({args.mode})"):
+        result = simulate(schedule, mode=args.mode)
+    with progress.stage(f"computing the lower bounds of {coll.n} ranks"):
+        bound = bounds(coll, lp=not args.no_lp)
     print(f"{coll.name}: {coll.kind.value} of {coll.size} B on {coll.n} ranks of "
           f"'{topo.name}', algorithm {schedule.algorithm}, schedule {schedule.schedule}")
     print(f"  ops {len(schedule.ops)}, steps {schedule.n_steps}, mode {result.mode}")

@@ -6,8 +6,10 @@ import argparse
 import sys
 
 from cclc.collective import CollectiveKind
+from cclc.commands.argtypes import int_at_least
 from cclc.errors import CclError, SemanticError
 from cclc.outdir import OutputDir
+from cclc.tune.space import MAX_CHANNELS
 
 __all__ = ["add_parser", "run"]
 
@@ -58,7 +60,7 @@ def add_parser(sub) -> None:
                         "(2.30+, tuner v6) (default: 2.30)")
     p.add_argument("--arch", default="hopper", choices=("volta", "ampere", "hopper", "blackwell"),
                    help="GPU generation for NCCL's tables (default: hopper)")
-    p.add_argument("--nccl-channels", type=int, metavar="N",
+    p.add_argument("--nccl-channels", type=int_at_least(1, MAX_CHANNELS), metavar="N",
                    help="channels NCCL sets up at init on this machine (NCCL_DEBUG=INFO shows "
                         "'N coll channels'; default: what cclc's model of NCCL's "
                         "topology search gives)")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cclc.commands.argtypes import int_at_least
+from cclc.progress import Progress
+
 __all__ = ["add_parser", "run"]
 
 HELP = """Read a schedule document (the JSON that 'cclc compile' writes) and run the symbolic
@@ -28,7 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("file", metavar="FILE.schedule.json", help="the schedule document")
     p.add_argument("--numeric", action="store_true",
                    help="also run the schedule on real data for every dtype and op")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the numeric data")
+    p.add_argument("--seed", type=int_at_least(0), default=0,
+                   help="random seed of the numeric data (a non-negative integer)")
     p.set_defaults(run=run)
 
 
@@ -38,12 +42,16 @@ def run(args) -> int:
     from cclc.serialize import load
     from cclc.verify import verify
 
-    schedule = load(args.file)          # a bad file raises CclError: the CLI exits 2
+    progress = Progress(lambda line: print(line, file=sys.stderr, flush=True))
+    with progress.stage(f"reading {args.file}"):
+        schedule = load(args.file)      # a bad file raises CclError: the CLI exits 2
     name = schedule.collective.name
     try:
-        verify(schedule)
+        with progress.stage(f"verifying {len(schedule.ops)} ops"):
+            verify(schedule)
         if args.numeric:
-            check_numeric(schedule, seed=args.seed)
+            with progress.stage(f"running {len(schedule.ops)} ops on numeric data"):
+                check_numeric(schedule, seed=args.seed)
     except ScheduleError as err:
         print(f"{args.file}: verification failed: {err.message}", file=sys.stderr)
         return 1

@@ -63,7 +63,7 @@ class MeasurementCache:
             try:
                 with open(path, encoding="utf-8") as f:
                     doc = json.load(f)
-            except (OSError, ValueError) as err:
+            except (OSError, ValueError, RecursionError) as err:
                 raise SemanticError(f"cannot read the tuning cache '{path}': {err}") from None
             if not isinstance(doc, dict) or doc.get("format") != self.FORMAT:
                 raise SemanticError(f"'{path}' is not a cclc tuning cache")

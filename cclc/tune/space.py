@@ -2,10 +2,11 @@
 
 AutoCCL's six parameters: the *implementation* ⟨algorithm, protocol, transport⟩ picks a
 subspace; the *resources* ⟨channels, threads, chunk size⟩ are the axes searched inside it.
-What exists depends on the collective and the NCCL version (reference/nccl_plugins.md §1.3,
-§5, §7): Tree only serves AllReduce; PAT (2.23+) only AllGather/ReduceScatter with Simple and
-one GPU per node; NVLS needs NVSwitch nodes; chunk size is reachable only through the v6
-tuner (2.30+); Tree and PAT always run 640 threads, so their thread axis has one value.
+What exists depends on the collective and the NCCL version (NCCL's ``nccl_tuner.h`` and
+``src/graph/tuning.cc``, release by release): Tree only serves AllReduce; PAT (2.23+) only
+AllGather/ReduceScatter with Simple and one GPU per node; NVLS needs NVSwitch nodes; chunk
+size is reachable only through the v6 tuner (2.30+); Tree and PAT always run 640 threads, so
+their thread axis has one value.
 """
 
 from __future__ import annotations

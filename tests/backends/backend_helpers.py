@@ -14,6 +14,26 @@ from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 from cclc.topology import NodeType, single_switch, torus, with_faults
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
+
+
+def nvcc_build_unavailable() -> str | None:
+    """Why an nvcc build of the NCCL library cannot run here, or ``None`` when it can.
+
+    The build needs nvcc and NCCL's headers (the ``nvidia-nccl-cu13`` wheel of
+    ``pip install -e '.[nccl]'``, or ``NCCL_HOME``); a machine with only one of them skips.
+    """
+    from backends.nccl.build import BuildError, nccl_home
+
+    if shutil.which("nvcc") is None:
+        return "nvcc (CUDA toolkit) is not installed"
+    try:
+        nccl_home()
+    except BuildError as err:
+        return err.message
+    return None
+
+
+NVCC_BUILD_UNAVAILABLE = nvcc_build_unavailable()
 REGEN = os.environ.get("CCLC_REGEN") == "1"
 
 

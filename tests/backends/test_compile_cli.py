@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
+from backend_helpers import NVCC_BUILD_UNAVAILABLE
 
 from backends.msccl.executor import execute
 from cclc.cli import main
@@ -16,7 +16,7 @@ collective ag2 = allgather on ring { size 64 KiB; dtype bf16; algorithm ring }
 """
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (CUDA toolkit) is not installed")
+@pytest.mark.skipif(NVCC_BUILD_UNAVAILABLE is not None, reason=str(NVCC_BUILD_UNAVAILABLE))
 def test_compile_emits_xml_report_sources_and_library(tmp_path, capsys):
     src = tmp_path / "ag.ccl"
     src.write_text(SOURCE)

@@ -8,7 +8,12 @@ import shutil
 import subprocess
 
 import pytest
-from backend_helpers import check_golden, pairwise_alltoall, ring_reducescatter
+from backend_helpers import (
+    NVCC_BUILD_UNAVAILABLE,
+    check_golden,
+    pairwise_alltoall,
+    ring_reducescatter,
+)
 
 from backends.common import EmitOptions, c_identifier
 from backends.nccl import emit, render_sources
@@ -46,7 +51,7 @@ def test_reduction_op_is_compiled_in():
     assert "return a < b ? b : a;" in cu and "return a + b;" not in cu
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed")
+@pytest.mark.skipif(NVCC_BUILD_UNAVAILABLE is not None, reason=str(NVCC_BUILD_UNAVAILABLE))
 def test_nvcc_builds_the_library_and_exports_the_entry_point(tmp_path):
     s = ring_reducescatter(name="my-rs.v2")
     ident = c_identifier("my-rs.v2")

@@ -47,7 +47,7 @@ def same(a, b):
 
 
 def test_round_trip_torus_with_faults_and_awkward_floats(tmp_path):
-    t = torus("t", (3, 4), wrap=(True, False), bandwidth=(1 / 3, 32e9), latency=(1e-7, 0.1))
+    t = torus("t", (3, 4), wrap=(True, False), bandwidth=(1e9 / 3, 32e9), latency=(1e-7, 0.1))
     t = with_faults(t, links=[(0, 1)], groups=[("ocs", [(4, 5), (5, 4)])])
     c = make_collective("a2a", K.ALLTOALL, t, tuple(range(12)), 12 * 8, dtype=DType.FP64,
                         algorithm=Hint("direct", (("chunks", 3), ("frac", 0.1))),
@@ -58,7 +58,7 @@ def test_round_trip_torus_with_faults_and_awkward_floats(tmp_path):
     save(s, tmp_path / "s.json")
     back = load(tmp_path / "s.json")
     same(s, back)
-    assert back.topology.link_bandwidth[0] == 1 / 3
+    assert back.topology.link_bandwidth[0] == 1e9 / 3
 
 
 def test_round_trip_fabric_nonuniform_and_rooted(tmp_path):

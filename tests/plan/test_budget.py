@@ -1,0 +1,88 @@
+"""The up-front size estimate: a lower bound on every schedule built, and the refusal it drives."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cclc.algorithms import algorithms_for
+from cclc.budget import BYTES_PER_OP, check_budget, estimate, estimate_ops
+from cclc.cli import main
+from cclc.collective import CollectiveKind as K
+from cclc.collective import make_collective
+from cclc.errors import CclError, CollectiveError
+from cclc.topology import NodeType, leaf_spine, single_node, torus, with_faults
+
+
+@st.composite
+def collectives(draw):
+    shape = draw(st.sampled_from(["torus", "mesh", "node", "fabric"]))
+    if shape in ("torus", "mesh"):
+        dims = tuple(draw(st.lists(st.integers(2, 5), min_size=1, max_size=2)))
+        topo = torus("t", dims, wrap=tuple([shape == "torus"] * len(dims)))
+        if draw(st.booleans()):
+            topo = with_faults(topo, [(int(topo.link_src[0]), int(topo.link_dst[0]))])
+    elif shape == "node":
+        topo = single_node("box", NodeType("x", "nvswitch", draw(st.integers(2, 9)), 450e9,
+                                           1e-6))
+    else:
+        node = NodeType("n", "nvswitch", 2, 450e9, 1e-6, nics=2, nic_bandwidth=50e9)
+        topo = leaf_spine("f", draw(st.integers(2, 4)), node, rails=2, leaves=2, spines=2,
+                          oversubscription=1.0,
+                          bandwidth=50e9, latency=2e-6)
+    kind = draw(st.sampled_from(list(K)))
+    group = tuple(topo.live_ranks())
+    n = len(group)
+    root = 0 if kind in (K.BROADCAST, K.REDUCE) else None
+    try:
+        return make_collective("c", kind, topo, group, size=4 * n * n * 3, root=root)
+    except CollectiveError:
+        return None
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(coll=collectives())
+def test_estimate_is_a_lower_bound_on_every_schedule_built(coll):
+    if coll is None:
+        return
+    built = {}
+    for entry in algorithms_for(coll):
+        if entry.applicable(coll) is not None:
+            continue
+        ops = len(entry.build(coll).ops)
+        built[entry.name] = ops
+        assert estimate_ops(coll, entry.name) <= ops, entry.name
+    # auto's estimate is the largest applicable candidate's, still at most what auto builds
+    est = estimate(coll, algorithms_for(coll), {})
+    assert est.ops <= max(built.values(), default=0)
+    assert est.memory >= est.ops * BYTES_PER_OP
+
+
+def test_refusal_names_the_estimate_and_the_way_to_insist():
+    coll = make_collective("big", K.ALLGATHER, torus("t", (64, 64)), tuple(range(4096)),
+                           size=4096 * 4)
+    est = estimate(coll, algorithms_for(coll), {})
+    assert est.ops == 4096 * 4095          # ring applies: one block per op
+    with pytest.raises(CclError, match=r"at least 1.68e\+07 ops.*--no-size-check"):
+        check_budget(est, memory=1 << 20)
+    check_budget(est, memory=1 << 40)      # enough memory, and under an hour
+
+
+def test_compile_refuses_a_million_rank_mesh_before_writing(tmp_path, capsys):
+    src = tmp_path / "m.ccl"
+    src.write_text("topology t = mesh(1000, 1000) { link 32 GB/s, 100 ns }\n"
+                   "collective a = allreduce on t { size 1 MiB }\n")
+    assert main(["compile", str(src), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "too large to plan here" in err and "--no-size-check" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_size_check_compiles_a_small_file(tmp_path, capsys):
+    src = tmp_path / "s.ccl"
+    src.write_text("topology t = torus(4) { link 32 GB/s, 100 ns }\n"
+                   "collective a = allgather on t { size 1 MiB }\n")
+    assert main(["compile", str(src), "-o", str(tmp_path / "out"), "--no-size-check"]) == 0
+    assert (tmp_path / "out" / "a.schedule.json").exists()
