@@ -6,7 +6,8 @@ choice of spine for every flow that leaves its leaf *is* the routing model:
 
 * :func:`ecmp_routes` — each flow's spine is a deterministic hash of ``(src, dst, step)`` over
   the spines reachable on healthy links. Real ECMP is blind to load, so flows collide on one
-  spine while others idle (reference: fabrics_and_diagnosis.md section 4, balls in bins). We
+  spine while others idle (the balls-in-bins collisions that rail-optimized fabric studies
+  report for ECMP). We
   assume the switches have withdrawn failed links from their ECMP groups (routing converged), so
   ECMP never sends into a failed link; a fabric whose tables are stale would instead black-hole
   the flows, which no schedule can fix and which is therefore not modelled.

@@ -679,9 +679,8 @@ def compare_with_nccl(coll: Collective, time: float) -> str | None:
     est = nccl_estimate(coll)
     if est is None or time <= 0:
         return None
-    from cclc.units import format_time
-
     from cclc.calibration import TOLERANCE
+    from cclc.units import format_time
 
     nccl_s = est.time_us * 1e-6
     verdict = speedup_text(nccl_s, time)

@@ -1,6 +1,7 @@
 """Bruck: AllToAll and AllGather in ``ceil(log2 n)`` rounds, for any ``n``.
 
-Reference: torus_alltoall_pat_bruck.md sections 5 (index algorithm) and 6 (concatenation).
+Source: Bruck et al., "Efficient algorithms for all-to-all communications in multiport
+message-passing systems" (IEEE TPDS 1997): the index algorithm and the concatenation algorithm.
 
 AllToAll (the "index" algorithm)
     A local step rotates rank ``i``'s blocks so that the block for rank ``j`` sits at position

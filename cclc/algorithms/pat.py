@@ -1,6 +1,6 @@
 """PAT (Parallel Aggregated Trees, NCCL >= 2.23): AllGather and ReduceScatter for any ``n``.
 
-Reference: torus_alltoall_pat_bruck.md section 7 and nccl_plugins.md section 5.
+Sources: the PAT paper (arXiv 2506.20252) and NCCL's PAT implementation (NCCL 2.23+).
 
 AllGather is ``n`` simultaneous broadcasts, each along a binomial tree rooted at its source and
 shifted by the source's rank, so all trees are translates of each other. It is Bruck's

@@ -23,7 +23,7 @@ Entries:
     A ring with one failed link becomes the line ``i+1 .. i``; the logical ring visits the even
     positions of the line going up and the odd ones coming down, so every logical hop is at most
     two physical hops and every surviving directed link carries exactly one logical hop
-    (reference: torus_alltoall_pat_bruck.md section 1.3). One direction.
+    (the folded-torus embedding). One direction.
 ``ring+dimrotation``
     A whole torus: ``2 D`` pieces (D dimensions of size > 1, two directions); piece ``c`` visits
     dimensions ``c, c+1, ...`` (rotated), so at every stage every dimension carries some piece

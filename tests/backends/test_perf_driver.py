@@ -16,6 +16,7 @@ import subprocess
 import pytest
 from backend_helpers import (
     MPIRUN,
+    NVCC_BUILD_UNAVAILABLE,
     fabric_2x3,
     pairwise_alltoall,
     pick,
@@ -192,8 +193,9 @@ def test_usage_errors(tmp_path):
         assert proc.returncode == 2 and words in proc.stderr
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("mpicxx") is None,
-                    reason="make perf needs nvcc (CUDA toolkit) and mpicxx")
+@pytest.mark.skipif(NVCC_BUILD_UNAVAILABLE is not None or shutil.which("mpicxx") is None,
+                    reason=f"make perf needs nvcc with NCCL's headers and mpicxx: "
+                           f"{NVCC_BUILD_UNAVAILABLE or 'mpicxx is not installed'}")
 def test_make_perf_builds_the_nccl_driver_with_warnings_as_errors(tmp_path):
     # no GPU needed to build; running it is the GPU tier's job (tests/gpu)
     s = ring_reducescatter(name="rs-perf")

@@ -4,12 +4,11 @@ tensors is the GPU tier's job (tests/gpu/test_torch_example.py)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
 import pytest
-from backend_helpers import pairwise_alltoall, ring_reducescatter
+from backend_helpers import NVCC_BUILD_UNAVAILABLE, pairwise_alltoall, ring_reducescatter
 
 from backends.common import EmitOptions
 from backends.nccl import emit
@@ -29,7 +28,8 @@ def test_nccl_type_names_ncclDataType_t():
         nccl_type("torch.complex64")
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="building the library needs nvcc")
+@pytest.mark.skipif(NVCC_BUILD_UNAVAILABLE is not None,
+                    reason=f"building the library: {NVCC_BUILD_UNAVAILABLE}")
 @pytest.mark.parametrize("schedule", [ring_reducescatter(), pairwise_alltoall(4, 3)],
                          ids=["reducescatter", "alltoall"])
 def test_load_reads_the_collective_and_its_buffers(tmp_path, schedule):

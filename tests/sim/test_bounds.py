@@ -1,4 +1,4 @@
-"""Lower bounds against closed forms (synthesizers.md section 10, DESIGN.md section 10), the
+"""Lower bounds against closed forms (the standard alpha-beta bounds), the
 LP against the closed forms on healthy tori, faults, fabrics, and sim time >= bound."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def coll(topo, kind, size, group=None, **kw):
 
 
 def halfring(n: int, size: float) -> float:
-    """DESIGN.md section 10: bytes per link direction of HalfRing alltoall over B."""
+    """Bytes per link direction of HalfRing alltoall over B."""
     return (n * n - 1) * size / (8 * n * B) if n % 2 else n * size / (8 * B)
 
 
@@ -46,7 +46,7 @@ def test_ring_alltoall_halfring_meets_the_bisection(n):
 
 @pytest.mark.parametrize("n", [3, 4, 7, 8])
 def test_ring_allgather_reducescatter_allreduce_closed_forms(n):
-    """Bidirectional ring: AG/RS (n-1)S/(2nB), AR (n-1)S/(nB) (synthesizers.md table (a))."""
+    """Bidirectional ring: AG/RS (n-1)S/(2nB), AR (n-1)S/(nB) (the alpha-beta bandwidth bounds)."""
     size = n * 100_000              # large enough that bandwidth, not latency, binds
     t = torus("ring", (n,), bandwidth=B, latency=LAT)
     one = (n - 1) * size / (2 * n * B)
@@ -66,7 +66,7 @@ def test_lp_equals_the_closed_forms_on_healthy_tori(dims):
     t = torus("t", dims, bandwidth=B, latency=LAT)
     p, k, d = t.n_ranks, len(dims), dims[0]
     size = p * 64 * 3
-    # alltoall: hop-bytes = bisection of the largest dimension (synthesizers.md table (b))
+    # alltoall: hop-bytes = bisection of the largest dimension (hop-bytes bound)
     a2a = coll(t, K.ALLTOALL, size)
     bis = (d * d - 1) * size / (8 * d * B) if d % 2 else d * size / (8 * B)
     assert cut_bound(a2a).seconds == pytest.approx(bis, rel=1e-12)
