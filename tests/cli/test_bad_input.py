@@ -154,14 +154,3 @@ def test_hierarchical_note_does_not_claim_nvlink_only(tmp_path, capsys):
     note = next(line for line in capsys.readouterr().out.splitlines() if "hierarchical" in line)
     assert "NVLink or PCIe" in note
 
-
-def test_nccl_comparison_says_slower_when_slower():
-    from cclc.collective import CollectiveKind, make_collective
-    from cclc.nccl_model import compare_with_nccl, nccl_estimate
-    from cclc.topology import torus
-
-    coll = make_collective("a", CollectiveKind.ALLREDUCE, torus("t", (4,)), (0, 1, 2, 3),
-                           size=1 << 20)
-    est = nccl_estimate(coll).time
-    assert compare_with_nccl(coll, 2 * est).endswith("predicted 2.00x slower")
-    assert compare_with_nccl(coll, est / 2).endswith("predicted 2.00x faster")
