@@ -72,7 +72,10 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
     nchunks = _nchunksperloop(schedule, us.units)
     name = c_identifier(coll.name)[:rt.max_name]
     min_bytes = options.min_bytes or 0
-    max_bytes = options.max_bytes if options.max_bytes is not None else rt.unlimited_max_bytes
+    max_bytes = _max_bytes(schedule, rt, options)
+    if max_bytes != rt.unbounded_max_bytes and min_bytes > max_bytes:
+        raise ScheduleError(f"minBytes ({min_bytes}) is above maxBytes ({max_bytes}); "
+                            f"{rt.title} refuses such a file")
     algo = [("name", name), ("proto", options.protocol), ("nchannels", low.nchannels),
             ("nchunksperloop", nchunks), ("ngpus", schedule.n),
             ("coll", rt.coll_names[coll.kind]), ("inplace", 0)]
@@ -99,6 +102,58 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
     return values, low, rt
 
 
+def _max_bytes(schedule: Schedule, rt: Runtime, options: EmitOptions) -> int:
+    """``maxBytes``: the user's (``--msccl-max-bytes``), else the compiled size, the size the
+    schedule was chosen and simulated for. All three runtimes measure a call as the whole
+    buffer (count x nRanks for allgather, reduce_scatter and alltoall), which is cclc's
+    ``size``. microsoft/msccl takes calls with nBytes < maxBytes and allocates scratch for
+    maxBytes at communicator init, so an unbounded window there costs memory (2^40 B asks
+    for terabytes); the other two take nBytes <= maxBytes (0: no bound) and size scratch by
+    each call."""
+    if options.max_bytes is not None:
+        if options.max_bytes < 0 or (options.max_bytes == 0 and rt.unbounded_max_bytes != 0):
+            least = ">= 0" if rt.unbounded_max_bytes == 0 else "> 0"
+            raise ScheduleError(f"maxBytes must be {least} for {rt.title}, not "
+                                f"{options.max_bytes}")
+        return options.max_bytes
+    size = schedule.collective.size
+    return size + 1 if rt.max_bytes_exclusive else size
+
+
+def _scratch_line(schedule: Schedule, rt: Runtime, meta: dict, low: Lowered) -> str:
+    """What scratch memory the runtime allocates for this file (per GPU)."""
+    s_max = max(low.scratch, default=0)
+    nck = meta["nchunks"]
+    if s_max == 0:
+        return "scratch: none (`s_chunks` is 0 on every GPU)"
+    if rt.scratch_at_init:
+        at = meta["max_bytes"] * s_max // nck
+        return (f"scratch: {rt.title} allocates maxBytes x s_chunks / nchunksperloop = "
+                f"{meta['max_bytes']} x {s_max} / {nck} = {_bytes(at)} on the "
+                "busiest GPU when the communicator is created (src/init.cc), whether or not "
+                "the file is ever used; set `--msccl-max-bytes` to bound it")
+    at = schedule.collective.size * s_max // nck
+    rounded = ", rounded up to a power of two" if rt.key == "rccl" else ""
+    return (f"scratch: {rt.title} allocates nBytes x s_chunks / nchunksperloop at the first "
+            f"call of a size{rounded}; at the compiled size {schedule.collective.size} x "
+            f"{s_max} / {nck} = {_bytes(at)} on the busiest GPU")
+
+
+def _bytes(n: int) -> str:
+    return f"{n} B" if n < 1 << 20 else f"{n} B ({n / 2**20:.1f} MiB)"
+
+
+def _root_warning(schedule: Schedule, rt: Runtime) -> str | None:
+    coll = schedule.collective
+    if coll.kind not in (CollectiveKind.REDUCE, CollectiveKind.BROADCAST):
+        return None
+    root = coll.root or 0
+    return (f"root: this {rt.coll_names[coll.kind]} is compiled for root {root} (rank "
+            f"{root} of the communicator). The file does not carry the root and {rt.title} "
+            f"does not check the call's root: a call with any other root runs this file "
+            f"anyway and silently computes a wrong result. Call it with root={root} only")
+
+
 def render_xml(schedule: Schedule, options: EmitOptions | None = None) -> str:
     """The XML text for ``options.msccl_runtime`` (raises :class:`ScheduleError` if a runtime
     limit is exceeded)."""
@@ -110,9 +165,8 @@ def render_xml(schedule: Schedule, options: EmitOptions | None = None) -> str:
 def _conditions(schedule: Schedule, rt: Runtime, meta: dict, options: EmitOptions) -> list[str]:
     coll = schedule.collective
     item = coll.dtype.itemsize
-    unlimited = meta["max_bytes"] == rt.unlimited_max_bytes and options.max_bytes is None
-    upper = ("no upper bound" if unlimited and rt.unlimited_max_bytes == 0
-             else f"below {meta['max_bytes']} B" if rt.key == "msccl"
+    upper = ("no upper bound" if meta["max_bytes"] == rt.unbounded_max_bytes
+             else f"below {meta['max_bytes']} B" if rt.max_bytes_exclusive
              else f"at most {meta['max_bytes']} B")
     reducing = coll.kind.value in ("allreduce", "reducescatter", "reduce")
     lines = [
@@ -185,7 +239,8 @@ def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None =
         nchunksperloop=meta["nchunks"], compiled_bytes=coll.size,
         chunk_elems=_compiled_chunk_elems(schedule, meta), dtype=coll.dtype.value,
         conditions=_conditions(schedule, rt, meta, options),
-        load=[line.format(xml=xml_path.name) for line in rt.load_env], notes=notes)
+        load=[line.format(xml=xml_path.name) for line in rt.load_env], notes=notes,
+        scratch=_scratch_line(schedule, rt, meta, low), root_warning=_root_warning(schedule, rt))
     return [xml_path, write_file(outdir, f"{base}.report.md", report)]
 
 

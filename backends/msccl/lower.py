@@ -259,7 +259,23 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
             peers[(op.src, "s")].add(op.dst)
             peers[(op.dst, "r")].add(op.src)
     most = max((len(p) for p in peers.values()), default=1)
-    limit = max(1, min(limit, (rt.max_tbs - 4) // most))
+    # ... but a channel holds at most max_tbs_per_channel send peers (and receive peers) of a
+    # GPU, so a GPU with many peers needs that many channels whatever the threadblock budget
+    spread = -(-most // rt.max_tbs_per_channel)
+    limit = max(spread, min(limit, (rt.max_tbs - 4) // most))
+    if spread > min(rt.max_channels, nchannels or rt.max_channels):
+        raise LimitError(
+            f"a GPU exchanges with {most} peers; {rt.title} keeps at most "
+            f"{rt.max_tbs_per_channel} send and {rt.max_tbs_per_channel} receive peers per "
+            f"channel ({rt.limit('tbs_per_channel').cite()}), so it needs {spread} channels, "
+            f"more than {min(rt.max_channels, nchannels or rt.max_channels)}")
+    # (rank, "s"/"r", channel) -> the peers it sends to / receives from on that channel
+    chan_peers: dict[tuple[int, str, int], set[int]] = defaultdict(set)
+
+    def peer_fits(src: int, dst: int, c: int) -> bool:
+        out, inn = chan_peers[(src, "s", c)], chan_peers[(dst, "r", c)]
+        return ((dst in out or len(out) < rt.max_tbs_per_channel)
+                and (src in inn or len(inn) < rt.max_tbs_per_channel))
     busy: set[tuple[int, int, int, int]] = set()
     partner_recv: dict[tuple[int, int, int], int] = {}   # (rank, chan, recv peer) -> send peer
     partner_send: dict[tuple[int, int, int], int] = {}
@@ -283,6 +299,8 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
     def fits(chain: list[int], c: int, t: int) -> bool:
         for k in chain:
             if (ops[k].src, ops[k].dst, t, c) in busy:
+                return False
+            if not peer_fits(ops[k].src, ops[k].dst, c):
                 return False
             if (tb_load(ops[k].src, "s", ops[k].dst, c) >= cap
                     or tb_load(ops[k].dst, "r", ops[k].src, c) >= cap):
@@ -310,9 +328,17 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
             # every channel is taken or full: share the least loaded one (the global order
             # below still keeps it deadlock-free, or says why not)
             src, dst = ops[chain[0]].src, ops[chain[0]].dst
-            free = [cc for cc in range(limit) if (src, dst, t, cc) not in busy] or range(limit)
+            room = [cc for cc in range(limit) if peer_fits(src, dst, cc)]
+            if not room:
+                raise LimitError(
+                    f"GPU {src} -> GPU {dst}: every one of the {limit} channels already holds "
+                    f"{rt.max_tbs_per_channel} peers of one of them "
+                    f"({rt.limit('tbs_per_channel').cite()}); use more channels")
+            free = [cc for cc in room if (src, dst, t, cc) not in busy] or room
             c = min(free, key=lambda cc: load[(src, "s", dst, cc)])
         for k in chain:
+            chan_peers[(ops[k].src, "s", c)].add(ops[k].dst)
+            chan_peers[(ops[k].dst, "r", c)].add(ops[k].src)
             busy.add((ops[k].src, ops[k].dst, t, c))
             load[(ops[k].src, "s", ops[k].dst, c)] += 1
             load[(ops[k].dst, "r", ops[k].src, c)] += 1
@@ -534,7 +560,8 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
                 if ins.depid >= 0:
                     ins.deps = old_to_new[(ins.depid, ins.deps)]
                     rank_tbs[ins.depid].steps[ins.deps].hasdep = True
-    _check_limits(tbs, rt)
+    _renumber_for_depids(tbs, rt)
+    _check_limits(tbs, rt, us.n)
     chans = {tb.chan for rank_tbs in tbs for tb in rank_tbs}
     return Lowered(tuple(tuple(t) for t in tbs), units, scratch,
                    max(chans) + 1 if chans else 1, n_fused)
@@ -598,6 +625,27 @@ def _sort_tbs(tbs: list[list[Threadblock]]) -> None:
                 ins.tb, ins.index = new_id, idx
 
 
+def _renumber_for_depids(tbs: list[list[Threadblock]], rt: Runtime) -> None:
+    """The runtimes store a dependency's threadblock id in an int8 (``dependentBid``), so a
+    wait on threadblock 128 or above wraps to a negative id: give the threadblocks that are
+    waited on the smallest ids (the order of the others is kept). Ids only name
+    threadblocks, so renumbering changes nothing else."""
+    for rank_tbs in tbs:
+        waited = {ins.depid for tb in rank_tbs for ins in tb.steps if ins.depid >= 0}
+        if not waited or max(waited) <= rt.max_depid:
+            continue
+        order = sorted(rank_tbs, key=lambda tb: (tb.id not in waited, tb.id))
+        new_id = {tb.id: k for k, tb in enumerate(order)}
+        for tb in rank_tbs:
+            for ins in tb.steps:
+                ins.tb = new_id[ins.tb]
+                if ins.depid >= 0:
+                    ins.depid = new_id[ins.depid]
+        for tb in rank_tbs:
+            tb.id = new_id[tb.id]
+        rank_tbs.sort(key=lambda tb: tb.id)
+
+
 def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
     """Limits that counting alone shows are exceeded, checked before the (slower) lowering:
     a GPU's local ops need their steps in some threadblocks, and the messages from one GPU to
@@ -613,6 +661,15 @@ def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
                             f"{rt.title} fits at most {rt.max_steps_per_tb * rt.max_tbs} "
                             f"({rt.max_tbs} threadblocks x {rt.max_steps_per_tb} steps)")
     remote = ~local
+    # a threadblock has one send peer and one receive peer
+    pairs = np.unique(us.src[remote] * us.n + us.dst[remote])
+    for way, ranks in (("sends to", pairs // us.n), ("receives from", pairs % us.n)):
+        peers = np.bincount(ranks, minlength=us.n)
+        r = int(peers.argmax()) if len(peers) else 0
+        if len(peers) and peers[r] > rt.max_tbs:
+            raise LimitError(f"GPU {r} {way} {int(peers[r])} peers, and a threadblock has one "
+                             f"send and one receive peer; {rt.title} allows {rt.max_tbs} "
+                             f"threadblocks per GPU ({rt.limit('tbs').cite()})")
     pair = us.src[remote] * us.n + us.dst[remote]
     msgs = np.bincount(pair, weights=pieces[remote], minlength=us.n * us.n)
     worst = int(msgs.argmax()) if len(msgs) else 0
@@ -623,18 +680,48 @@ def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
                             f"channels x {rt.max_steps_per_tb} steps). Use fewer chunks or steps")
 
 
-def _check_limits(tbs: list[list[Threadblock]], rt: Runtime) -> None:
+def _check_limits(tbs: list[list[Threadblock]], rt: Runtime, ngpus: int) -> None:
+    """Every limit the loaders check (see :data:`backends.msccl.runtimes.LIMITS`), each
+    message naming the limit and where it comes from."""
     for r, rank_tbs in enumerate(tbs):
         if len(rank_tbs) > rt.max_tbs:
             raise LimitError(f"GPU {r} needs {len(rank_tbs)} threadblocks; {rt.title} "
-                                f"allows {rt.max_tbs}")
+                             f"allows {rt.max_tbs} ({rt.limit('tbs').cite()})")
+        # the parser keeps <algo>, every <gpu>, and this rank's <tb> and <step> nodes; it
+        # checks for room before reading each node, closing tags included
+        nodes = 1 + ngpus + len(rank_tbs) + sum(len(tb.steps) for tb in rank_tbs)
+        if nodes >= rt.max_xml_nodes:
+            raise LimitError(f"GPU {r} needs {nodes} XML nodes (<algo>, {ngpus} <gpu>, "
+                             f"{len(rank_tbs)} <tb>, {nodes - 1 - ngpus - len(rank_tbs)} "
+                             f"<step>); {rt.title}'s parser reads at most "
+                             f"{rt.max_xml_nodes - 1} ({rt.limit('xml_nodes').cite()}). Use "
+                             "fewer chunks or steps")
+        for way in ("send", "recv"):
+            per_chan: dict[int, set[int]] = defaultdict(set)
+            for tb in rank_tbs:
+                if getattr(tb, way) >= 0:
+                    per_chan[tb.chan].add(getattr(tb, way))
+            worst = max(per_chan.items(), key=lambda kv: len(kv[1]), default=(0, set()))
+            if len(worst[1]) > rt.max_tbs_per_channel:
+                raise LimitError(f"GPU {r} has {len(worst[1])} {way} peers on channel "
+                                 f"{worst[0]}; {rt.title} allows {rt.max_tbs_per_channel} "
+                                 f"({rt.limit('tbs_per_channel').cite()})")
+        for tb in rank_tbs:
+            bad = next((ins for ins in tb.steps if ins.depid > rt.max_depid), None)
+            if bad is not None:
+                raise LimitError(f"GPU {r} threadblock {tb.id} waits on threadblock "
+                                 f"{bad.depid}; {rt.title} stores that id in an int8, so "
+                                 f"at most {rt.max_depid} ({rt.limit('depid').cite()}), and "
+                                 "more than that many threadblocks are waited on")
         for tb in rank_tbs:
             if tb.chan >= rt.max_channels:
                 raise LimitError(f"GPU {r} threadblock {tb.id} uses channel {tb.chan}; "
-                                    f"{rt.title} has {rt.max_channels} channels")
+                                 f"{rt.title} has {rt.max_channels} channels "
+                                 f"({rt.limit('channels').cite()})")
             if len(tb.steps) > rt.max_steps_per_tb:
                 raise LimitError(
                     f"GPU {r} threadblock {tb.id} (send {tb.send}, recv {tb.recv}, channel "
                     f"{tb.chan}) needs {len(tb.steps)} steps; {rt.title} allows "
-                    f"{rt.max_steps_per_tb} per threadblock. Use fewer chunks or steps, more "
+                    f"{rt.max_steps_per_tb} per threadblock "
+                    f"({rt.limit('steps_per_tb').cite()}). Use fewer chunks or steps, more "
                     "channels, or a runtime built with a larger MSCCL_MAX_NUM_STEPS")

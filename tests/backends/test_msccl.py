@@ -266,7 +266,9 @@ def test_runtime_spellings():
     head = {rt: render_xml(s, EmitOptions(msccl_runtime=rt)).splitlines()[0] for rt in RUNTIMES}
     assert 'coll="reduce_scatter"' in head["msccl"] and "outofplace" not in head["msccl"]
     assert 'coll="reducescatter"' in head["msccl-executor"]
-    assert 'outofplace="1"' in head["msccl-executor"] and 'maxBytes="0"' in head["rccl"]
+    assert 'outofplace="1"' in head["msccl-executor"]
+    # maxBytes is the compiled size (24 B); microsoft/msccl's bound is exclusive
+    assert 'maxBytes="24"' in head["rccl"] and 'maxBytes="25"' in head["msccl"]
     for rt in RUNTIMES:
         a = parse(render_xml(s, EmitOptions(msccl_runtime=rt)))
         assert a.coll == "reducescatter" and a.nchunksperloop == 3 and a.ngpus == 3
