@@ -670,6 +670,17 @@ def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
             raise LimitError(f"GPU {r} {way} {int(peers[r])} peers, and a threadblock has one "
                              f"send and one receive peer; {rt.title} allows {rt.max_tbs} "
                              f"threadblocks per GPU ({rt.limit('tbs').cite()})")
+    # every message is a step at its sender and at its receiver (a fused step is one receive
+    # and one send), every local op a step: a floor on each rank's <step> nodes
+    sends = np.bincount(us.src[remote], weights=pieces[remote], minlength=us.n)
+    recvs = np.bincount(us.dst[remote], weights=pieces[remote], minlength=us.n)
+    floor = np.maximum(sends, recvs) + per_rank
+    r = int(floor.argmax()) if len(floor) else 0
+    if len(floor) and 1 + us.n + floor[r] >= rt.max_xml_nodes:
+        raise LimitError(f"GPU {r} needs at least {int(floor[r])} <step> nodes (plus <algo> and "
+                         f"{us.n} <gpu>); {rt.title}'s parser reads at most "
+                         f"{rt.max_xml_nodes - 1} XML nodes per rank "
+                         f"({rt.limit('xml_nodes').cite()}). Use fewer chunks or steps")
     pair = us.src[remote] * us.n + us.dst[remote]
     msgs = np.bincount(pair, weights=pieces[remote], minlength=us.n * us.n)
     worst = int(msgs.argmax()) if len(msgs) else 0
