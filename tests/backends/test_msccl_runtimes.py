@@ -290,3 +290,29 @@ def test_large_files_are_refused_cleanly(tmp_path, capsys):
     path.write_text(text)
     assert main([str(path), "--max-memory", str((need - 1) / 2**30)]) == 2
     assert "REFUSED" in capsys.readouterr().err
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+CCL = """
+topology ring = torus(4) { link 32 GB/s, 100 ns }
+collective ag = allgather on ring { size 64 KiB; algorithm ring }
+"""
+
+
+def test_cli_max_bytes(tmp_path, capsys):
+    from cclc.cli import main
+
+    src = tmp_path / "ag.ccl"
+    src.write_text(CCL)
+    out = tmp_path / "out"
+    assert main(["compile", str(src), "-o", str(out), "--emit", "msccl",
+                 "--msccl-runtime", "rccl", "--msccl-max-bytes", "1048576"]) == 0
+    assert 'maxBytes="1048576"' in (out / "ag.rccl.xml").read_text()
+    assert main(["compile", str(src), "-o", str(out), "--emit", "msccl"]) == 0
+    assert f'maxBytes="{64 * 1024 + 1}"' in (out / "ag.msccl.xml").read_text()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["compile", str(src), "-o", str(out), "--msccl-max-bytes", "lots"])
+    assert exc.value.code == 2
+    assert "expected a byte count" in capsys.readouterr().err
