@@ -230,8 +230,8 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
         raise LimitError(f"MSCCL needs equal chunks: the gcd of this schedule's chunk sizes "
                          f"({shown} elements) and its count is {us.unit} element(s), which "
                          f"makes {nchunks} chunks per buffer, more than {rt.title} can "
-                         f"address ({rt.max_chunks}); choose chunk counts that divide the "
-                         "buffer evenly, or fewer chunks")
+                         f"address ({rt.max_chunks}, {rt.limit('offset').cite()}); choose "
+                         "chunk counts that divide the buffer evenly, or fewer chunks")
     _quick_limits(us, rt)
     ops, units, scratch = relocate_input(us, rt.max_cnt)
     nxt = fuse(ops) if fuse_ops else {}
@@ -658,8 +658,9 @@ def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
     r = int(per_rank.argmax()) if len(per_rank) else 0
     if len(per_rank) and per_rank[r] > rt.max_steps_per_tb * rt.max_tbs:
         raise LimitError(f"GPU {r} has {int(per_rank[r])} local copy/reduce steps; "
-                            f"{rt.title} fits at most {rt.max_steps_per_tb * rt.max_tbs} "
-                            f"({rt.max_tbs} threadblocks x {rt.max_steps_per_tb} steps)")
+                         f"{rt.title} fits at most {rt.max_steps_per_tb * rt.max_tbs} "
+                         f"({rt.max_tbs} threadblocks x {rt.max_steps_per_tb} steps; "
+                         f"{rt.limit('steps_per_tb').cite()})")
     remote = ~local
     # a threadblock has one send peer and one receive peer
     pairs = np.unique(us.src[remote] * us.n + us.dst[remote])
@@ -686,9 +687,10 @@ def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
     worst = int(msgs.argmax()) if len(msgs) else 0
     if len(msgs) and msgs[worst] > rt.max_steps_per_tb * rt.max_channels:
         raise LimitError(f"GPU {worst // us.n} sends {int(msgs[worst])} messages to GPU "
-                            f"{worst % us.n}; {rt.title} fits at most "
-                            f"{rt.max_steps_per_tb * rt.max_channels} ({rt.max_channels} "
-                            f"channels x {rt.max_steps_per_tb} steps). Use fewer chunks or steps")
+                         f"{worst % us.n}; {rt.title} fits at most "
+                         f"{rt.max_steps_per_tb * rt.max_channels} ({rt.max_channels} "
+                         f"channels x {rt.max_steps_per_tb} steps; "
+                         f"{rt.limit('steps_per_tb').cite()}). Use fewer chunks or steps")
 
 
 def _check_limits(tbs: list[list[Threadblock]], rt: Runtime, ngpus: int) -> None:

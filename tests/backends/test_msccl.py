@@ -236,7 +236,7 @@ def test_too_many_chunks_is_a_clear_error():
         b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
               dst_off=r, count=40000)
     with pytest.raises(ScheduleError, match=r"gcd .* \(1, 40000 elements\).*80000 chunks per "
-                                            r"buffer, more than .* \(32767\)"):
+                                            r"buffer, more than .* \(32767, .*int16_t"):
         render_xml(b.build("hand"))
 
 
