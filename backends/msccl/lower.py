@@ -272,6 +272,16 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
     # (rank, "s"/"r", channel) -> the peers it sends to / receives from on that channel
     chan_peers: dict[tuple[int, str, int], set[int]] = defaultdict(set)
 
+    def channel_order(src: int, dst: int) -> list[int]:
+        # when peers must be spread, start at a channel picked by the offset dst - src: in a
+        # direct alltoall each sender then puts n/spread consecutive offsets on a channel and
+        # each receiver gets the same offsets there, so both sides fit (a first-fit search
+        # from channel 0 fills a sender's channels in an order its receivers cannot match)
+        if spread == 1:
+            return list(range(limit))
+        first = (dst - src) % us.n * spread // us.n
+        return [(first + i) % limit for i in range(limit)]
+
     def peer_fits(src: int, dst: int, c: int) -> bool:
         out, inn = chan_peers[(src, "s", c)], chan_peers[(dst, "r", c)]
         return ((dst in out or len(out) < rt.max_tbs_per_channel)
@@ -316,7 +326,8 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
     while work:
         chain = work.popleft()
         t = ops[chain[0]].step
-        c = next((c for c in range(limit) if fits(chain, c, t)), None)
+        to_try = channel_order(ops[chain[0]].src, ops[chain[0]].dst)
+        c = next((c for c in to_try if fits(chain, c, t)), None)
         if c is None and len(chain) > 1:
             # no channel keeps the fused tbs consistent: send the hops separately
             for k in chain:
@@ -328,7 +339,7 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
             # every channel is taken or full: share the least loaded one (the global order
             # below still keeps it deadlock-free, or says why not)
             src, dst = ops[chain[0]].src, ops[chain[0]].dst
-            room = [cc for cc in range(limit) if peer_fits(src, dst, cc)]
+            room = [cc for cc in channel_order(src, dst) if peer_fits(src, dst, cc)]
             if not room:
                 raise LimitError(
                     f"GPU {src} -> GPU {dst}: every one of the {limit} channels already holds "
