@@ -25,7 +25,7 @@ EXAMPLES = sorted((pathlib.Path(__file__).parents[2] / "examples").glob("*.ccl")
 #: the executor keeps a vector clock per threadblock: fine for thousands of ops, not millions
 MAX_OPS = 6000
 #: above this the lowering takes minutes (plain Python); run with CCLC_SLOW_TESTS=1
-SLOW_OPS = 100_000
+SLOW_OPS = 16_000
 SLOW = os.environ.get("CCLC_SLOW_TESTS") == "1"
 CITED = re.compile(r"in (microsoft/msccl|Azure/msccl-executor-nccl|ROCm/rccl) \S+ @ [0-9a-f]{7}")
 
