@@ -11,7 +11,9 @@ tb of its GPU. The lowering, in order:
    instruction (``rcs``; ``rrcs``/``rrs`` after a reduction), forming chains A->x->B->... that
    move together. Only when it cannot change what anyone reads (see ``_can_fuse``).
 3. ``assign_channels``: every message of a chain shares a channel; concurrent messages on one
-   pair get distinct channels (parallel tbs), within the limit.
+   pair get distinct channels (parallel tbs), within the limit; a GPU keeps at most 32 send
+   peers and 32 receive peers on one channel (the loaders' per-channel arrays), so peers are
+   spread over channels by their offset.
 4. ``threadblocks``: one tb per (send peer, recv peer, channel) on each GPU (fused steps tie a
    recv peer to a send peer; otherwise a send stream and a receive stream of one channel are
    paired into one tb, as msccl-tools does); local copies and reductions get their own tb.
@@ -23,6 +25,9 @@ tb of its GPU. The lowering, in order:
    deadlock, even with one message of buffering per connection.
 6. ``dependencies``: hazards between tbs of one GPU become ``depid``/``deps``; waits already
    implied by an earlier wait of the same tb are dropped; more than one left becomes ``nop``s.
+   The runtimes keep ``depid`` in an int8, so the tbs waited on get the smallest ids.
+7. ``_check_limits``: every loader limit of :mod:`backends.msccl.runtimes`, counted on the
+   result (threadblocks, steps, per-channel peers, XML nodes per rank, depids).
 """
 
 from __future__ import annotations
