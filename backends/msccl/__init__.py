@@ -13,6 +13,7 @@ import pathlib
 
 from backends.common import (
     EmitOptions,
+    UnitSchedule,
     c_identifier,
     coerce_options,
     entry_count,
@@ -20,7 +21,7 @@ from backends.common import (
     render_template,
     write_file,
 )
-from backends.msccl.lower import LimitError, Lowered, lower
+from backends.msccl.lower import DepidLimitError, LimitError, Lowered, lower
 from backends.msccl.runtimes import RUNTIMES, Runtime
 from cclc.collective import CollectiveKind
 from cclc.errors import ScheduleError
@@ -51,24 +52,7 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
     if coll.kind not in rt.coll_names:
         raise ScheduleError(f"{rt.title} has no {coll.kind.value} collective")
     us = prepare(schedule, rt.max_chunks)
-    # fused steps tie threadblocks together, and paired send/receive streams make longer
-    # ones (nops included); if a limit is exceeded, looser forms may spread out enough to fit
-    tries = [(options.fuse, True), (options.fuse, False)]
-    if options.fuse:
-        tries += [(False, True), (False, False)]
-    first: LimitError | None = None
-    last: LimitError | None = None
-    for fuse_ops, pair in tries:
-        if not pair and (last is None or "steps" not in last.message):
-            continue        # unpaired streams only help a threadblock that is too long
-        try:
-            low = lower(us, rt, fuse_ops=fuse_ops, nchannels=options.nchannels, pair=pair)
-            break
-        except LimitError as err:
-            first, last = first or err, err
-    else:
-        assert first is not None
-        raise first from None
+    low = _lower_to_fit(us, rt, options)
     nchunks = _nchunksperloop(schedule, us.units)
     name = c_identifier(coll.name)[:rt.max_name]
     min_bytes = options.min_bytes or 0
@@ -100,6 +84,32 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
                        "min_bytes": min_bytes, "max_bytes": max_bytes,
                        "writes_input": us.writes_input()}
     return values, low, rt
+
+
+def _lower_to_fit(us: UnitSchedule, rt: Runtime, options: EmitOptions) -> Lowered:
+    """The first lowering that fits every limit of ``rt``, or the first one's error."""
+    # fused steps tie threadblocks together, and paired send/receive streams make longer
+    # ones (nops included); if a limit is exceeded, looser forms may spread out enough to fit
+    tries = [(options.fuse, True), (options.fuse, False)]
+    if options.fuse:
+        tries += [(False, True), (False, False)]
+    first: LimitError | None = None
+    last: LimitError | None = None
+    for fuse_ops, pair in tries:
+        if not pair and (last is None or "steps" not in last.message):
+            continue        # unpaired streams only help a threadblock that is too long
+        # a GPU whose steps wait on more than 128 threadblocks overflows the int8 depid:
+        # lower the same form again with a budget of 128 threadblocks (fewer channels)
+        for budget in (None, rt.max_depid + 1):
+            try:
+                return lower(us, rt, fuse_ops=fuse_ops, nchannels=options.nchannels,
+                             pair=pair, tb_budget=budget)
+            except LimitError as err:
+                first, last = first or err, err
+                if not isinstance(err, DepidLimitError):
+                    break
+    assert first is not None
+    raise first from None
 
 
 def _max_bytes(schedule: Schedule, rt: Runtime, options: EmitOptions) -> int:

@@ -45,11 +45,15 @@ from backends.msccl.runtimes import Runtime
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind
 
-__all__ = ["Instr", "LimitError", "Lowered", "Op", "Threadblock", "lower"]
+__all__ = ["DepidLimitError", "Instr", "LimitError", "Lowered", "Op", "Threadblock", "lower"]
 
 
 class LimitError(ScheduleError):
     """The schedule does not fit a limit of the runtime (the message names it)."""
+
+
+class DepidLimitError(LimitError):
+    """Steps of a GPU wait on more threadblocks than an int8 ``depid`` can name."""
 
 
 @dataclass(slots=True)
@@ -222,9 +226,11 @@ def _dead_after(acc: _Accesses, op: Op, skip: tuple[int, ...]) -> bool:
 
 
 def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
-          nchannels: int | None = None, pair: bool = True) -> Lowered:
+          nchannels: int | None = None, pair: bool = True,
+          tb_budget: int | None = None) -> Lowered:
     """Lower ``us`` for runtime ``rt``; :class:`ScheduleError` when a limit is exceeded.
-    ``pair``: share tbs between send-only and receive-only streams (see ``_pair_streams``)."""
+    ``pair``: share tbs between send-only and receive-only streams (see ``_pair_streams``).
+    ``tb_budget``: threadblocks per GPU to plan channels for (default: the runtime's limit)."""
     # checked before anything proportional to the chunk count
     n_in, n_out, n_scr = us.units
     nchunks = max(n_in, n_out, n_scr + (n_in if us.writes_input() else 0))
@@ -267,7 +273,7 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
     # ... but a channel holds at most max_tbs_per_channel send peers (and receive peers) of a
     # GPU, so a GPU with many peers needs that many channels whatever the threadblock budget
     spread = -(-most // rt.max_tbs_per_channel)
-    limit = max(spread, min(limit, (rt.max_tbs - 4) // most))
+    limit = max(spread, min(limit, ((tb_budget or rt.max_tbs) - 4) // most))
     if spread > min(rt.max_channels, nchannels or rt.max_channels):
         raise LimitError(
             f"a GPU exchanges with {most} peers; {rt.title} keeps at most "
@@ -738,7 +744,7 @@ def _check_limits(tbs: list[list[Threadblock]], rt: Runtime, ngpus: int) -> None
         for tb in rank_tbs:
             bad = next((ins for ins in tb.steps if ins.depid > rt.max_depid), None)
             if bad is not None:
-                raise LimitError(f"GPU {r} threadblock {tb.id} waits on threadblock "
+                raise DepidLimitError(f"GPU {r} threadblock {tb.id} waits on threadblock "
                                  f"{bad.depid}; {rt.title} stores that id in an int8, so "
                                  f"at most {rt.max_depid} ({rt.limit('depid').cite()}), and "
                                  "more than that many threadblocks are waited on")

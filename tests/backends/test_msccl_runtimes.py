@@ -316,3 +316,22 @@ def test_cli_max_bytes(tmp_path, capsys):
         main(["compile", str(src), "-o", str(out), "--msccl-max-bytes", "lots"])
     assert exc.value.code == 2
     assert "expected a byte count" in capsys.readouterr().err
+
+
+def test_depid_overflow_lowers_again_with_128_threadblocks(monkeypatch):
+    import backends.msccl as msccl
+    from backends.msccl.lower import DepidLimitError
+
+    real = msccl.lower
+    budgets = []
+
+    def lower(us, rt, **kw):
+        budgets.append(kw["tb_budget"])
+        if kw["tb_budget"] is None:
+            raise DepidLimitError("waits on threadblock 130")
+        return real(us, rt, **kw)
+
+    monkeypatch.setattr(msccl, "lower", lower)
+    xml = render_xml(pairwise_alltoall(n=4), EmitOptions())
+    assert budgets == [None, 128]
+    execute(xml)
