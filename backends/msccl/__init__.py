@@ -21,7 +21,13 @@ from backends.common import (
     render_template,
     write_file,
 )
-from backends.msccl.lower import DepidLimitError, LimitError, Lowered, lower
+from backends.msccl.lower import (
+    DepidLimitError,
+    LimitError,
+    Lowered,
+    ThreadblockLimitError,
+    lower,
+)
 from backends.msccl.runtimes import RUNTIMES, Runtime
 from cclc.collective import CollectiveKind
 from cclc.errors import ScheduleError
@@ -98,18 +104,29 @@ def _lower_to_fit(us: UnitSchedule, rt: Runtime, options: EmitOptions) -> Lowere
     for fuse_ops, pair in tries:
         if not pair and (last is None or "steps" not in last.message):
             continue        # unpaired streams only help a threadblock that is too long
-        # a GPU whose steps wait on more than 128 threadblocks overflows the int8 depid:
-        # lower the same form again with a budget of 128 threadblocks (fewer channels)
-        for budget in (None, rt.max_depid + 1):
+        # too many threadblocks, or a GPU whose steps wait on more than 128 of them (the
+        # int8 depid): lower the same form again with fewer channels, so fewer threadblocks
+        channels = options.nchannels
+        for _ in range(4):
             try:
-                return lower(us, rt, fuse_ops=fuse_ops, nchannels=options.nchannels,
-                             pair=pair, tb_budget=budget)
+                return lower(us, rt, fuse_ops=fuse_ops, nchannels=channels, pair=pair)
             except LimitError as err:
                 first, last = first or err, err
-                if not isinstance(err, DepidLimitError):
+                channels = _fewer_channels(err, rt)
+                if channels is None:
                     break
     assert first is not None
     raise first from None
+
+
+def _fewer_channels(err: LimitError, rt: Runtime) -> int | None:
+    """Channels to lower with after ``err`` so that fewer threadblocks are needed (None: fewer
+    channels cannot help)."""
+    if not isinstance(err, ThreadblockLimitError) or err.channels is None:
+        return None
+    target = rt.max_depid + 1 if isinstance(err, DepidLimitError) else rt.max_tbs
+    fewer = min(err.channels - 1, err.channels * target // err.needed)
+    return fewer if fewer >= 1 else None
 
 
 def _max_bytes(schedule: Schedule, rt: Runtime, options: EmitOptions) -> int:

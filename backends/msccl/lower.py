@@ -45,15 +45,28 @@ from backends.msccl.runtimes import Runtime
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind
 
-__all__ = ["DepidLimitError", "Instr", "LimitError", "Lowered", "Op", "Threadblock", "lower"]
+__all__ = ["DepidLimitError", "Instr", "LimitError", "Lowered", "Op", "Threadblock",
+           "ThreadblockLimitError", "lower"]
 
 
 class LimitError(ScheduleError):
-    """The schedule does not fit a limit of the runtime (the message names it)."""
+    """The schedule does not fit a limit of the runtime (the message names it).
+    ``channels``: how many channels the lowering that failed could use (None: not known)."""
+
+    channels: int | None = None
 
 
-class DepidLimitError(LimitError):
-    """Steps of a GPU wait on more threadblocks than an int8 ``depid`` can name."""
+class ThreadblockLimitError(LimitError):
+    """A GPU needs ``needed`` threadblocks, more than the runtime allows."""
+
+    def __init__(self, message: str, needed: int):
+        super().__init__(message)
+        self.needed = needed
+
+
+class DepidLimitError(ThreadblockLimitError):
+    """Steps of a GPU (with ``needed`` threadblocks) wait on more threadblocks than an int8
+    ``depid`` can name."""
 
 
 @dataclass(slots=True)
@@ -226,11 +239,9 @@ def _dead_after(acc: _Accesses, op: Op, skip: tuple[int, ...]) -> bool:
 
 
 def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
-          nchannels: int | None = None, pair: bool = True,
-          tb_budget: int | None = None) -> Lowered:
+          nchannels: int | None = None, pair: bool = True) -> Lowered:
     """Lower ``us`` for runtime ``rt``; :class:`ScheduleError` when a limit is exceeded.
-    ``pair``: share tbs between send-only and receive-only streams (see ``_pair_streams``).
-    ``tb_budget``: threadblocks per GPU to plan channels for (default: the runtime's limit)."""
+    ``pair``: share tbs between send-only and receive-only streams (see ``_pair_streams``)."""
     # checked before anything proportional to the chunk count
     n_in, n_out, n_scr = us.units
     nchunks = max(n_in, n_out, n_scr + (n_in if us.writes_input() else 0))
@@ -273,7 +284,7 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
     # ... but a channel holds at most max_tbs_per_channel send peers (and receive peers) of a
     # GPU, so a GPU with many peers needs that many channels whatever the threadblock budget
     spread = -(-most // rt.max_tbs_per_channel)
-    limit = max(spread, min(limit, ((tb_budget or rt.max_tbs) - 4) // most))
+    limit = max(spread, min(limit, (rt.max_tbs - 4) // most))
     if spread > min(rt.max_channels, nchannels or rt.max_channels):
         raise LimitError(
             f"a GPU exchanges with {most} peers; {rt.title} keeps at most "
@@ -583,7 +594,11 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
                     ins.deps = old_to_new[(ins.depid, ins.deps)]
                     rank_tbs[ins.depid].steps[ins.deps].hasdep = True
     _renumber_for_depids(tbs, rt)
-    _check_limits(tbs, rt, us.n)
+    try:
+        _check_limits(tbs, rt, us.n)
+    except LimitError as err:
+        err.channels = limit
+        raise
     chans = {tb.chan for rank_tbs in tbs for tb in rank_tbs}
     return Lowered(tuple(tuple(t) for t in tbs), units, scratch,
                    max(chans) + 1 if chans else 1, n_fused)
@@ -720,8 +735,9 @@ def _check_limits(tbs: list[list[Threadblock]], rt: Runtime, ngpus: int) -> None
     message naming the limit and where it comes from."""
     for r, rank_tbs in enumerate(tbs):
         if len(rank_tbs) > rt.max_tbs:
-            raise LimitError(f"GPU {r} needs {len(rank_tbs)} threadblocks; {rt.title} "
-                             f"allows {rt.max_tbs} ({rt.limit('tbs').cite()})")
+            raise ThreadblockLimitError(f"GPU {r} needs {len(rank_tbs)} threadblocks; "
+                                        f"{rt.title} allows {rt.max_tbs} "
+                                        f"({rt.limit('tbs').cite()})", len(rank_tbs))
         # the parser keeps <algo>, every <gpu>, and this rank's <tb> and <step> nodes; it
         # checks for room before reading each node, closing tags included
         nodes = 1 + ngpus + len(rank_tbs) + sum(len(tb.steps) for tb in rank_tbs)
@@ -745,9 +761,10 @@ def _check_limits(tbs: list[list[Threadblock]], rt: Runtime, ngpus: int) -> None
             bad = next((ins for ins in tb.steps if ins.depid > rt.max_depid), None)
             if bad is not None:
                 raise DepidLimitError(f"GPU {r} threadblock {tb.id} waits on threadblock "
-                                 f"{bad.depid}; {rt.title} stores that id in an int8, so "
-                                 f"at most {rt.max_depid} ({rt.limit('depid').cite()}), and "
-                                 "more than that many threadblocks are waited on")
+                                      f"{bad.depid}; {rt.title} stores that id in an int8, "
+                                      f"so at most {rt.max_depid} "
+                                      f"({rt.limit('depid').cite()}), and more than that "
+                                      "many threadblocks are waited on", len(rank_tbs))
         for tb in rank_tbs:
             if tb.chan >= rt.max_channels:
                 raise LimitError(f"GPU {r} threadblock {tb.id} uses channel {tb.chan}; "

@@ -318,20 +318,28 @@ def test_cli_max_bytes(tmp_path, capsys):
     assert "expected a byte count" in capsys.readouterr().err
 
 
-def test_depid_overflow_lowers_again_with_128_threadblocks(monkeypatch):
+def test_threadblock_overflow_lowers_again_with_fewer_channels(monkeypatch):
     import backends.msccl as msccl
-    from backends.msccl.lower import DepidLimitError
+    from backends.msccl.lower import DepidLimitError, ThreadblockLimitError
 
     real = msccl.lower
-    budgets = []
+    asked = []
 
     def lower(us, rt, **kw):
-        budgets.append(kw["tb_budget"])
-        if kw["tb_budget"] is None:
-            raise DepidLimitError("waits on threadblock 130")
+        # pretend the first two lowerings (8 channels, then fewer) need too many threadblocks
+        asked.append(kw["nchannels"])
+        if len(asked) == 1:
+            err = DepidLimitError("waits on threadblock 130", 160)
+            err.channels = 8
+            raise err
+        if len(asked) == 2:
+            err = ThreadblockLimitError("needs 300 threadblocks", 300)
+            err.channels = 6
+            raise err
         return real(us, rt, **kw)
 
     monkeypatch.setattr(msccl, "lower", lower)
     xml = render_xml(pairwise_alltoall(n=4), EmitOptions())
-    assert budgets == [None, 128]
+    # 8 channels x 128 / 160 threadblocks = 6; then 6 x 216 / 300 = 4
+    assert asked == [None, 6, 4]
     execute(xml)
