@@ -13,6 +13,7 @@ import pathlib
 
 from backends.common import (
     EmitOptions,
+    UnitSchedule,
     c_identifier,
     coerce_options,
     entry_count,
@@ -20,7 +21,13 @@ from backends.common import (
     render_template,
     write_file,
 )
-from backends.msccl.lower import LimitError, Lowered, lower
+from backends.msccl.lower import (
+    DepidLimitError,
+    LimitError,
+    Lowered,
+    ThreadblockLimitError,
+    lower,
+)
 from backends.msccl.runtimes import RUNTIMES, Runtime
 from cclc.collective import CollectiveKind
 from cclc.errors import ScheduleError
@@ -51,28 +58,14 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
     if coll.kind not in rt.coll_names:
         raise ScheduleError(f"{rt.title} has no {coll.kind.value} collective")
     us = prepare(schedule, rt.max_chunks)
-    # fused steps tie threadblocks together, and paired send/receive streams make longer
-    # ones (nops included); if a limit is exceeded, looser forms may spread out enough to fit
-    tries = [(options.fuse, True), (options.fuse, False)]
-    if options.fuse:
-        tries += [(False, True), (False, False)]
-    first: LimitError | None = None
-    last: LimitError | None = None
-    for fuse_ops, pair in tries:
-        if not pair and (last is None or "steps" not in last.message):
-            continue        # unpaired streams only help a threadblock that is too long
-        try:
-            low = lower(us, rt, fuse_ops=fuse_ops, nchannels=options.nchannels, pair=pair)
-            break
-        except LimitError as err:
-            first, last = first or err, err
-    else:
-        assert first is not None
-        raise first from None
+    low = _lower_to_fit(us, rt, options)
     nchunks = _nchunksperloop(schedule, us.units)
     name = c_identifier(coll.name)[:rt.max_name]
     min_bytes = options.min_bytes or 0
-    max_bytes = options.max_bytes if options.max_bytes is not None else rt.unlimited_max_bytes
+    max_bytes = _max_bytes(schedule, rt, options)
+    if max_bytes != rt.unbounded_max_bytes and min_bytes > max_bytes:
+        raise ScheduleError(f"minBytes ({min_bytes}) is above maxBytes ({max_bytes}); "
+                            f"{rt.title} refuses such a file")
     algo = [("name", name), ("proto", options.protocol), ("nchannels", low.nchannels),
             ("nchunksperloop", nchunks), ("ngpus", schedule.n),
             ("coll", rt.coll_names[coll.kind]), ("inplace", 0)]
@@ -99,6 +92,95 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
     return values, low, rt
 
 
+def _lower_to_fit(us: UnitSchedule, rt: Runtime, options: EmitOptions) -> Lowered:
+    """The first lowering that fits every limit of ``rt``, or the first one's error."""
+    # fused steps tie threadblocks together, and paired send/receive streams make longer
+    # ones (nops included); if a limit is exceeded, looser forms may spread out enough to fit
+    tries = [(options.fuse, True), (options.fuse, False)]
+    if options.fuse:
+        tries += [(False, True), (False, False)]
+    first: LimitError | None = None
+    last: LimitError | None = None
+    for fuse_ops, pair in tries:
+        if not pair and (last is None or "steps" not in last.message):
+            continue        # unpaired streams only help a threadblock that is too long
+        # too many threadblocks, or a GPU whose steps wait on more than 128 of them (the
+        # int8 depid): lower the same form again with fewer channels, so fewer threadblocks
+        channels = options.nchannels
+        for _ in range(4):
+            try:
+                return lower(us, rt, fuse_ops=fuse_ops, nchannels=channels, pair=pair)
+            except LimitError as err:
+                first, last = first or err, err
+                channels = _fewer_channels(err, rt)
+                if channels is None:
+                    break
+    assert first is not None
+    raise first from None
+
+
+def _fewer_channels(err: LimitError, rt: Runtime) -> int | None:
+    """Channels to lower with after ``err`` so that fewer threadblocks are needed (None: fewer
+    channels cannot help)."""
+    if not isinstance(err, ThreadblockLimitError) or err.channels is None:
+        return None
+    target = rt.max_depid + 1 if isinstance(err, DepidLimitError) else rt.max_tbs
+    fewer = min(err.channels - 1, err.channels * target // err.needed)
+    return fewer if fewer >= 1 else None
+
+
+def _max_bytes(schedule: Schedule, rt: Runtime, options: EmitOptions) -> int:
+    """``maxBytes``: the user's (``--msccl-max-bytes``), else the compiled size, the size the
+    schedule was chosen and simulated for. All three runtimes measure a call as the whole
+    buffer (count x nRanks for allgather, reduce_scatter and alltoall), which is cclc's
+    ``size``. microsoft/msccl takes calls with nBytes < maxBytes and allocates scratch for
+    maxBytes at communicator init, so an unbounded window there costs memory (2^40 B asks
+    for terabytes); the other two take nBytes <= maxBytes (0: no bound) and size scratch by
+    each call."""
+    if options.max_bytes is not None:
+        if options.max_bytes < 0 or (options.max_bytes == 0 and rt.unbounded_max_bytes != 0):
+            least = ">= 0" if rt.unbounded_max_bytes == 0 else "> 0"
+            raise ScheduleError(f"maxBytes must be {least} for {rt.title}, not "
+                                f"{options.max_bytes}")
+        return options.max_bytes
+    size = schedule.collective.size
+    return size + 1 if rt.max_bytes_exclusive else size
+
+
+def _scratch_line(schedule: Schedule, rt: Runtime, meta: dict, low: Lowered) -> str:
+    """What scratch memory the runtime allocates for this file (per GPU)."""
+    s_max = max(low.scratch, default=0)
+    nck = meta["nchunks"]
+    if s_max == 0:
+        return "scratch: none (`s_chunks` is 0 on every GPU)"
+    if rt.scratch_at_init:
+        at = meta["max_bytes"] * s_max // nck
+        return (f"scratch: {rt.title} allocates maxBytes x s_chunks / nchunksperloop = "
+                f"{meta['max_bytes']} x {s_max} / {nck} = {_bytes(at)} on the "
+                "busiest GPU when the communicator is created (src/init.cc), whether or not "
+                "the file is ever used; set `--msccl-max-bytes` to bound it")
+    at = schedule.collective.size * s_max // nck
+    rounded = ", rounded up to a power of two" if rt.key == "rccl" else ""
+    return (f"scratch: {rt.title} allocates nBytes x s_chunks / nchunksperloop at the first "
+            f"call of a size{rounded}; at the compiled size {schedule.collective.size} x "
+            f"{s_max} / {nck} = {_bytes(at)} on the busiest GPU")
+
+
+def _bytes(n: int) -> str:
+    return f"{n} B" if n < 1 << 20 else f"{n} B ({n / 2**20:.1f} MiB)"
+
+
+def _root_warning(schedule: Schedule, rt: Runtime) -> str | None:
+    coll = schedule.collective
+    if coll.kind not in (CollectiveKind.REDUCE, CollectiveKind.BROADCAST):
+        return None
+    root = coll.root or 0
+    return (f"root: this {rt.coll_names[coll.kind]} is compiled for root {root} (rank "
+            f"{root} of the communicator). The file does not carry the root and {rt.title} "
+            f"does not check the call's root: a call with any other root runs this file "
+            f"anyway and silently computes a wrong result. Call it with root={root} only")
+
+
 def render_xml(schedule: Schedule, options: EmitOptions | None = None) -> str:
     """The XML text for ``options.msccl_runtime`` (raises :class:`ScheduleError` if a runtime
     limit is exceeded)."""
@@ -110,9 +192,8 @@ def render_xml(schedule: Schedule, options: EmitOptions | None = None) -> str:
 def _conditions(schedule: Schedule, rt: Runtime, meta: dict, options: EmitOptions) -> list[str]:
     coll = schedule.collective
     item = coll.dtype.itemsize
-    unlimited = meta["max_bytes"] == rt.unlimited_max_bytes and options.max_bytes is None
-    upper = ("no upper bound" if unlimited and rt.unlimited_max_bytes == 0
-             else f"below {meta['max_bytes']} B" if rt.key == "msccl"
+    upper = ("no upper bound" if meta["max_bytes"] == rt.unbounded_max_bytes
+             else f"below {meta['max_bytes']} B" if rt.max_bytes_exclusive
              else f"at most {meta['max_bytes']} B")
     reducing = coll.kind.value in ("allreduce", "reducescatter", "reduce")
     lines = [
@@ -185,7 +266,8 @@ def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None =
         nchunksperloop=meta["nchunks"], compiled_bytes=coll.size,
         chunk_elems=_compiled_chunk_elems(schedule, meta), dtype=coll.dtype.value,
         conditions=_conditions(schedule, rt, meta, options),
-        load=[line.format(xml=xml_path.name) for line in rt.load_env], notes=notes)
+        load=[line.format(xml=xml_path.name) for line in rt.load_env], notes=notes,
+        scratch=_scratch_line(schedule, rt, meta, low), root_warning=_root_warning(schedule, rt))
     return [xml_path, write_file(outdir, f"{base}.report.md", report)]
 
 

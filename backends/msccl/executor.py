@@ -3,22 +3,36 @@
 It reads nothing but the XML (and the collective's reduction op and root, which the XML does
 not carry) and runs it under the runtime's rules:
 
+* ``inplace="1"`` aliases the output to the input as the runtimes define an in-place call
+  (NCCL's ``sendbuff``/``recvbuff`` rule, the same in msccl-tools): allreduce, broadcast and
+  reduce use one buffer; allgather's input is the rank's slice of the output; reduce_scatter's
+  output is the rank's slice of the input. msccl-tools then writes the aliased side with 0
+  chunks, so its size comes from ``nchunksperloop``;
 * every threadblock (tb) runs its steps in order; a step with ``depid``/``deps`` waits until
   that tb of its GPU has finished that step, and the waited-on step must say ``hasdep="1"``;
 * a send goes to the tb's ``send`` peer on the tb's channel, a receive takes the oldest message
   from its ``recv`` peer on that channel (FIFO per (sender, receiver, channel), no tags); a
-  connection buffers at most ``capacity`` messages;
+  connection buffers at most ``capacity`` messages: 2 by default, as in the runtimes, whose
+  connection has NCCL_STEPS (8) slots and whose step moves at most MSCCL_CHUNKSTEPS
+  (NCCL_STEPS/2) of them (microsoft/msccl ``src/include/msccl.h``; the runtime caps ``cnt`` per
+  loop so that a step fits);
 * each chunk slot holds a symbolic value (the multiset of (origin GPU, origin chunk) it sums)
   and a number (exact integers in float64), so a misplaced chunk, a reduction applied twice and
   a wrong number all show.
 
 Beyond the final check against the postcondition (computed here from the ``coll`` attribute,
-not from cclc's verifier), vector clocks find every pair of conflicting accesses to a slot that
+not from cclc's verifier; a postcondition that checks no chunk at all is refused, since
+every file would pass it), vector clocks find every pair of conflicting accesses to a slot that
 are not ordered by program order, messages or dependencies: a missing dependency is an error
 even when this particular interleaving happened to get it right. Deadlock (no tb can move) is
 an error naming the blocked tbs.
 
-Run ``python -m backends.msccl.executor FILE.xml [--op sum] [--root 0]`` for a one-line verdict.
+The executor keeps a vector clock per threadblock and step, so its memory grows with
+threadblocks x steps; a file whose estimate exceeds ``max_memory`` is refused up front
+(:class:`TooLarge`) instead of running out of memory.
+
+Run ``python -m backends.msccl.executor FILE.xml [--op sum] [--root 0]`` for a one-line verdict
+(exit status 0 ok, 1 wrong, 2 too large to execute here).
 """
 
 from __future__ import annotations
@@ -31,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Algo", "Step", "Tb", "XmlError", "execute", "expected_outputs", "parse"]
+__all__ = ["Algo", "Step", "Tb", "TooLarge", "XmlError", "execute", "expected_outputs", "parse"]
 
 _SEND = {"s", "rcs", "rrs", "rrcs"}
 _RECV = {"r", "rcs", "rrc", "rrs", "rrcs"}
@@ -43,6 +57,16 @@ _COLL = {"reduce_scatter": "reducescatter"}
 
 class XmlError(Exception):
     """The XML is malformed, deadlocks, races, or computes the wrong result."""
+
+
+class TooLarge(XmlError):
+    """The XML is too large for this executor's memory budget (no verdict on it)."""
+
+
+#: messages a connection buffers: NCCL_STEPS / MSCCL_CHUNKSTEPS
+RUNTIME_CAPACITY = 2
+#: default memory budget of :func:`execute`
+MAX_MEMORY = 2 << 30
 
 
 @dataclass(slots=True)
@@ -74,8 +98,9 @@ class Algo:
     coll: str
     ngpus: int
     nchunksperloop: int
-    chunks: list[dict[str, int]]      # per gpu: {"i": .., "o": .., "s": ..}
+    chunks: list[dict[str, int]]      # per gpu: {"i": .., "o": .., "s": ..}, aliases resolved
     tbs: list[list[Tb]]
+    inplace: bool = False
 
 
 def _int(el: ET.Element, name: str) -> int:
@@ -98,13 +123,16 @@ def parse(text: str) -> Algo:
         raise XmlError(f"root element is <{root.tag}>, expected <algo>")
     ngpus = _int(root, "ngpus")
     coll = _COLL.get(root.get("coll", ""), root.get("coll", ""))
-    algo = Algo(dict(root.attrib), coll, ngpus, _int(root, "nchunksperloop"), [], [])
+    algo = Algo(dict(root.attrib), coll, ngpus, _int(root, "nchunksperloop"), [], [],
+                root.get("inplace", "0") == "1")
     gpus = root.findall("gpu")
     if [_int(g, "id") for g in gpus] != list(range(ngpus)):
         raise XmlError(f"expected gpus 0..{ngpus - 1} in order")
     for g in gpus:
         gid = _int(g, "id")
         sizes = {"i": _int(g, "i_chunks"), "o": _int(g, "o_chunks"), "s": _int(g, "s_chunks")}
+        if algo.inplace:
+            sizes = _aliased_sizes(algo, sizes, f"gpu {gid}")
         algo.chunks.append(sizes)
         tbs = []
         send_keys, recv_keys = set(), set()
@@ -150,6 +178,22 @@ def parse(text: str) -> Algo:
                         raise XmlError(f"{where}: depends on tb {step.depid} step {step.deps}, "
                                        "which lacks hasdep=1 (the runtime never signals it)")
     return algo
+
+
+def _aliased_sizes(algo: Algo, sizes: dict[str, int], where: str) -> dict[str, int]:
+    """Buffer sizes of an in-place file: the aliased side may be written as 0 chunks."""
+    n, total = algo.ngpus, algo.nchunksperloop
+    if algo.coll in ("allgather", "reducescatter") and total % n:
+        raise XmlError(f"{where}: nchunksperloop={total} is not a multiple of ngpus={n}")
+    big, small = {"allgather": ("o", "i"), "reducescatter": ("i", "o")}.get(algo.coll,
+                                                                           ("i", "o"))
+    want = {big: total, small: total // n if algo.coll in ("allgather", "reducescatter")
+            else total}
+    for buf, size in want.items():
+        if sizes[buf] not in (0, size):
+            raise XmlError(f"{where}: in-place {algo.coll} needs {buf}_chunks={size} (or 0, "
+                           f"aliased), not {sizes[buf]}")
+    return {**sizes, **want}
 
 
 def _check_range(where: str, step: Step, sizes: dict[str, int]) -> None:
@@ -227,24 +271,51 @@ class _Slot:
     write_at: str = ""
 
 
-def execute(text: str, op: str = "sum", root: int = 0, seed: int = 0, capacity: int = 1,
-            order: str = "round-robin") -> list[np.ndarray]:
+def memory_estimate(text: str) -> int:
+    """Bytes the vector clocks of :func:`execute` need for ``text`` (counted without parsing:
+    one clock of every tb per tb, per executed step and per message in flight)."""
+    n_tbs = text.count("<tb ")
+    n_steps = text.count("<step ")
+    return 8 * n_tbs * (n_tbs + 2 * n_steps)
+
+
+def _buffers(algo: Algo, g: int, inputs: list[np.ndarray]) -> dict[str, list[_Slot]]:
+    sizes = algo.chunks[g]
+    i = [_Slot(Counter({(g, u): 1}), float(inputs[g][u])) for u in range(sizes["i"])]
+    o = [_Slot(None, np.nan) for _ in range(sizes["o"])]
+    s = [_Slot(None, np.nan) for _ in range(sizes["s"])]
+    if algo.inplace:
+        # the same slot objects under both names, so a write through one is seen by the other
+        if algo.coll == "allgather":
+            o[g * sizes["i"]:(g + 1) * sizes["i"]] = i
+        elif algo.coll == "reducescatter":
+            o = i[g * sizes["o"]:(g + 1) * sizes["o"]]
+        else:
+            o = i
+    return {"i": i, "o": o, "s": s}
+
+
+def execute(text: str, op: str = "sum", root: int = 0, seed: int = 0,
+            capacity: int = RUNTIME_CAPACITY, order: str = "round-robin",
+            max_memory: int = MAX_MEMORY) -> list[np.ndarray]:
     """Run the XML; raise :class:`XmlError` on any fault; return each GPU's output numbers.
 
     ``order`` picks which ready tb moves next: ``round-robin``, ``reverse`` or ``random``
-    (seeded); the result must not depend on it.
+    (seeded); the result must not depend on it. ``capacity``: messages a connection buffers.
+    Raises :class:`TooLarge` before any work if :func:`memory_estimate` exceeds
+    ``max_memory``.
     """
+    need = memory_estimate(text)
+    if need > max_memory:
+        raise TooLarge(f"too large to execute: {text.count('<tb ')} threadblocks and "
+                       f"{text.count('<step ')} steps need about {need / 2**30:.1f} GiB of "
+                       f"vector clocks, above the {max_memory / 2**30:.1f} GiB budget "
+                       "(--max-memory); no verdict")
     algo = parse(text)
     n = algo.ngpus
     inputs = _inputs(algo, seed)
     red = _OPS[op]
-    bufs: list[dict[str, list[_Slot]]] = []
-    for g in range(n):
-        b = {"i": [_Slot(Counter({(g, u): 1}), float(inputs[g][u]))
-                   for u in range(algo.chunks[g]["i"])],
-             "o": [_Slot(None, np.nan) for _ in range(algo.chunks[g]["o"])],
-             "s": [_Slot(None, np.nan) for _ in range(algo.chunks[g]["s"])]}
-        bufs.append(b)
+    bufs = [_buffers(algo, g, inputs) for g in range(n)]
     flat = [(g, tb) for g in range(n) for tb in algo.tbs[g]]
     index = {(g, tb.id): k for k, (g, tb) in enumerate(flat)}
     nt = len(flat)
@@ -378,7 +449,12 @@ def execute(text: str, op: str = "sum", root: int = 0, seed: int = 0, capacity: 
         raise XmlError(f"{len(fifo[leftover[0]])} message(s) from gpu {s} to gpu {d} on "
                        f"channel {c} are never received")
     result = []
-    for g, (sym, num) in enumerate(expected_outputs(algo, inputs, op, root)):
+    expected = expected_outputs(algo, inputs, op, root)
+    if not any(sym for sym, _ in expected):
+        raise XmlError(f"the {algo.coll} postcondition of this file checks no output chunk "
+                       "(o_chunks is 0 and the file is not in-place): every schedule, even an "
+                       "empty one, would pass it")
+    for g, (sym, num) in enumerate(expected):
         out = bufs[g]["o"]
         if sym is not None:
             for u, (slot, want) in enumerate(zip(out, sym)):
@@ -398,12 +474,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("xml")
     p.add_argument("--op", default="sum", choices=sorted(_OPS))
     p.add_argument("--root", type=int, default=0)
-    p.add_argument("--capacity", type=int, default=1)
+    p.add_argument("--capacity", type=int, default=RUNTIME_CAPACITY,
+                   help="messages a connection buffers (default: %(default)s, as the runtimes)")
+    p.add_argument("--max-memory", type=float, default=MAX_MEMORY / 2**30, metavar="GIB",
+                   help="refuse files whose vector clocks need more (default: %(default)s)")
     args = p.parse_args(argv)
     with open(args.xml, encoding="utf-8") as f:
         text = f.read()
     try:
-        execute(text, op=args.op, root=args.root, capacity=args.capacity)
+        execute(text, op=args.op, root=args.root, capacity=args.capacity,
+                max_memory=int(args.max_memory * 2**30))
+    except TooLarge as e:
+        print(f"{args.xml}: REFUSED: {e}", file=sys.stderr)
+        return 2
     except XmlError as e:
         print(f"{args.xml}: FAIL: {e}", file=sys.stderr)
         return 1

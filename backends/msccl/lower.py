@@ -11,7 +11,9 @@ tb of its GPU. The lowering, in order:
    instruction (``rcs``; ``rrcs``/``rrs`` after a reduction), forming chains A->x->B->... that
    move together. Only when it cannot change what anyone reads (see ``_can_fuse``).
 3. ``assign_channels``: every message of a chain shares a channel; concurrent messages on one
-   pair get distinct channels (parallel tbs), within the limit.
+   pair get distinct channels (parallel tbs), within the limit; a GPU keeps at most 32 send
+   peers and 32 receive peers on one channel (the loaders' per-channel arrays), so peers are
+   spread over channels by their offset.
 4. ``threadblocks``: one tb per (send peer, recv peer, channel) on each GPU (fused steps tie a
    recv peer to a send peer; otherwise a send stream and a receive stream of one channel are
    paired into one tb, as msccl-tools does); local copies and reductions get their own tb.
@@ -23,6 +25,9 @@ tb of its GPU. The lowering, in order:
    deadlock, even with one message of buffering per connection.
 6. ``dependencies``: hazards between tbs of one GPU become ``depid``/``deps``; waits already
    implied by an earlier wait of the same tb are dropped; more than one left becomes ``nop``s.
+   The runtimes keep ``depid`` in an int8, so the tbs waited on get the smallest ids.
+7. ``_check_limits``: every loader limit of :mod:`backends.msccl.runtimes`, counted on the
+   result (threadblocks, steps, per-channel peers, XML nodes per rank, depids).
 """
 
 from __future__ import annotations
@@ -40,11 +45,28 @@ from backends.msccl.runtimes import Runtime
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind
 
-__all__ = ["Instr", "LimitError", "Lowered", "Op", "Threadblock", "lower"]
+__all__ = ["DepidLimitError", "Instr", "LimitError", "Lowered", "Op", "Threadblock",
+           "ThreadblockLimitError", "lower"]
 
 
 class LimitError(ScheduleError):
-    """The schedule does not fit a limit of the runtime (the message names it)."""
+    """The schedule does not fit a limit of the runtime (the message names it).
+    ``channels``: how many channels the lowering that failed could use (None: not known)."""
+
+    channels: int | None = None
+
+
+class ThreadblockLimitError(LimitError):
+    """A GPU needs ``needed`` threadblocks, more than the runtime allows."""
+
+    def __init__(self, message: str, needed: int):
+        super().__init__(message)
+        self.needed = needed
+
+
+class DepidLimitError(ThreadblockLimitError):
+    """Steps of a GPU (with ``needed`` threadblocks) wait on more threadblocks than an int8
+    ``depid`` can name."""
 
 
 @dataclass(slots=True)
@@ -230,8 +252,8 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
         raise LimitError(f"MSCCL needs equal chunks: the gcd of this schedule's chunk sizes "
                          f"({shown} elements) and its count is {us.unit} element(s), which "
                          f"makes {nchunks} chunks per buffer, more than {rt.title} can "
-                         f"address ({rt.max_chunks}); choose chunk counts that divide the "
-                         "buffer evenly, or fewer chunks")
+                         f"address ({rt.max_chunks}, {rt.limit('offset').cite()}); choose "
+                         "chunk counts that divide the buffer evenly, or fewer chunks")
     _quick_limits(us, rt)
     ops, units, scratch = relocate_input(us, rt.max_cnt)
     nxt = fuse(ops) if fuse_ops else {}
@@ -259,7 +281,33 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
             peers[(op.src, "s")].add(op.dst)
             peers[(op.dst, "r")].add(op.src)
     most = max((len(p) for p in peers.values()), default=1)
-    limit = max(1, min(limit, (rt.max_tbs - 4) // most))
+    # ... but a channel holds at most max_tbs_per_channel send peers (and receive peers) of a
+    # GPU, so a GPU with many peers needs that many channels whatever the threadblock budget
+    spread = -(-most // rt.max_tbs_per_channel)
+    limit = max(spread, min(limit, (rt.max_tbs - 4) // most))
+    if spread > min(rt.max_channels, nchannels or rt.max_channels):
+        raise LimitError(
+            f"a GPU exchanges with {most} peers; {rt.title} keeps at most "
+            f"{rt.max_tbs_per_channel} send and {rt.max_tbs_per_channel} receive peers per "
+            f"channel ({rt.limit('tbs_per_channel').cite()}), so it needs {spread} channels, "
+            f"more than {min(rt.max_channels, nchannels or rt.max_channels)}")
+    # (rank, "s"/"r", channel) -> the peers it sends to / receives from on that channel
+    chan_peers: dict[tuple[int, str, int], set[int]] = defaultdict(set)
+
+    def channel_order(src: int, dst: int) -> list[int]:
+        # when peers must be spread, start at a channel picked by the offset dst - src: in a
+        # direct alltoall each sender then puts n/spread consecutive offsets on a channel and
+        # each receiver gets the same offsets there, so both sides fit (a first-fit search
+        # from channel 0 fills a sender's channels in an order its receivers cannot match)
+        if spread == 1:
+            return list(range(limit))
+        first = (dst - src) % us.n * spread // us.n
+        return [(first + i) % limit for i in range(limit)]
+
+    def peer_fits(src: int, dst: int, c: int) -> bool:
+        out, inn = chan_peers[(src, "s", c)], chan_peers[(dst, "r", c)]
+        return ((dst in out or len(out) < rt.max_tbs_per_channel)
+                and (src in inn or len(inn) < rt.max_tbs_per_channel))
     busy: set[tuple[int, int, int, int]] = set()
     partner_recv: dict[tuple[int, int, int], int] = {}   # (rank, chan, recv peer) -> send peer
     partner_send: dict[tuple[int, int, int], int] = {}
@@ -284,6 +332,8 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
         for k in chain:
             if (ops[k].src, ops[k].dst, t, c) in busy:
                 return False
+            if not peer_fits(ops[k].src, ops[k].dst, c):
+                return False
             if (tb_load(ops[k].src, "s", ops[k].dst, c) >= cap
                     or tb_load(ops[k].dst, "r", ops[k].src, c) >= cap):
                 return False
@@ -298,7 +348,8 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
     while work:
         chain = work.popleft()
         t = ops[chain[0]].step
-        c = next((c for c in range(limit) if fits(chain, c, t)), None)
+        to_try = channel_order(ops[chain[0]].src, ops[chain[0]].dst)
+        c = next((c for c in to_try if fits(chain, c, t)), None)
         if c is None and len(chain) > 1:
             # no channel keeps the fused tbs consistent: send the hops separately
             for k in chain:
@@ -310,9 +361,17 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
             # every channel is taken or full: share the least loaded one (the global order
             # below still keeps it deadlock-free, or says why not)
             src, dst = ops[chain[0]].src, ops[chain[0]].dst
-            free = [cc for cc in range(limit) if (src, dst, t, cc) not in busy] or range(limit)
+            room = [cc for cc in channel_order(src, dst) if peer_fits(src, dst, cc)]
+            if not room:
+                raise LimitError(
+                    f"GPU {src} -> GPU {dst}: every one of the {limit} channels already holds "
+                    f"{rt.max_tbs_per_channel} peers of one of them "
+                    f"({rt.limit('tbs_per_channel').cite()}); use more channels")
+            free = [cc for cc in room if (src, dst, t, cc) not in busy] or room
             c = min(free, key=lambda cc: load[(src, "s", dst, cc)])
         for k in chain:
+            chan_peers[(ops[k].src, "s", c)].add(ops[k].dst)
+            chan_peers[(ops[k].dst, "r", c)].add(ops[k].src)
             busy.add((ops[k].src, ops[k].dst, t, c))
             load[(ops[k].src, "s", ops[k].dst, c)] += 1
             load[(ops[k].dst, "r", ops[k].src, c)] += 1
@@ -534,7 +593,12 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
                 if ins.depid >= 0:
                     ins.deps = old_to_new[(ins.depid, ins.deps)]
                     rank_tbs[ins.depid].steps[ins.deps].hasdep = True
-    _check_limits(tbs, rt)
+    _renumber_for_depids(tbs, rt)
+    try:
+        _check_limits(tbs, rt, us.n)
+    except LimitError as err:
+        err.channels = limit
+        raise
     chans = {tb.chan for rank_tbs in tbs for tb in rank_tbs}
     return Lowered(tuple(tuple(t) for t in tbs), units, scratch,
                    max(chans) + 1 if chans else 1, n_fused)
@@ -598,6 +662,27 @@ def _sort_tbs(tbs: list[list[Threadblock]]) -> None:
                 ins.tb, ins.index = new_id, idx
 
 
+def _renumber_for_depids(tbs: list[list[Threadblock]], rt: Runtime) -> None:
+    """The runtimes store a dependency's threadblock id in an int8 (``dependentBid``), so a
+    wait on threadblock 128 or above wraps to a negative id: give the threadblocks that are
+    waited on the smallest ids (the order of the others is kept). Ids only name
+    threadblocks, so renumbering changes nothing else."""
+    for rank_tbs in tbs:
+        waited = {ins.depid for tb in rank_tbs for ins in tb.steps if ins.depid >= 0}
+        if not waited or max(waited) <= rt.max_depid:
+            continue
+        order = sorted(rank_tbs, key=lambda tb: (tb.id not in waited, tb.id))
+        new_id = {tb.id: k for k, tb in enumerate(order)}
+        for tb in rank_tbs:
+            for ins in tb.steps:
+                ins.tb = new_id[ins.tb]
+                if ins.depid >= 0:
+                    ins.depid = new_id[ins.depid]
+        for tb in rank_tbs:
+            tb.id = new_id[tb.id]
+        rank_tbs.sort(key=lambda tb: tb.id)
+
+
 def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
     """Limits that counting alone shows are exceeded, checked before the (slower) lowering:
     a GPU's local ops need their steps in some threadblocks, and the messages from one GPU to
@@ -610,31 +695,85 @@ def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
     r = int(per_rank.argmax()) if len(per_rank) else 0
     if len(per_rank) and per_rank[r] > rt.max_steps_per_tb * rt.max_tbs:
         raise LimitError(f"GPU {r} has {int(per_rank[r])} local copy/reduce steps; "
-                            f"{rt.title} fits at most {rt.max_steps_per_tb * rt.max_tbs} "
-                            f"({rt.max_tbs} threadblocks x {rt.max_steps_per_tb} steps)")
+                         f"{rt.title} fits at most {rt.max_steps_per_tb * rt.max_tbs} "
+                         f"({rt.max_tbs} threadblocks x {rt.max_steps_per_tb} steps; "
+                         f"{rt.limit('steps_per_tb').cite()})")
     remote = ~local
+    # a threadblock has one send peer and one receive peer
+    pairs = np.unique(us.src[remote] * us.n + us.dst[remote])
+    for way, ranks in (("sends to", pairs // us.n), ("receives from", pairs % us.n)):
+        peers = np.bincount(ranks, minlength=us.n)
+        r = int(peers.argmax()) if len(peers) else 0
+        if len(peers) and peers[r] > rt.max_tbs:
+            raise LimitError(f"GPU {r} {way} {int(peers[r])} peers, and a threadblock has one "
+                             f"send and one receive peer; {rt.title} allows {rt.max_tbs} "
+                             f"threadblocks per GPU ({rt.limit('tbs').cite()})")
+    # every message is a step at its sender and at its receiver (a fused step is one receive
+    # and one send), every local op a step: a floor on each rank's <step> nodes
+    sends = np.bincount(us.src[remote], weights=pieces[remote], minlength=us.n)
+    recvs = np.bincount(us.dst[remote], weights=pieces[remote], minlength=us.n)
+    floor = np.maximum(sends, recvs) + per_rank
+    r = int(floor.argmax()) if len(floor) else 0
+    if len(floor) and 1 + us.n + floor[r] >= rt.max_xml_nodes:
+        raise LimitError(f"GPU {r} needs at least {int(floor[r])} <step> nodes (plus <algo> and "
+                         f"{us.n} <gpu>); {rt.title}'s parser reads at most "
+                         f"{rt.max_xml_nodes - 1} XML nodes per rank "
+                         f"({rt.limit('xml_nodes').cite()}). Use fewer chunks or steps")
     pair = us.src[remote] * us.n + us.dst[remote]
     msgs = np.bincount(pair, weights=pieces[remote], minlength=us.n * us.n)
     worst = int(msgs.argmax()) if len(msgs) else 0
     if len(msgs) and msgs[worst] > rt.max_steps_per_tb * rt.max_channels:
         raise LimitError(f"GPU {worst // us.n} sends {int(msgs[worst])} messages to GPU "
-                            f"{worst % us.n}; {rt.title} fits at most "
-                            f"{rt.max_steps_per_tb * rt.max_channels} ({rt.max_channels} "
-                            f"channels x {rt.max_steps_per_tb} steps). Use fewer chunks or steps")
+                         f"{worst % us.n}; {rt.title} fits at most "
+                         f"{rt.max_steps_per_tb * rt.max_channels} ({rt.max_channels} "
+                         f"channels x {rt.max_steps_per_tb} steps; "
+                         f"{rt.limit('steps_per_tb').cite()}). Use fewer chunks or steps")
 
 
-def _check_limits(tbs: list[list[Threadblock]], rt: Runtime) -> None:
+def _check_limits(tbs: list[list[Threadblock]], rt: Runtime, ngpus: int) -> None:
+    """Every limit the loaders check (see :data:`backends.msccl.runtimes.LIMITS`), each
+    message naming the limit and where it comes from."""
     for r, rank_tbs in enumerate(tbs):
         if len(rank_tbs) > rt.max_tbs:
-            raise LimitError(f"GPU {r} needs {len(rank_tbs)} threadblocks; {rt.title} "
-                                f"allows {rt.max_tbs}")
+            raise ThreadblockLimitError(f"GPU {r} needs {len(rank_tbs)} threadblocks; "
+                                        f"{rt.title} allows {rt.max_tbs} "
+                                        f"({rt.limit('tbs').cite()})", len(rank_tbs))
+        # the parser keeps <algo>, every <gpu>, and this rank's <tb> and <step> nodes; it
+        # checks for room before reading each node, closing tags included
+        nodes = 1 + ngpus + len(rank_tbs) + sum(len(tb.steps) for tb in rank_tbs)
+        if nodes >= rt.max_xml_nodes:
+            raise LimitError(f"GPU {r} needs {nodes} XML nodes (<algo>, {ngpus} <gpu>, "
+                             f"{len(rank_tbs)} <tb>, {nodes - 1 - ngpus - len(rank_tbs)} "
+                             f"<step>); {rt.title}'s parser reads at most "
+                             f"{rt.max_xml_nodes - 1} ({rt.limit('xml_nodes').cite()}). Use "
+                             "fewer chunks or steps")
+        for way in ("send", "recv"):
+            per_chan: dict[int, set[int]] = defaultdict(set)
+            for tb in rank_tbs:
+                if getattr(tb, way) >= 0:
+                    per_chan[tb.chan].add(getattr(tb, way))
+            worst = max(per_chan.items(), key=lambda kv: len(kv[1]), default=(0, set()))
+            if len(worst[1]) > rt.max_tbs_per_channel:
+                raise LimitError(f"GPU {r} has {len(worst[1])} {way} peers on channel "
+                                 f"{worst[0]}; {rt.title} allows {rt.max_tbs_per_channel} "
+                                 f"({rt.limit('tbs_per_channel').cite()})")
+        for tb in rank_tbs:
+            bad = next((ins for ins in tb.steps if ins.depid > rt.max_depid), None)
+            if bad is not None:
+                raise DepidLimitError(f"GPU {r} threadblock {tb.id} waits on threadblock "
+                                      f"{bad.depid}; {rt.title} stores that id in an int8, "
+                                      f"so at most {rt.max_depid} "
+                                      f"({rt.limit('depid').cite()}), and more than that "
+                                      "many threadblocks are waited on", len(rank_tbs))
         for tb in rank_tbs:
             if tb.chan >= rt.max_channels:
                 raise LimitError(f"GPU {r} threadblock {tb.id} uses channel {tb.chan}; "
-                                    f"{rt.title} has {rt.max_channels} channels")
+                                 f"{rt.title} has {rt.max_channels} channels "
+                                 f"({rt.limit('channels').cite()})")
             if len(tb.steps) > rt.max_steps_per_tb:
                 raise LimitError(
                     f"GPU {r} threadblock {tb.id} (send {tb.send}, recv {tb.recv}, channel "
                     f"{tb.chan}) needs {len(tb.steps)} steps; {rt.title} allows "
-                    f"{rt.max_steps_per_tb} per threadblock. Use fewer chunks or steps, more "
+                    f"{rt.max_steps_per_tb} per threadblock "
+                    f"({rt.limit('steps_per_tb').cite()}). Use fewer chunks or steps, more "
                     "channels, or a runtime built with a larger MSCCL_MAX_NUM_STEPS")

@@ -74,10 +74,25 @@ def add_parser(sub) -> None:
     p.add_argument("--no-size-check", action="store_true",
                    help="plan even when the up-front estimate says the machine has too little "
                         "memory or time for it")
+    p.add_argument("--msccl-max-bytes", type=_byte_count, metavar="BYTES",
+                   help="MSCCL maxBytes: the largest call the XML serves (default: the compiled "
+                        "size; microsoft/msccl allocates scratch for it at init; 0 means no "
+                        "bound for msccl-executor and rccl)")
     p.add_argument("--build", action="store_true",
                    help="with --emit nccl, also build libcclc_<name>.so (nvcc, NCCL headers "
                         "from the nvidia-nccl-cu13 wheel or NCCL_HOME)")
     p.set_defaults(run=run)
+
+
+def _byte_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a byte count (an integer >= 0), not "
+                                         f"'{text}'")
+    return value
 
 
 def load_program(path: str):
@@ -127,6 +142,7 @@ class EmitOptions:
     candidates: tuple = ()
     # read by name by backends.common.coerce_options
     msccl_runtime: str = "msccl"
+    max_bytes: int | None = None
     build: bool = False
 
 
@@ -301,6 +317,7 @@ def run(args) -> int:
         options = EmitOptions(source=args.file, force=args.force, time=p.time, bound=p.bound,
                               candidates=p.candidates,
                               msccl_runtime=getattr(args, "msccl_runtime", "msccl"),
+                              max_bytes=getattr(args, "msccl_max_bytes", None),
                               build=getattr(args, "build", False))
         for k, (name, emit) in enumerate(emit_funcs.items()):
             try:

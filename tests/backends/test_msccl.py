@@ -236,7 +236,7 @@ def test_too_many_chunks_is_a_clear_error():
         b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
               dst_off=r, count=40000)
     with pytest.raises(ScheduleError, match=r"gcd .* \(1, 40000 elements\).*80000 chunks per "
-                                            r"buffer, more than .* \(32767\)"):
+                                            r"buffer, more than .* \(32767, .*int16_t"):
         render_xml(b.build("hand"))
 
 
@@ -266,7 +266,9 @@ def test_runtime_spellings():
     head = {rt: render_xml(s, EmitOptions(msccl_runtime=rt)).splitlines()[0] for rt in RUNTIMES}
     assert 'coll="reduce_scatter"' in head["msccl"] and "outofplace" not in head["msccl"]
     assert 'coll="reducescatter"' in head["msccl-executor"]
-    assert 'outofplace="1"' in head["msccl-executor"] and 'maxBytes="0"' in head["rccl"]
+    assert 'outofplace="1"' in head["msccl-executor"]
+    # maxBytes is the compiled size (24 B); microsoft/msccl's bound is exclusive
+    assert 'maxBytes="24"' in head["rccl"] and 'maxBytes="25"' in head["msccl"]
     for rt in RUNTIMES:
         a = parse(render_xml(s, EmitOptions(msccl_runtime=rt)))
         assert a.coll == "reducescatter" and a.nchunksperloop == 3 and a.ngpus == 3
