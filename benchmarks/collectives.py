@@ -2,12 +2,15 @@
 
 For each topology defined in ``examples/*.ccl``, each of the three collectives on all live
 ranks, and sizes 1 KiB .. 4 GiB in steps of 4x, every applicable algorithm is built and
-simulated (lockstep alpha-beta model, :mod:`cclc.sim`). Each row prints the time, bus bandwidth
+simulated under a backend's execution model (:mod:`cclc.execution`: ``--model nccl``, the
+generated NCCL library, by default; ``msccl``; or ``ir``, the IR's steps with no software cost)
+and the topology's declared routing. Each row prints the time, bus bandwidth
 (nccl-tests definition) and % of the lower bound (:func:`cclc.bounds.bounds`, without the LP
 for speed) of every candidate, ``auto``'s choice (the fastest, the rule of :func:`cclc.plan.plan`),
 NCCL's own choice and time from its cost model (:mod:`cclc.nccl_model`) and the speed-up of
-``auto`` over it. On a leaf/spine fabric every candidate gets planned spines, and the row also
-gives auto's schedule with ECMP-hashed spines instead (:mod:`cclc.fabric_routing`).
+``auto`` over it. On a leaf/spine fabric every candidate gets planned spines, is priced under
+the fabric's declared routing (ECMP hashing by default), and the row also gives auto's time with
+the planned spines (a plan no backend can impose yet, :mod:`cclc.fabric_routing`).
 
 A size the group cannot split evenly is rounded to the nearest size it can (the ``bytes``
 column). At the end a Markdown summary table (one line per topology and collective) is
@@ -31,9 +34,10 @@ import dsl
 from cclc.algorithms import algorithms_for
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, DType, make_collective
-from cclc.fabric_routing import ecmp_routes, has_spines, planned_routes
+from cclc.execution import BACKEND_MODELS, IR_MODEL, ExecutionModel, predict
+from cclc.fabric_routing import has_spines, planned_routes
 from cclc.nccl_model import nccl_estimate, speedup_text
-from cclc.sim import simulate
+from cclc.sim import bus_factor
 
 KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 SIZES = [1024 * 4 ** k for k in range(12)]  # 1 KiB .. 4 GiB
@@ -70,7 +74,8 @@ def _topologies(quick: bool):
     return seen
 
 
-def run_row(label: str, topo, kind: CollectiveKind, nominal: int) -> dict:
+def run_row(label: str, topo, kind: CollectiveKind, nominal: int,
+            model: ExecutionModel = IR_MODEL) -> dict:
     group = topo.live_ranks()
     size = _even(kind, len(group), nominal)
     coll = make_collective(f"{kind.value}", kind, topo, group, size=size, dtype=DTYPE)
@@ -86,14 +91,17 @@ def run_row(label: str, topo, kind: CollectiveKind, nominal: int) -> dict:
             # every cclc schedule gets planned spines (modules that build with shortest paths
             # would otherwise pile their cross-rail flows onto spine 0)
             s = planned_routes(s)
-        r = simulate(s)
-        c = {"algorithm": algo.name, "time_s": r.time, "busbw_GBps": r.busbw / 1e9,
-             "pct_of_bound": 100 * bound.best / r.time if r.time > 0 else None}
+        pred = predict(s, model)
+        busbw = (coll.size / pred.time) * bus_factor(kind, coll.n) if pred.time > 0 else 0.0
+        c = {"algorithm": algo.name, "time_s": pred.time, "busbw_GBps": busbw / 1e9,
+             "pct_of_bound": 100 * bound.best / pred.time if pred.time > 0 else None,
+             "planned_time_s": pred.planned_time}
         cands.append(c)
-        if best is None or r.time < best[0]["time_s"]:
+        if best is None or pred.time < best[0]["time_s"]:
             best = (c, s)
     nccl = nccl_estimate(coll)
     row = {"topology": label, "collective": kind.value, "ranks": coll.n, "nominal": nominal,
+           "model": model.name, "routing": topo.routing,
            "bytes": size, "bound_s": bound.best, "bound": bound.name, "candidates": cands,
            "auto": best[0]["algorithm"] if best else None,
            "auto_time_s": best[0]["time_s"] if best else None,
@@ -102,8 +110,8 @@ def run_row(label: str, topo, kind: CollectiveKind, nominal: int) -> dict:
            "nccl_time_s": nccl.time_us * 1e-6 if nccl else None,
            "speedup_vs_nccl": (nccl.time_us * 1e-6 / best[0]["time_s"]) if nccl and best
            else None}
-    if best and has_spines(topo):
-        row["auto_ecmp_time_s"] = simulate(ecmp_routes(best[1])).time
+    if best and best[0]["planned_time_s"] is not None:
+        row["auto_planned_time_s"] = best[0]["planned_time_s"]
     return row
 
 
@@ -121,8 +129,8 @@ def _print_row(row: dict) -> None:
                  f"cclc {speedup_text(row['nccl_time_s'], row['auto_time_s'])}")
     else:
         tail += " | NCCL model: not covered"
-    if "auto_ecmp_time_s" in row:
-        tail += f" | with ECMP spines {row['auto_ecmp_time_s'] * 1e6:.2f} us"
+    if "auto_planned_time_s" in row:
+        tail += f" | with planned spines (a plan) {row['auto_planned_time_s'] * 1e6:.2f} us"
     print(tail, flush=True)
 
 
@@ -172,14 +180,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 sizes, topologies up to 100 ranks")
     ap.add_argument("--json", metavar="PATH", help="write every row as JSON")
+    ap.add_argument("--model", choices=["ir", *BACKEND_MODELS], default="nccl",
+                    help="execution model of cclc's side (default: nccl, the generated library)")
     args = ap.parse_args(argv)
+    model = BACKEND_MODELS.get(args.model, IR_MODEL)
+    print(f"cclc's times under the {model.label}; NCCL's from cclc's model of NCCL", flush=True)
     sizes = QUICK_SIZES if args.quick else SIZES
     start = time.perf_counter()
     rows = []
     for label, topo in _topologies(args.quick):
         for kind in KINDS:
             for size in sizes:
-                row = run_row(label, topo, kind, size)
+                row = run_row(label, topo, kind, size, model)
                 _print_row(row)
                 rows.append(row)
     print()
