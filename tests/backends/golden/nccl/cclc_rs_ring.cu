@@ -121,9 +121,14 @@ ncclResult_t cclc_get_lanes(const cclc_plan& plan, ncclComm_t comm, int rank, La
   Lanes* l = new Lanes();
   l->parent = comm;
   ncclResult_t r = ncclSuccess;
+  // a lane's kernels wait for their peers while they hold their SMs: every lane must be able
+  // to run at once, so the lanes together use at most 32 CTAs
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.minCTAs = 1;
+  config.maxCTAs = plan.n_lanes >= 32 ? 1 : 32 / plan.n_lanes;
   for (int i = 0; i < plan.n_lanes && r == ncclSuccess; ++i) {
     ncclComm_t c = nullptr;
-    r = ncclCommSplit(comm, 0, rank, &c, nullptr);
+    r = ncclCommSplit(comm, 0, rank, &c, &config);
     if (r == ncclSuccess) l->comms.push_back(c);
   }
   const int n_entries = plan.first[rank + 1] - plan.first[rank];
