@@ -113,25 +113,32 @@ def lower(n: int, step, src, dst, path, kind, src_buf, src_off, dst_buf, dst_off
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     lane = _colour(src, dst, np.asarray(path), n, max_lanes)
     n_lanes = int(lane.max()) + 1 if len(lane) and lane.max() >= 0 else 0
-    bases = [0, n * widths[0], n * (widths[0] + widths[1])]
-    n_slots = n * sum(widths)
+    # slots are atoms: the pieces every op boundary cuts each (rank, buffer) into, so the
+    # state stays linear in the ops however long the buffers are
+    rb_r = src * 3 + np.asarray(src_buf, dtype=np.int64)
+    rb_w = dst * 3 + np.asarray(dst_buf, dtype=np.int64)
+    span = int(max(widths)) + 1
+    r0 = rb_r * span + np.asarray(src_off, dtype=np.int64)
+    r1 = r0 + np.asarray(count, dtype=np.int64)
+    w0 = rb_w * span + np.asarray(dst_off, dtype=np.int64)
+    w1 = w0 + np.asarray(dcount, dtype=np.int64)
+    cuts = np.unique(np.concatenate([r0, r1, w0, w1]))
+    ra, rb = np.searchsorted(cuts, r0).tolist(), np.searchsorted(cuts, r1).tolist()
+    wa, wb = np.searchsorted(cuts, w0).tolist(), np.searchsorted(cuts, w1).tolist()
+    n_slots = len(cuts)
     writer = [-1] * n_slots               # item of the last earlier-step write
     readers: list[list[int]] = [[] for _ in range(n_slots)]   # items reading it since
     order = np.argsort(step, kind="stable").tolist()
     steps = step.tolist()
     s_l, d_l = src.tolist(), dst.tolist()
     k_l = np.asarray(kind).tolist()
-    sb_l, so_l = np.asarray(src_buf).tolist(), np.asarray(src_off).tolist()
-    db_l, do_l = np.asarray(dst_buf).tolist(), np.asarray(dst_off).tolist()
-    c_l, dc_l = np.asarray(count).tolist(), np.asarray(dcount).tolist()
+    c_l = np.asarray(count).tolist()
 
     def reads(o):
-        b = bases[sb_l[o]] + s_l[o] * widths[sb_l[o]] + so_l[o]
-        return range(b, b + c_l[o])
+        return range(ra[o], rb[o])
 
     def writes(o):
-        b = bases[db_l[o]] + d_l[o] * widths[db_l[o]] + do_l[o]
-        return range(b, b + dc_l[o])
+        return range(wa[o], wb[o])
 
     lanes = lane.tolist()     # local ops: -1 until place_local_ops
     items: list[Item] = []
