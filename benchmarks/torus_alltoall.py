@@ -17,7 +17,10 @@ Times come from the lockstep simulation (:mod:`cclc.sim`: steps separated by bar
 as long as its busiest link), the IR's own model; ``--routing`` chooses the tori's declared
 routing (default ``source``: cut-through along any path a schedule names, the paper's model;
 ``none``: a GPU torus, every multi-hop move relayed by GPUs, :mod:`cclc.relay`). Each row also
-carries the time under the NCCL library's model (``time_nccl``: lockstep plus 8.4 us per step)
+carries the time under the ``nccl-lockstep`` model (``time_nccl``: lockstep plus 8.4 us per step,
+the NCCL library as it ran before it became dataflow; the dataflow library's ``nccl`` model
+lowers every schedule into lanes, too slow for every size here: benchmarks/dataflow_nccl.py
+compares it with event mode for MATE and MATEe)
 and, where event mode runs, under MSCCL's (``time_msccl``: dataflow plus its overheads); see
 :mod:`cclc.execution`. MATE/MATEe are also simulated in event mode (``*_event``
 columns), where an op starts as soon as its data and links are ready; that is the model the
@@ -43,7 +46,7 @@ import numpy as np
 from cclc.algorithms.torus_multidim import build_for_sizes
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, DType, make_collective
-from cclc.execution import BACKEND_MODELS, predict
+from cclc.execution import BACKEND_MODELS, LOCKSTEP_NCCL_MODEL, predict
 from cclc.relay import lower_relays
 from cclc.sim import simulate
 from cclc.topology import torus, with_faults
@@ -126,7 +129,7 @@ def run_torus(dims, bandwidth, sizes, series, log, lp_max=150, event_max_ops=EVE
             row = {"torus": topo.name, "series": name, "size": size, "bytes": s.collective.size,
                    "time": r.time, "ops": n_ops, "steps": s.n_steps, "routing": routing,
                    "time_bandwidth": t_bw * s.collective.size / big.collective.size,
-                   "time_nccl": predict(s, BACKEND_MODELS["nccl"]).time}
+                   "time_nccl": predict(s, LOCKSTEP_NCCL_MODEL).time}
             if "MATE" in name and n_ops <= event_max_ops:
                 row["time_event"] = simulate(s, mode="event").time
                 row["time_msccl"] = predict(s, BACKEND_MODELS["msccl"]).time
@@ -179,9 +182,10 @@ def markdown(rows, tpu_rows, series) -> str:
     routing = rows[0].get("routing", "source") if rows else "source"
     out = [f"Routing `{routing}`. Columns: per torus and average, the IR model (lockstep, no "
            "software cost); paper; IR model with latency 0; IR event mode (dataflow, no "
-           "software cost); NCCL library model (lockstep + 8.4 us per step, both sides).", "",
+           "software cost); nccl-lockstep model (the NCCL library before it ran dataflow: lockstep "
+           "+ 8.4 us per step, both sides).", "",
            "| series | " + " | ".join(tori) + " | average | paper | bandwidth only (latency 0) "
-           "| event mode (tori where run) | NCCL library model |",
+           "| event mode (tori where run) | nccl-lockstep model |",
            "|---|" + "---|" * (len(tori) + 5)]
     for s in series:
         cells = []

@@ -7,11 +7,19 @@ Every predicted time names the model it comes from:
     The schedule's own steps with a barrier between them and no software cost: what the IR
     means, used when no code-emitting backend is chosen (``--emit json``).
 ``nccl``
-    The generated NCCL library (and its MPI build): lockstep, one ``ncclGroupStart`` ...
-    ``ncclGroupEnd`` per step, so each step pays a launch and a synchronization. The per-step
-    cost is NCCL's own base latency of a collective on the Simple protocol, 8.4 us (NCCL 2.21
-    ``src/graph/tuning.cc``, ``baseLat`` of ring/Simple, the fixed cost NCCL's tuner charges
-    one launch). A model: it has not been measured on a GPU.
+    The generated NCCL library (and its MPI build): dataflow over lanes (:mod:`cclc.dataflow`).
+    Each connection (pair of ranks and route) is a lane with a communicator and a CUDA stream
+    of its own; an op starts when its dependency edges are done (CUDA events) and its lane is
+    free on both ranks; consecutive ops of a lane that are ready together form one
+    ``ncclGroupStart`` ... ``ncclGroupEnd`` group. Each group pays one launch, NCCL's base
+    latency of a collective on the Simple protocol, 8.4 us (NCCL 2.21 ``src/graph/tuning.cc``,
+    ``baseLat`` of ring/Simple, the fixed cost NCCL's tuner charges one launch); local copies
+    and snapshots are free, as in the simulator. Timed by :func:`cclc.dataflow.dataflow_time`.
+    A model: it has not been measured on a GPU.
+``nccl-lockstep``
+    The library as it was before it ran dataflow: one group per step, each step paying one
+    launch of 8.4 us, then a barrier. No backend emits it any more; it is kept to show what
+    the dataflow library gains.
 ``msccl``
     MSCCL runtimes: dataflow (an op starts when its inputs are written and its link is free:
     the event-driven simulator), each op paying the per-hop software latency of the Simple
@@ -34,7 +42,8 @@ from typing import Literal
 from cclc.ir import Schedule
 from cclc.sim import simulate
 
-__all__ = ["BACKEND_MODELS", "IR_MODEL", "ExecutionModel", "Prediction", "model_for", "predict"]
+__all__ = ["BACKEND_MODELS", "IR_MODEL", "LOCKSTEP_NCCL_MODEL", "NCCL_GROUP_OVERHEAD",
+           "ExecutionModel", "Prediction", "model_for", "predict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +51,7 @@ class ExecutionModel:
     """How a runtime executes a schedule: simulator mode and software overheads (seconds)."""
 
     name: str
-    mode: Literal["lockstep", "event"]
+    mode: Literal["lockstep", "event", "dataflow"]
     step_overhead: float = 0.0
     op_overhead: float = 0.0
     call_overhead: float = 0.0
@@ -59,10 +68,16 @@ _NCCL_LAUNCH = 8.4e-6
 #: NCCL's per-hop software latency of the Simple protocol over NVLink (NCCL 2.21 tuning.cc)
 _SIMPLE_HOP = 3.4e-6
 
+#: what one group (one launch) of the dataflow NCCL library costs
+NCCL_GROUP_OVERHEAD = _NCCL_LAUNCH
+
 IR_MODEL = ExecutionModel("ir", "lockstep", description="lockstep steps, no software cost")
+LOCKSTEP_NCCL_MODEL = ExecutionModel(
+    "nccl-lockstep", "lockstep", step_overhead=_NCCL_LAUNCH,
+    description="lockstep, one NCCL group per step, 8.4 us per step (no longer emitted)")
 BACKEND_MODELS: dict[str, ExecutionModel] = {
-    "nccl": ExecutionModel("nccl", "lockstep", step_overhead=_NCCL_LAUNCH,
-                           description="lockstep, one NCCL group per step, 8.4 us per step"),
+    "nccl": ExecutionModel("nccl", "dataflow", op_overhead=NCCL_GROUP_OVERHEAD,
+                           description="dataflow lanes, 8.4 us per NCCL group"),
     "msccl": ExecutionModel("msccl", "event", op_overhead=_SIMPLE_HOP,
                             call_overhead=_NCCL_LAUNCH,
                             description="dataflow, 3.4 us per op, 8.4 us per call"),
@@ -92,6 +107,11 @@ class Prediction:
 
 
 def _run(schedule: Schedule, model: ExecutionModel) -> float:
+    if model.mode == "dataflow":
+        from cclc.dataflow import dataflow_time, lower_schedule
+
+        plan = lower_schedule(schedule, op_overhead=model.op_overhead)
+        return dataflow_time(schedule, model.op_overhead, plan) + model.call_overhead
     r = simulate(schedule, mode=model.mode, step_overhead=model.step_overhead,
                  op_overhead=model.op_overhead)
     return float(r.time) + model.call_overhead

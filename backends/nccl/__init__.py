@@ -2,8 +2,9 @@
 
 ``emit(schedule, outdir, options)`` writes, in ``outdir/nccl-<name>/``:
 
-* ``cclc_exec.h``: the step executor shared by both builds (a template over the transport);
-* ``cclc_<name>_schedule.h``: the schedule as per-rank step tables (plain arrays);
+* ``cclc_exec.h``: the table types shared by both builds;
+* ``cclc_<name>_schedule.h``: the schedule as per-rank dataflow tables (plain arrays; see
+  :mod:`backends.nccl.tables`);
 * ``cclc_<name>.h`` / ``cclc_<name>.cu``: the NCCL entry point ``cclc_<name>(sendbuf, recvbuf,
   count, datatype, comm, stream)`` and CUDA reduction kernels;
 * ``cclc_<name>_mpi.h`` / ``cclc_<name>_mpi.cc`` / ``cclc_<name>_mpi_main.cc``: the MPI entry
@@ -31,11 +32,11 @@ from backends.common import (
     is_padded,
     padded_count,
     prepare,
-    rank_tables,
     render_template,
     write_file,
 )
 from backends.nccl.build import BuildError, build, cuda_home, nccl_home
+from backends.nccl.tables import dataflow_tables
 from cclc.collective import REDUCING_KINDS, CollectiveKind, DType
 from cclc.ir import Schedule
 
@@ -49,7 +50,7 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
     options = coerce_options(options)
     coll = schedule.collective
     ident = c_identifier(coll.name)
-    tables = rank_tables(prepare(schedule, split=True, pad=True))
+    tables = dataflow_tables(prepare(schedule, split=True, pad=True))
     us = tables.units
     padded = is_padded(schedule)
     meaning = count_convention(coll.kind)
@@ -63,15 +64,20 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
             "block for (from) member j lies where the .ccl size matrix puts it (blocks in "
             "group order, packed from the start, sizes scaled by count / compiled count) and "
             "the rest of each buffer is padding, never read or written.", 92)
-    rows, first = [], [0]
+    rows, first, deps = [], [0], []
     for entries in tables.entries:
         for e in entries:
             rows.append(", ".join(str(v) for v in (
                 e.step, int(e.role), e.peer, int(e.kind), int(e.src_buf), e.src_off,
-                int(e.dst_buf), e.dst_off, e.count, -1 if e.stage is None else e.stage)))
+                int(e.dst_buf), e.dst_off, e.count, -1 if e.stage is None else e.stage,
+                -1 if e.land is None else e.land, e.lane, int(e.group), int(e.signal),
+                len(deps))))
+            deps.extend(e.deps)
         first.append(len(rows))
-    # a sentinel row keeps the array non-empty; no rank's range reaches it
-    rows.append("-1, 0, 0, 0, 0, 0, 0, 0, 0, -1")
+    # a sentinel row ends the last entry's edges; no rank's range reaches it
+    rows.append(f"-1, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, 0, 1, 0, {len(deps)}")
+    deps.append(0)                       # keeps the array non-empty
+    dep_lines = [" ".join(f"{d}," for d in deps[i:i + 16]) for i in range(0, len(deps), 16)]
     algorithm = schedule.algorithm + (f"+{schedule.schedule}" if schedule.schedule != "-" else "")
     reducing = coll.kind in REDUCING_KINDS
     common = {"name": coll.name, "ident": ident, "ident_upper": ident.upper(),
@@ -87,6 +93,7 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
         f"cclc_{ident}_schedule.h": render_template(
             _PKG, "schedule.h.j2", **common, size=coll.size, dtype=coll.dtype.value,
             algorithm=algorithm, entries=rows, first=", ".join(map(str, first)),
+            deps=dep_lines, n_lanes=tables.n_lanes, n_local=tables.n_local,
             units=", ".join(map(str, us.units)), staging_units=tables.staging_units,
             input_copy=int(tables.input_copy), reducing=int(reducing)),
         f"cclc_{ident}.h": render_template(

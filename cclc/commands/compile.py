@@ -29,9 +29,10 @@ the other outputs are still written; the command then exits 1. Files cclc did no
 never overwritten without --force (cclc keeps a list of its files in DIR/.cclc-manifest.json).
 
 Times are predicted under the execution model of the first code-emitting backend in --emit
-(nccl: lockstep with a per-step cost; msccl: dataflow with a per-op cost; json only: the IR's
-plain lockstep) and the topology's declared routing; every printed time names its model. On an
-ECMP fabric the time with cclc's planned spines is printed beside it, as a plan.
+(nccl: dataflow lanes with a per-group cost; msccl: dataflow with a per-op cost; json
+only: the IR's plain lockstep) and the topology's declared routing; every printed time names
+its model. On an ECMP fabric the time with cclc's planned spines is printed beside it, as a
+plan.
 
 examples:
   cclc compile examples/torus5x5.ccl -o out/

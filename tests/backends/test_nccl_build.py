@@ -39,7 +39,7 @@ def test_golden_sources():
 def test_tables_are_per_rank_and_complete():
     s = pairwise_alltoall(n=3)
     header = render_sources(s)["cclc_a2a_schedule.h"]
-    rows = re.findall(r"^  \{ (-?\d+(?:, -?\d+){9}) \},$", header, flags=re.MULTILINE)
+    rows = re.findall(r"^  \{ (-?\d+(?:, -?\d+){14}) \},$", header, flags=re.MULTILINE)
     # 3 local copies + 6 messages seen from both ends + the sentinel
     assert len(rows) == 3 + 2 * 6 + 1
     first = re.search(r"_first\[\] = \{ ([0-9, ]+) \}", header).group(1)

@@ -11,11 +11,17 @@ extern "C" {
 #endif
 
 // Runs the schedule on `comm` (exactly 3 ranks, rank i = member i of the group), in
-// stream order on `stream`. `count` counts elements each rank receives (recvcount); it must be a multiple of
+// stream order on `stream`. The first call on a communicator is collective in one more way:
+// every rank splits `comm` into the schedule's lane communicators (ncclCommSplit), kept for
+// later calls until cclc_rs_ring_release(comm). `count` counts elements each rank receives (recvcount); it must be a multiple of
 // 1. sendbuf == recvbuf (in place) is allowed. Returns ncclInvalidArgument for
 // bad arguments and for data types the sum reduction does not support.
 ncclResult_t cclc_rs_ring(const void* sendbuf, void* recvbuf, size_t count,
                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+
+// Destroys the lane communicators, streams and events made for `comm` (call it on every rank,
+// after the last call's work is done and before ncclCommDestroy(comm)).
+ncclResult_t cclc_rs_ring_release(ncclComm_t comm);
 
 #ifdef __cplusplus
 }

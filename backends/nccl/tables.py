@@ -1,0 +1,162 @@
+"""The dataflow tables the NCCL library and its MPI build run (see :mod:`cclc.dataflow`).
+
+Every rank gets its entries in issue order. An entry names its lane (a communicator and a
+stream in the NCCL build, a tag and a queue in the MPI build), whether it starts a group (one
+``ncclGroupStart`` ... ``ncclGroupEnd``: the entries after it on the same lane with ``group``
+0 belong to it), whether another entry waits for it (``signal``: it records a CUDA event), and
+its dependency edges (entries of the same rank, always earlier in the issue order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+from backends.common import UnitSchedule
+from cclc.dataflow import DataflowPlan, lower, lower_schedule
+from cclc.errors import ScheduleError
+from cclc.execution import NCCL_GROUP_OVERHEAD
+from cclc.ir import Buf, OpKind
+
+__all__ = ["DataflowEntry", "DataflowRole", "DataflowTables", "dataflow_tables"]
+
+
+class DataflowRole(IntEnum):
+    """What a rank does for one item (the C tables use these numbers)."""
+
+    SEND = 0
+    RECV = 1
+    LOCAL = 2
+    SNAP = 3        # copy the source aside into the staging area (see cclc.dataflow)
+
+
+@dataclass(frozen=True, slots=True)
+class DataflowEntry:
+    """One item of one rank; offsets and counts in units.
+
+    ``stage``: for a snapshot where it copies the source to, for a send or local op where it
+    reads the snapshot from; ``land``: where a reducing receive lands before it is reduced into
+    place; ``None`` when unused.
+    """
+
+    step: int
+    role: DataflowRole
+    peer: int
+    kind: OpKind
+    src_buf: Buf
+    src_off: int
+    dst_buf: Buf
+    dst_off: int
+    count: int
+    stage: int | None
+    land: int | None
+    lane: int
+    group: bool
+    signal: bool
+    deps: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class DataflowTables:
+    """Every rank's entries in issue order, the lanes and the staging area each rank needs."""
+
+    units: UnitSchedule
+    entries: tuple[tuple[DataflowEntry, ...], ...]
+    n_lanes: int
+    n_local: int
+    staging_units: int
+    input_copy: bool
+
+
+def _issue_order(plan: DataflowPlan, group: list[int], src: list[int], dst: list[int]
+                 ) -> list[list[int]]:
+    """Items in issue order as groups (lists of items). A message stays in its group only if
+    the group is still open on its lane at both ranks and all of its edges come before the
+    group's first item (as :func:`cclc.dataflow.place_local_ops` chose, re-checked here on the
+    unit-level edges); otherwise it starts a group of its own."""
+    lane = plan.lane.tolist()
+    out: list[list[int]] = []
+    open_at: dict[tuple[int, int], int] = {}      # (rank, lane) -> index in out of its group
+    first_of: dict[int, int] = {}                 # group id -> index in out
+    for k, it in enumerate(plan.items):
+        o = it.op
+        net = not it.snap and src[o] != dst[o]
+        ends = (src[o], dst[o]) if net else (src[o],)
+        keys = [(r, lane[o]) for r in ends]
+        g = group[o]
+        at = first_of.get(g) if net and g != o else None
+        if at is not None and all(open_at.get(x) == at for x in keys) and \
+                all(d < out[at][0] for d, _ in it.deps):
+            out[at].append(k)
+        else:
+            at = len(out)
+            out.append([k])
+            if net:
+                first_of[o] = at
+        for x in keys:
+            open_at[x] = at
+    return out
+
+
+def dataflow_tables(us: UnitSchedule) -> DataflowTables:
+    """The per-rank dataflow entries of a unit schedule (see the module docstring)."""
+    s = us.schedule
+    # lanes of local ops and groups are chosen on the schedule's own chunks, with the
+    # simulator's times at its size and the library's launch cost
+    chunk_plan = lower_schedule(s, op_overhead=NCCL_GROUP_OVERHEAD)
+    unit_plan = lower(us.n, us.step, us.src, us.dst, s.ops.route, us.kind, us.src_buf,
+                      us.src_off, us.dst_buf, us.dst_off, us.count, us.count, us.units)
+    net = us.src != us.dst
+    if not np.array_equal(unit_plan.lane[net], chunk_plan.lane[net]):
+        raise ScheduleError("internal error: lanes differ between chunks and units")
+    lanes = chunk_plan.lane
+    plan = DataflowPlan(unit_plan.items, lanes, chunk_plan.n_lanes, chunk_plan.n_local,
+                        unit_plan.staging, chunk_plan.group)
+    src, dst = us.src.tolist(), us.dst.tolist()
+    groups = _issue_order(plan, chunk_plan.group.tolist(), src, dst)
+    n = us.n
+    local: list[dict[int, int]] = [{} for _ in range(n)]
+    rows: list[list[list]] = [[] for _ in range(n)]
+    lane_of: list[list[int]] = [[] for _ in range(n)]
+    for grp in groups:
+        for pos, k in enumerate(grp):
+            it = plan.items[k]
+            o = it.op
+            a, b = src[o], dst[o]
+            kind = OpKind(int(us.kind[o]))
+            if it.snap:
+                sides = [(a, DataflowRole.SNAP, a)]
+            elif a == b:
+                sides = [(a, DataflowRole.LOCAL, a)]
+            else:
+                sides = [(a, DataflowRole.SEND, b), (b, DataflowRole.RECV, a)]
+            for r, role, peer in sides:
+                deps = []
+                for d, rr in it.deps:
+                    if rr != r:
+                        continue
+                    j = local[r].get(d)
+                    if j is None:
+                        raise ScheduleError("internal error: a dependency edge to an item the "
+                                            "rank does not run")
+                    if lane_of[r][j] != int(lanes[o]):     # the lane's own order implies it
+                        deps.append(j)
+                local[r][k] = len(rows[r])
+                lane_of[r].append(int(lanes[o]))
+                rows[r].append([int(us.step[o]), role, peer, kind, Buf(int(us.src_buf[o])),
+                                int(us.src_off[o]), Buf(int(us.dst_buf[o])),
+                                int(us.dst_off[o]), int(us.count[o]),
+                                it.stage if role is not DataflowRole.RECV else None,
+                                it.land if role is DataflowRole.RECV else None,
+                                int(lanes[o]), pos == 0, sorted(set(deps))])
+    entries = []
+    for r in range(n):
+        waited = {j for row in rows[r] for j in row[-1]}
+        entries.append(tuple(
+            DataflowEntry(*row[:13], signal=j in waited, deps=tuple(row[13]))
+            for j, row in enumerate(rows[r])))
+    return DataflowTables(units=us, entries=tuple(entries), n_lanes=plan.n_lanes,
+                          n_local=plan.n_local, staging_units=plan.staging,
+                          input_copy=us.writes_input())
