@@ -58,6 +58,11 @@ class ExecutionModel:
     description: str = ""
 
     @property
+    def charges_software(self) -> bool:
+        """Whether the model charges any launch, per-step or per-op software cost."""
+        return bool(self.step_overhead or self.op_overhead or self.call_overhead)
+
+    @property
     def label(self) -> str:
         """How reports name the model next to a time."""
         return f"{self.name} model: {self.description}"

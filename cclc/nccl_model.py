@@ -673,9 +673,10 @@ def speedup_text(baseline: float, ours: float) -> str:
     return f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower"
 
 
-def compare_with_nccl(coll: Collective, time: float) -> str | None:
+def compare_with_nccl(coll: Collective, time: float, software_cost: bool = True) -> str | None:
     """One line for reports: NCCL's predicted choice and time, and how cclc's predicted time
-    compares; ``None`` where NCCL's tables have nothing to say."""
+    compares; ``None`` where NCCL's tables have nothing to say. ``software_cost=False`` says
+    that cclc's time charges no launch or per-op cost (the ``ir`` model), which NCCL's does."""
     est = nccl_estimate(coll)
     if est is None or time <= 0:
         return None
@@ -688,5 +689,8 @@ def compare_with_nccl(coll: Collective, time: float) -> str | None:
     # is not a claim the model can carry, so the line says so instead of standing as a speed-up.
     if verdict != "as fast" and abs(nccl_s / time - 1) <= TOLERANCE:
         verdict += f", inside the model's +-{TOLERANCE:.0%} calibration error"
+    if not software_cost:
+        verdict += (" (cclc's time charges no software cost and NCCL's does: emit nccl or "
+                    "msccl for a like-for-like time)")
     return (f"NCCL today (predicted by cclc's model of NCCL): {est.name} {format_time(nccl_s)}, "
             f"busbw {est.busbw:.1f} GB/s; cclc's schedule is predicted {verdict}")

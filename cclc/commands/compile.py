@@ -305,7 +305,8 @@ def run(args) -> int:
             print(f"  with cclc's planned spines: {format_time(p.planned_time)}; a plan, not "
                   "what runs: realizing a spine per flow needs a routing mechanism no backend "
                   "has yet, so the time above is under ECMP hashing")
-        baseline = compare_with_nccl(coll, p.time) if p.time is not None else None
+        baseline = (compare_with_nccl(coll, p.time, software_cost=p.model.charges_software)
+                    if p.time is not None else None)
         if baseline:
             print(f"  {baseline}")
         files = []

@@ -88,8 +88,8 @@ def run(args) -> int:
     print(f"  ops {len(schedule.ops)}, steps {schedule.n_steps}, mode {result.mode}")
     print(f"  time        {_us(result.time)} ({result.mode}, no software cost, the "
           "routes as written)")
-    for name in args.backend:
-        pred = predict(schedule, BACKEND_MODELS[name])
+    preds = [predict(schedule, BACKEND_MODELS[name]) for name in args.backend]
+    for name, pred in zip(args.backend, preds, strict=True):
         print(f"  as {name:<8} {_us(pred.time)} ({pred.model.label}; routing {topo.routing})")
         if pred.planned_time is not None:
             print(f"  {'':<11} {_us(pred.planned_time)} with cclc's planned spines: a plan "
@@ -102,7 +102,10 @@ def run(args) -> int:
     print(f"  bound       {_us(best.seconds)} ({best.name}: {best.description})")
     pct = f"{result.percent_of(best.seconds):.1f}%" if moves else "- (nothing to move)"
     print(f"  % of bound  {pct}")
-    baseline = compare_with_nccl(coll, result.time)
+    if preds:   # like for like: the first backend's time, which charges software cost
+        baseline = compare_with_nccl(coll, preds[0].time)
+    else:
+        baseline = compare_with_nccl(coll, result.time, software_cost=False)
     if baseline:
         print(f"  {baseline}")
     for note in bound.notes:

@@ -163,6 +163,10 @@ def test_speedup_text_says_slower():
     # a difference the model's calibration cannot resolve is flagged as such
     line = compare_with_nccl(coll, est.time_us * 1e-6 / 1.1)
     assert "1.10x faster, inside the model's +-25% calibration error" in line
+    # a time without software cost (the ir model) is not compared as if it were like for like
+    assert "no software cost" in compare_with_nccl(coll, est.time_us * 1e-6 / 2,
+                                                   software_cost=False)
+    assert "no software cost" not in compare_with_nccl(coll, est.time_us * 1e-6 / 2)
 
 
 @settings(max_examples=40, deadline=None)
