@@ -19,20 +19,16 @@ import os
 import pathlib
 import re
 from dataclasses import dataclass, fields
-from enum import IntEnum
 
 import numpy as np
 
 from cclc.collective import CollectiveKind
 from cclc.errors import ScheduleError
-from cclc.ir import Buf, OpKind, Schedule
+from cclc.ir import Buf, Schedule
 
 __all__ = [
     "MSCCL_RUNTIMES",
     "EmitOptions",
-    "RankEntry",
-    "RankTables",
-    "Role",
     "UnitSchedule",
     "c_identifier",
     "coerce_options",
@@ -41,7 +37,6 @@ __all__ = [
     "is_padded",
     "padded_count",
     "prepare",
-    "rank_tables",
     "render_template",
     "write_file",
 ]
@@ -344,119 +339,6 @@ def _prepare_near(schedule: Schedule, max_units: int, whole_blocks: bool = False
         dst=ops.dst.astype(np.int64), kind=ops.kind.astype(np.int64),
         src_buf=ops.src_buf.astype(np.int64), src_off=src_off,
         dst_buf=ops.dst_buf.astype(np.int64), dst_off=dst_off, count=cnt, exact=False)
-
-
-class Role(IntEnum):
-    """What a rank does for one op (the C tables use these numbers)."""
-
-    SEND = 0
-    RECV = 1
-    LOCAL = 2
-
-
-@dataclass(frozen=True, slots=True)
-class RankEntry:
-    """One thing a rank does in one step; offsets and counts in units.
-
-    ``stage``: where in the rank's staging area the entry's data passes through, or ``None``:
-    for a send or a local op the source is first snapshotted there (another op of the step
-    overwrites it first); for a reducing receive the message lands there before being reduced
-    into place after the step's messages have all arrived.
-    """
-
-    step: int
-    role: Role
-    peer: int
-    kind: OpKind
-    src_buf: Buf
-    src_off: int
-    dst_buf: Buf
-    dst_off: int
-    count: int
-    stage: int | None
-
-
-@dataclass(frozen=True, eq=False)
-class RankTables:
-    """Every rank's entries in execution order, and the staging area each rank needs."""
-
-    units: UnitSchedule
-    entries: tuple[tuple[RankEntry, ...], ...]
-    staging_units: int
-    input_copy: bool
-
-
-def _overlaps(ranges: list[tuple[int, int, int]], buf: int, lo: int, hi: int) -> bool:
-    return any(b == buf and lo < r_hi and r_lo < hi for b, r_lo, r_hi in ranges)
-
-
-def rank_tables(us: UnitSchedule) -> RankTables:
-    """Per-rank step entries and the staging plan (see :class:`RankEntry`).
-
-    Within a step a rank's entries are ordered: sends and receives (one NCCL group / MPI
-    wait-all), then local ops; message order per peer pair follows op order on both sides, which
-    is what NCCL and MPI use to match point-to-point messages.
-    """
-    n = us.n
-    per_rank: list[list[int]] = [[] for _ in range(n)]
-    for i in range(us.n_ops):
-        per_rank[int(us.src[i])].append(i)
-        if us.dst[i] != us.src[i]:
-            per_rank[int(us.dst[i])].append(i)
-    entries: list[tuple[RankEntry, ...]] = []
-    staging = 0
-    for r in range(n):
-        out: list[RankEntry] = []
-        ops = per_rank[r]
-        k = 0
-        while k < len(ops):
-            step = int(us.step[ops[k]])
-            j = k
-            while j < len(ops) and us.step[ops[j]] == step:
-                j += 1
-            group = ops[k:j]
-            k = j
-            # a send reads before the group's receives complete, so only a receive that
-            # copies straight into place can clobber its source; local ops run after the
-            # group and after each other, so any write of the step can
-            in_group = [(int(us.dst_buf[i]), int(us.dst_off[i]), int(us.dst_off[i] + us.count[i]))
-                        for i in group if us.dst[i] == r and us.src[i] != r
-                        and us.kind[i] == OpKind.COPY]
-            written = [(int(us.dst_buf[i]), int(us.dst_off[i]), int(us.dst_off[i] + us.count[i]))
-                       for i in group if us.dst[i] == r]
-            comm: list[RankEntry] = []
-            local: list[RankEntry] = []
-            used = 0
-            for i in group:
-                cnt = int(us.count[i])
-                src, dst = int(us.src[i]), int(us.dst[i])
-                sb, so = int(us.src_buf[i]), int(us.src_off[i])
-                kind = OpKind(int(us.kind[i]))
-                stage = None
-                if src == dst:
-                    if _overlaps(written, sb, so, so + cnt):
-                        stage, used = used, used + cnt
-                    local.append(RankEntry(step, Role.LOCAL, r, kind, Buf(sb), so,
-                                           Buf(int(us.dst_buf[i])), int(us.dst_off[i]), cnt,
-                                           stage))
-                elif src == r:
-                    if _overlaps(in_group, sb, so, so + cnt):
-                        stage, used = used, used + cnt
-                    comm.append(RankEntry(step, Role.SEND, dst, kind, Buf(sb), so,
-                                          Buf(int(us.dst_buf[i])), int(us.dst_off[i]), cnt,
-                                          stage))
-                else:
-                    if kind is OpKind.REDUCE:
-                        stage, used = used, used + cnt
-                    comm.append(RankEntry(step, Role.RECV, src, kind, Buf(sb), so,
-                                          Buf(int(us.dst_buf[i])), int(us.dst_off[i]), cnt,
-                                          stage))
-            staging = max(staging, used)
-            out.extend(comm)
-            out.extend(local)
-        entries.append(tuple(out))
-    return RankTables(units=us, entries=tuple(entries), staging_units=staging,
-                      input_copy=us.writes_input())
 
 
 def render_template(package: str, template: str, **values) -> str:

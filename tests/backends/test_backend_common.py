@@ -7,18 +7,15 @@ import dataclasses
 import numpy as np
 import pytest
 from backend_helpers import (
-    ring_allgather,
-    swap_allreduce,
-    swap_alltoall,
     uneven_ring_allgather,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.common import EmitOptions, Role, c_identifier, coerce_options, prepare, rank_tables
+from backends.common import EmitOptions, c_identifier, coerce_options, prepare
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import ScheduleError
-from cclc.ir import Buf, OpKind, ScheduleBuilder
+from cclc.ir import Buf, ScheduleBuilder
 from cclc.topology import torus
 
 
@@ -94,43 +91,6 @@ def test_per_rank_sizes_are_refused_but_per_rank_cuts_are_not():
                         scratch=[[2, 0], [1, 0]])
     us = prepare(b.build("hand"))
     assert us.units == (2, 2, 2) and us.scratch_units == (2, 1)
-
-
-def test_staging_keeps_same_step_reads_of_old_values():
-    tables = rank_tables(prepare(swap_allreduce()))
-    assert tables.input_copy          # the schedule reduces into its input
-    step0 = [e for e in tables.entries[0] if e.step == 0]
-    roles = [(e.role, e.kind) for e in step0]
-    # sends and receives first (one group), then local ops
-    assert roles == [(Role.SEND, OpKind.REDUCE), (Role.RECV, OpKind.REDUCE),
-                     (Role.LOCAL, OpKind.COPY)]
-    send, recv, local = step0
-    # the reduction of the received data is applied after the group, so the send (posted in
-    # the group) still reads the old input; the local copy runs after that reduction and
-    # must read a snapshot; the message lands in staging before being reduced into place
-    assert send.stage is None and local.stage is not None and recv.stage is not None
-    assert recv.stage != local.stage
-    assert tables.staging_units == 2 + 1
-
-
-def test_send_reads_a_snapshot_of_a_slot_received_into_in_place():
-    tables = rank_tables(prepare(swap_alltoall()))
-    send, recv = [e for e in tables.entries[0] if e.step == 0][:2]
-    assert send.role is Role.SEND and recv.role is Role.RECV
-    assert (send.src_buf, send.src_off) == (recv.dst_buf, recv.dst_off)
-    assert send.stage is not None and recv.stage is None
-    assert tables.staging_units == 1
-
-
-def test_no_staging_when_reads_and_writes_are_disjoint():
-    tables = rank_tables(prepare(ring_allgather()))
-    assert tables.staging_units == 0 and not tables.input_copy
-    for r, entries in enumerate(tables.entries):
-        sends = [e for e in entries if e.role is Role.SEND]
-        recvs = [e for e in entries if e.role is Role.RECV]
-        assert {e.peer for e in sends} == {(r + 1) % 4}
-        assert {e.peer for e in recvs} == {(r - 1) % 4}
-        assert [e.step for e in entries] == sorted(e.step for e in entries)
 
 
 def test_near_equal_units_for_uneven_splits():
