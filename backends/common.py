@@ -6,10 +6,8 @@ size (and of the entry point's ``count``), so that every offset and count is a w
 equal units. MSCCL needs that because its chunks are equal; the C++ backends need it so the
 same tables serve any ``count`` that is a multiple of the compiled one.
 
-:func:`rank_tables` then turns the ops into the per-rank, per-step entries the generated C++
-runs (sends, receives, local copies and reductions) together with the staging plan that keeps
-the IR's rule "ops of one step read the state left by the previous step" true when a rank
-reads and writes the same elements within one step.
+The NCCL and MPI builds turn the units into per-rank dataflow tables with
+:func:`backends.nccl.tables.dataflow_tables`.
 """
 
 from __future__ import annotations
