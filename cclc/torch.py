@@ -72,11 +72,17 @@ class Communicator:
         dist.broadcast_object_list(box, src=src, group=group)
         ctypes.memmove(uid.internal, box[0], 128)
         self.handle = ctypes.c_void_p()
+        # release functions of the cclc libraries run on this communicator: each keeps lane
+        # communicators split from it, which must go before it does
+        self._releases: dict[str, object] = {}
         _check(nccl, nccl.ncclCommInitRank(ctypes.byref(self.handle), self.size, uid,
                                            self.rank), "ncclCommInitRank")
 
     def close(self) -> None:
         if self.handle:
+            for name, release in self._releases.items():
+                _check(self._nccl, release(self.handle), f"cclc_{name}_release")
+            self._releases.clear()
             self._nccl.ncclCommDestroy(self.handle)
             self.handle = ctypes.c_void_p()
 
@@ -107,6 +113,7 @@ class Collective:
     padded: bool
     library: Path
     _fn: object
+    _release: object
 
     def count_of(self, numel: int) -> int:
         """The ``count`` argument for an input tensor of ``numel`` elements."""
@@ -153,6 +160,7 @@ class Collective:
         rc = self._fn(ctypes.c_void_p(input.data_ptr()), ctypes.c_void_p(output.data_ptr()),
                       ctypes.c_size_t(count), ctypes.c_int(nccl_type(input.dtype)),
                       comm.handle, ctypes.c_void_p(stream.cuda_stream))
+        comm._releases.setdefault(self.name, self._release)
         if rc != 0:
             _check(_libnccl(), rc, f"cclc_{self.name}")
         return output
@@ -181,6 +189,9 @@ def load(path: str | Path) -> Collective:
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                    ctypes.c_void_p, ctypes.c_void_p]
+    release = getattr(lib, f"cclc_{ident}_release")
+    release.restype = ctypes.c_int
+    release.argtypes = [ctypes.c_void_p]
     root = int(consts["kRoot"])
     op = re.search(r'kOpName = "(\w+)"', header).group(1)
     return Collective(name=ident, kind=kind, n_ranks=int(consts["kRanks"]),
@@ -188,7 +199,7 @@ def load(path: str | Path) -> Collective:
                       count_units=int(consts["kCountUnits"]),
                       in_units=int(consts["kInUnits"]), out_units=int(consts["kOutUnits"]),
                       split=consts["kSplit"] != "0", padded=consts["kPadded"] == "true",
-                      library=lib_path, _fn=fn)
+                      library=lib_path, _fn=fn, _release=release)
 
 
 def _check(nccl, rc: int, what: str) -> None:

@@ -82,6 +82,7 @@ def build_harness(folder: pathlib.Path) -> pathlib.Path:
     subprocess.run([nvcc, "-O2", "-std=c++17", "--Werror", "all-warnings", str(HARNESS),
                     "-o", str(exe), f"-I{folder}", f"-I{home}/include",
                     f'-DCCLC_HEADER="cclc_{ident}.h"', f"-DCCLC_FN=cclc_{ident}",
+                    f"-DCCLC_RELEASE=cclc_{ident}_release",
                     f"-L{folder}", f"-lcclc_{ident}", f"-L{home}/lib", "-l:libnccl.so.2",
                     f"-Xlinker=-rpath,{folder}:{home}/lib"], check=True, capture_output=True)
     return exe

@@ -1,5 +1,6 @@
 // The GPU tier's file-in/file-out driver of a generated NCCL library, one process per rank.
-// Built by gpu_helpers.build_harness with -DCCLC_HEADER="cclc_<name>.h" -DCCLC_FN=cclc_<name>.
+// Built by gpu_helpers.build_harness with -DCCLC_HEADER="cclc_<name>.h" -DCCLC_FN=cclc_<name>
+// -DCCLC_RELEASE=cclc_<name>_release.
 // usage: harness DIR COUNT DTYPE RANK NRANKS IN_BYTES OUT_BYTES SHARED_BYTES IN_AT OUT_AT
 // SHARED_BYTES 0: separate input and output buffers; else one buffer of that size holding the
 // input at byte IN_AT and the output at byte OUT_AT (in place). NCCL_COMM_ID names the
@@ -68,6 +69,8 @@ int main(int argc, char** argv) {
   f = fopen(path, "wb");
   CHECK("writing the output", f != nullptr && fwrite(host.data(), 1, out_bytes, f) == out_bytes);
   fclose(f);
+  // the library keeps its lane communicators until released, before the parent is destroyed
+  CHECK("releasing the library's lanes", CCLC_RELEASE(comm) == ncclSuccess);
   ncclCommDestroy(comm);
   return 0;
 }
