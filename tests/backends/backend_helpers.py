@@ -188,6 +188,27 @@ _OPS = {ReduceOp.SUM: np.add, ReduceOp.PROD: np.multiply, ReduceOp.MIN: np.minim
         ReduceOp.MAX: np.maximum}
 
 
+
+def write_exact_inputs(coll, dtype: DType, in_elems: int, seed: int,
+                       data: pathlib.Path) -> list[np.ndarray]:
+    """Random inputs of every rank written as ``data/in.<rank>.bin``: small integers, so every
+    order of reduction gives the same exact result (fp16/bf16 sums stay exact in 8 mantissa
+    bits)."""
+    np_type = NP_TYPES[dtype][0]
+    rng = np.random.default_rng(seed)
+    data.mkdir(exist_ok=True)
+    inputs = []
+    for r in range(coll.n):
+        lo, hi = (1, 3) if coll.op is ReduceOp.PROD else (-50, 50)
+        if np_type is np.uint8:
+            lo, hi = 0, 4
+        if dtype in (DType.FP16, DType.BF16):
+            lo, hi = (1, 3) if coll.op is ReduceOp.PROD else (-8, 8)
+        x = rng.integers(lo, hi, size=in_elems).astype(np_type)
+        _to_file_type(x, dtype).tofile(data / f"in.{r}.bin")
+        inputs.append(x)
+    return inputs
+
 def reference(kind: CollectiveKind, op: ReduceOp, inputs: list[np.ndarray], root: int | None):
     """Every rank's expected output, straight from the collective's definition (numpy)."""
     n = len(inputs)
@@ -228,20 +249,8 @@ def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: 
                 else us.units[Buf.INPUT] * (count // us.count_units))
     dtype = dtype or coll.dtype
     np_type, code = NP_TYPES[dtype]
-    rng = np.random.default_rng(seed)
     data = workdir / "data"
-    data.mkdir(exist_ok=True)
-    inputs = []
-    for r in range(coll.n):
-        # small integers: every order of reduction gives the same exact result
-        lo, hi = (1, 3) if coll.op is ReduceOp.PROD else (-50, 50)
-        if np_type is np.uint8:
-            lo, hi = 0, 4
-        if dtype in (DType.FP16, DType.BF16):       # sums stay exact in 8 mantissa bits
-            lo, hi = (1, 3) if coll.op is ReduceOp.PROD else (-8, 8)
-        x = rng.integers(lo, hi, size=in_elems).astype(np_type)
-        _to_file_type(x, dtype).tofile(data / f"in.{r}.bin")
-        inputs.append(x)
+    inputs = write_exact_inputs(coll, dtype, in_elems, seed, data)
     cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(coll.n), str(exe),
            str(data), str(count), str(code)] + (["inplace"] if inplace else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)

@@ -15,12 +15,12 @@ import socket
 import subprocess
 
 import numpy as np
-from backend_helpers import NP_TYPES, _to_file_type, reference
+from backend_helpers import NP_TYPES, _to_file_type, reference, write_exact_inputs
 
 from backends.common import EmitOptions, entry_count, prepare
 from backends.nccl import emit
 from backends.nccl.build import cuda_home, nccl_home
-from cclc.collective import CollectiveKind, DType, ReduceOp
+from cclc.collective import CollectiveKind, DType
 from cclc.ir import Buf, Schedule
 
 HARNESS = pathlib.Path(__file__).with_name("harness.cu")
@@ -104,19 +104,8 @@ def run_gpu(schedule: Schedule, workdir: pathlib.Path, dtype: DType | None = Non
     dtype = dtype or coll.dtype
     np_type, code = NP_TYPES[dtype]
     esize = 2 if dtype is DType.BF16 else np.dtype(np_type).itemsize
-    rng = np.random.default_rng(seed)
     data = workdir / "data"
-    data.mkdir(exist_ok=True)
-    inputs = []
-    for r in range(coll.n):
-        lo, hi = (1, 3) if coll.op is ReduceOp.PROD else (-50, 50)
-        if np_type is np.uint8:
-            lo, hi = 0, 4
-        if dtype in (DType.FP16, DType.BF16):       # sums stay exact in 8 mantissa bits
-            lo, hi = (1, 3) if coll.op is ReduceOp.PROD else (-8, 8)
-        x = rng.integers(lo, hi, size=in_elems).astype(np_type)
-        _to_file_type(x, dtype).tofile(data / f"in.{r}.bin")
-        inputs.append(x)
+    inputs = write_exact_inputs(coll, dtype, in_elems, seed, data)
     in_bytes, out_bytes = in_elems * esize, out_elems * esize
     port = free_port()
     argvs, envs = [], []
