@@ -209,6 +209,21 @@ def write_exact_inputs(coll, dtype: DType, in_elems: int, seed: int,
         inputs.append(x)
     return inputs
 
+
+def check_outputs(coll, dtype: DType, inputs: list[np.ndarray], data: pathlib.Path) -> None:
+    """Every rank's ``data/out.<rank>.bin`` equals numpy's reference of the collective."""
+    np_type = NP_TYPES[dtype][0]
+    want = reference(coll.kind, coll.op, inputs, coll.root)
+    for r in range(coll.n):
+        if want[r] is None:
+            continue
+        expect = _to_file_type(np.asarray(want[r], dtype=np_type), dtype)
+        got = np.fromfile(data / f"out.{r}.bin", dtype=expect.dtype)
+        assert got.shape == expect.shape, f"rank {r}: {got.shape} vs {expect.shape}"
+        bad = np.flatnonzero(got != expect)
+        assert not len(bad), (f"rank {r}: {len(bad)} wrong elements, first at {bad[0]}: "
+                              f"{got[bad[0]]} != {expect[bad[0]]}")
+
 def reference(kind: CollectiveKind, op: ReduceOp, inputs: list[np.ndarray], root: int | None):
     """Every rank's expected output, straight from the collective's definition (numpy)."""
     n = len(inputs)
@@ -248,23 +263,14 @@ def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: 
     in_elems = (us.units[Buf.INPUT] // us.count_units * count if us.split
                 else us.units[Buf.INPUT] * (count // us.count_units))
     dtype = dtype or coll.dtype
-    np_type, code = NP_TYPES[dtype]
+    code = NP_TYPES[dtype][1]
     data = workdir / "data"
     inputs = write_exact_inputs(coll, dtype, in_elems, seed, data)
     cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(coll.n), str(exe),
            str(data), str(count), str(code)] + (["inplace"] if inplace else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, f"mpirun failed:\n{proc.stdout}\n{proc.stderr}"
-    want = reference(coll.kind, coll.op, inputs, coll.root)
-    for r in range(coll.n):
-        if want[r] is None:
-            continue
-        expect = _to_file_type(np.asarray(want[r], dtype=np_type), dtype)
-        got = np.fromfile(data / f"out.{r}.bin", dtype=expect.dtype)
-        assert got.shape == expect.shape, f"rank {r}: {got.shape} vs {expect.shape}"
-        bad = np.flatnonzero(got != expect)
-        assert not len(bad), (f"rank {r}: {len(bad)} wrong elements, first at {bad[0]}: "
-                              f"{got[bad[0]]} != {expect[bad[0]]}")
+    check_outputs(coll, dtype, inputs, data)
 
 
 # -- random schedules ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import socket
 import subprocess
 
 import numpy as np
-from backend_helpers import NP_TYPES, _to_file_type, reference, write_exact_inputs
+from backend_helpers import NP_TYPES, check_outputs, write_exact_inputs
 
 from backends.common import EmitOptions, entry_count, prepare
 from backends.nccl import emit
@@ -120,16 +120,7 @@ def run_gpu(schedule: Schedule, workdir: pathlib.Path, dtype: DType | None = Non
         envs.append(rank_env(r, port))
     for r, (status, out, err) in enumerate(run_ranks(argvs, envs)):
         assert status == 0, f"rank {r} exited with {status}:\n{out}\n{err}"
-    want = reference(coll.kind, coll.op, inputs, coll.root)
-    for r in range(coll.n):
-        if want[r] is None:
-            continue
-        expect = _to_file_type(np.asarray(want[r], dtype=np_type), dtype)
-        got = np.fromfile(data / f"out.{r}.bin", dtype=expect.dtype)
-        assert got.shape == expect.shape, f"rank {r}: {got.shape} vs {expect.shape}"
-        bad = np.flatnonzero(got != expect)
-        assert not len(bad), (f"rank {r}: {len(bad)} wrong elements, first at {bad[0]}: "
-                              f"{got[bad[0]]} != {expect[bad[0]]}")
+    check_outputs(coll, dtype, inputs, data)
 
 
 def one_gpu_mpirun(n: int, argv: list[str], **env: str) -> list[str]:
