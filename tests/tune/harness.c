@@ -52,27 +52,7 @@ typedef struct {
   ncclResult_t (*getChunkSize)(void*, int, size_t, int, int, int, size_t*);
 } tuner_v6;   /* v5 is the same without getChunkSize */
 
-typedef struct {
-  uint64_t type;
-  void* parentObj;
-  int rank;
-  union {
-    struct { uint64_t seqNumber; const char* func; const void* sendBuff; void* recvBuff;
-             size_t count; int root; const char* datatype; uint8_t nChannels; uint8_t nWarps;
-             const char* algo; const char* proto; void* parentGroup; } coll;
-    struct { uint8_t channelId; uint64_t pTimer; } kernelCh;
-    struct { pid_t pid; uint8_t channelId; int peer; int nSteps; int chunkSize; int isSend; } proxyOp;
-  };
-} descr_v5;
-typedef union { struct { size_t transSize; } proxyStep; struct { uint64_t pTimer; } kernelCh; } state_args_v5;
-typedef struct {
-  const char* name;
-  ncclResult_t (*init)(void**, uint64_t, int*, const char*, int, int, int, logger_t);
-  ncclResult_t (*startEvent)(void*, void**, descr_v5*);
-  ncclResult_t (*stopEvent)(void*);
-  ncclResult_t (*recordEventState)(void*, int, state_args_v5*);
-  ncclResult_t (*finalize)(void*);
-} profiler_v5;
+#include "profiler_v5.h"
 
 static int failures = 0;
 #define CHECK(cond, ...) do { if (!(cond)) { __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED); fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \

@@ -23,27 +23,7 @@
 typedef int ncclResult_t;
 typedef void (*logger_t)(int level, unsigned long flags, const char* file, int line, const char* fmt, ...);
 
-typedef struct {
-  uint64_t type;
-  void* parentObj;
-  int rank;
-  union {
-    struct { uint64_t seqNumber; const char* func; const void* sendBuff; void* recvBuff;
-             size_t count; int root; const char* datatype; uint8_t nChannels; uint8_t nWarps;
-             const char* algo; const char* proto; void* parentGroup; } coll;
-    struct { pid_t pid; uint8_t channelId; int peer; int nSteps; int chunkSize; int isSend; } proxyOp;
-    struct { int step; } proxyStep;
-  };
-} descr_v5;
-typedef union { struct { size_t transSize; } proxyStep; struct { uint64_t pTimer; } kernelCh; } state_args_v5;
-typedef struct {
-  const char* name;
-  ncclResult_t (*init)(void**, uint64_t, int*, const char*, int, int, int, logger_t);
-  ncclResult_t (*startEvent)(void*, void**, descr_v5*);
-  ncclResult_t (*stopEvent)(void*);
-  ncclResult_t (*recordEventState)(void*, int, state_args_v5*);
-  ncclResult_t (*finalize)(void*);
-} profiler_v5;
+#include "profiler_v5.h"
 
 enum { COLL = 1 << 1, PROXY_OP = 1 << 3, PROXY_STEP = 1 << 4, SEND_WAIT = 9, RECV_WAIT = 10 };
 
