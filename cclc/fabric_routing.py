@@ -15,8 +15,9 @@ choice of spine for every flow that leaves its leaf *is* the routing model:
   carries more than its fair share (:func:`step_fair_share`) and no failed link is used: a greedy
   largest-first assignment, repaired by a small CP-SAT model when the greedy one overloads a link.
 
-Both return a new :class:`~cclc.ir.Schedule`; only the spine hop of each route changes. Algorithm
-modules call :func:`finish` to build their schedule with the planned spine assignment.
+Both return a new :class:`~cclc.ir.Schedule`; only the spine hop of each route changes. The
+routing pass :func:`route_spines` applies the planned assignment to every schedule the algorithm
+table builds.
 """
 
 from __future__ import annotations
@@ -26,32 +27,32 @@ import math
 import numpy as np
 
 from cclc.errors import ScheduleError
-from cclc.ir import Routes, Schedule, ScheduleBuilder
+from cclc.ir import Routes, Schedule
 from cclc.topology import Topology
 
 __all__ = [
     "ecmp_routes",
     "fair_shares",
-    "finish",
     "has_spines",
     "planned_routes",
+    "route_spines",
     "spine_link_loads",
     "step_fair_share",
 ]
 
 
 # ----------------------------------------------------------------------------------------------
-# building
+# the routing pass
 
 
-def finish(b: ScheduleBuilder, algorithm: str, schedule: str = "-",
-           params: tuple[tuple[str, int | float | str], ...] = ()) -> Schedule:
-    """Build ``b``; on a fabric with spines, give every spine-crossing flow a planned spine.
+def route_spines(s: Schedule) -> Schedule:
+    """The routing pass: on a fabric with spines, ``s`` with a planned spine for every
+    spine-crossing flow (:func:`planned_routes`); any other schedule unchanged.
 
     cclc's own schedules are always planned: leaving the spine to ECMP would throw away the
-    compile-time knowledge of every flow of every step.
+    compile-time knowledge of every flow of every step. The algorithm table applies this pass
+    to every schedule it builds (:mod:`cclc.algorithms`), so no algorithm routes by itself.
     """
-    s = b.build(algorithm, schedule, params)
     return planned_routes(s) if has_spines(s.topology) else s
 
 
