@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from cclc.algorithms import REGISTRY, Algorithm, algorithms_for, get
-from cclc.bounds import bounds
+from cclc.bounds import Bounds, bounds
 from cclc.collective import Collective, make_collective
 from cclc.errors import CollectiveError, ScheduleError
 from cclc.execution import IR_MODEL, ExecutionModel, predict
@@ -57,15 +57,17 @@ class Candidate:
 
 @dataclass(frozen=True, eq=False)
 class Plan:
-    """The chosen schedule and the evidence for the choice."""
+    """The chosen schedule and the evidence for the choice. The schedule was verified: a plan
+    is only ever made of one that passed :func:`cclc.verify.verify`."""
 
     schedule: Schedule
     time: float | None
     bound: float | None
     candidates: tuple[Candidate, ...]
-    verified: bool
     model: ExecutionModel = IR_MODEL
     planned_time: float | None = None
+    #: every lower bound of the collective (``bound`` is the best of them)
+    bounds: Bounds | None = None
 
     @property
     def name(self) -> str:
@@ -115,18 +117,13 @@ hint_params = _params
 
 # -- the analyses every candidate goes through ------------------------------------------------
 
-def _verify(schedule: Schedule) -> bool:
-    verify(schedule)
-    return True
-
-
 def _simulate(schedule: Schedule, model: ExecutionModel) -> tuple[float, float | None]:
     p = predict(schedule, model)
     return p.time, p.planned_time
 
 
-def _bound(coll: Collective) -> float:
-    return float(bounds(coll).best)
+def _bounds(coll: Collective) -> Bounds:
+    return bounds(coll)
 
 
 # -- planning --------------------------------------------------------------------------------
@@ -184,25 +181,24 @@ def _lookup(coll: Collective) -> list[Algorithm] | Algorithm:
 
 
 def _evaluate(coll: Collective, algo: Algorithm, bound: float | None,
-              model: ExecutionModel = IR_MODEL) -> tuple[Candidate, Schedule | None, bool]:
+              model: ExecutionModel = IR_MODEL) -> tuple[Candidate, Schedule | None]:
     """Build, verify and simulate one candidate (for ``auto``)."""
     params = _params(coll)
     reason = algo.applicable(coll, **params)
     if reason is not None:
-        return Candidate(algo.name, False, reason), None, False
+        return Candidate(algo.name, False, reason), None
     try:
         schedule = algo.build(coll, **params)  # any other failing build is a bug: propagate
     except RelayError as err:
         # the routing cannot carry a move and no member of the group can relay it
-        return Candidate(algo.name, False, err.message), None, False
+        return Candidate(algo.name, False, err.message), None
     try:
-        verified = _verify(schedule)
+        verify(schedule)
     except ScheduleError as err:
         # a bug in the algorithm: never pick it, and say so in the table
-        return Candidate(algo.name, False, f"failed verification: {err.message}"), None, False
+        return Candidate(algo.name, False, f"failed verification: {err.message}"), None
     time, planned = _simulate(schedule, model)
-    return (Candidate(algo.name, True, None, time, _pct(bound, time), planned), schedule,
-            verified)
+    return Candidate(algo.name, True, None, time, _pct(bound, time), planned), schedule
 
 
 def resolve(coll: Collective) -> list[Algorithm]:
@@ -247,37 +243,38 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         if isinstance(chosen, Algorithm) and explain else []
     total = 1 + (len(chosen) if isinstance(chosen, list) else 1 + len(others))
     step(0, total, "lower bounds")
-    bound = _bound(coll)
+    all_bounds = _bounds(coll)
+    bound = float(all_bounds.best)
     if isinstance(chosen, Algorithm):
         _check_applicable(coll, chosen)
         step(1, total, chosen.name)
         schedule = chosen.build(coll, **_params(coll))
-        verified = _verify(schedule)
+        verify(schedule)
         time, planned = _simulate(schedule, model)
         rows = [Candidate(chosen.name, True, None, time, _pct(bound, time), planned)]
         for i, algo in enumerate(others):
             step(2 + i, total, algo.name)
             rows.append(_evaluate(_as_auto(coll), algo, bound, model)[0])
-        return Plan(schedule, time, bound, tuple(rows), verified, model, planned)
+        return Plan(schedule, time, bound, tuple(rows), model, planned, all_bounds)
 
     rows = []
-    best: tuple[float, Schedule, bool, Candidate] | None = None
+    best: tuple[float, Schedule, Candidate] | None = None
     for i, algo in enumerate(chosen):
         step(1 + i, total, algo.name)
-        row, schedule, verified = _evaluate(coll, algo, bound, model)
+        row, schedule = _evaluate(coll, algo, bound, model)
         rows.append(row)
         if schedule is None:
             continue
         key = row.time if row.time is not None else float("inf")
         if best is None or key < best[0]:
-            best = (key, schedule, verified, row)
+            best = (key, schedule, row)
     if best is None:
         why = "; ".join(f"{r.name}: {r.reason}" for r in rows) or "no algorithm is registered"
         raise CollectiveError(f"no algorithm can serve collective '{coll.name}' "
                               f"({coll.kind.value} on {coll.n} ranks): {why}",
                               coll.algorithm.span or coll.span)
-    _, schedule, verified, row = best
-    return Plan(schedule, row.time, bound, tuple(rows), verified, model, row.planned_time)
+    _, schedule, row = best
+    return Plan(schedule, row.time, bound, tuple(rows), model, row.planned_time, all_bounds)
 
 
 def _as_auto(coll: Collective) -> Collective:

@@ -25,7 +25,8 @@ from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
 from cclc.topology import LinkKind, Topology
 from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH
 
-__all__ = ["FORMAT", "VERSION", "from_json", "load", "save", "to_json"]
+__all__ = ["FORMAT", "VERSION", "from_json", "load", "save", "to_json", "topology_document",
+           "topology_to_json"]
 
 FORMAT = "cclc-schedule"
 VERSION = 1
@@ -45,7 +46,8 @@ def _opt(a: np.ndarray | None) -> list | None:
     return None if a is None else a.tolist()
 
 
-def _topology_json(t: Topology) -> dict[str, Any]:
+def topology_to_json(t: Topology) -> dict[str, Any]:
+    """The ``topology`` object of a schedule document (also the body of a topology file)."""
     return {
         "name": t.name,
         "kind": t.kind,
@@ -82,6 +84,12 @@ def _span_json(span: Span | None) -> dict[str, Any] | None:
             "end_col": span.end_col}
 
 
+def topology_document(t: Topology) -> dict[str, Any]:
+    """The document of a ``topology-<name>.json`` file: the schedule document's topology
+    encoder, so both files describe a machine alike."""
+    return {"format": "cclc-topology", "version": 1, "topology": topology_to_json(t)}
+
+
 def to_json(s: Schedule) -> dict[str, Any]:
     """The schedule as a JSON-ready dict (plain lists, ints, floats, strings)."""
     c = s.collective
@@ -91,7 +99,7 @@ def to_json(s: Schedule) -> dict[str, Any]:
         "algorithm": s.algorithm,
         "schedule": s.schedule,
         "params": {k: v for k, v in s.params},
-        "topology": _topology_json(c.topology),
+        "topology": topology_to_json(c.topology),
         "collective": {
             "name": c.name,
             "kind": c.kind.value,

@@ -287,16 +287,8 @@ def test_report_names_fallbacks_and_loading(tmp_path):
 
 
 def test_emit_into_output_dir_with_cli_options(tmp_path):
-    import dataclasses
-
-    @dataclasses.dataclass(frozen=True)
-    class CliOptions:
-        source: str
-        force: bool
-        msccl_runtime: str = "rccl"
-
     out = OutputDir(tmp_path / "out")
-    paths = emit(ring_allgather(), out, CliOptions("x.ccl", False))
+    paths = emit(ring_allgather(), out, EmitOptions(msccl_runtime="rccl"))
     assert all(p.exists() for p in paths)
     assert set(out.files()) == {"ag_ring.rccl.xml", "ag_ring.rccl.report.md"}
 
