@@ -150,7 +150,7 @@ class Schedule:
 
     def __post_init__(self) -> None:
         layouts = []
-        for buf, lay in zip(Buf, self.layouts):
+        for buf, lay in zip(Buf, self.layouts, strict=True):
             a = _ro(np.asarray(lay, dtype=np.int64))
             if a.ndim == 2 and a.shape[0] != self.n:
                 raise ScheduleError(f"{buf.name.lower()} layout has {a.shape[0]} rows for "
@@ -285,7 +285,7 @@ class ScheduleBuilder:
                     src_off=src_off, dst_buf=dst_buf, dst_off=dst_off, count=count)
         arrays = np.broadcast_arrays(*[np.asarray(v) for v in vals.values()])
         n = arrays[0].size
-        for (k, dtype), a in zip(OP_COLUMNS.items(), arrays):
+        for (k, dtype), a in zip(OP_COLUMNS.items(), arrays, strict=True):
             self._cols[k].append(np.array(a, dtype=dtype).reshape(n))
 
     def build(self, algorithm: str, schedule: str = "-",

@@ -83,7 +83,7 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
         gpus.append({"id": r, "i_chunks": low.units[Buf.INPUT],
                      "o_chunks": low.units[Buf.OUTPUT], "s_chunks": low.scratch[r],
                      "tbs": [{"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan,
-                              "steps": st} for tb, st in zip(tbs, steps)]})
+                              "steps": st} for tb, st in zip(tbs, steps, strict=True)]})
     values = {"algo": algo, "gpus": gpus}
     values["_meta"] = {"name": name, "nchunks": nchunks, "unit": us.unit, "exact": us.exact,
                        "falls_back": bool(entry_count(schedule) % us.count_units),

@@ -63,7 +63,9 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
             "block for (from) member j lies where the .ccl size matrix puts it (blocks in "
             "group order, packed from the start, sizes scaled by count / compiled count) and "
             "the rest of each buffer is padding, never read or written.", 92)
-    rows, first, deps = [], [0], []
+    rows: list[str] = []
+    first = [0]
+    deps: list[int] = []
     for entries in tables.entries:
         for e in entries:
             rows.append(", ".join(str(v) for v in (
@@ -131,6 +133,7 @@ def _perf_sources(schedule: Schedule, common: dict, us, algorithm: str) -> dict[
     padded = is_padded(schedule)
     if padded:
         # blocks in units of count / count_units: elements * count_units / compiled count
+        assert coll.pair_sizes is not None          # a padded alltoall has per-pair sizes
         compiled = padded_count(schedule)
         elems = coll.pair_sizes // coll.dtype.itemsize
         pair_units = [int(x) * us.count_units // compiled for x in elems.ravel()]

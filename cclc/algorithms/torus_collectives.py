@@ -94,7 +94,7 @@ class Grid:
         if self.hop_path is None:
             return add_pair_routes(b, b.collective, src, dst)
         return np.array([b.route(self.hop_path(u, v)) if u != v else 0
-                         for u, v in zip(src.tolist(), dst.tolist())], dtype=np.int32)
+                         for u, v in zip(src.tolist(), dst.tolist(), strict=True)], dtype=np.int32)
 
 
 class _Engine:
@@ -250,7 +250,7 @@ def _ring_members(coll: Collective) -> np.ndarray:
         order = gi[snake_order(topo.dims)]
         order = order[order >= 0]
         ranks = [coll.group[i] for i in order.tolist()]
-        if not all(_duplex(topo, u, v) for u, v in zip(ranks, ranks[1:] + ranks[:1])):
+        if not all(_duplex(topo, u, v) for u, v in zip(ranks, ranks[1:] + ranks[:1], strict=True)):
             found = _hamiltonian_order(topo, ranks)
             if found is not None:
                 return gi[np.asarray(found)]

@@ -7,8 +7,8 @@ import pytest
 
 import dsl
 from backends.html import render
-from cclc.pipeline import measure
 from cclc.algorithms import get
+from cclc.pipeline import measure
 from cclc.plan import plan
 from cclc.serialize import save
 
