@@ -235,10 +235,25 @@ class Schedule:
 class ScheduleBuilder:
     """Collects ops (scalars or whole numpy columns at once) and routes for one schedule.
 
-    >>> b = ScheduleBuilder(coll, input=[4] * 3, output=[4] * 3)          # doctest: +SKIP
-    >>> r = b.route((link_a, link_b))                                        # doctest: +SKIP
-    >>> b.add(step=0, src=0, dst=1, route=r, src_buf=Buf.INPUT, src_off=1,  # doctest: +SKIP
-    ...       dst_buf=Buf.OUTPUT, dst_off=0)
+    An allgather on a ring of two ranks: each keeps its block, then sends it to the other
+    (chunk sizes are in elements: 32 B of fp32 is 8 elements, 4 per rank).
+
+    >>> from cclc.collective import CollectiveKind, make_collective
+    >>> from cclc.topology import torus
+    >>> from cclc.verify import verify
+    >>> ring = torus("ring", (2,))
+    >>> coll = make_collective("ag", CollectiveKind.ALLGATHER, ring, (0, 1), size=32)
+    >>> b = ScheduleBuilder(coll, input=[4], output=[4, 4])
+    >>> ranks = np.arange(2)
+    >>> b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0,
+    ...       dst_buf=Buf.OUTPUT, dst_off=ranks)
+    >>> routes = [b.route((ring.link_id(0, 1),)), b.route((ring.link_id(1, 0),))]
+    >>> b.add(step=1, src=ranks, dst=1 - ranks, route=routes, src_buf=Buf.INPUT, src_off=0,
+    ...       dst_buf=Buf.OUTPUT, dst_off=ranks)
+    >>> s = b.build("example")
+    >>> len(s.ops), s.n_steps
+    (4, 2)
+    >>> verify(s)
     """
 
     def __init__(self, collective: Collective, input: Sequence[int] | np.ndarray,
