@@ -9,9 +9,12 @@ costs only that output.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cclc.errors import CclError
+
+if TYPE_CHECKING:
+    from backends.contract import Backend
 
 __all__ = ["BACKENDS", "SCHEDULE_BACKENDS", "load"]
 
@@ -29,7 +32,7 @@ BACKENDS: dict[str, str] = {
 SCHEDULE_BACKENDS: tuple[str, ...] = ("json", "msccl", "nccl", "html")
 
 
-def load(name: str) -> Any:
+def load(name: str) -> Backend[Any, Any]:
     """The ``BACKEND`` of output ``name``; :class:`CclError` when it cannot be imported."""
     module_name = BACKENDS.get(name)
     if module_name is None:

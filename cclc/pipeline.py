@@ -44,7 +44,7 @@ from cclc.outdir import OutputDir
 from cclc.plan import Plan
 
 if TYPE_CHECKING:
-    from backends.contract import EmitOptions, Facts
+    from backends.contract import Backend, EmitOptions, Facts
     from dsl import Program
 
 __all__ = [
@@ -319,8 +319,8 @@ def measure(schedule: Schedule, p: Plan | None = None, simulate: bool = True) ->
                  candidates=p.candidates if p is not None else ())
 
 
-def write_outputs(backend, key, subject, out: OutputDir, options: EmitOptions,
-                  facts: Facts) -> list[str]:
+def write_outputs(backend: Backend[Any, Any], key: Any, subject: Any, out: OutputDir,
+                  options: EmitOptions, facts: Facts) -> list[str]:
     """Render ``backend``'s files for ``subject``, write them into ``out``, then run its build
     step; returns the names written and built. Every name must be one the backend declared
     (:meth:`~backends.contract.Backend.files`): that list is what the foreign-file check sees."""
@@ -337,7 +337,8 @@ def write_outputs(backend, key, subject, out: OutputDir, options: EmitOptions,
     return written + built
 
 
-def write_backend(backend, key, subject, outdir, options: EmitOptions | None = None,
+def write_backend(backend: Backend[Any, Any], key: Any, subject: Any,
+                  outdir: str | os.PathLike | OutputDir, options: EmitOptions | None = None,
                   facts: Facts | None = None) -> list[Path]:
     """:func:`write_outputs` into a folder path or an :class:`OutputDir` (after refusing the
     backend's declared files that cclc did not write); returns paths. The backends' ``emit``

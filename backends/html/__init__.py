@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from backends.contract import EmitOptions, Facts
+from backends.contract import Backend, EmitOptions, Facts
 from backends.html.data import prepare
 from cclc.collective import Collective
 from cclc.errors import CclError
@@ -60,4 +60,4 @@ class HtmlBackend:
         return []
 
 
-BACKEND = HtmlBackend()
+BACKEND: Backend[Collective, Schedule] = HtmlBackend()

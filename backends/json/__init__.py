@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from backends.contract import EmitOptions, Facts
+from backends.contract import Backend, EmitOptions, Facts
 from cclc.collective import Collective
 from cclc.ir import Schedule
 from cclc.serialize import to_json
@@ -35,4 +35,4 @@ class JsonBackend:
         return []
 
 
-BACKEND = JsonBackend()
+BACKEND: Backend[Collective, Schedule] = JsonBackend()

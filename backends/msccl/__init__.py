@@ -20,7 +20,7 @@ from backends.common import (
     prepare,
     render_template,
 )
-from backends.contract import Facts
+from backends.contract import Backend, Facts
 from backends.msccl.lower import (
     DepidLimitError,
     LimitError,
@@ -251,7 +251,7 @@ class MscclBackend:
         return []
 
 
-BACKEND = MscclBackend()
+BACKEND: Backend[Collective, Schedule] = MscclBackend()
 
 
 def emit(schedule: Schedule, outdir, options: EmitOptions | None = None) -> list[pathlib.Path]:

@@ -33,7 +33,7 @@ from backends.common import (
     prepare,
     render_template,
 )
-from backends.contract import Facts
+from backends.contract import Backend, Facts
 from backends.nccl.build import TARGET_FILES, BuildError, build, cuda_home, nccl_home
 from backends.nccl.tables import dataflow_tables
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, DType
@@ -189,7 +189,7 @@ class NcclBackend:
         return [f"{sub}/{path.name}" for path in build(folder / sub, targets, options)]
 
 
-BACKEND = NcclBackend()
+BACKEND: Backend[Collective, Schedule] = NcclBackend()
 
 
 def emit(schedule: Schedule, outdir, options: EmitOptions | None = None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jinja2
 
-from backends.contract import EmitOptions, Facts, TunerRows
+from backends.contract import Backend, EmitOptions, Facts, TunerRows
 from cclc.errors import CclError
 
 __all__ = [
@@ -123,7 +123,7 @@ class TunerBackend:
         return [LIBRARY]
 
 
-BACKEND = TunerBackend()
+BACKEND: Backend[TunerRows, TunerRows] = TunerBackend()
 
 
 def emit(rows: TunerRows, outdir, build_library: bool = True, cc: str | None = None
