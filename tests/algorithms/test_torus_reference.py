@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.algorithms.torus_reference_cases import (
+from torus_reference_cases import (
     CASES,
     DATA,
     build_case,

@@ -5,7 +5,7 @@ layouts of the schedule the registered entry built before the torus AllToAll cod
 package (the single-module builder, commit 2fcf978). The refactored builder must reproduce
 them exactly. Regenerating the file from the current builder would make the test compare the
 builder with itself: do it only for an intended change of the schedules, and say so in the
-commit (``python -m tests.algorithms.torus_reference_cases``).
+commit (``python tests/algorithms/torus_reference_cases.py``).
 """
 
 from __future__ import annotations
