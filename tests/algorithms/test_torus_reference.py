@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from torus_reference_cases import (
     CASES,
     DATA,
