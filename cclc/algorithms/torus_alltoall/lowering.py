@@ -137,24 +137,70 @@ class _Rows:
                 for k, v in self.cols.items()}
 
 
+#: the columns that must agree for two rows to merge, in the order runs are sorted by
+_RUN_KEYS = ("step", "src", "dst", "route", "src_buf", "dst_buf")
+
+
+def _packed_key(cols: list[np.ndarray]) -> np.ndarray | None:
+    """One int64 per row that sorts like the rows of ``cols`` compared column by column (a
+    mixed-radix number over each column's range), or None when it would not fit in 62 bits.
+
+    The last column gets one spare digit value, so that ``key + 1`` is the same row with that
+    column plus one and never carries into the others.
+    """
+    lows = [int(c.min()) for c in cols]
+    ranges = [int(c.max()) - lo + 1 for c, lo in zip(cols, lows, strict=True)]
+    ranges[-1] += 1
+    if math.prod(ranges) >= 1 << 62:
+        return None
+    key = np.zeros(len(cols[0]), dtype=np.int64)
+    for c, lo, r in zip(cols, lows, ranges, strict=True):
+        key *= r
+        key += c
+        key -= lo
+    return key
+
+
 def _coalesce(a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Merge rows that continue each other (next chunk on both sides, same everything else)."""
-    if not len(a["step"]):
+    """Merge rows that continue each other (next chunk on both sides, same everything else).
+
+    Rows are sorted by :data:`_RUN_KEYS` then ``src_off`` (stable), and a run is a stretch of
+    consecutive rows whose ``src_off`` and ``dst_off`` both grow by one; every run becomes its
+    first row with ``count`` = its length.
+    """
+    n = len(a["step"])
+    if not n:
         return {**a, "count": np.zeros(0, dtype=np.int64)}
-    keys = ("step", "src", "dst", "route", "src_buf", "dst_buf")
-    order = np.lexsort((a["src_off"],) + tuple(a[k] for k in reversed(keys)))
-    s = {k: v[order] for k, v in a.items()}
-    same = np.ones(len(order), dtype=bool)
-    same[0] = False
-    for k in keys:
-        same[1:] &= s[k][1:] == s[k][:-1]
-    same[1:] &= (s["src_off"][1:] == s["src_off"][:-1] + 1) & \
-                (s["dst_off"][1:] == s["dst_off"][:-1] + 1)
+    key = _packed_key([a[k] for k in _RUN_KEYS] + [a["src_off"]])
+    if key is None:
+        # ranges too wide to pack: the same order by sorting on every column
+        order = np.lexsort((a["src_off"],) + tuple(a[k] for k in reversed(_RUN_KEYS)))
+        key = _packed_rank(a, order)
+    else:
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+    dst_off = a["dst_off"][order]
+    same = np.zeros(n, dtype=bool)
+    same[1:] = (key[1:] == key[:-1] + 1) & (dst_off[1:] == dst_off[:-1] + 1)
     starts = np.flatnonzero(~same)
-    count = np.diff(np.append(starts, len(order)))
-    out = {k: v[starts] for k, v in s.items()}
-    out["count"] = count
+    rows = order[starts]
+    out = {k: v[rows] for k, v in a.items()}
+    out["count"] = np.diff(np.append(starts, n))
     return out
+
+
+def _packed_rank(a: dict[str, np.ndarray], order: np.ndarray) -> np.ndarray:
+    """For rows in ``order``: a number that grows by exactly one from a row to the next when
+    the next has the same :data:`_RUN_KEYS` and the next ``src_off`` (as :func:`_packed_key`),
+    built from the sorted rows when the columns cannot be packed."""
+    s = {k: a[k][order] for k in (*_RUN_KEYS, "src_off")}
+    new_group = np.ones(len(order), dtype=bool)
+    new_group[1:] = False
+    for k in _RUN_KEYS:
+        new_group[1:] |= s[k][1:] != s[k][:-1]
+    # groups far apart (a gap of 2 beyond any offset step) so that only same-group rows chain
+    gap = int(s["src_off"].max()) - int(s["src_off"].min()) + 2
+    return np.cumsum(new_group).astype(np.int64) * gap + s["src_off"]
 
 
 class _RouteTable:
@@ -318,7 +364,6 @@ def lower_layout(coll: Collective, lay: Layout, algorithm: str, schedule: str,
     b = ScheduleBuilder(coll, input=[0], output=[0])
     routes = _RouteTable(b, coll.topology)
     sz = _nonuniform_sizes(coll, lay, geo) if coll.pair_sizes is not None else None
-    batches: list[dict[str, np.ndarray]] = []
     for p in range(geo.pieces):
         phases = lay.phases[p]
         for i, (d, start) in enumerate(phases):
@@ -326,15 +371,12 @@ def lower_layout(coll: Collective, lay: Layout, algorithm: str, schedule: str,
             rows = _phase_rows(geo, ph, lay.groups[d], routes)
             if sz is not None:
                 _carry_sizes(rows, sz)
-            merged = _coalesce(rows)
-            merged.pop("hop")
-            batches.append({k: v.astype(np.int32) for k, v in merged.items()})
-            del rows, merged
-    cols = {k: np.concatenate([r[k] for r in batches]) for k in batches[0]}
-    del batches
-    b.add(step=cols["step"], src=geo.gidx[cols["src"]], dst=geo.gidx[cols["dst"]],
-          route=cols["route"], src_buf=cols["src_buf"], src_off=cols["src_off"],
-          dst_buf=cols["dst_buf"], dst_off=cols["dst_off"], count=cols["count"])
+            cols = _coalesce(rows)
+            del rows
+            # the builder keeps its own (narrower) copy of every batch
+            b.add(step=cols["step"], src=geo.gidx[cols["src"]], dst=geo.gidx[cols["dst"]],
+                  route=cols["route"], src_buf=cols["src_buf"], src_off=cols["src_off"],
+                  dst_buf=cols["dst_buf"], dst_off=cols["dst_off"], count=cols["count"])
     return _schedules(b, coll, lay, geo, sizes or [coll.size], sz, algorithm, schedule)
 
 
