@@ -34,7 +34,7 @@ from cclc.ir import Buf, Schedule, ScheduleBuilder
 
 __all__ = ["lower_layout", "resized", "single_rank", "split_chunks"]
 
-_ROW_KEYS = ("step", "src", "dst", "route", "src_buf", "src_off", "dst_buf", "dst_off", "hop")
+_ROW_KEYS = ("step", "src", "dst", "route", "src_buf", "src_off", "dst_buf", "dst_off")
 
 
 def split_chunks(elems: np.ndarray, pieces: int, weights: np.ndarray) -> np.ndarray:
@@ -122,19 +122,31 @@ def _phase(geo: _Geometry, dims: tuple[int, ...], p: int, i: int, last: bool, d:
 
 
 class _Rows:
-    """Op rows of one batch (count 1 each), coalesced into runs at the end."""
+    """Op rows of one batch (count 1 each), coalesced into runs at the end.
 
-    def __init__(self) -> None:
-        self.cols: dict[str, list[np.ndarray]] = {k: [] for k in _ROW_KEYS}
+    Every :meth:`add` is a block of rows given as arrays that broadcast to one shape; the
+    blocks are written once, straight into preallocated int32 columns (every value is an op
+    field, which the IR keeps in 32 bits), instead of being expanded and then concatenated.
+    """
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+        self.blocks: list[tuple[tuple[int, ...], dict[str, np.ndarray]]] = []
 
     def add(self, **kw) -> None:
-        arrays = np.broadcast_arrays(*[np.asarray(v, dtype=np.int64) for v in kw.values()])
-        for k, a in zip(kw, arrays, strict=True):
-            self.cols[k].append(a.ravel())
+        shape = np.broadcast_shapes(*[np.shape(kw[k]) for k in self.keys])
+        self.blocks.append((shape, {k: np.asarray(kw[k]) for k in self.keys}))
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64))
-                for k, v in self.cols.items()}
+        total = sum(math.prod(shape) for shape, _ in self.blocks)
+        out = {k: np.empty(total, dtype=np.int32) for k in self.keys}
+        pos = 0
+        for shape, cols in self.blocks:
+            size = math.prod(shape)
+            for k, v in cols.items():
+                out[k][pos:pos + size].reshape(shape)[...] = v
+            pos += size
+        return out
 
 
 #: the columns that must agree for two rows to merge, in the order runs are sorted by
@@ -297,10 +309,11 @@ def _plan_rows(rows: _Rows, geo: _Geometry, ph: _Phase, grp: Group, routes: np.n
              hop=np.broadcast_to(hop, sh))
 
 
-def _phase_rows(geo: _Geometry, ph: _Phase, groups: list[Group], routes: _RouteTable
-                ) -> dict[str, np.ndarray]:
-    """The uncoalesced rows of one phase: every group, lane and plan use."""
-    rows = _Rows()
+def _phase_rows(geo: _Geometry, ph: _Phase, groups: list[Group], routes: _RouteTable,
+                with_hop: bool) -> dict[str, np.ndarray]:
+    """The uncoalesced rows of one phase: every group, lane and plan use (``with_hop``: also
+    the segment's index in its journey, which non-uniform sizes follow)."""
+    rows = _Rows(_ROW_KEYS + (("hop",) if with_hop else ()))
     m = len(ph.block)
     for gi, grp in enumerate(groups):
         _self_rows(rows, geo, ph, grp)
@@ -368,7 +381,7 @@ def lower_layout(coll: Collective, lay: Layout, algorithm: str, schedule: str,
         phases = lay.phases[p]
         for i, (d, start) in enumerate(phases):
             ph = _phase(geo, dims, p, i, i == len(phases) - 1, d, start)
-            rows = _phase_rows(geo, ph, lay.groups[d], routes)
+            rows = _phase_rows(geo, ph, lay.groups[d], routes, with_hop=sz is not None)
             if sz is not None:
                 _carry_sizes(rows, sz)
             cols = _coalesce(rows)
