@@ -326,6 +326,25 @@ def _phase_rows(geo: _Geometry, ph: _Phase, groups: list[Group], routes: _RouteT
     return rows.arrays()
 
 
+def _merge_by_step(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The rows of all batches (each sorted by step) in the order of a stable sort by step of
+    their concatenation: per step, batch after batch. Each batch's rows of one step are
+    contiguous, so every row's place is its step's start in the result, plus the rows of that
+    step in earlier batches, plus its rank within its batch's rows of that step."""
+    keys = [k for k in batches[0] if k != "hop"]
+    n_steps = max(int(b["step"][-1]) + 1 for b in batches if len(b["step"]))
+    counts = np.array([np.bincount(b["step"], minlength=n_steps) for b in batches])   # (B, T)
+    # start of (batch, step) in the result: step-major, then batch
+    place = (np.cumsum(counts.T.ravel()) - counts.T.ravel()).reshape(n_steps, -1).T
+    first = np.cumsum(counts, axis=1) - counts       # start of (batch, step) in its batch
+    out = {k: np.empty(int(counts.sum()), dtype=np.int32) for k in keys}
+    for bi, t in zip(*np.nonzero(counts), strict=True):
+        n, dst, src = counts[bi, t], place[bi, t], first[bi, t]
+        for k in keys:
+            out[k][dst:dst + n] = batches[bi][k][src:src + n]
+    return out
+
+
 def _carry_sizes(rows: dict[str, np.ndarray], sz: dict[Buf, np.ndarray]) -> None:
     """Non-uniform sizes flow with the data: every write takes the size of what it reads
     (hop by hop, so a transit chunk is sized before it is read)."""
@@ -377,6 +396,7 @@ def lower_layout(coll: Collective, lay: Layout, algorithm: str, schedule: str,
     b = ScheduleBuilder(coll, input=[0], output=[0])
     routes = _RouteTable(b, coll.topology)
     sz = _nonuniform_sizes(coll, lay, geo) if coll.pair_sizes is not None else None
+    batches: list[dict[str, np.ndarray]] = []
     for p in range(geo.pieces):
         phases = lay.phases[p]
         for i, (d, start) in enumerate(phases):
@@ -384,12 +404,13 @@ def lower_layout(coll: Collective, lay: Layout, algorithm: str, schedule: str,
             rows = _phase_rows(geo, ph, lay.groups[d], routes, with_hop=sz is not None)
             if sz is not None:
                 _carry_sizes(rows, sz)
-            cols = _coalesce(rows)
+            batches.append(_coalesce(rows))
             del rows
-            # the builder keeps its own (narrower) copy of every batch
-            b.add(step=cols["step"], src=geo.gidx[cols["src"]], dst=geo.gidx[cols["dst"]],
-                  route=cols["route"], src_buf=cols["src_buf"], src_off=cols["src_off"],
-                  dst_buf=cols["dst_buf"], dst_off=cols["dst_off"], count=cols["count"])
+    cols = _merge_by_step(batches)
+    del batches
+    b.add(step=cols["step"], src=geo.gidx[cols["src"]], dst=geo.gidx[cols["dst"]],
+          route=cols["route"], src_buf=cols["src_buf"], src_off=cols["src_off"],
+          dst_buf=cols["dst_buf"], dst_off=cols["dst_off"], count=cols["count"])
     return _schedules(b, coll, lay, geo, sizes or [coll.size], sz, algorithm, schedule)
 
 
