@@ -7,11 +7,15 @@ schedule in :data:`SCHEDULES`, plus ``mate`` and ``matee``.
 from __future__ import annotations
 
 from cclc.algorithms import Algorithm, register
-from cclc.algorithms.common import hint_int
-from cclc.algorithms.torus_alltoall.faults import active_dims, torus_faults, torus_reason
+from cclc.algorithms.torus_alltoall.faults import (
+    active_dims,
+    torus_dims,
+    torus_faults,
+    torus_reason,
+)
 from cclc.algorithms.torus_alltoall.lowering import lower_layout, single_rank
 from cclc.algorithms.torus_alltoall.mate import mate_applicable, mate_layout
-from cclc.algorithms.torus_alltoall.strategies import order_param, ring_layout
+from cclc.algorithms.torus_alltoall.strategies import order_param, pipeline_chunks, ring_layout
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Schedule
@@ -36,8 +40,8 @@ def _param_reason(coll: Collective, what: str, schedule: str, params: dict) -> s
                                     else "no parameters") + f" (got {', '.join(sorted(extra))})")
     if schedule == "pipeline":
         try:
-            k = hint_int(params, "chunks", 6)
-            order_param(params, active_dims(tuple(coll.topology.dims)))
+            k = pipeline_chunks(params)
+            order_param(params, active_dims(torus_dims(coll.topology)))
         except CollectiveError as e:
             return e.message
         if k > MAX_PIPELINE_CHUNKS:

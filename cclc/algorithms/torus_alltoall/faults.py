@@ -17,8 +17,9 @@ import numpy as np
 from cclc.algorithms.common import torus_link_table
 from cclc.algorithms.torus_alltoall.ring_plans import MINUS, PLUS
 from cclc.collective import Collective, CollectiveKind
+from cclc.errors import ScheduleError
 
-__all__ = ["TorusFaults", "active_dims", "torus_faults", "torus_reason"]
+__all__ = ["TorusFaults", "active_dims", "torus_dims", "torus_faults", "torus_reason"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,14 @@ class TorusFaults:
     def describe_ring(self, topo, d: int, g: int) -> str:
         r = self.rings[d][g]
         return f"the dimension-{d} ring {topo.vertex_names[r[0]]}..{topo.vertex_names[r[-1]]}"
+
+
+def torus_dims(topo) -> tuple[int, ...]:
+    """The torus's size per dimension (a torus always has them; other topologies are refused
+    by :func:`torus_reason` before anything is built)."""
+    if topo.dims is None:
+        raise ScheduleError(f"internal: '{topo.name}' is a {topo.kind}, not a torus")
+    return tuple(topo.dims)
 
 
 def active_dims(dims: tuple[int, ...]) -> list[int]:
@@ -72,7 +81,7 @@ def _broken_edges(topo, table: np.ndarray, r: np.ndarray, d: int) -> np.ndarray:
 
 def torus_faults(topo) -> TorusFaults:
     """Collect the failed links of a torus ring by ring."""
-    dims = tuple(topo.dims)
+    dims = torus_dims(topo)
     table = torus_link_table(topo)
     rings, broken = [], []
     for d, size in enumerate(dims):

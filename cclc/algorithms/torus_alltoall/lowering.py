@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cclc.algorithms.common import torus_link_table
+from cclc.algorithms.torus_alltoall.faults import torus_dims
 from cclc.algorithms.torus_alltoall.ring_plans import RING, RingPlan
 from cclc.algorithms.torus_alltoall.strategies import Group, Layout
 from cclc.collective import Collective
@@ -365,7 +366,7 @@ def _carry_sizes(rows: dict[str, np.ndarray], sz: dict[Buf, np.ndarray]) -> None
 
 
 def _geometry(coll: Collective, lay: Layout) -> _Geometry:
-    n = math.prod(coll.topology.dims)
+    n = math.prod(torus_dims(coll.topology))
     L = len(lay.lane_weights)
     max_hops = max([u.plan.max_hops for gs in lay.groups.values() for g in gs
                     for lane in g.uses for u in lane] + [1])
@@ -377,11 +378,12 @@ def _geometry(coll: Collective, lay: Layout) -> _Geometry:
                      transit=max(max_hops - 1, 0) * n * L, gidx=gidx)
 
 
-def _nonuniform_sizes(coll: Collective, lay: Layout, geo: _Geometry) -> dict[Buf, np.ndarray]:
+def _nonuniform_sizes(pair_sizes: np.ndarray, itemsize: int, lay: Layout, geo: _Geometry
+                      ) -> dict[Buf, np.ndarray]:
     """Chunk sizes by global rank (the ops name global ranks until the end); scratch is sized
     as the data flows into it."""
     n, PL = geo.n, geo.pieces * geo.lanes
-    elems = coll.pair_sizes // coll.dtype.itemsize
+    elems = np.asarray(pair_sizes) // itemsize
     chunks_in = split_chunks(elems, geo.pieces, lay.lane_weights).reshape(n, n * PL)[geo.gidx]
     chunks_out = split_chunks(elems.T, geo.pieces, lay.lane_weights).reshape(n, n * PL)[geo.gidx]
     scratch = np.zeros((n, geo.pieces * geo.per_piece), dtype=np.int64)
@@ -391,11 +393,12 @@ def _nonuniform_sizes(coll: Collective, lay: Layout, geo: _Geometry) -> dict[Buf
 def lower_layout(coll: Collective, lay: Layout, algorithm: str, schedule: str,
                  sizes: list[int] | None = None) -> list[Schedule]:
     """Lower a layout into schedules (one per entry of ``sizes``, sharing the ops)."""
-    dims = tuple(coll.topology.dims)
+    dims = torus_dims(coll.topology)
     geo = _geometry(coll, lay)
     b = ScheduleBuilder(coll, input=[0], output=[0])
     routes = _RouteTable(b, coll.topology)
-    sz = _nonuniform_sizes(coll, lay, geo) if coll.pair_sizes is not None else None
+    sz = (None if coll.pair_sizes is None
+          else _nonuniform_sizes(coll.pair_sizes, coll.dtype.itemsize, lay, geo))
     batches: list[dict[str, np.ndarray]] = []
     for p in range(geo.pieces):
         phases = lay.phases[p]
@@ -422,15 +425,16 @@ def _schedules(b: ScheduleBuilder, coll: Collective, lay: Layout, geo: _Geometry
     out: list[Schedule] = []
     for size in sizes:
         if sz is not None:
-            layouts = (sz[Buf.INPUT][group], sz[Buf.OUTPUT][group], sz[Buf.SCRATCH][group])
+            parts = (sz[Buf.INPUT][group], sz[Buf.OUTPUT][group], sz[Buf.SCRATCH][group])
             c = coll
         else:
             c = coll if size == coll.size else resized(coll, size)
             e = split_chunks(np.array([c.count // geo.n]), geo.pieces,
                              lay.lane_weights).reshape(geo.pieces, geo.lanes)
-            layouts = (np.tile(e.ravel(), geo.n), np.tile(e.ravel(), geo.n),
-                       _scratch_layout(e, geo))
-        layouts = tuple(np.asarray(x, dtype=np.int64) for x in layouts)
+            parts = (np.tile(e.ravel(), geo.n), np.tile(e.ravel(), geo.n),
+                     _scratch_layout(e, geo))
+        inp, outp, scratch = (np.asarray(x, dtype=np.int64) for x in parts)
+        layouts = (inp, outp, scratch)
         if not out:
             b.collective, b.layouts = c, layouts
             out.append(b.build(algorithm, schedule, lay.params))

@@ -187,7 +187,8 @@ def line_plan(n: int, cut: int | None = None) -> RingPlan:
             start += 1
         for k, q in enumerate(line_hops):
             busy.add((start + k, q, direction))
-        moves = [(pos[q], pos[q + step], ((RING, direction),)) for q in line_hops]
+        moves: list[tuple[int, int, tuple[Move, ...]]] = [
+            (pos[q], pos[q + step], ((RING, direction),)) for q in line_hops]
         j.walk(pos[a], pos[b], start, moves)
     return j.plan()
 

@@ -29,7 +29,7 @@ from cclc.collective import Collective
 from cclc.errors import CollectiveError
 
 __all__ = ["Group", "Layout", "PlanUse", "dim_groups", "needs_direction_lanes", "order_param",
-           "phase_len", "ring_layout", "rotated_phases"]
+           "phase_len", "pipeline_chunks", "ring_layout", "rotated_phases"]
 
 
 class PlanUse(NamedTuple):
@@ -119,6 +119,13 @@ def phase_len(groups: list[Group]) -> int:
                default=0)
 
 
+def pipeline_chunks(params: dict) -> int:
+    """The ``chunks=`` of a pipeline (default 6)."""
+    k = hint_int(params, "chunks", 6)
+    assert k is not None        # a default is given
+    return k
+
+
 def order_param(params: dict, active: list[int]) -> list[int]:
     """The ``order=`` of a pipeline: each active dimension once (default ascending)."""
     order = params.get("order")
@@ -147,7 +154,7 @@ def ring_layout(coll: Collective, algorithm: str, schedule: str, params: dict) -
     lens = {d: phase_len(groups[d]) for d in active}
     weights = np.full(L, 1.0 / L)
     if schedule == "pipeline":
-        K = hint_int(params, "chunks", 6)
+        K = pipeline_chunks(params)
         order = order_param(params, active)
         D = len(order)
         stage_len = [max([lens[order[t - k]] for k in range(K) if 0 <= t - k < D], default=0)
