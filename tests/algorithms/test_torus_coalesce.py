@@ -73,3 +73,21 @@ def test_wide_rows_take_the_unpacked_path():
     assert _packed_key([a[:, i] for i in range(7)]) is None
     assert run(rows) == brute_force(rows)
     assert len(run(rows)) == 4
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 99)), max_size=20),
+                min_size=1, max_size=5))
+def test_merge_by_step_is_a_stable_sort_of_the_concatenation(batches):
+    from cclc.algorithms.torus_alltoall.lowering import _merge_by_step
+
+    cols = []
+    for rows in batches:
+        a = np.array(sorted(rows, key=lambda r: r[0]), dtype=np.int64).reshape(-1, 2)
+        cols.append({"step": a[:, 0], "src_off": a[:, 1], "hop": a[:, 1]})
+    got = _merge_by_step(cols)
+    assert set(got) == {"step", "src_off"}
+    step = np.concatenate([c["step"] for c in cols])
+    order = np.argsort(step, kind="stable")
+    assert np.array_equal(got["step"], step[order])
+    assert np.array_equal(got["src_off"], np.concatenate([c["src_off"] for c in cols])[order])

@@ -330,10 +330,13 @@ def _phase_rows(geo: _Geometry, ph: _Phase, groups: list[Group], routes: _RouteT
 def _merge_by_step(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """The rows of all batches (each sorted by step) in the order of a stable sort by step of
     their concatenation: per step, batch after batch. Each batch's rows of one step are
-    contiguous, so every row's place is its step's start in the result, plus the rows of that
-    step in earlier batches, plus its rank within its batch's rows of that step."""
+    contiguous, so each such stretch is one slice copy, to the step's start in the result plus
+    the rows of that step in earlier batches."""
     keys = [k for k in batches[0] if k != "hop"]
-    n_steps = max(int(b["step"][-1]) + 1 for b in batches if len(b["step"]))
+    # _coalesce sorts by step first, so a batch's last row has its last step
+    n_steps = max((int(b["step"][-1]) + 1 for b in batches if len(b["step"])), default=0)
+    if not n_steps:
+        return {k: np.zeros(0, dtype=np.int32) for k in keys}
     counts = np.array([np.bincount(b["step"], minlength=n_steps) for b in batches])   # (B, T)
     # start of (batch, step) in the result: step-major, then batch
     place = (np.cumsum(counts.T.ravel()) - counts.T.ravel()).reshape(n_steps, -1).T
