@@ -308,8 +308,11 @@ class ScheduleBuilder:
         """The finished schedule, ops sorted by step (stable)."""
         cols = {k: (np.concatenate(v) if v else np.zeros(0, dtype=OP_COLUMNS[k]))
                 for k, v in self._cols.items()}
-        order = np.argsort(cols["step"], kind="stable")
-        ops = Ops(**{k: v[order] for k, v in cols.items()})
+        step = cols["step"]
+        if (step[1:] < step[:-1]).any():    # ops added out of step order: sort them (stable)
+            order = np.argsort(step, kind="stable")
+            cols = {k: v[order] for k, v in cols.items()}
+        ops = Ops(**cols)
         offsets = np.concatenate([np.array([0], dtype=np.int64)] + [o[1:] if i == 0 else o
                                   for i, o in enumerate(self._route_offsets)])
         links = (np.concatenate(self._route_links) if self._route_links
