@@ -228,24 +228,48 @@ def _segment_ids(routes: Routes, links: np.ndarray, seg_lo: np.ndarray, seg_hi: 
     route appended in order of first use. Returns the ids and the new CSR routes."""
     r_off = routes.offsets.astype(np.int64)
     r_len = np.diff(r_off)
-    width = int(max(r_len.max(initial=0), (seg_hi - seg_lo).max(initial=0), 1))
-    rows = np.concatenate([_padded(links, r_off[:-1], r_off[1:], width),
+    seg_len = seg_hi - seg_lo
+    width = int(max(seg_len.max(initial=0), 1))
+    # only existing routes as long as some segment can be one of them
+    old = np.flatnonzero((r_len > 0) & (r_len <= width))
+    rows = np.concatenate([_padded(links, r_off[old], r_off[old + 1], width),
                            _padded(links, seg_lo, seg_hi, width)])
-    _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    n_old = len(r_len)
-    seg_first = first[inverse[n_old:]]               # first row with the segment's path
+    first = _first_equal_row(rows)
+    n_old = len(old)
+    seg_first = first[n_old:]                        # first row with the segment's path
     new = seg_first >= n_old
     # new paths get ids after the old routes, in order of first use
     fresh = np.unique(seg_first[new])                 # rows, ascending = first-use order
-    ids = np.where(new, n_old + np.searchsorted(fresh, seg_first), seg_first)
+    ids = np.where(new, len(r_len) + np.searchsorted(fresh, seg_first),
+                   old[np.minimum(seg_first, max(n_old - 1, 0))] if n_old else 0)
     fresh_seg = fresh - n_old
-    lens = seg_hi[fresh_seg] - seg_lo[fresh_seg]
+    lens = seg_len[fresh_seg]
     add = _padded(links, seg_lo[fresh_seg], seg_hi[fresh_seg], width)
-    add_links = add[add >= 0] if len(add) else np.zeros(0, dtype=np.int64)
+    add_links = add[add >= 0]
     offsets = np.concatenate([r_off, r_off[-1] + np.cumsum(lens)])
     all_links = np.concatenate([routes.links.astype(np.int64), add_links]).astype(np.int32)
     return ids, offsets, all_links
+
+
+def _first_equal_row(rows: np.ndarray) -> np.ndarray:
+    """Per row of a 2-D integer array: the index of the first row equal to it."""
+    if not len(rows):
+        return np.zeros(0, dtype=np.int64)
+    # hash each row to one integer (wrapping arithmetic), group by hash, then confirm the
+    # grouping row by row; a collision (never seen) falls back to an exact sort of the rows
+    mult = np.random.default_rng(17).integers(1, 2 ** 62, size=rows.shape[1], dtype=np.int64)
+    with np.errstate(over="ignore"):
+        h = (rows.astype(np.int64) * (mult | 1)).sum(axis=1)
+    order = np.argsort(h, kind="stable")
+    hs = h[order]
+    start = np.r_[True, hs[1:] != hs[:-1]]
+    lead = order[np.flatnonzero(start)[np.cumsum(start) - 1]]   # first row of the hash group
+    first = np.empty(len(rows), dtype=np.int64)
+    first[order] = lead
+    if (rows[first] != rows).any():
+        _, idx, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        return idx[inv.reshape(-1)]
+    return first
 
 
 def _same_chunks(elems: list[np.ndarray], cols: dict[str, np.ndarray]) -> np.ndarray:
