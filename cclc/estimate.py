@@ -15,12 +15,12 @@ bounds and skips one whose bound is already above the time of a simulated candid
 win, so pruning never changes the choice (``tests/plan/test_estimate.py`` checks both the
 bounds against simulation and pruned ``auto`` against unpruned ``auto``).
 
-How tight it is (measured at bandwidth-bound sizes on 4x4, 5x5, 3x5 and 4x4x4 tori, healthy
-and with one failed link; the tests pin the healthy figures): under the ``ir`` model the
-simulated time is 1.00-1.01x the bound for direct and for DimRotation on a healthy torus,
-1.00-1.17x for DimRotation with a failed link, 1.06-1.34x for Pipeline (6 chunks) and
-1.0-1.95x for Bruck; under ``msccl`` 1.0-1.65x; under ``nccl`` 1.03-2.1x for the torus entries
-and up to 8.2x for direct and Bruck, whose relay chains pay a launch per hop. A loose bound
+How tight it is (measured at bandwidth-bound sizes on GPU tori, routing ``none``, 4x4, 5x5 and
+4x4x4, healthy and with one failed link; the tests pin the healthy figures): under the ``ir``
+model the simulated time is 1.00x the bound for DimRotation on a healthy torus and 1.13-1.17x
+for Line+DimRotation with a failed link, 1.09-1.34x for Pipeline (6 chunks), 2.0-2.2x for
+FoldedRing (its two-hop edges are relayed in two sub-steps), 1.2-2.4x for direct and
+2.0-3.3x for Bruck (relayed hop by hop); under ``nccl`` and ``msccl`` 1.0-2.8x. A loose bound
 only prunes less; it never prunes wrongly.
 
 Rules exist for ``direct``, ``bruck`` and the multi-dimensional torus AllToAll entries
