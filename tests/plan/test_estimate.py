@@ -158,3 +158,23 @@ def test_evaluation_order_and_prune_reason():
     assert prune_reason(Estimate(1.0, 0), 1.0, "mate") is None     # equal: it may tie
     assert prune_reason(None, 1.0, "mate") is None
     assert prune_reason(Estimate(2.0, 0), None, None) is None
+
+
+def test_explain_shows_bound_time_and_why_pruned():
+    import dataclasses
+
+    from cclc.commands.compile import format_candidates
+    from cclc.plan import Candidate
+
+    c = _coll(_torus((4,), None), CollectiveKind.ALLGATHER, mult=64)
+    p = plan(c)
+    extra = Candidate("slowpoke", True, None, estimate=1.0,
+                      pruned="its load bound is above direct's simulated time: it cannot win")
+    table = format_candidates(dataclasses.replace(p, candidates=p.candidates + (extra,)))
+    header, *rows = table.splitlines()
+    assert "load bound" in header and "time (ir model)" in header
+    line = next(r for r in rows if r.split()[0] == "slowpoke")
+    assert "1 s" in line and "pruned: its load bound is above" in line
+    chosen = next(r for r in rows if r.split()[0] == p.name)
+    est = next(r.estimate for r in p.candidates if r.name == p.name)
+    assert est is None or "chosen" in chosen
