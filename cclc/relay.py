@@ -99,8 +99,9 @@ def lower_relays(schedule: Schedule) -> Schedule:
     count = cols["count"]
     elems = [s.chunk_elems(b) for b in Buf]
     same = _same_chunks(elems, cols)
-    in_place = _steps_reading_own_writes(s)
     step = cols["step"]
+    # only the steps with relayed ops matter
+    in_place = _steps_reading_own_writes(s, np.unique(step))
     pieces = np.where(same & ~in_place[step], count, 1)
     n_steps = s.n_steps
     length = np.ones(n_steps, dtype=np.int64)       # sub-steps each original step becomes
@@ -364,9 +365,12 @@ def _assign_regions(rank: np.ndarray, shape: np.ndarray, written: np.ndarray, n:
     return region
 
 
-def _steps_reading_own_writes(s: Schedule) -> np.ndarray:
-    """Per step: whether an op of it reads a chunk that an op of the same step writes."""
+def _steps_reading_own_writes(s: Schedule, only: np.ndarray | None = None) -> np.ndarray:
+    """Per step: whether an op of it reads a chunk that an op of the same step writes (only
+    the steps in ``only`` are examined when it is given; the others are False)."""
     ops = s.ops
+    if only is not None:
+        ops = ops.take(np.isin(ops.step, only))
     widths = np.array([s.n_chunks(b) for b in Buf], dtype=np.int64)
     base = np.concatenate([[0], np.cumsum(widths * s.n)[:-1]])
     n_slots = int((widths * s.n).sum()) + 1
@@ -377,9 +381,10 @@ def _steps_reading_own_writes(s: Schedule) -> np.ndarray:
         slot = np.repeat(base[buf] + rank.astype(np.int64) * widths[buf] + off, cnt) + within
         return np.repeat(ops.step.astype(np.int64), cnt) * n_slots + slot
 
-    writes = keys(ops.dst, ops.dst_buf.astype(np.int64), ops.dst_off.astype(np.int64))
+    writes = np.sort(keys(ops.dst, ops.dst_buf.astype(np.int64), ops.dst_off.astype(np.int64)))
     reads = keys(ops.src, ops.src_buf.astype(np.int64), ops.src_off.astype(np.int64))
-    hit = np.isin(reads, writes)
     out = np.zeros(s.n_steps, dtype=bool)
-    out[np.unique(reads[hit] // n_slots)] = True
+    if len(writes) and len(reads):
+        at = np.minimum(np.searchsorted(writes, reads), len(writes) - 1)
+        out[np.unique(reads[writes[at] == reads] // n_slots)] = True
     return out

@@ -9,7 +9,7 @@ from collections import defaultdict
 import numpy as np
 
 from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
-from cclc.relay import RelayError, _steps_reading_own_writes
+from cclc.relay import RelayError
 from cclc.routing import carried_routes, carried_segments
 
 
@@ -176,3 +176,24 @@ def reference_lower_relays(schedule: Schedule) -> Schedule:
     order = np.argsort(new_ops.step, kind="stable")
     return s.replace(layouts=(s.layouts[Buf.INPUT], s.layouts[Buf.OUTPUT], scratch_layout),
                      ops=new_ops.take(order), routes=Routes(offsets, links))
+
+
+def _steps_reading_own_writes(s: Schedule) -> np.ndarray:
+    """Per step: whether an op of it reads a chunk that an op of the same step writes."""
+    ops = s.ops
+    widths = np.array([s.n_chunks(b) for b in Buf], dtype=np.int64)
+    base = np.concatenate([[0], np.cumsum(widths * s.n)[:-1]])
+    n_slots = int((widths * s.n).sum()) + 1
+
+    def keys(rank, buf, off):
+        cnt = ops.count.astype(np.int64)
+        within = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        slot = np.repeat(base[buf] + rank.astype(np.int64) * widths[buf] + off, cnt) + within
+        return np.repeat(ops.step.astype(np.int64), cnt) * n_slots + slot
+
+    writes = keys(ops.dst, ops.dst_buf.astype(np.int64), ops.dst_off.astype(np.int64))
+    reads = keys(ops.src, ops.src_buf.astype(np.int64), ops.src_off.astype(np.int64))
+    hit = np.isin(reads, writes)
+    out = np.zeros(s.n_steps, dtype=bool)
+    out[np.unique(reads[hit] // n_slots)] = True
+    return out
