@@ -58,8 +58,8 @@ def add_parser(sub) -> None:
     p.add_argument("--emit", default="json", metavar="LIST",
                    help=f"comma-separated outputs: {', '.join(EMITTERS)} (default: json)")
     p.add_argument("--explain", action="store_true",
-                   help="print every candidate algorithm with its simulated time and %% of the "
-                        "lower bound, or why it does not apply")
+                   help="print every candidate algorithm with its load bound, simulated time "
+                        "and %% of the lower bound, or why it was pruned or does not apply")
     p.add_argument("--force", action="store_true",
                    help="replace files in DIR that cclc did not write")
     p.add_argument("--algorithm", metavar="NAME",
