@@ -57,8 +57,8 @@ def add_parser(sub) -> None:
     p.add_argument("--emit", default="json", metavar="LIST",
                    help=f"comma-separated outputs: {', '.join(_outputs())} (default: json)")
     p.add_argument("--explain", action="store_true",
-                   help="print every candidate algorithm with its simulated time and %% of the "
-                        "lower bound, or why it does not apply")
+                   help="print every candidate algorithm with its load bound, simulated time "
+                        "and %% of the lower bound, or why it was pruned or does not apply")
     p.add_argument("--force", action="store_true",
                    help="replace files in DIR that cclc did not write")
     p.add_argument("--algorithm", metavar="NAME",
@@ -122,7 +122,7 @@ def format_candidates(p, pinned_by: str | None = None) -> str:
     """The ``--explain`` table of a :class:`~cclc.plan.Plan` (times under its model);
     ``pinned_by`` says who named the algorithm ("the file", "--algorithm") when it was not
     chosen by speed."""
-    rows = [("candidate", f"time ({p.model.name} model)", "% of bound", "note")]
+    rows = [("candidate", "load bound", f"time ({p.model.name} model)", "% of bound", "note")]
     usable = {c.name for c in p.candidates if c.applicable}
     usable |= {name.split("+")[0] for name in usable}
     faster = [c.name for c in p.candidates if c.applicable and c.time is not None
@@ -139,11 +139,14 @@ def format_candidates(p, pinned_by: str | None = None) -> str:
             if c.planned_time is not None:
                 note = (note + "; " if note else "") + \
                     f"planned spines {format_time(c.planned_time)} (a plan)"
+            if c.pruned is not None:
+                note = f"pruned: {c.pruned}"
         else:
             t, pct, note = "-", "-", f"not applicable: {_suggest_usable(c.reason, usable)}"
-        rows.append((c.name, t, pct, note))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3]
+        est = format_time(c.estimate) if c.estimate is not None else "-"
+        rows.append((c.name, est, t, pct, note))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4]
              for r in rows]
     return "\n".join(line.rstrip() for line in lines)
 
