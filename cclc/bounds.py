@@ -437,7 +437,12 @@ def _symmetry(f: _Facts) -> Symmetry:
     if f.topo.n_vertices > SYMMETRY_MAX_VERTICES:
         return Symmetry.trivial(f.topo.n_vertices, f.src, f.dst)
     pair = f.pair_bytes() if f.kind is K.ALLTOALL and f.coll.pair_sizes is not None else None
-    return torus_symmetry(f.topo, f.src, f.dst, f.bw, f.group, pair)
+    # kept on the topology: every kind and size over one group shares it
+    key = ("torus_symmetry", f.group.tobytes(), None if pair is None else pair.tobytes())
+    cache = f.topo._cache
+    if key not in cache:
+        cache[key] = torus_symmetry(f.topo, f.src, f.dst, f.bw, f.group, pair)
+    return cache[key]
 
 
 def _lp_families(f: _Facts, sym: Symmetry) -> int:
@@ -471,13 +476,16 @@ def _solve_lp(f: _Facts, sym: Symmetry | None = None) -> float:
                                "healthy link")
         if not active.any():
             return 0.0
+        # the largest pair is one unit: HiGHS's tolerances are absolute (1e-7), so demands
+        # of 1/n of the size would leave them room to bend the optimum at 512 ranks
+        unit = float(pair.max())
         try:
-            t = alltoall_lp_time(f.topo.n_vertices, f.src, f.dst, f.bw / cmax, g, pair / f.S,
+            t = alltoall_lp_time(f.topo.n_vertices, f.src, f.dst, f.bw / cmax, g, pair / unit,
                                  sym)
         except CclError as e:
             raise CclError(f"collective '{f.coll.name}': {e}; the group may be "
                            "disconnected") from None
-        return f.S * t / cmax
+        return unit * t / cmax
     fams, _ = _families(f, sym)
     if not fams:
         return 0.0
