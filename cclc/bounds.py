@@ -36,11 +36,16 @@ nothing).
     The latency of the slowest pair that must communicate: the group's diameter latency (via
     :meth:`Topology.diameter_latency`); broadcast / reduce: the root's eccentricity.
 ``lp``
-    The max-concurrent-flow LP (OR-Tools GLOP), for any graph: failed links are left out and
-    switches relay flow. Variables are one flow per (commodity family, link), so the LP grows
-    as ``n x links``; above ``LP_MAX_RANKS_ALLTOALL`` ranks (alltoall, one LP with shared
-    capacities) or ``LP_MAX_RANKS`` (the others, one small max-flow LP per rank) it is skipped,
-    the report says so, and the closed forms stand alone.
+    The max-concurrent-flow LP, for any graph: failed links are left out and switches relay
+    flow. Variables are one flow per (commodity family, link). On a torus or mesh the LP keeps
+    one family per orbit of the automorphisms (translations, reflections, permutations of alike
+    dimensions) that the faults, the group and the sizes leave intact (:mod:`cclc.flow_lp`;
+    exact: the optimum is the full LP's), so a healthy torus of any size has one family and a
+    5x5x5 torus with one failed link 30. It is skipped, and the report says so, above
+    ``LP_MAX_VARIABLES`` flow variables (alltoall: one LP with shared capacities, HiGHS interior
+    point + crossover) or ``LP_MAX_FAMILIES`` max-flow LPs (the others, OR-Tools GLOP, one
+    small LP per family); the closed forms then stand alone. The optimum over ``S`` does not
+    depend on ``S``: it is kept on the topology for the next size or candidate.
 
     * alltoall: one family per source (commodities aggregated by source) sending
       ``pair_sizes[s, j]`` to each ``j``; all families share the link capacities; maximize the

@@ -1,21 +1,20 @@
-"""The max-concurrent-flow LP of an alltoall, reduced by the torus translations the faults
-leave intact.
+"""The max-concurrent-flow LP of an alltoall, reduced by the torus symmetries the faults leave
+intact.
 
-A translation of a torus that maps the healthy links onto themselves (bandwidths included),
-the group onto itself and every pair's bytes onto the same pair's bytes is a symmetry of the
-LP: it maps a feasible flow onto a feasible flow of the same time. Averaging an optimal flow
-over the group ``G`` of such translations gives an optimal flow that is itself symmetric, so
-the LP may keep one commodity family per *orbit* of sources (the flow of source ``g r`` is the
-flow of ``r`` moved by ``g``) and one capacity row per orbit of links. Translations act
-freely on ranks and on links (one that fixes a link fixes its source), so the load of a link
-``e`` in orbit ``O`` is ``sum_r sum_{e' in O} x_r(e')``: the reduced LP has
-``orbits x links`` flow variables instead of ``ranks x links``, and the same optimum.
+An automorphism of a torus (a translation along wrapped dimensions, a reflection, a
+permutation of alike dimensions) that maps the healthy links onto themselves (bandwidths
+included), the group onto itself and every pair's bytes onto the same pair's bytes is a
+symmetry of the LP: it maps a feasible flow onto a feasible flow of the same time. Averaging an
+optimal flow over the group ``G`` of such symmetries gives an optimal flow that is itself
+symmetric (the flow of source ``g r`` is the flow of ``r`` moved by ``g``), so the LP may keep
+one commodity family per *orbit* of sources and one capacity row per orbit of links: a link of
+orbit ``O`` carries ``sum_r |orbit(r)| / |O| * x_r(O)``, where ``x_r(O)`` is family ``r``'s
+flow summed over the links of ``O``. Every flow of the reduced LP extends to a symmetric flow
+of the full one and back, so the optimum is the same: the reduction is exact.
 
-A healthy 8x8x8 torus keeps all 512 translations: one family, 3072 variables. One failed link
-keeps none: the reduced LP is the full one (512 families; solved by HiGHS's interior point
-method with crossover, which is exact but takes minutes and GiBs at that size, so
-:mod:`cclc.bounds` only calls it below a size limit). Faults repeated along a dimension (a
-failed ring, an optical circuit switch group) keep the translations along it.
+A healthy 8x8x8 torus keeps all 24576 automorphisms: one family, 3072 variables. One failed
+link keeps the 8 that fix it (reflections and the swap of the two other dimensions): 120
+families. The LP is solved by HiGHS's interior point method with crossover to a vertex.
 """
 
 from __future__ import annotations

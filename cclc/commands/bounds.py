@@ -16,8 +16,10 @@ topology with its faults, and which one is strongest:
   injection  what the worst rank must send (receive) / its healthy link bandwidth
   cut        data that must cross a cut (torus bisection, a node, a leaf pod) / its capacity
   latency    the latency of the farthest pair that must communicate
-  lp         the max-concurrent-flow LP over the healthy graph (OR-Tools GLOP); skipped for
-             large groups (alltoall above 64 ranks, others above 256), which the output says
+  lp         the max-concurrent-flow LP over the healthy graph, reduced on a torus by the
+             symmetries its faults leave intact (one commodity family per orbit; exact); skipped,
+             as the output says, above 400000 flow variables (alltoall: 8x8x8 with one failed
+             link is 120 families x 3072 links) or 1024 max-flow LPs (the others)
 
 "% of bound" in 'cclc sim' is the strongest bound over the simulated time.
 
