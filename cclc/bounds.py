@@ -83,11 +83,12 @@ __all__ = ["LP_MAX_FAMILIES", "LP_MAX_VARIABLES", "Bound", "Bounds", "bounds", "
            "hop_bytes_bound", "injection_bound", "latency_bound", "lp_bound", "lp_size",
            "lp_skipped_note"]
 
-#: the alltoall LP (one multi-commodity LP, capacities shared) is skipped above this many flow
-#: variables (commodity families x healthy links, after the symmetry reduction): a 5x5x5 torus
-#: with one failed link has 46 x 750, an 8x8x8 one 120 x 3072 (HiGHS: 1.5 / 95 s on 2 busy
-#: cores); a healthy torus of any size has one family
-LP_MAX_VARIABLES = 400_000
+#: the alltoall LP (one multi-commodity LP, capacities shared) is skipped by default above this
+#: many flow variables (commodity families x healthy links, after the symmetry reduction): a
+#: 5x5x5 torus with four failed links has 75 x 746 (30 s on 2 busy cores), an 8x8x8 one with
+#: one failed link 120 x 3071 (about 10 minutes), hgx16_leafspine 128 x 894 (73 s); a healthy
+#: torus of any size has one family. ``cclc bounds --lp-max-variables`` raises it.
+LP_MAX_VARIABLES = 60_000
 #: the other LPs split into one max-flow LP per family (links variables each): skipped above
 #: this many families (8x8x8 with a failed link: 120 allgather families)
 LP_MAX_FAMILIES = 1024
@@ -572,10 +573,12 @@ def lp_size(coll: Collective) -> tuple[int, int]:
     return _lp_families(f, _symmetry(f)), len(f.src)
 
 
-def lp_bound(coll: Collective, max_ranks: int | None = None) -> Bound | None:
+def lp_bound(coll: Collective, max_ranks: int | None = None,
+             max_variables: int | None = None) -> Bound | None:
     """The max-concurrent-flow LP bound (see the module docstring), or ``None`` when it is too
-    large: more than ``max_ranks`` ranks when given, else more than ``LP_MAX_VARIABLES`` flow
-    variables (alltoall, one LP) or ``LP_MAX_FAMILIES`` max-flow LPs (the others).
+    large: more than ``max_ranks`` ranks when given, else more than ``max_variables`` (default
+    ``LP_MAX_VARIABLES``) flow variables (alltoall, one LP) or ``LP_MAX_FAMILIES`` max-flow LPs
+    (the others).
 
     The scaled optimum does not depend on the size, so it is kept on the topology and a second
     call for the same group (another size, another candidate) costs nothing."""
@@ -594,8 +597,10 @@ def lp_bound(coll: Collective, max_ranks: int | None = None) -> Bound | None:
     key = ("lp_bound", f.kind, f.group.tobytes(), f.root,
            None if pair is None else (pair.tobytes(), f.S))
     cache = f.topo._cache
-    if key not in cache or (cache[key][0] is None and max_ranks is not None):
-        cache[key] = _scaled_lp(f, max_ranks is not None)
+    limit = LP_MAX_VARIABLES if max_variables is None else max_variables
+    if key not in cache or (cache[key][0] is None and (max_ranks is not None
+                                                       or limit > LP_MAX_VARIABLES)):
+        cache[key] = _scaled_lp(f, max_ranks is not None, limit)
     scaled, sym = cache[key]
     if scaled is None:
         return None
@@ -605,12 +610,12 @@ def lp_bound(coll: Collective, max_ranks: int | None = None) -> Bound | None:
     return Bound("lp", scaled * f.S, what)
 
 
-def _scaled_lp(f: _Facts, forced: bool) -> tuple[float | None, Symmetry]:
-    """The LP bound over ``S`` (``None``: over the default limits, unless ``forced``)."""
+def _scaled_lp(f: _Facts, forced: bool, max_variables: int) -> tuple[float | None, Symmetry]:
+    """The LP bound over ``S`` (``None``: over the limits, unless ``forced``)."""
     sym = _symmetry(f)
     families = _lp_families(f, sym)
     if not forced:
-        if f.kind is K.ALLTOALL and families * len(f.src) > LP_MAX_VARIABLES:
+        if f.kind is K.ALLTOALL and families * len(f.src) > max_variables:
             return None, sym
         if f.kind is not K.ALLTOALL and families > LP_MAX_FAMILIES:
             return None, sym
@@ -622,12 +627,13 @@ def _scaled_lp(f: _Facts, forced: bool) -> tuple[float | None, Symmetry]:
     return t / f.S, sym
 
 
-def lp_skipped_note(coll: Collective) -> str:
-    """Why :func:`lp_bound` skipped ``coll`` under the default limits."""
+def lp_skipped_note(coll: Collective, max_variables: int | None = None) -> str:
+    """Why :func:`lp_bound` skipped ``coll`` under these limits."""
     families, links = lp_size(coll)
     if coll.kind is K.ALLTOALL:
+        limit = LP_MAX_VARIABLES if max_variables is None else max_variables
         return (f"lp: skipped, {families} commodity families x {links} links = "
-                f"{families * links} flow variables > {LP_MAX_VARIABLES} (closed forms only)")
+                f"{families * links} flow variables > {limit} (closed forms only)")
     return (f"lp: skipped, {families} max-flow LPs > {LP_MAX_FAMILIES} (closed forms only)")
 
 
@@ -641,8 +647,10 @@ def _with_kind(f: _Facts, kind: CollectiveKind) -> _Facts:
 # --------------------------------------------------------------------------------------------
 
 
-def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int | None = None) -> Bounds:
-    """Every lower bound of ``coll`` (seconds); ``.best`` is the strongest.
+def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int | None = None,
+           lp_max_variables: int | None = None) -> Bounds:
+    """Every lower bound of ``coll`` (seconds); ``.best`` is the strongest. The LP's limits
+    are those of :func:`lp_bound`.
 
     >>> from cclc.topology import torus                                          # doctest: +SKIP
     >>> b = bounds(make_collective("a", CollectiveKind.ALLTOALL, torus("r", (8,)),
@@ -652,11 +660,11 @@ def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int | None = None) -
     items = [hop_bytes_bound(coll), injection_bound(coll), cut_bound(coll), latency_bound(coll)]
     notes: list[str] = []
     if lp:
-        b = lp_bound(coll, max_ranks=lp_max_ranks)
+        b = lp_bound(coll, max_ranks=lp_max_ranks, max_variables=lp_max_variables)
         if b is None and lp_max_ranks is not None:
             notes.append(f"lp: skipped, {coll.n} ranks > {lp_max_ranks} (closed forms only)")
         elif b is None:
-            notes.append(lp_skipped_note(coll))
+            notes.append(lp_skipped_note(coll, lp_max_variables))
         else:
             items.append(b)
     else:
