@@ -93,6 +93,10 @@ def torus_symmetry(topo: Topology, src: np.ndarray, dst: np.ndarray, bw: np.ndar
     if V <= 2048:                      # a V x V table of bandwidths (0: no healthy link)
         dense = np.zeros(V * V)
         dense[key] = bw
+    failed = topo.link_failed
+    bad_src = topo.link_src[failed].astype(np.int64)
+    bad_dst = topo.link_dst[failed].astype(np.int64)
+    bad = np.unique(bad_src * V + bad_dst)
     members = np.zeros(V, dtype=bool)
     members[group] = True
     pos = np.full(V, -1)
@@ -112,13 +116,20 @@ def torus_symmetry(topo: Topology, src: np.ndarray, dst: np.ndarray, bw: np.ndar
             img = np.zeros((t.shape[1], V), dtype=np.int64)             # (batch, V)
             for d in range(nd):
                 img = img * dims[d] + (base[d][None, :] + t[d][:, None]) % dims[d]
+            # cheap first: the failed links must map onto failed links (most candidates fail
+            # here when there are faults), and the group onto itself
+            ok = (members[img] == members).all(axis=1)
+            if len(bad):
+                ok &= np.isin(img[:, bad_src] * V + img[:, bad_dst], bad).all(axis=1)
+            img = img[ok]
+            if not len(img):
+                continue
             moved = img[:, src] * V + img[:, dst]                       # (batch, E)
             if dense is not None:
                 ok = (dense[moved] == bw).all(axis=1)
             else:
                 at = np.searchsorted(key_sorted, moved).clip(0, len(key_sorted) - 1)
                 ok = (key_sorted[at] == moved).all(axis=1) & (bw_sorted[at] == bw).all(axis=1)
-            ok &= (members[img] == members).all(axis=1)
             for i in np.flatnonzero(ok):
                 if pair is not None:
                     p = pos[img[i, group]]
