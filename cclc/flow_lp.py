@@ -173,12 +173,9 @@ def alltoall_lp_time(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.
     cost = np.zeros(k * E + 1)
     cost[-1] = 1.0
     # HiGHS's interior point method, then crossover to a vertex: the optimum to the simplex's
-    # tolerances (the dual simplex alone takes 30x longer on these LPs; presolve finds little
-    # to remove in a flow LP and costs almost half the time: 11 s instead of 19 s on 5x5x5
-    # with four failed links)
+    # tolerances (the dual simplex alone takes 30x longer on these LPs)
     res = linprog(cost, A_ub=capacity, b_ub=np.zeros(orbits), A_eq=conservation,
-                  b_eq=supply.ravel(), bounds=(0, None), method="highs-ipm",
-                  options={"presolve": False})
+                  b_eq=supply.ravel(), bounds=(0, None), method="highs-ipm")
     if res.status != 0:
         raise CclError(f"the alltoall LP bound did not solve: {res.message}")
     return float(res.fun)
