@@ -489,8 +489,7 @@ def _solve_lp(f: _Facts, sym: Symmetry | None = None) -> float:
             t = alltoall_lp_time(f.topo.n_vertices, f.src, f.dst, f.bw / cmax, g, pair / unit,
                                  sym)
         except CclError as e:
-            raise CclError(f"collective '{f.coll.name}': {e}; the group may be "
-                           "disconnected") from None
+            raise CclError(f"collective '{f.coll.name}': {e}") from None
         return unit * t / cmax
     fams, _ = _families(f, sym)
     if not fams:

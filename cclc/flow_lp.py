@@ -176,6 +176,9 @@ def alltoall_lp_time(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.
     # tolerances (the dual simplex alone takes 30x longer on these LPs)
     res = linprog(cost, A_ub=capacity, b_ub=np.zeros(orbits), A_eq=conservation,
                   b_eq=supply.ravel(), bounds=(0, None), method="highs-ipm")
+    if res.status == 2:
+        raise CclError("no flow routes every pair of the alltoall: the group is disconnected")
     if res.status != 0:
-        raise CclError(f"the alltoall LP bound did not solve: {res.message}")
+        raise CclError(f"the alltoall LP bound did not solve (HiGHS: {res.message}); --no-lp "
+                       "skips it")
     return float(res.fun)
