@@ -221,7 +221,7 @@ def _pair_hop_bytes(f: _Facts) -> float:
     # over uniform pairs needs only how many members sit at each coordinate of each dimension
     coords = np.array(np.unravel_index(f.group, topo.dims))
     total = 0.0
-    for d, (m, wrapped) in enumerate(zip(topo.dims, topo.wrap)):
+    for d, (m, wrapped) in enumerate(zip(topo.dims, topo.wrap, strict=True)):
         count = np.bincount(coords[d], minlength=m).astype(np.float64)
         delta = np.abs(np.arange(m)[:, None] - np.arange(m)[None, :])
         dist = np.minimum(delta, m - delta) if wrapped else delta
@@ -288,7 +288,7 @@ def _candidate_cuts(f: _Facts) -> Iterator[tuple[str, np.ndarray]]:
     V = topo.n_vertices
     if topo.dims is not None:
         coords = np.array(np.unravel_index(np.arange(topo.n_ranks), topo.dims))
-        for d, (m, wrapped) in enumerate(zip(topo.dims, topo.wrap)):
+        for d, (m, wrapped) in enumerate(zip(topo.dims, topo.wrap, strict=True)):
             if m < 2:
                 continue
             c = coords[d]

@@ -67,7 +67,7 @@ def _torus_automorphisms(topo: Topology) -> list[tuple[tuple[int, ...], tuple[bo
     for p in perms:
         for bits in itertools.product((False, True), repeat=len(flippable)):
             flip = [False] * nd
-            for d, b in zip(flippable, bits):
+            for d, b in zip(flippable, bits, strict=True):
                 flip[d] = b
             out.append((p, tuple(flip)))
     return out
@@ -102,7 +102,7 @@ def torus_symmetry(topo: Topology, src: np.ndarray, dst: np.ndarray, bw: np.ndar
     pos = np.full(V, -1)
     pos[group] = np.arange(len(group))
     shifts = np.array(np.meshgrid(*[np.arange(m) if w else np.zeros(1, dtype=np.int64)
-                                    for m, w in zip(dims, wrap)], indexing="ij"))
+                                    for m, w in zip(dims, wrap, strict=True)], indexing="ij"))
     shifts = shifts.reshape(nd, -1)                                     # (nd, translations)
     vertex_key = np.arange(V)
     link_key = key.copy()

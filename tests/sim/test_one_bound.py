@@ -34,7 +34,7 @@ def test_cclc_bounds_prints_the_bound_compile_uses(path, capsys):
     assert main(["bounds", path]) == 0
     best = re.findall(r"best: (\w+), ([0-9.]+) us", capsys.readouterr().out)
     assert len(best) == len(program.collectives)
-    for coll, (name, us) in zip(program.collectives, best):
+    for coll, (name, us) in zip(program.collectives, best, strict=True):
         b = bounds(coll)
         assert b.get("lp") is not None, "every example gets the LP bound"
         assert (name, float(us)) == (b.name, pytest.approx(b.best * 1e6, abs=1e-3))
