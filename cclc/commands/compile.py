@@ -82,7 +82,21 @@ def add_parser(sub) -> None:
     p.add_argument("--build", action="store_true",
                    help="with --emit nccl, also build libcclc_<name>.so (nvcc, NCCL headers "
                         "from the nvidia-nccl-cu13 wheel or NCCL_HOME)")
+    p.add_argument("--synth-budget", type=_seconds, metavar="SECONDS",
+                   help="time budget of algorithm synth for every collective (auto included; "
+                        "lifts synth's rank limit under auto); past it synth falls back to the "
+                        "best template")
     p.set_defaults(run=run)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, not '{text}'")
+    return value
 
 
 def _byte_count(text: str) -> int:
@@ -240,6 +254,7 @@ def run(args) -> int:
     from cclc.nccl_model import compare_with_nccl
     from cclc.plan import hint_key, plan, resolve
     from cclc.serialize import to_json
+    from cclc.synth.report import synth_budget, synth_report
 
     emitters = parse_emit(args.emit)
     emit_funcs = {n: _emitter(n) for n in emitters if EMITTERS[n] is not None}
@@ -281,7 +296,8 @@ def run(args) -> int:
         _progress(f"compiling {coll.name}: {coll.kind.value} on {coll.n} ranks of "
                   f"{coll.topology.name}")
         try:
-            with progress.stage(f"{coll.name}: planning") as st:
+            with progress.stage(f"{coll.name}: planning") as st, \
+                    synth_budget(getattr(args, "synth_budget", None)):
                 p = plan(coll, explain=args.explain, model=model_for(emitters),
                          on_step=lambda i, total, what: st.update(i, what, total))
             with progress.stage(f"{coll.name}: verifying {p.name}"):
@@ -301,6 +317,8 @@ def run(args) -> int:
             print(format_candidates(p, pinned_by))
         print(f"{coll.name}: {p.name}{t}{pct}, {len(p.schedule.ops)} ops in "
               f"{p.schedule.n_steps} steps ({p.model.label}; routing {coll.topology.routing})")
+        if p.schedule.algorithm == "synth":
+            print(f"  {synth_report(p.schedule)}")
         if p.planned_time is not None:
             print(f"  with cclc's planned spines: {format_time(p.planned_time)}; a plan, not "
                   "what runs: realizing a spine per flow needs a routing mechanism no backend "

@@ -62,11 +62,24 @@ def _split(total: int, weights: np.ndarray) -> np.ndarray:
     return out
 
 
+def _quantum(elems: int, quantum: int) -> tuple[int, int]:
+    """``(q, unit)``: the largest ``q <= quantum`` dividing ``elems``, and ``elems / q``."""
+    for q in range(min(quantum, max(elems, 1)), 0, -1):
+        if elems % q == 0:
+            return q, elems // q
+    return 1, elems
+
+
 def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
               paths: tuple[tuple[int, ...], ...], max_paths: int, min_weight: float,
-              split: int = 1) -> tuple[list[Piece], int]:
+              split: int = 1, quantum: int = 32) -> tuple[list[Piece], int]:
     """Pieces for the weighted paths (at most ``max_paths`` per pair, none under
-    ``min_weight``, renormalized) and the most pieces any pair has."""
+    ``min_weight``, renormalized, each cut into ``split``) and the most pieces any pair has.
+
+    Shares are whole multiples of ``1/q`` of the block, ``q`` the largest divisor of the
+    block's elements up to ``quantum``: every chunk is then a multiple of one unit, which the
+    MSCCL runtimes need (equal chunks); a block of prime size keeps its largest path only.
+    """
     topo = coll.topology
     item = coll.dtype.itemsize
     n = coll.n
@@ -101,13 +114,15 @@ def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.nda
         rows = order[i:j]
         w = weight[rows]
         keep = rows[(w >= min_weight * w.max())][:max_paths]
-        sizes = _split(int(elems[s, d]), weight[keep])
+        block = int(elems[s, d])
+        q, unit = _quantum(block, quantum)
+        units = _split(q, weight[keep])
         slot = 0
-        for r, size in zip(keep.tolist(), sizes.tolist()):
+        for r, u in zip(keep.tolist(), units.tolist()):
             segs, via = hops_of(paths[r])
-            for part in _split(size, np.ones(split)).tolist():
+            for part in _split(u, np.ones(split)).tolist():
                 if part:
-                    pieces.append(Piece(s, d, slot, int(part), segs, via))
+                    pieces.append(Piece(s, d, slot, int(part) * unit, segs, via))
                     slot += 1
         widest = max(widest, slot)
         i = j
