@@ -128,7 +128,8 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
         flows = solve_flows(coll, deadline=deadline)
         lp_time = flows.lp_time
         synth = synthesize_alltoall(coll, flows, split=split,
-                                    steps=None if steps is None else int(steps))
+                                    steps=None if steps is None else int(steps),
+                                    deadline=deadline)
         status = "optimal" if flows.status == "optimal" else "budget"
         synthesized = write_schedule(coll, synth, ())
         meta = (("solver", "pdlp"), ("symmetry", flows.symmetry), ("rounds", flows.rounds))

@@ -11,6 +11,7 @@ of its size; a chunk is reused by a later piece of the same size once it has bee
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from cclc.collective import Collective
 from cclc.ir import Buf, Schedule, ScheduleBuilder
 from cclc.synth.flows import FlowSolution
 from cclc.synth.pack import Packing, Piece, pack_pieces, pieces_of
+from cclc.synth.stagger import MAX_LP_CELLS, stagger_lp
 
 __all__ = ["SynthAllToAll", "step_candidates", "synthesize_alltoall", "write_schedule"]
 
@@ -27,6 +29,8 @@ __all__ = ["SynthAllToAll", "step_candidates", "synthesize_alltoall", "write_sch
 #: largest): tiny shares cost an op and a step slot each and move almost nothing
 MAX_PATHS = 4
 MIN_WEIGHT = 0.05
+#: seconds one staggering LP may take
+LP_TIME_LIMIT = 20.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,25 +42,49 @@ class SynthAllToAll:
     packing: Packing
 
 
-def step_candidates(longest: int) -> list[int]:
-    """Step counts tried: no staggering, then room to stagger (a few times the longest path)."""
-    return sorted({longest, longest + 2, 2 * longest, 3 * longest, 4 * longest})
+def step_candidates(longest: int, n: int) -> list[int]:
+    """Step counts tried: no staggering, then room to stagger (a few times the longest path);
+    fewer for large groups, where each try costs seconds."""
+    if n > 64:
+        return [longest, 2 * longest]
+    if n > 32:
+        return [longest, longest + 2, 2 * longest]
+    return sorted({longest, longest + 1, longest + 2, 2 * longest, 3 * longest})
 
 
 def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int = 1,
-                        step_overhead: float = 0.0, steps: int | None = None) -> SynthAllToAll:
-    """Pieces of ``flows`` (``split`` per path) packed into the step count with the smallest
-    predicted time (or into ``steps`` steps when given)."""
-    pieces, width = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
-                              MAX_PATHS, MIN_WEIGHT, split)
-    longest = max((len(p.hops) for p in pieces), default=1)
-    best: Packing | None = None
-    for t in ([max(steps, longest)] if steps is not None else step_candidates(longest)):
-        packing = pack_pieces(coll, pieces, t, step_overhead)
-        if best is None or packing.time < best.time:
-            best = packing
+                        step_overhead: float = 0.0, steps: int | None = None,
+                        deadline: float | None = None) -> SynthAllToAll:
+    """Pieces of ``flows`` packed into the step count with the smallest predicted time (or
+    into ``steps`` steps when given): by the staggering LP (:mod:`cclc.synth.stagger`) where it
+    is small enough, and by greedy list scheduling of ``split`` pieces per path; the better
+    one is kept."""
+    whole, _ = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
+                         MAX_PATHS, MIN_WEIGHT, 1)
+    cut, cut_width = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
+                               MAX_PATHS, MIN_WEIGHT, split)
+    longest = max((len(p.hops) for p in whole), default=1)
+    best: SynthAllToAll | None = None
+    for t in ([max(steps, longest)] if steps is not None else step_candidates(longest, coll.n)):
+        options = []
+        if len(whole) * t <= MAX_LP_CELLS and (steps is not None or t <= longest + 2):
+            # the LP grows with the steps and gains little past the shortest: try the
+            # shortest few (HiGHS stops at the time limit; the greedy one stands then)
+            left = LP_TIME_LIMIT if deadline is None else min(
+                LP_TIME_LIMIT, max(deadline - time.monotonic(), 1.0))
+            found = stagger_lp(coll, whole, t, step_overhead, time_limit=left)
+            if found is not None:
+                pieces, packing = found
+                options.append(SynthAllToAll(pieces, 1 + max(p.slot for p in pieces), packing))
+        # local search pays where the group is small enough to afford it
+        passes = 2 if coll.n <= 64 else 0
+        options.append(SynthAllToAll(cut, cut_width,
+                                     pack_pieces(coll, cut, t, step_overhead, passes)))
+        for option in options:
+            if best is None or option.packing.time < best.packing.time:
+                best = option
     assert best is not None
-    return SynthAllToAll(pieces, width, best)
+    return best
 
 
 def write_schedule(coll: Collective, synth: SynthAllToAll,

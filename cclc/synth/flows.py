@@ -215,7 +215,7 @@ def solve_flows(coll: Collective, deadline: float | None = None,
         if code != pywraplp.Solver.OPTIMAL or (
                 deadline is not None and time.monotonic() > deadline):
             break
-        if float(T.solution_value()) * dmax / cmax <= known * (1 + 1e-6):
+        if float(T.solution_value()) * dmax / cmax <= known * (1 + 1e-4):
             # the restricted LP meets a closed-form lower bound: nothing can be better
             status = "optimal"
             break

@@ -26,7 +26,7 @@ import numpy as np
 from cclc.collective import Collective
 from cclc.routing import carried_segments
 
-__all__ = ["Packing", "Piece", "pack_pieces", "pieces_of"]
+__all__ = ["Packing", "Piece", "pack_pieces", "packing_time", "pieces_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,7 @@ class Piece:
     elems: int
     hops: tuple[tuple[int, ...], ...]
     via: tuple[int, ...]
+    unit: int = 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,7 +123,7 @@ def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.nda
             segs, via = hops_of(paths[r])
             for part in _split(u, np.ones(split)).tolist():
                 if part:
-                    pieces.append(Piece(s, d, slot, int(part) * unit, segs, via))
+                    pieces.append(Piece(s, d, slot, int(part) * unit, segs, via, unit))
                     slot += 1
         widest = max(widest, slot)
         i = j
@@ -130,38 +131,66 @@ def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.nda
 
 
 def pack_pieces(coll: Collective, pieces: list[Piece], n_steps: int,
-                step_overhead: float = 0.0) -> Packing:
-    """List-schedule ``pieces`` into ``n_steps`` steps (see the module docstring)."""
+                step_overhead: float = 0.0, passes: int = 2) -> Packing:
+    """List-schedule ``pieces`` into ``n_steps`` steps (see the module docstring), then
+    ``passes`` rounds of local search: each piece in turn is taken out and put back where it
+    raises the step maxima least (never worse than where it was)."""
     topo = coll.topology
     item = coll.dtype.itemsize
     bw = topo.link_bandwidth
-    lat = topo.link_latency
     L = np.zeros((n_steps, topo.n_links))
     M = np.zeros(n_steps)
-    step_lat = np.zeros(n_steps)
     start = np.zeros(len(pieces), dtype=np.int64)
-    work = np.array([p.elems * sum(len(h) for h in p.hops) for p in pieces], dtype=np.float64)
-    for i in np.argsort(-work, kind="stable").tolist():
-        p = pieces[i]
-        h = len(p.hops)
+    shape = []
+    for p in pieces:
         links = np.array([e for hop in p.hops for e in hop], dtype=np.int64)
-        hop_of = np.repeat(np.arange(h), [len(hop) for hop in p.hops])
-        add = p.elems * item / bw[links]
+        hop_of = np.repeat(np.arange(len(p.hops)), [len(hop) for hop in p.hops])
+        firsts = (None if len(links) == len(p.hops) else
+                  np.concatenate([[0], np.cumsum([len(hop) for hop in p.hops])[:-1]]))
+        shape.append((links, hop_of, p.elems * item / bw[links], firsts))
+
+    def place(i: int) -> None:
+        links, hop_of, add, firsts = shape[i]
+        h = len(pieces[i].hops)
         sig = np.arange(n_steps - h + 1)
-        t = sig[:, None] + hop_of[None, :]
-        new = L[t, links[None, :]] + add[None, :]
-        if len(links) != h:
-            firsts = np.concatenate([[0], np.cumsum([len(hop) for hop in p.hops])[:-1]])
+        new = L[sig[:, None] + hop_of[None, :], links[None, :]] + add[None, :]
+        if firsts is not None:
             new = np.maximum.reduceat(new, firsts, axis=1)
         ts = sig[:, None] + np.arange(h)[None, :]
         inc = np.maximum(new - M[ts], 0.0).sum(axis=1)
-        key = inc + 1e-6 * new.sum(axis=1)
-        best = int(np.argmin(key))
+        best = int(np.argmin(inc + 1e-6 * new.sum(axis=1)))
         start[i] = best
         L[best + hop_of, links] += add
         M[best:best + h] = np.maximum(M[best:best + h], new[best])
-        hop_lat = np.array([lat[list(hop)].sum() for hop in p.hops])
-        step_lat[best:best + h] = np.maximum(step_lat[best:best + h], hop_lat)
+
+    order = np.argsort(-np.array([a.sum() for _, _, a, _ in shape]), kind="stable").tolist()
+    for i in order:
+        place(i)
+    for _ in range(passes):
+        for i in order:
+            links, hop_of, add, _ = shape[i]
+            h = len(pieces[i].hops)
+            sigma = int(start[i])
+            L[sigma + hop_of, links] -= add
+            M[sigma:sigma + h] = L[sigma:sigma + h].max(axis=1)
+            place(i)
+    return Packing(start=start, n_steps=n_steps,
+                   time=packing_time(coll, pieces, start, n_steps, step_overhead))
+
+
+def packing_time(coll: Collective, pieces: list[Piece], start: np.ndarray, n_steps: int,
+                 step_overhead: float = 0.0) -> float:
+    """The lockstep time of ``pieces`` started at ``start``: per step its busiest link plus
+    its longest hop latency (and ``step_overhead``), summed over the steps that move data."""
+    topo = coll.topology
+    item = coll.dtype.itemsize
+    L = np.zeros((n_steps, topo.n_links))
+    lat = np.zeros(n_steps)
+    for p, sigma in zip(pieces, start.tolist()):
+        for k, hop in enumerate(p.hops):
+            links = list(hop)
+            L[sigma + k, links] += p.elems * item / topo.link_bandwidth[links]
+            lat[sigma + k] = max(lat[sigma + k], float(topo.link_latency[links].sum()))
+    M = L.max(axis=1)
     used = M > 0
-    time = float((M + step_lat)[used].sum() + step_overhead * used.sum())
-    return Packing(start=start, n_steps=n_steps, time=time)
+    return float((M + lat)[used].sum() + step_overhead * used.sum())
