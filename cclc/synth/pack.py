@@ -64,11 +64,16 @@ def _split(total: int, weights: np.ndarray) -> np.ndarray:
 
 
 def _quantum(elems: int, quantum: int) -> tuple[int, int]:
-    """``(q, unit)``: the largest ``q <= quantum`` dividing ``elems``, and ``elems / q``."""
+    """``(q, unit)``: the largest ``q <= quantum`` dividing ``elems`` when it is at least
+    ``quantum / 4`` (equal units), else ``quantum`` units of ``elems // quantum`` (the first
+    piece then takes the remainder too, and the chunks are not all multiples of one unit)."""
     for q in range(min(quantum, max(elems, 1)), 0, -1):
         if elems % q == 0:
-            return q, elems // q
-    return 1, elems
+            if 4 * q >= quantum or q == elems:
+                return q, elems // q
+            break
+    q = min(quantum, max(elems, 1))
+    return q, elems // q
 
 
 def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
@@ -118,12 +123,15 @@ def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.nda
         block = int(elems[s, d])
         q, unit = _quantum(block, quantum)
         units = _split(q, weight[keep])
+        rest = block - q * unit            # 0 unless the block has no divisor near quantum
         slot = 0
         for r, u in zip(keep.tolist(), units.tolist()):
             segs, via = hops_of(paths[r])
             for part in _split(u, np.ones(split)).tolist():
                 if part:
-                    pieces.append(Piece(s, d, slot, int(part) * unit, segs, via, unit))
+                    size = int(part) * unit + rest
+                    pieces.append(Piece(s, d, slot, size, segs, via, unit))
+                    rest = 0
                     slot += 1
         widest = max(widest, slot)
         i = j

@@ -85,9 +85,14 @@ def stagger_lp(coll: Collective, pieces: list[Piece], n_steps: int,
         if frac.sum() <= 0:
             frac = np.ones_like(frac)
         share = _split(units, frac)
+        rest = p.elems - units * p.unit    # a remainder that is no whole unit rides along
         for sigma in np.flatnonzero(share).tolist():
-            out.append(replace(p, elems=int(share[sigma]) * p.unit))
+            out.append(replace(p, elems=int(share[sigma]) * p.unit + rest))
             start.append(sigma)
+            rest = 0
+        if rest:
+            out.append(replace(p, elems=rest))
+            start.append(int(np.argmax(frac)))
     # renumber the pieces of every pair
     slot: dict[tuple[int, int], int] = {}
     for j, p in enumerate(out):
