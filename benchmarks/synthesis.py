@@ -133,7 +133,7 @@ def main(argv=None) -> int:
         for kind in kinds:
             for size in sizes:
                 row = run_case(topo, kind, size)
-                row.update(case=name, kind=kind.value)
+                row.update(case=name, kind=kind.value, nominal=size)
                 results.append(row)
                 cands = row["candidates"]
                 templates = {k: v for k, v in cands.items() if k != "direct"}
@@ -144,14 +144,14 @@ def main(argv=None) -> int:
                 status = row.get("status") or "-"
                 if row.get("template"):
                     status += f" ({row['template']})"
-                print(f"{name:44} {kind.value:13} {row['size'] // MiB:>6}Mi  "
+                print(f"{name:44} {kind.value:13} {size // MiB:>6}Mi  "
                       f"{_pct(cands.get('direct')):>7} {best_s:>30} {_pct(row['synth']):>7}  "
                       f"{status:9} {solve:>7} {frac:>7}", flush=True)
     print("\nevery template, % of bound (same runs):")
     for row in results:
         cells = ", ".join(f"{k} {_pct(v)}" for k, v in sorted(row["candidates"].items(),
                                                               key=lambda kv: -kv[1]))
-        print(f"  {row['case']} / {row['kind']} / {row['size'] // MiB} MiB: {cells}")
+        print(f"  {row['case']} / {row['kind']} / {row['nominal'] // MiB} MiB: {cells}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=float))
     return 0

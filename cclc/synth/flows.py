@@ -33,7 +33,7 @@ from scipy.sparse.csgraph import shortest_path
 
 from cclc.collective import Collective
 from cclc.errors import CclError
-from cclc.synth.symmetry import Symmetry, translations
+from cclc.synth.symmetry import translations
 
 __all__ = ["FlowSolution", "SynthBudgetError", "pair_bytes", "solve_flows", "usable_links"]
 
