@@ -34,10 +34,10 @@ __all__ = ["AUTO_MAX_RANKS", "DEFAULT_BUDGET", "build_synth_alltoall", "synth_bu
 
 #: seconds the synthesis may take unless told otherwise
 DEFAULT_BUDGET = 60.0
-#: without an explicit budget, synth stays out of groups larger than this (the LP and the
-#: packing take seconds to tens of seconds from ~64 ranks on, which ``auto`` would pay for every
-#: collective); ``budget=`` or ``--synth-budget`` lifts it
-AUTO_MAX_RANKS = 64
+#: without an explicit budget, synth stays out of groups larger than this (with faults the LP
+#: and the packing take tens of seconds from ~32 ranks on, which ``auto`` would pay for every
+#: alltoall); ``budget=`` or ``--synth-budget`` lifts it
+AUTO_MAX_RANKS = 32
 
 _BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar("synth_budget",
                                                                       default=None)
