@@ -96,7 +96,6 @@ def write_schedule(coll: Collective, synth: SynthAllToAll,
     for p in synth.pieces:
         lay_in[p.src, p.dst * P + p.slot] = p.elems
         lay_out[p.dst, p.src * P + p.slot] = p.elems
-    topo = coll.topology
     # the block a rank keeps for itself: one local copy of all its chunks (the diagonal pairs
     # have no pieces, so give their first chunk the whole block)
     item = coll.dtype.itemsize
@@ -110,8 +109,8 @@ def write_schedule(coll: Collective, synth: SynthAllToAll,
                                                   "src_off", "dst_buf", "dst_off")}
     scratch_sizes: list[list[int]] = [[] for _ in range(n)]
     free: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)  # (rank, elems)
+    # the builder needs the scratch layout, known only at the end: collect routes meanwhile
     b_routes: dict[tuple[int, ...], int] = {}
-    b = None  # built after the scratch layout is known; collect routes by path meanwhile
     route_list: list[tuple[int, ...]] = []
 
     def route_id(links: tuple[int, ...]) -> int:
@@ -159,5 +158,4 @@ def write_schedule(coll: Collective, synth: SynthAllToAll,
               dst_off=c["dst_off"])
     b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=ranks * P,
           dst_buf=Buf.OUTPUT, dst_off=ranks * P)
-    del topo
     return b.build("synth", "-", params)

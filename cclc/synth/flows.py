@@ -33,7 +33,7 @@ from scipy.sparse.csgraph import shortest_path
 
 from cclc.collective import Collective
 from cclc.errors import CclError
-from cclc.synth.symmetry import translations
+from cclc.synth.symmetry import identity_symmetry, translations
 
 __all__ = ["FlowSolution", "SynthBudgetError", "pair_bytes", "solve_flows", "usable_links"]
 
@@ -105,10 +105,8 @@ def solve_flows(coll: Collective, deadline: float | None = None,
     t0 = time.monotonic()
     topo = coll.topology
     usable = usable_links(coll)
-    sym = translations(coll, usable) if use_symmetry else None
-    if sym is None or sym.order < 1:
-        from cclc.synth.symmetry import identity_symmetry
-        sym = identity_symmetry(topo.n_vertices, topo.n_links)
+    sym = (translations(coll, usable) if use_symmetry
+           else identity_symmetry(topo.n_vertices, topo.n_links))
     group = np.asarray(coll.group, dtype=np.int64)
     index = np.full(topo.n_vertices, -1, dtype=np.int64)
     index[group] = np.arange(len(group))
