@@ -77,6 +77,11 @@ def _applicable(coll: Collective, **params) -> str | None:
             return why
     if coll.n < 2:
         return "a single rank has nothing to move"
+    from cclc.synth.flows import group_connected
+
+    if not group_connected(coll):
+        return ("the group's ranks cannot reach each other through members of the group "
+                "(synth relays only through the group's ranks and switches)")
     if coll.n > AUTO_MAX_RANKS and _budget(params) is None:
         return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes tens of seconds here; "
                 "give it a budget (synth(budget = 60) or --synth-budget) to run it")

@@ -35,7 +35,8 @@ from cclc.collective import Collective
 from cclc.errors import CclError
 from cclc.synth.symmetry import identity_symmetry, translations
 
-__all__ = ["FlowSolution", "SynthBudgetError", "pair_bytes", "solve_flows", "usable_links"]
+__all__ = ["FlowSolution", "SynthBudgetError", "group_connected", "pair_bytes", "solve_flows",
+           "usable_links"]
 
 
 class SynthBudgetError(CclError):
@@ -83,6 +84,20 @@ def usable_links(coll: Collective) -> np.ndarray:
     member[list(coll.group)] = True
     ends_ok = lambda v: member[v] | ~is_rank[v]  # noqa: E731 - switches forward for anyone
     return ~topo.link_failed & ends_ok(topo.link_src) & ends_ok(topo.link_dst)
+
+
+def group_connected(coll: Collective) -> bool:
+    """Whether every rank of the group reaches every other over usable links (relaying only
+    through members of the group and switches)."""
+    from scipy.sparse.csgraph import connected_components
+
+    topo = coll.topology
+    ok = usable_links(coll)
+    V = topo.n_vertices
+    g = csr_matrix((np.ones(int(ok.sum())), (topo.link_src[ok], topo.link_dst[ok])),
+                   shape=(V, V))
+    _, label = connected_components(g, directed=True, connection="strong")
+    return len(set(label[list(coll.group)].tolist())) == 1
 
 
 def pair_bytes(coll: Collective) -> np.ndarray:

@@ -190,3 +190,9 @@ def test_random_faulty_tori(topo, per_pair):
     s = get("synth").build(coll)
     t, _ = _check(s)
     assert t >= lp_bound(coll).seconds * (1 - 2e-3)
+
+
+def test_a_group_that_only_outsiders_could_join_is_not_applicable():
+    t = torus("r", (6,), routing="none")
+    coll = make_collective("x", A2A, t, (0, 3), 2 * 4 * 2)
+    assert "cannot reach each other" in get("synth").applicable(coll)
