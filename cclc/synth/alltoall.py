@@ -136,13 +136,14 @@ def write_schedule(coll: Collective, synth: SynthAllToAll,
         p = synth.pieces[i]
         sigma = int(synth.packing.start[i])
         at, buf, off = p.src, Buf.INPUT, p.dst * P + p.slot
-        for k, (hop, lands) in enumerate(zip(p.hops, p.via)):
+        for k, (hop, lands) in enumerate(zip(p.hops, p.via, strict=True)):
             t = sigma + k
             if k == len(p.hops) - 1:
                 dbuf, doff = Buf.OUTPUT, p.src * P + p.slot
             else:
                 dbuf, doff = Buf.SCRATCH, take(lands, p.elems, t)
-            for key, v in zip(cols, (t, at, lands, route_id(hop), buf, off, dbuf, doff)):
+            row = (t, at, lands, route_id(hop), buf, off, dbuf, doff)
+            for key, v in zip(cols, row, strict=True):
                 cols[key].append(int(v))
             at, buf, off = lands, dbuf, doff
     width = max((len(x) for x in scratch_sizes), default=0)

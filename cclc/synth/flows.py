@@ -24,6 +24,7 @@ crosses a given link of the orbit once per such link).
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 
@@ -194,7 +195,7 @@ def solve_flows(coll: Collective, deadline: float | None = None,
                 return None
             verts.append(p)
         verts.reverse()
-        return tuple(link_at[(a, b)] for a, b in zip(verts[:-1], verts[1:]))
+        return tuple(link_at[(a, b)] for a, b in itertools.pairwise(verts))
 
     rep_row = {int(r): i for i, r in enumerate(reps.tolist())}
 
@@ -218,7 +219,7 @@ def solve_flows(coll: Collective, deadline: float | None = None,
     for _ in range(SEED_PATHS):
         add_priced(1.0 + 0.2 * rng.random(len(orbits)), None)
     status, rounds = "budget", 0
-    for rounds in range(1, MAX_ROUNDS + 1):
+    for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 (reported after the loop)
         if deadline is not None:
             solver.SetTimeLimit(max(1, int(1000 * (deadline - time.monotonic()))))
         code = solver.Solve()

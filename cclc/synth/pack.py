@@ -125,7 +125,7 @@ def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.nda
         units = _split(q, weight[keep])
         rest = block - q * unit            # 0 unless the block has no divisor near quantum
         slot = 0
-        for r, u in zip(keep.tolist(), units.tolist()):
+        for r, u in zip(keep.tolist(), units.tolist(), strict=True):
             segs, via = hops_of(paths[r])
             for part in _split(u, np.ones(split)).tolist():
                 if part:
@@ -194,7 +194,7 @@ def packing_time(coll: Collective, pieces: list[Piece], start: np.ndarray, n_ste
     item = coll.dtype.itemsize
     L = np.zeros((n_steps, topo.n_links))
     lat = np.zeros(n_steps)
-    for p, sigma in zip(pieces, start.tolist()):
+    for p, sigma in zip(pieces, start.tolist(), strict=True):
         for k, hop in enumerate(p.hops):
             links = list(hop)
             L[sigma + k, links] += p.elems * item / topo.link_bandwidth[links]

@@ -72,7 +72,7 @@ def translations(coll: Collective, usable: np.ndarray) -> Symmetry:
     index = np.full(V, -1, dtype=np.int64)
     index[group] = np.arange(len(group))
     pair = coll.pair_sizes
-    shifts = [range(d) if w else range(1) for d, w in zip(dims.tolist(), topo.wrap)]
+    shifts = [range(d) if w else range(1) for d, w in zip(dims.tolist(), topo.wrap, strict=True)]
     vmaps, lmaps = [], []
     for t in itertools.product(*shifts):
         vmap = np.ravel_multi_index(tuple(((coords + np.array(t)) % dims).T), tuple(dims))

@@ -63,7 +63,7 @@ def test_path_lp_equals_the_node_arc_lp(name):
     off = ~np.eye(coll.n, dtype=bool)
     assert np.allclose(tot[off], 1.0)
     group = np.array(coll.group)
-    for s, d, p in zip(flows.src.tolist(), flows.dst.tolist(), flows.path):
+    for s, d, p in zip(flows.src.tolist(), flows.dst.tolist(), flows.path, strict=True):
         assert usable[list(p)].all()
         assert topo.link_src[p[0]] == group[s] and topo.link_dst[p[-1]] == group[d]
         assert (topo.link_dst[list(p[:-1])] == topo.link_src[list(p[1:])]).all()
@@ -176,7 +176,7 @@ def faulty_tori(draw):
     routing = draw(st.sampled_from(["none", "dimension_order", "shortest", "source"]))
     t = torus("t", dims, bandwidth=10e9, latency=1e-6, routing=routing)
     pairs = sorted({(min(a, b), max(a, b)) for a, b in zip(t.link_src.tolist(),
-                                                             t.link_dst.tolist())})
+                                                             t.link_dst.tolist(), strict=True)})
     chosen = draw(st.lists(st.sampled_from(pairs), max_size=2, unique=True))
     faulty = with_faults(t, links=_both(chosen))
     if not faulty.is_connected(faulty.live_ranks()):
