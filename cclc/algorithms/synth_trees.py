@@ -40,6 +40,8 @@ _KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
 MAX_OPS = 2_000_000
 #: default time budget of the search, seconds
 DEFAULT_BUDGET = 30.0
+#: packings whose busiest link is this far above its optimal share are raced against templates
+_CHECK_TEMPLATES_ABOVE = 1.02
 SOLVER = "forestcoll-maxflow+congestion-trees"
 
 
@@ -153,18 +155,22 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
     elems = coll.count // coll.n                      # the smallest block, in elements
     cap = max(1, min(elems // k, MAX_OPS // max(1, len(packs) * coll.n * (coll.n - 1) * k)))
     if chunks is None:
-        ideal = math.sqrt(max(fill - 1, 1) * beta / alpha) if alpha > 0 else cap
+        # (C + F) * (alpha + beta / C) is least at C = sqrt(F * beta / alpha); with no fill
+        # (one-hop trees) one chunk is best
+        ideal = math.sqrt((fill - 1) * beta / alpha) if alpha > 0 else cap
         chunks = int(min(cap, max(1, round(ideal))))
     chunks = max(1, min(chunks, max(1, elems // k)))
     return (chunks + fill - 1) * (alpha + beta / chunks), chunks
 
 
-def _fallback(coll: Collective, params: tuple) -> Schedule:
-    """The fastest template (lockstep IR model) when the budget ran out before any packing."""
+def _fallback(coll: Collective, params: tuple, rival: Schedule | None = None) -> Schedule:
+    """The fastest template (lockstep IR model), or ``rival`` when it is at least as fast."""
     from cclc.algorithms import algorithms_for
     from cclc.sim import simulate
 
     best: tuple[float, Schedule] | None = None
+    if rival is not None:
+        best = (float(simulate(rival).time), rival)
     for algo in algorithms_for(coll):
         if algo.name == "synth" or algo.applicable(coll) is not None:
             continue
@@ -172,6 +178,8 @@ def _fallback(coll: Collective, params: tuple) -> Schedule:
         t = float(simulate(s).time)
         if best is None or t < best[0]:
             best = (t, s)
+    if best is not None and best[1] is rival:
+        return rival
     if best is None:
         raise CollectiveError(f"synth found no packing for '{coll.name}' in its budget and no "
                               "template applies")
@@ -200,7 +208,14 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
     else:
         s = tree_schedule.allreduce_ops(coll, syn.graph, syn.rs, syn.ag, chunks, meta)
     fraction = syn.optimal_time / float(simulate(s).time)
-    return s.replace(params=meta + (("lp_fraction", round(fraction, 4)),))
+    s = s.replace(params=meta + (("lp_fraction", round(fraction, 4)),))
+    if max(p.load for p in (syn.ag, syn.rs) if p is not None) > _CHECK_TEMPLATES_ABOVE:
+        # a packing short of the optimum may lose to a template that fits this machine: keep
+        # whichever is faster, so synth is never slower than the best template
+        return _fallback(coll, (("solver", SOLVER), ("status", "fallback"),
+                                ("solve_s", round(time.monotonic() - t0, 3)),
+                                ("lp_fraction", round(fraction, 4))), rival=s)
+    return s
 
 
 register(Algorithm(
