@@ -29,8 +29,15 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Schedule
 from cclc.synth import tree_schedule
-from cclc.synth.trees import (HopGraph, TreePacking, flow_network, forestcoll_rate, hop_graph,
-                              pack_trees, translations)
+from cclc.synth.trees import (
+    HopGraph,
+    TreePacking,
+    flow_network,
+    forestcoll_rate,
+    hop_graph,
+    pack_trees,
+    translations,
+)
 
 __all__ = ["MAX_OPS", "TreeSynthesis", "build_synth_trees", "synthesize_trees"]
 

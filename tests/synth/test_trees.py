@@ -20,7 +20,7 @@ from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.numeric import check_numeric
 from cclc.sim import simulate
-from cclc.synth.trees import flow_network, forestcoll_rate, hop_graph, translations
+from cclc.synth.trees import forestcoll_rate, hop_graph, translations
 from cclc.topology import NodeType, leaf_spine, single_node, single_switch, torus, with_faults
 from cclc.verify import verify
 
