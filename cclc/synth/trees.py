@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
+from scipy.sparse.csgraph import dijkstra, shortest_path
 
 from cclc.collective import Collective
 from cclc.topology import Topology
@@ -140,6 +140,7 @@ def _fabric_hops(coll: Collective, group, index, ok) -> HopGraph:
             srcs.append(i)
             dsts.append(j)
             paths.append(path[::-1])
+    srcs, dsts, paths = _nearest_member_moves(coll, srcs, dsts, paths)
     lengths = np.array([len(p) for p in paths], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     links = np.concatenate([np.asarray(p, dtype=np.int64) for p in paths])
@@ -147,6 +148,35 @@ def _fabric_hops(coll: Collective, group, index, ok) -> HopGraph:
     return HopGraph(coll.n, np.asarray(srcs, dtype=np.int64), np.asarray(dsts, dtype=np.int64),
                     offsets, links, np.where(topo.link_failed, 0.0, topo.link_bandwidth),
                     np.asarray(lat, dtype=float))
+
+
+def _nearest_member_moves(coll: Collective, srcs, dsts, paths):
+    """Only the moves to the nearest members of every other node (and all moves inside a
+    node), when those still join the group: on a rail-optimized fabric the same-rail and
+    NVLink moves, without the cross-rail paths over spines that a rail move plus an NVLink
+    move replaces. Keeps the graph (and the search) small."""
+    node = coll.topology.node_of_rank
+    if node is None:
+        return srcs, dsts, paths
+    group = np.asarray(coll.group)
+    length = np.array([len(p) for p in paths])
+    src, dst = np.asarray(srcs), np.asarray(dsts)
+    key = src * (int(node.max()) + 1) + node[group[dst]]
+    nearest = np.full(int(key.max()) + 1, np.iinfo(np.int64).max)
+    np.minimum.at(nearest, key, length)
+    keep = length <= nearest[key]
+    if keep.all() or not _connected(coll.n, src[keep], dst[keep]):
+        return srcs, dsts, paths
+    idx = np.flatnonzero(keep).tolist()
+    return [srcs[i] for i in idx], [dsts[i] for i in idx], [paths[i] for i in idx]
+
+
+def _connected(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Whether moves ``src -> dst`` join all ``n`` members (strongly)."""
+    from scipy.sparse.csgraph import connected_components
+
+    mat = csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
+    return connected_components(mat, directed=True, connection="strong")[0] == 1
 
 
 # -- the optimum ---------------------------------------------------------------------------------
@@ -309,10 +339,17 @@ def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_per
     alpha = 12.0
 
     base = inc @ unit
-    depth_price = _DEPTH_WEIGHT * float(base[base > 0].min(initial=1.0))
+    # one level of depth costs a share of the typical move: on a fabric the typical move
+    # crosses the network, so trees do not grow long chains of cheap NVLink hops
+    depth_price = _DEPTH_WEIGHT * float(np.median(base[base > 0])) if (base > 0).any() else 1.0
     symmetric = len(link_perm) > 1
     # on a torus every move is one link: its price is that link's, no sparse product needed
     single = g.links if np.all(np.diff(g.offsets) == 1) else None
+    # a tree may be at most _DEPTH_SLACK levels deeper than the hop distance to its farthest
+    # member: depth is pipeline fill, paid in steps
+    hops = shortest_path(csr_matrix((np.ones(m), (g.src, g.dst)), shape=(n, n)),
+                         unweighted=True)
+    limit = np.where(np.isfinite(hops), hops, 0).max(axis=1) + _DEPTH_SLACK
     edge_links = [g.links[g.offsets[h]:g.offsets[h + 1]] for h in range(m)]
 
     def build(r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -324,11 +361,16 @@ def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_per
         reached = np.zeros(n, dtype=bool)
         reached[r] = True
         own = np.zeros(len(cap))
+        own_self = np.zeros(len(cap))           # the untranslated tree's own uses
         p = np.exp(np.minimum(alpha * load, 600.0)) * unit
         for _ in range(n - 1):
-            cand = np.flatnonzero(reached[g.src] & ~reached[g.dst])
+            frontier = reached[g.src] & ~reached[g.dst]
+            cand = np.flatnonzero(frontier & (depth[g.src] < limit[r]))
+            if not len(cand):
+                cand = np.flatnonzero(frontier)
             orbit_price = p[link_perm].sum(axis=0) if symmetric else p
-            move = orbit_price[single[cand]] if single is not None else inc[cand] @ orbit_price
+            move = (orbit_price[single[cand]] if single is not None
+                    else (inc @ orbit_price)[cand])
             cost = move + depth_price * (depth[g.src[cand]] + 1)
             h = int(cand[int(np.argmin(cost))])
             v = int(g.dst[h])
@@ -336,8 +378,10 @@ def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_per
             reached[v] = True
             touched = link_perm[:, edge_links[h]].ravel()
             np.add.at(own, touched, 1.0)
-            p[touched] = np.exp(np.minimum(alpha * (load[touched] + own[touched]
-                                                    * unit[touched]), 600.0)) * unit[touched]
+            np.add.at(own_self, edge_links[h], 1.0)
+            felt = own[touched] - (1.0 - _SELF_WEIGHT) * own_self[touched]
+            p[touched] = np.exp(np.minimum(alpha * (load[touched] + felt * unit[touched]),
+                                           600.0)) * unit[touched]
         return parent, edge, own
 
     for r in reps:
@@ -380,8 +424,14 @@ def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_per
     return TreePacking(parent, edge, best_load, status, time.monotonic() - t0)
 
 
-#: price of one level of depth, relative to the cheapest move: keeps trees shallow
+#: price of one level of depth, relative to the median move: keeps trees shallow
 _DEPTH_WEIGHT = 0.25
+#: how much a growing tree's own uses of a link raise its price (its translates, which stand
+#: for other roots' trees, always count fully): a root's own link to the network is meant to
+#: carry its tree many times
+_SELF_WEIGHT = 0.0
+#: levels a tree may grow beyond the hop distance to its farthest member
+_DEPTH_SLACK = 1
 #: rounds without improvement after which the search stops
 _PATIENCE = 3
 
