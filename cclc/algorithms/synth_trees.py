@@ -5,14 +5,18 @@ The packing and its optimum are in :mod:`cclc.synth.trees`, the ops in
 of chunks per tree ``C``, keeps to the time budget and records what it did in the schedule's
 ``params``: ``solver`` (``"forestcoll-maxflow+congestion-trees"``), ``status``
 (``optimal`` when the packing reaches the ForestColl rate, ``feasible`` when it does not,
-``budget`` when the budget cut the search short, ``fallback`` when no packing was finished in
-time and the fastest template was built instead), ``solve_s`` and ``lp_fraction`` (the
-collective's time at the optimal rate over the schedule's time in the lockstep IR model).
+``budget`` when the budget cut the search short, ``fallback`` when a template was returned
+instead: no packing was finished in time, or the template is faster), ``solve_s``,
+``lp_fraction`` (the collective's time at the ForestColl optimum over the returned schedule's
+time in the lockstep IR model; for AllReduce the optimum is ReduceScatter's plus AllGather's,
+which overlapping the two phases on full-duplex links can beat, so it may exceed 1), and on a
+fallback ``template``.
 
-Hint parameters: ``budget`` (seconds, default 30), ``trees`` (``k``; default: the best of
-1..3 by predicted time) and ``chunks`` (``C``; default: the pipeline depth that minimizes
-``(C + D) * (alpha + beta / C)`` for tree depth ``D``, latency ``alpha`` and bandwidth time
-``beta``, at most :data:`MAX_OPS` ops).
+Hint parameters: ``budget`` (seconds, default 30); ``race`` (1 by default: return the fastest
+template when one beats the synthesized schedule; 0: always the synthesized one); ``trees``
+(``k``; default: the best of 1..3 by predicted time); ``chunks`` (``C``; default: the pipeline
+depth that minimizes ``(C + D) * (alpha + beta / C)`` for tree depth ``D``, latency ``alpha``
+and bandwidth time ``beta``, with at most :data:`MAX_OPS` ops).
 """
 
 from __future__ import annotations
@@ -47,8 +51,6 @@ _KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
 MAX_OPS = 2_000_000
 #: default time budget of the search, seconds
 DEFAULT_BUDGET = 30.0
-#: packings whose busiest link is this far above its optimal share are raced against templates
-_CHECK_TEMPLATES_ABOVE = 1.02
 SOLVER = "forestcoll-maxflow+congestion-trees"
 
 
@@ -74,11 +76,11 @@ class TreeSynthesis:
 def _applicable(coll: Collective, **params) -> str | None:
     if coll.kind not in _KINDS:
         return f"synth trees do not serve {coll.kind.value}"
-    unknown = sorted(set(params) - {"budget", "trees", "chunks"})
+    unknown = sorted(set(params) - {"budget", "trees", "chunks", "race"})
     if unknown:
-        return f"synth takes budget, trees and chunks (got {', '.join(unknown)})"
-    for key in ("trees", "chunks"):
-        why = bad_int_param(params, key)
+        return f"synth takes budget, trees, chunks and race (got {', '.join(unknown)})"
+    for key, low in (("trees", 1), ("chunks", 1), ("race", 0)):
+        why = bad_int_param(params, key, low)
         if why:
             return why
     budget = params.get("budget", DEFAULT_BUDGET)
@@ -170,14 +172,12 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
     return (chunks + fill - 1) * (alpha + beta / chunks), chunks
 
 
-def _fallback(coll: Collective, params: tuple, rival: Schedule | None = None) -> Schedule:
-    """The fastest template (lockstep IR model), or ``rival`` when it is at least as fast."""
+def _best_template(coll: Collective) -> tuple[float, Schedule] | None:
+    """The fastest template and its time (lockstep IR model), or ``None`` when none applies."""
     from cclc.algorithms import algorithms_for
     from cclc.sim import simulate
 
     best: tuple[float, Schedule] | None = None
-    if rival is not None:
-        best = (float(simulate(rival).time), rival)
     for algo in algorithms_for(coll):
         if algo.name == "synth" or algo.applicable(coll) is not None:
             continue
@@ -185,24 +185,41 @@ def _fallback(coll: Collective, params: tuple, rival: Schedule | None = None) ->
         t = float(simulate(s).time)
         if best is None or t < best[0]:
             best = (t, s)
-    if best is not None and best[1] is rival:
-        return rival
-    if best is None:
-        raise CollectiveError(f"synth found no packing for '{coll.name}' in its budget and no "
-                              "template applies")
-    return best[1].replace(params=best[1].params + params)
+    return best
+
+
+def _as_fallback(template: tuple[float, Schedule], optimal: float | None, t0: float
+                 ) -> Schedule:
+    t, s = template
+    fraction = round(optimal / t, 4) if optimal else 0.0
+    return s.replace(params=s.params + (
+        ("solver", SOLVER), ("status", "fallback"), ("template", _name(s)),
+        ("solve_s", round(time.monotonic() - t0, 3)), ("lp_fraction", fraction)))
+
+
+def _name(s: Schedule) -> str:
+    return s.algorithm if s.schedule in ("-", "") else f"{s.algorithm}+{s.schedule}"
 
 
 def build_synth_trees(coll: Collective, **params) -> Schedule:
-    """The synthesized schedule of an AllGather, ReduceScatter or AllReduce."""
+    """The synthesized schedule of an AllGather, ReduceScatter or AllReduce.
+
+    Raced against every template unless ``race=0``: when a template is faster (lockstep IR
+    model) that template is returned with ``status`` ``fallback``, so ``synth`` is never slower
+    than the best template; likewise when the budget ends before any packing exists.
+    """
     from cclc.sim import simulate
 
     budget = float(params.get("budget", DEFAULT_BUDGET))
+    race = bool(hint_int(params, "race", 1, low=0))
     t0 = time.monotonic()
     syn = synthesize_trees(coll, budget, hint_int(params, "trees", None))
     if syn is None:
-        return _fallback(coll, (("solver", SOLVER), ("status", "fallback"),
-                                ("solve_s", time.monotonic() - t0), ("lp_fraction", 0.0)))
+        template = _best_template(coll)
+        if template is None:
+            raise CollectiveError(f"synth found no packing for '{coll.name}' within its budget "
+                                  f"of {budget:g} s and no template applies")
+        return _as_fallback(template, None, t0)
     chunks = hint_int(params, "chunks", None)
     _, chunks = _predict(coll, syn.graph, syn.ag, syn.rs, _block_bytes(coll), syn.rate_ag,
                          syn.rate_rs, chunks)
@@ -214,14 +231,12 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
         s = tree_schedule.reducescatter_ops(coll, syn.graph, syn.rs, chunks, meta)
     else:
         s = tree_schedule.allreduce_ops(coll, syn.graph, syn.rs, syn.ag, chunks, meta)
-    fraction = syn.optimal_time / float(simulate(s).time)
-    s = s.replace(params=meta + (("lp_fraction", round(fraction, 4)),))
-    if max(p.load for p in (syn.ag, syn.rs) if p is not None) > _CHECK_TEMPLATES_ABOVE:
-        # a packing short of the optimum may lose to a template that fits this machine: keep
-        # whichever is faster, so synth is never slower than the best template
-        return _fallback(coll, (("solver", SOLVER), ("status", "fallback"),
-                                ("solve_s", round(time.monotonic() - t0, 3)),
-                                ("lp_fraction", round(fraction, 4))), rival=s)
+    t = float(simulate(s).time)
+    s = s.replace(params=meta + (("lp_fraction", round(syn.optimal_time / t, 4)),))
+    if race:
+        template = _best_template(coll)
+        if template is not None and template[0] < t * (1 - 1e-9):
+            return _as_fallback(template, syn.optimal_time, t0)
     return s
 
 

@@ -32,7 +32,8 @@ def _synth(make, kind):
     topo = make()
     group = topo.live_ranks()
     coll = make_collective(kind.value, kind, topo, group, size=len(group) * 4 * 6)
-    s = get("synth").build(coll, chunks=2)
+    s = get("synth").build(coll, chunks=2, race=0)
+    assert s.algorithm == "synth"
     verify(s)
     return s
 

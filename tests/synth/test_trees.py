@@ -113,16 +113,16 @@ def faulty_tori(draw):
     return topo, group
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(faulty_tori(), st.sampled_from(KINDS), st.integers(1, 3), st.integers(1, 4))
 def test_synth_on_faulty_tori_verifies_and_matches_numpy(machine, kind, per_rank, chunks):
     topo, group = machine
     n = len(group)
     coll = make_collective(kind.value, kind, topo, group, size=4 * n * per_rank * 4)
     algo = get("synth")
-    if algo.applicable(coll, chunks=chunks) is not None:
+    if algo.applicable(coll, chunks=chunks, race=0) is not None:
         pytest.skip("the faults split the group")
-    s = algo.build(coll, chunks=chunks)
+    s = algo.build(coll, chunks=chunks, race=0)
     verify(s)
     check_numeric(s)
     params = dict(s.params)
@@ -131,7 +131,7 @@ def test_synth_on_faulty_tori_verifies_and_matches_numpy(machine, kind, per_rank
     assert t >= bounds(coll).best * (1 - 1e-9)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(faulty_tori())
 def test_packings_are_spanning_arborescences_never_above_the_optimum(machine):
     topo, group = machine
@@ -171,7 +171,7 @@ def test_optimum_is_a_lower_bound_on_the_simulated_time():
     for kind in (K.ALLGATHER, K.REDUCESCATTER):
         coll = make_collective(kind.value, kind, topo, group, size=len(group) * 4 * 1024)
         syn = synthesize_trees(coll, budget=30)
-        s = get("synth").build(coll)
+        s = get("synth").build(coll, race=0)
         assert float(simulate(s).time) >= syn.optimal_time * (1 - 1e-9)
         assert 0 < dict(s.params)["lp_fraction"] <= 1 + 1e-9
 
@@ -210,7 +210,8 @@ def _fabrics():
 def test_synth_on_fabrics_and_nodes(topo, kind):
     group = topo.live_ranks()
     coll = make_collective(kind.value, kind, topo, group, size=len(group) * 4 * 6)
-    s = get("synth").build(coll, chunks=2)
+    s = get("synth").build(coll, chunks=2, race=0)
+    assert s.algorithm == "synth"
     verify(s)
     check_numeric(s)
     assert float(simulate(s).time) >= bounds(coll).best * (1 - 1e-9)
@@ -234,5 +235,20 @@ def test_failed_rank_allreduce_target():
     group = topo.live_ranks()
     n = len(group)
     coll = make_collective("ar", K.ALLREDUCE, topo, group, size=(128 << 20) // (4 * n) * 4 * n)
-    s = get("synth").build(coll)
+    s = get("synth").build(coll, race=0)
+    assert s.algorithm == "synth"
     assert bounds(coll).best / float(simulate(s).time) >= 0.80
+
+
+def test_a_faster_template_wins_the_race():
+    # on a healthy 4x4 mesh the bidirectional ring reaches the bound and the trees' pipeline
+    # fill costs a little: synth returns the ring, says so, and is not slower than it
+    topo = dsl.load("examples/mesh4x4.ccl").topologies["m"]
+    coll = make_collective("ag", K.ALLGATHER, topo, topo.live_ranks(), size=16 * 4 << 20)
+    own = get("synth").build(coll, race=0)
+    raced = get("synth").build(coll)
+    params = dict(raced.params)
+    assert simulate(raced).time < simulate(own).time
+    assert params["status"] == "fallback" and params["template"] == raced.algorithm
+    for algo in (get("biring"), get("ring")):
+        assert simulate(raced).time <= simulate(algo.build(coll)).time * (1 + 1e-9)
