@@ -158,7 +158,14 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
     packs = [(p, r) for p, r in ((ag, rate_ag), (rs, rate_rs)) if p is not None]
     for p, rate in packs:
         beta += block * p.load / rate
-        fill += int(p.depth().max())
+    if ag is not None:
+        fill += int(ag.depth().max())
+    if rs is not None:
+        # siblings reduce into their parent in distinct steps: the in-trees' fill is the
+        # offset of the roots, not their depth (a star of s leaves fills in s steps)
+        off = tree_schedule.reduce_offsets(rs)
+        n = coll.n
+        fill += int(off[np.arange(n), :, np.arange(n)].max()) + 1
     k = packs[0][0].k
     alpha = float(g.latency.max()) if g.m else 0.0
     elems = coll.count // coll.n                      # the smallest block, in elements
