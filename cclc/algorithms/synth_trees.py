@@ -13,7 +13,8 @@ which overlapping the two phases on full-duplex links can beat, so it may exceed
 fallback ``template``.
 
 Hint parameters: ``budget`` (seconds, default 30); ``race`` (1 by default: return the fastest
-template when one beats the synthesized schedule; 0: always the synthesized one); ``trees``
+template when one beats the synthesized schedule; 0, the default under ``algorithm auto``,
+whose planner races every candidate anyway: always the synthesized one); ``trees``
 (``k``; default: the best of 1..3 by predicted time); ``chunks`` (``C``; default: the pipeline
 depth that minimizes ``(C + D) * (alpha + beta / C)`` for tree depth ``D``, latency ``alpha``
 and bandwidth time ``beta``, with at most :data:`MAX_OPS` ops).
@@ -218,7 +219,8 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
     from cclc.sim import simulate
 
     budget = float(params.get("budget", DEFAULT_BUDGET))
-    race = bool(hint_int(params, "race", 1, low=0))
+    # under `algorithm auto` the planner races every candidate itself
+    race = bool(hint_int(params, "race", 0 if coll.algorithm.name == "auto" else 1, low=0))
     t0 = time.monotonic()
     syn = synthesize_trees(coll, budget, hint_int(params, "trees", None))
     if syn is None:
