@@ -111,11 +111,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="128 MiB on the small examples")
     ap.add_argument("--no-templates", action="store_true", help="skip the template column")
+    ap.add_argument("--only", default="", help="only cases whose name contains this text")
+    ap.add_argument("--sizes", default="", help="comma-separated sizes in MiB")
     args = ap.parse_args(argv)
     sizes = [128 << 20] if args.quick else [1 << 30, 128 << 20]
+    if args.sizes:
+        sizes = [int(float(x) * (1 << 20)) for x in args.sizes.split(",")]
     print("predicted by the ir model: lockstep steps, no software cost; % of the best "
           "lower bound of cclc.bounds")
     for label, topo in _machines(args.quick):
+        if args.only not in label:
+            continue
         for kind in KINDS:
             for size in sizes:
                 _print(run_case(label, topo, kind, size, not args.no_templates))
