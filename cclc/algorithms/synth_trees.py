@@ -17,7 +17,8 @@ template when one beats the synthesized schedule; 0, the default under ``algorit
 whose planner races every candidate anyway: always the synthesized one); ``trees``
 (``k``; default: the best of 1..3 by predicted time); ``chunks`` (``C``; default: the pipeline
 depth that minimizes ``(C + D) * (alpha + beta / C)`` for tree depth ``D``, latency ``alpha``
-and bandwidth time ``beta``, with at most :data:`MAX_OPS` ops).
+and bandwidth time ``beta``, with at most :data:`MAX_OPS` ops, :data:`MAX_OPS_AUTO` under
+``algorithm auto`` so that the candidate costs the planner what a template does).
 """
 
 from __future__ import annotations
@@ -44,12 +45,14 @@ from cclc.synth.trees import (
     translations,
 )
 
-__all__ = ["MAX_OPS", "TreeSynthesis", "build_synth_trees", "synthesize_trees"]
+__all__ = ["MAX_OPS", "MAX_OPS_AUTO", "TreeSynthesis", "build_synth_trees", "synthesize_trees"]
 
 _KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
                     CollectiveKind.ALLREDUCE})
 #: the most ops a default pipeline depth may produce (bounds compile, verify and emit time)
 MAX_OPS = 2_000_000
+#: the same under ``algorithm auto``
+MAX_OPS_AUTO = 200_000
 #: default time budget of the search, seconds
 DEFAULT_BUDGET = 30.0
 SOLVER = "forestcoll-maxflow+congestion-trees"
@@ -153,7 +156,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
 
 def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
              block: float, rate_ag: float | None, rate_rs: float | None,
-             chunks: int | None = None) -> tuple[float, int]:
+             chunks: int | None = None, max_ops: int = MAX_OPS) -> tuple[float, int]:
     """Predicted lockstep time and pipeline depth: ``(C + D) * (alpha + beta / C)``."""
     beta, fill = 0.0, 0
     packs = [(p, r) for p, r in ((ag, rate_ag), (rs, rate_rs)) if p is not None]
@@ -170,7 +173,7 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
     k = packs[0][0].k
     alpha = float(g.latency.max()) if g.m else 0.0
     elems = coll.count // coll.n                      # the smallest block, in elements
-    cap = max(1, min(elems // k, MAX_OPS // max(1, len(packs) * coll.n * (coll.n - 1) * k)))
+    cap = max(1, min(elems // k, max_ops // max(1, len(packs) * coll.n * (coll.n - 1) * k)))
     if chunks is None:
         # (C + F) * (alpha + beta / C) is least at C = sqrt(F * beta / alpha); with no fill
         # (one-hop trees) one chunk is best
@@ -230,8 +233,11 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
                                   f"of {budget:g} s and no template applies")
         return _as_fallback(template, None, t0)
     chunks = hint_int(params, "chunks", None)
+    # `auto` builds, verifies, simulates (and, for the nccl backend, lowers) every candidate:
+    # its synth candidate pipelines fewer chunks so that it costs what a template costs
+    max_ops = MAX_OPS_AUTO if coll.algorithm.name == "auto" else MAX_OPS
     _, chunks = _predict(coll, syn.graph, syn.ag, syn.rs, _block_bytes(coll), syn.rate_ag,
-                         syn.rate_rs, chunks)
+                         syn.rate_rs, chunks, max_ops)
     meta = (("solver", SOLVER), ("status", syn.status), ("solve_s", round(syn.solve_s, 3)),
             ("k", (syn.ag or syn.rs).k), ("chunks", chunks))
     if coll.kind is CollectiveKind.ALLGATHER:
