@@ -22,7 +22,7 @@ import time
 import dsl
 from cclc.algorithms import algorithms_for, get
 from cclc.bounds import bounds
-from cclc.collective import CollectiveKind, make_collective
+from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.execution import IR_MODEL, predict
 from cclc.topology import torus, with_faults
 
@@ -74,7 +74,8 @@ def run_case(label: str, topo, kind: CollectiveKind, nominal: int,
     n = len(group)
     unit = 4 * n
     size = max(unit, round(nominal / unit) * unit)
-    coll = make_collective(kind.value, kind, topo, group, size=size)
+    # named as the user would name it (under `auto` synth pipelines fewer chunks)
+    coll = make_collective(kind.value, kind, topo, group, size=size, algorithm=Hint("synth"))
     bound = bounds(coll)
     t0 = time.monotonic()
     s = get("synth").build(coll, race=0)          # the synthesized schedule itself

@@ -17,7 +17,7 @@ from cclc.algorithms import get
 from cclc.algorithms.synth_trees import synthesize_trees
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind as K
-from cclc.collective import make_collective
+from cclc.collective import Hint, make_collective
 from cclc.numeric import check_numeric
 from cclc.sim import simulate
 from cclc.synth.trees import forestcoll_rate, hop_graph, translations
@@ -244,7 +244,8 @@ def test_a_faster_template_wins_the_race():
     # on a healthy 4x4 mesh the bidirectional ring reaches the bound and the trees' pipeline
     # fill costs a little: synth returns the ring, says so, and is not slower than it
     topo = dsl.load("examples/mesh4x4.ccl").topologies["m"]
-    coll = make_collective("ag", K.ALLGATHER, topo, topo.live_ranks(), size=16 * 4 << 20)
+    coll = make_collective("ag", K.ALLGATHER, topo, topo.live_ranks(), size=16 * 4 << 20,
+                           algorithm=Hint("synth"))
     own = get("synth").build(coll, race=0)
     raced = get("synth").build(coll)
     params = dict(raced.params)
@@ -252,3 +253,14 @@ def test_a_faster_template_wins_the_race():
     assert params["status"] == "fallback" and params["template"] == raced.algorithm
     for algo in (get("biring"), get("ring")):
         assert simulate(raced).time <= simulate(algo.build(coll)).time * (1 + 1e-9)
+
+
+def test_auto_races_itself_and_keeps_its_candidate_small():
+    # under `algorithm auto` the planner races the candidates, so synth returns its own
+    # schedule, pipelined into at most MAX_OPS_AUTO ops
+    from cclc.algorithms.synth_trees import MAX_OPS_AUTO
+
+    topo = dsl.load("examples/mesh4x4.ccl").topologies["m"]
+    coll = make_collective("ag", K.ALLGATHER, topo, topo.live_ranks(), size=16 * 4 << 20)
+    s = get("synth").build(coll)
+    assert s.algorithm == "synth" and len(s.ops) <= MAX_OPS_AUTO + coll.n
