@@ -15,13 +15,13 @@ smaller, probe, so the search ends on the exact optimum after a few probes inste
 towards it.
 
 *The trees.* ForestColl builds the trees exactly, after splitting switch vertices off; here the
-trees are built by negotiated congestion over shortest-path trees (:func:`pack_trees`), a
-heuristic whose result is measured against ``x*``: every root gets ``k`` trees; each tree is a
-shortest-path tree of the *hop graph* (edges the declared routing carries in one move: torus
-neighbour links, or rank-to-rank fewest-hop paths through a fabric) under link prices that grow
-exponentially with the link's load relative to the optimum, and trees are ripped up and rebuilt
-until no link is above its share at ``x*`` or the budget runs out. Shortest-path trees keep the
-depth (and so the pipeline fill) small.
+trees are built by negotiated congestion (:func:`pack_trees`), a heuristic whose result is
+measured against ``x*``: every root gets ``k`` trees over the *hop graph* (moves the declared
+routing carries as one op: torus neighbour links, or rank-to-rank fewest-hop paths through a
+fabric). A tree grows one member at a time over the cheapest move out of it, under link prices
+that grow exponentially with the link's load relative to its share at ``x*``, plus a price per
+level of depth and a depth limit (depth is pipeline fill); trees are ripped up and regrown
+until no link is above its share or the budget runs out.
 
 Symmetry: on a torus whose faults are invariant under a group of translations, the trees of
 one root per orbit are built and translated, and prices count the loads of all translates.
@@ -317,7 +317,7 @@ def _tree_links(g: HopGraph, edges: np.ndarray) -> np.ndarray:
 
 def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_perm: np.ndarray,
                deadline: float, rounds: int = 40, seed: int = 0) -> TreePacking:
-    """``k`` shortest-path out-trees per root under negotiated congestion (module docstring).
+    """``k`` out-trees per root under negotiated congestion (module docstring).
 
     ``rate`` is the optimal per-root rate ``x*`` that loads are measured against; ``node_perm``
     and ``edge_perm`` are the symmetry from :func:`translations`; ``deadline`` is a
