@@ -312,7 +312,9 @@ class TreePacking:
 
 def _tree_links(g: HopGraph, edges: np.ndarray) -> np.ndarray:
     starts, ends = g.offsets[edges], g.offsets[edges + 1]
-    return np.concatenate([g.links[a:b] for a, b in zip(starts, ends, strict=True)]) if len(edges) else edges
+    if not len(edges):
+        return edges
+    return np.concatenate([g.links[a:b] for a, b in zip(starts, ends, strict=True)])
 
 
 def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_perm: np.ndarray,

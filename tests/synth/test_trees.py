@@ -51,7 +51,8 @@ def small_networks(draw):
     g = nx.DiGraph()
     g.add_nodes_from(range(n))
     order = draw(st.permutations(list(range(n))))
-    for a, b in zip(order, order[1:] + order[:1], strict=True):        # a cycle keeps it strongly connected
+    # a cycle keeps it strongly connected
+    for a, b in zip(order, order[1:] + order[:1], strict=True):
         g.add_edge(a, b, capacity=draw(st.integers(1, 9)))
     for a, b in draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)),
                               max_size=8)):
