@@ -113,95 +113,131 @@ def lower(n: int, step, src, dst, path, kind, src_buf, src_off, dst_buf, dst_off
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     lane = _colour(src, dst, np.asarray(path), n, max_lanes)
     n_lanes = int(lane.max()) + 1 if len(lane) and lane.max() >= 0 else 0
-    # slots are atoms: the pieces every op boundary cuts each (rank, buffer) into, so the
-    # state stays linear in the ops however long the buffers are
-    rb_r = src * 3 + np.asarray(src_buf, dtype=np.int64)
-    rb_w = dst * 3 + np.asarray(dst_buf, dtype=np.int64)
+    reads, writes, n_slots = _atoms(src, dst, src_buf, src_off, dst_buf, dst_off, count, dcount,
+                                    widths)
+    ops = _OpLists(src.tolist(), dst.tolist(), np.asarray(kind).tolist(),
+                   np.asarray(count).tolist(), reads, writes)
+    state = _Hazards(ops, n_slots)
+    order = np.argsort(step, kind="stable")
+    # the ops of one step are consecutive in ``order``: cut it where the step changes
+    bounds = np.flatnonzero(np.diff(step[order])) + 1
+    for group in np.split(order, bounds) if len(order) else ():
+        state.lower_step(group.tolist())
+    return DataflowPlan(tuple(state.items), lane, n_lanes, 0, state.staging)
+
+
+def _atoms(src, dst, src_buf, src_off, dst_buf, dst_off, count, dcount, widths
+           ) -> tuple[list[range], list[range], int]:
+    """Each op's read and written slots as ranges of atoms: the pieces every op boundary cuts
+    each (rank, buffer) into, so the state stays linear in the ops however long the buffers
+    are."""
     span = int(max(widths)) + 1
-    r0 = rb_r * span + np.asarray(src_off, dtype=np.int64)
+    r0 = (src * 3 + np.asarray(src_buf, dtype=np.int64)) * span + \
+        np.asarray(src_off, dtype=np.int64)
     r1 = r0 + np.asarray(count, dtype=np.int64)
-    w0 = rb_w * span + np.asarray(dst_off, dtype=np.int64)
+    w0 = (dst * 3 + np.asarray(dst_buf, dtype=np.int64)) * span + \
+        np.asarray(dst_off, dtype=np.int64)
     w1 = w0 + np.asarray(dcount, dtype=np.int64)
     cuts = np.unique(np.concatenate([r0, r1, w0, w1]))
-    ra, rb = np.searchsorted(cuts, r0).tolist(), np.searchsorted(cuts, r1).tolist()
-    wa, wb = np.searchsorted(cuts, w0).tolist(), np.searchsorted(cuts, w1).tolist()
-    n_slots = len(cuts)
-    writer = [-1] * n_slots               # item of the last earlier-step write
-    readers: list[list[int]] = [[] for _ in range(n_slots)]   # items reading it since
-    order = np.argsort(step, kind="stable").tolist()
-    steps = step.tolist()
-    s_l, d_l = src.tolist(), dst.tolist()
-    k_l = np.asarray(kind).tolist()
-    c_l = np.asarray(count).tolist()
+    reads = list(map(range, np.searchsorted(cuts, r0).tolist(),
+                     np.searchsorted(cuts, r1).tolist()))
+    writes = list(map(range, np.searchsorted(cuts, w0).tolist(),
+                      np.searchsorted(cuts, w1).tolist()))
+    return reads, writes, len(cuts)
 
-    def reads(o):
-        return range(ra[o], rb[o])
 
-    def writes(o):
-        return range(wa[o], wb[o])
+@dataclass(frozen=True, slots=True)
+class _OpLists:
+    """The per-op columns :class:`_Hazards` reads, as Python lists (indexed op by op)."""
 
-    lanes = lane.tolist()     # local ops: -1 until place_local_ops
-    items: list[Item] = []
-    staging = 0
-    i = 0
-    while i < len(order):
-        j = i
-        while j < len(order) and steps[order[j]] == steps[order[i]]:
-            j += 1
-        group = order[i:j]
-        i = j
-        written = set()
+    src: list[int]
+    dst: list[int]
+    kind: list[int]
+    count: list[int]
+    reads: list[range]
+    writes: list[range]
+
+
+class _Hazards:
+    """The items issued so far and, per slot, the last earlier-step writer and the readers
+    since: what the next step's ops must wait for."""
+
+    def __init__(self, ops: _OpLists, n_slots: int) -> None:
+        self.ops = ops
+        self.writer = [-1] * n_slots                      # item of the last earlier-step write
+        self.readers: list[list[int]] = [[] for _ in range(n_slots)]   # items reading it since
+        self.items: list[Item] = []
+        self.staging = 0
+
+    def _read_deps(self, o: int) -> set[tuple[int, int]]:
+        writer, rank = self.writer, self.ops.src[o]
+        return {(writer[x], rank) for x in self.ops.reads[o] if writer[x] >= 0}
+
+    def lower_step(self, group: list[int]) -> None:
+        """Issue the items of one step's ops (in op order) and update the slot state."""
+        written: set[int] = set()
         for o in group:
-            written.update(writes(o))
-        # snapshots first: sources this step also overwrites
-        snap_of: dict[int, int] = {}
-        snap_reads: dict[int, list[int]] = {}      # slot -> snapshots reading it
-        for o in group:
-            if any(x in written for x in reads(o)):
-                deps = {(writer[x], s_l[o]) for x in reads(o) if writer[x] >= 0}
-                snap_of[o] = len(items)
-                items.append(Item(o, True, tuple(sorted(deps)), staging, None))
-                for x in reads(o):
-                    snap_reads.setdefault(x, []).append(len(items) - 1)
-                staging += c_l[o]
+            written.update(self.ops.writes[o])
+        snap_of, snap_reads = self._snapshots(group, written)
         step_writes: dict[int, int] = {}            # slot -> item writing it this step
-        done: list[tuple[int, range, range | None]] = []
-        for o in group:
-            me = len(items)
-            deps: set[tuple[int, int]] = set()
-            stage = land = None
-            if o in snap_of:
-                deps.add((snap_of[o], s_l[o]))
-                stage = items[snap_of[o]].stage
-            else:
-                deps.update((writer[x], s_l[o]) for x in reads(o) if writer[x] >= 0)
-            w = writes(o)
-            for x in w:
-                if writer[x] >= 0:
-                    deps.add((writer[x], d_l[o]))
-                deps.update((r, d_l[o]) for r in readers[x])
-                # only snapshots read what this step writes: they come first
-                deps.update((r, d_l[o]) for r in snap_reads.get(x, ()))
-                if x in step_writes:     # two writes of one slot in a step: in issue order
-                    deps.add((step_writes[x], d_l[o]))
-            if s_l[o] != d_l[o] and k_l[o] == OpKind.REDUCE:
-                land = staging
-                staging += c_l[o]
-            items.append(Item(o, False, tuple(sorted(deps)), stage, land))
-            for x in w:
-                step_writes[x] = me
-            done.append((me, w, None if o in snap_of else reads(o)))
+        done = [self._op(o, snap_of, snap_reads, step_writes) for o in group]
+        readers, writer, reads = self.readers, self.writer, self.ops.reads
         for slot, its in snap_reads.items():
             readers[slot].extend(its)
-        for me, _, rs in done:
-            if rs is not None:
-                for x in rs:
+        for me, o in zip(done, group, strict=True):
+            if o not in snap_of:
+                for x in reads[o]:
                     readers[x].append(me)
-        for me, w, _ in done:
-            for x in w:
+        for me, o in zip(done, group, strict=True):
+            for x in self.ops.writes[o]:
                 writer[x] = me
                 readers[x] = []
-    return DataflowPlan(tuple(items), np.array(lanes, dtype=np.int64), n_lanes, 0, staging)
+
+    def _snapshots(self, group: list[int], written: set[int]
+                   ) -> tuple[dict[int, int], dict[int, list[int]]]:
+        """Snapshots first: the sources this step also overwrites. Returns op -> its
+        snapshot item, and slot -> the snapshots reading it."""
+        snap_of: dict[int, int] = {}
+        snap_reads: dict[int, list[int]] = {}
+        for o in group:
+            rs = self.ops.reads[o]
+            if written.isdisjoint(rs):
+                continue
+            me = snap_of[o] = len(self.items)
+            self.items.append(Item(o, True, tuple(sorted(self._read_deps(o))), self.staging,
+                                   None))
+            for x in rs:
+                snap_reads.setdefault(x, []).append(me)
+            self.staging += self.ops.count[o]
+        return snap_of, snap_reads
+
+    def _op(self, o: int, snap_of: dict[int, int], snap_reads: dict[int, list[int]],
+            step_writes: dict[int, int]) -> int:
+        """Issue op ``o`` after its edges; returns its item."""
+        ops, writer, readers = self.ops, self.writer, self.readers
+        me = len(self.items)
+        stage = land = None
+        if o in snap_of:
+            deps = {(snap_of[o], ops.src[o])}
+            stage = self.items[snap_of[o]].stage
+        else:
+            deps = self._read_deps(o)
+        d = ops.dst[o]
+        for x in ops.writes[o]:
+            if writer[x] >= 0:
+                deps.add((writer[x], d))
+            deps.update((r, d) for r in readers[x])
+            # only snapshots read what this step writes: they come first
+            deps.update((r, d) for r in snap_reads.get(x, ()))
+            if x in step_writes:     # two writes of one slot in a step: in issue order
+                deps.add((step_writes[x], d))
+        if ops.src[o] != d and ops.kind[o] == OpKind.REDUCE:
+            land = self.staging
+            self.staging += ops.count[o]
+        self.items.append(Item(o, False, tuple(sorted(deps)), stage, land))
+        for x in ops.writes[o]:
+            step_writes[x] = me
+        return me
 
 
 #: at most this many local lanes (streams) per rank
