@@ -76,6 +76,10 @@ class DataflowPlan:
     staging: int
     #: per op, the first op of its group (itself when it starts one; see place_local_ops)
     group: np.ndarray | None = None
+    #: the time :func:`place_local_ops` found while placing (it runs the plan as
+    #: :func:`dataflow_time` does) and the ``op_overhead`` it used; None when not placed
+    placed_time: float | None = None
+    placed_overhead: float | None = None
 
 
 def _colour(src: np.ndarray, dst: np.ndarray, path: np.ndarray, n: int, cap: int
@@ -268,6 +272,10 @@ def _ranges(keys_s, vals_s, lo_key, hi_key, me, rank):
     return me[pairs.op], vals_s[pairs.slot], rank[pairs.op]
 
 
+#: edges are sorted on one int64 key (item, dep, rank) when it cannot overflow
+_ONE_KEY_LIMIT = 2 ** 62
+
+
 def _plan(ids: _ItemIds, snapped, red, count, edges, lane, n_lanes) -> DataflowPlan:
     """The items in issue order, each with its sorted edges and staging."""
     item, dep, rank = edges
@@ -281,10 +289,10 @@ def _plan(ids: _ItemIds, snapped, red, count, edges, lane, n_lanes) -> DataflowP
     land = np.where(~ids.item_snap & red[o], at, -1)
     # sorted, distinct edges per item
     n_ranks = int(rank.max()) + 1 if len(rank) else 1
-    if n_items * n_items * n_ranks < 2 ** 62:       # one sort key, or three
+    if n_items * n_items * n_ranks < _ONE_KEY_LIMIT:       # one sort key, or three
         key = _distinct((item * n_items + dep) * n_ranks + rank)
         item, dep, rank = key // (n_items * n_ranks), key // n_ranks % n_items, key % n_ranks
-    else:
+    elif len(item):
         order = np.lexsort((rank, dep, item))
         item, dep, rank = item[order], dep[order], rank[order]
         new = np.concatenate([[True], (np.diff(item) != 0) | (np.diff(dep) != 0)
@@ -329,9 +337,10 @@ def place_local_ops(s: Schedule, plan: DataflowPlan, op_overhead: float = 0.0
     ``ncclGroupEnd``, one launch) when nothing else used the lane on either rank since the
     group began, every edge it has comes before the group's first item, and it is ready when
     the group starts: then it waits for nothing more and the group pays one launch."""
-    _, lanes, group = _run(s, plan, op_overhead, place=True)
+    time, lanes, group = _run(s, plan, op_overhead, place=True)
     n_local = int(lanes.max()) + 1 - plan.n_lanes if len(lanes) else 0
-    return DataflowPlan(plan.items, lanes, plan.n_lanes, max(n_local, 0), plan.staging, group)
+    return DataflowPlan(plan.items, lanes, plan.n_lanes, max(n_local, 0), plan.staging, group,
+                        time, op_overhead)
 
 
 def dataflow_time(s: Schedule, op_overhead: float = 0.0, plan: DataflowPlan | None = None
@@ -340,8 +349,12 @@ def dataflow_time(s: Schedule, op_overhead: float = 0.0, plan: DataflowPlan | No
     come, first served in issue order, cut-through, as in event mode) with the library's
     order: a group starts when its edges are done and its lane is free on both of its ranks
     and pays ``op_overhead`` (one launch); snapshots and local ops are free, as in the
-    simulator's default."""
-    return _run(s, plan or lower_schedule(s), op_overhead)[0]
+    simulator's default. A plan placed at this ``op_overhead`` already knows its time (placing
+    runs it: the same decisions, so the same time), so it is not run twice."""
+    plan = plan or lower_schedule(s)
+    if plan.placed_time is not None and plan.placed_overhead == op_overhead:
+        return plan.placed_time
+    return _run(s, plan, op_overhead)[0]
 
 
 def _run(s: Schedule, plan: DataflowPlan, op_overhead: float, place: bool = False

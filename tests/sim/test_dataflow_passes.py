@@ -87,3 +87,30 @@ def test_algorithm_schedules(build, coll):
     args = (s.n, o.step, o.src, o.dst, o.route, o.kind, o.src_buf, o.src_off, o.dst_buf,
             o.dst_off, o.count, _dest_counts(s), tuple(s.n_chunks(b) for b in Buf))
     _same(lower(*args), lower_reference(*args))
+
+
+@settings(max_examples=40, deadline=None)
+@given(_op_arrays())
+def test_edges_sorted_on_three_keys_when_one_could_overflow(monkeypatch_case):
+    import cclc.dataflow as df
+    n, c, widths, lanes = monkeypatch_case
+    one = _call(lower, n, c, widths, lanes)
+    limit = df._ONE_KEY_LIMIT
+    df._ONE_KEY_LIMIT = 0
+    try:
+        three = _call(lower, n, c, widths, lanes)
+    finally:
+        df._ONE_KEY_LIMIT = limit
+    _same(one, three)
+    _same(three, _call(lower_reference, n, c, widths, lanes))
+
+
+@pytest.mark.parametrize("overhead", [0.0, 5e-6])
+@pytest.mark.parametrize("build, coll", _torus_schedules()[::3])
+def test_the_time_found_while_placing_is_the_time_of_the_placed_plan(build, coll, overhead):
+    from cclc.dataflow import _run, lower_schedule
+    from cclc.relay import lower_relays
+    s = lower_relays(build(coll))
+    plan = lower_schedule(s, op_overhead=overhead)
+    assert plan.placed_overhead == overhead
+    assert plan.placed_time == _run(s, plan, overhead)[0]
