@@ -91,9 +91,9 @@ def test_algorithm_schedules(build, coll):
 
 @settings(max_examples=40, deadline=None)
 @given(_op_arrays())
-def test_edges_sorted_on_three_keys_when_one_could_overflow(monkeypatch_case):
+def test_edges_sorted_on_three_keys_when_one_could_overflow(case):
     import cclc.dataflow as df
-    n, c, widths, lanes = monkeypatch_case
+    n, c, widths, lanes = case
     one = _call(lower, n, c, widths, lanes)
     limit = df._ONE_KEY_LIMIT
     df._ONE_KEY_LIMIT = 0
