@@ -11,9 +11,10 @@ Absolute figures (each in a child process, so that its peak resident memory is i
 
 Ratios, measured one after the other in the same run (so machine load affects both sides
 alike): the columnar event simulator against the op-by-op loop it replaced, the columnar
-relay lowering against its loop, and ``auto`` with and without pruning by load bounds. The
-loops are the references the tests keep (``tests/sim/event_reference.py``,
-``tests/ir/relay_reference.py``).
+relay lowering against its loop, the columnar dataflow lowering (the ``nccl`` model's plan)
+against its loop, and ``auto`` with and without pruning by load bounds. The loops are the
+references the tests keep (``tests/sim/event_reference.py``, ``tests/ir/relay_reference.py``,
+``tests/sim/dataflow_reference.py``).
 
     python benchmarks/compile_scale.py                 # everything (several minutes)
     python benchmarks/compile_scale.py --quick         # skip the 8x8x8 LP bounds and 5M ops
