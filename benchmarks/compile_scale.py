@@ -11,9 +11,10 @@ Absolute figures (each in a child process, so that its peak resident memory is i
 
 Ratios, measured one after the other in the same run (so machine load affects both sides
 alike): the columnar event simulator against the op-by-op loop it replaced, the columnar
-relay lowering against its loop, and ``auto`` with and without pruning by load bounds. The
-loops are the references the tests keep (``tests/sim/event_reference.py``,
-``tests/ir/relay_reference.py``).
+relay lowering against its loop, the columnar dataflow lowering (the ``nccl`` model's plan)
+against its loop, and ``auto`` with and without pruning by load bounds. The loops are the
+references the tests keep (``tests/sim/event_reference.py``, ``tests/ir/relay_reference.py``,
+``tests/sim/dataflow_reference.py``).
 
     python benchmarks/compile_scale.py                 # everything (several minutes)
     python benchmarks/compile_scale.py --quick         # skip the 8x8x8 LP bounds and 5M ops
@@ -189,6 +190,11 @@ def side_by_side() -> list[dict]:
     rows.append({"what": f"event simulation of that schedule ({len(new.ops):,} ops)",
                  "new": new_s, "old": old_s})
 
+    new_s, old_s, n_items = _dataflow_side_by_side()
+    rows.append({"what": f"dataflow lowering (the nccl model's plan), MATE 5x5x5 source-routed "
+                         f"torus, one failed link ({n_items:,} items)",
+                 "new": new_s, "old": old_s})
+
     t4 = faulty((4, 4, 4))
     c4 = make_collective("a", CollectiveKind.ALLTOALL, t4, t4.all_ranks(), size=64 * 64 * 1024)
     new_s, pruned = timed(lambda: plan(c4))
@@ -200,6 +206,37 @@ def side_by_side() -> list[dict]:
                          f"same choice: {pruned.name})",
                  "new": new_s, "old": old_s})
     return rows
+
+
+def _dataflow_side_by_side() -> tuple[float, float, int]:
+    """:func:`cclc.dataflow.lower` against the loop it replaced (``tests/sim``), both given
+    the same MATE schedule; they must give the same plan."""
+    from dataflow_reference import lower_reference
+
+    from cclc.algorithms.torus_alltoall import build_for_sizes
+    from cclc.collective import CollectiveKind, DType, make_collective
+    from cclc.dataflow import lower
+    from cclc.ir import Buf
+    from cclc.relay import lower_relays
+    from cclc.sim import _dest_counts
+    from cclc.topology import torus, with_faults
+
+    t = torus("t", (5, 5, 5), bandwidth=50e9, latency=1e-7, routing="source")
+    a, b = t.rank_at((2, 2, 2)), t.rank_at((3, 2, 2))
+    t = with_faults(t, links=[(a, b), (b, a)])
+    c = make_collective("a", CollectiveKind.ALLTOALL, t, t.all_ranks(), size=125 * 2 ** 22,
+                        dtype=DType.UINT8)
+    s = lower_relays(build_for_sizes(c, [c.size], "halfring", "mate")[0])
+    o = s.ops
+    args = (s.n, o.step, o.src, o.dst, o.route, o.kind, o.src_buf, o.src_off, o.dst_buf,
+            o.dst_off, o.count, _dest_counts(s), tuple(s.n_chunks(b) for b in Buf))
+    start = time.perf_counter()
+    new = lower(*args)
+    mid = time.perf_counter()
+    old = lower_reference(*args)
+    end = time.perf_counter()
+    assert new.items == old.items and new.staging == old.staging
+    return mid - start, end - mid, len(new.items)
 
 
 def _fmt(row: dict, key: str = "seconds") -> str:

@@ -30,6 +30,7 @@ model (the ``nccl`` execution model of :mod:`cclc.execution`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,14 +43,14 @@ __all__ = ["MAX_LANES", "DataflowPlan", "Item", "dataflow_time", "lower", "lower
 MAX_LANES = 32
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
+class Item(NamedTuple):
     """One thing issued: op ``op`` (``snap`` False) or the snapshot of its source (True).
 
     ``deps``: (item, rank) edges, item before this one, rank the one whose memory orders them.
     ``stage``: staging slot (units or chunks) of a snapshot, and of the send or local op that
     reads it; ``land``: where a reducing receive lands before it is reduced into place;
-    ``None`` when unused.
+    ``None`` when unused. A named tuple, not a frozen dataclass: a plan has one per op and
+    snapshot (millions at hundreds of ranks), and a tuple is several times cheaper to build.
     """
 
     op: int
@@ -75,6 +76,10 @@ class DataflowPlan:
     staging: int
     #: per op, the first op of its group (itself when it starts one; see place_local_ops)
     group: np.ndarray | None = None
+    #: the time :func:`place_local_ops` found while placing (it runs the plan as
+    #: :func:`dataflow_time` does) and the ``op_overhead`` it used; None when not placed
+    placed_time: float | None = None
+    placed_overhead: float | None = None
 
 
 def _colour(src: np.ndarray, dst: np.ndarray, path: np.ndarray, n: int, cap: int
@@ -108,100 +113,199 @@ def lower(n: int, step, src, dst, path, kind, src_buf, src_off, dst_buf, dst_off
           dcount, widths: tuple[int, int, int], max_lanes: int = MAX_LANES) -> DataflowPlan:
     """The dataflow plan of ops given as arrays; ``count`` slots are read, ``dcount`` written;
     ``path`` names each op's route (ops of a pair with different routes get different lanes);
-    ``widths[buf]`` slots per rank of each buffer (see the module docstring)."""
+    ``widths[buf]`` slots per rank of each buffer (see the module docstring).
+
+    Columnar: every (op, slot) read and write is a row, and each edge kind is a search in
+    those rows sorted by (slot, step), so the work is numpy's, not a loop over the ops."""
     step = np.asarray(step, dtype=np.int64)
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    count = np.asarray(count, dtype=np.int64)
     lane = _colour(src, dst, np.asarray(path), n, max_lanes)
     n_lanes = int(lane.max()) + 1 if len(lane) and lane.max() >= 0 else 0
-    # slots are atoms: the pieces every op boundary cuts each (rank, buffer) into, so the
-    # state stays linear in the ops however long the buffers are
-    rb_r = src * 3 + np.asarray(src_buf, dtype=np.int64)
-    rb_w = dst * 3 + np.asarray(dst_buf, dtype=np.int64)
+    if not len(step):
+        return DataflowPlan((), lane, n_lanes, 0, 0)
+    rd, wr = _atoms(src, dst, src_buf, src_off, dst_buf, dst_off, count, dcount, widths)
+    # steps renumbered 0.. in order; ops of a step keep their index order (the issue order)
+    steps, sidx = np.unique(step, return_inverse=True)
+    sidx = sidx.reshape(-1)
+    snapped = _snapped(sidx, rd, wr, len(steps))
+    ids = _number_items(sidx, snapped, len(steps))
+    red = (src != dst) & (np.asarray(kind) == OpKind.REDUCE)
+    edges = _edges(sidx, src, dst, snapped, ids, rd, wr, len(steps))
+    return _plan(ids, snapped, red, count, edges, lane, n_lanes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pairs:
+    """(op, slot) rows of the reads or the writes, ``op`` ascending."""
+
+    op: np.ndarray
+    slot: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class _ItemIds:
+    """Where each op's items sit in the issue order: ``op_item`` per op, ``snap_item`` per op
+    (-1 when it has no snapshot), and ``item_op``/``item_snap`` per item."""
+
+    op_item: np.ndarray
+    snap_item: np.ndarray
+    item_op: np.ndarray
+    item_snap: np.ndarray
+
+
+def _expand(lo: np.ndarray, hi: np.ndarray) -> _Pairs:
+    cnt = hi - lo
+    op = np.repeat(np.arange(len(lo)), cnt)
+    start = np.cumsum(cnt) - cnt
+    return _Pairs(op, np.repeat(lo, cnt) + np.arange(len(op)) - np.repeat(start, cnt))
+
+
+def _atoms(src, dst, src_buf, src_off, dst_buf, dst_off, count, dcount, widths
+           ) -> tuple[_Pairs, _Pairs]:
+    """Each op's read and written slots as rows: slots are atoms, the pieces every op boundary
+    cuts each (rank, buffer) into, so the state stays linear in the ops however long the
+    buffers are."""
     span = int(max(widths)) + 1
-    r0 = rb_r * span + np.asarray(src_off, dtype=np.int64)
-    r1 = r0 + np.asarray(count, dtype=np.int64)
-    w0 = rb_w * span + np.asarray(dst_off, dtype=np.int64)
+    r0 = (src * 3 + np.asarray(src_buf, dtype=np.int64)) * span + \
+        np.asarray(src_off, dtype=np.int64)
+    r1 = r0 + count
+    w0 = (dst * 3 + np.asarray(dst_buf, dtype=np.int64)) * span + \
+        np.asarray(dst_off, dtype=np.int64)
     w1 = w0 + np.asarray(dcount, dtype=np.int64)
-    cuts = np.unique(np.concatenate([r0, r1, w0, w1]))
-    ra, rb = np.searchsorted(cuts, r0).tolist(), np.searchsorted(cuts, r1).tolist()
-    wa, wb = np.searchsorted(cuts, w0).tolist(), np.searchsorted(cuts, w1).tolist()
-    n_slots = len(cuts)
-    writer = [-1] * n_slots               # item of the last earlier-step write
-    readers: list[list[int]] = [[] for _ in range(n_slots)]   # items reading it since
-    order = np.argsort(step, kind="stable").tolist()
-    steps = step.tolist()
-    s_l, d_l = src.tolist(), dst.tolist()
-    k_l = np.asarray(kind).tolist()
-    c_l = np.asarray(count).tolist()
+    cuts = _distinct(np.concatenate([r0, r1, w0, w1]))
+    return (_expand(np.searchsorted(cuts, r0), np.searchsorted(cuts, r1)),
+            _expand(np.searchsorted(cuts, w0), np.searchsorted(cuts, w1)))
 
-    def reads(o):
-        return range(ra[o], rb[o])
 
-    def writes(o):
-        return range(wa[o], wb[o])
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """The distinct values of ``a``, sorted (``np.unique`` by a plain sort, which is several
+    times faster on millions of integers than its hash table)."""
+    a = np.sort(a)
+    return a[np.concatenate([[True], a[1:] != a[:-1]])] if len(a) else a
 
-    lanes = lane.tolist()     # local ops: -1 until place_local_ops
-    items: list[Item] = []
-    staging = 0
-    i = 0
-    while i < len(order):
-        j = i
-        while j < len(order) and steps[order[j]] == steps[order[i]]:
-            j += 1
-        group = order[i:j]
-        i = j
-        written = set()
-        for o in group:
-            written.update(writes(o))
-        # snapshots first: sources this step also overwrites
-        snap_of: dict[int, int] = {}
-        snap_reads: dict[int, list[int]] = {}      # slot -> snapshots reading it
-        for o in group:
-            if any(x in written for x in reads(o)):
-                deps = {(writer[x], s_l[o]) for x in reads(o) if writer[x] >= 0}
-                snap_of[o] = len(items)
-                items.append(Item(o, True, tuple(sorted(deps)), staging, None))
-                for x in reads(o):
-                    snap_reads.setdefault(x, []).append(len(items) - 1)
-                staging += c_l[o]
-        step_writes: dict[int, int] = {}            # slot -> item writing it this step
-        done: list[tuple[int, range, range | None]] = []
-        for o in group:
-            me = len(items)
-            deps: set[tuple[int, int]] = set()
-            stage = land = None
-            if o in snap_of:
-                deps.add((snap_of[o], s_l[o]))
-                stage = items[snap_of[o]].stage
-            else:
-                deps.update((writer[x], s_l[o]) for x in reads(o) if writer[x] >= 0)
-            w = writes(o)
-            for x in w:
-                if writer[x] >= 0:
-                    deps.add((writer[x], d_l[o]))
-                deps.update((r, d_l[o]) for r in readers[x])
-                # only snapshots read what this step writes: they come first
-                deps.update((r, d_l[o]) for r in snap_reads.get(x, ()))
-                if x in step_writes:     # two writes of one slot in a step: in issue order
-                    deps.add((step_writes[x], d_l[o]))
-            if s_l[o] != d_l[o] and k_l[o] == OpKind.REDUCE:
-                land = staging
-                staging += c_l[o]
-            items.append(Item(o, False, tuple(sorted(deps)), stage, land))
-            for x in w:
-                step_writes[x] = me
-            done.append((me, w, None if o in snap_of else reads(o)))
-        for slot, its in snap_reads.items():
-            readers[slot].extend(its)
-        for me, _, rs in done:
-            if rs is not None:
-                for x in rs:
-                    readers[x].append(me)
-        for me, w, _ in done:
-            for x in w:
-                writer[x] = me
-                readers[x] = []
-    return DataflowPlan(tuple(items), np.array(lanes, dtype=np.int64), n_lanes, 0, staging)
+
+def _key(sidx: np.ndarray, pairs: _Pairs, n_steps: int) -> np.ndarray:
+    """(slot, step) of each row as one sortable number."""
+    return pairs.slot * (n_steps + 1) + sidx[pairs.op]
+
+
+def _snapped(sidx: np.ndarray, rd: _Pairs, wr: _Pairs, n_steps: int) -> np.ndarray:
+    """Per op: whether a slot it reads is written in its own step (then its source is copied
+    aside first)."""
+    written = _distinct(_key(sidx, wr, n_steps))
+    rkey = _key(sidx, rd, n_steps)
+    at = np.minimum(np.searchsorted(written, rkey), max(len(written) - 1, 0))
+    hit = written[at] == rkey if len(written) else np.zeros(len(rkey), dtype=bool)
+    return np.bincount(rd.op[hit], minlength=len(sidx)) > 0
+
+
+def _number_items(sidx: np.ndarray, snapped: np.ndarray, n_steps: int) -> _ItemIds:
+    """Per step: its snapshots (in op order), then its ops (in op order)."""
+    m = len(sidx)
+    # sort key: step, then snapshots before ops, then op index
+    op_key = (sidx * 2 + 1) * m + np.arange(m)
+    snap_ops = np.flatnonzero(snapped)
+    snap_key = (sidx[snap_ops] * 2) * m + snap_ops
+    keys = np.concatenate([op_key, snap_key])
+    order = np.argsort(keys, kind="stable")
+    pos = np.empty(len(keys), dtype=np.int64)
+    pos[order] = np.arange(len(keys))
+    snap_item = np.full(m, -1, dtype=np.int64)
+    snap_item[snap_ops] = pos[m:]
+    item_op = np.concatenate([np.arange(m), snap_ops])[order]
+    return _ItemIds(pos[:m], snap_item, item_op, order >= m)
+
+
+def _edges(sidx, src, dst, snapped, ids: _ItemIds, rd: _Pairs, wr: _Pairs, n_steps: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every dependency edge as (item, item it waits for, rank), unsorted, with repeats:
+    the last earlier-step writer of every slot read or written, the readers since that write,
+    the step's snapshots of a slot written, and an earlier write of the slot in the step."""
+    # write rows sorted by (slot, step, item): the last row of a (slot, step) is its writer
+    wkey = _key(sidx, wr, n_steps)
+    wo = np.lexsort((ids.op_item[wr.op], wkey))
+    wkey_s, witem_s = wkey[wo], ids.op_item[wr.op][wo]
+    wstep_s = sidx[wr.op][wo]
+
+    def last_write_before(key):
+        """The item and step of the last write of each key's slot in an earlier step."""
+        at = np.searchsorted(wkey_s, key, side="left") - 1
+        ok = at >= 0
+        ok[ok] = wkey_s[at[ok]] // (n_steps + 1) == key[ok] // (n_steps + 1)
+        return np.where(ok, witem_s[np.maximum(at, 0)], -1), \
+            np.where(ok, wstep_s[np.maximum(at, 0)], -1)
+
+    out = []
+    # reads: a snapshot reads for its op; an op with no snapshot reads itself
+    reader = np.where(snapped[rd.op], ids.snap_item[rd.op], ids.op_item[rd.op])
+    rkey = _key(sidx, rd, n_steps)
+    w_item, _ = last_write_before(rkey)
+    keep = w_item >= 0
+    out.append((reader[keep], w_item[keep], src[rd.op][keep]))
+    sn = np.flatnonzero(snapped)
+    out.append((ids.op_item[sn], ids.snap_item[sn], src[sn]))
+    # writes: the last earlier writer, and every reader since it (earlier steps) ...
+    me, rank = ids.op_item[wr.op], dst[wr.op]
+    w_item, w_step = last_write_before(wkey)
+    keep = w_item >= 0
+    out.append((me[keep], w_item[keep], rank[keep]))
+    ro = np.argsort(rkey, kind="stable")
+    rkey_s, reader_s = rkey[ro], reader[ro]
+    base = wkey - sidx[wr.op]
+    out.append(_ranges(rkey_s, reader_s, base + w_step + 1, wkey, me, rank))
+    # ... the snapshots of this step reading it (they come first) ...
+    snap_rows = snapped[rd.op]
+    sk = rkey[snap_rows]
+    so = np.argsort(sk, kind="stable")
+    out.append(_ranges(sk[so], reader[snap_rows][so], wkey, wkey + 1, me, rank))
+    # ... and an earlier write of the slot in this step (the one just before, in issue order)
+    same = np.flatnonzero(wkey_s[1:] == wkey_s[:-1]) + 1
+    out.append((witem_s[same], witem_s[same - 1], dst[wr.op][wo][same]))
+    return tuple(np.concatenate(c) for c in zip(*out, strict=True))
+
+
+def _ranges(keys_s, vals_s, lo_key, hi_key, me, rank):
+    """(me, v, rank) for every v whose key lies in [lo_key, hi_key) of each row."""
+    lo, hi = np.searchsorted(keys_s, lo_key), np.searchsorted(keys_s, hi_key)
+    pairs = _expand(lo, np.maximum(hi, lo))
+    return me[pairs.op], vals_s[pairs.slot], rank[pairs.op]
+
+
+#: edges are sorted on one int64 key (item, dep, rank) when it cannot overflow
+_ONE_KEY_LIMIT = 2 ** 62
+
+
+def _plan(ids: _ItemIds, snapped, red, count, edges, lane, n_lanes) -> DataflowPlan:
+    """The items in issue order, each with its sorted edges and staging."""
+    item, dep, rank = edges
+    n_items = len(ids.item_op)
+    o = ids.item_op
+    # staging, allocated in issue order: a snapshot's copy, a reducing receive's landing
+    uses = np.where(ids.item_snap | red[o], count[o], 0)
+    at = np.cumsum(uses) - uses
+    stage = np.where(ids.item_snap, at, -1)
+    stage[~ids.item_snap & snapped[o]] = stage[ids.snap_item[o[~ids.item_snap & snapped[o]]]]
+    land = np.where(~ids.item_snap & red[o], at, -1)
+    # sorted, distinct edges per item
+    n_ranks = int(rank.max()) + 1 if len(rank) else 1
+    if n_items * n_items * n_ranks < _ONE_KEY_LIMIT:       # one sort key, or three
+        key = _distinct((item * n_items + dep) * n_ranks + rank)
+        item, dep, rank = key // (n_items * n_ranks), key // n_ranks % n_items, key % n_ranks
+    elif len(item):
+        order = np.lexsort((rank, dep, item))
+        item, dep, rank = item[order], dep[order], rank[order]
+        new = np.concatenate([[True], (np.diff(item) != 0) | (np.diff(dep) != 0)
+                              | (np.diff(rank) != 0)])
+        item, dep, rank = item[new], dep[new], rank[new]
+    cut = np.searchsorted(item, np.arange(n_items + 1)).tolist()
+    pairs = list(zip(dep.tolist(), rank.tolist(), strict=True))
+    deps = map(tuple, map(pairs.__getitem__, map(slice, cut[:-1], cut[1:])))
+    none = np.array(None, dtype=object)
+    stage_o = np.where(stage < 0, none, stage.astype(object)).tolist()
+    land_o = np.where(land < 0, none, land.astype(object)).tolist()
+    items = tuple(map(Item, o.tolist(), ids.item_snap.tolist(), deps, stage_o, land_o))
+    return DataflowPlan(items, lane, n_lanes, 0, int(uses.sum()))
 
 
 #: at most this many local lanes (streams) per rank
@@ -233,9 +337,10 @@ def place_local_ops(s: Schedule, plan: DataflowPlan, op_overhead: float = 0.0
     ``ncclGroupEnd``, one launch) when nothing else used the lane on either rank since the
     group began, every edge it has comes before the group's first item, and it is ready when
     the group starts: then it waits for nothing more and the group pays one launch."""
-    _, lanes, group = _run(s, plan, op_overhead, place=True)
+    time, lanes, group = _run(s, plan, op_overhead, place=True)
     n_local = int(lanes.max()) + 1 - plan.n_lanes if len(lanes) else 0
-    return DataflowPlan(plan.items, lanes, plan.n_lanes, max(n_local, 0), plan.staging, group)
+    return DataflowPlan(plan.items, lanes, plan.n_lanes, max(n_local, 0), plan.staging, group,
+                        time, op_overhead)
 
 
 def dataflow_time(s: Schedule, op_overhead: float = 0.0, plan: DataflowPlan | None = None
@@ -244,8 +349,12 @@ def dataflow_time(s: Schedule, op_overhead: float = 0.0, plan: DataflowPlan | No
     come, first served in issue order, cut-through, as in event mode) with the library's
     order: a group starts when its edges are done and its lane is free on both of its ranks
     and pays ``op_overhead`` (one launch); snapshots and local ops are free, as in the
-    simulator's default."""
-    return _run(s, plan or lower_schedule(s), op_overhead)[0]
+    simulator's default. A plan placed at this ``op_overhead`` already knows its time (placing
+    runs it: the same decisions, so the same time), so it is not run twice."""
+    plan = plan or lower_schedule(s)
+    if plan.placed_time is not None and plan.placed_overhead == op_overhead:
+        return plan.placed_time
+    return _run(s, plan, op_overhead)[0]
 
 
 def _run(s: Schedule, plan: DataflowPlan, op_overhead: float, place: bool = False

@@ -215,7 +215,13 @@ class _Interpreter:
         return route_ok, first_v, last_v
 
     def explain_static(self, i: int) -> None:
-        """Raise the error for op ``i``, which failed :meth:`static_checks`."""
+        """Raise the error for op ``i``, which failed :meth:`static_checks`: its fields
+        first, then its route (the order of the checks is the order of the messages)."""
+        self._explain_fields(i)
+        self._explain_route(i)
+
+    def _explain_fields(self, i: int) -> None:
+        """Raise the error of op ``i`` if one of its own fields is out of range."""
         s, o = self.s, self.s.ops
         n = s.n
         step, src, dst = int(o.step[i]), int(o.src[i]), int(o.dst[i])
@@ -244,6 +250,11 @@ class _Interpreter:
         if se != de:
             self.fail(i, f"the source chunks hold {int(se)} elements but the destination chunks "
                          f"hold {int(de)}")
+
+    def _explain_route(self, i: int) -> None:
+        """Raise the error of op ``i`` whose fields are fine but whose route is not."""
+        s, o = self.s, self.s.ops
+        src, dst = int(o.src[i]), int(o.dst[i])
         route = int(o.route[i])
         if not 0 <= route < len(s.routes):
             self.fail(i, f"route {route} does not exist (the schedule has routes "
@@ -256,17 +267,7 @@ class _Interpreter:
         topo = s.topology
         path = s.routes.path(route)
         names = topo.vertex_names
-        for k, link in enumerate(path):
-            if not 0 <= link < topo.n_links:
-                self.fail(i, f"route {route} uses link {link}, which does not exist (the "
-                             f"topology has links 0..{topo.n_links - 1})")
-            if topo.link_failed[link]:
-                self.fail(i, f"route {route} uses link {link} ({topo.link_name(link)}), "
-                             "which has failed")
-            if k and topo.link_src[link] != topo.link_dst[path[k - 1]]:
-                self.fail(i, f"route {route} is not a path: link {path[k - 1]} "
-                             f"({topo.link_name(path[k - 1])}) is followed by link {link} "
-                             f"({topo.link_name(link)})")
+        self._explain_links(i, route, path)
         g_src, g_dst = s.collective.group[src], s.collective.group[dst]
         if topo.link_src[path[0]] != g_src:
             self.fail(i, f"route {route} starts at {names[topo.link_src[path[0]]]}, but the "
@@ -279,6 +280,22 @@ class _Interpreter:
         self.fail(i, f"route {route} ({hops}) is not a path the topology's routing "
                      f"'{topo.routing}' ({describe(topo.routing)}) carries; relay it through "
                      "the ranks on the way (cclc.relay.lower_relays)")
+
+    def _explain_links(self, i: int, route: int, path) -> None:
+        """Raise the error of op ``i`` if a link of its route is missing, failed or does not
+        continue the link before it."""
+        topo = self.s.topology
+        for k, link in enumerate(path):
+            if not 0 <= link < topo.n_links:
+                self.fail(i, f"route {route} uses link {link}, which does not exist (the "
+                             f"topology has links 0..{topo.n_links - 1})")
+            if topo.link_failed[link]:
+                self.fail(i, f"route {route} uses link {link} ({topo.link_name(link)}), "
+                             "which has failed")
+            if k and topo.link_src[link] != topo.link_dst[path[k - 1]]:
+                self.fail(i, f"route {route} is not a path: link {path[k - 1]} "
+                             f"({topo.link_name(path[k - 1])}) is followed by link {link} "
+                             f"({topo.link_name(link)})")
 
     # -- one step ------------------------------------------------------------------------
     def run_step(self, idx: np.ndarray) -> None:
