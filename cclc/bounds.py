@@ -11,8 +11,8 @@ nothing).
     Alltoall: every pair's bytes times its shortest hop distance (tight on tori with minimal
     routing). Allgather / broadcast: a block reaches each other rank over a distinct link into
     that rank, so it crosses at least ``n-1`` links: ``(n-1) S``. Reducescatter / reduce: the
-    same by duality (a reduction tree spans the group). Allreduce: reducescatter + allgather,
-    ``2 (n-1) S``.
+    same by duality (a reduction tree spans the group). Allreduce: ``2 (n-1) S`` (an element
+    crosses ``n-1`` links to be complete at one rank, then enters the ``n-1`` others).
 ``injection``
     The bytes one rank must send over its healthy outgoing bandwidth, or receive over its
     incoming bandwidth, the worst rank. Alltoall: its row / column of the size matrix;
@@ -44,7 +44,8 @@ nothing).
     5x5x5 torus with one failed link 30. It is skipped, and the report says so, above
     ``LP_MAX_VARIABLES`` flow variables (alltoall: one LP with shared capacities, HiGHS interior
     point + crossover) or ``LP_MAX_FAMILIES`` max-flow LPs (the others, OR-Tools GLOP, one
-    small LP per family); the closed forms then stand alone. The optimum over ``S`` does not
+    small LP per family; allreduce: its joint LP, see below); the closed forms then stand
+    alone. The optimum over ``S`` does not
     depend on ``S``: it is kept on the topology for the next size or candidate.
 
     * alltoall: one family per source (commodities aggregated by source) sending
@@ -56,8 +57,24 @@ nothing).
       cut bound over every cut (max-flow = min-cut), which on a torus is the injection bound.
     * reducescatter: by duality, one family per source sending ``S/n`` to each other rank,
       families not sharing capacity (contributions to one destination may merge on the way).
-    * allreduce: the reducescatter LP plus the allgather LP (no in-network reduction; the
-      standard "AR >= RS + AG" bound, as in ForestColl).
+    * allreduce: one joint LP of both phases. Every element of the buffer is first complete
+      (all ``n`` contributions summed) at some rank, its owner; ``a_o`` bytes have owner
+      ``o`` (variables, ``a_o >= 0``, summing to ``S``: a schedule chooses where each
+      element's reduction completes). Reduce-scatter: one family per source sending ``a_o``
+      to each other owner ``o``; allgather: one family per destination receiving ``a_o`` from
+      each other owner. Within a phase families do not share capacity (one byte on a link
+      can serve several families: merged partial sums, multicast), so each phase puts
+      ``u_e`` (reduce-scatter) and ``w_e`` (allgather) bytes on link ``e``, at least every
+      family's flow there; the phases share the link: ``u_e + w_e <= c_e T``; minimize ``T``.
+      It is at least the cut bound (``S`` each way across every cut: ``a`` inside plus ``a``
+      outside), so at least the reducescatter and the allgather LPs, and at most their sum
+      (the bound of the two phases one after the other, which overlapping phases beat on
+      full-duplex links: ``sum`` is not a bound). On a torus the owners' shares, ``u`` and
+      ``w`` keep one value per orbit and the families one per orbit (exact, as above). One
+      HiGHS LP (interior point + crossover) with ``2 x families x links`` flow variables;
+      above ``LP_MAX_JOINT_VARIABLES`` of them (or ``--lp-max-variables``) the bound is the
+      larger of the reducescatter and allgather LPs (each at most a cut bound, so valid),
+      and the description says so.
     * broadcast / reduce: one family per non-root rank: ``S`` from the root (to the root),
       capacities not shared — the max-flow bound.
 
@@ -79,9 +96,9 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError
 from cclc.flow_lp import Symmetry, alltoall_lp_time, torus_symmetry
 
-__all__ = ["LP_MAX_FAMILIES", "LP_MAX_VARIABLES", "Bound", "Bounds", "bounds", "cut_bound",
-           "hop_bytes_bound", "injection_bound", "latency_bound", "lp_bound", "lp_size",
-           "lp_skipped_note"]
+__all__ = ["LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES", "LP_MAX_VARIABLES", "Bound", "Bounds",
+           "bounds", "cut_bound", "hop_bytes_bound", "injection_bound", "latency_bound", "lp_bound",
+           "lp_size", "lp_skipped_note"]
 
 #: the alltoall LP (one multi-commodity LP, capacities shared) is skipped by default above this
 #: many flow variables (commodity families x healthy links, after the symmetry reduction): a
@@ -89,6 +106,10 @@ __all__ = ["LP_MAX_FAMILIES", "LP_MAX_VARIABLES", "Bound", "Bounds", "bounds", "
 #: one failed link 120 x 3071 (about 10 minutes), hgx16_leafspine 128 x 894 (73 s); a healthy
 #: torus of any size has one family. ``cclc bounds --lp-max-variables`` raises it.
 LP_MAX_VARIABLES = 60_000
+#: the joint allreduce LP (one HiGHS LP, 2 x families x links flow variables) is replaced by the
+#: larger of the reducescatter and allgather LPs above this many flow variables by default:
+#: tpuv4_4x4x4_ocs has 9120 (4-7 s), a 5x5x5 torus with one failed link 44940 (about a minute)
+LP_MAX_JOINT_VARIABLES = 10_000
 #: the other LPs split into one max-flow LP per family (links variables each): skipped above
 #: this many families (8x8x8 with a failed link: 120 allgather families)
 LP_MAX_FAMILIES = 1024
@@ -565,6 +586,97 @@ class _FlowLP:
         return float(self.lam.solution_value())
 
 
+def _allreduce_lp(f: _Facts, sym: Symmetry, free_owners: bool = True) -> float:
+    """The joint reduce-scatter + allgather LP of an allreduce (seconds); see the module
+    docstring. Units: bytes of ``S/n`` and capacities over the largest bandwidth."""
+    from scipy.optimize import linprog
+
+    V, E, n = f.topo.n_vertices, len(f.src), f.n
+    g = f.group
+    reps = sym.representatives(g)
+    k = len(reps)
+    # the vertex orbits of the members: the owners' shares, one per orbit
+    _, member_orbit, orbit_members = np.unique(sym.vertex_key[g], return_inverse=True,
+                                               return_counts=True)
+    n_own = len(orbit_members)
+    orbits = sym.n_link_orbits
+    cap = np.zeros(orbits)
+    cap[sym.link_orbit] = f.bw / float(f.bw.max())          # equal within an orbit
+    # columns: RS flows (k x E), AG flows (k x E), u (orbits), w (orbits), owners' shares, T
+    n_flow = k * E
+    c_u, c_w = 2 * n_flow, 2 * n_flow + orbits
+    c_a = c_w + orbits
+    c_t = c_a + n_own
+    n_col = c_t + 1
+    r_idx = np.repeat(np.arange(k), E)
+    e_idx = np.tile(np.arange(E), k)
+    flow = r_idx * E + e_idx
+    # conservation, phase p (0: RS out of each representative source, 1: AG into each
+    # representative destination), family r, vertex v: out - in = net supply, where a member
+    # o other than the family's rank takes (RS) / gives (AG) its share a_o and the family's
+    # rank gives (RS) / takes (AG) the sum of the others' shares
+    rows, cols, vals = [], [], []
+    for p in (0, 1):
+        base = p * k * V
+        rows += [base + r_idx * V + f.src[e_idx], base + r_idx * V + f.dst[e_idx]]
+        cols += [p * n_flow + flow, p * n_flow + flow]
+        vals += [np.ones(n_flow), -np.ones(n_flow)]
+        sign = 1.0 if p == 0 else -1.0          # RS: the rank supplies; AG: it absorbs
+        for r_pos, r in enumerate(reps.tolist()):
+            others = np.arange(n) != r
+            row_of = base + r_pos * V
+            # member o != r: out - in = -sign * a_o  ->  out - in + sign * a_o = 0
+            rows.append(row_of + g[others])
+            cols.append(c_a + member_orbit[others])
+            vals.append(np.full(int(others.sum()), sign))
+            # the rank: out - in = sign * sum_{o != r} a_o
+            rows.append(np.full(n - 1, row_of + g[r]))
+            cols.append(c_a + member_orbit[others])
+            vals.append(np.full(n - 1, -sign))
+    eq = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                       shape=(2 * k * V, n_col))
+    b_eq = np.zeros(2 * k * V)
+    # every phase's family fits in the bytes that phase puts on the link: x <= u, y <= w
+    link = sym.link_orbit[e_idx]
+    le_rows = np.arange(2 * n_flow)
+    ub = [sp.csr_matrix((np.concatenate([np.ones(2 * n_flow), -np.ones(2 * n_flow)]),
+                         (np.concatenate([le_rows, le_rows]),
+                          np.concatenate([np.arange(2 * n_flow),
+                                          np.concatenate([c_u + link, c_w + link])]))),
+                        shape=(2 * n_flow, n_col))]
+    # the two phases share each directed link: u + w <= cap * T
+    o = np.arange(orbits)
+    ub.append(sp.csr_matrix((np.concatenate([np.ones(orbits), np.ones(orbits), -cap]),
+                             (np.concatenate([o, o, o]),
+                              np.concatenate([c_u + o, c_w + o, np.full(orbits, c_t)]))),
+                            shape=(orbits, n_col)))
+    A_ub = sp.vstack(ub).tocsr()
+    b_ub = np.zeros(2 * n_flow + orbits)
+    # the shares add up to the buffer (n units of S/n); fixed at one unit each unless free
+    bounds_ = [(0, None)] * n_col
+    if free_owners:
+        A_eq = sp.vstack([eq, sp.csr_matrix((orbit_members.astype(float),
+                                             (np.zeros(n_own, dtype=int), c_a + np.arange(n_own))),
+                                            shape=(1, n_col))]).tocsr()
+        b_eq = np.append(b_eq, float(n))
+    else:
+        A_eq = eq
+        for i in range(n_own):
+            bounds_[c_a + i] = (1.0, 1.0)
+    cost = np.zeros(n_col)
+    cost[c_t] = 1.0
+    res = linprog(cost, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds_,
+                  method="highs-ipm")
+    if res.status == 2:
+        raise CclError(f"collective '{f.coll.name}': the LP finds no flow; the group is "
+                       "disconnected")
+    if res.status != 0:
+        raise CclError(f"the allreduce LP bound of collective '{f.coll.name}' did not solve "
+                       f"(HiGHS: {res.message})")
+    # T is in units of (S/n) / the largest bandwidth
+    return float(res.fun) * f.S / n / float(f.bw.max())
+
+
 def lp_size(coll: Collective) -> tuple[int, int]:
     """(commodity families, healthy links) of the LP :func:`lp_bound` solves for ``coll``,
     after the symmetry reduction; their product is the number of flow variables."""
@@ -589,41 +701,55 @@ def lp_bound(coll: Collective, max_ranks: int | None = None,
     what = {K.ALLTOALL: "max-concurrent-flow LP, commodities by source",
             K.ALLGATHER: "max-flow LP into every rank (= best cut)",
             K.REDUCESCATTER: "max-flow LP out of every rank (= best cut)",
-            K.ALLREDUCE: "max-concurrent-flow LP: reduce-scatter + allgather",
+            K.ALLREDUCE: "joint LP: reduce-scatter and allgather flows sharing each link",
             K.BROADCAST: "max-flow LP from the root to every rank",
             K.REDUCE: "max-flow LP from every rank to the root"}[f.kind]
     pair = coll.pair_sizes
     key = ("lp_bound", f.kind, f.group.tobytes(), f.root,
            None if pair is None else (pair.tobytes(), f.S))
     cache = f.topo._cache
-    limit = LP_MAX_VARIABLES if max_variables is None else max_variables
-    if key not in cache or (cache[key][0] is None and (max_ranks is not None
-                                                       or limit > LP_MAX_VARIABLES)):
-        cache[key] = _scaled_lp(f, max_ranks is not None, limit)
-    scaled, sym = cache[key]
+    default = LP_MAX_JOINT_VARIABLES if f.kind is K.ALLREDUCE else LP_MAX_VARIABLES
+    limit = default if max_variables is None else max_variables
+    forced = max_ranks is not None
+    if (key not in cache or (cache[key][0] is None and (forced or limit > default))
+            or (cache[key][2] and (forced or cache[key][2] <= limit))):
+        cache[key] = _scaled_lp(f, forced, limit)
+    scaled, sym, fallback = cache[key]
     if scaled is None:
         return None
+    if fallback:
+        what = ("max(reduce-scatter LP, allgather LP): the joint allreduce LP has "
+                f"{fallback} flow variables > {limit}")
     if sym.order > 1:
         what += (f", reduced by {sym.order} torus symmetries to "
                  f"{_lp_families(f, sym)} commodity families")
     return Bound("lp", scaled * f.S, what)
 
 
-def _scaled_lp(f: _Facts, forced: bool, max_variables: int) -> tuple[float | None, Symmetry]:
-    """The LP bound over ``S`` (``None``: over the limits, unless ``forced``)."""
+def _scaled_lp(f: _Facts, forced: bool,
+               max_variables: int) -> tuple[float | None, Symmetry, int]:
+    """The LP bound over ``S`` (``None``: over the limits, unless ``forced``), and for an
+    allreduce whose joint LP is over ``max_variables`` flow variables (unless ``forced``) that
+    number: the bound is then the larger of the reduce-scatter and allgather LPs (0: not)."""
     sym = _symmetry(f)
     families = _lp_families(f, sym)
     if not forced:
         if f.kind is K.ALLTOALL and families * len(f.src) > max_variables:
-            return None, sym
+            return None, sym, 0
         if f.kind is not K.ALLTOALL and families > LP_MAX_FAMILIES:
-            return None, sym
-    if f.kind is K.ALLREDUCE:
-        t = (_solve_lp(_with_kind(f, K.REDUCESCATTER), sym)
-             + _solve_lp(_with_kind(f, K.ALLGATHER), sym))
+            return None, sym, 0
+    fallback = 0
+    if f.kind is K.ALLREDUCE and (forced or families * len(f.src) <= max_variables):
+        t = _allreduce_lp(f, sym)
+    elif f.kind is K.ALLREDUCE:
+        # valid: each is at most the cut bound S / (capacity leaving a vertex set) of the
+        # minimum cut of some family, and S must cross every cut each way
+        fallback = families * len(f.src)
+        t = max(_solve_lp(_with_kind(f, K.REDUCESCATTER), sym),
+                _solve_lp(_with_kind(f, K.ALLGATHER), sym))
     else:
         t = _solve_lp(f, sym)
-    return t / f.S, sym
+    return t / f.S, sym, fallback
 
 
 def lp_skipped_note(coll: Collective, max_variables: int | None = None) -> str:

@@ -8,9 +8,10 @@ of chunks per tree ``C``, keeps to the time budget and records what it did in th
 ``budget`` when the budget cut the search short, ``fallback`` when a template was returned
 instead: no packing was finished in time, or the template is faster), ``solve_s``,
 ``lp_fraction`` (the collective's time at the ForestColl optimum over the returned schedule's
-time in the lockstep IR model; for AllReduce the optimum is ReduceScatter's plus AllGather's,
-which overlapping the two phases on full-duplex links can beat, so it may exceed 1), and on a
-fallback ``template``.
+time in the lockstep IR model; for AllReduce not the optimum, which is ReduceScatter's plus
+AllGather's and which overlapping the two phases on full-duplex links can beat, but the lower
+bound of :mod:`cclc.bounds`, its joint LP of both phases, so at most 1), and on a fallback
+``template``.
 
 Hint parameters: ``budget`` (seconds, default 30); ``race`` (1 by default: return the fastest
 template when one beats the synthesized schedule; 0, the default under ``algorithm auto``,
@@ -64,7 +65,8 @@ class TreeSynthesis:
 
     ``ag`` packs out-trees (AllGather, the second half of AllReduce), ``rs`` in-trees (as
     out-trees of the reversed moves); either is ``None`` when the collective does not need
-    it. ``optimal_time`` is the collective's time at the ForestColl rate (seconds).
+    it. ``optimal_time`` is the collective's time at the ForestColl rate (seconds); for
+    AllReduce the lower bound of :mod:`cclc.bounds` instead (its joint LP of both phases).
     """
 
     graph: HopGraph
@@ -75,6 +77,16 @@ class TreeSynthesis:
     rate_rs: float | None
     status: str
     solve_s: float
+
+
+def _allreduce_reference(coll: Collective) -> float:
+    """AllReduce's reference time: the bound of :mod:`cclc.bounds` (its joint reduce-scatter +
+    allgather LP, where it runs; else the closed forms). Not the sum of the two phases'
+    optima: overlapping the phases on full-duplex links beats that sum."""
+    from cclc.bounds import bounds, lp_bound
+
+    b = lp_bound(coll)
+    return b.seconds if b is not None else bounds(coll, lp=False).best
 
 
 def _applicable(coll: Collective, **params) -> str | None:
@@ -133,6 +145,8 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     rate_ag = forestcoll_rate(net, members, probe) if need_ag else None
     rate_rs = forestcoll_rate(net.reverse(copy=True), members, probe) if need_rs else None
     optimal = sum(block / r for r in (rate_ag, rate_rs) if r is not None)
+    if coll.kind is CollectiveKind.ALLREDUCE:
+        optimal = _allreduce_reference(coll)
     best: tuple[float, TreePacking | None, TreePacking | None] | None = None
     for k in ([trees] if trees else [1, 2, 3]):
         if best is not None and time.monotonic() > deadline:

@@ -20,7 +20,9 @@ topology with its faults, and which one is strongest:
              symmetries its faults leave intact (one commodity family per orbit; exact); skipped,
              as the output says, above 60000 flow variables (alltoall; --lp-max-variables
              raises it: 8x8x8 with one failed link is 120 families x 3071 links, minutes) or
-             1024 max-flow LPs (the others)
+             1024 max-flow LPs (the others); allreduce: one joint LP of its reduce-scatter and
+             allgather flows sharing each link, replaced by the larger of the two phase LPs
+             above 10000 flow variables (--lp-max-variables sets that limit too)
 
 "% of bound" in 'cclc sim' is the strongest bound over the simulated time.
 
@@ -36,7 +38,8 @@ def add_parser(sub) -> None:
     p.add_argument("file", metavar="FILE.ccl", help="the program")
     p.add_argument("--no-lp", action="store_true", help="closed-form bounds only")
     p.add_argument("--lp-max-variables", type=_positive, metavar="N",
-                   help="solve the alltoall LP up to N flow variables (default 60000)")
+                   help="solve the alltoall LP (the joint allreduce LP) up to N flow "
+                        "variables (default 60000; allreduce 10000)")
     p.set_defaults(run=run)
 
 
