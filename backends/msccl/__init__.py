@@ -13,11 +13,9 @@ import pathlib
 
 from backends.common import (
     EmitOptions,
-    UnitSchedule,
     c_identifier,
     coerce_options,
     entry_count,
-    prepare,
     render_template,
     write_file,
 )
@@ -26,9 +24,11 @@ from backends.msccl.lower import (
     LimitError,
     Lowered,
     ThreadblockLimitError,
+    check_chunks,
     lower,
 )
 from backends.msccl.runtimes import RUNTIMES, Runtime
+from backends.units import buffer_units, to_units, writes_input
 from cclc.collective import CollectiveKind
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, Schedule
@@ -57,9 +57,10 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
     coll = schedule.collective
     if coll.kind not in rt.coll_names:
         raise ScheduleError(f"{rt.title} has no {coll.kind.value} collective")
-    us = prepare(schedule, rt.max_chunks)
-    low = _lower_to_fit(us, rt, options)
-    nchunks = _nchunksperloop(schedule, us.units)
+    units, facts = to_units(schedule, rt.max_chunks)
+    check_chunks(schedule, units, facts, rt)
+    low = _lower_to_fit(units, rt, options)
+    nchunks = _nchunksperloop(schedule, buffer_units(units))
     name = c_identifier(coll.name)[:rt.max_name]
     min_bytes = options.min_bytes or 0
     max_bytes = _max_bytes(schedule, rt, options)
@@ -85,14 +86,15 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
                      "tbs": [{"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan,
                               "steps": st} for tb, st in zip(tbs, steps)]})
     values = {"algo": algo, "gpus": gpus}
-    values["_meta"] = {"name": name, "nchunks": nchunks, "unit": us.unit, "exact": us.exact,
-                       "falls_back": bool(entry_count(schedule) % us.count_units),
+    values["_meta"] = {"name": name, "nchunks": nchunks, "unit": facts.unit,
+                       "exact": facts.exact,
+                       "falls_back": bool(entry_count(schedule) % facts.count_units),
                        "min_bytes": min_bytes, "max_bytes": max_bytes,
-                       "writes_input": us.writes_input()}
+                       "writes_input": writes_input(units)}
     return values, low, rt
 
 
-def _lower_to_fit(us: UnitSchedule, rt: Runtime, options: EmitOptions) -> Lowered:
+def _lower_to_fit(units: Schedule, rt: Runtime, options: EmitOptions) -> Lowered:
     """The first lowering that fits every limit of ``rt``, or the first one's error."""
     # fused steps tie threadblocks together, and paired send/receive streams make longer
     # ones (nops included); if a limit is exceeded, looser forms may spread out enough to fit
@@ -109,7 +111,7 @@ def _lower_to_fit(us: UnitSchedule, rt: Runtime, options: EmitOptions) -> Lowere
         channels = options.nchannels
         for _ in range(4):
             try:
-                return lower(us, rt, fuse_ops=fuse_ops, nchannels=channels, pair=pair)
+                return lower(units, rt, fuse_ops=fuse_ops, nchannels=channels, pair=pair)
             except LimitError as err:
                 first, last = first or err, err
                 channels = _fewer_channels(err, rt)

@@ -40,10 +40,10 @@ from itertools import pairwise
 
 import numpy as np
 
-from backends.common import UnitSchedule
 from backends.msccl.runtimes import Runtime
+from backends.units import UnitFacts, buffer_units, rank_units, writes_input
 from cclc.errors import ScheduleError
-from cclc.ir import Buf, OpKind
+from cclc.ir import Buf, OpKind, Schedule
 
 __all__ = ["DepidLimitError", "Instr", "LimitError", "Lowered", "Op", "Threadblock",
            "ThreadblockLimitError", "lower"]
@@ -129,23 +129,24 @@ class Lowered:
     n_fused: int
 
 
-def relocate_input(us: UnitSchedule, max_cnt: int
+def relocate_input(units: Schedule, max_cnt: int
                    ) -> tuple[list[Op], tuple[int, int, int], tuple[int, ...]]:
     """The ops in units, none longer than ``max_cnt`` (longer ones are cut into consecutive
     pieces, as the runtime itself cuts a step's ``cnt`` by its maximum); the buffer sizes and
     each GPU's scratch. If the input is ever written, it moves to scratch behind the largest
     scratch, filled by local copies before step 0 (the user's ``sendbuff`` is const)."""
-    n_in, n_out, n_scr = us.units
+    n_in, n_out, n_scr = sizes = buffer_units(units)
+    o = units.ops
+    cols = zip(o.step.tolist(), o.src.tolist(), o.dst.tolist(), o.kind.tolist(),
+               o.src_buf.tolist(), o.src_off.tolist(), o.dst_buf.tolist(), o.dst_off.tolist(),
+               o.count.tolist(), strict=True)
     ops = []
-    for i in range(us.n_ops):
-        total = int(us.count[i])
+    for i, (step, src, dst, kind, sb, so, db, do, total) in enumerate(cols):
         for lo in range(0, total, max_cnt):
-            ops.append(Op(i, int(us.step[i]), int(us.src[i]), int(us.dst[i]),
-                          OpKind(int(us.kind[i])), Buf(int(us.src_buf[i])),
-                          int(us.src_off[i]) + lo, Buf(int(us.dst_buf[i])),
-                          int(us.dst_off[i]) + lo, min(max_cnt, total - lo)))
-    if not us.writes_input():
-        return ops, us.units, us.scratch_units
+            ops.append(Op(i, step, src, dst, OpKind(kind), Buf(sb), so + lo, Buf(db), do + lo,
+                          min(max_cnt, total - lo)))
+    if not writes_input(units):
+        return ops, sizes, rank_units(units, Buf.SCRATCH)
     for op in ops:
         if op.sb is Buf.INPUT:
             op.sb, op.so = Buf.SCRATCH, op.so + n_scr
@@ -153,8 +154,8 @@ def relocate_input(us: UnitSchedule, max_cnt: int
             op.db, op.do = Buf.SCRATCH, op.do + n_scr
     first = [Op(None, -1, r, r, OpKind.COPY, Buf.INPUT, lo, Buf.SCRATCH, n_scr + lo,
                 min(max_cnt, n_in - lo))
-             for r in range(us.n) for lo in range(0, n_in, max_cnt)]
-    return first + ops, (n_in, n_out, n_scr + n_in), (n_scr + n_in,) * us.n
+             for r in range(units.n) for lo in range(0, n_in, max_cnt)]
+    return first + ops, (n_in, n_out, n_scr + n_in), (n_scr + n_in,) * units.n
 
 
 class _Accesses:
@@ -238,22 +239,27 @@ def _dead_after(acc: _Accesses, op: Op, skip: tuple[int, ...]) -> bool:
                                                   op.step + 1, 1 << 30, skip, reads_only=True)
 
 
-def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
-          nchannels: int | None = None, pair: bool = True) -> Lowered:
-    """Lower ``us`` for runtime ``rt``; :class:`ScheduleError` when a limit is exceeded.
-    ``pair``: share tbs between send-only and receive-only streams (see ``_pair_streams``)."""
-    # checked before anything proportional to the chunk count
-    n_in, n_out, n_scr = us.units
-    nchunks = max(n_in, n_out, n_scr + (n_in if us.writes_input() else 0))
+def check_chunks(schedule: Schedule, units: Schedule, facts: UnitFacts, rt: Runtime) -> None:
+    """:class:`LimitError` when ``units`` (``schedule`` in units) has more chunks per buffer
+    than ``rt`` can address; checked before anything proportional to the chunk count."""
+    n_in, n_out, n_scr = buffer_units(units)
+    nchunks = max(n_in, n_out, n_scr + (n_in if writes_input(units) else 0))
     if nchunks > rt.max_chunks:
-        sizes = sorted({int(x) for b in Buf for x in np.unique(us.schedule.chunk_elems(b))
+        sizes = sorted({int(x) for b in Buf for x in np.unique(schedule.chunk_elems(b))
                         if x > 0})
         shown = ", ".join(map(str, sizes[:6])) + (", ..." if len(sizes) > 6 else "")
         raise LimitError(f"MSCCL needs equal chunks: the gcd of this schedule's chunk sizes "
-                         f"({shown} elements) and its count is {us.unit} element(s), which "
+                         f"({shown} elements) and its count is {facts.unit} element(s), which "
                          f"makes {nchunks} chunks per buffer, more than {rt.title} can "
                          f"address ({rt.max_chunks}, {rt.limit('offset').cite()}); choose "
                          "chunk counts that divide the buffer evenly, or fewer chunks")
+
+
+def lower(us: Schedule, rt: Runtime, *, fuse_ops: bool = True,
+          nchannels: int | None = None, pair: bool = True) -> Lowered:
+    """Lower ``us`` (a schedule in units, see :func:`backends.units.to_units`) for runtime
+    ``rt``; :class:`ScheduleError` when a limit is exceeded. ``pair``: share tbs between
+    send-only and receive-only streams (see ``_pair_streams``)."""
     _quick_limits(us, rt)
     ops, units, scratch = relocate_input(us, rt.max_cnt)
     nxt = fuse(ops) if fuse_ops else {}
@@ -683,15 +689,17 @@ def _renumber_for_depids(tbs: list[list[Threadblock]], rt: Runtime) -> None:
         rank_tbs.sort(key=lambda tb: tb.id)
 
 
-def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
+def _quick_limits(units: Schedule, rt: Runtime) -> None:
     """Limits that counting alone shows are exceeded, checked before the (slower) lowering:
     a GPU's local ops need their steps in some threadblocks, and the messages from one GPU to
     one peer share at most ``max_channels`` threadblocks."""
-    pieces = -(-us.count // rt.max_cnt)
-    local = us.src == us.dst
-    per_rank = np.bincount(us.src[local], weights=pieces[local], minlength=us.n)
-    if us.writes_input():
-        per_rank += -(-us.units[0] // rt.max_cnt)
+    n = units.n
+    src, dst = units.ops.src.astype(np.int64), units.ops.dst.astype(np.int64)
+    pieces = -(-units.ops.count.astype(np.int64) // rt.max_cnt)
+    local = src == dst
+    per_rank = np.bincount(src[local], weights=pieces[local], minlength=n)
+    if writes_input(units):
+        per_rank += -(-buffer_units(units)[0] // rt.max_cnt)
     r = int(per_rank.argmax()) if len(per_rank) else 0
     if len(per_rank) and per_rank[r] > rt.max_steps_per_tb * rt.max_tbs:
         raise LimitError(f"GPU {r} has {int(per_rank[r])} local copy/reduce steps; "
@@ -700,9 +708,9 @@ def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
                          f"{rt.limit('steps_per_tb').cite()})")
     remote = ~local
     # a threadblock has one send peer and one receive peer
-    pairs = np.unique(us.src[remote] * us.n + us.dst[remote])
-    for way, ranks in (("sends to", pairs // us.n), ("receives from", pairs % us.n)):
-        peers = np.bincount(ranks, minlength=us.n)
+    pairs = np.unique(src[remote] * n + dst[remote])
+    for way, ranks in (("sends to", pairs // n), ("receives from", pairs % n)):
+        peers = np.bincount(ranks, minlength=n)
         r = int(peers.argmax()) if len(peers) else 0
         if len(peers) and peers[r] > rt.max_tbs:
             raise LimitError(f"GPU {r} {way} {int(peers[r])} peers, and a threadblock has one "
@@ -710,21 +718,21 @@ def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
                              f"threadblocks per GPU ({rt.limit('tbs').cite()})")
     # every message is a step at its sender and at its receiver (a fused step is one receive
     # and one send), every local op a step: a floor on each rank's <step> nodes
-    sends = np.bincount(us.src[remote], weights=pieces[remote], minlength=us.n)
-    recvs = np.bincount(us.dst[remote], weights=pieces[remote], minlength=us.n)
+    sends = np.bincount(src[remote], weights=pieces[remote], minlength=n)
+    recvs = np.bincount(dst[remote], weights=pieces[remote], minlength=n)
     floor = np.maximum(sends, recvs) + per_rank
     r = int(floor.argmax()) if len(floor) else 0
-    if len(floor) and 1 + us.n + floor[r] >= rt.max_xml_nodes:
+    if len(floor) and 1 + n + floor[r] >= rt.max_xml_nodes:
         raise LimitError(f"GPU {r} needs at least {int(floor[r])} <step> nodes (plus <algo> and "
-                         f"{us.n} <gpu>); {rt.title}'s parser reads at most "
+                         f"{n} <gpu>); {rt.title}'s parser reads at most "
                          f"{rt.max_xml_nodes - 1} XML nodes per rank "
                          f"({rt.limit('xml_nodes').cite()}). Use fewer chunks or steps")
-    pair = us.src[remote] * us.n + us.dst[remote]
-    msgs = np.bincount(pair, weights=pieces[remote], minlength=us.n * us.n)
+    pair = src[remote] * n + dst[remote]
+    msgs = np.bincount(pair, weights=pieces[remote], minlength=n * n)
     worst = int(msgs.argmax()) if len(msgs) else 0
     if len(msgs) and msgs[worst] > rt.max_steps_per_tb * rt.max_channels:
-        raise LimitError(f"GPU {worst // us.n} sends {int(msgs[worst])} messages to GPU "
-                         f"{worst % us.n}; {rt.title} fits at most "
+        raise LimitError(f"GPU {worst // n} sends {int(msgs[worst])} messages to GPU "
+                         f"{worst % n}; {rt.title} fits at most "
                          f"{rt.max_steps_per_tb * rt.max_channels} ({rt.max_channels} "
                          f"channels x {rt.max_steps_per_tb} steps; "
                          f"{rt.limit('steps_per_tb').cite()}). Use fewer chunks or steps")

@@ -20,8 +20,8 @@ from backend_helpers import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.common import prepare
 from backends.nccl.tables import DataflowRole, dataflow_tables
+from backends.units import buffer_units, to_units
 from cclc.collective import CollectiveKind, ReduceOp, make_collective
 from cclc.ir import Buf, OpKind
 
@@ -30,16 +30,16 @@ _RED = {ReduceOp.SUM: np.add, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum
 
 
 def _run_tables(schedule, seed: int) -> None:
-    us = prepare(schedule, split=True)
-    t = dataflow_tables(us)
+    t = dataflow_tables(schedule, *to_units(schedule, split=True))
+    widths = buffer_units(t.units)
     coll = schedule.collective
     n = coll.n
     rng = np.random.default_rng(seed)
     pick = random.Random(seed)
     # at count = count_units every unit is one element
-    inputs = [rng.integers(-50, 50, size=us.units[Buf.INPUT]).astype(np.int64) for _ in range(n)]
-    mem = [[inputs[r].copy(), np.zeros(us.units[Buf.OUTPUT], np.int64),
-            np.zeros(us.units[Buf.SCRATCH], np.int64)] for r in range(n)]
+    inputs = [rng.integers(-50, 50, size=widths[Buf.INPUT]).astype(np.int64) for _ in range(n)]
+    mem = [[inputs[r].copy(), np.zeros(widths[Buf.OUTPUT], np.int64),
+            np.zeros(widths[Buf.SCRATCH], np.int64)] for r in range(n)]
     staging = [np.zeros(t.staging_units, np.int64) for _ in range(n)]
     red = _RED[coll.op]
     entries = t.entries

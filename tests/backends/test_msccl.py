@@ -338,11 +338,11 @@ def test_uneven_chunks_that_divide_the_count_run_at_the_compiled_size(tmp_path):
 
 
 def test_send_and_receive_streams_share_threadblocks():
-    from backends.common import prepare
     from backends.msccl.lower import lower
     from backends.msccl.runtimes import RUNTIMES
+    from backends.units import to_units
 
-    us = prepare(pairwise_alltoall(n=5))
+    us, _ = to_units(pairwise_alltoall(n=5))
     paired = lower(us, RUNTIMES["msccl"])
     apart = lower(us, RUNTIMES["msccl"], pair=False)
     # per GPU: one tb of local copies, then 4 paired (send, recv) tbs instead of 4 + 4
