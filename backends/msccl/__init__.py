@@ -19,16 +19,9 @@ from backends.common import (
     render_template,
     write_file,
 )
-from backends.msccl.lower import (
-    DepidLimitError,
-    LimitError,
-    Lowered,
-    ThreadblockLimitError,
-    check_chunks,
-    lower,
-)
+from backends.msccl.lower import Lowered, lower_to_fit
 from backends.msccl.runtimes import RUNTIMES, Runtime
-from backends.units import buffer_units, to_units, writes_input
+from backends.units import buffer_units, writes_input
 from cclc.collective import CollectiveKind
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, Schedule
@@ -57,9 +50,8 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
     coll = schedule.collective
     if coll.kind not in rt.coll_names:
         raise ScheduleError(f"{rt.title} has no {coll.kind.value} collective")
-    units, facts = to_units(schedule, rt.max_chunks)
-    check_chunks(schedule, units, facts, rt)
-    low = _lower_to_fit(units, rt, options)
+    low, units, facts = lower_to_fit(schedule, rt, fuse=options.fuse,
+                                     nchannels=options.nchannels)
     nchunks = _nchunksperloop(schedule, buffer_units(units))
     name = c_identifier(coll.name)[:rt.max_name]
     min_bytes = options.min_bytes or 0
@@ -92,43 +84,6 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
                        "min_bytes": min_bytes, "max_bytes": max_bytes,
                        "writes_input": writes_input(units)}
     return values, low, rt
-
-
-def _lower_to_fit(units: Schedule, rt: Runtime, options: EmitOptions) -> Lowered:
-    """The first lowering that fits every limit of ``rt``, or the first one's error."""
-    # fused steps tie threadblocks together, and paired send/receive streams make longer
-    # ones (nops included); if a limit is exceeded, looser forms may spread out enough to fit
-    tries = [(options.fuse, True), (options.fuse, False)]
-    if options.fuse:
-        tries += [(False, True), (False, False)]
-    first: LimitError | None = None
-    last: LimitError | None = None
-    for fuse_ops, pair in tries:
-        if not pair and (last is None or "steps" not in last.message):
-            continue        # unpaired streams only help a threadblock that is too long
-        # too many threadblocks, or a GPU whose steps wait on more than 128 of them (the
-        # int8 depid): lower the same form again with fewer channels, so fewer threadblocks
-        channels = options.nchannels
-        for _ in range(4):
-            try:
-                return lower(units, rt, fuse_ops=fuse_ops, nchannels=channels, pair=pair)
-            except LimitError as err:
-                first, last = first or err, err
-                channels = _fewer_channels(err, rt)
-                if channels is None:
-                    break
-    assert first is not None
-    raise first from None
-
-
-def _fewer_channels(err: LimitError, rt: Runtime) -> int | None:
-    """Channels to lower with after ``err`` so that fewer threadblocks are needed (None: fewer
-    channels cannot help)."""
-    if not isinstance(err, ThreadblockLimitError) or err.channels is None:
-        return None
-    target = rt.max_depid + 1 if isinstance(err, DepidLimitError) else rt.max_tbs
-    fewer = min(err.channels - 1, err.channels * target // err.needed)
-    return fewer if fewer >= 1 else None
 
 
 def _max_bytes(schedule: Schedule, rt: Runtime, options: EmitOptions) -> int:

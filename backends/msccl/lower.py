@@ -41,12 +41,12 @@ from itertools import pairwise
 import numpy as np
 
 from backends.msccl.runtimes import Runtime
-from backends.units import UnitFacts, buffer_units, rank_units, writes_input
+from backends.units import UnitFacts, buffer_units, rank_units, to_units, writes_input
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind, Schedule
 
 __all__ = ["DepidLimitError", "Instr", "LimitError", "Lowered", "Op", "Threadblock",
-           "ThreadblockLimitError", "lower"]
+           "ThreadblockLimitError", "check_chunks", "lower", "lower_to_fit"]
 
 
 class LimitError(ScheduleError):
@@ -253,6 +253,48 @@ def check_chunks(schedule: Schedule, units: Schedule, facts: UnitFacts, rt: Runt
                          f"makes {nchunks} chunks per buffer, more than {rt.title} can "
                          f"address ({rt.max_chunks}, {rt.limit('offset').cite()}); choose "
                          "chunk counts that divide the buffer evenly, or fewer chunks")
+
+
+def lower_to_fit(schedule: Schedule, rt: Runtime, *, fuse: bool = True,
+                 nchannels: int | None = None) -> tuple[Lowered, Schedule, UnitFacts]:
+    """``schedule`` in units (:func:`backends.units.to_units`) and its first lowering that
+    fits every limit of ``rt``; :class:`LimitError` (the first attempt's) when none does."""
+    units, facts = to_units(schedule, rt.max_chunks)
+    check_chunks(schedule, units, facts, rt)
+    # fused steps tie threadblocks together, and paired send/receive streams make longer
+    # ones (nops included); if a limit is exceeded, looser forms may spread out enough to fit
+    tries = [(fuse, True), (fuse, False)]
+    if fuse:
+        tries += [(False, True), (False, False)]
+    first: LimitError | None = None
+    last: LimitError | None = None
+    for fuse_ops, pair in tries:
+        if not pair and (last is None or "steps" not in last.message):
+            continue        # unpaired streams only help a threadblock that is too long
+        # too many threadblocks, or a GPU whose steps wait on more than 128 of them (the
+        # int8 depid): lower the same form again with fewer channels, so fewer threadblocks
+        channels = nchannels
+        for _ in range(4):
+            try:
+                low = lower(units, rt, fuse_ops=fuse_ops, nchannels=channels, pair=pair)
+                return low, units, facts
+            except LimitError as err:
+                first, last = first or err, err
+                channels = _fewer_channels(err, rt)
+                if channels is None:
+                    break
+    assert first is not None
+    raise first from None
+
+
+def _fewer_channels(err: LimitError, rt: Runtime) -> int | None:
+    """Channels to lower with after ``err`` so that fewer threadblocks are needed (None: fewer
+    channels cannot help)."""
+    if not isinstance(err, ThreadblockLimitError) or err.channels is None:
+        return None
+    target = rt.max_depid + 1 if isinstance(err, DepidLimitError) else rt.max_tbs
+    fewer = min(err.channels - 1, err.channels * target // err.needed)
+    return fewer if fewer >= 1 else None
 
 
 def lower(us: Schedule, rt: Runtime, *, fuse_ops: bool = True,

@@ -319,7 +319,7 @@ def test_cli_max_bytes(tmp_path, capsys):
 
 
 def test_threadblock_overflow_lowers_again_with_fewer_channels(monkeypatch):
-    import backends.msccl as msccl
+    import backends.msccl.lower as msccl
     from backends.msccl.lower import DepidLimitError, ThreadblockLimitError
 
     real = msccl.lower
