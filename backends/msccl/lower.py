@@ -159,15 +159,18 @@ def relocate_input(units: Schedule, max_cnt: int
 
 
 class _Accesses:
-    """Per (rank, buffer): every op touching a range, sorted by step, for the fusion checks."""
+    """Per (rank, buffer, unit): every op touching the unit, sorted by step, for the fusion
+    checks (indexed by unit, not by range, so a check reads only the ops of its own units)."""
 
     def __init__(self, ops: list[Op]):
-        by: dict[tuple[int, int], list[tuple[int, int, int, bool, int]]] = defaultdict(list)
+        by: dict[tuple[int, int, int], list[tuple[int, bool, int]]] = defaultdict(list)
         for k, op in enumerate(ops):
-            by[(op.src, op.sb)].append((op.step, op.so, op.so + op.cnt, False, k))
-            by[(op.dst, op.db)].append((op.step, op.do, op.do + op.cnt, True, k))
-            if op.kind is OpKind.REDUCE:
-                by[(op.dst, op.db)].append((op.step, op.do, op.do + op.cnt, False, k))
+            for u in range(op.so, op.so + op.cnt):
+                by[(op.src, op.sb, u)].append((op.step, False, k))
+            for u in range(op.do, op.do + op.cnt):
+                by[(op.dst, op.db, u)].append((op.step, True, k))
+                if op.kind is OpKind.REDUCE:
+                    by[(op.dst, op.db, u)].append((op.step, False, k))
         self.by = {key: sorted(v) for key, v in by.items()}
         self.steps = {key: [a[0] for a in v] for key, v in self.by.items()}
 
@@ -176,15 +179,17 @@ class _Accesses:
               ) -> bool:
         """Does an op other than ``skip`` touch [lo, hi) in steps t0..t1 (only writes if
         ``writes_only``, only reads if ``reads_only``)?"""
-        key = (rank, buf)
-        if key not in self.by:
-            return False
-        steps, acc = self.steps[key], self.by[key]
-        for i in range(bisect_left(steps, t0), bisect_right(steps, t1)):
-            _, a, b, write, k = acc[i]
-            if (a < hi and lo < b and k not in skip and (write or not writes_only)
-                    and not (write and reads_only)):
-                return True
+        for u in range(lo, hi):
+            key = (rank, buf, u)
+            acc = self.by.get(key)
+            if acc is None:
+                continue
+            steps = self.steps[key]
+            for i in range(bisect_left(steps, t0), bisect_right(steps, t1)):
+                _, write, k = acc[i]
+                if (k not in skip and (write or not writes_only)
+                        and not (write and reads_only)):
+                    return True
         return False
 
 
