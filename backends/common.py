@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 from cclc.collective import CollectiveKind
@@ -159,13 +160,15 @@ def coerce_options(options) -> EmitOptions:
     return EmitOptions(**values)
 
 
-def write_file(outdir, name: str, text: str) -> pathlib.Path:
-    """Write ``text`` to ``outdir/name`` and return the path. ``outdir`` is a folder path or a
-    :class:`cclc.outdir.OutputDir` (then its manifest and overwrite rules apply)."""
+def write_file(outdir, name: str, text: str | Iterable[str]) -> pathlib.Path:
+    """Write ``text`` (or its pieces, as they come) to ``outdir/name`` and return the path.
+    ``outdir`` is a folder path or a :class:`cclc.outdir.OutputDir` (then its manifest and
+    overwrite rules apply)."""
     if hasattr(outdir, "path_for") and hasattr(outdir, "write_text"):
         rel = outdir.write_text(name, text)
         return pathlib.Path(outdir.path) / rel
     path = pathlib.Path(os.fspath(outdir)) / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    with path.open("w", encoding="utf-8") as f:
+        f.writelines([text] if isinstance(text, str) else text)
     return path

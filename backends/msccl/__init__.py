@@ -21,15 +21,13 @@ from backends.common import (
 )
 from backends.msccl.lower import Lowered, lower_to_fit
 from backends.msccl.runtimes import RUNTIMES, Runtime
+from backends.msccl.xml import xml_pieces
 from backends.units import buffer_units, writes_input
 from cclc.collective import CollectiveKind
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, Schedule
 
 __all__ = ["emit", "render_xml"]
-
-_BUF = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
-
 
 def _nchunksperloop(schedule: Schedule, units: tuple[int, int, int]) -> int:
     """The runtime checks i_chunks*mult == nchunksperloop (mult = nRanks for allgather input)
@@ -45,7 +43,9 @@ def _nchunksperloop(schedule: Schedule, units: tuple[int, int, int]) -> int:
     return total
 
 
-def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, Runtime]:
+def _prepared(schedule: Schedule, options: EmitOptions
+              ) -> tuple[list[tuple[str, object]], dict, Lowered, Runtime]:
+    """The ``<algo>`` attributes, the facts the report needs, the lowering and the runtime."""
     rt = RUNTIMES[options.msccl_runtime]
     coll = schedule.collective
     if coll.kind not in rt.coll_names:
@@ -59,31 +59,20 @@ def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, 
     if max_bytes != rt.unbounded_max_bytes and min_bytes > max_bytes:
         raise ScheduleError(f"minBytes ({min_bytes}) is above maxBytes ({max_bytes}); "
                             f"{rt.title} refuses such a file")
-    algo = [("name", name), ("proto", options.protocol), ("nchannels", low.nchannels),
-            ("nchunksperloop", nchunks), ("ngpus", schedule.n),
-            ("coll", rt.coll_names[coll.kind]), ("inplace", 0)]
+    algo: list[tuple[str, object]] = [
+        ("name", name), ("proto", options.protocol), ("nchannels", low.nchannels),
+        ("nchunksperloop", nchunks), ("ngpus", schedule.n),
+        ("coll", rt.coll_names[coll.kind]), ("inplace", 0)]
     if rt.needs_outofplace:
         algo.append(("outofplace", 1))
     algo += [("minBytes", min_bytes), ("maxBytes", max_bytes)]
     if options.nthreads is not None:
         algo.append(("nthreads", options.nthreads))
-    gpus = []
-    for r, tbs in enumerate(low.tbs):
-        steps = [[{"s": st.index, "type": st.type, "srcbuf": _BUF[st.sb], "srcoff": st.so,
-                   "dstbuf": _BUF[st.db], "dstoff": st.do, "cnt": st.cnt, "depid": st.depid,
-                   "deps": st.deps, "hasdep": int(st.hasdep)} for st in tb.steps]
-                 for tb in tbs]
-        gpus.append({"id": r, "i_chunks": low.units[Buf.INPUT],
-                     "o_chunks": low.units[Buf.OUTPUT], "s_chunks": low.scratch[r],
-                     "tbs": [{"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan,
-                              "steps": st} for tb, st in zip(tbs, steps)]})
-    values = {"algo": algo, "gpus": gpus}
-    values["_meta"] = {"name": name, "nchunks": nchunks, "unit": facts.unit,
-                       "exact": facts.exact,
-                       "falls_back": bool(entry_count(schedule) % facts.count_units),
-                       "min_bytes": min_bytes, "max_bytes": max_bytes,
-                       "writes_input": writes_input(units)}
-    return values, low, rt
+    meta = {"name": name, "nchunks": nchunks, "unit": facts.unit, "exact": facts.exact,
+            "falls_back": bool(entry_count(schedule) % facts.count_units),
+            "min_bytes": min_bytes, "max_bytes": max_bytes,
+            "writes_input": writes_input(units)}
+    return algo, meta, low, rt
 
 
 def _max_bytes(schedule: Schedule, rt: Runtime, options: EmitOptions) -> int:
@@ -141,9 +130,8 @@ def _root_warning(schedule: Schedule, rt: Runtime) -> str | None:
 def render_xml(schedule: Schedule, options: EmitOptions | None = None) -> str:
     """The XML text for ``options.msccl_runtime`` (raises :class:`ScheduleError` if a runtime
     limit is exceeded)."""
-    values, _, _ = _prepared(schedule, coerce_options(options))
-    values.pop("_meta")
-    return render_template("backends.msccl", "algo.xml.j2", **values)
+    algo, _, low, _ = _prepared(schedule, coerce_options(options))
+    return "".join(xml_pieces(algo, low))
 
 
 def _conditions(schedule: Schedule, rt: Runtime, meta: dict, options: EmitOptions) -> list[str]:
@@ -186,11 +174,10 @@ def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None =
     """Write ``<name>.<runtime>.xml`` and ``<name>.<runtime>.report.md`` for
     ``options.msccl_runtime`` into ``outdir``; return their paths."""
     options = coerce_options(options)
-    values, low, rt = _prepared(schedule, options)
-    meta = values.pop("_meta")
+    algo, meta, low, rt = _prepared(schedule, options)
     base = f"{meta['name']}.{rt.key}"
-    xml_path = write_file(outdir, f"{base}.xml",
-                          render_template("backends.msccl", "algo.xml.j2", **values))
+    # a large schedule's XML is written as it is produced, never held whole in memory
+    xml_path = write_file(outdir, f"{base}.xml", xml_pieces(algo, low))
     coll = schedule.collective
     notes = []
     if meta["writes_input"]:
