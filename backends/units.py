@@ -228,11 +228,11 @@ def _near_form(schedule: Schedule, max_units: int, whole_blocks: bool = False
             return None
     k = atoms.k
     convention = 0
-    i = np.arange(k, dtype=np.int64)
+    atom = np.arange(k, dtype=np.int64)
     if not ((dst_off - src_off) % k).any():
-        if np.array_equal(atoms.points, i * count // k):
+        if np.array_equal(atoms.points, atom * count // k):
             convention = 1
-        elif np.array_equal(atoms.points, i * (count // k) + np.minimum(i, count % k)):
+        elif np.array_equal(atoms.points, atom * (count // k) + np.minimum(atom, count % k)):
             convention = 2
     layouts = []
     for raw in raws:

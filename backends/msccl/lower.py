@@ -9,7 +9,7 @@ tb of its GPU. The lowering, in order:
    scratch first (the user's ``sendbuff`` is const) and read it from there.
 2. ``fuse``: a receive whose data is the next thing sent from that slot becomes one fused
    instruction (``rcs``; ``rrcs``/``rrs`` after a reduction), forming chains A->x->B->... that
-   move together. Only when it cannot change what anyone reads (see ``_can_fuse``).
+   move together. Only when it cannot change what anyone reads (see ``fuse``).
 3. ``assign_channels``: every message of a chain shares a channel; concurrent messages on one
    pair get distinct channels (parallel tbs), within the limit; a GPU keeps at most 32 send
    peers and 32 receive peers on one channel (the loaders' per-channel arrays), so peers are
@@ -17,12 +17,13 @@ tb of its GPU. The lowering, in order:
 4. ``threadblocks``: one tb per (send peer, recv peer, channel) on each GPU (fused steps tie a
    recv peer to a send peer; otherwise a send stream and a receive stream of one channel are
    paired into one tb, as msccl-tools does); local copies and reductions get their own tb.
-5. ``instructions`` and ``global_order``: a graph of every instruction with edges for messages (send before receive),
-   FIFO capacity (a connection's next send after its previous receive) and data hazards on
-   each unit (RAW, WAR, WAW in the IR's step order). A topological order of it, ties broken by
-   IR step, is every tb's program order. Because the same global order serves all tbs and
-   every wait points backwards in it, the smallest unfinished instruction can always run: no
-   deadlock, even with one message of buffering per connection.
+5. ``instructions`` and ``global_order``: a graph of every instruction with edges for
+   messages (send before receive), FIFO capacity (a connection's next send after its previous
+   receive) and data hazards on each unit (RAW, WAR, WAW in the IR's step order). A
+   topological order of it, ties broken by IR step, is every tb's program order. Because the
+   same global order serves all tbs and every wait points backwards in it, the smallest
+   unfinished instruction can always run: no deadlock, even with one message of buffering
+   per connection.
 6. ``dependencies``: hazards between tbs of one GPU become ``depid``/``deps``; waits already
    implied by an earlier wait of the same tb are dropped; more than one left becomes ``nop``s.
    The runtimes keep ``depid`` in an int8, so the tbs waited on get the smallest ids.
@@ -689,13 +690,20 @@ class _Union:
         self.parent[self.root(b)] = self.root(a)
 
 
+def _set(value: int | None) -> int:
+    """A number an earlier stage has set (an internal error otherwise)."""
+    if value is None:
+        raise ScheduleError("internal: the MSCCL lowering used a number before setting it")
+    return value
+
+
 def _local_tb(ins: Instr, tbs: list[list[Threadblock]], pools: dict[int, list[Threadblock]],
               local_tb: dict[int, Threadblock], hazard: dict[int, set[int]],
               instrs: list[Instr], quota: int, cap: int) -> Threadblock:
     """The threadblock of a local copy or reduction: the one of the op it waits on if that
     has room, else a new one while the GPU has fewer than ``quota``, else the emptiest."""
     pool = pools[ins.rank]
-    preds = sorted((instrs[p].pos, local_tb[p]) for p in hazard.get(ins.uid, ())
+    preds = sorted((_set(instrs[p].pos), local_tb[p]) for p in hazard.get(_set(ins.uid), ())
                    if p in local_tb and instrs[p].rank == ins.rank)
     tb = preds[-1][1] if preds and len(preds[-1][1].steps) < cap else None
     if tb is None and len(pool) < quota:
@@ -772,9 +780,10 @@ def _waits(tb: Threadblock, program: Program) -> None:
     waited: dict[int, int] = {}
     for ins in tb.steps:
         need: dict[int, int] = {}
-        for p in (instrs[j] for j in program.hazard.get(ins.uid, ())):
-            if p.tb != ins.tb and (p.tb not in need or need[p.tb] < p.index):
-                need[p.tb] = p.index
+        for p in (instrs[j] for j in program.hazard.get(_set(ins.uid), ())):
+            t, s = _set(p.tb), _set(p.index)
+            if t != ins.tb and (t not in need or need[t] < s):
+                need[t] = s
         need = {t: s for t, s in need.items() if t not in waited or waited[t] < s}
         waits = sorted(need.items())
         for t, s in waits[:-1]:
@@ -867,7 +876,7 @@ def _sort_tbs(tbs: list[list[Threadblock]]) -> None:
         rank_tbs.sort(key=lambda tb: (_peer_key(tb.send), _peer_key(tb.recv), tb.chan))
         for new_id, tb in enumerate(rank_tbs):
             tb.id = new_id
-            tb.steps.sort(key=lambda ins: ins.pos)
+            tb.steps.sort(key=lambda ins: _set(ins.pos))
             for idx, ins in enumerate(tb.steps):
                 ins.tb, ins.index = new_id, idx
 
@@ -885,7 +894,7 @@ def _renumber_for_depids(tbs: list[list[Threadblock]], rt: Runtime) -> None:
         new_id = {tb.id: k for k, tb in enumerate(order)}
         for tb in rank_tbs:
             for ins in tb.steps:
-                ins.tb = new_id[ins.tb]
+                ins.tb = new_id[_set(ins.tb)]
                 if ins.depid is not None:
                     ins.depid = new_id[ins.depid]
         for tb in rank_tbs:
