@@ -1,4 +1,4 @@
-"""What every code-emitting backend shares: options, C names, and an entry point's ``count``.
+"""What every code-emitting backend shares: C names, templates, and an entry point's ``count``.
 
 Backends never change the IR. The ones that emit code read a schedule re-expressed in equal
 units by the pass :func:`backends.units.to_units`; the NCCL and MPI builds turn that into
@@ -7,73 +7,22 @@ per-rank dataflow tables with :func:`backends.nccl.tables.dataflow_tables`.
 
 from __future__ import annotations
 
-import os
-import pathlib
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, fields
 
+# the one options type lives with the backend contract; re-exported for the backends' imports
+from backends.contract import EmitOptions
 from cclc.collective import CollectiveKind
-from cclc.errors import ScheduleError
 from cclc.ir import Buf, Schedule
 
 __all__ = [
-    "MSCCL_RUNTIMES",
     "EmitOptions",
     "c_identifier",
-    "coerce_options",
     "count_convention",
     "entry_count",
     "is_padded",
     "padded_count",
     "render_template",
-    "write_file",
 ]
-
-#: the MSCCL runtimes whose XML dialect the msccl backend can write
-MSCCL_RUNTIMES = ("msccl", "msccl-executor", "rccl")
-_PROTOCOLS = ("Simple", "LL", "LL128")
-
-
-@dataclass(frozen=True, slots=True)
-class EmitOptions:
-    """Options shared by the backends (the CLI fills them; every field has a safe default).
-
-    ``msccl_runtime``: which runtime's XML dialect and limits (``msccl`` = microsoft/msccl,
-    ``msccl-executor`` = Azure/msccl-executor-nccl, ``rccl``). ``protocol``: MSCCL ``proto``.
-    ``nchannels``: channels the MSCCL lowering may spread concurrent messages over (``None``:
-    as many as it needs up to the runtime limit). ``fuse``: emit fused MSCCL instructions.
-    ``min_bytes``/``max_bytes``: the MSCCL size window (``None``: the runtime's widest).
-    ``nthreads``: MSCCL ``nthreads`` attribute (``None``: omitted, runtime default).
-    ``build``: run the generated build after writing the sources. ``mpi``: also emit and build
-    the MPI (CPU) variant. ``nccl_home``: a folder with ``include/nccl.h`` and ``lib/libnccl.so.2``
-    (``None``: the ``nvidia-nccl-cu13`` wheel). ``cuda_arch``: nvcc ``-arch`` value.
-    """
-
-    msccl_runtime: str = "msccl"
-    protocol: str = "Simple"
-    nchannels: int | None = None
-    fuse: bool = True
-    min_bytes: int | None = None
-    max_bytes: int | None = None
-    nthreads: int | None = None
-    build: bool = False
-    mpi: bool = False
-    nccl_home: str | None = None
-    cuda_arch: str = "sm_90"
-
-    def __post_init__(self) -> None:
-        if self.msccl_runtime not in MSCCL_RUNTIMES:
-            raise ScheduleError(f"unknown MSCCL runtime '{self.msccl_runtime}': choose one of "
-                                + ", ".join(MSCCL_RUNTIMES))
-        if self.protocol not in _PROTOCOLS:
-            raise ScheduleError(f"unknown MSCCL protocol '{self.protocol}': choose one of "
-                                + ", ".join(_PROTOCOLS))
-        if self.nchannels is not None and self.nchannels < 1:
-            raise ScheduleError(f"nchannels must be >= 1, not {self.nchannels}")
-        if self.nthreads is not None and (self.nthreads <= 0 or self.nthreads % 32):
-            raise ScheduleError(f"nthreads must be a positive multiple of 32, not {self.nthreads}")
-
 
 _C_KEYWORDS = frozenset("""
     auto break case char const continue default do double else enum extern float for goto if
@@ -146,29 +95,3 @@ def render_template(package: str, template: str, **values) -> str:
 
 
 _ENVS: dict = {}
-
-
-def coerce_options(options) -> EmitOptions:
-    """``options`` as :class:`EmitOptions`: the CLI may pass its own options object; the fields
-    it shares by name with :class:`EmitOptions` are taken, the rest keep their defaults."""
-    if options is None:
-        return EmitOptions()
-    if isinstance(options, EmitOptions):
-        return options
-    values = {f.name: getattr(options, f.name) for f in fields(EmitOptions)
-              if getattr(options, f.name, None) is not None}
-    return EmitOptions(**values)
-
-
-def write_file(outdir, name: str, text: str | Iterable[str]) -> pathlib.Path:
-    """Write ``text`` (or its pieces, as they come) to ``outdir/name`` and return the path.
-    ``outdir`` is a folder path or a :class:`cclc.outdir.OutputDir` (then its manifest and
-    overwrite rules apply)."""
-    if hasattr(outdir, "path_for") and hasattr(outdir, "write_text"):
-        rel = outdir.write_text(name, text)
-        return pathlib.Path(outdir.path) / rel
-    path = pathlib.Path(os.fspath(outdir)) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        f.writelines([text] if isinstance(text, str) else text)
-    return path

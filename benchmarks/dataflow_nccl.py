@@ -19,7 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from torus_alltoall import _collective, _topologies  # noqa: E402
 
-from cclc.algorithms.torus_multidim import build_for_sizes  # noqa: E402
+from cclc.algorithms.torus_alltoall import build_for_sizes  # noqa: E402
 from cclc.dataflow import dataflow_time, lower_schedule  # noqa: E402
 from cclc.execution import BACKEND_MODELS, LOCKSTEP_NCCL_MODEL, predict  # noqa: E402
 from cclc.relay import lower_relays  # noqa: E402

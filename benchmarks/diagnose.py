@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 rng = np.random.default_rng(zlib.crc32(f"{label}|{kind}|{noise}".encode()))
                 top1 = hits = reported = correct = hidden = 0
                 elapsed = []
-                for trial in range(trials):
+                for _ in range(trials):
                     fault, truth = _draw(topo, kind, used, rng)
                     if fault is not None:
                         # noise-free: does the fault change any pair by 10% at all?

@@ -43,7 +43,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from cclc.algorithms.torus_multidim import build_for_sizes
+from cclc.algorithms.torus_alltoall import build_for_sizes
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, DType, make_collective
 from cclc.execution import BACKEND_MODELS, LOCKSTEP_NCCL_MODEL, predict
@@ -124,7 +124,7 @@ def run_torus(dims, bandwidth, sizes, series, log, lp_max=150, event_max_ops=EVE
         flat = replace(big.collective.topology,
                        link_latency=np.zeros_like(big.collective.topology.link_latency))
         t_bw = simulate(big.replace(collective=replace(big.collective, topology=flat))).time
-        for size, s in zip(sizes, scheds):
+        for size, s in zip(sizes, scheds, strict=True):
             r = simulate(s)
             row = {"torus": topo.name, "series": name, "size": size, "bytes": s.collective.size,
                    "time": r.time, "ops": n_ops, "steps": s.n_steps, "routing": routing,

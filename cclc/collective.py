@@ -115,6 +115,24 @@ def make_collective(name: str, kind: CollectiveKind, topology: Topology, group: 
                     pair_sizes: np.ndarray | None = None, span: Span | None = None) -> Collective:
     """Validate and build a :class:`Collective`; :class:`CollectiveError` says what is wrong."""
     group = tuple(int(r) for r in group)
+    _check_group(name, topology, group)
+    n = len(group)
+    if pair_sizes is not None:
+        pair_sizes = _checked_pair_sizes(kind, n, dtype, pair_sizes)
+        size = int(pair_sizes.sum(axis=1).max())
+    if size is None:
+        raise CollectiveError(f"collective '{name}' needs a size")
+    if size <= 0:
+        raise CollectiveError(f"the size of collective '{name}' must be > 0")
+    if pair_sizes is None:
+        _check_even_split(kind, n, dtype, size)
+    root = _checked_root(kind, n, root)
+    return Collective(name=name, kind=kind, topology=topology, group=group, size=int(size),
+                      dtype=dtype, op=op, root=root, algorithm=algorithm, schedule=schedule,
+                      pair_sizes=pair_sizes, span=span)
+
+
+def _check_group(name: str, topology: Topology, group: tuple[int, ...]) -> None:
     n = len(group)
     if n < 1:
         raise CollectiveError(f"collective '{name}' has an empty group")
@@ -129,42 +147,47 @@ def make_collective(name: str, kind: CollectiveKind, topology: Topology, group: 
     if not topology.is_connected(group):
         raise CollectiveError(f"the faults disconnect the group of collective '{name}': some of "
                               f"its {n} ranks cannot reach each other over healthy links")
+
+
+def _checked_pair_sizes(kind: CollectiveKind, n: int, dtype: DType, pair_sizes) -> np.ndarray:
+    """The per-pair byte matrix of a non-uniform alltoall, checked and read-only."""
     item = dtype.itemsize
-    if pair_sizes is not None:
-        if kind is not CollectiveKind.ALLTOALL:
-            raise CollectiveError("per-pair sizes are only for alltoall")
-        pair_sizes = np.asarray(pair_sizes, dtype=np.int64)
-        if pair_sizes.shape != (n, n):
-            raise CollectiveError(f"the size matrix is {pair_sizes.shape[0]}x"
-                                  f"{pair_sizes.shape[1] if pair_sizes.ndim > 1 else 1} but "
-                                  f"the group has {n} ranks: it must be {n}x{n}")
-        if (pair_sizes < 0).any():
-            raise CollectiveError("the size matrix has a negative entry")
-        if (pair_sizes % item).any():
-            raise CollectiveError(f"every entry of the size matrix must be a multiple of the "
-                                  f"{dtype.value} element size ({item} B)")
-        pair_sizes = pair_sizes.copy()
-        pair_sizes.setflags(write=False)
-        size = int(pair_sizes.sum(axis=1).max())
-    if size is None:
-        raise CollectiveError(f"collective '{name}' needs a size")
-    if size <= 0:
-        raise CollectiveError(f"the size of collective '{name}' must be > 0")
-    if pair_sizes is None:
-        split = kind in (CollectiveKind.ALLTOALL, CollectiveKind.ALLGATHER,
-                         CollectiveKind.REDUCESCATTER)
-        unit = item * (n if split else 1)
-        if size % unit:
-            what = f"{n} ranks x {item} B ({dtype.value})" if split else f"{item} B ({dtype.value})"
-            raise CollectiveError(f"size {size} B cannot be split evenly over {what}: it must be "
-                                  f"a multiple of {unit} B")
+    if kind is not CollectiveKind.ALLTOALL:
+        raise CollectiveError("per-pair sizes are only for alltoall")
+    pair_sizes = np.asarray(pair_sizes, dtype=np.int64)
+    if pair_sizes.shape != (n, n):
+        raise CollectiveError(f"the size matrix is {pair_sizes.shape[0]}x"
+                              f"{pair_sizes.shape[1] if pair_sizes.ndim > 1 else 1} but "
+                              f"the group has {n} ranks: it must be {n}x{n}")
+    if (pair_sizes < 0).any():
+        raise CollectiveError("the size matrix has a negative entry")
+    if (pair_sizes % item).any():
+        raise CollectiveError(f"every entry of the size matrix must be a multiple of the "
+                              f"{dtype.value} element size ({item} B)")
+    pair_sizes = pair_sizes.copy()
+    pair_sizes.setflags(write=False)
+    return pair_sizes
+
+
+def _check_even_split(kind: CollectiveKind, n: int, dtype: DType, size: int) -> None:
+    item = dtype.itemsize
+    split = kind in (CollectiveKind.ALLTOALL, CollectiveKind.ALLGATHER,
+                     CollectiveKind.REDUCESCATTER)
+    unit = item * (n if split else 1)
+    if size % unit:
+        what = f"{n} ranks x {item} B ({dtype.value})" if split else f"{item} B ({dtype.value})"
+        raise CollectiveError(f"size {size} B cannot be split evenly over {what}: it must be "
+                              f"a multiple of {unit} B")
+
+
+def _checked_root(kind: CollectiveKind, n: int, root: int | None) -> int | None:
+    """The root of a broadcast or reduce (rank 0 of the group by default); ``None`` else."""
     if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
         root = 0 if root is None else root
         if not 0 <= root < n:
             raise CollectiveError(f"root {root} is outside the group of {n} ranks "
                                   f"(0..{n - 1})")
-    elif root is not None:
+        return root
+    if root is not None:
         raise CollectiveError(f"a root only makes sense for broadcast and reduce, not {kind.value}")
-    return Collective(name=name, kind=kind, topology=topology, group=group, size=int(size),
-                      dtype=dtype, op=op, root=root, algorithm=algorithm, schedule=schedule,
-                      pair_sizes=pair_sizes, span=span)
+    return None

@@ -15,8 +15,9 @@ choice of spine for every flow that leaves its leaf *is* the routing model:
   carries more than its fair share (:func:`step_fair_share`) and no failed link is used: a greedy
   largest-first assignment, repaired by a small CP-SAT model when the greedy one overloads a link.
 
-Both return a new :class:`~cclc.ir.Schedule`; only the spine hop of each route changes. Algorithm
-modules call :func:`finish` to build their schedule with the planned spine assignment.
+Both return a new :class:`~cclc.ir.Schedule`; only the spine hop of each route changes. The
+routing pass :func:`route_spines` applies the planned assignment to every schedule the algorithm
+table builds.
 """
 
 from __future__ import annotations
@@ -26,32 +27,32 @@ import math
 import numpy as np
 
 from cclc.errors import ScheduleError
-from cclc.ir import Routes, Schedule, ScheduleBuilder
+from cclc.ir import Routes, Schedule
 from cclc.topology import Topology
 
 __all__ = [
     "ecmp_routes",
     "fair_shares",
-    "finish",
     "has_spines",
     "planned_routes",
+    "route_spines",
     "spine_link_loads",
     "step_fair_share",
 ]
 
 
 # ----------------------------------------------------------------------------------------------
-# building
+# the routing pass
 
 
-def finish(b: ScheduleBuilder, algorithm: str, schedule: str = "-",
-           params: tuple[tuple[str, int | float | str], ...] = ()) -> Schedule:
-    """Build ``b``; on a fabric with spines, give every spine-crossing flow a planned spine.
+def route_spines(s: Schedule) -> Schedule:
+    """The routing pass: on a fabric with spines, ``s`` with a planned spine for every
+    spine-crossing flow (:func:`planned_routes`); any other schedule unchanged.
 
     cclc's own schedules are always planned: leaving the spine to ECMP would throw away the
-    compile-time knowledge of every flow of every step.
+    compile-time knowledge of every flow of every step. The algorithm table applies this pass
+    to every schedule it builds (:mod:`cclc.algorithms`), so no algorithm routes by itself.
     """
-    s = b.build(algorithm, schedule, params)
     return planned_routes(s) if has_spines(s.topology) else s
 
 
@@ -77,7 +78,8 @@ def _fabric(topo: Topology) -> dict | None:
             si = {v: i for i, v in enumerate(spines)}
             up = np.full((len(leaves), len(spines)), -1, dtype=np.int64)
             down = np.full((len(spines), len(leaves)), -1, dtype=np.int64)
-            for link, (u, v) in enumerate(zip(topo.link_src.tolist(), topo.link_dst.tolist())):
+            pairs = zip(topo.link_src.tolist(), topo.link_dst.tolist(), strict=True)
+            for link, (u, v) in enumerate(pairs):
                 if u in li and v in si:
                     up[li[u], si[v]] = link
                 elif u in si and v in li:
@@ -212,7 +214,7 @@ def ecmp_routes(s: Schedule, seed: int = 0) -> Schedule:
     h = _mix(key)
     spine_of_op = np.full(len(ops), -1, dtype=np.int64)
     cand_cache: dict[tuple[int, int], np.ndarray] = {}
-    for j, (i, a, b) in enumerate(zip(crossing.tolist(), la.tolist(), lb.tolist())):
+    for j, (i, a, b) in enumerate(zip(crossing.tolist(), la.tolist(), lb.tolist(), strict=True)):
         cand = cand_cache.get((a, b))
         if cand is None:
             cand = cand_cache[(a, b)] = _candidates(fab, a, b)
@@ -253,9 +255,9 @@ def step_fair_share(fab: dict, sizes: np.ndarray, la: np.ndarray, lb: np.ndarray
     """
     n_leaves = fab["up"].shape[0]
     cand = {}
-    for x, y in set(zip(la.tolist(), lb.tolist())):
+    for x, y in set(zip(la.tolist(), lb.tolist(), strict=True)):
         cand[(x, y)] = frozenset(_candidates(fab, x, y).tolist())
-    sets = [cand[(x, y)] for x, y in zip(la.tolist(), lb.tolist())]
+    sets = [cand[(x, y)] for x, y in zip(la.tolist(), lb.tolist(), strict=True)]
     up = np.zeros(n_leaves, dtype=np.int64)
     down = np.zeros(n_leaves, dtype=np.int64)
     for leaf_of, out in ((la, up), (lb, down)):
@@ -318,7 +320,7 @@ def _assign_step(fab: dict, sizes: np.ndarray, la: np.ndarray, lb: np.ndarray) -
     up = np.zeros((n_leaves, n_spines), dtype=np.int64)
     down = np.zeros((n_spines, n_leaves), dtype=np.int64)
     choice = np.empty(len(sizes), dtype=np.int64)
-    cands = [_candidates(fab, a, b) for a, b in zip(la.tolist(), lb.tolist())]
+    cands = [_candidates(fab, a, b) for a, b in zip(la.tolist(), lb.tolist(), strict=True)]
     for f in np.argsort(-sizes, kind="stable").tolist():
         a, b, c = int(la[f]), int(lb[f]), cands[f]
         # least loaded pair of links (largest flows first: LPT), ties by relative fill
@@ -358,10 +360,10 @@ def _assign_cpsat(fab, sizes, la, lb, cands, cap_up, cap_down, hint) -> np.ndarr
     for (f, s), v in x.items():
         by_up.setdefault((int(la[f]), s), []).append((w[f], v))
         by_down.setdefault((s, int(lb[f])), []).append((w[f], v))
-    for (a, s), terms in by_up.items():
+    for (a, _spine), terms in by_up.items():
         m.Add(sum(c * v for c, v in terms) <= int(cap_up[a] // scale) + over)
         m.Add(sum(c * v for c, v in terms) <= busiest)
-    for (s, b), terms in by_down.items():
+    for (_spine, b), terms in by_down.items():
         m.Add(sum(c * v for c, v in terms) <= int(cap_down[b] // scale) + over)
         m.Add(sum(c * v for c, v in terms) <= busiest)
     m.Minimize(over * (total + 1) + busiest)
@@ -391,7 +393,7 @@ def planned_routes(s: Schedule) -> Schedule:
     fab, pos, crossing, la, lb = got
     if not len(crossing):
         return s
-    for a, b in set(zip(la.tolist(), lb.tolist())):
+    for a, b in set(zip(la.tolist(), lb.tolist(), strict=True)):
         if not len(_candidates(fab, a, b)):
             raise _no_path(s, a, b)
     sizes = s.op_bytes()[crossing]

@@ -119,19 +119,42 @@ def node_type_from_xml(data: bytes | str, file: str, name: str, latency: float |
     if root.tag != "system":
         raise fail(f"not an NCCL topology file: the root element is <{root.tag}>; NCCL's "
                    "topology files (NCCL_TOPO_DUMP_FILE) start with <system version=\"1\">")
+    gpus = _gpus(root, fail)
+    nvlinks = _nvlinks(gpus, fail)
+    interconnect = "nvswitch" if all(n > 0 for n in nvlinks) else "pcie"
+    gpu_bandwidth = _gpu_bandwidth(gpus, nvlinks, interconnect, fail)
+    nets, speeds, nearest = _nics(root, gpus, interconnect, fail)
+
+    node = NodeType(
+        name=name, interconnect=interconnect, gpus=len(gpus),
+        bandwidth=gpu_bandwidth if bandwidth is None else bandwidth,
+        latency=DEFAULT_LATENCY[interconnect] if latency is None else latency,
+        nics=len(nets), nic_bandwidth=min(speeds) * 1e6 / 8 if nets else 0.0)
+    return ImportedNode(
+        node=node, gpu_busids=tuple(g.parent.attrs.get("busid", "?") for g in gpus),
+        nvlinks_per_gpu=tuple(nvlinks),
+        nic_names=tuple(n.attrs.get("name", f"net{i}") for i, n in enumerate(nets)),
+        nic_gpus=tuple(nearest))
+
+
+def _gpus(root: _Element, fail) -> list[_Element]:
+    """The <gpu> elements by ``dev``, each checked to sit inside its <pci>."""
     gpus = sorted((e for e in root.walk() if e.tag == "gpu"),
                   key=lambda e: _int(e, "dev", fail))
     if not gpus:
         raise fail("the NCCL topology has no <gpu> element: cclc builds a node from its GPUs")
     devs = [_int(g, "dev", fail) for g in gpus]
     if len(set(devs)) != len(devs):
-        dup = next(g for g, d in zip(gpus, devs) if devs.count(d) > 1)
+        dup = next(g for g, d in zip(gpus, devs, strict=True) if devs.count(d) > 1)
         raise fail(f"two GPUs have dev=\"{dup.attrs['dev']}\"", dup)
     for g in gpus:
         if g.parent is None or g.parent.tag != "pci":
             raise fail("a <gpu> must sit inside its <pci> element", g)
+    return gpus
 
-    # NVLink: every GPU to NVSwitches, or none at all
+
+def _nvlinks(gpus: list[_Element], fail) -> list[int]:
+    """NVLinks of every GPU to NVSwitches: every GPU has some, or none does."""
     nvlinks = []
     for g in gpus:
         count = 0
@@ -148,29 +171,36 @@ def node_type_from_xml(data: bytes | str, file: str, name: str, latency: float |
         lone = gpus[with_nvlink.index(False)]
         raise fail(f"GPU dev {lone.attrs['dev']} has no NVLink to an NVSwitch while other GPUs "
                    "have: cclc's node model needs every GPU on the same switch", lone)
-    interconnect = "nvswitch" if all(with_nvlink) else "pcie"
-    if interconnect == "nvswitch":
-        rates = []
-        for g, n in zip(gpus, nvlinks):
-            sm = _int(g, "sm", fail)
-            per_link = NVLINK_BANDWIDTH.get(sm)
-            if per_link is None:
-                raise fail(f"no NVLink rate is known for sm=\"{sm}\" (known: "
-                           f"{', '.join(map(str, NVLINK_BANDWIDTH))}); give the bandwidth with "
-                           "a `link` setting", g)
-            rates.append(n * per_link)
-        gpu_bandwidth = min(rates)
-    else:
-        gpu_bandwidth = min(_pci_bandwidth(g.parent, fail) for g in gpus)
+    return nvlinks
 
-    # NICs: every <net> is one port NCCL can use; the model calls each one a NIC
+
+def _gpu_bandwidth(gpus: list[_Element], nvlinks: list[int], interconnect: str, fail) -> float:
+    """The slowest GPU's link: its NVLinks at the rate of its ``sm``, or its PCIe link."""
+    if interconnect != "nvswitch":
+        return min(_pci_bandwidth(g.parent, fail) for g in gpus)
+    rates = []
+    for g, n in zip(gpus, nvlinks, strict=True):
+        sm = _int(g, "sm", fail)
+        per_link = NVLINK_BANDWIDTH.get(sm)
+        if per_link is None:
+            raise fail(f"no NVLink rate is known for sm=\"{sm}\" (known: "
+                       f"{', '.join(map(str, NVLINK_BANDWIDTH))}); give the bandwidth with "
+                       "a `link` setting", g)
+        rates.append(n * per_link)
+    return min(rates)
+
+
+def _nics(root: _Element, gpus: list[_Element], interconnect: str, fail
+          ) -> tuple[list[_Element], list[int], list]:
+    """Every <net> (one port NCCL can use; the model calls each one a NIC) in the model's
+    order, their speeds (Mb/s) and the GPUs nearest each in the PCIe tree."""
     nets = [e for e in root.walk() if e.tag == "net"]
     for nic in (e for e in root.walk() if e.tag == "nic"):
         if not any(c.tag == "net" for c in nic.children):
             raise fail("a <nic> without a <net> element: NCCL writes each port as <net "
                        "name=... speed=...> inside <nic>", nic)
     speeds = [_int(n, "speed", fail) for n in nets]
-    for n, s in zip(nets, speeds):
+    for n, s in zip(nets, speeds, strict=True):
         if s <= 0:
             raise fail(f"NIC speed must be > 0 Mb/s, got speed=\"{n.attrs['speed']}\"", n)
     gpu_index = {id(g): i for i, g in enumerate(gpus)}
@@ -180,25 +210,16 @@ def node_type_from_xml(data: bytes | str, file: str, name: str, latency: float |
                                   _int(nets[i], "dev", fail) if "dev" in nets[i].attrs else i))
     nets = [nets[i] for i in order]
     nearest = [nearest[i] for i in order]
+    speeds = [speeds[i] for i in order]
     if interconnect == "nvswitch":
-        for i, (net, near) in enumerate(zip(nets, nearest)):
+        for i, (net, near) in enumerate(zip(nets, nearest, strict=True)):
             placed = i * len(gpus) // len(nets)
             if near and placed not in near:
                 raise fail(f"NIC {net.attrs.get('name', i)} is nearest GPU(s) "
                            f"{', '.join(map(str, near))} in the PCIe tree, but cclc's node model "
                            f"puts NIC {i} of {len(nets)} beside GPU {placed} "
                            f"(NIC i beside GPU i * {len(gpus)} / {len(nets)})", net)
-
-    node = NodeType(
-        name=name, interconnect=interconnect, gpus=len(gpus),
-        bandwidth=gpu_bandwidth if bandwidth is None else bandwidth,
-        latency=DEFAULT_LATENCY[interconnect] if latency is None else latency,
-        nics=len(nets), nic_bandwidth=min(speeds) * 1e6 / 8 if nets else 0.0)
-    return ImportedNode(
-        node=node, gpu_busids=tuple(g.parent.attrs.get("busid", "?") for g in gpus),
-        nvlinks_per_gpu=tuple(nvlinks),
-        nic_names=tuple(n.attrs.get("name", f"net{i}") for i, n in enumerate(nets)),
-        nic_gpus=tuple(nearest))
+    return nets, speeds, nearest
 
 
 def _parse(data: bytes | str, file: str) -> _Element:

@@ -116,6 +116,28 @@ class OutputDir:
             return self.write_bytes(name, text.encode("utf-8"))
         return self.write_bytes(name, (piece.encode("utf-8") for piece in text))
 
+    def adopt(self, names: list[str]) -> None:
+        """List files a build step made in the folder (after cclc wrote their sources), so a
+        later run may replace them; names that do not exist are left out."""
+        new = {rel for rel in map(self._normalize, names)
+               if rel not in self._files and (self.path / rel).is_file()}
+        if new:
+            self._files |= new
+            self._save_manifest()
+
+    def refuse_foreign(self, names: list[str]) -> None:
+        """:class:`~cclc.errors.CclError` naming every file of ``names`` that exists and cclc
+        did not write (unless ``force``): checked before any work, so a refused run leaves
+        no part of its output behind (the writes themselves refuse too)."""
+        if self.force:
+            return
+        foreign = [n for n in dict.fromkeys(names)
+                   if self.path_for(n).exists() and not self.owns(n)]
+        if foreign:
+            raise CclError(f"refusing to overwrite {', '.join(map(repr, foreign))} in "
+                           f"'{self.path}': cclc did not write them (use --force to replace "
+                           "them)")
+
     def _save_manifest(self) -> None:
         # another OutputDir on the same folder (a backend's) may have listed files since we
         # read the manifest: keep them

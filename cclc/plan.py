@@ -16,9 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from cclc.algorithms import REGISTRY, Algorithm, algorithms_for, get
-from cclc.bounds import bounds
+from cclc.bounds import Bounds, bounds
 from cclc.collective import Collective, make_collective
 from cclc.errors import CollectiveError, ScheduleError
+from cclc.estimate import candidate_bounds, evaluation_order, prune_reason
 from cclc.execution import IR_MODEL, ExecutionModel, predict
 from cclc.ir import Schedule
 from cclc.relay import RelayError
@@ -45,6 +46,9 @@ class Candidate:
     ``pct_of_bound`` (bound / time x 100) are ``None`` when the candidate was not applicable
     (``reason`` says why) or could not be simulated. ``planned_time``: on an ECMP fabric, the
     time if cclc's planned spines were realized (a plan: it needs a routing mechanism).
+    ``estimate``: the candidate's load bound (:mod:`cclc.estimate`), a lower bound on
+    ``time`` computed before building anything; ``pruned`` says why ``auto`` did not build a
+    candidate whose bound is above a simulated time (then ``time`` is ``None``).
     """
 
     name: str
@@ -53,19 +57,23 @@ class Candidate:
     time: float | None = None
     pct_of_bound: float | None = None
     planned_time: float | None = None
+    estimate: float | None = None
+    pruned: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
 class Plan:
-    """The chosen schedule and the evidence for the choice."""
+    """The chosen schedule and the evidence for the choice. The schedule was verified: a plan
+    is only ever made of one that passed :func:`cclc.verify.verify`."""
 
     schedule: Schedule
     time: float | None
     bound: float | None
     candidates: tuple[Candidate, ...]
-    verified: bool
     model: ExecutionModel = IR_MODEL
     planned_time: float | None = None
+    #: every lower bound of the collective (``bound`` is the best of them)
+    bounds: Bounds | None = None
 
     @property
     def name(self) -> str:
@@ -115,18 +123,13 @@ hint_params = _params
 
 # -- the analyses every candidate goes through ------------------------------------------------
 
-def _verify(schedule: Schedule) -> bool:
-    verify(schedule)
-    return True
-
-
 def _simulate(schedule: Schedule, model: ExecutionModel) -> tuple[float, float | None]:
     p = predict(schedule, model)
     return p.time, p.planned_time
 
 
-def _bound(coll: Collective) -> float:
-    return float(bounds(coll).best)
+def _bounds(coll: Collective) -> Bounds:
+    return bounds(coll)
 
 
 # -- planning --------------------------------------------------------------------------------
@@ -184,25 +187,24 @@ def _lookup(coll: Collective) -> list[Algorithm] | Algorithm:
 
 
 def _evaluate(coll: Collective, algo: Algorithm, bound: float | None,
-              model: ExecutionModel = IR_MODEL) -> tuple[Candidate, Schedule | None, bool]:
+              model: ExecutionModel = IR_MODEL) -> tuple[Candidate, Schedule | None]:
     """Build, verify and simulate one candidate (for ``auto``)."""
     params = _params(coll)
     reason = algo.applicable(coll, **params)
     if reason is not None:
-        return Candidate(algo.name, False, reason), None, False
+        return Candidate(algo.name, False, reason), None
     try:
         schedule = algo.build(coll, **params)  # any other failing build is a bug: propagate
     except RelayError as err:
         # the routing cannot carry a move and no member of the group can relay it
-        return Candidate(algo.name, False, err.message), None, False
+        return Candidate(algo.name, False, err.message), None
     try:
-        verified = _verify(schedule)
+        verify(schedule)
     except ScheduleError as err:
         # a bug in the algorithm: never pick it, and say so in the table
-        return Candidate(algo.name, False, f"failed verification: {err.message}"), None, False
+        return Candidate(algo.name, False, f"failed verification: {err.message}"), None
     time, planned = _simulate(schedule, model)
-    return (Candidate(algo.name, True, None, time, _pct(bound, time), planned), schedule,
-            verified)
+    return Candidate(algo.name, True, None, time, _pct(bound, time), planned), schedule
 
 
 def resolve(coll: Collective) -> list[Algorithm]:
@@ -227,7 +229,7 @@ def _check_applicable(coll: Collective, algo: Algorithm) -> None:
 
 
 def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MODEL,
-         on_step: Callable[[int, int, str], None] | None = None) -> Plan:
+         on_step: Callable[[int, int, str], None] | None = None, prune: bool = True) -> Plan:
     """Choose, build and check the schedule of ``coll``.
 
     With an explicit algorithm hint, that entry is built and verified (its
@@ -240,6 +242,8 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     entry that does not serve the collective or is not applicable, and when no candidate
     applies. Times are under ``model`` (see :mod:`cclc.execution`). ``on_step(i, total, what)``
     is called before each step (the bounds, then each candidate), for progress reports.
+    ``prune`` (``auto`` only): skip the candidates whose load bound (:mod:`cclc.estimate`)
+    is above an already simulated time; they cannot win, so the choice is the same.
     """
     step = on_step or (lambda i, total, what: None)
     chosen = _lookup(coll)
@@ -247,37 +251,49 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         if isinstance(chosen, Algorithm) and explain else []
     total = 1 + (len(chosen) if isinstance(chosen, list) else 1 + len(others))
     step(0, total, "lower bounds")
-    bound = _bound(coll)
+    all_bounds = _bounds(coll)
+    bound = float(all_bounds.best)
     if isinstance(chosen, Algorithm):
         _check_applicable(coll, chosen)
         step(1, total, chosen.name)
         schedule = chosen.build(coll, **_params(coll))
-        verified = _verify(schedule)
+        verify(schedule)
         time, planned = _simulate(schedule, model)
         rows = [Candidate(chosen.name, True, None, time, _pct(bound, time), planned)]
         for i, algo in enumerate(others):
             step(2 + i, total, algo.name)
             rows.append(_evaluate(_as_auto(coll), algo, bound, model)[0])
-        return Plan(schedule, time, bound, tuple(rows), verified, model, planned)
+        return Plan(schedule, time, bound, tuple(rows), model, planned, all_bounds)
 
-    rows = []
-    best: tuple[float, Schedule, bool, Candidate] | None = None
-    for i, algo in enumerate(chosen):
-        step(1 + i, total, algo.name)
-        row, schedule, verified = _evaluate(coll, algo, bound, model)
-        rows.append(row)
+    found: list[Candidate | None] = [None] * len(chosen)
+    best: tuple[tuple[float, int], Schedule, Candidate] | None = None
+    # cheapest bound first, so a good time is known early and prunes the most; the winner is
+    # the fastest, the first registered among equals, whatever the order of evaluation
+    bounds_of = candidate_bounds(coll, chosen, _params(coll), model) if prune \
+        else [None] * len(chosen)
+    for n_done, i in enumerate(evaluation_order(bounds_of)):
+        algo = chosen[i]
+        step(1 + n_done, total, algo.name)
+        est = bounds_of[i]
+        why = prune_reason(est, best[2].time if best else None, best[2].name if best else None)
+        if why is not None and algo.applicable(coll, **_params(coll)) is None:
+            found[i] = Candidate(algo.name, True, None, estimate=est.time, pruned=why)
+            continue
+        row, schedule = _evaluate(coll, algo, bound, model)
+        found[i] = row = replace(row, estimate=est.time if est else None)
         if schedule is None:
             continue
-        key = row.time if row.time is not None else float("inf")
+        key = (row.time if row.time is not None else float("inf"), i)
         if best is None or key < best[0]:
-            best = (key, schedule, verified, row)
+            best = (key, schedule, row)
+    rows = [r for r in found if r is not None]
     if best is None:
         why = "; ".join(f"{r.name}: {r.reason}" for r in rows) or "no algorithm is registered"
         raise CollectiveError(f"no algorithm can serve collective '{coll.name}' "
                               f"({coll.kind.value} on {coll.n} ranks): {why}",
                               coll.algorithm.span or coll.span)
-    _, schedule, verified, row = best
-    return Plan(schedule, row.time, bound, tuple(rows), verified, model, row.planned_time)
+    _, schedule, row = best
+    return Plan(schedule, row.time, bound, tuple(rows), model, row.planned_time, all_bounds)
 
 
 def _as_auto(coll: Collective) -> Collective:

@@ -23,13 +23,11 @@ sub-steps later), and every rank gets the same scratch layout.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 
 from cclc.errors import ScheduleError
 from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
-from cclc.routing import carried_routes, carried_segments
+from cclc.routing import carried_routes
 
 __all__ = ["RelayError", "lower_relays", "relay_count"]
 
@@ -44,43 +42,16 @@ def relay_count(schedule: Schedule) -> int:
     return int((~carried[schedule.ops.route]).sum())
 
 
-class _Scratch:
-    """Relay regions per chunk shape, reused per rank once forwarded."""
-
-    def __init__(self) -> None:
-        self.shapes: dict[tuple[int, ...], int] = {}             # shape -> shape id
-        self.free_at: dict[tuple[int, int], list[int]] = defaultdict(list)  # (rank, shape)
-        self.regions: dict[int, int] = defaultdict(int)           # shape id -> regions
-
-    def take(self, rank: int, shape: tuple[int, ...], written: int) -> tuple[int, int]:
-        """A region of ``rank`` for ``shape`` written in sub-step ``written`` and read in the
-        next one: ``(shape id, region index)``."""
-        sid = self.shapes.setdefault(shape, len(self.shapes))
-        slots = self.free_at[(rank, sid)]
-        for r, free in enumerate(slots):
-            if free <= written:
-                slots[r] = written + 2
-                return sid, r
-        slots.append(written + 2)
-        self.regions[sid] = max(self.regions[sid], len(slots))
-        return sid, len(slots) - 1
-
-    def layout(self) -> tuple[np.ndarray, dict[int, int]]:
-        """Element counts of the appended chunks, and the first chunk of every shape."""
-        elems: list[int] = []
-        first: dict[int, int] = {}
-        for shape, sid in self.shapes.items():
-            first[sid] = len(elems)
-            elems += list(shape) * self.regions[sid]
-        return np.array(elems, dtype=np.int64), first
-
-
 def lower_relays(schedule: Schedule) -> Schedule:
     """``schedule`` with every op whose route the topology's routing does not carry replaced
     by a chain of carried hops through the ranks on its route (see the module docstring).
 
     Returns ``schedule`` itself when every route is carried. Raises :class:`RelayError` when
     a route would have to be relayed by a rank outside the collective's group.
+
+    Columnar: the routes are cut in batches, the hops of all chains are laid out with numpy,
+    and only the scratch regions are assigned by a loop (over the requests of one rank, all
+    ranks at once: see :func:`_assign_regions`).
     """
     s = schedule
     topo = s.topology
@@ -89,129 +60,318 @@ def lower_relays(schedule: Schedule) -> Schedule:
     relayed = ~carried[ops.route]
     if not relayed.any():
         return s
-    group = s.collective.group
-    index_of = {int(g): i for i, g in enumerate(group)}
-    route_ids: dict[tuple[int, ...], int] = {}
-    route_paths: list[tuple[int, ...]] = [s.routes.path(r) for r in range(len(s.routes))]
-    for r, p in enumerate(route_paths):
-        route_ids.setdefault(p, r)
-
-    def route_of(path: tuple[int, ...]) -> int:
-        rid = route_ids.get(path)
-        if rid is None:
-            rid = route_ids[path] = len(route_paths)
-            route_paths.append(path)
-        return rid
-
-    segments: dict[int, list[tuple[int, int | None]]] = {}   # route -> chain (see chain())
-
-    def chain(route: int) -> list[tuple[int, int | None]]:
-        """Per hop: its route id and the group index of the rank it lands on (None: the
-        op's destination)."""
-        if route not in segments:
-            pieces = carried_segments(topo, route_paths[route])
-            hops = []
-            for k, seg in enumerate(pieces):
-                end = int(topo.link_dst[seg[-1]])
-                if k < len(pieces) - 1 and end not in index_of:
-                    raise RelayError(
-                        f"a route of schedule '{s.algorithm}' must be relayed at "
-                        f"{topo.vertex_names[end]}, which is not a rank of collective "
-                        f"'{s.collective.name}' (routing '{topo.routing}': add the ranks on "
-                        "the way to the group, or declare the routing the network has)")
-                hops.append((route_of(seg), None if k == len(pieces) - 1 else index_of[end]))
-            segments[route] = hops
-        return segments[route]
-
-    elems = [s.chunk_elems(b) for b in Buf]
-    step_of = ops.step.astype(np.int64)
-    n_steps = s.n_steps
-    # steps where an op reads a chunk another op of the step writes: relay those whole
-    in_place = _steps_reading_own_writes(s)
+    group = np.asarray(s.collective.group, dtype=np.int64)
+    index_of = np.full(topo.n_vertices, -1, dtype=np.int64)
+    index_of[group] = np.arange(len(group))
     rel = np.flatnonzero(relayed)
-    cols = {k: v[rel].tolist() for k, v in ops.columns().items()}
-    plans = []                                      # per relayed op: (hops, pieces)
+    cols = {k: v[rel].astype(np.int64) for k, v in ops.columns().items()}
+
+    # -- chains: every relayed route cut into carried segments, in first-use order ---------
+    used, first_use = np.unique(cols["route"], return_index=True)
+    used = used[np.argsort(first_use, kind="stable")]           # routes in first-use order
+    seg_route, seg_start, seg_end = _cut_routes(topo, s.routes, used)
+    n_seg = np.bincount(seg_route, minlength=len(used))
+    seg_first = np.concatenate([[0], np.cumsum(n_seg)[:-1]])
+    links = s.routes.links.astype(np.int64)
+    base_off = s.routes.offsets[used].astype(np.int64)
+    seg_lo = base_off[seg_route] + seg_start
+    seg_hi = base_off[seg_route] + seg_end
+    end_vertex = topo.link_dst[links[seg_hi - 1]].astype(np.int64)
+    is_last = np.zeros(len(seg_route), dtype=bool)
+    is_last[seg_first + n_seg - 1] = True
+    lands = np.where(is_last, -1, index_of[end_vertex])
+    outside = ~is_last & (lands < 0)
+    if outside.any():
+        end = int(end_vertex[np.flatnonzero(outside)[0]])
+        raise RelayError(
+            f"a route of schedule '{s.algorithm}' must be relayed at "
+            f"{topo.vertex_names[end]}, which is not a rank of collective "
+            f"'{s.collective.name}' (routing '{topo.routing}': add the ranks on "
+            "the way to the group, or declare the routing the network has)")
+    seg_rid, route_offsets, route_links = _segment_ids(s.routes, links, seg_lo, seg_hi)
+
+    # -- per relayed op: its chain, and whether it is relayed chunk by chunk ----------------
+    slot_of_route = np.empty(int(used.max()) + 1 if len(used) else 0, dtype=np.int64)
+    slot_of_route[used] = np.arange(len(used))
+    u = slot_of_route[cols["route"]]
+    hops = n_seg[u]
+    hop0 = seg_first[u]
+    count = cols["count"]
+    elems = [s.chunk_elems(b) for b in Buf]
+    same = _same_chunks(elems, cols)
+    step = cols["step"]
+    # only the steps with relayed ops matter
+    in_place = _steps_reading_own_writes(s, np.unique(step))
+    pieces = np.where(same & ~in_place[step], count, 1)
+    n_steps = s.n_steps
     length = np.ones(n_steps, dtype=np.int64)       # sub-steps each original step becomes
-    for i in range(len(rel)):
-        hops = chain(cols["route"][i])
-        count = cols["count"][i]
-        src, dst = cols["src"][i], cols["dst"][i]
-        sb, db = cols["src_buf"][i], cols["dst_buf"][i]
-        so, do = cols["src_off"][i], cols["dst_off"][i]
-        same = np.array_equal(elems[sb][src, so:so + count], elems[db][dst, do:do + count])
-        pieces = count if same and not in_place[cols["step"][i]] else 1
-        plans.append((hops, pieces))
-        st = cols["step"][i]
-        length[st] = max(length[st], pieces + len(hops) - 1)
+    np.maximum.at(length, step, pieces + hops - 1)
     base = np.concatenate([[0], np.cumsum(length)[:-1]])
     last = base + length - 1
 
-    # ops the routing carries keep their row, in the last sub-step of their step
-    keep = ops.take(~relayed)
-    out: dict[str, list] = {k: [v] for k, v in keep.columns().items()}
-    out["step"] = [last[step_of[~relayed]]]
-    rows: dict[str, list[int]] = {k: [] for k in OP_COLUMNS}
-    relay_slots: list[tuple[int, int, int]] = []   # per scratch-relay write: (row, sid, region)
-    relay_reads: list[tuple[int, int, int]] = []
-    scratch = _Scratch()
+    # -- every hop of every piece, in the order the chains are written ---------------------
+    order = np.argsort(step, kind="stable")         # chains in step order, then op order
+    per = np.where(pieces > 0, count // np.maximum(pieces, 1), 0)
+    n_rows = pieces * hops
+    o = np.repeat(order, n_rows[order])             # the relayed op of each new row
+    within = np.arange(len(o)) - np.repeat(np.cumsum(n_rows[order]) - n_rows[order],
+                                           n_rows[order])
+    j, k = within // hops[o], within % hops[o]
+    seg = hop0[o] + k
+    t = last[step[o]] - (pieces[o] + hops[o] - 1) + 1 + j + k
+    final = k == hops[o] - 1
+    land = lands[seg]                                # group index a hop lands on, -1: dst
+    at = np.where(k == 0, cols["src"][o], lands[np.maximum(seg - 1, 0)])
+    src_buf = np.where(k == 0, cols["src_buf"][o], int(Buf.SCRATCH))
+    src_off = cols["src_off"][o] + j * per[o]
+    dst = np.where(final, cols["dst"][o], land)
+    dst_buf = np.where(final, cols["dst_buf"][o], int(Buf.SCRATCH))
+    dst_off = cols["dst_off"][o] + j * per[o]
+    kind = np.where(final, cols["kind"][o], int(OpKind.COPY))
 
-    def emit(step, src, dst, route, kind, sbuf, soff, dbuf, doff, count) -> int:
-        for k, v in zip(rows, (step, src, dst, route, kind, sbuf, soff, dbuf, doff, count)):
-            rows[k].append(v)
-        return len(rows["step"]) - 1
-
-    # chains in step order, so scratch regions are reused in time order
-    for i in np.argsort(np.array(cols["step"], dtype=np.int64), kind="stable").tolist():
-        hops, pieces = plans[i]
-        _, src, dst, _, kind, sb, so, db, do, count = (cols[k][i] for k in OP_COLUMNS)
-        st = cols["step"][i]
-        first = int(last[st]) - (pieces + len(hops) - 1) + 1
-        per = count // pieces
-        for j in range(pieces):
-            shape = tuple(int(x) for x in elems[sb][src, so + j * per:so + (j + 1) * per])
-            at, a_buf, a_off, a_read = src, sb, so + j * per, None
-            for k, (rid, lands) in enumerate(hops):
-                t = first + j + k
-                if lands is None:
-                    row = emit(t, at, dst, rid, kind, a_buf, a_off, db, do + j * per, per)
-                else:
-                    sid, region = scratch.take(lands, shape, t)
-                    row = emit(t, at, lands, rid, int(OpKind.COPY), a_buf, a_off,
-                               int(Buf.SCRATCH), 0, per)
-                    relay_slots.append((row, sid, region))
-                if a_read is not None:
-                    relay_reads.append((row, *a_read))
-                if lands is not None:
-                    at, a_buf, a_off, a_read = lands, int(Buf.SCRATCH), 0, (sid, region)
-
-    # place the relay regions after the schedule's own scratch chunks
-    extra, first_chunk = scratch.layout()
+    # -- scratch regions: one per landing, reused two sub-steps later ----------------------
+    hop_piece = np.flatnonzero(~final)                # rows that land in scratch
+    shape_id, shapes = _shape_ids(elems, cols, o, j, per, hop_piece)
+    region = _assign_regions(land[hop_piece], shape_id, t[hop_piece], s.n, len(shapes))
+    n_regions = np.zeros(len(shapes), dtype=np.int64)
+    np.maximum.at(n_regions, shape_id, region + 1)
+    shape_len = np.array([len(x) for x in shapes], dtype=np.int64)
+    first_chunk = np.concatenate([[0], np.cumsum(shape_len * n_regions)[:-1]])
     own = s.layouts[Buf.SCRATCH]
     n_own = own.shape[-1]
+    where = n_own + first_chunk[shape_id] + region * shape_len[shape_id]
+    dst_off[hop_piece] = where
+    src_off[hop_piece + 1] = where                  # the next hop reads what landed
+    extra = np.array([x for shape, r in zip(shapes, n_regions.tolist(), strict=True)
+                      for x in list(shape) * r], dtype=np.int64)
     if own.ndim == 2:
         scratch_layout = np.concatenate([own, np.broadcast_to(extra, (s.n, len(extra)))], axis=1)
     else:
         scratch_layout = np.concatenate([own, extra])
-    dst_off, src_off = rows["dst_off"], rows["src_off"]
-    shape_len = {sid: len(shape) for shape, sid in scratch.shapes.items()}
-    for row, sid, region in relay_slots:
-        dst_off[row] = n_own + first_chunk[sid] + region * shape_len[sid]
-    for row, sid, region in relay_reads:
-        src_off[row] = n_own + first_chunk[sid] + region * shape_len[sid]
-    offsets = np.zeros(len(route_paths) + 1, dtype=np.int64)
-    np.cumsum([len(p) for p in route_paths], out=offsets[1:])
-    links = np.array([x for p in route_paths for x in p], dtype=np.int32)
-    for k, dtype in OP_COLUMNS.items():
-        out[k].append(np.array(rows[k], dtype=dtype))
-    new_ops = Ops(**{k: np.concatenate(v) for k, v in out.items()})
-    order = np.argsort(new_ops.step, kind="stable")
+
+    # ops the routing carries keep their row, in the last sub-step of their step; new rows
+    # follow them, so a stable sort by step puts every sub-step in the reference order
+    keep = ops.take(~relayed)
+    new = {"step": t, "src": at, "dst": dst, "route": seg_rid[seg], "kind": kind,
+           "src_buf": src_buf, "src_off": src_off, "dst_buf": dst_buf, "dst_off": dst_off,
+           "count": per[o]}
+    out = {c: np.concatenate([v, new[c].astype(OP_COLUMNS[c])])
+           for c, v in keep.columns().items()}
+    out["step"][:len(keep)] = last[keep.step.astype(np.int64)]
+    new_ops = Ops(**out)
+    order_all = np.argsort(new_ops.step, kind="stable")
     return s.replace(layouts=(s.layouts[Buf.INPUT], s.layouts[Buf.OUTPUT], scratch_layout),
-                     ops=new_ops.take(order), routes=Routes(offsets, links))
+                     ops=new_ops.take(order_all), routes=Routes(route_offsets, route_links))
 
 
-def _steps_reading_own_writes(s: Schedule) -> np.ndarray:
-    """Per step: whether an op of it reads a chunk that an op of the same step writes."""
+def _cut_routes(topo, routes: Routes, which: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each of the routes ``which`` cut into the fewest pieces, greedily from its start, that
+    the topology's routing carries one by one (what :func:`cclc.routing.carried_segments`
+    does for one path), all routes at once. Returns per segment, in route then position
+    order: its route's index in ``which`` and its link range within the route."""
+    links = routes.links.astype(np.int64)
+    off = routes.offsets[which].astype(np.int64)
+    n = routes.lengths()[which].astype(np.int64)
+    # a cut must fall on a rank: switches forward but do not store and forward
+    lands_on_rank = topo.link_dst[links] < topo.n_ranks
+    pos = np.zeros(len(which), dtype=np.int64)
+    out_r, out_a, out_b = [], [], []
+    active = np.flatnonzero(n > 0)
+    while len(active):
+        i = pos[active]
+        best = i + 1                                # a single link is always carried
+        undecided = np.ones(len(active), dtype=bool)
+        for back in range(int((n[active] - i).max())):
+            jj = n[active] - back                   # candidate end, longest first
+            try_ = undecided & (jj > i)
+            # the end of the whole route is always a valid cut
+            try_ &= (jj == n[active]) | lands_on_rank[off[active] + np.maximum(jj - 1, 0)]
+            cand = np.flatnonzero(try_)
+            if not len(cand):
+                continue
+            a = off[active[cand]] + i[cand]
+            b = off[active[cand]] + jj[cand]
+            lens = b - a
+            sub_off = np.concatenate([[0, 0], np.cumsum(lens)])
+            sub = links[np.repeat(a - sub_off[1:-1], lens) + np.arange(int(lens.sum()))]
+            ok = carried_routes(topo, Routes(sub_off, sub.astype(np.int32)))[1:]
+            hit = cand[ok]
+            best[hit] = jj[hit]
+            undecided[hit] = False
+            if not undecided.any():
+                break
+        out_r.append(active)
+        out_a.append(i)
+        out_b.append(best)
+        pos[active] = best
+        active = active[pos[active] < n[active]]
+    r = np.concatenate(out_r) if out_r else np.zeros(0, dtype=np.int64)
+    a = np.concatenate(out_a) if out_a else np.zeros(0, dtype=np.int64)
+    b = np.concatenate(out_b) if out_b else np.zeros(0, dtype=np.int64)
+    order = np.lexsort((a, r))
+    return r[order], a[order], b[order]
+
+
+def _padded(links: np.ndarray, lo: np.ndarray, hi: np.ndarray, width: int) -> np.ndarray:
+    """Link paths ``links[lo:hi]`` as rows padded with -1 to ``width``."""
+    out = np.full((len(lo), width), -1, dtype=np.int64)
+    lens = hi - lo
+    row = np.repeat(np.arange(len(lo)), lens)
+    col = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+    out[row, col] = links[np.repeat(lo, lens) + col]
+    return out
+
+
+def _segment_ids(routes: Routes, links: np.ndarray, seg_lo: np.ndarray, seg_hi: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Route ids of the segments: the first existing route with the same path, else a new
+    route appended in order of first use. Returns the ids and the new CSR routes."""
+    r_off = routes.offsets.astype(np.int64)
+    r_len = np.diff(r_off)
+    seg_len = seg_hi - seg_lo
+    width = int(max(seg_len.max(initial=0), 1))
+    # only existing routes as long as some segment can be one of them
+    old = np.flatnonzero((r_len > 0) & (r_len <= width))
+    rows = np.concatenate([_padded(links, r_off[old], r_off[old + 1], width),
+                           _padded(links, seg_lo, seg_hi, width)])
+    first = _first_equal_row(rows)
+    n_old = len(old)
+    seg_first = first[n_old:]                        # first row with the segment's path
+    new = seg_first >= n_old
+    # new paths get ids after the old routes, in order of first use
+    fresh = np.unique(seg_first[new])                 # rows, ascending = first-use order
+    ids = np.where(new, len(r_len) + np.searchsorted(fresh, seg_first),
+                   old[np.minimum(seg_first, max(n_old - 1, 0))] if n_old else 0)
+    fresh_seg = fresh - n_old
+    lens = seg_len[fresh_seg]
+    add = _padded(links, seg_lo[fresh_seg], seg_hi[fresh_seg], width)
+    add_links = add[add >= 0]
+    offsets = np.concatenate([r_off, r_off[-1] + np.cumsum(lens)])
+    all_links = np.concatenate([routes.links.astype(np.int64), add_links]).astype(np.int32)
+    return ids, offsets, all_links
+
+
+def _first_equal_row(rows: np.ndarray) -> np.ndarray:
+    """Per row of a 2-D integer array: the index of the first row equal to it."""
+    if not len(rows):
+        return np.zeros(0, dtype=np.int64)
+    # hash each row to one integer (wrapping arithmetic), group by hash, then confirm the
+    # grouping row by row; a collision (never seen) falls back to an exact sort of the rows
+    mult = np.random.default_rng(17).integers(1, 2 ** 62, size=rows.shape[1], dtype=np.int64)
+    with np.errstate(over="ignore"):
+        h = (rows.astype(np.int64) * (mult | 1)).sum(axis=1)
+    order = np.argsort(h, kind="stable")
+    hs = h[order]
+    start = np.r_[True, hs[1:] != hs[:-1]]
+    lead = order[np.flatnonzero(start)[np.cumsum(start) - 1]]   # first row of the hash group
+    first = np.empty(len(rows), dtype=np.int64)
+    first[order] = lead
+    if (rows[first] != rows).any():
+        _, idx, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        return idx[inv.reshape(-1)]
+    return first
+
+
+def _same_chunks(elems: list[np.ndarray], cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Per op: whether its source chunks have the element counts of its destination chunks
+    (then it can be relayed chunk by chunk)."""
+    count = cols["count"]
+    ws = np.array([e.shape[1] for e in elems], dtype=np.int64)
+    sb, db = cols["src_buf"], cols["dst_buf"]
+    so, do = cols["src_off"], cols["dst_off"]
+    ls = np.clip(ws[sb] - so, 0, count)
+    ld = np.clip(ws[db] - do, 0, count)
+    same = ls == ld                                   # slices of different lengths differ
+    m = np.flatnonzero(same & (ls > 0))
+    lens = ls[m]
+    row = np.repeat(m, lens)
+    col = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+    a = np.zeros(len(row), dtype=np.int64)
+    b = np.zeros(len(row), dtype=np.int64)
+    for buf, e in enumerate(elems):
+        hs = sb[row] == buf
+        a[hs] = e[cols["src"][row[hs]], so[row[hs]] + col[hs]]
+        hd = db[row] == buf
+        b[hd] = e[cols["dst"][row[hd]], do[row[hd]] + col[hd]]
+    bad = np.bincount(row[a != b], minlength=len(count)) > 0
+    return same & ~bad
+
+
+def _shape_ids(elems, cols, o, j, per, rows) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """Per landing row: the id of its piece's chunk shape (element counts), ids in order of
+    first landing; and the shapes."""
+    op, piece = o[rows], j[rows]
+    sb = cols["src_buf"][op]
+    src = cols["src"][op]
+    lo = cols["src_off"][op] + piece * per[op]
+    single = per[op] == 1
+    key = np.zeros(len(rows), dtype=np.int64)
+    for buf, e in enumerate(elems):
+        m = single & (sb == buf)
+        key[m] = e[src[m], lo[m]]
+    # single-chunk shapes are keyed by their element count, longer ones by the tuple
+    keys: list = [None] * len(rows)
+    ids = np.empty(len(rows), dtype=np.int64)
+    shapes: dict[tuple[int, ...], int] = {}
+    if single.all():
+        values, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        rank = np.empty(len(values), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(values))
+        ids = rank[inverse.reshape(-1)]
+        by_id = values[np.argsort(first, kind="stable")]
+        return ids, [(int(v),) for v in by_id.tolist()]
+    key_l = key.tolist()
+    for i, (is_one, op_i, p_lo) in enumerate(zip(single.tolist(), op.tolist(), lo.tolist(),
+                                                     strict=True)):
+        if is_one:
+            keys[i] = (key_l[i],)
+        else:
+            e = elems[int(cols["src_buf"][op_i])]
+            keys[i] = tuple(int(x) for x in e[int(cols["src"][op_i]), p_lo:p_lo + int(per[op_i])])
+        ids[i] = shapes.setdefault(keys[i], len(shapes))
+    return ids, list(shapes)
+
+
+def _assign_regions(rank: np.ndarray, shape: np.ndarray, written: np.ndarray, n: int,
+                    n_shapes: int) -> np.ndarray:
+    """Scratch region of every landing, in the order given: the lowest-numbered region of
+    its (rank, shape) that is free when it is written (a region written in sub-step ``t`` is
+    read in ``t + 1`` and free again from ``t + 2``), else a new one.
+
+    One greedy pass per (rank, shape) in request order, vectorized over all of them: the
+    ``q``-th request of every (rank, shape) is served in round ``q``. Unused regions are free
+    at ``-inf``, so the lowest free one is a new region exactly when none is free.
+    """
+    group = rank * max(n_shapes, 1) + shape
+    groups, g = np.unique(group, return_inverse=True)
+    g = g.reshape(-1)
+    order = np.argsort(g, kind="stable")
+    sizes = np.bincount(g, minlength=len(groups))
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    region = np.zeros(len(g), dtype=np.int64)
+    cap = 4
+    free = np.full((len(groups), cap), -np.inf)
+    by_size = np.argsort(-sizes, kind="stable")       # groups still served, largest first
+    for q in range(int(sizes.max(initial=0))):
+        live = by_size[:int(np.searchsorted(-sizes[by_size], -q, side="left"))]
+        req = order[starts[live] + q]
+        t = written[req].astype(np.float64)
+        pick = np.argmax(free[live] <= t[:, None], axis=1)
+        free[live, pick] = t + 2
+        region[req] = pick
+        if int(pick.max(initial=0)) >= cap - 1:       # keep one never-used region at the end
+            free = np.concatenate([free, np.full((len(groups), cap), -np.inf)], axis=1)
+            cap *= 2
+    return region
+
+
+def _steps_reading_own_writes(s: Schedule, only: np.ndarray | None = None) -> np.ndarray:
+    """Per step: whether an op of it reads a chunk that an op of the same step writes (only
+    the steps in ``only`` are examined when it is given; the others are False)."""
     ops = s.ops
+    if only is not None:
+        ops = ops.take(np.isin(ops.step, only))
     widths = np.array([s.n_chunks(b) for b in Buf], dtype=np.int64)
     base = np.concatenate([[0], np.cumsum(widths * s.n)[:-1]])
     n_slots = int((widths * s.n).sum()) + 1
@@ -222,9 +382,10 @@ def _steps_reading_own_writes(s: Schedule) -> np.ndarray:
         slot = np.repeat(base[buf] + rank.astype(np.int64) * widths[buf] + off, cnt) + within
         return np.repeat(ops.step.astype(np.int64), cnt) * n_slots + slot
 
-    writes = keys(ops.dst, ops.dst_buf.astype(np.int64), ops.dst_off.astype(np.int64))
+    writes = np.sort(keys(ops.dst, ops.dst_buf.astype(np.int64), ops.dst_off.astype(np.int64)))
     reads = keys(ops.src, ops.src_buf.astype(np.int64), ops.src_off.astype(np.int64))
-    hit = np.isin(reads, writes)
     out = np.zeros(s.n_steps, dtype=bool)
-    out[np.unique(reads[hit] // n_slots)] = True
+    if len(writes) and len(reads):
+        at = np.minimum(np.searchsorted(writes, reads), len(writes) - 1)
+        out[np.unique(reads[writes[at] == reads] // n_slots)] = True
     return out

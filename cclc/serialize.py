@@ -25,7 +25,8 @@ from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
 from cclc.topology import LinkKind, Topology
 from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH
 
-__all__ = ["FORMAT", "VERSION", "from_json", "load", "save", "to_json"]
+__all__ = ["FORMAT", "VERSION", "from_json", "load", "save", "to_json", "topology_document",
+           "topology_to_json"]
 
 FORMAT = "cclc-schedule"
 VERSION = 1
@@ -45,7 +46,8 @@ def _opt(a: np.ndarray | None) -> list | None:
     return None if a is None else a.tolist()
 
 
-def _topology_json(t: Topology) -> dict[str, Any]:
+def topology_to_json(t: Topology) -> dict[str, Any]:
+    """The ``topology`` object of a schedule document (also the body of a topology file)."""
     return {
         "name": t.name,
         "kind": t.kind,
@@ -82,6 +84,12 @@ def _span_json(span: Span | None) -> dict[str, Any] | None:
             "end_col": span.end_col}
 
 
+def topology_document(t: Topology) -> dict[str, Any]:
+    """The document of a ``topology-<name>.json`` file: the schedule document's topology
+    encoder, so both files describe a machine alike."""
+    return {"format": "cclc-topology", "version": 1, "topology": topology_to_json(t)}
+
+
 def to_json(s: Schedule) -> dict[str, Any]:
     """The schedule as a JSON-ready dict (plain lists, ints, floats, strings)."""
     c = s.collective
@@ -91,7 +99,7 @@ def to_json(s: Schedule) -> dict[str, Any]:
         "algorithm": s.algorithm,
         "schedule": s.schedule,
         "params": {k: v for k, v in s.params},
-        "topology": _topology_json(c.topology),
+        "topology": topology_to_json(c.topology),
         "collective": {
             "name": c.name,
             "kind": c.kind.value,
@@ -250,7 +258,36 @@ def _topology(t: _Doc) -> Topology:
     if not 1 <= n_ranks <= len(names):
         raise ScheduleError(f"'{t.path('n_ranks')}' is {n_ranks}, but there are "
                             f"{len(names)} vertex names")
-    links = t.obj("links")
+    cols, kind_codes = _link_columns(t.obj("links"), len(names))
+    kind = t.str("kind")
+    if kind not in ("torus", "fabric", "node"):
+        raise ScheduleError(f"'{t.path('kind')}' is {kind!r}, which is not one of 'torus', "
+                            "'fabric', 'node'")
+    failed_ranks = t.array("failed_ranks", "int")
+    if ((failed_ranks < 0) | (failed_ranks >= n_ranks)).any():
+        raise ScheduleError(f"'{t.path('failed_ranks')}' names a rank outside 0..{n_ranks - 1}")
+    dims, wrap = _dims(t, n_ranks)
+    # documents written before routing was declared priced any healthy path a route named
+    routing = t.str("routing", optional=True) or ("source" if kind == "torus" else "ecmp")
+    allowed = TORUS_ROUTINGS if kind == "torus" else FABRIC_ROUTINGS
+    if routing not in allowed:
+        raise ScheduleError(f"'{t.path('routing')}' is {routing!r}, which is not one of "
+                            + ", ".join(repr(r) for r in allowed))
+    per_rank = _per_rank(t, n_ranks)
+    groups = _fault_groups(t, len(cols["src"]))
+    return Topology(
+        name=t.str("name"), kind=kind, n_ranks=n_ranks, vertex_names=names,
+        link_src=_ro(cols["src"], np.int32), link_dst=_ro(cols["dst"], np.int32),
+        link_bandwidth=_ro(cols["bandwidth"], np.float64),
+        link_latency=_ro(cols["latency"], np.float64), link_kind=_ro(kind_codes, np.int8),
+        link_failed=_ro(cols["failed"], bool), failed_ranks=frozenset(failed_ranks.tolist()),
+        dims=None if dims is None else tuple(dims.tolist()),
+        wrap=None if wrap is None else tuple(wrap.tolist()),
+        n_nodes=t.int("n_nodes"), fault_groups=groups, routing=routing, **per_rank)
+
+
+def _link_columns(links: _Doc, n_vertices: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The link columns of a topology object, checked, and the link kinds as codes."""
     cols = {"src": links.array("src", "int"), "dst": links.array("dst", "int"),
             "bandwidth": links.array("bandwidth", "float"),
             "latency": links.array("latency", "float"),
@@ -263,10 +300,10 @@ def _topology(t: _Doc) -> Topology:
                                 f"'{links.path('src')}' has {n_links}: link columns must "
                                 "have equal lengths")
     for k in ("src", "dst"):
-        bad = (cols[k] < 0) | (cols[k] >= len(names))
+        bad = (cols[k] < 0) | (cols[k] >= n_vertices)
         if bad.any():
             raise ScheduleError(f"'{links.path(k)}' names vertex {int(cols[k][bad][0])}, but "
-                                f"vertices are 0..{len(names) - 1}")
+                                f"vertices are 0..{n_vertices - 1}")
     # the language's ranges: beyond them times overflow to inf in the simulator and bounds
     bw, lat = cols["bandwidth"], cols["latency"]
     bad = ~((bw >= MIN_BANDWIDTH) & (bw <= MAX_BANDWIDTH))
@@ -284,13 +321,11 @@ def _topology(t: _Doc) -> Topology:
     except KeyError as e:
         raise ScheduleError(f"'{links.path('kind')}' has {e.args[0]!r}, which is not one of "
                             f"{', '.join(_LINK_KIND_BY_NAME)}") from None
-    kind = t.str("kind")
-    if kind not in ("torus", "fabric", "node"):
-        raise ScheduleError(f"'{t.path('kind')}' is {kind!r}, which is not one of 'torus', "
-                            "'fabric', 'node'")
-    failed_ranks = t.array("failed_ranks", "int")
-    if ((failed_ranks < 0) | (failed_ranks >= n_ranks)).any():
-        raise ScheduleError(f"'{t.path('failed_ranks')}' names a rank outside 0..{n_ranks - 1}")
+    return cols, kind_codes
+
+
+def _dims(t: _Doc, n_ranks: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """A torus's ``dims`` and ``wrap`` (both ``None`` for other topologies), checked."""
     dims = t.array("dims", "int", optional=True)
     wrap = t.array("wrap", "bool", optional=True)
     if dims is not None:
@@ -299,12 +334,11 @@ def _topology(t: _Doc) -> Topology:
                                 f"{n_ranks} ranks")
         if wrap is None or len(wrap) != len(dims):
             raise ScheduleError(f"'{t.path('wrap')}' must give one boolean per dimension")
-    # documents written before routing was declared priced any healthy path a route named
-    routing = t.str("routing", optional=True) or ("source" if kind == "torus" else "ecmp")
-    allowed = TORUS_ROUTINGS if kind == "torus" else FABRIC_ROUTINGS
-    if routing not in allowed:
-        raise ScheduleError(f"'{t.path('routing')}' is {routing!r}, which is not one of "
-                            + ", ".join(repr(r) for r in allowed))
+    return dims, wrap
+
+
+def _per_rank(t: _Doc, n_ranks: int) -> dict[str, np.ndarray | None]:
+    """The optional per-rank columns (node, GPU and rail of each rank)."""
     per_rank = {}
     for key in ("node_of_rank", "gpu_of_rank", "rail_of_rank"):
         a = t.array(key, "int", optional=True)
@@ -312,6 +346,10 @@ def _topology(t: _Doc) -> Topology:
             raise ScheduleError(f"'{t.path(key)}' has {len(a)} entries for {n_ranks} ranks")
         per_rank[key] = None if a is None else _ro(a, np.int64 if key == "node_of_rank"
                                                    else np.int32)
+    return per_rank
+
+
+def _fault_groups(t: _Doc, n_links: int) -> tuple[tuple[str, tuple[int, ...]], ...]:
     groups = []
     g_list = t.get("fault_groups")
     if not isinstance(g_list, list):
@@ -322,15 +360,7 @@ def _topology(t: _Doc) -> Topology:
         if ((ids < 0) | (ids >= n_links)).any():
             raise ScheduleError(f"'{gd.path('links')}' names a link outside 0..{n_links - 1}")
         groups.append((gd.str("name"), tuple(ids.tolist())))
-    return Topology(
-        name=t.str("name"), kind=kind, n_ranks=n_ranks, vertex_names=names,
-        link_src=_ro(cols["src"], np.int32), link_dst=_ro(cols["dst"], np.int32),
-        link_bandwidth=_ro(cols["bandwidth"], np.float64),
-        link_latency=_ro(cols["latency"], np.float64), link_kind=_ro(kind_codes, np.int8),
-        link_failed=_ro(cols["failed"], bool), failed_ranks=frozenset(failed_ranks.tolist()),
-        dims=None if dims is None else tuple(dims.tolist()),
-        wrap=None if wrap is None else tuple(wrap.tolist()),
-        n_nodes=t.int("n_nodes"), fault_groups=tuple(groups), routing=routing, **per_rank)
+    return tuple(groups)
 
 
 def _params(v: Any, where: str) -> tuple[tuple[str, int | float | str], ...]:

@@ -324,98 +324,166 @@ def _slot_bases(s: Schedule) -> tuple[list[int], list[int]]:
 
 def _event(s: Schedule, p: _Prepared, local: np.ndarray,
            overhead: float = 0.0) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
-    """One pass over the ops in step order (they are sorted by step): linear in ops + slots.
+    """The ops in step order, one step at a time, each step columnar: linear in ops + slots.
 
     Per slot it keeps the last writer (op, finish time) and the latest-finishing reader since
     that write; per link the op it served last and when that ended. Ops of a step only see the
-    slot state of earlier steps, so a step's updates are applied after the whole step.
+    slot state of earlier steps, so a step's updates are applied after the whole step. Inside
+    a step the links serve their (op, link) pairs first come, first served in op order: round
+    ``q`` serves the ``q``-th pair of every link at once, with exactly the arithmetic of a
+    one-op-at-a-time loop (the same maxima and sums in the same order), so the times are the
+    same to the last bit.
     """
     ops = s.ops
     n_ops = len(ops)
     bases, widths = _slot_bases(s)
     n_slots = bases[-1] + s.n * widths[-1]
-    write_t = [0.0] * n_slots        # finish of the last writer
-    write_op = [-1] * n_slots        # internal sentinel: no writer yet (never leaves here)
-    read_t = [0.0] * n_slots         # latest finish of a reader since the last write
-    read_op = [-1] * n_slots
-    link_free = [0.0] * s.topology.n_links
-    link_last = [-1] * s.topology.n_links
-    bw = s.topology.link_bandwidth.tolist()
+    write_t = np.zeros(n_slots)                   # finish of the last writer
+    write_op = np.full(n_slots, -1, dtype=np.int64)   # internal: -1 = no writer yet
+    read_t = np.zeros(n_slots)                    # latest finish of a reader since the write
+    read_op = np.full(n_slots, -1, dtype=np.int64)
+    n_links = s.topology.n_links
+    link_free = np.zeros(n_links)
+    link_last = np.full(n_links, -1, dtype=np.int64)
+    bw = s.topology.link_bandwidth.astype(np.float64)
 
-    step = ops.step.tolist()
-    src, dst = ops.src.tolist(), ops.dst.tolist()
-    src_buf, dst_buf = ops.src_buf.tolist(), ops.dst_buf.tolist()
-    src_off, dst_off = ops.src_off.tolist(), ops.dst_off.tolist()
-    count = ops.count.tolist()
-    nbytes = p.op_bytes.tolist()
-    lat = p.route_latency.tolist()
-    loc = local.tolist()
-    offsets = s.routes.offsets.tolist()
-    route = ops.route.tolist()
-    links = s.routes.links.tolist()
-    dcount = _dest_counts(s).tolist()
+    base = np.asarray(bases, dtype=np.int64)
+    width = np.asarray(widths, dtype=np.int64)
+    count = ops.count.astype(np.int64)
+    dcount = _dest_counts(s)
+    read0 = base[ops.src_buf] + ops.src.astype(np.int64) * width[ops.src_buf] + ops.src_off
+    write0 = base[ops.dst_buf] + ops.dst.astype(np.int64) * width[ops.dst_buf] + ops.dst_off
+    n_pairs = np.bincount(p.pair_op, minlength=n_ops)
+    pair_first = np.cumsum(n_pairs) - n_pairs
 
-    start = [0.0] * n_ops
-    finish = [0.0] * n_ops
-    pred = [-1] * n_ops              # the op this one waited for last (-1: none)
-    pending: list[tuple[int, float, list[int], list[int]]] = []   # this step's slot updates
-    order = np.argsort(ops.step, kind="stable").tolist()
-    cur_step = step[order[0]] if n_ops else 0
-    for o in order:
-        if step[o] != cur_step:
-            _apply(pending, write_t, write_op, read_t, read_op)
-            pending = []
-            cur_step = step[o]
-        sb = bases[src_buf[o]] + src[o] * widths[src_buf[o]] + src_off[o]
-        reads = list(range(sb, sb + count[o]))
-        db = bases[dst_buf[o]] + dst[o] * widths[dst_buf[o]] + dst_off[o]
-        # the element totals match, but chunk counts may differ between buffers: the write
-        # range is every destination chunk the op's elements land in
-        writes = list(range(db, db + dcount[o]))
-        ready, why = 0.0, -1
-        for slot in reads:
-            if write_t[slot] > ready:
-                ready, why = write_t[slot], write_op[slot]
-        for slot in writes:
-            # a reduce reads its destination; any write waits for the previous writer and
-            # for everyone who read the old value
-            if write_t[slot] > ready:
-                ready, why = write_t[slot], write_op[slot]
-            if read_t[slot] > ready:
-                ready, why = read_t[slot], read_op[slot]
-        ready += overhead
-        r0, r1 = offsets[route[o]], offsets[route[o] + 1]
-        if r0 == r1:
-            start[o] = ready
-            finish[o] = ready + loc[o]
-            pred[o] = why
-        else:
-            first_start = float("inf")
-            last_end, last_why = -1.0, why
-            for k in range(r0, r1):
-                ln = links[k]
-                if link_free[ln] > ready:
-                    begin, by = link_free[ln], link_last[ln]
-                else:
-                    begin, by = ready, why
-                end = begin + nbytes[o] / bw[ln]
-                link_free[ln] = end
-                link_last[ln] = o
-                first_start = min(first_start, begin)
-                if end > last_end:
-                    last_end, last_why = end, by
-            start[o] = first_start
-            finish[o] = last_end + lat[o]
-            pred[o] = last_why
-        pending.append((o, finish[o], reads, writes))
+    start = np.zeros(n_ops)
+    finish = np.zeros(n_ops)
+    pred = np.full(n_ops, -1, dtype=np.int64)      # the op this one waited for last
+    local_of = np.empty(n_ops, dtype=np.int64)    # an op's index within its step
+    order = np.argsort(ops.step, kind="stable")
+    steps = ops.step[order]
+    cuts = np.flatnonzero(np.diff(steps)) + 1
+    for group in np.split(order, cuts) if n_ops else []:
+        g = group
+        # -- ready: the latest of the slot state it depends on, first such op on a tie -----
+        rd_op, rd_slot = _expand(g, read0[g], count[g])
+        wr_op, wr_slot = _expand(g, write0[g], dcount[g])
+        # candidates in the loop's order per op: each read slot's writer, then each written
+        # slot's writer and its readers
+        cand_op = np.concatenate([rd_op, np.repeat(wr_op, 2)])
+        cand_seq = np.concatenate([_rank_in(rd_op), count[np.repeat(wr_op, 2)]
+                                   + 2 * np.repeat(_rank_in(wr_op), 2)
+                                   + np.tile([0, 1], len(wr_op))])
+        ws2 = np.repeat(wr_slot, 2)
+        is_rt = np.tile([False, True], len(wr_op))
+        cand_t = np.concatenate([write_t[rd_slot], np.where(is_rt, read_t[ws2], write_t[ws2])])
+        cand_who = np.concatenate([write_op[rd_slot],
+                                   np.where(is_rt, read_op[ws2], write_op[ws2])])
+        local_of[g] = np.arange(len(g))
+        ready = np.zeros(len(g))
+        why = np.full(len(g), -1, dtype=np.int64)
+        if len(cand_op):
+            li = local_of[cand_op]
+            np.maximum.at(ready, li, cand_t)
+            top = np.flatnonzero((cand_t == ready[li]) & (cand_t > 0))
+            if len(top):
+                first = np.lexsort((cand_seq[top], li[top]))
+                keep = top[first][np.r_[True, np.diff(li[top][first]) != 0]]
+                why[li[keep]] = cand_who[keep]
+        ready = ready + overhead
+
+        # -- links: every link serves its pairs in op order, all links at once per round --
+        n_p = n_pairs[g]
+        local_ops = np.flatnonzero(n_p == 0)
+        o_loc = g[local_ops]
+        start[o_loc] = ready[local_ops]
+        finish[o_loc] = ready[local_ops] + local[o_loc]
+        pred[o_loc] = why[local_ops]
+        if not n_p.any():
+            _settle(g, finish, rd_op, rd_slot, wr_op, wr_slot, write_t, write_op, read_t,
+                    read_op)
+            continue
+        pr_local = np.repeat(np.arange(len(g)), n_p)
+        pr = np.repeat(pair_first[g], n_p) + _rank_in(pr_local)
+        pr_link = p.pair_link[pr]
+        # per link, its pairs in op order (then route order): round q serves the q-th
+        by_link = np.lexsort((np.arange(len(pr)), pr_link))
+        links_sorted = pr_link[by_link]
+        q_of = _rank_in(links_sorted)
+        begin = np.empty(len(pr))
+        end = np.empty(len(pr))
+        by = np.empty(len(pr), dtype=np.int64)
+        nbytes = p.op_bytes[g[pr_local]]
+        rounds = np.argsort(q_of, kind="stable")
+        round_cuts = np.flatnonzero(np.diff(q_of[rounds])) + 1
+        for idx in np.split(by_link[rounds], round_cuts):
+            ln = pr_link[idx]
+            r = ready[pr_local[idx]]
+            busy = link_free[ln] > r
+            begin[idx] = np.where(busy, link_free[ln], r)
+            by[idx] = np.where(busy, link_last[ln], why[pr_local[idx]])
+            end[idx] = begin[idx] + nbytes[idx] / bw[ln]
+            link_free[ln] = end[idx]
+            link_last[ln] = g[pr_local[idx]]
+        net = np.flatnonzero(n_p > 0)
+        first_pair = np.cumsum(n_p) - n_p
+        op_start = np.minimum.reduceat(begin, first_pair[net])
+        last_end = np.maximum.reduceat(end, first_pair[net])
+        # the loop keeps the first link (route order) whose end is the latest
+        hit = np.flatnonzero(end == last_end[np.searchsorted(net, pr_local)])
+        first_hit = hit[np.r_[True, np.diff(pr_local[hit]) != 0]]
+        o_net = g[net]
+        start[o_net] = op_start
+        finish[o_net] = last_end + p.route_latency[o_net]
+        pred[o_net] = by[first_hit]
+        _settle(g, finish, rd_op, rd_slot, wr_op, wr_slot, write_t, write_op, read_t, read_op)
     path: list[int] = []
     if n_ops:
         o = int(np.argmax(finish))
         while o >= 0:
             path.append(o)
-            o = pred[o]
+            o = int(pred[o])
         path.reverse()
-    return np.array(start), np.array(finish), tuple(path)
+    return start, finish, tuple(path)
+
+
+def _expand(op: np.ndarray, first: np.ndarray, count: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(op, slot) for the slots ``first .. first + count - 1`` of every op, in op order."""
+    slots = np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+    return np.repeat(op, count), slots
+
+
+def _rank_in(keys: np.ndarray) -> np.ndarray:
+    """Position of every element within its run of equal consecutive keys."""
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64)
+    new = np.r_[True, keys[1:] != keys[:-1]]
+    starts = np.flatnonzero(new)
+    return np.arange(len(keys)) - np.repeat(starts, np.diff(np.r_[starts, len(keys)]))
+
+
+def _settle(g, finish, rd_op, rd_slot, wr_op, wr_slot, write_t, write_op, read_t,
+            read_op) -> None:
+    """Record a finished step's reads, then its writes (a write resets the slot's readers),
+    as the loop does op by op: the first reader with the latest finish, the last writer."""
+    if len(rd_slot):
+        t = finish[rd_op]
+        order = np.lexsort((np.arange(len(rd_slot)), -t, rd_slot))   # slot, latest, first
+        sl = rd_slot[order]
+        lead = order[np.r_[True, sl[1:] != sl[:-1]]]
+        better = t[lead] > read_t[rd_slot[lead]]
+        read_t[rd_slot[lead[better]]] = t[lead[better]]
+        read_op[rd_slot[lead[better]]] = rd_op[lead[better]]
+    if len(wr_slot):
+        # the last writer of a slot in the step wins
+        rev = np.arange(len(wr_slot))[::-1]
+        _, last = np.unique(wr_slot[rev], return_index=True)
+        w = rev[last]
+        write_t[wr_slot[w]] = finish[wr_op[w]]
+        write_op[wr_slot[w]] = wr_op[w]
+        read_t[wr_slot[w]] = 0.0
+        read_op[wr_slot[w]] = -1
 
 
 def _dest_counts(s: Schedule) -> np.ndarray:
@@ -437,15 +505,3 @@ def _dest_counts(s: Schedule) -> np.ndarray:
             last = int(np.searchsorted(row, row[off[i]] + elems[m[i]], side="left"))
             out[m[i]] = max(last - int(off[i]), 1)
     return out
-
-
-def _apply(pending, write_t, write_op, read_t, read_op) -> None:
-    """Record a finished step's reads, then its writes (a write resets the slot's readers)."""
-    for o, t, reads, _ in pending:
-        for slot in reads:
-            if t > read_t[slot]:
-                read_t[slot], read_op[slot] = t, o
-    for o, t, _, writes in pending:
-        for slot in writes:
-            write_t[slot], write_op[slot] = t, o
-            read_t[slot], read_op[slot] = 0.0, -1

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from itertools import pairwise
 from typing import Literal
 
 import networkx as nx
@@ -109,7 +110,7 @@ class Topology:
 
     def _links(self) -> dict[tuple[int, int], int]:
         if "links" not in self._cache:
-            pairs = zip(self.link_src.tolist(), self.link_dst.tolist())
+            pairs = zip(self.link_src.tolist(), self.link_dst.tolist(), strict=True)
             self._cache["links"] = {(int(u), int(v)): i for i, (u, v) in enumerate(pairs)}
         return self._cache["links"]
 
@@ -137,7 +138,7 @@ class Topology:
         if len(coords) != len(dims):
             raise TopologyError(f"coordinates {tuple(coords)} have {len(coords)} components, "
                                 f"but '{self.name}' has {len(dims)} dimensions")
-        for c, n in zip(coords, dims):
+        for c, n in zip(coords, dims, strict=True):
             if not 0 <= c < n:
                 raise TopologyError(f"coordinates {tuple(coords)} are outside "
                                     f"{'x'.join(map(str, dims))}")
@@ -161,7 +162,8 @@ class Topology:
             g.add_nodes_from(v for v in range(self.n_vertices) if v not in self.failed_ranks)
             ok = np.flatnonzero(~self.link_failed)
             for i, u, v, lat in zip(ok.tolist(), self.link_src[ok].tolist(),
-                                    self.link_dst[ok].tolist(), self.link_latency[ok].tolist()):
+                                    self.link_dst[ok].tolist(), self.link_latency[ok].tolist(),
+                                    strict=True):
                 g.add_edge(u, v, link=i, latency=lat)
             self._cache["graph"] = g
         return self._cache["graph"]
@@ -181,7 +183,7 @@ class Topology:
             raise TopologyError(f"no healthy path from {self.vertex_names[u]} to "
                                 f"{self.vertex_names[v]}")
         path = paths[v]
-        return tuple(g[a][b]["link"] for a, b in zip(path, path[1:]))
+        return tuple(g[a][b]["link"] for a, b in pairwise(path))
 
     def is_connected(self, ranks: Iterable[int]) -> bool:
         """Whether every rank of ``ranks`` reaches every other over healthy links."""
@@ -467,7 +469,7 @@ def single_switch(name: str, n_nodes: int, node: NodeType, bandwidth: float,
     b = _NodesBuilder(n_nodes, node)
     sw = b._new("switch")
     port_bw = min(node.nic_bandwidth / node.nic_ports, bandwidth)
-    for (n, i), nic in b.nic_vertex.items():
+    for nic in b.nic_vertex.values():
         b.links.add(nic, sw, port_bw * node.nic_ports, latency, LinkKind.IB)
     return b.finish(name, "fabric", rails=1)
 

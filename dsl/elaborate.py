@@ -528,7 +528,7 @@ def _vertex(topo: Topology, endpoint: ast.Endpoint) -> int:
                                 f"'{topo.name}' has {len(dims)} dimensions "
                                 f"({'x'.join(map(str, dims))})", endpoint.span)
         coords = []
-        for d, (number, size) in enumerate(zip(endpoint.values, dims)):
+        for d, (number, size) in enumerate(zip(endpoint.values, dims, strict=True)):
             c = _count(number, "a coordinate", minimum=0)
             if c >= size:
                 raise SemanticError(f"coordinate {c} is outside dimension {d} of '{topo.name}' "

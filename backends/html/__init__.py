@@ -1,34 +1,41 @@
 """The visualizer backend: one self-contained, offline HTML page for one or more schedules.
 
-``render(schedules) -> str`` draws several schedules side by side (a comparison);
-``emit(schedule, outdir, options)`` writes ``<name>.html`` for ``cclc compile --emit html``.
+``render(panels) -> str`` draws several schedules side by side (a comparison), each with the
+:class:`~backends.contract.Facts` (simulations and bounds) the caller already has;
+:data:`BACKEND` renders ``<name>.html`` for ``cclc compile --emit html``, from the facts the
+pipeline measured.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import jinja2
 from markupsafe import Markup
 
+from backends.contract import Backend, EmitOptions, Facts
 from backends.html.data import prepare
-from cclc.bounds import bounds
+from cclc.collective import Collective
+from cclc.errors import CclError
 from cclc.ir import Schedule
-from cclc.sim import simulate
 
-__all__ = ["render", "emit"]
+__all__ = ["BACKEND", "HtmlBackend", "render"]
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent),
                           undefined=jinja2.StrictUndefined, autoescape=True)
 
 
-def render(schedules: list[Schedule]) -> str:
-    """The page for ``schedules`` (one panel each, side by side)."""
+def render(panels: Sequence[tuple[Schedule, Facts]]) -> str:
+    """The page for ``panels`` (one per schedule, side by side); every :class:`Facts` must
+    carry ``bounds``, ``lockstep`` and ``event`` (:func:`cclc.pipeline.measure` makes them)."""
     data = []
-    for s in schedules:
-        bound = bounds(s.collective)
-        data.append(prepare(s, simulate(s, mode="lockstep"), simulate(s, mode="event"), bound))
+    for s, facts in panels:
+        if facts.bounds is None or facts.lockstep is None or facts.event is None:
+            raise CclError(f"the page of '{s.collective.name}' needs its bounds and both "
+                           "simulations")
+        data.append(prepare(s, facts.lockstep, facts.event, facts.bounds))
     title = " vs ".join(f"{d['name']} ({d['algorithm']}"
                         + (f"+{d['schedule']})" if d["schedule"] != "-" else ")") for d in data)
     # JSON inside <script>: '</' must not close the element
@@ -36,11 +43,21 @@ def render(schedules: list[Schedule]) -> str:
     return _ENV.get_template("page.html.j2").render(title=title, data_json=Markup(payload))
 
 
-def emit(schedule: Schedule, outdir: Path, options=None) -> list[Path]:
-    """Write ``<collective>.html`` into ``outdir``; returns the path written."""
-    from cclc.outdir import OutputDir
+class HtmlBackend:
+    """``<collective>.html``: the page of one compiled schedule."""
 
-    path = Path(outdir) / f"{schedule.collective.name}.html"
-    OutputDir(Path(outdir), force=getattr(options, "force", False)).write_text(path.name,
-                                                                            render([schedule]))
-    return [path]
+    name = "html"
+    wants_simulation = True
+
+    def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
+        return (f"{key.name}.html",)
+
+    def render(self, subject: Schedule, options: EmitOptions, facts: Facts
+               ) -> dict[str, str | bytes]:
+        return {f"{subject.collective.name}.html": render([(subject, facts)])}
+
+    def build(self, folder: Path, key: Collective, options: EmitOptions) -> list[str]:
+        return []
+
+
+BACKEND: Backend[Collective, Schedule] = HtmlBackend()

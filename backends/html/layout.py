@@ -53,6 +53,7 @@ def _offset(x1, y1, x2, y2, d):
 
 
 def _torus(topo: Topology) -> Layout:
+    assert topo.dims is not None        # layout() sends only tori here
     dims = topo.dims
     nd = len(dims)
     cell = _cell(topo.n_ranks)
@@ -127,6 +128,8 @@ def _nodes(topo: Topology) -> Layout:
     nv = topo.n_vertices
     vx, vy = np.zeros(nv), np.zeros(nv)
     n_nodes = topo.n_nodes
+    # fabrics and nodes always place their ranks on nodes (cclc.topology)
+    assert topo.node_of_rank is not None and topo.gpu_of_rank is not None
     gpus = int(np.bincount(topo.node_of_rank).max()) if topo.n_ranks else 1
     node_w = max(60.0, gpus * 16.0 + 12)
     node_h = 74.0
@@ -155,8 +158,8 @@ def _nodes(topo: Topology) -> Layout:
             i = int(name[name.index(".nic") + 4:])
             vx[v] = 20 + n * (node_w + 12) + 14 + i * 16
             vy[v] = y_nodes + 14
-    for row, vs, y in ((0, spines, top + 10), (1, leaves, top + (80 if spines else 10)),
-                       (1, switch, top + 60)):
+    for vs, y in ((spines, top + 10), (leaves, top + (80 if spines else 10)),
+                  (switch, top + 60)):
         for k, v in enumerate(vs):
             vx[v] = 20 + (k + 0.5) * (width - 40) / max(1, len(vs))
             vy[v] = y

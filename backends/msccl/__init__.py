@@ -1,10 +1,11 @@
 """MSCCL-IR XML for microsoft/msccl, the msccl executor for NCCL, and RCCL.
 
-``emit(schedule, outdir, options)`` writes ``<name>.<runtime>.xml`` and, beside it,
-``<name>.<runtime>.report.md``: the conditions under which the runtime would silently ignore
-the file, and how to load it. The lowering itself is in :mod:`backends.msccl.lower`; the
-runtimes' spellings and limits in :mod:`backends.msccl.runtimes`; an independent executor of
-the XML, used by the tests, in :mod:`backends.msccl.executor`.
+:data:`BACKEND` renders ``<name>.<runtime>.xml`` and, beside it, ``<name>.<runtime>.report.md``: the
+conditions under which the runtime would silently ignore the file, and how to load it
+(``emit(schedule, outdir, options)`` writes both through the pipeline's writer). The lowering itself
+is in :mod:`backends.msccl.lower`; the runtimes' spellings and limits in
+:mod:`backends.msccl.runtimes`; an independent executor of the XML, used by the tests, in
+:mod:`backends.msccl.executor`.
 """
 
 from __future__ import annotations
@@ -14,20 +15,20 @@ import pathlib
 from backends.common import (
     EmitOptions,
     c_identifier,
-    coerce_options,
     entry_count,
     render_template,
-    write_file,
 )
+from backends.contract import Backend, Contents, Facts
 from backends.msccl.lower import Lowered, lower_to_fit
 from backends.msccl.runtimes import RUNTIMES, Runtime
 from backends.msccl.xml import xml_pieces
 from backends.units import buffer_units, writes_input
-from cclc.collective import CollectiveKind
+from cclc.collective import Collective, CollectiveKind
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, Schedule
 
-__all__ = ["emit", "render_xml"]
+__all__ = ["BACKEND", "MscclBackend", "emit", "render_xml"]
+
 
 def _nchunksperloop(schedule: Schedule, units: tuple[int, int, int]) -> int:
     """The runtime checks i_chunks*mult == nchunksperloop (mult = nRanks for allgather input)
@@ -53,7 +54,7 @@ def _prepared(schedule: Schedule, options: EmitOptions
     low, units, facts = lower_to_fit(schedule, rt, fuse=options.fuse,
                                      nchannels=options.nchannels)
     nchunks = _nchunksperloop(schedule, buffer_units(units))
-    name = c_identifier(coll.name)[:rt.max_name]
+    name = _algo_name(coll, rt)
     min_bytes = options.min_bytes or 0
     max_bytes = _max_bytes(schedule, rt, options)
     if max_bytes != rt.unbounded_max_bytes and min_bytes > max_bytes:
@@ -130,7 +131,7 @@ def _root_warning(schedule: Schedule, rt: Runtime) -> str | None:
 def render_xml(schedule: Schedule, options: EmitOptions | None = None) -> str:
     """The XML text for ``options.msccl_runtime`` (raises :class:`ScheduleError` if a runtime
     limit is exceeded)."""
-    algo, _, low, _ = _prepared(schedule, coerce_options(options))
+    algo, _, low, _ = _prepared(schedule, options or EmitOptions())
     return "".join(xml_pieces(algo, low))
 
 
@@ -169,15 +170,49 @@ def _conditions(schedule: Schedule, rt: Runtime, meta: dict, options: EmitOption
     return lines
 
 
-def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None = None
-         ) -> list[pathlib.Path]:
+def _algo_name(coll: Collective, rt: Runtime) -> str:
+    return c_identifier(coll.name)[:rt.max_name]
+
+
+def _base(coll: Collective, options: EmitOptions) -> str:
+    rt = RUNTIMES[options.msccl_runtime]
+    return f"{_algo_name(coll, rt)}.{rt.key}"
+
+
+class MscclBackend:
+    """MSCCL-IR XML and its report for ``options.msccl_runtime``."""
+
+    name = "msccl"
+    wants_simulation = False
+
+    def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
+        base = _base(key, options)
+        return (f"{base}.xml", f"{base}.report.md")
+
+    def render(self, subject: Schedule, options: EmitOptions, facts: Facts
+               ) -> dict[str, Contents]:
+        return _render(subject, options)
+
+    def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
+        return []
+
+
+BACKEND: Backend[Collective, Schedule] = MscclBackend()
+
+
+def emit(schedule: Schedule, outdir, options: EmitOptions | None = None) -> list[pathlib.Path]:
     """Write ``<name>.<runtime>.xml`` and ``<name>.<runtime>.report.md`` for
-    ``options.msccl_runtime`` into ``outdir``; return their paths."""
-    options = coerce_options(options)
+    ``options.msccl_runtime`` into ``outdir`` (a folder or an :class:`~cclc.outdir.OutputDir`)
+    through the pipeline's writer; return their paths."""
+    from cclc.pipeline import write_backend
+
+    return write_backend(BACKEND, schedule.collective, schedule, outdir, options)
+
+
+def _render(schedule: Schedule, options: EmitOptions) -> dict[str, Contents]:
     algo, meta, low, rt = _prepared(schedule, options)
-    base = f"{meta['name']}.{rt.key}"
-    # a large schedule's XML is written as it is produced, never held whole in memory
-    xml_path = write_file(outdir, f"{base}.xml", xml_pieces(algo, low))
+    base = _base(schedule.collective, options)
+    xml_name = f"{base}.xml"
     coll = schedule.collective
     notes = []
     if meta["writes_input"]:
@@ -200,7 +235,7 @@ def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None =
     meta["nchunksperloop"] = meta["nchunks"]
     report = render_template(
         "backends.msccl", "report.md.j2", algo_name=meta["name"], runtime_title=rt.title,
-        xml_file=xml_path.name, coll=rt.coll_names[coll.kind], ngpus=schedule.n,
+        xml_file=xml_name, coll=rt.coll_names[coll.kind], ngpus=schedule.n,
         proto=options.protocol, nchannels=low.nchannels,
         max_tbs=max(len(t) for t in low.tbs),
         max_steps=max((len(tb.steps) for t in low.tbs for tb in t), default=0),
@@ -210,9 +245,11 @@ def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None =
         nchunksperloop=meta["nchunks"], compiled_bytes=coll.size,
         chunk_elems=_compiled_chunk_elems(schedule, meta), dtype=coll.dtype.value,
         conditions=_conditions(schedule, rt, meta, options),
-        load=[line.format(xml=xml_path.name) for line in rt.load_env], notes=notes,
+        load=[line.format(xml=xml_name) for line in rt.load_env], notes=notes,
         scratch=_scratch_line(schedule, rt, meta, low), root_warning=_root_warning(schedule, rt))
-    return [xml_path, write_file(outdir, f"{base}.report.md", report)]
+    # the XML is rendered lazily, one <gpu> at a time: the pipeline writes it as it is
+    # produced, so a large schedule's file is never held whole in memory
+    return {xml_name: xml_pieces(algo, low), f"{base}.report.md": report}
 
 
 def _compiled_chunk_elems(schedule: Schedule, meta: dict) -> str:

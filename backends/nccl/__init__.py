@@ -15,8 +15,8 @@
   the NCCL of the ``nvidia-nccl-cu13`` wheel; ``make mpi`` builds the MPI driver; ``make perf``
   and ``make mpiperf`` the measurement drivers.
 
-With ``options.build`` the library is built (and with ``options.mpi`` the MPI driver too); the
-built files are added to the returned list.
+:data:`BACKEND` declares and renders them; with ``options.build`` its build step makes the library
+(and with ``options.mpi`` the MPI driver too) after the pipeline wrote the sources.
 """
 
 from __future__ import annotations
@@ -27,27 +27,26 @@ import textwrap
 from backends.common import (
     EmitOptions,
     c_identifier,
-    coerce_options,
     count_convention,
     is_padded,
     padded_count,
     render_template,
-    write_file,
 )
-from backends.nccl.build import BuildError, build, cuda_home, nccl_home
+from backends.contract import Backend, Facts
+from backends.nccl.build import TARGET_FILES, BuildError, build, cuda_home, nccl_home
 from backends.nccl.tables import dataflow_tables
 from backends.units import UnitFacts, buffer_units, to_units
-from cclc.collective import REDUCING_KINDS, CollectiveKind, DType
+from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, DType
 from cclc.ir import Schedule
 
-__all__ = ["emit", "render_sources"]
+__all__ = ["BACKEND", "NcclBackend", "emit", "render_sources", "source_names"]
 
 _PKG = "backends.nccl"
 
 
 def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> dict[str, str]:
     """File name -> text of every generated source (nothing is written)."""
-    options = coerce_options(options)
+    options = options or EmitOptions()
     coll = schedule.collective
     ident = c_identifier(coll.name)
     tables = dataflow_tables(schedule, *to_units(schedule, split=True, pad=True))
@@ -64,7 +63,9 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
             "block for (from) member j lies where the .ccl size matrix puts it (blocks in "
             "group order, packed from the start, sizes scaled by count / compiled count) and "
             "the rest of each buffer is padding, never read or written.", 92)
-    rows, first, deps = [], [0], []
+    rows: list[str] = []
+    first = [0]
+    deps: list[int] = []
     for entries in tables.entries:
         for e in entries:
             rows.append(", ".join(str(v) for v in (
@@ -134,6 +135,7 @@ def _perf_sources(schedule: Schedule, common: dict, us: UnitFacts,
     padded = is_padded(schedule)
     if padded:
         # blocks in units of count / count_units: elements * count_units / compiled count
+        assert coll.pair_sizes is not None          # a padded alltoall has per-pair sizes
         compiled = padded_count(schedule)
         elems = coll.pair_sizes // coll.dtype.itemsize
         pair_units = [int(x) * us.count_units // compiled for x in elems.ravel()]
@@ -153,16 +155,49 @@ def _perf_sources(schedule: Schedule, common: dict, us: UnitFacts,
             f"cclc_{ident}_mpi_perf.cc": render_template(_PKG, "mpi_perf.cc.j2", **values)}
 
 
-def emit(schedule: Schedule, outdir: pathlib.Path, options: EmitOptions | None = None
+def source_names(ident: str) -> tuple[str, ...]:
+    """The files :func:`render_sources` renders for the C identifier ``ident``."""
+    return ("cclc_exec.h", f"cclc_{ident}_schedule.h", f"cclc_{ident}.h", f"cclc_{ident}.cu",
+            f"cclc_{ident}_mpi.h", f"cclc_{ident}_mpi.cc", f"cclc_{ident}_mpi_main.cc",
+            f"cclc_{ident}_perf.h", f"cclc_{ident}_perf.cu", f"cclc_{ident}_mpi_perf.cc",
+            "Makefile")
+
+
+def _targets(options: EmitOptions) -> list[str]:
+    return (["all"] if options.build else []) + (["mpi"] if options.mpi else [])
+
+
+class NcclBackend:
+    """The C++/CUDA library (and its MPI variant) in ``nccl-<name>/``."""
+
+    name = "nccl"
+    wants_simulation = False
+
+    def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
+        ident = c_identifier(key.name)
+        built = [TARGET_FILES[t].format(ident=ident) for t in _targets(options)]
+        return tuple(f"nccl-{ident}/{name}" for name in (*source_names(ident), *built))
+
+    def render(self, subject: Schedule, options: EmitOptions, facts: Facts
+               ) -> dict[str, str | bytes]:
+        sub = f"nccl-{c_identifier(subject.collective.name)}"
+        return {f"{sub}/{name}": text for name, text in render_sources(subject, options).items()}
+
+    def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
+        targets = _targets(options)
+        if not targets:
+            return []
+        sub = f"nccl-{c_identifier(key.name)}"
+        return [f"{sub}/{path.name}" for path in build(folder / sub, targets, options)]
+
+
+BACKEND: Backend[Collective, Schedule] = NcclBackend()
+
+
+def emit(schedule: Schedule, outdir, options: EmitOptions | None = None
          ) -> list[pathlib.Path]:
-    """Write the sources into ``outdir/nccl-<name>/`` (and build them if ``options.build``)."""
-    options = coerce_options(options)
-    ident = c_identifier(schedule.collective.name)
-    sub = f"nccl-{ident}"
-    written = [write_file(outdir, f"{sub}/{name}", text)
-               for name, text in render_sources(schedule, options).items()]
-    if options.build or options.mpi:
-        folder = written[0].parent
-        targets = (["all"] if options.build else []) + (["mpi"] if options.mpi else [])
-        written += build(folder, targets, options)
-    return written
+    """Write the sources into ``outdir/nccl-<name>/`` through the pipeline's writer (and build
+    them if ``options.build``); return the paths, the built files last."""
+    from cclc.pipeline import write_backend
+
+    return write_backend(BACKEND, schedule.collective, schedule, outdir, options)

@@ -103,6 +103,15 @@ def _issue_order(plan: DataflowPlan, group: list[int], src: list[int], dst: list
     return out
 
 
+def _entry(row: list, signal: bool) -> DataflowEntry:
+    """The entry of a row of :func:`dataflow_tables` (every field but ``signal``, which is known
+    once the rank's later rows are)."""
+    (step, role, peer, kind, src_buf, src_off, dst_buf, dst_off, count, stage, land, lane,
+     group, deps) = row
+    return DataflowEntry(step, role, peer, kind, src_buf, src_off, dst_buf, dst_off, count,
+                         stage, land, lane, group, signal, tuple(deps))
+
+
 def dataflow_tables(schedule: Schedule, units: Schedule, facts: UnitFacts) -> DataflowTables:
     """The per-rank dataflow entries of ``schedule`` in units (``units`` and ``facts`` from
     :func:`backends.units.to_units`; see the module docstring)."""
@@ -117,11 +126,13 @@ def dataflow_tables(schedule: Schedule, units: Schedule, facts: UnitFacts) -> Da
     net = ops.src != ops.dst
     if not np.array_equal(unit_plan.lane[net], chunk_plan.lane[net]):
         raise ScheduleError("internal error: lanes differ between chunks and units")
-    lanes = chunk_plan.lane
+    lanes, group = chunk_plan.lane, chunk_plan.group
+    if group is None:
+        raise ScheduleError("internal error: the chunk plan has no message groups")
     plan = DataflowPlan(unit_plan.items, lanes, chunk_plan.n_lanes, chunk_plan.n_local,
-                        unit_plan.staging, chunk_plan.group)
+                        unit_plan.staging, group)
     src, dst = ops.src.tolist(), ops.dst.tolist()
-    groups = _issue_order(plan, chunk_plan.group.tolist(), src, dst)
+    groups = _issue_order(plan, group.tolist(), src, dst)
     n = units.n
     local: list[dict[int, int]] = [{} for _ in range(n)]
     rows: list[list[list]] = [[] for _ in range(n)]
@@ -161,8 +172,7 @@ def dataflow_tables(schedule: Schedule, units: Schedule, facts: UnitFacts) -> Da
     for r in range(n):
         waited = {j for row in rows[r] for j in row[-1]}
         entries.append(tuple(
-            DataflowEntry(*row[:13], signal=j in waited, deps=tuple(row[13]))
-            for j, row in enumerate(rows[r])))
+            _entry(row, signal=j in waited) for j, row in enumerate(rows[r])))
     return DataflowTables(units=units, facts=facts, entries=tuple(entries),
                           n_lanes=plan.n_lanes, n_local=plan.n_local,
                           staging_units=plan.staging, input_copy=writes_input(units))

@@ -1,10 +1,11 @@
 """The NCCL tuner backend: C source of a tuner + profiler plugin carrying a tuned table.
 
-:func:`emit` renders ``plugin.c`` and a ``Makefile`` from the templates beside this file and,
-with ``build``, compiles ``libnccl-tuner-cclc.so`` with ``gcc -Wall -Wextra -Werror -fPIC
--shared``. The rows come from :func:`cclc.tune.outputs.plugin_rows`: plain dicts with
-``func, n_ranks, n_nodes, min_bytes, max_bytes, algo, proto, channels, chunk, measured``.
-The plugin exports ``ncclTunerPlugin_v6`` … ``_v2`` and ``ncclProfiler_v6``/``_v5``.
+:data:`BACKEND` renders ``plugin.c`` and a ``Makefile`` from the templates beside this file and,
+with ``options.build``, its build step compiles ``libnccl-tuner-cclc.so`` with ``gcc -Wall -Wextra
+-Werror -fPIC -shared`` after the pipeline wrote the sources (:func:`emit` does both). The rows come
+from :func:`cclc.tune.outputs.plugin_rows`: plain dicts with ``func, n_ranks, n_nodes, min_bytes,
+max_bytes, algo, proto, channels, chunk, measured``. The plugin exports ``ncclTunerPlugin_v6`` …
+``_v2`` and ``ncclProfiler_v6``/``_v5``.
 """
 
 from __future__ import annotations
@@ -12,20 +13,22 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import jinja2
 
+from backends.contract import Backend, EmitOptions, Facts, TunerRows
 from cclc.errors import CclError
 
 __all__ = [
+    "BACKEND",
     "CFLAGS",
     "LDFLAGS",
     "LIBRARY",
     "PROFILER_SYMBOLS",
     "TUNER_SYMBOLS",
+    "TunerBackend",
     "build",
     "emit",
     "render",
@@ -95,39 +98,40 @@ def build(source_dir: str | os.PathLike, cc: str | None = None, extra_flags: Seq
     return target
 
 
-def emit(rows: Sequence[Mapping[str, int]], outdir, build_library: bool = True,
-         cc: str | None = None) -> list[str]:
-    """Write ``plugin.c`` and ``Makefile`` (and, with ``build_library``, the ``.so``) into
-    ``outdir`` — a :class:`cclc.outdir.OutputDir` or a folder path; returns the names written.
-    """
-    files = render(rows)
-    writer = _writer(outdir)
-    names = [writer(name, text.encode("utf-8")) for name, text in files.items()]
-    if build_library:
-        with tempfile.TemporaryDirectory(prefix="cclc-tuner-") as tmp:
-            Path(tmp, "plugin.c").write_text(files["plugin.c"], encoding="utf-8")
-            lib = build(tmp, cc=cc)
-            names.append(writer(LIBRARY, lib.read_bytes()))
-            # keep the library executable like a linker's output
-            _chmod_exec(outdir, LIBRARY)
-    return names
+class TunerBackend:
+    """The tuner + profiler plugin of a table of NCCL parameters (``cclc tune``)."""
+
+    name = "tuner"
+    wants_simulation = False
+
+    def files(self, key: TunerRows, options: EmitOptions) -> tuple[str, ...]:
+        return ("plugin.c", "Makefile") + ((LIBRARY,) if options.build else ())
+
+    def render(self, subject: TunerRows, options: EmitOptions, facts: Facts
+               ) -> dict[str, str | bytes]:
+        return dict(render(subject))
+
+    def build(self, folder: Path, key: TunerRows, options: EmitOptions) -> list[str]:
+        if not options.build:
+            return []
+        build(folder, cc=options.cc)
+        # keep the library executable like a linker's output (it is, but a umask may differ)
+        try:
+            os.chmod(Path(folder) / LIBRARY, 0o755)
+        except OSError:
+            pass                  # the library still loads with dlopen without the x bit
+        return [LIBRARY]
 
 
-def _writer(outdir):
-    if hasattr(outdir, "write_bytes") and hasattr(outdir, "path_for"):
-        return outdir.write_bytes
-    folder = Path(outdir)
-    folder.mkdir(parents=True, exist_ok=True)
-
-    def write(name: str, data: bytes) -> str:
-        (folder / name).write_bytes(data)
-        return name
-    return write
+BACKEND: Backend[TunerRows, TunerRows] = TunerBackend()
 
 
-def _chmod_exec(outdir, name: str) -> None:
-    path = outdir.path_for(name) if hasattr(outdir, "path_for") else Path(outdir) / name
-    try:
-        os.chmod(path, 0o755)
-    except OSError:
-        pass                      # the library still loads with dlopen without the x bit
+def emit(rows: TunerRows, outdir, build_library: bool = True, cc: str | None = None
+         ) -> list[str]:
+    """Write ``plugin.c`` and ``Makefile`` (and, with ``build_library``, build the ``.so``)
+    into ``outdir`` -- a :class:`cclc.outdir.OutputDir` or a folder path -- through the
+    pipeline's writer; returns the names written."""
+    from cclc.pipeline import write_backend
+
+    paths = write_backend(BACKEND, rows, rows, outdir, EmitOptions(build=build_library, cc=cc))
+    return [p.name for p in paths]

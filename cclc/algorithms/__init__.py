@@ -11,10 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from cclc.collective import Collective, CollectiveKind
+from cclc.fabric_routing import route_spines
 from cclc.ir import Schedule
 from cclc.relay import lower_relays
 
-__all__ = ["REGISTRY", "Algorithm", "algorithms_for", "get", "register"]
+__all__ = ["REGISTRY", "Algorithm", "CostFn", "algorithms_for", "get", "lockstep_time",
+           "register"]
+
+#: the predicted time (seconds) of a schedule: what an algorithm that tunes itself (e.g.
+#: hierarchical's pipeline depth) minimizes; it is given, never imported by the algorithm
+CostFn = Callable[[Schedule], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +31,10 @@ class Algorithm:
     multi-dimensional torus entry is named ``"<algorithm>+<schedule>"``, e.g.
     ``"halfring+dimrotation"``). ``applicable(coll, **params)`` returns ``None`` when the
     algorithm can serve ``coll`` or a sentence saying why not; ``build(coll, **params)`` returns
-    the schedule. ``params`` are the user's hint parameters (e.g. ``chunks=6``).
+    the schedule. ``params`` are the user's hint parameters (e.g. ``chunks=6``). An entry with
+    ``tunes=True`` chooses among variants of itself by cost: its raw build also takes ``cost=``
+    (a :data:`CostFn`) and the table hands it one (``build(coll, cost=..., **params)`` on a
+    registered entry; :func:`lockstep_time` by default).
     """
 
     name: str
@@ -33,6 +42,7 @@ class Algorithm:
     applicable: Callable[..., str | None]
     build: Callable[..., Schedule]
     description: str = ""
+    tunes: bool = False
 
     @property
     def algorithm(self) -> str:
@@ -53,11 +63,14 @@ def register(algo: Algorithm) -> Algorithm:
     for alltoall in one module and for allgather in another): the entries merge into one that
     dispatches on the collective's kind. A name registered twice for one collective is a bug.
 
-    Every registered build ends with :func:`cclc.relay.lower_relays`: an algorithm may route
-    over any healthy path, and the pass turns the moves the topology's declared routing cannot
-    carry into relays, so every schedule anyone gets from the table is one the machine runs.
+    Every registered build ends with two passes, so that every schedule anyone gets from the
+    table (the planner, the benchmarks, the tests) is one the machine runs, and no algorithm
+    has to remember them: the routing pass :func:`cclc.fabric_routing.route_spines` (a planned
+    spine for every flow through a leaf/spine fabric), then :func:`cclc.relay.lower_relays`
+    (an algorithm may route over any healthy path; the moves the topology's declared routing
+    cannot carry become relays).
     """
-    algo = replace(algo, build=_relayed(algo.build))
+    algo = replace(algo, build=_with_passes(algo.build, algo.tunes))
     old = REGISTRY.get(algo.name)
     if old is not None:
         if old.collectives & algo.collectives:
@@ -67,11 +80,24 @@ def register(algo: Algorithm) -> Algorithm:
     return algo
 
 
-def _relayed(build: Callable[..., Schedule]) -> Callable[..., Schedule]:
-    def build_and_relay(coll: Collective, **params) -> Schedule:
-        return lower_relays(build(coll, **params))
+def _with_passes(build: Callable[..., Schedule], tunes: bool) -> Callable[..., Schedule]:
+    def build_route_relay(coll: Collective, cost: CostFn | None = None, **params) -> Schedule:
+        if tunes:
+            # a tuning algorithm compares its variants as routed (not yet relayed), which is
+            # how they reach the machine's links
+            measure = cost or lockstep_time
+            params["cost"] = lambda s: measure(route_spines(s))
+        return lower_relays(route_spines(build(coll, **params)))
 
-    return build_and_relay
+    return build_route_relay
+
+
+def lockstep_time(schedule: Schedule) -> float:
+    """The IR's plain lockstep time of ``schedule`` (:func:`cclc.sim.simulate`): the default
+    :data:`CostFn` of a tuning algorithm."""
+    from cclc.sim import simulate
+
+    return simulate(schedule).time
 
 
 def _merged(a: Algorithm, b: Algorithm) -> Algorithm:
@@ -81,7 +107,8 @@ def _merged(a: Algorithm, b: Algorithm) -> Algorithm:
     return Algorithm(name=a.name, collectives=a.collectives | b.collectives,
                      applicable=lambda coll, **p: pick(coll).applicable(coll, **p),
                      build=lambda coll, **p: pick(coll).build(coll, **p),
-                     description="; ".join(d for d in (a.description, b.description) if d))
+                     description="; ".join(d for d in (a.description, b.description) if d),
+                     tunes=a.tunes or b.tunes)
 
 
 def algorithms_for(coll: Collective) -> list[Algorithm]:
@@ -105,4 +132,4 @@ def _load_all() -> None:
 
 #: algorithm modules, each registers its entries when imported
 _MODULES: list[str] = ["direct", "ring", "tree", "torus_collectives", "recursive", "bruck", "pat",
-                       "hierarchical", "direct_switch", "torus_multidim"]
+                       "hierarchical", "direct_switch", "torus_alltoall"]

@@ -27,7 +27,6 @@ import numpy as np
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes
 from cclc.collective import Collective, CollectiveKind
-from cclc.fabric_routing import finish
 from cclc.ir import Buf, Schedule, ScheduleBuilder
 
 __all__ = ["bruck_rounds"]
@@ -74,7 +73,7 @@ def _allgather(coll: Collective) -> Schedule:
                   src_buf=Buf.OUTPUT, src_off=off, dst_buf=Buf.OUTPUT, dst_off=off, count=cnt)
         held += send
         k += 1
-    return finish(b, "bruck")
+    return b.build("bruck")
 
 
 def _alltoall(coll: Collective) -> Schedule:
@@ -109,7 +108,7 @@ def _alltoall(coll: Collective) -> Schedule:
     p = np.tile(pos, n)
     b.add(step=1 + rounds, src=r, dst=r, src_buf=Buf.SCRATCH, src_off=p, dst_buf=Buf.OUTPUT,
           dst_off=(r - p) % n)
-    return finish(b, "bruck")
+    return b.build("bruck")
 
 
 def _applicable(coll: Collective, **params) -> str | None:

@@ -145,7 +145,7 @@ def _torus_displacements(topo: Topology, src: np.ndarray, dst: np.ndarray) -> np
     cs = np.unravel_index(src, dims)
     cd = np.unravel_index(dst, dims)
     out = np.empty((len(src), len(dims)), dtype=np.int64)
-    for d, (size, wrap) in enumerate(zip(dims, topo.wrap)):
+    for d, (size, wrap) in enumerate(zip(dims, topo.wrap, strict=True)):
         diff = cd[d].astype(np.int64) - cs[d]
         if wrap and size > 2:
             fwd = diff % size

@@ -18,7 +18,6 @@ import numpy as np
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes
 from cclc.collective import Collective, CollectiveKind
-from cclc.fabric_routing import finish
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
 __all__ = ["build_direct"]
@@ -59,7 +58,7 @@ def _alltoall(coll: Collective) -> Schedule:
     routes = add_pair_routes(b, coll, src, dst)
     b.add(step=0, src=src, dst=dst, route=routes, src_buf=Buf.INPUT, src_off=dst,
           dst_buf=Buf.OUTPUT, dst_off=src)
-    return finish(b, "direct")
+    return b.build("direct")
 
 
 def _allgather(coll: Collective) -> Schedule:
@@ -70,7 +69,7 @@ def _allgather(coll: Collective) -> Schedule:
     routes = add_pair_routes(b, coll, src, dst)
     b.add(step=0, src=src, dst=dst, route=routes, src_buf=Buf.INPUT, src_off=0,
           dst_buf=Buf.OUTPUT, dst_off=src)
-    return finish(b, "direct")
+    return b.build("direct")
 
 
 def _reducescatter(coll: Collective) -> Schedule:
@@ -93,7 +92,7 @@ def _reducescatter(coll: Collective) -> Schedule:
         other = (ranks + s) % n
         b.add(step=s, src=ranks, dst=ranks, kind=OpKind.REDUCE, src_buf=Buf.SCRATCH,
               src_off=other, dst_buf=Buf.OUTPUT, dst_off=0)
-    return finish(b, "direct")
+    return b.build("direct")
 
 
 _BUILDERS = {CollectiveKind.ALLTOALL: _alltoall, CollectiveKind.ALLGATHER: _allgather,

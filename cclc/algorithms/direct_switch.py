@@ -24,7 +24,6 @@ import numpy as np
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes, even_split
 from cclc.collective import Collective, CollectiveKind
-from cclc.fabric_routing import finish
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
 __all__: list[str] = []
@@ -51,7 +50,7 @@ def _allreduce(coll: Collective) -> Schedule:
               src_off=other, dst_buf=Buf.OUTPUT, dst_off=ranks)
     b.add(step=n, src=s, dst=d, route=add_pair_routes(b, coll, s, d), src_buf=Buf.OUTPUT,
           src_off=s, dst_buf=Buf.OUTPUT, dst_off=s)
-    return finish(b, "direct")
+    return b.build("direct")
 
 
 def _applicable(coll: Collective, **params) -> str | None:

@@ -20,14 +20,15 @@ Pipelining (``hierarchical(chunks = K)``): the data is cut into ``K`` groups, gr
 starting ``k`` first-phase lengths after group 0, so that one group's NVLink phase runs while
 another's network phase does (the GPU's NVLink port and its NIC are different links). More
 groups hide more of the intra-node time but add ``(K-1)`` phase lengths of latency. Without the
-parameter the builder simulates ``K`` = 1, 2, 4, 8 and keeps the fastest.
+parameter the builder prices ``K`` = 1, 2, 4, 8 with the cost function the algorithm table
+hands it (:data:`cclc.algorithms.CostFn`) and keeps the fastest.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from cclc.algorithms import Algorithm, register
+from cclc.algorithms import Algorithm, CostFn, register
 from cclc.algorithms.common import bad_int_param, hint_int
 from cclc.algorithms.torus_collectives import KINDS, Grid, Piece, grid_schedule
 from cclc.collective import Collective, CollectiveKind
@@ -80,7 +81,7 @@ def _pieces(coll: Collective, members: np.ndarray, chunks: int) -> list[Piece]:
     return [Piece(d, (1, 0), delay=k * first) for k in range(chunks) for d in (1, -1)]
 
 
-def _build(coll: Collective, **params) -> Schedule:
+def _build(coll: Collective, *, cost: CostFn, **params) -> Schedule:
     members, why = node_grid(coll)
     if why:
         raise CollectiveError(f"hierarchical cannot serve collective '{coll.name}': {why}")
@@ -89,19 +90,18 @@ def _build(coll: Collective, **params) -> Schedule:
     if chunks is not None:
         return grid_schedule(coll, grid, _pieces(coll, members, chunks), "hierarchical",
                              params=(("chunks", chunks),))
-    from cclc.sim import simulate
-
-    best = None
+    best: tuple[float, Schedule] | None = None
     for k in AUTO_CHUNKS:
         s = grid_schedule(coll, grid, _pieces(coll, members, k), "hierarchical",
                           params=(("chunks", k),))
-        t = simulate(s).time
+        t = cost(s)
         if best is None or t < best[0]:
             best = (t, s)
+    assert best is not None
     return best[1]
 
 
 register(Algorithm(
-    name="hierarchical", collectives=KINDS, applicable=_applicable, build=_build,
+    name="hierarchical", collectives=KINDS, applicable=_applicable, build=_build, tunes=True,
     description="intra-node reduce-scatter, inter-node per rail, intra-node all-gather "
                 "(rings in both directions, pipelined in chunks=K groups)"))

@@ -34,7 +34,6 @@ import numpy as np
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes, bad_int_param, hint_int
 from cclc.collective import Collective, CollectiveKind
-from cclc.fabric_routing import finish
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
 __all__ = ["aggregation", "pat_dims", "pat_offsets", "pat_steps"]
@@ -97,7 +96,7 @@ def _allgather(coll: Collective, agg: int, params: tuple) -> Schedule:
                   src_buf=np.where(own, Buf.INPUT, Buf.OUTPUT), src_off=np.where(own, 0, block),
                   dst_buf=Buf.OUTPUT, dst_off=block)
             step += 1
-    return finish(b, "pat", params=params)
+    return b.build("pat", params=params)
 
 
 def _reducescatter(coll: Collective, agg: int, params: tuple) -> Schedule:
@@ -123,7 +122,7 @@ def _reducescatter(coll: Collective, agg: int, params: tuple) -> Schedule:
                   dst_buf=np.where(own, Buf.OUTPUT, Buf.SCRATCH),
                   dst_off=np.where(own, 0, block))
             step += 1
-    return finish(b, "pat", params=params)
+    return b.build("pat", params=params)
 
 
 def _applicable(coll: Collective, **params) -> str | None:

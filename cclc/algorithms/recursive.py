@@ -28,7 +28,6 @@ import numpy as np
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes, even_split
 from cclc.collective import Collective, CollectiveKind
-from cclc.fabric_routing import finish
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
 __all__ = ["fold_size"]
@@ -129,7 +128,7 @@ def _allgather(coll: Collective) -> Schedule:
         ops.add(x - p, x, Buf.OUTPUT, 0, Buf.OUTPUT, 0, x)
         ops.add(x - p, x, Buf.OUTPUT, x + 1, Buf.OUTPUT, x + 1, n - x - 1)
     ops.flush(step)
-    return finish(b, "recursive_doubling")
+    return b.build("recursive_doubling")
 
 
 def _reducescatter(coll: Collective) -> Schedule:
@@ -152,7 +151,7 @@ def _reducescatter(coll: Collective) -> Schedule:
         if v + p < n:
             ops.add(v, v + p, Buf.SCRATCH, v + p, Buf.OUTPUT, 0, 1)
     ops.flush(step)
-    return finish(b, "recursive_halving")
+    return b.build("recursive_halving")
 
 
 def _fold_in(ops: _Ops, step: int, n: int, p: int, buf: Buf, count: int) -> int:
@@ -184,7 +183,7 @@ def _allreduce_doubling(coll: Collective) -> Schedule:
     for x in range(p, n):
         ops.add(x - p, x, Buf.OUTPUT, 0, Buf.OUTPUT, 0, 1)
     ops.flush(step)
-    return finish(b, "recursive_doubling")
+    return b.build("recursive_doubling")
 
 
 def _allreduce_halving_doubling(coll: Collective) -> Schedule:
@@ -201,7 +200,7 @@ def _allreduce_halving_doubling(coll: Collective) -> Schedule:
     for x in range(p, n):
         ops.add(x - p, x, Buf.OUTPUT, 0, Buf.OUTPUT, 0, p)
     ops.flush(step)
-    return finish(b, "halving_doubling")
+    return b.build("halving_doubling")
 
 
 def _doubling_gather_from_scratch(ops: _Ops, step: int, p: int) -> int:

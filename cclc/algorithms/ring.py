@@ -29,7 +29,6 @@ from cclc.algorithms.common import (
     ring_order,
 )
 from cclc.collective import Collective, CollectiveKind
-from cclc.fabric_routing import finish
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
 __all__ = ["build_ring", "chain_chunks"]
@@ -78,7 +77,7 @@ def _allgather(coll: Collective, order: np.ndarray) -> Schedule:
           dst_off=members)
     _ring_allgather_steps(b, ring, first_step=0, first_buf=Buf.INPUT, block_of=lambda g: 0,
                           slot_of=lambda g: g)
-    return finish(b, "ring")
+    return b.build("ring")
 
 
 def _ring_allgather_steps(b: ScheduleBuilder, ring: _Ring, first_step: int, first_buf: Buf,
@@ -108,7 +107,7 @@ def _reducescatter(coll: Collective, order: np.ndarray) -> Schedule:
     members = np.arange(n)
     if n == 1:
         b.add(step=0, src=0, dst=0, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT, dst_off=0)
-        return finish(b, "ring")
+        return b.build("ring")
     # step 0 (local): partial sums start as each rank's own input; the owner's in its output
     src = np.repeat(members, n)
     blk = np.tile(members, n)
@@ -123,7 +122,7 @@ def _reducescatter(coll: Collective, order: np.ndarray) -> Schedule:
         b.add(step=t, src=ring.order, dst=ring.next, route=ring.hop_route, kind=OpKind.REDUCE,
               src_buf=Buf.SCRATCH, src_off=owner,
               dst_buf=Buf.OUTPUT if arrives else Buf.SCRATCH, dst_off=0 if arrives else owner)
-    return finish(b, "ring")
+    return b.build("ring")
 
 
 def _allreduce(coll: Collective, order: np.ndarray) -> Schedule:
@@ -145,7 +144,7 @@ def _allreduce(coll: Collective, order: np.ndarray) -> Schedule:
     _ring_allgather_steps(b, ring, first_step=n, first_buf=Buf.OUTPUT,
                           block_of=lambda g: _position_of(order, g),
                           slot_of=lambda g: _position_of(order, g))
-    s = finish(b, "ring")
+    s = b.build("ring")
     if coll.count < n:
         # fewer elements than ranks: some blocks are empty, and moving nothing still costs a
         # message's latency
@@ -190,7 +189,7 @@ def _broadcast(coll: Collective, order: np.ndarray, chunks: int | None) -> Sched
     b.add(step=0, src=root, dst=root, src_buf=Buf.INPUT, src_off=np.arange(k),
           dst_buf=Buf.OUTPUT, dst_off=np.arange(k))
     if n == 1:
-        return finish(b, "ring", params=(("chunks", k),))
+        return b.build("ring", params=(("chunks", k),))
     hop_route = add_pair_routes(b, coll, chain[:-1], chain[1:])
     hop = np.arange(n - 1)
     for t in range(k + n - 2):
@@ -200,7 +199,7 @@ def _broadcast(coll: Collective, order: np.ndarray, chunks: int | None) -> Sched
         b.add(step=t, src=chain[h], dst=chain[h + 1], route=hop_route[h],
               src_buf=np.where(h == 0, Buf.INPUT, Buf.OUTPUT), src_off=piece[live],
               dst_buf=Buf.OUTPUT, dst_off=piece[live])
-    return finish(b, "ring", params=(("chunks", k),))
+    return b.build("ring", params=(("chunks", k),))
 
 
 _BUILDERS = {CollectiveKind.ALLGATHER: _allgather, CollectiveKind.REDUCESCATTER: _reducescatter,

@@ -46,7 +46,6 @@ from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes, even_split, group_index, snake_order
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
-from cclc.fabric_routing import finish
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
 __all__ = ["KINDS", "Grid", "Piece", "folded_order", "grid_schedule"]
@@ -95,7 +94,7 @@ class Grid:
         if self.hop_path is None:
             return add_pair_routes(b, b.collective, src, dst)
         return np.array([b.route(self.hop_path(u, v)) if u != v else 0
-                         for u, v in zip(src.tolist(), dst.tolist())], dtype=np.int32)
+                         for u, v in zip(src.tolist(), dst.tolist(), strict=True)], dtype=np.int32)
 
 
 class _Engine:
@@ -210,7 +209,7 @@ def grid_schedule(coll: Collective, grid: Grid, pieces: Sequence[Piece], algorit
     if coll.kind is CollectiveKind.ALLGATHER:
         eng.all_gather([piece.delay for piece in pieces], Buf.INPUT,
                        lambda r, p: np.full(len(r), p))
-        return finish(b, algorithm, schedule, params)
+        return b.build(algorithm, schedule, params)
     # the accumulator starts as a copy of every rank's input
     b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
           dst_off=0, count=n * P)
@@ -219,9 +218,9 @@ def grid_schedule(coll: Collective, grid: Grid, pieces: Sequence[Piece], algorit
         for p in range(P):
             b.add(step=ends[p], src=ranks, dst=ranks, src_buf=Buf.SCRATCH, src_off=ranks * P + p,
                   dst_buf=Buf.OUTPUT, dst_off=p)
-        return finish(b, algorithm, schedule, params)
+        return b.build(algorithm, schedule, params)
     eng.all_gather(ends, Buf.SCRATCH, lambda r, p: r * P + p)
-    return finish(b, algorithm, schedule, params)
+    return b.build(algorithm, schedule, params)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -251,7 +250,7 @@ def _ring_members(coll: Collective) -> np.ndarray:
         order = gi[snake_order(topo.dims)]
         order = order[order >= 0]
         ranks = [coll.group[i] for i in order.tolist()]
-        if not all(_duplex(topo, u, v) for u, v in zip(ranks, ranks[1:] + ranks[:1])):
+        if not all(_duplex(topo, u, v) for u, v in zip(ranks, ranks[1:] + ranks[:1], strict=True)):
             found = _hamiltonian_order(topo, ranks)
             if found is not None:
                 return gi[np.asarray(found)]
@@ -493,7 +492,7 @@ def _swing(coll: Collective, **params) -> Schedule:
                   kind=OpKind.REDUCE, src_buf=Buf.OUTPUT, src_off=0, dst_buf=Buf.OUTPUT,
                   dst_off=0)
             step += 1
-    return finish(b, "swing")
+    return b.build("swing")
 
 
 register(Algorithm(

@@ -18,7 +18,6 @@ import numpy as np
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes, ring_order
 from cclc.collective import Collective, CollectiveKind
-from cclc.fabric_routing import finish
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
 __all__ = ["build_tree"]
@@ -68,7 +67,7 @@ def build_tree(coll: Collective, **params) -> Schedule:
             b.add(step=k + 1, src=src, dst=dst, route=add_pair_routes(b, coll, src, dst),
                   kind=OpKind.REDUCE, src_buf=Buf.OUTPUT, src_off=0, dst_buf=Buf.OUTPUT,
                   dst_off=0)
-    return finish(b, "tree")
+    return b.build("tree")
 
 
 register(Algorithm(

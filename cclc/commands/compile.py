@@ -1,23 +1,19 @@
-"""``cclc compile FILE -o DIR``: plan, verify and write every collective of a .ccl file."""
+"""``cclc compile FILE -o DIR``: the arguments and the printing around :mod:`cclc.pipeline`."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import importlib
-import json
 import re
 import sys
 import time
 from pathlib import Path
 
-from cclc.collective import Collective, Hint
-from cclc.errors import CclError, ScheduleError
-from cclc.outdir import OutputDir
+from cclc.errors import CclError
+from cclc.pipeline import Compiled, Events, Request, compile_program
 from cclc.progress import Progress
 from cclc.units import format_time
 
-__all__ = ["EMITTERS", "EmitOptions", "add_parser", "format_candidates", "run"]
+__all__ = ["add_parser", "format_candidates", "parse_emit", "run"]
 
 HELP = """Compile every collective of a .ccl file into a verified schedule.
 
@@ -39,14 +35,17 @@ examples:
   cclc compile examples/torus5x5_fault.ccl -o out/ --explain
   cclc compile cluster.ccl -o out/ --only grads --algorithm ring --emit json,msccl"""
 
-#: emitter name -> module with ``emit(schedule, outdir, options) -> list[str]`` (``None``:
-#: built in). Backends live outside cclc/ and are imported only when asked for.
-EMITTERS: dict[str, str | None] = {
-    "json": None,
-    "msccl": "backends.msccl",
-    "nccl": "backends.nccl",
-    "html": "backends.html",
-}
+
+def _outputs() -> tuple[str, ...]:
+    from backends import SCHEDULE_BACKENDS
+
+    return SCHEDULE_BACKENDS
+
+
+def _runtimes() -> list[str]:
+    from backends.msccl.runtimes import RUNTIMES
+
+    return list(RUNTIMES)
 
 
 def add_parser(sub) -> None:
@@ -56,10 +55,10 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR",
                    help="output folder (created if missing)")
     p.add_argument("--emit", default="json", metavar="LIST",
-                   help=f"comma-separated outputs: {', '.join(EMITTERS)} (default: json)")
+                   help=f"comma-separated outputs: {', '.join(_outputs())} (default: json)")
     p.add_argument("--explain", action="store_true",
-                   help="print every candidate algorithm with its simulated time and %% of the "
-                        "lower bound, or why it does not apply")
+                   help="print every candidate algorithm with its load bound, simulated time "
+                        "and %% of the lower bound, or why it was pruned or does not apply")
     p.add_argument("--force", action="store_true",
                    help="replace files in DIR that cclc did not write")
     p.add_argument("--algorithm", metavar="NAME",
@@ -68,8 +67,7 @@ def add_parser(sub) -> None:
                         "in the file, not here)")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="compile only this collective (repeatable)")
-    p.add_argument("--msccl-runtime", default="msccl",
-                   choices=["msccl", "msccl-executor", "rccl"],
+    p.add_argument("--msccl-runtime", default="msccl", choices=_runtimes(),
                    help="MSCCL XML dialect and limits for --emit msccl: microsoft/msccl, the "
                         "msccl executor for NCCL, or RCCL (default: msccl)")
     p.add_argument("--no-size-check", action="store_true",
@@ -108,84 +106,23 @@ def _progress(msg: str) -> None:
 
 
 def parse_emit(text: str) -> list[str]:
-    """The emitter names of ``--emit``; :class:`CclError` names an unknown one."""
+    """The output names of ``--emit``; :class:`CclError` names an unknown one."""
+    known = _outputs()
     names = [n.strip() for n in text.split(",")]
     if not any(names) or not all(names):
         raise CclError("--emit takes a comma-separated list of outputs without empty items, "
-                       "from: " + ", ".join(EMITTERS))
+                       "from: " + ", ".join(known))
     for n in names:
-        if n not in EMITTERS:
-            raise CclError(f"unknown emitter '{n}' in --emit; known: {', '.join(EMITTERS)}")
+        if n not in known:
+            raise CclError(f"unknown emitter '{n}' in --emit; known: {', '.join(known)}")
     return list(dict.fromkeys(names))
-
-
-def _emitter(name: str):
-    try:
-        module = importlib.import_module(EMITTERS[name])
-    except ImportError as err:
-        raise CclError(f"emitter '{name}' is not available ({EMITTERS[name]} cannot be "
-                       f"imported: {err})") from None
-    emit = getattr(module, "emit", None)
-    if emit is None:
-        raise CclError(f"emitter '{name}' is not available ({EMITTERS[name]} has no emit())")
-    return emit
-
-
-@dataclasses.dataclass(frozen=True)
-class EmitOptions:
-    """What an emitter may want beyond the schedule: the source file, the planner's numbers,
-    and whether it may replace files cclc did not write."""
-
-    source: str
-    force: bool
-    time: float | None
-    bound: float | None
-    candidates: tuple = ()
-    # read by name by backends.common.coerce_options
-    msccl_runtime: str = "msccl"
-    max_bytes: int | None = None
-    build: bool = False
-
-
-def _override(coll: Collective, name: str) -> Collective:
-    algo, _, sched = name.partition("+")
-    return dataclasses.replace(coll, algorithm=Hint(algo), schedule=Hint(sched or "auto"))
-
-
-def _check_algorithm_flag(name: str) -> None:
-    # parameters need the file's syntax (units, strings); the flag names an entry only
-    if not name or "(" in name or " " in name or name.count("+") > 1:
-        raise CclError(f"--algorithm {name!r}: the flag takes a name ('ring') or "
-                       "'algorithm+schedule' ('halfring+dimrotation') without parameters; "
-                       "write parameters in the file: algorithm pat(buffer = 4 MiB)")
-
-
-def _resolve(coll: Collective, flag: str | None, resolve) -> list:
-    """``resolve(coll)``; a name given by ``--algorithm`` is reported as a bad flag, not at a
-    line of the file that does not contain it."""
-    try:
-        return resolve(coll)
-    except CclError as err:
-        if flag is None:
-            raise
-        raise CclError(f"--algorithm {flag}: {err.message}") from None
-
-
-def _check_sizes(collectives: list[Collective], entries: dict) -> None:
-    """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget)."""
-    from cclc.budget import available_memory, check_budget, estimate
-    from cclc.plan import hint_params
-
-    memory = available_memory()
-    for coll in collectives:
-        check_budget(estimate(coll, entries[coll.name], hint_params(coll)), memory)
 
 
 def format_candidates(p, pinned_by: str | None = None) -> str:
     """The ``--explain`` table of a :class:`~cclc.plan.Plan` (times under its model);
     ``pinned_by`` says who named the algorithm ("the file", "--algorithm") when it was not
     chosen by speed."""
-    rows = [("candidate", f"time ({p.model.name} model)", "% of bound", "note")]
+    rows = [("candidate", "load bound", f"time ({p.model.name} model)", "% of bound", "note")]
     usable = {c.name for c in p.candidates if c.applicable}
     usable |= {name.split("+")[0] for name in usable}
     faster = [c.name for c in p.candidates if c.applicable and c.time is not None
@@ -202,11 +139,14 @@ def format_candidates(p, pinned_by: str | None = None) -> str:
             if c.planned_time is not None:
                 note = (note + "; " if note else "") + \
                     f"planned spines {format_time(c.planned_time)} (a plan)"
+            if c.pruned is not None:
+                note = f"pruned: {c.pruned}"
         else:
             t, pct, note = "-", "-", f"not applicable: {_suggest_usable(c.reason, usable)}"
-        rows.append((c.name, t, pct, note))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3]
+        est = format_time(c.estimate) if c.estimate is not None else "-"
+        rows.append((c.name, est, t, pct, note))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4]
              for r in rows]
     return "\n".join(line.rstrip() for line in lines)
 
@@ -226,78 +166,36 @@ def _suggest_usable(reason: str, usable: set[str]) -> str:
     return _SUGGESTION.sub(keep, reason)
 
 
-def _check_schedule(p) -> None:
-    """Verify the planned schedule unless the planner already did."""
-    if p.verified:
-        return
-    from cclc.verify import verify
+class _Printer(Events):
+    """The pipeline's events as the command's output: results on stdout, progress on stderr."""
 
-    verify(p.schedule)
+    def __init__(self, args):
+        self.args = args
+        self.folder = Path(args.output)
+        self.progress = Progress(_progress)
+        self.started = 0.0
 
+    def stage(self, what: str):
+        return self.progress.stage(what)
 
-def run(args) -> int:
-    from cclc.execution import model_for
-    from cclc.nccl_model import compare_with_nccl
-    from cclc.plan import hint_key, plan, resolve
-    from cclc.serialize import to_json
+    def note(self, message: str) -> None:
+        _progress(f"note: {message}")
 
-    emitters = parse_emit(args.emit)
-    emit_funcs = {n: _emitter(n) for n in emitters if EMITTERS[n] is not None}
-    program = load_program(args.file)
-    collectives = list(program.collectives)
-    if args.only:
-        known = {c.name for c in collectives}
-        for name in args.only:
-            if name not in known:
-                raise CclError(f"--only {name}: '{args.file}' has no collective '{name}'; it "
-                               f"has: {', '.join(sorted(known)) or '(none)'}")
-        collectives = [c for c in collectives if c.name in args.only]
-    if args.algorithm:
-        _check_algorithm_flag(args.algorithm)
-        collectives = [_override(c, args.algorithm) for c in collectives]
-    if not collectives:
-        _progress(f"note: '{args.file}' declares no collective: only its topologies are "
-                  "written (add 'collective NAME = KIND on TOPOLOGY { size ... }')")
-
-    # every name in the file is checked before anything is written or any long work starts
-    entries = {coll.name: _resolve(coll, args.algorithm, resolve) for coll in collectives}
-    if not getattr(args, "no_size_check", False):
-        _check_sizes(collectives, entries)
-    progress = Progress(_progress)
-    out = OutputDir(args.output, force=args.force)
-    _refuse_foreign_files(out, program, collectives, emitters, args)
-    used = {c.topology.name for c in collectives}
-    for name, topo in dict(program.topologies).items():
-        if args.only and name not in used:
-            continue
-        with progress.stage(f"writing topology-{name}.json"):
-            written = out.write_text(f"topology-{name}.json", _topology_json(topo))
-        _progress(f"wrote {_shown(out, written)}")
-
-    failures = 0
-    missing: list[str] = []
-    for coll in collectives:
-        started = time.perf_counter()
+    def start(self, coll) -> None:
+        self.started = time.perf_counter()
         _progress(f"compiling {coll.name}: {coll.kind.value} on {coll.n} ranks of "
                   f"{coll.topology.name}")
-        try:
-            with progress.stage(f"{coll.name}: planning") as st:
-                p = plan(coll, explain=args.explain, model=model_for(emitters),
-                         on_step=lambda i, total, what: st.update(i, what, total))
-            with progress.stage(f"{coll.name}: verifying {p.name}"):
-                _check_schedule(p)
-        except ScheduleError as err:
-            failures += 1
-            print(f"error: collective '{coll.name}': the schedule failed verification, so "
-                  f"nothing was written for it:\n{err.message}", file=sys.stderr)
-            continue
+
+    def planned(self, coll, p, nccl: str | None) -> None:
+        from cclc.plan import hint_key
+
         pct = f", {p.pct_of_bound:.1f}% of bound" if p.pct_of_bound is not None else ""
         t = f" {format_time(p.time)}" if p.time is not None else ""
-        if args.explain:
+        if self.args.explain:
             print(f"{coll.name}: {coll.kind.value} on {coll.n} ranks; candidates:")
             pinned_by = None
             if hint_key(coll) is not None:
-                pinned_by = "--algorithm" if args.algorithm else "the file"
+                pinned_by = "--algorithm" if self.args.algorithm else "the file"
             print(format_candidates(p, pinned_by))
         print(f"{coll.name}: {p.name}{t}{pct}, {len(p.schedule.ops)} ops in "
               f"{p.schedule.n_steps} steps ({p.model.label}; routing {coll.topology.routing})")
@@ -305,81 +203,49 @@ def run(args) -> int:
             print(f"  with cclc's planned spines: {format_time(p.planned_time)}; a plan, not "
                   "what runs: realizing a spine per flow needs a routing mechanism no backend "
                   "has yet, so the time above is under ECMP hashing")
-        baseline = (compare_with_nccl(coll, p.time, software_cost=p.model.charges_software)
-                    if p.time is not None else None)
-        if baseline:
-            print(f"  {baseline}")
-        files = []
-        if "json" in emitters:
-            with progress.stage(f"{coll.name}: writing {coll.name}.schedule.json"):
-                doc = to_json(p.schedule)
-                files.append(out.write_text(f"{coll.name}.schedule.json",
-                                            json.dumps(doc, separators=(",", ":"),
-                                                       allow_nan=False) + "\n"))
-        options = EmitOptions(source=args.file, force=args.force, time=p.time, bound=p.bound,
-                              candidates=p.candidates,
-                              msccl_runtime=getattr(args, "msccl_runtime", "msccl"),
-                              max_bytes=getattr(args, "msccl_max_bytes", None),
-                              build=getattr(args, "build", False))
-        for k, (name, emit) in enumerate(emit_funcs.items()):
-            try:
-                with progress.stage(f"{coll.name}: {name} output of {len(p.schedule.ops)} "
-                                    f"ops ({k + 1} of {len(emit_funcs)} outputs)"):
-                    files += [str(f) for f in emit(p.schedule, out, options)]
-            except CclError as err:
-                # one output the schedule cannot take (a runtime limit, a refused overwrite)
-                # must not cost the user the others
-                missing.append(f"{coll.name}: {name}")
-                print(f"error: collective '{coll.name}': no {name} output: {err.message}",
-                      file=sys.stderr)
-        for f in files:
-            _progress(f"wrote {_shown(out, f)}")
-        _progress(f"  {coll.name} done in {time.perf_counter() - started:.1f} s")
+        if nccl:
+            print(f"  {nccl}")
+
+    def failed(self, coll, message: str) -> None:
+        print(f"error: collective '{coll.name}': the schedule failed verification, so "
+              f"nothing was written for it:\n{message}", file=sys.stderr)
+
+    def missing(self, coll, backend: str, message: str) -> None:
+        print(f"error: collective '{coll.name}': no {backend} output: {message}",
+              file=sys.stderr)
+
+    def wrote(self, name: str) -> None:
+        _progress(f"wrote {self.folder / name}")
+
+    def done(self, coll) -> None:
+        _progress(f"  {coll.name} done in {time.perf_counter() - self.started:.1f} s")
+
+
+def _options(args):
+    from backends.contract import EmitOptions
+
+    return EmitOptions(msccl_runtime=getattr(args, "msccl_runtime", "msccl"),
+                       max_bytes=getattr(args, "msccl_max_bytes", None),
+                       build=getattr(args, "build", False))
+
+
+def run(args) -> int:
+    emit = parse_emit(args.emit)
+    request = Request(emit=tuple(emit), only=tuple(args.only or ()), algorithm=args.algorithm,
+                      explain=args.explain, size_check=not getattr(args, "no_size_check", False),
+                      options=_options(args), force=args.force, source=f"'{args.file}'")
+    program = load_program(args.file)
+    results = compile_program(program, args.output, request, _Printer(args))
+    return _summary(results)
+
+
+def _summary(results: tuple[Compiled, ...]) -> int:
+    failures = sum(r.plan is None for r in results)
+    missing = [f"{r.collective.name}: {name}" for r in results for name, _ in r.missing]
     if failures:
-        print(f"error: {failures} of {len(collectives)} collectives failed verification",
+        print(f"error: {failures} of {len(results)} collectives failed verification",
               file=sys.stderr)
     if missing:
         print(f"error: outputs not produced (the others were written): {', '.join(missing)}",
               file=sys.stderr)
     return 1 if failures or missing else 0
-
-
-def _refuse_foreign_files(out: OutputDir, program, collectives, emitters, args) -> None:
-    """Refuse before any work when a file this run will write exists and is not cclc's.
-
-    The writes themselves refuse too; checking first keeps a refused run from leaving part of
-    its output behind.
-    """
-    if args.force:
-        return
-    runtime = getattr(args, "msccl_runtime", "msccl")
-    names = [f"topology-{t}.json" for t in program.topologies
-             if not args.only or t in {c.topology.name for c in collectives}]
-    for c in collectives:
-        if "json" in emitters:
-            names.append(f"{c.name}.schedule.json")
-        if "html" in emitters:
-            names.append(f"{c.name}.html")
-        if "msccl" in emitters:
-            names += [f"{c.name}.{runtime}.xml", f"{c.name}.{runtime}.report.md"]
-    foreign = [n for n in names if out.path_for(n).exists() and not out.owns(n)]
-    if foreign:
-        raise CclError(f"refusing to overwrite {', '.join(map(repr, foreign))} in "
-                       f"'{out.path}': cclc did not write them (use --force to replace them)")
-
-
-def _shown(out: OutputDir, name: str) -> str:
-    # emitters return names inside the folder or paths that already include it
-    path = Path(name)
-    if path.is_absolute() or path.parts[:len(out.path.parts)] == out.path.parts:
-        return str(path)
-    return str(out.path / path)
-
-
-def _topology_json(topo) -> str:
-    from cclc import serialize
-
-    # the schedule document's topology encoder, so both files describe a machine alike
-    encode = getattr(serialize, "topology_to_json", None) or serialize._topology_json
-    doc = {"format": "cclc-topology", "version": 1, "topology": encode(topo)}
-    return json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n"

@@ -56,7 +56,7 @@ def node_statement(path: str, name: str) -> str:
         lines[0] += " on PCIe (no NVLink)"
     if node.nics:
         rails = ", ".join(f"{nic} (GPU {'/'.join(map(str, near)) or '-'})"
-                          for nic, near in zip(imported.nic_names, imported.nic_gpus))
+                          for nic, near in zip(imported.nic_names, imported.nic_gpus, strict=True))
         lines.append(f"# NICs in rail order (nearest GPUs): {rails}")
     lines.append(f"# the file has no latency: {_number(node.latency * 1e6)} us is cclc's "
                  f"default for a{'n NVSwitch' if node.interconnect == 'nvswitch' else ' PCIe'} "

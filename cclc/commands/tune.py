@@ -79,7 +79,9 @@ def load_program(path: str):
 
 
 def run(args) -> int:
-    from backends import tuner as tuner_backend
+    from backends import load as load_backend
+    from backends.contract import EmitOptions
+    from cclc.pipeline import write_backend
     from cclc.tune import outputs
     from cclc.tune.profilers import profiler_from_spec
     from cclc.tune.search import MeasurementCache
@@ -133,7 +135,9 @@ def run(args) -> int:
                out.write_text("nccl.conf", outputs.nccl_conf(result)),
                out.write_text("nccl_tuner.conf", outputs.example_tuner_csv(result))]
     try:
-        written += tuner_backend.emit(outputs.plugin_rows(result), out, build_library=args.build)
+        rows = outputs.plugin_rows(result)
+        written += [p.name for p in write_backend(load_backend("tuner"), rows, rows, out,
+                                                   EmitOptions(build=args.build))]
     except CclError as err:
         print(f"error: {err.message}", file=sys.stderr)
         return 1

@@ -33,6 +33,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from backends.html import render
     from cclc.errors import ScheduleError
+    from cclc.pipeline import measure
     from cclc.serialize import load
     from cclc.verify import verify
 
@@ -54,7 +55,7 @@ def run(args) -> int:
             return 1
         schedules.append(schedule)
     print("viz: simulating and drawing", file=sys.stderr)
-    page = render(schedules)
+    page = render([(s, measure(s)) for s in schedules])
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(page, encoding="utf-8")

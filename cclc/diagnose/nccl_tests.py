@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cclc.diagnose.timings import Timings, TimingsError, make_timings
 from cclc.errors import Span
@@ -90,90 +90,115 @@ def _tokens(line: str):
     return [(m.group(), m.start() + 1) for m in _TOKEN.finditer(line)]
 
 
+@dataclass
+class _Reading:
+    """What :func:`parse_nccl_tests` has read so far (one file, line by line)."""
+
+    source: str
+    test: str | None = None
+    ranks: dict[int, NcclTestsRank] = field(default_factory=dict)
+    best: tuple[int, float] | None = None      # (size, microseconds) of the largest size
+    max_bytes: int | None = None
+    failed: bool = False
+
+
 def parse_nccl_tests(text: str, source: str = "<nccl-tests>") -> NcclTestsRun:
     """Read one nccl-tests output file (see the module docstring)."""
-    test = None
-    ranks: dict[int, NcclTestsRank] = {}
-    best: tuple[int, float] | None = None          # (size, microseconds) of the largest size
-    max_bytes = None
-    failed = False
+    r = _Reading(source)
     for lineno, line in enumerate(text.splitlines(), 1):
         stripped = line.lstrip()
-        indent = len(line) - len(stripped)
         if stripped.startswith("#"):
-            if m := _TEST.match(stripped):
-                test = m["name"]
-                if test not in _PAIR_TESTS:
-                    col = indent + m.start("name") + 1
-                    raise TimingsError(
-                        f"this is {test} output: only sendrecv_perf times pairs (run it on 2 "
-                        "ranks per pair, or on n ranks as a shift r -> r+1)",
-                        Span(source, lineno, col, lineno, col + len(test)))
-            elif m := _RANK.match(stripped):
-                ranks_line = _rank_line(m, indent, lineno, source)
-                if m["group"] not in (None, "0"):
-                    col = indent + m.start("group") + 1
-                    raise TimingsError("split communicators (Group > 0) are not supported: "
-                                       "run sendrecv_perf without NCCL_TESTS_SPLIT_MASK",
-                                       Span(source, lineno, col))
-                if ranks_line.rank in ranks:
-                    col = indent + m.start("rank") + 1
-                    raise TimingsError(
-                        f"rank {ranks_line.rank} is listed twice: give one nccl-tests run per "
-                        "file (and build nccl-tests with MPI=1 when launching with mpirun, or "
-                        "every process is its own rank 0)", Span(source, lineno, col))
-                ranks[ranks_line.rank] = ranks_line
-            elif m := _MAX_BYTES.match(stripped):
-                max_bytes = int(m["max"])
-            continue
-        if _FAILED.search(line):
-            failed = True
-            continue
-        toks = _tokens(line)
-        if not toks or not toks[0][0].isdigit():
-            continue                               # a log line mixed into the output
-        if len(toks) < 6:
-            raise TimingsError(f"a result row needs at least 6 columns (size count type redop "
-                               f"root time ...), this one has {len(toks)}",
-                               Span(source, lineno, toks[0][1], lineno, len(line) + 1))
-        size = int(toks[0][0])
-        time_tok, time_col = toks[5]
-        try:
-            usec = float(time_tok)
-        except ValueError:
-            usec = math.nan
-        if not (usec > 0 and math.isfinite(usec)):
-            raise TimingsError(f"expected the time in microseconds (a number > 0) in column 6, "
-                               f"got '{time_tok}'",
-                               Span(source, lineno, time_col, lineno, time_col + len(time_tok)))
-        if best is None or size > best[0]:
-            best = (size, usec)
-    if not ranks:
-        raise TimingsError("no '#  Rank R ... on HOST device D' lines: nccl-tests prints them "
-                           "before its results (keep the whole output of the run)",
-                           Span(source, 1, 1))
-    order = sorted(ranks)
-    if order != list(range(len(order))):
-        missing = next(r for r in range(len(order) + 1) if r not in ranks)
-        raise TimingsError(f"the rank lines name ranks {order[0]}..{order[-1]} but rank "
-                           f"{missing} is missing: a run's ranks are 0..n-1", Span(source, 1, 1))
-    if len(order) < 2:
-        raise TimingsError("a run of 1 rank times no pair: run sendrecv_perf on 2 ranks (or "
-                           "more, as a shift)", ranks[0].host_span)
-    if failed:
-        nbytes = max_bytes or (best[0] if best else None)
+            _comment_line(r, stripped, len(line) - len(stripped), lineno)
+        elif _FAILED.search(line):
+            r.failed = True
+        else:
+            row = _result_row(line, lineno, source)
+            if row is not None and (r.best is None or row[0] > r.best[0]):
+                r.best = row
+    order = _rank_order(r)
+    ranks = tuple(r.ranks[k] for k in order)
+    if r.failed:
+        nbytes = r.max_bytes or (r.best[0] if r.best else None)
         if not nbytes:
             raise TimingsError("the run failed before any result row and its '# nThread ... "
                                "maxBytes N' line is missing: its size is unknown",
                                Span(source, 1, 1))
-        return NcclTestsRun(source, test, tuple(ranks[r] for r in order), float(nbytes),
-                            math.inf)
-    if best is None or best[0] <= 0:
+        return NcclTestsRun(source, r.test, ranks, float(nbytes), math.inf)
+    if r.best is None or r.best[0] <= 0:
         raise TimingsError("no result rows with a size > 0 (did the run stop early? a "
                            "'Test timeout' or 'Test NCCL failure' line would make it a hang)",
                            Span(source, 1, 1))
-    return NcclTestsRun(source, test, tuple(ranks[r] for r in order), float(best[0]),
-                        best[1] * 1e-6)
+    return NcclTestsRun(source, r.test, ranks, float(r.best[0]), r.best[1] * 1e-6)
+
+
+def _comment_line(r: _Reading, stripped: str, indent: int, lineno: int) -> None:
+    """A ``#`` line: the test's name, a rank line, or the ``maxBytes`` line (others are
+    skipped)."""
+    source = r.source
+    if m := _TEST.match(stripped):
+        r.test = m["name"]
+        if r.test not in _PAIR_TESTS:
+            col = indent + m.start("name") + 1
+            raise TimingsError(
+                f"this is {r.test} output: only sendrecv_perf times pairs (run it on 2 "
+                "ranks per pair, or on n ranks as a shift r -> r+1)",
+                Span(source, lineno, col, lineno, col + len(r.test)))
+    elif m := _RANK.match(stripped):
+        ranks_line = _rank_line(m, indent, lineno, source)
+        if m["group"] not in (None, "0"):
+            col = indent + m.start("group") + 1
+            raise TimingsError("split communicators (Group > 0) are not supported: "
+                               "run sendrecv_perf without NCCL_TESTS_SPLIT_MASK",
+                               Span(source, lineno, col))
+        if ranks_line.rank in r.ranks:
+            col = indent + m.start("rank") + 1
+            raise TimingsError(
+                f"rank {ranks_line.rank} is listed twice: give one nccl-tests run per "
+                "file (and build nccl-tests with MPI=1 when launching with mpirun, or "
+                "every process is its own rank 0)", Span(source, lineno, col))
+        r.ranks[ranks_line.rank] = ranks_line
+    elif m := _MAX_BYTES.match(stripped):
+        r.max_bytes = int(m["max"])
+
+
+def _result_row(line: str, lineno: int, source: str) -> tuple[int, float] | None:
+    """``(size, microseconds)`` of a result row; ``None`` for a log line mixed into the
+    output."""
+    toks = _tokens(line)
+    if not toks or not toks[0][0].isdigit():
+        return None
+    if len(toks) < 6:
+        raise TimingsError(f"a result row needs at least 6 columns (size count type redop "
+                           f"root time ...), this one has {len(toks)}",
+                           Span(source, lineno, toks[0][1], lineno, len(line) + 1))
+    time_tok, time_col = toks[5]
+    try:
+        usec = float(time_tok)
+    except ValueError:
+        usec = math.nan
+    if not (usec > 0 and math.isfinite(usec)):
+        raise TimingsError(f"expected the time in microseconds (a number > 0) in column 6, "
+                           f"got '{time_tok}'",
+                           Span(source, lineno, time_col, lineno, time_col + len(time_tok)))
+    return int(toks[0][0]), usec
+
+
+def _rank_order(r: _Reading) -> list[int]:
+    """The ranks read, 0..n-1 with n >= 2."""
+    source = r.source
+    if not r.ranks:
+        raise TimingsError("no '#  Rank R ... on HOST device D' lines: nccl-tests prints them "
+                           "before its results (keep the whole output of the run)",
+                           Span(source, 1, 1))
+    order = sorted(r.ranks)
+    if order != list(range(len(order))):
+        missing = next(k for k in range(len(order) + 1) if k not in r.ranks)
+        raise TimingsError(f"the rank lines name ranks {order[0]}..{order[-1]} but rank "
+                           f"{missing} is missing: a run's ranks are 0..n-1", Span(source, 1, 1))
+    if len(order) < 2:
+        raise TimingsError("a run of 1 rank times no pair: run sendrecv_perf on 2 ranks (or "
+                           "more, as a shift)", r.ranks[0].host_span)
+    return order
 
 
 def _rank_line(m: re.Match, indent: int, lineno: int, source: str) -> NcclTestsRank:
@@ -217,7 +242,7 @@ def _rank_table(topo: Topology) -> tuple[int, dict[tuple[int, int], int], str]:
                 f"'{topo.name}' has no nodes: each of its {topo.n_ranks} ranks is a host with "
                 "device 0")
     table = {(int(n), int(g)): r for r, (n, g) in
-             enumerate(zip(topo.node_of_rank.tolist(), topo.gpu_of_rank.tolist()))}
+             enumerate(zip(topo.node_of_rank.tolist(), topo.gpu_of_rank.tolist(), strict=True))}
     gpus = int(topo.gpu_of_rank.max()) + 1
     return (topo.n_nodes, table, f"'{topo.name}' has {topo.n_nodes} nodes of {gpus} GPUs "
             f"(devices 0..{gpus - 1})")

@@ -161,7 +161,7 @@ def _parse_pairs(text: str, source: str) -> Timings:
         rows.append((src, dst, nbytes, _number(t, "seconds", ts, hang_ok=True)))
     if not rows:
         raise TimingsError("the timings file has a header but no rows", Span(source, 1, 1))
-    src, dst, nbytes, seconds = zip(*rows)
+    src, dst, nbytes, seconds = zip(*rows, strict=True)
     return make_timings(src, dst, nbytes, seconds, source)
 
 
@@ -277,7 +277,7 @@ def read_timings_files(paths: list[str], topo=None, hosts: str | None = None) ->
         if hosts is not None:
             with open(hosts, encoding="utf-8") as f:
                 node_of = nccl_tests.parse_hosts(f.read(), hosts)
-        runs = [nccl_tests.parse_nccl_tests(t, p) for p, t in zip(paths, texts)]
+        runs = [nccl_tests.parse_nccl_tests(t, p) for p, t in zip(paths, texts, strict=True)]
         return nccl_tests.nccl_tests_timings(runs, topo, node_of)
     if hosts is not None:
         raise TimingsError("--hosts is for nccl-tests output; these timings name ranks",
@@ -286,9 +286,10 @@ def read_timings_files(paths: list[str], topo=None, hosts: str | None = None) ->
         return parse_timings(texts[0], paths[0])
     source = f"{paths[0]} (+{len(paths) - 1} more)"
     if all(t.lstrip().startswith("{") for t in texts):
-        records = [rec for path, text in zip(paths, texts) for rec in _json_records(text, path)]
+        records = [rec for path, text in zip(paths, texts, strict=True)
+                   for rec in _json_records(text, path)]
         return _aggregate(records, source)
-    parts = [parse_timings(text, path) for path, text in zip(paths, texts)]
+    parts = [parse_timings(text, path) for path, text in zip(paths, texts, strict=True)]
     return make_timings(np.concatenate([p.src for p in parts]),
                         np.concatenate([p.dst for p in parts]),
                         np.concatenate([p.nbytes for p in parts]),
@@ -300,6 +301,7 @@ def to_pairs_csv(t: Timings) -> str:
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["src", "dst", "bytes", "seconds"])
-    for s, d, b, x in zip(t.src.tolist(), t.dst.tolist(), t.nbytes.tolist(), t.seconds.tolist()):
+    for s, d, b, x in zip(t.src.tolist(), t.dst.tolist(), t.nbytes.tolist(), t.seconds.tolist(),
+                          strict=True):
         w.writerow([s, d, int(b), "inf" if not math.isfinite(x) else repr(x)])
     return out.getvalue()

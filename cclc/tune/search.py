@@ -151,7 +151,7 @@ class Evaluator:
         if todo:
             values = self.profiler.measure(self.case, todo)
             self.measured += len(todo)
-            for c, v in zip(todo, values):
+            for c, v in zip(todo, values, strict=True):
                 self._remember(c, v)
                 if self.cache is not None:
                     self.cache.put(MeasurementCache.key(self.profiler, self.case, c), v)
@@ -188,7 +188,8 @@ def _result(method: str, ev: Evaluator, spent: bool) -> SearchResult:
 
 def _index_of(sub: Subspace, config: Config) -> list[int]:
     return [min(range(len(axis)), key=lambda i: abs(axis[i] - v))
-            for axis, v in zip(sub.axes, (config.channels, config.threads, config.chunk))]
+            for axis, v in zip(sub.axes, (config.channels, config.threads, config.chunk),
+                               strict=True)]
 
 
 def _descend(sub: Subspace, ev: Evaluator, start: list[int]) -> None:
@@ -308,7 +309,7 @@ def random_search(space: Space, ev: Evaluator, samples: int, seed: int = 0) -> S
     picks = rng.sample(range(total), min(samples, total))
     configs = []
     for p in picks:
-        for sub, size in zip(space.subspaces, sizes):
+        for sub, size in zip(space.subspaces, sizes, strict=True):
             if p < size:
                 c, rest = divmod(p, len(sub.threads) * len(sub.chunks))
                 t, k = divmod(rest, len(sub.chunks))

@@ -22,6 +22,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import SemanticError
@@ -220,7 +221,7 @@ def size_ranges(sizes: Sequence[int]) -> list[tuple[int, int]]:
         ratios = [2.0, 2.0]
     else:
         ratios = [s[1] / s[0], s[-1] / s[-2]]
-    cuts = [int(math.floor(math.sqrt(a * b))) for a, b in zip(s, s[1:])]
+    cuts = [int(math.floor(math.sqrt(a * b))) for a, b in pairwise(s)]
     low = max(1, int(math.ceil(s[0] / math.sqrt(ratios[0]))))
     high = int(math.floor(s[-1] * math.sqrt(ratios[1])))
     bounds = [low - 1] + cuts + [high]
@@ -231,16 +232,46 @@ def _space(target: TuneTarget, options: TuneOptions) -> Space:
     return space_for(target.func, target.machine, options.version, options.max_channels)
 
 
+#: one searched (target, size): the target, its space, the case, its byte range, the search
+#: result, NCCL's default configuration and its bus bandwidth
+_Raw = tuple[TuneTarget, Space, Case, tuple[int, int], SearchResult, Config, float | None]
+
+
 def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions = TuneOptions(),
          cache: MeasurementCache | None = None) -> TuneResult:
     """Search every (target, size), then settle the process-wide parameters."""
     if not targets:
         raise SemanticError("nothing to tune: no collective NCCL can tune was given")
     notes: list[str] = []
-    raw: list[tuple[TuneTarget, Space, Case, tuple[int, int], object, Config, float | None]] = []
+    raw = _search_every_size(targets, profiler, options, cache, notes)
+    if not raw:
+        raise SemanticError("no configuration could be measured for any target")
+    if not profiler.measured:
+        notes.append("a model, not a measurement: the table chooses NCCL's algorithm and "
+                     "protocol only and keeps NCCL's own channels, threads and chunk (AutoCCL's "
+                     "gains come from measuring: use --profiler csv:FILE or nccl-tests:CMD)")
+    # process-wide parameters: one value for the whole process
+    configs = {i: r[4].best for i, r in enumerate(raw)}
+    # a model never sets process-wide resources: threads, transport and channel floors stay
+    # NCCL's (the settling runs over measured tables only)
+    settings = _settle_process_wide(raw, configs, profiler, cache) if profiler.measured else []
+    entries, over_init = _table(raw, configs, profiler, cache)
+    if over_init:
+        settings.append(Setting("NCCL_MIN_NCHANNELS", str(max(over_init)),
+                                "the tuner can only lower NCCL's channel count; "
+                                f"{len(over_init)} entries want more than NCCL sets up at init"))
+    return TuneResult(entries=tuple(entries), settings=tuple(settings), notes=tuple(notes),
+                      version=options.version, profiler=profiler.identity(),
+                      method=options.method)
+
+
+def _search_every_size(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions,
+                       cache: MeasurementCache | None, notes: list[str]) -> list[_Raw]:
+    """Search every size of every target; a size nothing could be measured at gets a note."""
+    raw: list[_Raw] = []
     for target in targets:
         space = _space(target, options)
-        for nbytes, rng in zip(sorted(target.sizes), size_ranges(target.sizes)):
+        for nbytes, rng in zip(sorted(target.sizes), size_ranges(target.sizes), strict=True):
             case = Case(target.func, nbytes, target.machine)
             default = nccl_default(space, nbytes)
             if profiler.measured:
@@ -254,20 +285,16 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
                              "NCCL keeps its own choice")
                 continue
             raw.append((target, space, case, rng, result, default, default_bw))
-    if not raw:
-        raise SemanticError("no configuration could be measured for any target")
-    if not profiler.measured:
-        notes.append("a model, not a measurement: the table chooses NCCL's algorithm and "
-                     "protocol only and keeps NCCL's own channels, threads and chunk (AutoCCL's "
-                     "gains come from measuring: use --profiler csv:FILE or nccl-tests:CMD)")
-    # process-wide parameters: one value for the whole process
-    configs = {i: r[4].best for i, r in enumerate(raw)}
+    return raw
+
+
+def _settle_process_wide(raw: list[_Raw], configs: dict, profiler: Profiler,
+                         cache: MeasurementCache | None) -> list[Setting]:
+    """One thread count per protocol class and one PCIe transport for the whole process;
+    ``configs`` are updated to them."""
     settings: list[Setting] = []
-    # a model never sets process-wide resources: threads, transport and channel floors stay
-    # NCCL's (the loops below run over measured tables only)
-    process_wide = profiler.measured
-    thread_classes = ((("NCCL_NTHREADS", (Proto.LL, Proto.SIMPLE)),
-                       ("NCCL_LL128_NTHREADS", (Proto.LL128,))) if process_wide else ())
+    thread_classes = (("NCCL_NTHREADS", (Proto.LL, Proto.SIMPLE)),
+                      ("NCCL_LL128_NTHREADS", (Proto.LL128,)))
     for cls_name, protos in thread_classes:
         members = [i for i, c in configs.items() if c.algo is Algo.RING and c.proto in protos]
         if not members:
@@ -282,8 +309,8 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
             settings.append(Setting(cls_name, str(chosen),
                                     f"best single thread count over {len(members)} Ring "
                                     f"{'/'.join(p.name for p in protos)} entries"))
-    pcie = [i for i in configs if process_wide
-            and raw[i][0].machine.interconnect == "pcie" and raw[i][0].machine.ppn > 1]
+    pcie = [i for i in configs
+            if raw[i][0].machine.interconnect == "pcie" and raw[i][0].machine.ppn > 1]
     if pcie:
         chosen_t = _settle(raw, configs, pcie, profiler, cache,
                            lambda c, v: replace(c, transport=v), ["p2p", "shm"], "p2p")
@@ -292,6 +319,13 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
         if chosen_t == "shm":
             settings.append(Setting("NCCL_P2P_DISABLE", "1",
                                     "host shared memory beats PCIe peer-to-peer over the table"))
+    return settings
+
+
+def _table(raw: list[_Raw], configs: dict, profiler: Profiler, cache: MeasurementCache | None
+           ) -> tuple[list[TableEntry], list[int]]:
+    """The table's entries, and the channel counts of measured entries that want more
+    channels than NCCL sets up at init."""
     entries, over_init = [], []
     for i, (target, space, case, (lo, hi), result, default, default_bw) in enumerate(raw):
         config = configs[i]
@@ -305,16 +339,10 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
             evaluations=result.evaluations, measured=result.measured, space_size=space.size,
             source="measured" if profiler.measured else "model"))
         # NVLS runs on its own channel set (NCCL_NVLS_NCHANNELS), not the ring channels
-        if process_wide and config.algo not in (Algo.NVLS, Algo.NVLS_TREE) and \
+        if profiler.measured and config.algo not in (Algo.NVLS, Algo.NVLS_TREE) and \
                 config.channels > target.machine.nccl_channels:
             over_init.append(config.channels)
-    if over_init:
-        settings.append(Setting("NCCL_MIN_NCHANNELS", str(max(over_init)),
-                                "the tuner can only lower NCCL's channel count; "
-                                f"{len(over_init)} entries want more than NCCL sets up at init"))
-    return TuneResult(entries=tuple(entries), settings=tuple(settings), notes=tuple(notes),
-                      version=options.version, profiler=profiler.identity(),
-                      method=options.method)
+    return entries, over_init
 
 
 def _implementations_only(space: Space, case: Case, profiler: Profiler,
@@ -325,7 +353,7 @@ def _implementations_only(space: Space, case: Case, profiler: Profiler,
     candidates = [default_point(space, sub, case.nbytes) for sub in space.subspaces
                   if sub.transport == "p2p"]
     values = ev.evaluate(candidates)
-    scored = [(v, c) for v, c in zip(values, candidates) if v is not None]
+    scored = [(v, c) for v, c in zip(values, candidates, strict=True) if v is not None]
     if not scored:
         return SearchResult("model-implementation", None, None, ev.evaluations, ev.measured,
                             False)
@@ -353,7 +381,7 @@ def _settle(raw, configs, members, profiler, cache, change, values, default):
             candidates.append((v, c))
         measured = Evaluator(profiler, case, cache).evaluate([c for _, c in candidates])
         ref = raw[i][4].busbw or 1.0
-        for (v, _), bw in zip(candidates, measured):
+        for (v, _), bw in zip(candidates, measured, strict=True):
             score[v] += (bw or 0.0) / ref
     return max(values, key=lambda v: (round(score[v], 9), v == default))
 

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cclc import bounds, sim
 from cclc.algorithms import get
 from cclc.algorithms.common import route_table, snake_order, torus_routes
 from cclc.collective import CollectiveKind, make_collective
 from cclc.ir import Buf
+from cclc.numeric import check_numeric
 from cclc.topology import NodeType, leaf_spine, single_node, single_switch, torus, with_faults
-
-verify = pytest.importorskip("cclc.verify").verify
-check_numeric = pytest.importorskip("cclc.numeric").check_numeric
+from cclc.verify import verify
 
 NODE = NodeType("hgx", "nvswitch", 4, 100e9, 1e-6, nics=2, nic_bandwidth=50e9)
 TOPOLOGIES = {
@@ -84,8 +84,6 @@ def test_whole_torus(topo_name, algo, kind):
     verify(s)
     check_numeric(s)
     _check_links(s)
-    bounds = pytest.importorskip("cclc.bounds")
-    sim = pytest.importorskip("cclc.sim")
     assert sim.simulate(s).time >= bounds.bounds(coll).best * (1 - 1e-9)
 
 

@@ -1,4 +1,4 @@
-"""Multi-dimensional torus AllToAll (cclc.algorithms.torus_multidim): per-link bytes against the
+"""Multi-dimensional torus AllToAll (cclc.algorithms.torus_alltoall): per-link bytes against the
 closed forms, speed-ups, faults, non-uniform sizes, and property tests over random tori."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cclc.algorithms import get
-from cclc.algorithms.torus_multidim import (
+from cclc.algorithms.torus_alltoall import (
     ALGORITHMS,
     build_for_sizes,
     build_torus_alltoall,
@@ -277,7 +277,7 @@ def test_property_healthy_and_one_fault(shape, algorithm, schedule, fault_seed, 
     t = torus("t", dims, wrap=wrap, bandwidth=BW, latency=LAT)
     if algorithm in ("foldedring", "line"):
         # every fault position: one failed edge on a wrapped ring of >= 3
-        rings = [d for d, (n, w) in enumerate(zip(dims, wrap)) if w and n >= 3]
+        rings = [d for d, (n, w) in enumerate(zip(dims, wrap, strict=True)) if w and n >= 3]
         if not rings:
             return
         d = rings[fault_seed % len(rings)]
@@ -289,7 +289,8 @@ def test_property_healthy_and_one_fault(shape, algorithm, schedule, fault_seed, 
     c = a2a(t, t.n_ranks * 4 * block)
     algo = get(f"{algorithm}+{schedule}")
     reason = algo.applicable(c)
-    if algorithm in ("ring", "halfring") and any(not w for w, n in zip(wrap, dims) if n > 1):
+    if algorithm in ("ring", "halfring") and any(not w for w, n in zip(wrap, dims, strict=True)
+                                                 if n > 1):
         assert reason is None     # meshes run Line on their dimensions
     assert reason is None, reason
     s = algo.build(c, chunks=3) if schedule == "pipeline" else algo.build(c)

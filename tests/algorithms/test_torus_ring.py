@@ -1,4 +1,5 @@
-"""Per-ring AllToAll plans (cclc.algorithms.torus_ring): link loads against the closed forms."""
+"""Per-ring AllToAll plans (cclc.algorithms.torus_alltoall.ring_plans): link loads against the
+closed forms."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import itertools
 
 import pytest
 
-from cclc.algorithms.torus_ring import (
+from cclc.algorithms.torus_alltoall.ring_plans import (
     MINUS,
     PLUS,
     RING,
@@ -23,7 +24,7 @@ from cclc.algorithms.torus_ring import (
 def _delivers_everything(plan) -> None:
     n = plan.n
     finals = {(o, d) for o, d, f in zip(plan.origin.tolist(), plan.dest.tolist(),
-                                        plan.final.tolist()) if f}
+                                        plan.final.tolist(), strict=True) if f}
     assert finals == {(a, b) for a in range(n) for b in range(n) if a != b}
 
 
@@ -106,7 +107,8 @@ def test_line_uses_shortest_paths_and_one_block_per_link_per_stage(n, cut):
     # the middle of the line carries floor(n/2) ceil(n/2) blocks per direction
     assert max(loads.values()) == (n // 2) * ((n + 1) // 2)
     per_stage: dict = {}
-    for s, src, pid in zip(plan.stage.tolist(), plan.src.tolist(), plan.path.tolist()):
+    for s, src, pid in zip(plan.stage.tolist(), plan.src.tolist(), plan.path.tolist(),
+                           strict=True):
         key = (s, src, plan.paths[pid])
         per_stage[key] = per_stage.get(key, 0) + 1
     assert max(per_stage.values()) == 1

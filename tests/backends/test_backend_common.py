@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 from backend_helpers import (
@@ -12,7 +10,7 @@ from backend_helpers import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.common import EmitOptions, c_identifier, coerce_options
+from backends.common import EmitOptions, c_identifier
 from backends.units import buffer_units, rank_units, to_units
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import ScheduleError
@@ -44,17 +42,23 @@ def test_options_validate():
         EmitOptions(nthreads=100)
 
 
-def test_coerce_takes_shared_fields_of_a_foreign_options_object():
-    @dataclasses.dataclass(frozen=True)
-    class CliOptions:       # what cclc compile passes: its own fields plus ours by name
-        source: str = "x.ccl"
-        force: bool = False
-        msccl_runtime: str = "rccl"
-        build: bool = True
+def test_the_cli_fills_the_one_options_type():
+    import argparse
 
-    opts = coerce_options(CliOptions())
-    assert opts.msccl_runtime == "rccl" and opts.build and opts.protocol == "Simple"
-    assert coerce_options(None) == EmitOptions()
+    from cclc.commands import compile as compile_cmd
+
+    args = argparse.Namespace(msccl_runtime="rccl", msccl_max_bytes=1 << 20, build=True)
+    opts = compile_cmd._options(args)
+    assert type(opts) is EmitOptions
+    assert opts.msccl_runtime == "rccl" and opts.build and opts.max_bytes == 1 << 20
+    assert opts.protocol == "Simple"      # what the CLI does not set keeps its default
+
+
+def test_the_runtime_names_are_the_runtimes_table():
+    from backends.msccl.runtimes import RUNTIMES
+
+    for key in RUNTIMES:
+        assert EmitOptions(msccl_runtime=key).msccl_runtime == key
 
 
 def test_unequal_chunks_become_gcd_units():

@@ -30,107 +30,131 @@ _RED = {ReduceOp.SUM: np.add, ReduceOp.MAX: np.maximum, ReduceOp.MIN: np.minimum
 
 
 def _run_tables(schedule, seed: int) -> None:
-    t = dataflow_tables(schedule, *to_units(schedule, split=True))
-    widths = buffer_units(t.units)
-    coll = schedule.collective
-    n = coll.n
-    rng = np.random.default_rng(seed)
+    """Run the tables of ``schedule`` on every rank, one random action at a time (a lane
+    starting its next group, a local entry, a matched send and receive), and compare the
+    outputs with numpy's reference."""
+    m = _TableMachine(schedule, seed)
     pick = random.Random(seed)
-    # at count = count_units every unit is one element
-    inputs = [rng.integers(-50, 50, size=widths[Buf.INPUT]).astype(np.int64) for _ in range(n)]
-    mem = [[inputs[r].copy(), np.zeros(widths[Buf.OUTPUT], np.int64),
-            np.zeros(widths[Buf.SCRATCH], np.int64)] for r in range(n)]
-    staging = [np.zeros(t.staging_units, np.int64) for _ in range(n)]
-    red = _RED[coll.op]
-    entries = t.entries
-    groups = []                                  # per rank: lists of entry indices
-    for r in range(n):
-        gs = []
-        for j, e in enumerate(entries[r]):
-            if e.group:
-                gs.append([j])
-            else:
-                assert gs and entries[r][gs[-1][0]].lane == e.lane
-                gs[-1].append(j)
-        groups.append(gs)
-    lanes_q = [{} for _ in range(n)]             # rank -> lane -> queue of groups
-    for r in range(n):
-        for g in groups[r]:
-            lanes_q[r].setdefault(entries[r][g[0]].lane, []).append(g)
-    state = [[0] * len(entries[r]) for r in range(n)]     # 0 waiting, 1 started, 2 done
-    posted: dict[tuple[int, int, int], list] = {}          # (src, dst, lane) -> sends/recvs
-    local_started: set[tuple[int, int]] = set()
-
-    def src_of(r, e):
-        if e.stage is not None and e.role is not DataflowRole.SNAP:
-            return staging[r][e.stage:e.stage + e.count]
-        return mem[r][e.src_buf][e.src_off:e.src_off + e.count]
-
-    def write(r, e, data):
-        d = mem[r][e.dst_buf]
-        sl = slice(e.dst_off, e.dst_off + e.count)
-        d[sl] = red(d[sl], data) if e.kind is OpKind.REDUCE else data
-
-    left = sum(len(x) for x in entries)
-    while left:
-        actions = []
-        for r in range(n):
-            for lane, q in lanes_q[r].items():
-                if not q:
-                    continue
-                g = q[0]
-                if state[r][g[0]] == 0 and all(state[r][d] == 2 for j in g
-                                               for d in entries[r][j].deps):
-                    actions.append(("start", r, lane))
-        actions.extend(("local", r, j) for r, j in sorted(local_started))
-        for key, (sends, recvs) in posted.items():
-            if sends and recvs:
-                actions.append(("move", key))
+    while m.left:
+        actions = m.actions()
         assert actions, "deadlock: nothing can proceed"
         act = pick.choice(actions)
         if act[0] == "start":
-            _, r, lane = act
-            for j in lanes_q[r][lane][0]:
-                e = entries[r][j]
-                state[r][j] = 1
-                if e.role is DataflowRole.SEND:
-                    posted.setdefault((r, e.peer, lane), ([], []))[0].append(j)
-                elif e.role is DataflowRole.RECV:
-                    posted.setdefault((e.peer, r, lane), ([], []))[1].append(j)
-                else:
-                    local_started.add((r, j))
+            m.start(act[1], act[2])
         elif act[0] == "local":
-            _, r, j = act
-            e = entries[r][j]
-            if e.role is DataflowRole.SNAP:
-                staging[r][e.stage:e.stage + e.count] = src_of(r, e)
-            else:
-                write(r, e, src_of(r, e).copy())
-            state[r][j] = 2
-            local_started.discard((r, j))
-            left -= 1
+            m.local(act[1], act[2])
         else:
-            a, b, _ = act[1]
-            sends, recvs = posted[act[1]]
-            js, jr = sends.pop(0), recvs.pop(0)
-            es, er = entries[a][js], entries[b][jr]
-            assert es.count == er.count, "matched messages of different sizes"
-            data = src_of(a, es).copy()
-            if er.land is not None:            # lands in staging, then is reduced into place
-                staging[b][er.land:er.land + er.count] = data
-                data = staging[b][er.land:er.land + er.count].copy()
-            write(b, er, data)
-            state[a][js] = state[b][jr] = 2
-            left -= 2
-        for r in range(n):                     # a lane moves on when its head group is done
-            for q in lanes_q[r].values():
-                while q and all(state[r][j] == 2 for j in q[0]):
-                    q.pop(0)
-    want = reference(coll.kind, coll.op, inputs, coll.root)
-    for r in range(n):
+            m.move(act[1])
+        m.advance_lanes()
+    coll = schedule.collective
+    want = reference(coll.kind, coll.op, m.inputs, coll.root)
+    for r in range(coll.n):
         if want[r] is not None:
-            np.testing.assert_array_equal(mem[r][Buf.OUTPUT][:len(want[r])], want[r],
+            np.testing.assert_array_equal(m.mem[r][Buf.OUTPUT][:len(want[r])], want[r],
                                           err_msg=f"rank {r}")
+
+
+class _TableMachine:
+    """Every rank's memory, staging and table state while the tables run."""
+
+    def __init__(self, schedule, seed: int):
+        t = dataflow_tables(schedule, *to_units(schedule, split=True))
+        widths = buffer_units(t.units)
+        n = schedule.collective.n
+        rng = np.random.default_rng(seed)
+        self.red = _RED[schedule.collective.op]
+        # at count = count_units every unit is one element
+        self.inputs = [rng.integers(-50, 50, size=widths[Buf.INPUT]).astype(np.int64)
+                       for _ in range(n)]
+        self.mem = [[self.inputs[r].copy(), np.zeros(widths[Buf.OUTPUT], np.int64),
+                     np.zeros(widths[Buf.SCRATCH], np.int64)] for r in range(n)]
+        self.staging = [np.zeros(t.staging_units, np.int64) for _ in range(n)]
+        self.entries = entries = t.entries
+        self.lanes_q: list[dict] = [{} for _ in range(n)]    # rank -> lane -> queue of groups
+        for r in range(n):
+            for g in self._groups(r):
+                self.lanes_q[r].setdefault(entries[r][g[0]].lane, []).append(g)
+        self.state = [[0] * len(entries[r]) for r in range(n)]  # 0 waiting, 1 started, 2 done
+        self.posted: dict[tuple[int, int, int], tuple[list, list]] = {}  # (src, dst, lane)
+        self.local_started: set[tuple[int, int]] = set()
+        self.left = sum(len(x) for x in entries)
+
+    def _groups(self, r: int) -> list[list[int]]:
+        gs: list[list[int]] = []
+        for j, e in enumerate(self.entries[r]):
+            if e.group:
+                gs.append([j])
+            else:
+                assert gs and self.entries[r][gs[-1][0]].lane == e.lane
+                gs[-1].append(j)
+        return gs
+
+    def src_of(self, r, e):
+        if e.stage is not None and e.role is not DataflowRole.SNAP:
+            return self.staging[r][e.stage:e.stage + e.count]
+        return self.mem[r][e.src_buf][e.src_off:e.src_off + e.count]
+
+    def write(self, r, e, data) -> None:
+        d = self.mem[r][e.dst_buf]
+        sl = slice(e.dst_off, e.dst_off + e.count)
+        d[sl] = self.red(d[sl], data) if e.kind is OpKind.REDUCE else data
+
+    def actions(self) -> list[tuple]:
+        actions: list[tuple] = []
+        for r, lanes in enumerate(self.lanes_q):
+            for lane, q in lanes.items():
+                if not q:
+                    continue
+                g = q[0]
+                if self.state[r][g[0]] == 0 and all(self.state[r][d] == 2 for j in g
+                                                    for d in self.entries[r][j].deps):
+                    actions.append(("start", r, lane))
+        actions.extend(("local", r, j) for r, j in sorted(self.local_started))
+        for key, (sends, recvs) in self.posted.items():
+            if sends and recvs:
+                actions.append(("move", key))
+        return actions
+
+    def start(self, r: int, lane: int) -> None:
+        for j in self.lanes_q[r][lane][0]:
+            e = self.entries[r][j]
+            self.state[r][j] = 1
+            if e.role is DataflowRole.SEND:
+                self.posted.setdefault((r, e.peer, lane), ([], []))[0].append(j)
+            elif e.role is DataflowRole.RECV:
+                self.posted.setdefault((e.peer, r, lane), ([], []))[1].append(j)
+            else:
+                self.local_started.add((r, j))
+
+    def local(self, r: int, j: int) -> None:
+        e = self.entries[r][j]
+        if e.role is DataflowRole.SNAP:
+            self.staging[r][e.stage:e.stage + e.count] = self.src_of(r, e)
+        else:
+            self.write(r, e, self.src_of(r, e).copy())
+        self.state[r][j] = 2
+        self.local_started.discard((r, j))
+        self.left -= 1
+
+    def move(self, key: tuple[int, int, int]) -> None:
+        a, b, _ = key
+        sends, recvs = self.posted[key]
+        js, jr = sends.pop(0), recvs.pop(0)
+        es, er = self.entries[a][js], self.entries[b][jr]
+        assert es.count == er.count, "matched messages of different sizes"
+        data = self.src_of(a, es).copy()
+        if er.land is not None:            # lands in staging, then is reduced into place
+            self.staging[b][er.land:er.land + er.count] = data
+            data = self.staging[b][er.land:er.land + er.count].copy()
+        self.write(b, er, data)
+        self.state[a][js] = self.state[b][jr] = 2
+        self.left -= 2
+
+    def advance_lanes(self) -> None:
+        for r, lanes in enumerate(self.lanes_q):   # a lane moves on when its head group is done
+            for q in lanes.values():
+                while q and all(self.state[r][j] == 2 for j in q[0]):
+                    q.pop(0)
 
 
 @settings(max_examples=15, deadline=None)

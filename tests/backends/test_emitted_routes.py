@@ -85,7 +85,7 @@ def _table_sends(header: str) -> set[tuple[int, int]]:
              .split(",")]
     pairs = set()
     for rank in range(len(first) - 1):
-        for step, role, peer in rows[first[rank]:first[rank + 1]]:
+        for _step, role, peer in rows[first[rank]:first[rank + 1]]:
             if role == 0:
                 pairs.add((rank, peer))
     return pairs
@@ -105,7 +105,8 @@ def _check_emitted(coll, schedule) -> int:
         pass                                     # too large for the runtime: tables only
     except ScheduleError as err:
         assert "non-uniform alltoall" in err.message, err.message
-    ir_pairs = {(int(a), int(b)) for a, b in zip(schedule.ops.src, schedule.ops.dst) if a != b}
+    ir_pairs = {(int(a), int(b)) for a, b in zip(schedule.ops.src, schedule.ops.dst, strict=True)
+                if a != b}
     assert checked <= ir_pairs, "an emitted send the schedule does not have"
     for a, b in checked:
         assert _movable(topo, group[a], group[b]), (

@@ -287,18 +287,23 @@ def test_report_names_fallbacks_and_loading(tmp_path):
 
 
 def test_emit_into_output_dir_with_cli_options(tmp_path):
-    import dataclasses
-
-    @dataclasses.dataclass(frozen=True)
-    class CliOptions:
-        source: str
-        force: bool
-        msccl_runtime: str = "rccl"
-
     out = OutputDir(tmp_path / "out")
-    paths = emit(ring_allgather(), out, CliOptions("x.ccl", False))
+    paths = emit(ring_allgather(), out, EmitOptions(msccl_runtime="rccl"))
     assert all(p.exists() for p in paths)
     assert set(out.files()) == {"ag_ring.rccl.xml", "ag_ring.rccl.report.md"}
+
+
+def test_the_backend_renders_the_xml_in_pieces_the_pipeline_writes(tmp_path):
+    from backends.contract import Facts
+    from backends.msccl import BACKEND
+
+    s = ring_allgather()
+    options = EmitOptions(msccl_runtime="msccl-executor")
+    rendered = BACKEND.render(s, options, Facts())
+    xml = rendered["ag_ring.msccl-executor.xml"]
+    assert not isinstance(xml, (str, bytes))      # produced as it is written, one <gpu> a piece
+    (path, _) = emit(s, tmp_path, options)
+    assert path.read_bytes() == render_xml(s, options).encode("utf-8")
 
 
 def test_executor_command_line(tmp_path, capsys):

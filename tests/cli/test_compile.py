@@ -7,16 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from cclc import cli
+from cclc import cli, serialize
 from cclc.algorithms import REGISTRY, Algorithm, get
 from cclc.collective import CollectiveKind
-from cclc.commands import compile as compile_cmd
-from cclc.errors import CclError
 from cclc.ir import Buf, ScheduleBuilder
 from cclc.outdir import MANIFEST
-
-pytest.importorskip("cclc.verify")
-serialize = pytest.importorskip("cclc.serialize")
 
 SOURCE = """\
 topology pod = torus(4, 4) {
@@ -167,14 +162,40 @@ def test_unknown_emitter_lists_the_known_ones(tmp_path, run_cli):
     assert "unknown emitter 'xml'" in err and "msccl" in err and "json" in err
 
 
-def test_emitters_are_dispatched_by_name(tmp_path, run_cli, monkeypatch):
-    (tmp_path / "fake_backend_for_test.py").write_text(
-        "def emit(schedule, outdir, options):\n"
-        "    name = schedule.collective.name + '.txt'\n"
-        "    outdir.write_text(name, f'{len(schedule.ops)} {options.source}')\n"
-        "    return [name]\n")
+_FAKE_BACKEND = """
+class Fake:
+    name = NAME
+    wants_simulation = False
+
+    def files(self, key, options):
+        return (key.name + ".txt",)
+
+    def render(self, subject, options, facts):
+        if REFUSE:
+            raise CclError("this runtime cannot express the schedule")
+        return {subject.collective.name + ".txt": f"{len(subject.ops)} {options.build}"}
+
+    def build(self, folder, key, options):
+        return []
+
+BACKEND = Fake()
+"""
+
+
+def _fake_backend(tmp_path, monkeypatch, module: str, output: str, refuse: bool) -> None:
+    import backends
+
+    (tmp_path / f"{module}.py").write_text(
+        f"from cclc.errors import CclError\nREFUSE = {refuse}\nNAME = {output!r}\n"
+        + _FAKE_BACKEND)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(compile_cmd.EMITTERS, "fake", "fake_backend_for_test")
+    monkeypatch.setitem(backends.BACKENDS, output, module)
+    if output not in backends.SCHEDULE_BACKENDS:
+        monkeypatch.setattr(backends, "SCHEDULE_BACKENDS", (*backends.SCHEDULE_BACKENDS, output))
+
+
+def test_emitters_are_dispatched_by_name(tmp_path, run_cli, monkeypatch):
+    _fake_backend(tmp_path, monkeypatch, "fake_backend_for_test", "fake", refuse=False)
     out = tmp_path / "out"
     code, _, err = run_cli("compile", _source(tmp_path), "-o", out, "--emit", "fake",
                            "--only", "a2a")
@@ -183,15 +204,29 @@ def test_emitters_are_dispatched_by_name(tmp_path, run_cli, monkeypatch):
     assert int((out / "a2a.txt").read_text().split()[0]) > 256
     assert not (out / "a2a.schedule.json").exists()  # json was not asked for
     assert "a2a.txt" in json.loads((out / MANIFEST).read_text())["files"]
+    # the pipeline refuses, before any work, a file a backend declares that cclc did not write
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "a2a.txt").write_text("mine")
+    code, _, err = run_cli("compile", _source(tmp_path), "-o", mine, "--emit", "fake",
+                           "--only", "a2a")
+    assert code == 2 and "refusing to overwrite 'a2a.txt'" in err
+    assert (mine / "a2a.txt").read_text() == "mine"
+    assert not (mine / "topology-pod.json").exists()
+
+
+def test_a_foreign_file_of_the_nccl_backend_is_refused_up_front(tmp_path, run_cli):
+    out = tmp_path / "out"
+    (out / "nccl-a2a").mkdir(parents=True)
+    (out / "nccl-a2a" / "Makefile").write_text("all:\n")
+    code, _, err = run_cli("compile", _source(tmp_path), "-o", out, "--emit", "json,nccl")
+    assert code == 2 and "nccl-a2a/Makefile" in err
+    assert not (out / "a2a.schedule.json").exists()     # refused before any work
 
 
 def test_an_output_the_schedule_cannot_take_does_not_cost_the_others(tmp_path, run_cli,
                                                                     monkeypatch):
-    def refusing_emit(schedule, outdir, options):
-        raise CclError("this runtime cannot express the schedule")
-
-    monkeypatch.setitem(compile_cmd.EMITTERS, "msccl", refusing_emit)
-    monkeypatch.setattr(compile_cmd, "_emitter", lambda name: compile_cmd.EMITTERS[name])
+    _fake_backend(tmp_path, monkeypatch, "refusing_backend_for_test", "msccl", refuse=True)
     out = tmp_path / "out"
     code, _, err = run_cli("compile", _source(tmp_path), "-o", out, "--emit", "json,msccl")
     assert code == 1

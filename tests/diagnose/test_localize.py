@@ -32,7 +32,7 @@ def test_routes_are_shortest_healthy_paths():
     r = pair_routes(topo, s, d)
     g = topo.healthy_graph()
     hops = dict(nx.all_pairs_shortest_path_length(g))
-    for k, (u, v) in enumerate(zip(s.tolist(), d.tolist())):
+    for k, (u, v) in enumerate(zip(s.tolist(), d.tolist(), strict=True)):
         links = r.links[r.offsets[k]:r.offsets[k + 1]]
         assert not topo.link_failed[links].any()
         assert len(links) == hops[u][v]

@@ -100,14 +100,16 @@ def test_two_rank_runs_map_host_and_device_onto_nodes():
             parse_nccl_tests(nccl_tests_output([("h1", 2), ("h7", 6)], [(1 << 20, 70.0)]), "y")]
     # first appearance: h3 is node 0, h1 node 1, h7 node 2
     t = nccl_tests_timings(runs, topo)
-    got = {(s, d): x for s, d, x in zip(t.src.tolist(), t.dst.tolist(), t.seconds.tolist())}
+    got = {(s, d): x
+           for s, d, x in zip(t.src.tolist(), t.dst.tolist(), t.seconds.tolist(), strict=True)}
     assert got == pytest.approx({(0 * 8 + 5, 1 * 8 + 5): 50e-6, (13, 5): 50e-6,
                                  (1 * 8 + 2, 2 * 8 + 6): 70e-6, (22, 10): 70e-6})
     assert t.concurrent is False
     # with a hosts list (FQDNs: nccl-tests prints the part before the first '.')
     hosts = parse_hosts("# rack 1\nh1.cluster.local slots=8\nh7.cluster.local\nh3\n", "hosts")
     t = nccl_tests_timings(runs, topo, hosts)
-    assert sorted(zip(t.src.tolist(), t.dst.tolist())) == [(2, 14), (5, 21), (14, 2), (21, 5)]
+    assert sorted(zip(t.src.tolist(), t.dst.tolist(), strict=True)) == [(2, 14), (5, 21), (14, 2),
+                                                                         (21, 5)]
 
 
 def test_shift_gives_every_pair_the_run_time_and_runs_add_up():
@@ -118,7 +120,7 @@ def test_shift_gives_every_pair_the_run_time_and_runs_add_up():
     hosts = parse_hosts("".join(f"chip{i}\n" for i in range(25)))
     t = nccl_tests_timings([run, again], topo, hosts)
     got = {(s, d): (b, round(x * 1e6, 6)) for s, d, b, x in
-           zip(t.src.tolist(), t.dst.tolist(), t.nbytes.tolist(), t.seconds.tolist())}
+           zip(t.src.tolist(), t.dst.tolist(), t.nbytes.tolist(), t.seconds.tolist(), strict=True)}
     mib = float(1 << 20)
     # 4 -> 9 -> 2 -> 7 -> 4 at the run's time; 4 <-> 9 timed again by the 2-rank run
     assert got == {(4, 9): (2 * mib, 400.0), (9, 2): (mib, 300.0), (2, 7): (mib, 300.0),
@@ -150,7 +152,8 @@ def test_runs_sum_like_a_brute_force_reference(runs):
             acc[0] += size
             acc[1] += printed * 1e-6
     got = {(s, d): [b, x] for s, d, b, x in zip(t.src.tolist(), t.dst.tolist(),
-                                                 t.nbytes.tolist(), t.seconds.tolist())}
+                                                 t.nbytes.tolist(), t.seconds.tolist(),
+                                                 strict=True)}
     assert got.keys() == expect.keys()
     for k, (b, x) in expect.items():
         assert got[k][0] == b and got[k][1] == pytest.approx(x, rel=1e-12)

@@ -82,7 +82,7 @@ def test_pairs_csv_round_trip_sums_like_numpy(rows):
     if len(t):
         again = parse_timings(to_pairs_csv(t), "again.csv")
         assert again.seconds.tolist() == t.seconds.tolist()
-    for k, (s, d) in enumerate(zip(t.src.tolist(), t.dst.tolist())):
+    for k, (s, d) in enumerate(zip(t.src.tolist(), t.dst.tolist(), strict=True)):
         mine = [(b, x) for ss, dd, b, x in rows if (ss, dd) == (s, d)]
         assert t.nbytes[k] == sum(b for b, _ in mine)
         secs = np.array([x for _, x in mine])

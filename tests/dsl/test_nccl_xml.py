@@ -99,7 +99,7 @@ def test_generated_nvswitch_node_imports_to_its_parameters(gpus, per_gpu, sm, ni
     links = []
     for _ in range(gpus):
         cuts = sorted(data.draw(st.lists(st.integers(0, per_gpu), min_size=3, max_size=3)))
-        links.append([b - a for a, b in zip([0, *cuts], [*cuts, per_gpu])])
+        links.append([b - a for a, b in zip([0, *cuts], [*cuts, per_gpu], strict=True)])
     placement: dict[int, int] = {}
     for i in range(nics):
         placement[i * gpus // nics] = placement.get(i * gpus // nics, 0) + 1
@@ -120,7 +120,8 @@ def test_generated_pcie_node_takes_the_slowest_gpu_link_as_nccl_computes_it(spee
     gt = {"8.0": 8, "16.0": 16, "32.0": 32, "64.0": 64, "16": 16}
     xml = ['<system version="1"><cpu numaid="0">']
     expected = []
-    for g, (speed, width) in enumerate(zip(speeds, widths)):
+    # widths holds one entry for each of the most GPUs drawn: the zip stops at the GPUs drawn
+    for g, (speed, width) in enumerate(zip(speeds, widths, strict=False)):
         xml.append(f'<pci busid="0000:{g + 1:02x}:00.0" class="0x030000" link_speed="{speed}" '
                    f'link_width="{width}"><gpu dev="{g}" sm="86"/></pci>')
         # NCCL: 100 Mb/s units per lane = GT/s * 7.5 (128b/130b rounded), / 80 -> GB/s

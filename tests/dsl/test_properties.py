@@ -66,9 +66,9 @@ def test_torus_and_mesh_links(dims, data):
     expected = _torus_links(dims, wrap)
     # per ring or line of n: 2n links when it wraps (n > 2), else 2(n - 1)
     per_ring = sum(math.prod(dims) // n * (2 * n if w and n > 2 else 2 * (n - 1))
-                   for n, w in zip(dims, wrap))
+                   for n, w in zip(dims, wrap, strict=True))
     assert topo.n_links == len(expected) == per_ring
-    assert set(zip(topo.link_src.tolist(), topo.link_dst.tolist())) == expected
+    assert set(zip(topo.link_src.tolist(), topo.link_dst.tolist(), strict=True)) == expected
     assert nx.is_strongly_connected(topo.healthy_graph())
 
 
@@ -83,7 +83,7 @@ def test_torus_faults_and_connectivity(dims, data):
     dead = data.draw(st.lists(st.sampled_from(range(len(coords))), max_size=2, unique=True))
 
     faults, failed = "", set()
-    for (a, b), single in zip(cut, one_way):
+    for (a, b), single in zip(cut, one_way, strict=True):
         arrow = "->" if single else "--"
         faults += f"    fault link {_coord(coords[a])} {arrow} {_coord(coords[b])}\n"
         failed |= {(a, b)} if single else {(a, b), (b, a)}
@@ -102,7 +102,8 @@ def test_torus_faults_and_connectivity(dims, data):
     if connected:
         program = loads(text, "t.ccl")
         topo = program.topologies["t"]
-        got = {(int(u), int(v)) for u, v, f in zip(topo.link_src, topo.link_dst, topo.link_failed)
+        got = {(int(u), int(v))
+               for u, v, f in zip(topo.link_src, topo.link_dst, topo.link_failed, strict=True)
                if f}
         assert got == failed
         assert program.collectives[0].group == tuple(live)
@@ -180,7 +181,7 @@ def test_fabric_faults_and_connectivity(f, data):
 
     healthy = loads(_fabric_text(f), "c.ccl").topologies["c"]
     index = {name: i for i, name in enumerate(healthy.vertex_names)}
-    links = set(zip(healthy.link_src.tolist(), healthy.link_dst.tolist()))
+    links = set(zip(healthy.link_src.tolist(), healthy.link_dst.tolist(), strict=True))
     dead_ranks = {index[f"node{n}.gpu{g}"] for n, g in dead}
     failed = {(index[f"leaf{a}"], index[f"spine{b}"]) for a, b in cut}
     failed |= {(v, u) for u, v in failed}
@@ -195,7 +196,8 @@ def test_fabric_faults_and_connectivity(f, data):
     event("connected" if connected else "disconnected")
     if connected:
         topo = loads(text, "c.ccl").topologies["c"]
-        got = {(int(u), int(v)) for u, v, x in zip(topo.link_src, topo.link_dst, topo.link_failed)
+        got = {(int(u), int(v))
+               for u, v, x in zip(topo.link_src, topo.link_dst, topo.link_failed, strict=True)
                if x}
         assert got == failed
     else:

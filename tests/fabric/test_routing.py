@@ -186,7 +186,7 @@ def test_planned_routes_with_several_failures(nodes, leaves, spines, fail, block
     spine_v = [topo.vertex(f"spine{i}") for i in range(spines)]
     ok = [[not topo.link_failed[topo.link_id(a, s)] for s in spine_v] for a in leaf_v]
     s = get("direct").build(coll)
-    if any(not any(x and y for x, y in zip(ok[a], ok[b]))
+    if any(not any(x and y for x, y in zip(ok[a], ok[b], strict=True))
            for a in range(leaves) for b in range(leaves) if a != b):
         # two leaves share no healthy spine: their flows detour through a third leaf; the
         # plan keeps those paths as found and still never uses a failed link

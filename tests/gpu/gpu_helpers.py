@@ -61,7 +61,7 @@ def rank_env(rank: int, port: int, **extra: str) -> dict[str, str]:
 def run_ranks(argvs: list[list[str]], envs: list[dict[str, str]], timeout: float = 300):
     """Start one process per rank, wait for all; return their (status, stdout, stderr)."""
     procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for argv, env in zip(argvs, envs)]
+                              text=True) for argv, env in zip(argvs, envs, strict=True)]
     results = []
     for p in procs:
         try:

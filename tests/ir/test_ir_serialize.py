@@ -36,7 +36,7 @@ def same(a, b):
               "span"):
         assert getattr(ca, k) == getattr(cb, k), k
     assert (ca.pair_sizes is None) == (cb.pair_sizes is None)
-    for x, y in zip(a.layouts, b.layouts):
+    for x, y in zip(a.layouts, b.layouts, strict=True):
         assert x.shape == y.shape and np.array_equal(x, y)
     for k, v in a.ops.columns().items():
         w = getattr(b.ops, k)

@@ -5,6 +5,7 @@ verifier and numpy (numeric interpreter) for what a lowered schedule computes.""
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import networkx as nx
 import numpy as np
@@ -63,7 +64,7 @@ def test_dimension_order_carries_exactly_the_dimension_order_path(shape, data):
     dor = _dor_reference(t, u, v)
     # every simple path of the same length (brute force on the graph) other than dor is not
     g = t.healthy_graph()
-    others = [tuple(g[a][b]["link"] for a, b in zip(p, p[1:]))
+    others = [tuple(g[a][b]["link"] for a, b in pairwise(p))
               for p in nx.all_shortest_paths(g, u, v)]
     paths = [dor] + [p for p in others if p != dor]
     ok = carried_routes(t, _routes(paths))[1:]

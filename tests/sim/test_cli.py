@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from sim_builders import ring_allgather
 
+from cclc import serialize
 from cclc.cli import main
 from cclc.topology import torus
-
-serialize = pytest.importorskip("cclc.serialize")
 
 
 @pytest.fixture
@@ -48,8 +47,6 @@ def test_sim_of_a_missing_file_exits_2(tmp_path, capsys):
 
 
 def test_bounds_prints_every_bound_of_every_collective(tmp_path, capsys):
-    dsl = pytest.importorskip("dsl")
-    assert dsl is not None
     src = tmp_path / "ring.ccl"
     src.write_text("topology ring = torus(8) { link 10 GB/s, 1 us }\n"
                    "collective a2a = alltoall on ring { size 8 MiB }\n"

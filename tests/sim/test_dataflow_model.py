@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cclc.algorithms.torus_multidim import build_for_sizes
+from cclc.algorithms.torus_alltoall import build_for_sizes
 from cclc.collective import CollectiveKind, DType, make_collective
 from cclc.dataflow import DataflowPlan, dataflow_time, lower_schedule
 from cclc.execution import BACKEND_MODELS, predict

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from itertools import pairwise
 
 import pytest
 
@@ -28,7 +29,7 @@ def test_size_ranges_tile_without_gaps():
     sizes = [1024, 4096, 65536]
     r = size_ranges(sizes)
     assert r[0][0] <= 1024 <= r[0][1] and r[1][0] <= 4096 <= r[1][1]
-    assert all(a[1] + 1 == b[0] for a, b in zip(r, r[1:]))
+    assert all(a[1] + 1 == b[0] for a, b in pairwise(r))
     assert r[0][0] == 512 and r[-1][1] == 65536 * 4          # half a step beyond the ends
     assert size_ranges([1000]) == [(708, 1414)]
 
@@ -52,7 +53,7 @@ def test_table_csv_and_json(result):
     rows = list(csv.DictReader(io.StringIO(outputs.table_csv(result))))
     assert len(rows) == len(result.entries) == 5
     assert tuple(rows[0].keys()) == outputs.TABLE_COLUMNS
-    for row, e in zip(rows, result.entries):
+    for row, e in zip(rows, result.entries, strict=True):
         assert row["collective"] == FUNC_NAMES[e.func]
         assert float(row["busbw_gbps"]) >= float(row["nccl_busbw_gbps"]) * 0.97
         assert int(row["evaluations"]) < int(row["space_size"])
@@ -75,7 +76,7 @@ def test_example_tuner_csv_format(result):
     lines = [ln for ln in outputs.example_tuner_csv(result).splitlines() if not ln.startswith("#")]
     rows = outputs.plugin_rows(result)
     assert len(lines) == len(rows) >= 2
-    for line, r in zip(lines, rows):
+    for line, r in zip(lines, rows, strict=True):
         f = line.split(",")
         assert len(f) == 8
         assert f[0] in ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
@@ -93,7 +94,7 @@ def test_plugin_rows_merge_equal_neighbours(result):
     rows = outputs.plugin_rows(result)
     assert len(rows) <= len(result.entries)
     keys = ("func", "n_ranks", "n_nodes", "algo", "proto", "channels", "chunk")
-    for a, b in zip(rows, rows[1:]):
+    for a, b in pairwise(rows):
         if all(a[k] == b[k] for k in ("func", "n_ranks", "n_nodes")):
             assert a["max_bytes"] < b["min_bytes"]
             assert any(a[k] != b[k] for k in keys) or a["max_bytes"] + 1 < b["min_bytes"]

@@ -57,7 +57,8 @@ def test_written_timings(peer_run):
                                 for p in (0, 3))
     # diagnose reads it: rank 1's sends are pairs 1 -> peer, its receives peer -> 1
     t = parse_timings(path.read_text(), str(path))
-    pairs = dict(zip(zip(t.src.tolist(), t.dst.tolist()), t.seconds.tolist()))
+    pairs = dict(zip(zip(t.src.tolist(), t.dst.tolist(), strict=True), t.seconds.tolist(),
+                     strict=True))
     assert set(pairs) == {(1, 0), (1, 2), (1, 3), (0, 1), (2, 1), (3, 1)}
     assert pairs[(1, 2)] == max(pairs.values())
 
@@ -91,5 +92,6 @@ def test_diagnose_joins_per_rank_files(tmp_path):
     a.write_text(doc(0, [(1, "send", 1.0), (1, "recv", 2.0)]))
     b.write_text(doc(1, [(0, "recv", 3.0), (0, "send", 0.5)]))
     t = read_timings_files([str(a), str(b)])
-    pairs = dict(zip(zip(t.src.tolist(), t.dst.tolist()), t.seconds.tolist()))
+    pairs = dict(zip(zip(t.src.tolist(), t.dst.tolist(), strict=True), t.seconds.tolist(),
+                     strict=True))
     assert pairs == {(0, 1): 3.0, (1, 0): 2.0}

@@ -37,7 +37,7 @@ class Surface(Profiler):
              sub.chunks.index(c.chunk))
         best = 0.0
         for height, center, width in self.peaks[si]:
-            d2 = sum(((a - b) / w) ** 2 for a, b, w in zip(x, center, width))
+            d2 = sum(((a - b) / w) ** 2 for a, b, w in zip(x, center, width, strict=True))
             best = max(best, height * math.exp(-d2))
         return 1.0 + best
 

@@ -8,6 +8,7 @@ import pytest
 import dsl
 from backends.html import render
 from cclc.algorithms import get
+from cclc.pipeline import measure
 from cclc.plan import plan
 from cclc.serialize import save
 
@@ -29,7 +30,7 @@ def _schedule(example: str, name: str | None = None, algorithm: str | None = Non
 
 def _open(browser, tmp_path, schedules, name="page.html"):
     page = tmp_path / name
-    page.write_text(render(schedules), encoding="utf-8")
+    page.write_text(render([(s, measure(s)) for s in schedules]), encoding="utf-8")
     browser.get_log("browser")  # drop earlier entries
     browser.get(page.as_uri())
     return page
@@ -151,7 +152,7 @@ def test_viz_command_writes_page(tmp_path):
     from cclc.nccl_model import nccl_estimate
     hgx = _schedule("hgx_node.ccl")
     est = nccl_estimate(hgx.collective)
-    assert f'"nccl":{{"name":"{est.name}"' in render([hgx])
+    assert f'"nccl":{{"name":"{est.name}"' in render([(hgx, measure(hgx))])
     # never overwrites without --force
     assert main(["viz", str(path), "-o", str(out)]) == 2
 

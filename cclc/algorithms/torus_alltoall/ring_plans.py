@@ -6,8 +6,8 @@ sends to ``c``); the journey of block ``(x, c)`` is a list of *segments*, each o
 whole block from one ring member to another at a given *stage* (relative step) over a *path*.
 Between segments the block waits in the intermediate member's scratch (store and forward); the
 last segment delivers it to ``c``. The plan knows nothing about buffers or which torus dimension
-it runs on: :mod:`cclc.algorithms.torus_multidim` instantiates it on every ring of a dimension,
-with aggregated blocks (all the data a member holds for one coordinate of the dimension).
+it runs on: :mod:`cclc.algorithms.torus_alltoall.lowering` instantiates it on every ring of a
+dimension, with aggregated blocks (all the data a member holds for one coordinate of the dimension).
 
 A path is a tuple of moves ``(axis, direction)``: axis ``RING`` (-1) is the ring's own
 dimension, any other axis a torus dimension (MATE's detours leave the ring); direction 0 is +,
@@ -43,6 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "MINUS",
+    "PLUS",
     "RING",
     "RingPlan",
     "detour_plan",
@@ -185,7 +187,8 @@ def line_plan(n: int, cut: int | None = None) -> RingPlan:
             start += 1
         for k, q in enumerate(line_hops):
             busy.add((start + k, q, direction))
-        moves = [(pos[q], pos[q + step], ((RING, direction),)) for q in line_hops]
+        moves: list[tuple[int, int, tuple[Move, ...]]] = [
+            (pos[q], pos[q + step], ((RING, direction),)) for q in line_hops]
         j.walk(pos[a], pos[b], start, moves)
     return j.plan()
 
@@ -233,7 +236,7 @@ def per_link_blocks(plan: RingPlan) -> dict[tuple[int, int], float]:
     """Blocks each ring link ``(position, direction)`` carries over the whole plan (moves on
     other axes are left out): the closed forms of the module docstring, checked by the tests."""
     out: dict[tuple[int, int], float] = {}
-    for src, pid in zip(plan.src.tolist(), plan.path.tolist()):
+    for src, pid in zip(plan.src.tolist(), plan.path.tolist(), strict=True):
         p = src
         for axis, direction in plan.paths[pid]:
             if axis != RING:

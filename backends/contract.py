@@ -1,0 +1,132 @@
+"""The contract between the pipeline and a backend: one options type, the facts, the protocol.
+
+A backend never writes. It says which files it will write (:meth:`Backend.files`, from what is
+known before anything is planned, so the pipeline can refuse to clobber a file cclc did not
+write before any long work starts) and renders their contents (:meth:`Backend.render`); the
+pipeline (:mod:`cclc.pipeline`) writes them through :class:`cclc.outdir.OutputDir`. A file
+too big to hold whole in memory (a large schedule's MSCCL XML) is rendered as an iterable of
+text pieces, produced lazily: the pipeline writes each piece as it comes. A backend
+whose sources need a build step (the NCCL library, the tuner plugin) builds them in
+:meth:`Backend.build`, after the pipeline wrote them.
+
+A schedule backend's key is the :class:`~cclc.collective.Collective` (file names depend on its
+name only) and its subject the verified :class:`~cclc.ir.Schedule`; the tuner's key and subject
+are both its table of rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from cclc.errors import ScheduleError
+
+if TYPE_CHECKING:
+    from cclc.bounds import Bounds
+    from cclc.sim import SimResult
+
+__all__ = ["Backend", "Contents", "EmitOptions", "Facts", "TunerRows"]
+
+_PROTOCOLS = ("Simple", "LL", "LL128")
+
+#: the tuner backend's subject: rows of ``func, n_ranks, n_nodes, min_bytes, max_bytes, algo,
+#: proto, channels, chunk, measured`` (see :mod:`backends.tuner`)
+TunerRows = Sequence[Mapping[str, int]]
+
+#: a rendered file: its text, its bytes, or its text in pieces (a lazy iterable, consumed once
+#: as the pipeline writes it)
+Contents = str | bytes | Iterable[str]
+
+Key = TypeVar("Key", contravariant=True)
+Subject = TypeVar("Subject", contravariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class EmitOptions:
+    """The one options type of every backend (the CLI fills it; every field has a safe default).
+
+    ``msccl_runtime``: which runtime's XML dialect and limits (``msccl`` = microsoft/msccl,
+    ``msccl-executor`` = Azure/msccl-executor-nccl, ``rccl``; the keys of
+    :data:`backends.msccl.runtimes.RUNTIMES`). ``protocol``: MSCCL ``proto``.
+    ``nchannels``: channels the MSCCL lowering may spread concurrent messages over (``None``:
+    as many as it needs up to the runtime limit). ``fuse``: emit fused MSCCL instructions.
+    ``min_bytes``/``max_bytes``: the MSCCL size window (``None``: the runtime's widest).
+    ``nthreads``: MSCCL ``nthreads`` attribute (``None``: omitted, runtime default).
+    ``build``: run the backend's build after the sources are written (the NCCL library, the
+    tuner plugin). ``mpi``: also emit and build the MPI (CPU) variant. ``nccl_home``: a folder
+    with ``include/nccl.h`` and ``lib/libnccl.so.2`` (``None``: the ``nvidia-nccl-cu13``
+    wheel). ``cuda_arch``: nvcc ``-arch`` value. ``cc``: the C compiler of the tuner plugin
+    (``None``: ``$CC``, else ``gcc``).
+    """
+
+    msccl_runtime: str = "msccl"
+    protocol: str = "Simple"
+    nchannels: int | None = None
+    fuse: bool = True
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    nthreads: int | None = None
+    build: bool = False
+    mpi: bool = False
+    nccl_home: str | None = None
+    cuda_arch: str = "sm_90"
+    cc: str | None = None
+
+    def __post_init__(self) -> None:
+        # the runtimes' table is the one spelling of their names; imported here because
+        # backends.msccl itself imports this module
+        from backends.msccl.runtimes import RUNTIMES
+
+        if self.msccl_runtime not in RUNTIMES:
+            raise ScheduleError(f"unknown MSCCL runtime '{self.msccl_runtime}': choose one of "
+                                + ", ".join(RUNTIMES))
+        if self.protocol not in _PROTOCOLS:
+            raise ScheduleError(f"unknown MSCCL protocol '{self.protocol}': choose one of "
+                                + ", ".join(_PROTOCOLS))
+        if self.nchannels is not None and self.nchannels < 1:
+            raise ScheduleError(f"nchannels must be >= 1, not {self.nchannels}")
+        if self.nthreads is not None and (self.nthreads <= 0 or self.nthreads % 32):
+            raise ScheduleError(f"nthreads must be a positive multiple of 32, not {self.nthreads}")
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the pipeline knows about a schedule when a backend renders it, so that no backend
+    recomputes it: ``bounds`` (:func:`cclc.bounds.bounds` of its collective), ``lockstep`` and
+    ``event`` (:func:`cclc.sim.simulate` in each mode; ``None`` unless a backend asked for them
+    with ``wants_simulation``), ``time`` (the planner's prediction under its execution model)
+    and ``candidates`` (the planner's table)."""
+
+    bounds: Bounds | None = None
+    lockstep: SimResult | None = None
+    event: SimResult | None = None
+    time: float | None = None
+    candidates: tuple = ()
+
+
+class Backend(Protocol[Key, Subject]):
+    """One output of cclc. ``name`` is what ``--emit`` takes; ``wants_simulation`` asks the
+    pipeline for :attr:`Facts.lockstep` and :attr:`Facts.event`."""
+
+    name: str
+    wants_simulation: bool
+
+    def files(self, key: Key, options: EmitOptions) -> tuple[str, ...]:
+        """Every file (relative POSIX names) the backend will write for ``key``, including what
+        its build makes when ``options.build``; known before anything is planned."""
+        ...
+
+    def render(self, subject: Subject, options: EmitOptions, facts: Facts
+               ) -> Mapping[str, Contents]:
+        """Name -> contents of every source file (a subset of :meth:`files`); nothing is
+        written (an iterable of pieces may do its work as the pipeline consumes it).
+        :class:`~cclc.errors.CclError` when the subject cannot take this output."""
+        ...
+
+    def build(self, folder: Path, key: Key, options: EmitOptions) -> list[str]:
+        """After the sources are written into ``folder`` (the output folder), build them if
+        ``options.build`` asks for it; returns the built files' names relative to ``folder``
+        (``[]`` when there is nothing to build)."""
+        ...

@@ -1,0 +1,290 @@
+"""How fast cclc compiles at hundreds of ranks: the targets of issue 17, and ratios side by side.
+
+Absolute figures (each in a child process, so that its peak resident memory is its own):
+
+* ``auto`` AllToAll on an 8x8x8 torus (50 GB/s, 100 ns links, 512 MiB per rank) with one
+  failed link: ``cclc compile`` wall time and peak memory (target <= 10 s and <= 2 GB);
+* ``examples/hgx16_leafspine.ccl`` with ``--emit json,msccl`` (target <= 30 s);
+* the LP bound (``cclc.bounds.bounds``) of AllToAll on 5x5x5 and 8x8x8 tori, healthy and with
+  one failed link (target <= 60 s each);
+* event-mode simulation of a schedule of about 5M ops (target <= 60 s).
+
+Ratios, measured one after the other in the same run (so machine load affects both sides
+alike): the columnar event simulator against the op-by-op loop it replaced, the columnar
+relay lowering against its loop, and ``auto`` with and without pruning by load bounds. The
+loops are the references the tests keep (``tests/sim/event_reference.py``,
+``tests/ir/relay_reference.py``).
+
+    python benchmarks/compile_scale.py                 # everything (several minutes)
+    python benchmarks/compile_scale.py --quick         # skip the 8x8x8 LP bounds and 5M ops
+    python benchmarks/compile_scale.py --markdown      # also print the README table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GiB = 2 ** 30
+
+TORUS_8_FAULT = """\
+topology torus = torus(8, 8, 8) {
+    link  50 GB/s, 100 ns
+    fault link (2,2,2) -- (3,2,2)
+}
+collective a2a = alltoall on torus { size 512 MiB }
+"""
+
+
+def machine() -> str:
+    """The CPU model, core count and load: the figures mean nothing without them."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{model}, {os.cpu_count()} cores, load average {load:.1f} at start"
+
+
+def _child(code: str, timeout: float) -> dict:
+    """Run ``code`` in a fresh interpreter; it prints one JSON object last. Adds the child's
+    wall time and peak resident memory."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    try:
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"over {timeout:.0f} s", "seconds": timeout}
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1],
+                "seconds": seconds}
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    row["seconds"] = seconds
+    # ru_maxrss of children is the largest child so far: exact when this one set it
+    row["peak_bytes"] = peak * 1024 if peak > before else None
+    return row
+
+
+def auto_8x8x8(tmp: Path, timeout: float) -> dict:
+    src = tmp / "torus8_fault.ccl"
+    src.write_text(TORUS_8_FAULT)
+    return _child(f"""
+        import json, sys
+        from cclc.cli import main
+        code = main(["compile", {str(src)!r}, "-o", {str(tmp / "out8")!r}, "--force"])
+        print(json.dumps({{"exit": code}}))
+        """, timeout)
+
+
+def hgx16_msccl(tmp: Path, timeout: float) -> dict:
+    return _child(f"""
+        import json
+        from cclc.cli import main
+        code = main(["compile", "examples/hgx16_leafspine.ccl", "-o", {str(tmp / "hgx")!r},
+                     "--emit", "json,msccl", "--force"])
+        print(json.dumps({{"exit": code}}))
+        """, timeout)
+
+
+def lp_bound(side: int, fault: bool, timeout: float) -> dict:
+    return _child(f"""
+        import json, time
+        from cclc.bounds import bounds
+        from cclc.collective import CollectiveKind, make_collective
+        from cclc.topology import torus, with_faults
+        t = torus("t", ({side}, {side}, {side}), bandwidth=50e9, latency=1e-7)
+        if {fault}:
+            a, b = t.rank_at((2, 2, 2)), t.rank_at((3, 2, 2))
+            t = with_faults(t, links=[(a, b), (b, a)])
+        n = t.n_ranks
+        c = make_collective("a", CollectiveKind.ALLTOALL, t, t.all_ranks(), size=n * n * 64)
+        start = time.perf_counter()
+        b = bounds(c)
+        print(json.dumps({{"lp_seconds": time.perf_counter() - start,
+                           "has_lp": b.get("lp") is not None, "best": b.name}}))
+        """, timeout)
+
+
+def event_5m(timeout: float) -> dict:
+    # a ring allgather on a 2240-rank ring: 2240 x 2239 = 5.0M single-hop ops, 2239 steps
+    return _child("""
+        import json, time
+        from cclc.algorithms import get
+        from cclc.collective import CollectiveKind, make_collective
+        from cclc.sim import simulate
+        from cclc.topology import torus
+        t = torus("r", (2240,), bandwidth=50e9, latency=1e-7)
+        c = make_collective("ag", CollectiveKind.ALLGATHER, t, t.all_ranks(), size=2240 * 64)
+        start = time.perf_counter()
+        s = get("ring").build(c)
+        built = time.perf_counter() - start
+        start = time.perf_counter()
+        r = simulate(s, mode="event")
+        print(json.dumps({"ops": len(s.ops), "build_seconds": built,
+                          "event_seconds": time.perf_counter() - start, "time": r.time}))
+        """, timeout)
+
+
+def side_by_side() -> list[dict]:
+    """New against old implementations on the same inputs, in this process."""
+    sys.path[:0] = [str(ROOT / "tests" / "sim"), str(ROOT / "tests" / "ir")]
+    from event_reference import reference_event
+    from relay_reference import reference_lower_relays
+
+    import cclc.algorithms as registry
+    from cclc.algorithms import get
+    from cclc.collective import CollectiveKind, make_collective
+    from cclc.plan import plan
+    from cclc.relay import lower_relays
+    from cclc.sim import _event, _local_time, _prepare
+    from cclc.topology import torus, with_faults
+
+    def faulty(dims):
+        # a GPU torus (routing none, the language's default): multi-hop moves are relayed
+        t = torus("t", dims, bandwidth=50e9, latency=1e-7, routing="none")
+        a, b = t.rank_at((1,) * len(dims)), t.rank_at((2,) + (1,) * (len(dims) - 1))
+        return with_faults(t, links=[(a, b), (b, a)])
+
+    def timed(fn):
+        start = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - start, out
+
+    rows = []
+    t6 = faulty((6, 6, 6))
+    c6 = make_collective("a", CollectiveKind.ALLTOALL, t6, t6.all_ranks(), size=216 * 4096)
+    orig = registry.lower_relays
+    registry.lower_relays = lambda s: s      # the registry's builds end with the relay pass
+    try:
+        raw = get("direct").build(c6)
+    finally:
+        registry.lower_relays = orig
+    new_s, new = timed(lambda: lower_relays(raw))
+    old_s, _ = timed(lambda: reference_lower_relays(raw))
+    rows.append({"what": f"relay lowering, direct alltoall 6x6x6 one failed link "
+                         f"({len(raw.ops):,} -> {len(new.ops):,} ops)",
+                 "new": new_s, "old": old_s})
+
+    p = _prepare(new)
+    local = _local_time(new, p, None)
+    new_s, _ = timed(lambda: _event(new, p, local))
+    old_s, _ = timed(lambda: reference_event(new, p, local))
+    rows.append({"what": f"event simulation of that schedule ({len(new.ops):,} ops)",
+                 "new": new_s, "old": old_s})
+
+    t4 = faulty((4, 4, 4))
+    c4 = make_collective("a", CollectiveKind.ALLTOALL, t4, t4.all_ranks(), size=64 * 64 * 1024)
+    new_s, pruned = timed(lambda: plan(c4))
+    old_s, full = timed(lambda: plan(c4, prune=False))
+    assert pruned.name == full.name and pruned.time == full.time
+    n_pruned = sum(r.pruned is not None for r in pruned.candidates)
+    rows.append({"what": f"auto, alltoall 4x4x4 one failed link ({n_pruned} of "
+                         f"{sum(r.applicable for r in full.candidates)} candidates pruned, "
+                         f"same choice: {pruned.name})",
+                 "new": new_s, "old": old_s})
+    return rows
+
+
+def _fmt(row: dict, key: str = "seconds") -> str:
+    if "error" in row:
+        return f"failed: {row['error']}"
+    return f"{row[key]:.1f} s"
+
+
+def _targets(results: dict, quick: bool) -> None:
+    """The absolute figures, each in a child process."""
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        row = auto_8x8x8(tmp, 1800)
+        peak = row.get("peak_bytes")
+        results["targets"].append({
+            "target": "auto alltoall, 8x8x8 torus, one failed link: <= 10 s, <= 2 GB",
+            "figure": _fmt(row) + (f", {peak / GiB:.2f} GiB peak" if peak else ""),
+            "met": "error" not in row and row["seconds"] <= 10 and peak is not None
+            and peak <= 2e9})
+        print(results["targets"][-1], flush=True)
+        row = hgx16_msccl(tmp, 1800)
+        results["targets"].append({"target": "hgx16_leafspine --emit json,msccl: <= 30 s",
+                                   "figure": _fmt(row),
+                                   "met": "error" not in row and row["seconds"] <= 30})
+        print(results["targets"][-1], flush=True)
+    for side in (5,) if quick else (5, 8):
+        for fault in (False, True):
+            row = lp_bound(side, fault, 600)
+            ok = "error" not in row and row.get("has_lp")
+            what = f"{side}x{side}x{side}{' one failed link' if fault else ''}"
+            fig = (_fmt(row, "lp_seconds") + ("" if row.get("has_lp") else
+                                              f" (no LP bound: best is {row['best']})")
+                   if "error" not in row else _fmt(row))
+            results["targets"].append({"target": f"LP bound, alltoall {what}: <= 60 s",
+                                       "figure": fig,
+                                       "met": bool(ok) and row["lp_seconds"] <= 60})
+            print(results["targets"][-1], flush=True)
+    if not quick:
+        row = event_5m(900)
+        fig = _fmt(row) if "error" in row else (f"{row['event_seconds']:.1f} s for "
+                                                f"{row['ops']:,} ops (build "
+                                                f"{row['build_seconds']:.1f} s)")
+        results["targets"].append({"target": "event-mode simulation of 5M ops: <= 60 s",
+                                   "figure": fig,
+                                   "met": "error" not in row and row["event_seconds"] <= 60})
+        print(results["targets"][-1], flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="skip the 8x8x8 LP bounds and the 5M-op simulation")
+    parser.add_argument("--markdown", action="store_true", help="print the README table")
+    parser.add_argument("--ratios-only", action="store_true",
+                        help="only the side-by-side ratios (a minute or two)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+
+    where = machine()
+    print(f"machine: {where}", flush=True)
+    results: dict = {"machine": where, "targets": [], "ratios": []}
+    if not args.ratios_only:
+        _targets(results, args.quick)
+    for row in side_by_side():
+        ratio = row["old"] / row["new"] if row["new"] > 0 else float("inf")
+        row["ratio"] = ratio
+        results["ratios"].append(row)
+        word = "faster" if ratio >= 1 else "slower"
+        print(f"{row['what']}: {row['new']:.2f} s vs {row['old']:.2f} s before "
+              f"({ratio:.1f}x {word})", flush=True)
+    if args.markdown:
+        print(f"\nMachine: {where}.\n")
+        print("| target | measured | met |\n|---|---|---|")
+        for t in results["targets"]:
+            print(f"| {t['target']} | {t['figure']} | {'yes' if t['met'] else 'no'} |")
+        print("\n| side by side (same run) | now | before | ratio |\n|---|---|---|---|")
+        for r in results["ratios"]:
+            word = "faster" if r["ratio"] >= 1 else "slower"
+            print(f"| {r['what']} | {r['new']:.2f} s | {r['old']:.2f} s | "
+                  f"{r['ratio']:.1f}x {word} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

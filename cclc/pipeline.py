@@ -1,0 +1,353 @@
+"""The compiler pipeline, from a ``.ccl`` file to the files it emits, stage by stage.
+
+:func:`compile_program` is the whole pipeline in one function; ``cclc compile`` parses its
+arguments, calls it and prints what it reports, and the tests and benchmarks call it (or
+:func:`compile_source` on text) the same way. The stages, in order:
+
+1. **resolve** -- pick the collectives asked for and look up every algorithm they name
+   (:func:`cclc.plan.resolve`), so every mistake in the file or the flags is reported before
+   anything is written or any long work starts;
+2. **build** -- each candidate algorithm lowers the collective into a
+   :class:`~cclc.ir.Schedule` (:mod:`cclc.algorithms`);
+3. **route** -- the routing pass (:func:`cclc.fabric_routing.route_spines`) and the relay
+   lowering (:func:`cclc.relay.lower_relays`), applied by the algorithm table to every build;
+4. **verify** -- the symbolic verifier (:func:`cclc.verify.verify`) on every candidate: a
+   schedule that fails is never chosen, and an explicitly named one stops its collective;
+5. **measure** -- every candidate's time under the first code-emitting backend's execution
+   model (:mod:`cclc.execution`) against the lower bounds (:mod:`cclc.bounds`); ``auto`` keeps
+   the fastest (stages 2-5 for all candidates are :func:`cclc.plan.plan`);
+6. **compare** -- what NCCL would take on the same machine
+   (:func:`cclc.nccl_model.compare_with_nccl`);
+7. **render and write** -- every backend renders its files (:mod:`backends.contract`) and this
+   module writes them through :class:`~cclc.outdir.OutputDir`, which never overwrites a file
+   cclc did not write; a backend with a build step builds after its sources are written.
+
+The backends are reached by name at call time (:func:`backends.load`): this module and the CLI
+are the only parts of ``cclc`` that touch them. Library code: nothing here prints or exits;
+what happens is told to an :class:`Events` object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cclc.collective import Collective, Hint
+from cclc.errors import CclError, ScheduleError
+from cclc.ir import Schedule
+from cclc.outdir import OutputDir
+from cclc.plan import Plan
+
+if TYPE_CHECKING:
+    from backends.contract import Backend, EmitOptions, Facts
+    from dsl import Program
+
+__all__ = [
+    "Compiled",
+    "Events",
+    "Request",
+    "compile_program",
+    "compile_source",
+    "measure",
+    "topology_file",
+    "write_backend",
+    "write_outputs",
+]
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to compile and emit: the outputs (``--emit``, in order), the collectives (``only``:
+    all when empty), an algorithm forced on every collective (``algorithm``: ``"a"`` or
+    ``"a+s"``), whether to evaluate every candidate (``explain``), whether to refuse a
+    collective too big for the machine up front (``size_check``, :mod:`cclc.budget`), and the
+    backends' options (``None``: the defaults)."""
+
+    emit: tuple[str, ...] = ("json",)
+    only: tuple[str, ...] = ()
+    algorithm: str | None = None
+    explain: bool = False
+    size_check: bool = True
+    options: EmitOptions | None = None
+    #: replace files in the output folder that cclc did not write
+    force: bool = False
+    #: how messages name the source (``'FILE.ccl'``)
+    source: str = "the file"
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One collective's outcome: its ``plan`` (``None`` when the schedule failed verification;
+    ``error`` says why), the NCCL comparison line, the files written (names inside the output
+    folder) and the outputs it could not take (``(backend, why)``)."""
+
+    collective: Collective
+    plan: Plan | None
+    error: str | None = None
+    nccl: str | None = None
+    files: tuple[str, ...] = ()
+    missing: tuple[tuple[str, str], ...] = ()
+
+
+class Events:
+    """What the pipeline tells its caller as it goes; every method does nothing here. The CLI
+    overrides them to print."""
+
+    @contextmanager
+    def stage(self, what: str) -> Iterator[Any]:
+        """A stage that may take long; the yielded object takes ``update(i, what, total)``."""
+        yield _NoStage()
+
+    def note(self, message: str) -> None:
+        """Something the user should know that is not an error."""
+
+    def start(self, coll: Collective) -> None:
+        """The pipeline starts on ``coll``."""
+
+    def planned(self, coll: Collective, plan: Plan, nccl: str | None) -> None:
+        """``coll`` was planned, verified and measured (before anything is written for it)."""
+
+    def failed(self, coll: Collective, message: str) -> None:
+        """``coll``'s schedule failed verification: nothing is written for it."""
+
+    def missing(self, coll: Collective, backend: str, message: str) -> None:
+        """``backend`` could not take ``coll``'s schedule; the other outputs are written."""
+
+    def wrote(self, name: str) -> None:
+        """The pipeline wrote (or a build made) ``name`` in the output folder."""
+
+    def done(self, coll: Collective) -> None:
+        """The pipeline is done with ``coll``."""
+
+
+class _NoStage:
+    def update(self, done: int, detail: str = "", total: int | None = None) -> None:
+        pass
+
+
+def compile_source(text: str, output: str | os.PathLike | OutputDir,
+                   request: Request = Request(),
+                   events: Events | None = None, filename: str = "<string>"
+                   ) -> tuple[Compiled, ...]:
+    """:func:`compile_program` on the text of a ``.ccl`` file."""
+    import dsl
+
+    return compile_program(dsl.loads(text, filename), output, request, events)
+
+
+def compile_program(program: Program, output: str | os.PathLike | OutputDir,
+                    request: Request = Request(), events: Events | None = None
+                    ) -> tuple[Compiled, ...]:
+    """Compile every collective of ``program`` that ``request`` asks for into the folder
+    ``output`` (created after the names are checked; ``request.force`` applies to a path).
+
+    Raises :class:`~cclc.errors.CclError` for what stops the whole run before anything is
+    written (a bad name, a file cclc would have to overwrite); a collective whose schedule
+    fails verification, or an output a schedule cannot take, is reported in its
+    :class:`Compiled` and the rest goes on.
+    """
+    from backends import load
+    from backends.contract import EmitOptions
+    from cclc.execution import model_for
+
+    events = events or Events()
+    options = request.options or EmitOptions()
+    backends = [load(name) for name in request.emit]
+
+    # 1. resolve: the collectives asked for, each checked against the algorithm table
+    collectives = _select(program, request)
+    if not collectives:
+        events.note(f"{request.source} declares no collective: only its topologies are "
+                    "written (add 'collective NAME = KIND on TOPOLOGY { size ... }')")
+    for coll in collectives:
+        _resolve(coll, request.algorithm)
+    if request.size_check:
+        _check_sizes(collectives)
+
+    # refuse before any work a file this run would write that cclc did not write: the
+    # topologies, and every file each backend declares for each collective
+    out = output if isinstance(output, OutputDir) else OutputDir(output, force=request.force)
+    topologies = _topologies(program, collectives, request)
+    out.refuse_foreign([topology_file(name) for name in topologies]
+                       + [f for c in collectives for b in backends for f in b.files(c, options)])
+    for name, topo in topologies.items():
+        with events.stage(f"writing {topology_file(name)}"):
+            events.wrote(out.write_text(topology_file(name), _topology_text(topo)))
+
+    model = model_for(request.emit)
+    results = []
+    for coll in collectives:
+        events.start(coll)
+        try:
+            # 2-5. build, route, verify and measure every candidate; keep the fastest
+            p = _plan(coll, request, model, events)
+        except ScheduleError as err:
+            events.failed(coll, err.message)
+            results.append(Compiled(coll, None, err.message))
+            continue
+        # 6. compare with what NCCL would take on the same machine
+        nccl = _compare(coll, p)
+        events.planned(coll, p, nccl)
+        # 7. render and write every output (the facts the renderers show are measured once)
+        facts = measure(p.schedule, p, simulate=any(b.wants_simulation for b in backends))
+        files: list[str] = []
+        missing: list[tuple[str, str]] = []
+        for k, backend in enumerate(backends):
+            try:
+                with events.stage(f"{coll.name}: {backend.name} output of "
+                                  f"{len(p.schedule.ops)} ops ({k + 1} of {len(backends)} "
+                                  "outputs)"):
+                    files += write_outputs(backend, coll, p.schedule, out, options, facts)
+            except CclError as err:
+                # one output the schedule cannot take (a runtime limit, a failed build) must
+                # not cost the user the others
+                missing.append((backend.name, err.message))
+                events.missing(coll, backend.name, err.message)
+        for name in files:
+            events.wrote(name)
+        events.done(coll)
+        results.append(Compiled(coll, p, None, nccl, tuple(files), tuple(missing)))
+    return tuple(results)
+
+
+# -- the stages --------------------------------------------------------------------------------
+
+def _select(program: Program, request: Request) -> list[Collective]:
+    collectives = list(program.collectives)
+    if request.only:
+        known = {c.name for c in collectives}
+        for name in request.only:
+            if name not in known:
+                raise CclError(f"--only {name}: {request.source} has no collective '{name}'; "
+                               f"it has: {', '.join(sorted(known)) or '(none)'}")
+        collectives = [c for c in collectives if c.name in request.only]
+    if request.algorithm:
+        _check_algorithm_flag(request.algorithm)
+        collectives = [_override(c, request.algorithm) for c in collectives]
+    return collectives
+
+
+def _override(coll: Collective, name: str) -> Collective:
+    algo, _, sched = name.partition("+")
+    return dataclasses.replace(coll, algorithm=Hint(algo), schedule=Hint(sched or "auto"))
+
+
+def _check_algorithm_flag(name: str) -> None:
+    # parameters need the file's syntax (units, strings); the flag names an entry only
+    if not name or "(" in name or " " in name or name.count("+") > 1:
+        raise CclError(f"--algorithm {name!r}: the flag takes a name ('ring') or "
+                       "'algorithm+schedule' ('halfring+dimrotation') without parameters; "
+                       "write parameters in the file: algorithm pat(buffer = 4 MiB)")
+
+
+def _resolve(coll: Collective, flag: str | None) -> list:
+    """:func:`cclc.plan.resolve`; a name given by ``--algorithm`` is reported as a bad flag,
+    not at a line of the file that does not contain it."""
+    from cclc.plan import resolve
+
+    try:
+        return resolve(coll)
+    except CclError as err:
+        if flag is None:
+            raise
+        raise CclError(f"--algorithm {flag}: {err.message}") from None
+
+
+def _check_sizes(collectives: Sequence[Collective]) -> None:
+    """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget)."""
+    from cclc.budget import available_memory, check_budget, estimate
+    from cclc.plan import hint_params, resolve
+
+    memory = available_memory()
+    for coll in collectives:
+        check_budget(estimate(coll, resolve(coll), hint_params(coll)), memory)
+
+
+def _topologies(program: Program, collectives: Sequence[Collective], request: Request) -> dict:
+    # with --only, the topologies of the chosen collectives; else every one of the file
+    used = {c.topology.name for c in collectives}
+    return {name: topo for name, topo in dict(program.topologies).items()
+            if not request.only or name in used}
+
+
+def topology_file(name: str) -> str:
+    """The file a topology is written to."""
+    return f"topology-{name}.json"
+
+
+def _topology_text(topo) -> str:
+    import json
+
+    from cclc.serialize import topology_document
+
+    return json.dumps(topology_document(topo), separators=(",", ":"), allow_nan=False) + "\n"
+
+
+def _plan(coll: Collective, request: Request, model, events: Events) -> Plan:
+    from cclc.plan import plan
+
+    with events.stage(f"{coll.name}: planning") as st:
+        return plan(coll, explain=request.explain, model=model,
+                    on_step=lambda i, total, what: st.update(i, what, total))
+
+
+def _compare(coll: Collective, p: Plan) -> str | None:
+    from cclc.nccl_model import compare_with_nccl
+
+    if p.time is None:
+        return None
+    return compare_with_nccl(coll, p.time, software_cost=p.model.charges_software)
+
+
+def measure(schedule: Schedule, p: Plan | None = None, simulate: bool = True) -> Facts:
+    """The :class:`~backends.contract.Facts` of ``schedule``: its bounds (the plan's, when
+    given), and with ``simulate`` its lockstep and event-driven simulations."""
+    from backends.contract import Facts
+    from cclc.bounds import bounds
+    from cclc.sim import simulate as run_sim
+
+    found = p.bounds if p is not None and p.bounds is not None else bounds(schedule.collective)
+    return Facts(bounds=found,
+                 lockstep=run_sim(schedule, mode="lockstep") if simulate else None,
+                 event=run_sim(schedule, mode="event") if simulate else None,
+                 time=p.time if p is not None else None,
+                 candidates=p.candidates if p is not None else ())
+
+
+def write_outputs(backend: Backend[Any, Any], key: Any, subject: Any, out: OutputDir,
+                  options: EmitOptions, facts: Facts) -> list[str]:
+    """Render ``backend``'s files for ``subject``, write them into ``out``, then run its build
+    step; returns the names written and built. Every name must be one the backend declared
+    (:meth:`~backends.contract.Backend.files`): that list is what the foreign-file check sees."""
+    declared = backend.files(key, options)
+    contents = backend.render(subject, options, facts)
+    undeclared = [name for name in contents if name not in declared]
+    if undeclared:
+        raise ScheduleError(f"backend {backend.name} rendered files it did not declare: "
+                            f"{', '.join(undeclared)} (a bug in the backend)")
+    # text in pieces (an iterable) is written as it is produced, never held whole
+    written = [out.write_bytes(name, data) if isinstance(data, bytes)
+               else out.write_text(name, data) for name, data in contents.items()]
+    built = backend.build(out.path, key, options)
+    out.adopt(built)
+    return written + built
+
+
+def write_backend(backend: Backend[Any, Any], key: Any, subject: Any,
+                  outdir: str | os.PathLike | OutputDir, options: EmitOptions | None = None,
+                  facts: Facts | None = None) -> list[Path]:
+    """:func:`write_outputs` into a folder path or an :class:`OutputDir` (after refusing the
+    backend's declared files that cclc did not write); returns paths. The backends' ``emit``
+    functions are this, for callers outside the pipeline."""
+    from backends.contract import EmitOptions, Facts
+
+    options = options or EmitOptions()
+    out = outdir if isinstance(outdir, OutputDir) else OutputDir(outdir)
+    out.refuse_foreign(list(backend.files(key, options)))
+    names = write_outputs(backend, key, subject, out, options, facts or Facts())
+    return [out.path / name for name in names]

@@ -1,0 +1,181 @@
+"""The pipeline as one function: what it writes, what it hands the backends, and the passes
+the algorithm table applies to every build."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import backends
+from backends.contract import EmitOptions, Facts
+from cclc import serialize
+from cclc.algorithms import get
+from cclc.collective import CollectiveKind, make_collective
+from cclc.errors import CclError, ScheduleError
+from cclc.fabric_routing import has_spines, planned_routes, route_spines
+from cclc.outdir import MANIFEST, OutputDir
+from cclc.pipeline import Events, Request, compile_source, write_outputs
+from cclc.relay import lower_relays
+from cclc.sim import simulate
+from cclc.topology import NodeType, leaf_spine
+from cclc.verify import verify
+
+SOURCE = """\
+topology ring = torus(6) { link 10 GB/s, 1 us }
+collective ag = allgather on ring { size 6 MiB }
+collective a2a = alltoall on ring { size 6 MiB; algorithm direct }
+"""
+
+
+class _Recorder(Events):
+    def __init__(self):
+        self.seen: list[tuple] = []
+
+    def planned(self, coll, plan, nccl):
+        self.seen.append(("planned", coll.name, plan.name))
+
+    def wrote(self, name):
+        self.seen.append(("wrote", name))
+
+
+def test_compile_source_writes_the_verified_schedules(tmp_path):
+    events = _Recorder()
+    results = compile_source(SOURCE, tmp_path / "out", Request(emit=("json",)), events)
+    assert [r.collective.name for r in results] == ["ag", "a2a"]
+    for r in results:
+        assert r.plan is not None and r.error is None and not r.missing
+        assert r.files == (f"{r.collective.name}.schedule.json",)
+        written = serialize.load(tmp_path / "out" / r.files[0])
+        assert written.n_steps == r.plan.schedule.n_steps
+        np.testing.assert_array_equal(written.ops.src, r.plan.schedule.ops.src)
+        verify(written)
+    assert results[1].plan.name == "direct"
+    # every write is reported, the topology first, and each collective is planned before
+    # anything of it is written
+    assert events.seen[0] == ("wrote", "topology-ring.json")
+    assert events.seen.index(("planned", "ag", results[0].plan.name)) < \
+        events.seen.index(("wrote", "ag.schedule.json"))
+    manifest = json.loads((tmp_path / "out" / MANIFEST).read_text())["files"]
+    assert set(manifest) == {"topology-ring.json", "ag.schedule.json", "a2a.schedule.json"}
+
+
+def test_html_gets_the_facts_the_pipeline_has(tmp_path, monkeypatch):
+    seen: list[Facts] = []
+    html = backends.load("html")
+    render = type(html).render
+
+    def spy(self, subject, options, facts):
+        seen.append(facts)
+        return render(self, subject, options, facts)
+
+    monkeypatch.setattr(type(html), "render", spy)
+    (r,) = compile_source(SOURCE, tmp_path / "out", Request(emit=("html",), only=("ag",)))
+    (facts,) = seen
+    # the plan's bounds object itself, not a recomputation, and the simulations of the schedule
+    assert facts.bounds is r.plan.bounds and facts.bounds.best == pytest.approx(r.plan.bound)
+    assert facts.lockstep.time == pytest.approx(simulate(r.plan.schedule).time)
+    assert facts.event.time == pytest.approx(simulate(r.plan.schedule, mode="event").time)
+    assert (tmp_path / "out" / "ag.html").read_text().lower().startswith("<!doctype html>")
+
+
+def test_a_backend_may_write_only_what_it_declared(tmp_path):
+    class Sloppy:
+        name = "sloppy"
+        wants_simulation = False
+
+        def files(self, key, options):
+            return ("a.txt",)
+
+        def render(self, subject, options, facts):
+            return {"a.txt": "ok", "b.txt": "not declared"}
+
+        def build(self, folder, key, options):
+            return []
+
+    out = OutputDir(tmp_path)
+    with pytest.raises(ScheduleError, match="did not declare: b.txt"):
+        write_outputs(Sloppy(), None, None, out, EmitOptions(), Facts())
+    assert out.files() == ()
+
+
+def test_text_rendered_in_pieces_is_written_as_it_is_produced(tmp_path):
+    produced: list[str] = []
+
+    def pieces():
+        for piece in ("<a>\n", "  <b/>\n", "</a>\n"):
+            produced.append(piece)
+            yield piece
+
+    class Streaming:
+        name = "streaming"
+        wants_simulation = False
+
+        def files(self, key, options):
+            return ("a.xml", "b.txt")
+
+        def render(self, subject, options, facts):
+            return {"a.xml": pieces(), "b.txt": b"raw"}
+
+        def build(self, folder, key, options):
+            return []
+
+    out = OutputDir(tmp_path)
+    assert write_outputs(Streaming(), None, None, out, EmitOptions(), Facts()) == [
+        "a.xml", "b.txt"]
+    assert (tmp_path / "a.xml").read_text() == "<a>\n  <b/>\n</a>\n" and len(produced) == 3
+    assert (tmp_path / "b.txt").read_bytes() == b"raw"
+    assert out.files() == ("a.xml", "b.txt")
+
+
+def test_every_backend_declares_what_it_renders(tmp_path):
+    (r,) = compile_source(SOURCE, tmp_path / "o", Request(emit=("json",), only=("ag",)))
+    coll, schedule = r.collective, r.plan.schedule
+    for name in backends.SCHEDULE_BACKENDS:
+        b = backends.load(name)
+        options = EmitOptions()
+        facts = Facts(bounds=r.plan.bounds, lockstep=simulate(schedule),
+                      event=simulate(schedule, mode="event"))
+        assert set(b.render(schedule, options, facts)) <= set(b.files(coll, options)), name
+    assert set(backends.SCHEDULE_BACKENDS) <= set(backends.BACKENDS)
+
+
+def test_unknown_collective_in_only_stops_before_anything_is_written(tmp_path):
+    with pytest.raises(CclError, match="has no collective 'nope'"):
+        compile_source(SOURCE, tmp_path / "out", Request(only=("nope",)))
+    assert not (tmp_path / "out").exists()
+
+
+GPU1 = NodeType("g1", "pcie", 1, 48e9, 1e-6, nics=1, nic_bandwidth=50e9)
+HGX = NodeType("hgx", "nvswitch", 2, 100e9, 1e-6, nics=2, nic_bandwidth=50e9)
+
+
+def _fabric_coll(kind=CollectiveKind.ALLGATHER, node=GPU1, nodes=8):
+    topo = leaf_spine("f", nodes, node, rails=1, leaves=2, spines=4, oversubscription=1.0,
+                      bandwidth=50e9, latency=1e-6)
+    return make_collective("c", kind, topo, tuple(range(topo.n_ranks)), size=1 << 20)
+
+
+def test_the_table_routes_every_build_once():
+    coll = _fabric_coll()
+    assert has_spines(coll.topology)
+    s = get("direct").build(coll)
+    # the registered build is the routing pass and the relays over the algorithm's own build:
+    # planning an already planned schedule changes nothing
+    again = lower_relays(route_spines(s))
+    np.testing.assert_array_equal(again.routes.links, s.routes.links)
+    np.testing.assert_array_equal(planned_routes(s).ops.route, s.ops.route)
+    verify(s)
+
+
+def test_hierarchical_tunes_with_the_cost_it_is_given():
+    coll = _fabric_coll(CollectiveKind.REDUCESCATTER, HGX, nodes=4)
+    chosen = []
+    for prefer in (1, 8):
+        # a cost that ranks the pipeline depth: the build must keep the depth it prefers
+        s = get("hierarchical").build(
+            coll, cost=lambda s, p=prefer: abs(dict(s.params)["chunks"] - p))
+        chosen.append(dict(s.params)["chunks"])
+        verify(s)
+    assert chosen == [1, 8]
