@@ -5,8 +5,10 @@ ranks, and sizes 1 KiB .. 4 GiB in steps of 4x, every applicable algorithm is bu
 simulated under a backend's execution model (:mod:`cclc.execution`: ``--model nccl``, the
 generated NCCL library, by default; ``msccl``; or ``ir``, the IR's steps with no software cost)
 and the topology's declared routing. Each row prints the time, bus bandwidth
-(nccl-tests definition) and % of the lower bound (:func:`cclc.bounds.bounds`, without the LP
-for speed) of every candidate, ``auto``'s choice (the fastest, the rule of :func:`cclc.plan.plan`),
+(nccl-tests definition) and % of the lower bound of every candidate (``bounds(coll).best`` of
+:mod:`cclc.bounds`, LP included: the bound ``cclc compile``, ``cclc sim`` and ``cclc bounds``
+report; the LP does not depend on the size and is solved once per topology and group),
+``auto``'s choice (the fastest, the rule of :func:`cclc.plan.plan`),
 NCCL's own choice and time from its cost model (:mod:`cclc.nccl_model`) and the speed-up of
 ``auto`` over it. On a leaf/spine fabric every candidate gets planned spines, is priced under
 the fabric's declared routing (ECMP hashing by default), and the row also gives auto's time with
@@ -19,6 +21,7 @@ printed, for the README.
     python benchmarks/collectives.py                 # everything (several minutes)
     python benchmarks/collectives.py --quick         # 3 sizes, smaller topologies (~1 min)
     python benchmarks/collectives.py --json out.json
+    python benchmarks/collectives.py --size 1073741824   # one size only (e.g. a table column)
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ def run_row(label: str, topo, kind: CollectiveKind, nominal: int,
     group = topo.live_ranks()
     size = _even(kind, len(group), nominal)
     coll = make_collective(f"{kind.value}", kind, topo, group, size=size, dtype=DTYPE)
-    bound = bounds(coll, lp=False)
+    bound = bounds(coll)
     cands = []
     best = None
     for algo in algorithms_for(coll):
@@ -182,10 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write every row as JSON")
     ap.add_argument("--model", choices=["ir", *BACKEND_MODELS], default="nccl",
                     help="execution model of cclc's side (default: nccl, the generated library)")
+    ap.add_argument("--size", type=int, action="append", metavar="BYTES",
+                    help="only this nominal size (repeatable; default: 1 KiB ... 4 GiB)")
     args = ap.parse_args(argv)
     model = BACKEND_MODELS.get(args.model, IR_MODEL)
     print(f"cclc's times under the {model.label}; NCCL's from cclc's model of NCCL", flush=True)
-    sizes = QUICK_SIZES if args.quick else SIZES
+    sizes = args.size or (QUICK_SIZES if args.quick else SIZES)
     start = time.perf_counter()
     rows = []
     for label, topo in _topologies(args.quick):

@@ -36,11 +36,16 @@ nothing).
     The latency of the slowest pair that must communicate: the group's diameter latency (via
     :meth:`Topology.diameter_latency`); broadcast / reduce: the root's eccentricity.
 ``lp``
-    The max-concurrent-flow LP (OR-Tools GLOP), for any graph: failed links are left out and
-    switches relay flow. Variables are one flow per (commodity family, link), so the LP grows
-    as ``n x links``; above ``LP_MAX_RANKS_ALLTOALL`` ranks (alltoall, one LP with shared
-    capacities) or ``LP_MAX_RANKS`` (the others, one small max-flow LP per rank) it is skipped,
-    the report says so, and the closed forms stand alone.
+    The max-concurrent-flow LP, for any graph: failed links are left out and switches relay
+    flow. Variables are one flow per (commodity family, link). On a torus or mesh the LP keeps
+    one family per orbit of the automorphisms (translations, reflections, permutations of alike
+    dimensions) that the faults, the group and the sizes leave intact (:mod:`cclc.flow_lp`;
+    exact: the optimum is the full LP's), so a healthy torus of any size has one family and a
+    5x5x5 torus with one failed link 30. It is skipped, and the report says so, above
+    ``LP_MAX_VARIABLES`` flow variables (alltoall: one LP with shared capacities, HiGHS interior
+    point + crossover) or ``LP_MAX_FAMILIES`` max-flow LPs (the others, OR-Tools GLOP, one
+    small LP per family); the closed forms then stand alone. The optimum over ``S`` does not
+    depend on ``S``: it is kept on the topology for the next size or candidate.
 
     * alltoall: one family per source (commodities aggregated by source) sending
       ``pair_sizes[s, j]`` to each ``j``; all families share the link capacities; maximize the
@@ -72,16 +77,24 @@ from scipy.sparse.csgraph import shortest_path
 
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError
+from cclc.flow_lp import Symmetry, alltoall_lp_time, torus_symmetry
 
-__all__ = ["LP_MAX_RANKS", "LP_MAX_RANKS_ALLTOALL", "Bound", "Bounds", "bounds", "cut_bound",
-           "hop_bytes_bound", "injection_bound", "latency_bound", "lp_bound", "lp_limit"]
+__all__ = ["LP_MAX_FAMILIES", "LP_MAX_VARIABLES", "Bound", "Bounds", "bounds", "cut_bound",
+           "hop_bytes_bound", "injection_bound", "latency_bound", "lp_bound", "lp_size",
+           "lp_skipped_note"]
 
-#: the alltoall LP (one multi-commodity LP of n x links variables, capacities shared) is
-#: skipped above this many ranks: GLOP takes ~1.5 s at 64 ranks (4x4x4), ~25 s at 128
-LP_MAX_RANKS_ALLTOALL = 64
-#: the other LPs split into one max-flow LP per rank (links variables each): ~1.4 s at 256
-#: ranks (8x8x4), ~5 s at 512
-LP_MAX_RANKS = 256
+#: the alltoall LP (one multi-commodity LP, capacities shared) is skipped by default above this
+#: many flow variables (commodity families x healthy links, after the symmetry reduction): a
+#: 5x5x5 torus with four failed links has 75 x 746 (30 s on 2 busy cores), an 8x8x8 one with
+#: one failed link 120 x 3071 (about 10 minutes), hgx16_leafspine 128 x 894 (73 s); a healthy
+#: torus of any size has one family. ``cclc bounds --lp-max-variables`` raises it.
+LP_MAX_VARIABLES = 60_000
+#: the other LPs split into one max-flow LP per family (links variables each): skipped above
+#: this many families (8x8x8 with a failed link: 120 allgather families)
+LP_MAX_FAMILIES = 1024
+#: the torus symmetry search (every automorphism of the torus checked against the faults) is
+#: skipped above this many vertices
+SYMMETRY_MAX_VERTICES = 4096
 
 K = CollectiveKind
 
@@ -208,7 +221,7 @@ def _pair_hop_bytes(f: _Facts) -> float:
     # over uniform pairs needs only how many members sit at each coordinate of each dimension
     coords = np.array(np.unravel_index(f.group, topo.dims))
     total = 0.0
-    for d, (m, wrapped) in enumerate(zip(topo.dims, topo.wrap)):
+    for d, (m, wrapped) in enumerate(zip(topo.dims, topo.wrap, strict=True)):
         count = np.bincount(coords[d], minlength=m).astype(np.float64)
         delta = np.abs(np.arange(m)[:, None] - np.arange(m)[None, :])
         dist = np.minimum(delta, m - delta) if wrapped else delta
@@ -275,7 +288,7 @@ def _candidate_cuts(f: _Facts) -> Iterator[tuple[str, np.ndarray]]:
     V = topo.n_vertices
     if topo.dims is not None:
         coords = np.array(np.unravel_index(np.arange(topo.n_ranks), topo.dims))
-        for d, (m, wrapped) in enumerate(zip(topo.dims, topo.wrap)):
+        for d, (m, wrapped) in enumerate(zip(topo.dims, topo.wrap, strict=True)):
             if m < 2:
                 continue
             c = coords[d]
@@ -384,9 +397,12 @@ def latency_bound(coll: Collective) -> Bound:
 # the LP
 
 
-def _families(f: _Facts) -> tuple[list[tuple[int, np.ndarray]], bool]:
+def _families(f: _Facts, sym: Symmetry | None = None) -> tuple[list[tuple[int, np.ndarray]],
+                                                                   bool]:
     """Commodity families: (root vertex, net supply per vertex) and whether they share
-    capacity. Supply is positive where flow enters the network, negative where it leaves."""
+    capacity. Supply is positive where flow enters the network, negative where it leaves.
+    With a symmetry, the allgather / reducescatter families keep one member per orbit (the
+    families of one orbit are images of each other, so they have the same max-flow)."""
     V = f.topo.n_vertices
     n, S, g = f.n, f.S, f.group
     fams: list[tuple[int, np.ndarray]] = []
@@ -398,7 +414,10 @@ def _families(f: _Facts) -> tuple[list[tuple[int, np.ndarray]], bool]:
             sup[g[i]] += m[i].sum()
             fams.append((int(g[i]), sup))
         return fams, True
-    for i in range(n):
+    members = range(n)
+    if sym is not None and f.kind in (K.ALLGATHER, K.REDUCESCATTER):
+        members = sym.representatives(g).tolist()
+    for i in members:
         sup = np.zeros(V)
         if f.kind is K.ALLGATHER:          # into destination i from every other rank
             sup[g] = S / n
@@ -418,30 +437,75 @@ def _families(f: _Facts) -> tuple[list[tuple[int, np.ndarray]], bool]:
     return fams, False
 
 
-def _solve_lp(f: _Facts) -> float:
-    """Max-concurrent-flow time bound (seconds) for ``f.kind`` (not allreduce)."""
-    fams, shared = _families(f)
-    if not fams:
-        return 0.0
+def _symmetry(f: _Facts) -> Symmetry:
+    """The torus automorphisms the faults, the group and the sizes leave intact (see
+    :mod:`cclc.flow_lp`); the trivial group beyond ``SYMMETRY_MAX_VERTICES``."""
+    if f.topo.n_vertices > SYMMETRY_MAX_VERTICES:
+        return Symmetry.trivial(f.topo.n_vertices, f.src, f.dst)
+    pair = f.pair_bytes() if f.kind is K.ALLTOALL and f.coll.pair_sizes is not None else None
+    # kept on the topology: every kind and size over one group shares it
+    key = ("torus_symmetry", f.group.tobytes(), None if pair is None else pair.tobytes())
+    cache = f.topo._cache
+    if key not in cache:
+        cache[key] = torus_symmetry(f.topo, f.src, f.dst, f.bw, f.group, pair)
+    return cache[key]
+
+
+def _lp_families(f: _Facts, sym: Symmetry) -> int:
+    """How many commodity families the LP of ``f.kind`` solves with the symmetry ``sym``."""
+    if f.kind in (K.ALLTOALL, K.ALLGATHER, K.REDUCESCATTER):
+        return len(sym.representatives(f.group))
+    if f.kind is K.ALLREDUCE:
+        return 2 * len(sym.representatives(f.group))
+    return f.n - 1
+
+
+def _check_connected(f: _Facts, fams: list[tuple[int, np.ndarray]]) -> None:
     for _, sup in fams:
         for v in np.flatnonzero(sup).tolist():
             if f.cap_out[v] + f.cap_in[v] <= 0:
                 raise CclError(f"collective '{f.coll.name}': {f.topo.vertex_names[v]} has no "
                                "healthy link")
-    if shared:
-        lam = _FlowLP(f, len(fams), shared=True).solve([sup for _, sup in fams])
-    else:
-        # families do not share capacity, so the LP splits into one max-flow per family:
-        # solve them one by one on the same model (only lambda's coefficients change), and
-        # the bound is set by the worst family
-        model = _FlowLP(f, 1, shared=False)
-        lam = min(model.solve([sup]) for _, sup in fams)
+
+
+def _solve_lp(f: _Facts, sym: Symmetry | None = None) -> float:
+    """Max-concurrent-flow time bound (seconds) for ``f.kind`` (not allreduce)."""
+    cmax = float(f.bw.max())
+    if f.kind is K.ALLTOALL:
+        sym = sym if sym is not None else _symmetry(f)
+        pair = f.pair_bytes()
+        g = f.group
+        active = (pair.sum(axis=1) > 0) | (pair.sum(axis=0) > 0)
+        for v in g[active].tolist():
+            if f.cap_out[v] + f.cap_in[v] <= 0:
+                raise CclError(f"collective '{f.coll.name}': {f.topo.vertex_names[v]} has no "
+                               "healthy link")
+        if not active.any():
+            return 0.0
+        # the largest pair is one unit: HiGHS's tolerances are absolute (1e-7), so demands
+        # of 1/n of the size would leave them room to bend the optimum at 512 ranks
+        unit = float(pair.max())
+        try:
+            t = alltoall_lp_time(f.topo.n_vertices, f.src, f.dst, f.bw / cmax, g, pair / unit,
+                                 sym)
+        except CclError as e:
+            raise CclError(f"collective '{f.coll.name}': {e}") from None
+        return unit * t / cmax
+    fams, _ = _families(f, sym)
+    if not fams:
+        return 0.0
+    _check_connected(f, fams)
+    # families do not share capacity, so the LP splits into one max-flow per family: solve
+    # them one by one on the same model (only lambda's coefficients change), and the bound is
+    # set by the worst family
+    model = _FlowLP(f, 1, shared=False)
+    lam = min(model.solve([sup]) for _, sup in fams)
     if lam <= 0:
         raise CclError(f"collective '{f.coll.name}': the LP finds no flow; the group is "
                        "disconnected")
     # the model is scaled (demands in units of S, capacities in units of the largest
     # bandwidth): lambda demands per second is lambda_scaled * cmax / S
-    return f.S / (lam * float(f.bw.max()))
+    return f.S / (lam * cmax)
 
 
 class _FlowLP:
@@ -501,29 +565,75 @@ class _FlowLP:
         return float(self.lam.solution_value())
 
 
-def lp_limit(coll: Collective) -> int:
-    """The largest group :func:`lp_bound` solves by default for this collective."""
-    return LP_MAX_RANKS_ALLTOALL if coll.kind is K.ALLTOALL else LP_MAX_RANKS
+def lp_size(coll: Collective) -> tuple[int, int]:
+    """(commodity families, healthy links) of the LP :func:`lp_bound` solves for ``coll``,
+    after the symmetry reduction; their product is the number of flow variables."""
+    f = _Facts(coll)
+    return _lp_families(f, _symmetry(f)), len(f.src)
 
 
-def lp_bound(coll: Collective, max_ranks: int | None = None) -> Bound | None:
-    """The max-concurrent-flow LP bound (see the module docstring), or ``None`` when the group
-    has more than ``max_ranks`` ranks (default :func:`lp_limit`)."""
-    if coll.n > (lp_limit(coll) if max_ranks is None else max_ranks):
+def lp_bound(coll: Collective, max_ranks: int | None = None,
+             max_variables: int | None = None) -> Bound | None:
+    """The max-concurrent-flow LP bound (see the module docstring), or ``None`` when it is too
+    large: more than ``max_ranks`` ranks when given, else more than ``max_variables`` (default
+    ``LP_MAX_VARIABLES``) flow variables (alltoall, one LP) or ``LP_MAX_FAMILIES`` max-flow LPs
+    (the others).
+
+    The scaled optimum does not depend on the size, so it is kept on the topology and a second
+    call for the same group (another size, another candidate) costs nothing."""
+    if max_ranks is not None and coll.n > max_ranks:
         return None
     f = _Facts(coll)
     if f.n < 2:
         return Bound("lp", 0.0, "a single rank")
-    if f.kind is K.ALLREDUCE:
-        rs = _solve_lp(_with_kind(f, K.REDUCESCATTER))
-        ag = _solve_lp(_with_kind(f, K.ALLGATHER))
-        return Bound("lp", rs + ag, "max-concurrent-flow LP: reduce-scatter + allgather")
     what = {K.ALLTOALL: "max-concurrent-flow LP, commodities by source",
             K.ALLGATHER: "max-flow LP into every rank (= best cut)",
             K.REDUCESCATTER: "max-flow LP out of every rank (= best cut)",
+            K.ALLREDUCE: "max-concurrent-flow LP: reduce-scatter + allgather",
             K.BROADCAST: "max-flow LP from the root to every rank",
             K.REDUCE: "max-flow LP from every rank to the root"}[f.kind]
-    return Bound("lp", _solve_lp(f), what)
+    pair = coll.pair_sizes
+    key = ("lp_bound", f.kind, f.group.tobytes(), f.root,
+           None if pair is None else (pair.tobytes(), f.S))
+    cache = f.topo._cache
+    limit = LP_MAX_VARIABLES if max_variables is None else max_variables
+    if key not in cache or (cache[key][0] is None and (max_ranks is not None
+                                                       or limit > LP_MAX_VARIABLES)):
+        cache[key] = _scaled_lp(f, max_ranks is not None, limit)
+    scaled, sym = cache[key]
+    if scaled is None:
+        return None
+    if sym.order > 1:
+        what += (f", reduced by {sym.order} torus symmetries to "
+                 f"{_lp_families(f, sym)} commodity families")
+    return Bound("lp", scaled * f.S, what)
+
+
+def _scaled_lp(f: _Facts, forced: bool, max_variables: int) -> tuple[float | None, Symmetry]:
+    """The LP bound over ``S`` (``None``: over the limits, unless ``forced``)."""
+    sym = _symmetry(f)
+    families = _lp_families(f, sym)
+    if not forced:
+        if f.kind is K.ALLTOALL and families * len(f.src) > max_variables:
+            return None, sym
+        if f.kind is not K.ALLTOALL and families > LP_MAX_FAMILIES:
+            return None, sym
+    if f.kind is K.ALLREDUCE:
+        t = (_solve_lp(_with_kind(f, K.REDUCESCATTER), sym)
+             + _solve_lp(_with_kind(f, K.ALLGATHER), sym))
+    else:
+        t = _solve_lp(f, sym)
+    return t / f.S, sym
+
+
+def lp_skipped_note(coll: Collective, max_variables: int | None = None) -> str:
+    """Why :func:`lp_bound` skipped ``coll`` under these limits."""
+    families, links = lp_size(coll)
+    if coll.kind is K.ALLTOALL:
+        limit = LP_MAX_VARIABLES if max_variables is None else max_variables
+        return (f"lp: skipped, {families} commodity families x {links} links = "
+                f"{families * links} flow variables > {limit} (closed forms only)")
+    return (f"lp: skipped, {families} max-flow LPs > {LP_MAX_FAMILIES} (closed forms only)")
 
 
 def _with_kind(f: _Facts, kind: CollectiveKind) -> _Facts:
@@ -536,8 +646,10 @@ def _with_kind(f: _Facts, kind: CollectiveKind) -> _Facts:
 # --------------------------------------------------------------------------------------------
 
 
-def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int | None = None) -> Bounds:
-    """Every lower bound of ``coll`` (seconds); ``.best`` is the strongest.
+def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int | None = None,
+           lp_max_variables: int | None = None) -> Bounds:
+    """Every lower bound of ``coll`` (seconds); ``.best`` is the strongest. The LP's limits
+    are those of :func:`lp_bound`.
 
     >>> from cclc.topology import torus                                          # doctest: +SKIP
     >>> b = bounds(make_collective("a", CollectiveKind.ALLTOALL, torus("r", (8,)),
@@ -547,10 +659,11 @@ def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int | None = None) -
     items = [hop_bytes_bound(coll), injection_bound(coll), cut_bound(coll), latency_bound(coll)]
     notes: list[str] = []
     if lp:
-        b = lp_bound(coll, max_ranks=lp_max_ranks)
-        if b is None:
-            limit = lp_limit(coll) if lp_max_ranks is None else lp_max_ranks
-            notes.append(f"lp: skipped, {coll.n} ranks > {limit} (closed forms only)")
+        b = lp_bound(coll, max_ranks=lp_max_ranks, max_variables=lp_max_variables)
+        if b is None and lp_max_ranks is not None:
+            notes.append(f"lp: skipped, {coll.n} ranks > {lp_max_ranks} (closed forms only)")
+        elif b is None:
+            notes.append(lp_skipped_note(coll, lp_max_variables))
         else:
             items.append(b)
     else:

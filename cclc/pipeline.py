@@ -78,6 +78,8 @@ class Request:
     force: bool = False
     #: how messages name the source (``'FILE.ccl'``)
     source: str = "the file"
+    #: seconds ``synth`` may spend on a collective that names no budget (``None``: its default)
+    synth_budget: float | None = None
 
 
 @dataclass(frozen=True)
@@ -289,9 +291,10 @@ def _topology_text(topo) -> str:
 
 
 def _plan(coll: Collective, request: Request, model, events: Events) -> Plan:
+    from cclc.algorithms.synth_flows import synth_budget
     from cclc.plan import plan
 
-    with events.stage(f"{coll.name}: planning") as st:
+    with events.stage(f"{coll.name}: planning") as st, synth_budget(request.synth_budget):
         return plan(coll, explain=request.explain, model=model,
                     on_step=lambda i, total, what: st.update(i, what, total))
 

@@ -15,10 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: files whose remaining lint findings belong to work in flight elsewhere (the fast-compile and
-#: bounds passes); each is removed from this list when its findings are fixed
+#: files whose remaining lint findings belong to work in flight elsewhere (the fast-compile
+#: pass); each is removed from this list when its findings are fixed
 LINT_PENDING = (
-    "cclc/bounds.py",
     "cclc/dataflow.py",
     "cclc/verify.py",
 )

@@ -132,4 +132,5 @@ def _load_all() -> None:
 
 #: algorithm modules, each registers its entries when imported
 _MODULES: list[str] = ["direct", "ring", "tree", "torus_collectives", "recursive", "bruck", "pat",
-                       "hierarchical", "direct_switch", "torus_alltoall"]
+                       "hierarchical", "direct_switch", "torus_alltoall", "synth_flows",
+                       "synth_trees"]

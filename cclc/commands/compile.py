@@ -80,7 +80,21 @@ def add_parser(sub) -> None:
     p.add_argument("--build", action="store_true",
                    help="with --emit nccl, also build libcclc_<name>.so (nvcc, NCCL headers "
                         "from the nvidia-nccl-cu13 wheel or NCCL_HOME)")
+    p.add_argument("--synth-budget", type=_seconds, metavar="SECONDS",
+                   help="time budget of algorithm synth for every collective (auto included; "
+                        "lifts synth's rank limit under auto); past it synth falls back to the "
+                        "best template")
     p.set_defaults(run=run)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, not '{text}'")
+    return value
 
 
 def _byte_count(text: str) -> int:
@@ -199,6 +213,10 @@ class _Printer(Events):
             print(format_candidates(p, pinned_by))
         print(f"{coll.name}: {p.name}{t}{pct}, {len(p.schedule.ops)} ops in "
               f"{p.schedule.n_steps} steps ({p.model.label}; routing {coll.topology.routing})")
+        if p.schedule.algorithm == "synth":
+            from cclc.synth.report import synth_report
+
+            print(f"  {synth_report(p.schedule)}")
         if p.planned_time is not None:
             print(f"  with cclc's planned spines: {format_time(p.planned_time)}; a plan, not "
                   "what runs: realizing a spine per flow needs a routing mechanism no backend "
@@ -233,7 +251,8 @@ def run(args) -> int:
     emit = parse_emit(args.emit)
     request = Request(emit=tuple(emit), only=tuple(args.only or ()), algorithm=args.algorithm,
                       explain=args.explain, size_check=not getattr(args, "no_size_check", False),
-                      options=_options(args), force=args.force, source=f"'{args.file}'")
+                      options=_options(args), force=args.force, source=f"'{args.file}'",
+                      synth_budget=getattr(args, "synth_budget", None))
     program = load_program(args.file)
     results = compile_program(program, args.output, request, _Printer(args))
     return _summary(results)

@@ -1,0 +1,133 @@
+"""Synthesized tree schedules against every template and the lower bound (issue 14, trees).
+
+For AllGather, ReduceScatter and AllReduce on the examples and on faulty tori that are not
+among them, prints per case: the best lower bound of ``cclc.bounds`` (LP included where it runs),
+``synth``'s predicted time and % of that bound (the synthesized schedule itself, ``race=0``:
+``algorithm synth`` returns the template instead where the template is faster), the best
+template's, and synth's solver status and solve time. Times are predictions of the lockstep
+IR model (``cclc.execution.IR_MODEL``: the schedule's steps with barriers, alpha-beta links, no
+software cost) under each topology's declared routing; none is a measurement on hardware.
+
+    python benchmarks/synth_trees.py                 # 1 GiB and 128 MiB, every case
+    python benchmarks/synth_trees.py --quick         # 128 MiB, the small cases
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import dsl
+from cclc.algorithms import algorithms_for, get
+from cclc.bounds import bounds
+from cclc.collective import CollectiveKind, Hint, make_collective
+from cclc.execution import IR_MODEL, predict
+from cclc.topology import torus, with_faults
+
+KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
+EXAMPLES = ["torus4x4_failed_rank", "torus5x5_fault", "mesh4x4", "torus5x5x5",
+            "tpuv4_4x4x4_ocs", "hgx_node", "fabric6_single_gpu", "pcie_oversubscribed",
+            "hgx16_leafspine", "tpuv4_8x4x4"]
+QUICK = ["torus4x4_failed_rank", "torus5x5_fault", "mesh4x4", "hgx_node", "fabric6_single_gpu"]
+
+
+def _faulty(name: str, dims, cuts) -> tuple[str, object]:
+    """A torus of 32 GB/s links with both directions of each ``(coords, dim)`` link failed."""
+    t = torus(name, dims, bandwidth=32e9, latency=1e-7)
+    pairs = []
+    for coords, dim in cuts:
+        a = t.rank_at(coords)
+        nxt = list(coords)
+        nxt[dim] = (nxt[dim] + 1) % dims[dim]
+        b = t.rank_at(nxt)
+        pairs += [(a, b), (b, a)]
+    return name, with_faults(t, pairs)
+
+
+def _tori():
+    """The faulty tori of the issue's text (not among the examples)."""
+    return [
+        _faulty("4x4x4 two faults", (4, 4, 4), [((0, 0, 0), 0), ((1, 2, 3), 1)]),
+        _faulty("6x6 three faults", (6, 6), [((0, 0), 0), ((2, 3), 1), ((4, 5), 0)]),
+        _faulty("3x3x3 one fault", (3, 3, 3), [((0, 0, 0), 0)]),
+        _faulty("5x5 two in one ring", (5, 5), [((0, 0), 0), ((3, 0), 0)]),
+        _faulty("5x5x5 two faults", (5, 5, 5), [((0, 0, 0), 0), ((2, 3, 4), 2)]),
+    ]
+
+
+def _machines(quick: bool):
+    here = os.path.join(os.path.dirname(__file__), "..", "examples")
+    for name in (QUICK if quick else EXAMPLES):
+        program = dsl.load(os.path.join(here, f"{name}.ccl"))
+        for tname, topo in program.topologies.items():
+            yield f"{name}:{tname}", topo
+    if not quick:
+        yield from _tori()
+
+
+def run_case(label: str, topo, kind: CollectiveKind, nominal: int,
+             templates: bool = True) -> dict:
+    """One row: bound, synth and the best template at ``nominal`` bytes."""
+    group = topo.live_ranks()
+    n = len(group)
+    unit = 4 * n
+    size = max(unit, round(nominal / unit) * unit)
+    # named as the user would name it (under `auto` synth pipelines fewer chunks)
+    coll = make_collective(kind.value, kind, topo, group, size=size, algorithm=Hint("synth"))
+    bound = bounds(coll)
+    t0 = time.monotonic()
+    s = get("synth").build(coll, race=0)          # the synthesized schedule itself
+    build_s = time.monotonic() - t0
+    synth_t = predict(s, IR_MODEL).time
+    row = {"case": label, "kind": kind.value, "n": n, "bytes": size, "bound_s": bound.best,
+           "bound": bound.name, "synth_s": synth_t, "ops": len(s.ops), "build_s": build_s,
+           **{k: v for k, v in s.params}, "template": None, "template_s": None}
+    if templates:
+        for algo in algorithms_for(coll):
+            if algo.name == "synth" or algo.applicable(coll) is not None:
+                continue
+            t = predict(algo.build(coll), IR_MODEL).time
+            if row["template_s"] is None or t < row["template_s"]:
+                row["template"], row["template_s"] = algo.name, t
+    return row
+
+
+def _print(row: dict) -> None:
+    def pct(t):
+        return f"{100 * row['bound_s'] / t:6.1f}%" if t else "     -"
+
+    tmpl = (f"{row['template']:<22} {pct(row['template_s'])}" if row["template"]
+            else f"{'-':<22}      -")
+    slower = " SLOWER than the template" if row["template_s"] and \
+        row["synth_s"] > row["template_s"] * (1 + 1e-9) else ""
+    print(f"{row['case']:<34} {row['kind']:<13} n={row['n']:<4} {row['bytes'] >> 20:>5} MiB  "
+          f"bound {row['bound']:<10} synth {pct(row['synth_s'])} ({row['status']}, solve "
+          f"{row['solve_s']:.1f} s, {row['ops']} ops)  best template {tmpl}{slower}",
+          flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="128 MiB on the small examples")
+    ap.add_argument("--no-templates", action="store_true", help="skip the template column")
+    ap.add_argument("--only", default="", help="only cases whose name contains this text")
+    ap.add_argument("--sizes", default="", help="comma-separated sizes in MiB")
+    args = ap.parse_args(argv)
+    sizes = [128 << 20] if args.quick else [1 << 30, 128 << 20]
+    if args.sizes:
+        sizes = [int(float(x) * (1 << 20)) for x in args.sizes.split(",")]
+    print("predicted by the ir model: lockstep steps, no software cost; % of the best "
+          "lower bound of cclc.bounds")
+    for label, topo in _machines(args.quick):
+        if args.only not in label:
+            continue
+        for kind in KINDS:
+            for size in sizes:
+                _print(run_case(label, topo, kind, size, not args.no_templates))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

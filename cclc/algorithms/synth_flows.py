@@ -1,0 +1,165 @@
+"""``synth`` for AllToAll (uniform and per-pair sizes): a schedule synthesized from the machine.
+
+The path LP (:mod:`cclc.synth.flows`) routes every pair's bytes at the best rate the usable
+links allow; its weighted paths are cut into pieces and packed into steps
+(:mod:`cclc.synth.pack`, :mod:`cclc.synth.alltoall`). The result is compared with every
+template that serves the collective under the IR's lockstep model, and when a template is faster
+(small sizes, where the templates' fewer steps win) or the time budget ran out, that template's
+schedule is returned instead, labelled ``status fallback`` / ``budget``: synth is never slower
+than the best template.
+
+Parameters (``algorithm synth(budget = 60, split = 2)``): ``budget`` seconds for the whole
+synthesis (default :data:`DEFAULT_BUDGET`, or ``cclc compile --synth-budget``); ``split`` pieces
+per path (finer balance, more ops; default by group size); ``steps`` a fixed step count.
+
+The schedule's ``params``: ``solver`` (``pdlp``), ``status`` (``optimal``: the LP solved and its
+paths are used; ``budget``: the solver stopped at the budget; ``fallback``: a template was
+faster), ``solve_s`` (seconds), ``lp_fraction`` (the LP's time / the schedule's lockstep time),
+``template`` when a template is returned, ``symmetry`` (translations used).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import time
+
+from cclc.algorithms import Algorithm, algorithms_for, register
+from cclc.algorithms.common import bad_int_param
+from cclc.collective import Collective, CollectiveKind
+from cclc.errors import CclError, ScheduleError
+from cclc.ir import Schedule
+
+__all__ = ["AUTO_MAX_RANKS", "DEFAULT_BUDGET", "build_synth_alltoall", "synth_budget"]
+
+#: seconds the synthesis may take unless told otherwise
+DEFAULT_BUDGET = 60.0
+#: without an explicit budget, synth stays out of groups larger than this (with faults the LP
+#: and the packing take tens of seconds from ~32 ranks on, which ``auto`` would pay for every
+#: alltoall); ``budget=`` or ``--synth-budget`` lifts it
+AUTO_MAX_RANKS = 32
+
+_BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar("synth_budget",
+                                                                      default=None)
+
+
+@contextlib.contextmanager
+def synth_budget(seconds: float | None):
+    """Within the block, ``synth`` uses ``seconds`` as its budget wherever the collective gives
+    none (``cclc compile --synth-budget``): one setting for every collective, ``auto``
+    included."""
+    token = _BUDGET.set(seconds)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def _budget(params: dict) -> float | None:
+    if "budget" in params:
+        return float(params["budget"])
+    return _BUDGET.get()
+
+
+def _applicable(coll: Collective, **params) -> str | None:
+    if coll.kind is not CollectiveKind.ALLTOALL:
+        return f"synth (flows) does not serve {coll.kind.value}"
+    unknown = sorted(set(params) - {"budget", "split", "steps"})
+    if unknown:
+        return f"synth takes budget, split and steps (got {', '.join(unknown)})"
+    if "budget" in params:
+        b = params["budget"]
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0:
+            return f"budget must be a number of seconds > 0 (got {b!r})"
+    for key in ("split", "steps"):
+        why = bad_int_param(params, key)
+        if why:
+            return why
+    if coll.n < 2:
+        return "a single rank has nothing to move"
+    from cclc.synth.flows import group_connected
+
+    if not group_connected(coll):
+        return ("the group's ranks cannot reach each other through members of the group "
+                "(synth relays only through the group's ranks and switches)")
+    if coll.n > AUTO_MAX_RANKS and _budget(params) is None:
+        return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes tens of seconds here; "
+                "give it a budget (synth(budget = 60) or --synth-budget) to run it")
+    return None
+
+
+def _split_default(n: int) -> int:
+    # pieces per path: finer pieces balance the steps better, but ops grow as n^2 x split
+    return 4 if n <= 32 else 2 if n <= 64 else 1
+
+
+def _best_template(coll: Collective) -> tuple[str, Schedule, float] | None:
+    """The fastest applicable template under the IR's lockstep model (name, schedule, time)."""
+    from cclc.plan import _as_auto
+    from cclc.sim import simulate
+    from cclc.verify import verify
+
+    plain = _as_auto(coll)
+    best = None
+    for algo in algorithms_for(coll):
+        if algo.name == "synth" or algo.applicable(plain) is not None:
+            continue
+        try:
+            s = algo.build(plain)
+            verify(s)
+        except (CclError, ScheduleError):
+            continue
+        t = float(simulate(s).time)
+        if best is None or t < best[2]:
+            best = (algo.name, s, t)
+    return best
+
+
+def build_synth_alltoall(coll: Collective, **params) -> Schedule:
+    """The synthesized alltoall of ``coll``, or the best template when it is faster."""
+    from cclc.sim import simulate
+    from cclc.synth.alltoall import synthesize_alltoall, write_schedule
+    from cclc.synth.flows import SynthBudgetError, solve_flows
+
+    t0 = time.monotonic()
+    budget = _budget(params)
+    deadline = t0 + (DEFAULT_BUDGET if budget is None else budget)
+    split = int(params.get("split", _split_default(coll.n)))
+    steps = params.get("steps")
+    synthesized: Schedule | None = None
+    status = "budget"
+    lp_time = None
+    try:
+        flows = solve_flows(coll, deadline=deadline)
+        lp_time = flows.lp_time
+        synth = synthesize_alltoall(coll, flows, split=split,
+                                    steps=None if steps is None else int(steps),
+                                    deadline=deadline)
+        status = "optimal" if flows.status == "optimal" else "budget"
+        synthesized = write_schedule(coll, synth, ())
+        meta = (("solver", "pdlp"), ("symmetry", flows.symmetry), ("rounds", flows.rounds))
+    except SynthBudgetError:
+        meta = (("solver", "pdlp"),)
+    template = _best_template(coll)
+    solve_s = time.monotonic() - t0
+    own_time = float(simulate(synthesized).time) if synthesized is not None else None
+    if synthesized is None or (template is not None and template[2] < own_time):
+        if template is None:
+            raise ScheduleError(f"synth: no routing within the budget and no template serves "
+                                f"collective '{coll.name}'")
+        name, chosen, t = template
+        status = "fallback" if synthesized is not None else "budget"
+        extra: tuple = (("template", name),)
+    else:
+        chosen, t, extra = synthesized, own_time, ()
+    fraction = (lp_time / t) if lp_time is not None and t > 0 else 0.0
+    info = meta + (("status", status), ("solve_s", round(solve_s, 3)),
+                   ("lp_fraction", round(fraction, 4))) + extra
+    return chosen.replace(algorithm="synth", schedule="-", params=info)
+
+
+register(Algorithm(
+    name="synth", collectives=frozenset({CollectiveKind.ALLTOALL}), applicable=_applicable,
+    build=build_synth_alltoall,
+    description="alltoall: max-concurrent-flow LP paths packed into steps (falls back to the "
+                "best template when that is faster)"))

@@ -1,0 +1,260 @@
+"""``synth`` for AllGather, ReduceScatter and AllReduce: packed spanning trees, pipelined.
+
+The packing and its optimum are in :mod:`cclc.synth.trees`, the ops in
+:mod:`cclc.synth.tree_schedule`. This module chooses the number of trees per root ``k`` and
+of chunks per tree ``C``, keeps to the time budget and records what it did in the schedule's
+``params``: ``solver`` (``"forestcoll-maxflow+congestion-trees"``), ``status``
+(``optimal`` when the packing reaches the ForestColl rate, ``feasible`` when it does not,
+``budget`` when the budget cut the search short, ``fallback`` when a template was returned
+instead: no packing was finished in time, or the template is faster), ``solve_s``,
+``lp_fraction`` (the collective's time at the ForestColl optimum over the returned schedule's
+time in the lockstep IR model; for AllReduce the optimum is ReduceScatter's plus AllGather's,
+which overlapping the two phases on full-duplex links can beat, so it may exceed 1), and on a
+fallback ``template``.
+
+Hint parameters: ``budget`` (seconds, default 30); ``race`` (1 by default: return the fastest
+template when one beats the synthesized schedule; 0, the default under ``algorithm auto``,
+whose planner races every candidate anyway: always the synthesized one); ``trees``
+(``k``; default: the best of 1..3 by predicted time); ``chunks`` (``C``; default: the pipeline
+depth that minimizes ``(C + D) * (alpha + beta / C)`` for tree depth ``D``, latency ``alpha``
+and bandwidth time ``beta``, with at most :data:`MAX_OPS` ops, :data:`MAX_OPS_AUTO` under
+``algorithm auto`` so that the candidate costs the planner what a template does).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from cclc.algorithms import Algorithm, register
+from cclc.algorithms.common import bad_int_param, hint_int
+from cclc.collective import Collective, CollectiveKind
+from cclc.errors import CollectiveError
+from cclc.ir import Schedule
+from cclc.synth import tree_schedule
+from cclc.synth.trees import (
+    HopGraph,
+    TreePacking,
+    flow_network,
+    forestcoll_rate,
+    hop_graph,
+    pack_trees,
+    translations,
+)
+
+__all__ = ["MAX_OPS", "MAX_OPS_AUTO", "TreeSynthesis", "build_synth_trees", "synthesize_trees"]
+
+_KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
+                    CollectiveKind.ALLREDUCE})
+#: the most ops a default pipeline depth may produce (bounds compile, verify and emit time)
+MAX_OPS = 2_000_000
+#: the same under ``algorithm auto``
+MAX_OPS_AUTO = 200_000
+#: default time budget of the search, seconds
+DEFAULT_BUDGET = 30.0
+SOLVER = "forestcoll-maxflow+congestion-trees"
+
+
+@dataclass(frozen=True, eq=False)
+class TreeSynthesis:
+    """The packings chosen for a collective and the optimum they are measured against.
+
+    ``ag`` packs out-trees (AllGather, the second half of AllReduce), ``rs`` in-trees (as
+    out-trees of the reversed moves); either is ``None`` when the collective does not need
+    it. ``optimal_time`` is the collective's time at the ForestColl rate (seconds).
+    """
+
+    graph: HopGraph
+    ag: TreePacking | None
+    rs: TreePacking | None
+    optimal_time: float
+    rate_ag: float | None
+    rate_rs: float | None
+    status: str
+    solve_s: float
+
+
+def _applicable(coll: Collective, **params) -> str | None:
+    if coll.kind not in _KINDS:
+        return f"synth trees do not serve {coll.kind.value}"
+    unknown = sorted(set(params) - {"budget", "trees", "chunks", "race"})
+    if unknown:
+        return f"synth takes budget, trees, chunks and race (got {', '.join(unknown)})"
+    for key, low in (("trees", 1), ("chunks", 1), ("race", 0)):
+        why = bad_int_param(params, key, low)
+        if why:
+            return why
+    budget = params.get("budget", DEFAULT_BUDGET)
+    if not isinstance(budget, (int, float)) or budget <= 0:
+        return f"parameter budget must be a number of seconds > 0, got {budget!r}"
+    if coll.n < 2:
+        return "synth needs at least 2 ranks"
+    g = hop_graph(coll)
+    if not _strongly_connected(g):
+        return ("the group's members do not reach each other over moves the routing "
+                "carries without leaving the group")
+    return None
+
+
+def _strongly_connected(g: HopGraph) -> bool:
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    mat = csr_matrix((np.ones(g.m), (g.src, g.dst)), shape=(g.n, g.n))
+    return connected_components(mat, directed=True, connection="strong")[0] == 1
+
+
+def _block_bytes(coll: Collective) -> float:
+    """Bytes of one root's block (what each tree family carries)."""
+    return coll.size / coll.n
+
+
+def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
+                     trees: int | None = None) -> TreeSynthesis | None:
+    """Packings for ``coll`` within ``budget`` seconds, or ``None`` when none was finished.
+
+    The function 14a's benchmark (and anyone) can call to get the optimum and the packing
+    without building ops. ``trees`` fixes ``k``; otherwise 1..3 are tried while time is left
+    and the one with the lowest predicted time wins.
+    """
+    t0 = time.monotonic()
+    deadline = t0 + budget
+    g = hop_graph(coll)
+    node_perm, edge_perm = translations(coll, g)
+    reps = sorted({int(node_perm[:, v].min()) for v in range(coll.n)})
+    net, members = flow_network(coll)
+    probe = [members[v] for v in reps]
+    block = _block_bytes(coll)
+    need_ag = coll.kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE)
+    need_rs = coll.kind in (CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
+    rate_ag = forestcoll_rate(net, members, probe) if need_ag else None
+    rate_rs = forestcoll_rate(net.reverse(copy=True), members, probe) if need_rs else None
+    optimal = sum(block / r for r in (rate_ag, rate_rs) if r is not None)
+    best: tuple[float, TreePacking | None, TreePacking | None] | None = None
+    for k in ([trees] if trees else [1, 2, 3]):
+        if best is not None and time.monotonic() > deadline:
+            break
+        ag = (pack_trees(g, rate_ag, k, node_perm, edge_perm, deadline)
+              if rate_ag is not None else None)
+        rs = (pack_trees(g.reversed(), rate_rs, k, node_perm, edge_perm, deadline)
+              if rate_rs is not None else None)
+        predicted = _predict(coll, g, ag, rs, block, rate_ag, rate_rs)[0]
+        if best is None or predicted < best[0] * (1 - 1e-9):
+            best = (predicted, ag, rs)
+        if all(p is None or p.status == "optimal" for p in (ag, rs)):
+            break
+    if best is None:
+        return None
+    _, ag, rs = best
+    statuses = {p.status for p in (ag, rs) if p is not None}
+    status = next(s for s in ("budget", "feasible", "optimal") if s in statuses)
+    return TreeSynthesis(g, ag, rs, optimal, rate_ag, rate_rs, status, time.monotonic() - t0)
+
+
+def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
+             block: float, rate_ag: float | None, rate_rs: float | None,
+             chunks: int | None = None, max_ops: int = MAX_OPS) -> tuple[float, int]:
+    """Predicted lockstep time and pipeline depth: ``(C + D) * (alpha + beta / C)``."""
+    beta, fill = 0.0, 0
+    packs = [(p, r) for p, r in ((ag, rate_ag), (rs, rate_rs)) if p is not None]
+    for p, rate in packs:
+        beta += block * p.load / rate
+    if ag is not None:
+        fill += int(ag.depth().max())
+    if rs is not None:
+        # siblings reduce into their parent in distinct steps: the in-trees' fill is the
+        # offset of the roots, not their depth (a star of s leaves fills in s steps)
+        off = tree_schedule.reduce_offsets(rs)
+        n = coll.n
+        fill += int(off[np.arange(n), :, np.arange(n)].max()) + 1
+    k = packs[0][0].k
+    alpha = float(g.latency.max()) if g.m else 0.0
+    elems = coll.count // coll.n                      # the smallest block, in elements
+    cap = max(1, min(elems // k, max_ops // max(1, len(packs) * coll.n * (coll.n - 1) * k)))
+    if chunks is None:
+        # (C + F) * (alpha + beta / C) is least at C = sqrt(F * beta / alpha); with no fill
+        # (one-hop trees) one chunk is best
+        ideal = math.sqrt((fill - 1) * beta / alpha) if alpha > 0 else cap
+        chunks = int(min(cap, max(1, round(ideal))))
+    chunks = max(1, min(chunks, max(1, elems // k)))
+    return (chunks + fill - 1) * (alpha + beta / chunks), chunks
+
+
+def _best_template(coll: Collective) -> tuple[float, Schedule] | None:
+    """The fastest template and its time (lockstep IR model), or ``None`` when none applies."""
+    from cclc.algorithms import algorithms_for
+    from cclc.sim import simulate
+
+    best: tuple[float, Schedule] | None = None
+    for algo in algorithms_for(coll):
+        if algo.name == "synth" or algo.applicable(coll) is not None:
+            continue
+        s = algo.build(coll)
+        t = float(simulate(s).time)
+        if best is None or t < best[0]:
+            best = (t, s)
+    return best
+
+
+def _as_fallback(template: tuple[float, Schedule], optimal: float | None, t0: float
+                 ) -> Schedule:
+    t, s = template
+    fraction = round(optimal / t, 4) if optimal else 0.0
+    return s.replace(params=s.params + (
+        ("solver", SOLVER), ("status", "fallback"), ("template", _name(s)),
+        ("solve_s", round(time.monotonic() - t0, 3)), ("lp_fraction", fraction)))
+
+
+def _name(s: Schedule) -> str:
+    return s.algorithm if s.schedule in ("-", "") else f"{s.algorithm}+{s.schedule}"
+
+
+def build_synth_trees(coll: Collective, **params) -> Schedule:
+    """The synthesized schedule of an AllGather, ReduceScatter or AllReduce.
+
+    Raced against every template unless ``race=0``: when a template is faster (lockstep IR
+    model) that template is returned with ``status`` ``fallback``, so ``synth`` is never slower
+    than the best template; likewise when the budget ends before any packing exists.
+    """
+    from cclc.sim import simulate
+
+    budget = float(params.get("budget", DEFAULT_BUDGET))
+    # under `algorithm auto` the planner races every candidate itself
+    race = bool(hint_int(params, "race", 0 if coll.algorithm.name == "auto" else 1, low=0))
+    t0 = time.monotonic()
+    syn = synthesize_trees(coll, budget, hint_int(params, "trees", None))
+    if syn is None:
+        template = _best_template(coll)
+        if template is None:
+            raise CollectiveError(f"synth found no packing for '{coll.name}' within its budget "
+                                  f"of {budget:g} s and no template applies")
+        return _as_fallback(template, None, t0)
+    chunks = hint_int(params, "chunks", None)
+    # `auto` builds, verifies, simulates (and, for the nccl backend, lowers) every candidate:
+    # its synth candidate pipelines fewer chunks so that it costs what a template costs
+    max_ops = MAX_OPS_AUTO if coll.algorithm.name == "auto" else MAX_OPS
+    _, chunks = _predict(coll, syn.graph, syn.ag, syn.rs, _block_bytes(coll), syn.rate_ag,
+                         syn.rate_rs, chunks, max_ops)
+    meta = (("solver", SOLVER), ("status", syn.status), ("solve_s", round(syn.solve_s, 3)),
+            ("k", (syn.ag or syn.rs).k), ("chunks", chunks))
+    if coll.kind is CollectiveKind.ALLGATHER:
+        s = tree_schedule.allgather_ops(coll, syn.graph, syn.ag, chunks, meta)
+    elif coll.kind is CollectiveKind.REDUCESCATTER:
+        s = tree_schedule.reducescatter_ops(coll, syn.graph, syn.rs, chunks, meta)
+    else:
+        s = tree_schedule.allreduce_ops(coll, syn.graph, syn.rs, syn.ag, chunks, meta)
+    t = float(simulate(s).time)
+    s = s.replace(params=meta + (("lp_fraction", round(syn.optimal_time / t, 4)),))
+    if race:
+        template = _best_template(coll)
+        if template is not None and template[0] < t * (1 - 1e-9):
+            return _as_fallback(template, syn.optimal_time, t0)
+    return s
+
+
+register(Algorithm(
+    name="synth", collectives=_KINDS, applicable=_applicable, build=build_synth_trees,
+    description="spanning trees packed near the ForestColl optimum, pipelined in chunks"))

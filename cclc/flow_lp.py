@@ -1,0 +1,184 @@
+"""The max-concurrent-flow LP of an alltoall, reduced by the torus symmetries the faults leave
+intact.
+
+An automorphism of a torus (a translation along wrapped dimensions, a reflection, a
+permutation of alike dimensions) that maps the healthy links onto themselves (bandwidths
+included), the group onto itself and every pair's bytes onto the same pair's bytes is a
+symmetry of the LP: it maps a feasible flow onto a feasible flow of the same time. Averaging an
+optimal flow over the group ``G`` of such symmetries gives an optimal flow that is itself
+symmetric (the flow of source ``g r`` is the flow of ``r`` moved by ``g``), so the LP may keep
+one commodity family per *orbit* of sources and one capacity row per orbit of links: a link of
+orbit ``O`` carries ``sum_r |orbit(r)| / |O| * x_r(O)``, where ``x_r(O)`` is family ``r``'s
+flow summed over the links of ``O``. Every flow of the reduced LP extends to a symmetric flow
+of the full one and back, so the optimum is the same: the reduction is exact.
+
+A healthy 8x8x8 torus keeps all 24576 automorphisms: one family, 3072 variables. One failed
+link keeps the 8 that fix it (reflections and the swap of the two other dimensions): 120
+families. The LP is solved by HiGHS's interior point method with crossover to a vertex.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from cclc.errors import CclError
+from cclc.topology import Topology
+
+__all__ = ["Symmetry", "alltoall_lp_time", "torus_symmetry"]
+
+
+class Symmetry:
+    """Orbits of a group of vertex permutations: the orbit key of every vertex and the orbit
+    index of every healthy link, with the orbit sizes (``order``: the group's size)."""
+
+    def __init__(self, vertex_key: np.ndarray, link_key: np.ndarray, order: int):
+        self.order = order
+        self.vertex_key = vertex_key
+        _, self.link_orbit, link_sizes = np.unique(link_key, return_inverse=True,
+                                                   return_counts=True)
+        self.link_orbit_size = link_sizes
+        self.n_link_orbits = len(link_sizes)
+        _, inverse, sizes = np.unique(vertex_key, return_inverse=True, return_counts=True)
+        self.vertex_orbit_size = sizes[inverse]
+
+    @classmethod
+    def trivial(cls, n_vertices: int, src: np.ndarray, dst: np.ndarray) -> Symmetry:
+        return cls(np.arange(n_vertices), src * n_vertices + dst, 1)
+
+    def representatives(self, members: np.ndarray) -> np.ndarray:
+        """Positions in ``members`` of one member per orbit (the one whose vertex is the key)."""
+        return np.flatnonzero(self.vertex_key[members] == members)
+
+
+def _torus_automorphisms(topo: Topology) -> list[tuple[tuple[int, ...], tuple[bool, ...]]]:
+    """The dimension permutations (among dimensions of equal size and wrap) and reflections
+    (dimensions where a reflection is not a translation) that, with the translations along
+    wrapped dimensions, make up the automorphisms of the torus graph."""
+    dims, wrap = topo.dims, topo.wrap
+    nd = len(dims)
+    perms = [p for p in itertools.permutations(range(nd))
+             if all(dims[p[d]] == dims[d] and wrap[p[d]] == wrap[d] for d in range(nd))]
+    flippable = [d for d in range(nd) if dims[d] > 2 or (dims[d] == 2 and not wrap[d])]
+    out = []
+    for p in perms:
+        for bits in itertools.product((False, True), repeat=len(flippable)):
+            flip = [False] * nd
+            for d, b in zip(flippable, bits, strict=True):
+                flip[d] = b
+            out.append((p, tuple(flip)))
+    return out
+
+
+def torus_symmetry(topo: Topology, src: np.ndarray, dst: np.ndarray, bw: np.ndarray,
+                   group: np.ndarray, pair: np.ndarray | None) -> Symmetry:
+    """The automorphisms of ``topo`` (a torus or mesh: translations along wrapped dimensions,
+    reflections, permutations of alike dimensions) that keep the healthy links ``src -> dst``
+    with their bandwidths ``bw``, the ``group`` and the per-pair bytes ``pair`` (``None``:
+    uniform) unchanged, as orbits. Anything but a torus of ranks gets the trivial group."""
+    V = topo.n_vertices
+    if topo.dims is None or V != topo.n_ranks:
+        return Symmetry.trivial(V, src, dst)
+    dims, wrap = topo.dims, topo.wrap
+    nd = len(dims)
+    coords = np.array(np.unravel_index(np.arange(V), dims))            # (nd, V)
+    # the healthy links as a lookup: bandwidth of u -> v, 0 where there is none
+    key = src * V + dst
+    order = np.argsort(key)
+    key_sorted, bw_sorted = key[order], bw[order]
+    dense = None
+    if V <= 2048:                      # a V x V table of bandwidths (0: no healthy link)
+        dense = np.zeros(V * V)
+        dense[key] = bw
+    failed = topo.link_failed
+    bad_src = topo.link_src[failed].astype(np.int64)
+    bad_dst = topo.link_dst[failed].astype(np.int64)
+    bad = np.unique(bad_src * V + bad_dst)
+    members = np.zeros(V, dtype=bool)
+    members[group] = True
+    pos = np.full(V, -1)
+    pos[group] = np.arange(len(group))
+    shifts = np.array(np.meshgrid(*[np.arange(m) if w else np.zeros(1, dtype=np.int64)
+                                    for m, w in zip(dims, wrap, strict=True)], indexing="ij"))
+    shifts = shifts.reshape(nd, -1)                                     # (nd, translations)
+    vertex_key = np.arange(V)
+    link_key = key.copy()
+    count = 0
+    for perm, flip in _torus_automorphisms(topo):
+        base = np.array([(-coords[perm[d]]) % dims[d] if flip[d] and wrap[d]
+                         else dims[d] - 1 - coords[perm[d]] if flip[d]
+                         else coords[perm[d]] for d in range(nd)])      # (nd, V)
+        for lo in range(0, shifts.shape[1], max(1, (1 << 22) // max(1, len(src)))):
+            t = shifts[:, lo:lo + max(1, (1 << 22) // max(1, len(src)))]
+            img = np.zeros((t.shape[1], V), dtype=np.int64)             # (batch, V)
+            for d in range(nd):
+                img = img * dims[d] + (base[d][None, :] + t[d][:, None]) % dims[d]
+            # cheap first: the failed links must map onto failed links (most candidates fail
+            # here when there are faults), and the group onto itself
+            ok = (members[img] == members).all(axis=1)
+            if len(bad):
+                ok &= np.isin(img[:, bad_src] * V + img[:, bad_dst], bad).all(axis=1)
+            img = img[ok]
+            if not len(img):
+                continue
+            moved = img[:, src] * V + img[:, dst]                       # (batch, E)
+            if dense is not None:
+                ok = (dense[moved] == bw).all(axis=1)
+            else:
+                at = np.searchsorted(key_sorted, moved).clip(0, len(key_sorted) - 1)
+                ok = (key_sorted[at] == moved).all(axis=1) & (bw_sorted[at] == bw).all(axis=1)
+            for i in np.flatnonzero(ok):
+                if pair is not None:
+                    p = pos[img[i, group]]
+                    if not np.array_equal(pair[np.ix_(p, p)], pair):
+                        ok[i] = False
+            if ok.any():
+                count += int(ok.sum())
+                vertex_key = np.minimum(vertex_key, img[ok].min(axis=0))
+                link_key = np.minimum(link_key, moved[ok].min(axis=0))
+    return Symmetry(vertex_key, link_key, count)
+
+
+def alltoall_lp_time(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray,
+                     group: np.ndarray, pair: np.ndarray, sym: Symmetry) -> float:
+    """The smallest ``T`` such that every ``pair[i, j]`` from ``group[i]`` to ``group[j]`` fits
+    within ``T * cap`` on every link (the units of ``pair`` over those of ``cap``): the
+    max-concurrent-flow LP with commodities aggregated by source, one family per orbit."""
+    V, E = n_vertices, len(src)
+    reps = sym.representatives(group)
+    k = len(reps)
+    # variables: x[r, e] (family r on link e), then T; minimize T
+    r_idx = np.repeat(np.arange(k), E)
+    e_idx = np.tile(np.arange(E), k)
+    col = r_idx * E + e_idx
+    conservation = sp.csr_matrix(
+        (np.concatenate([np.ones(k * E), -np.ones(k * E)]),
+         (np.concatenate([r_idx * V + src[e_idx], r_idx * V + dst[e_idx]]),
+          np.concatenate([col, col]))), shape=(k * V, k * E + 1))
+    supply = np.zeros((k, V))
+    supply[:, group] = -pair[reps]
+    supply[np.arange(k), group[reps]] += pair[reps].sum(axis=1)
+    orbits = sym.n_link_orbits
+    orbit_cap = np.zeros(orbits)
+    orbit_cap[sym.link_orbit] = cap                   # equal within an orbit
+    # a symmetric flow loads each link of orbit O with sum_r |orbit of r| / |O| x_r(O)
+    weight = (sym.vertex_orbit_size[group[reps]][r_idx]
+              / sym.link_orbit_size[sym.link_orbit[e_idx]])
+    capacity = sp.hstack([
+        sp.csr_matrix((weight, (sym.link_orbit[e_idx], col)), shape=(orbits, k * E)),
+        sp.csr_matrix(-orbit_cap.reshape(-1, 1))]).tocsr()
+    cost = np.zeros(k * E + 1)
+    cost[-1] = 1.0
+    # HiGHS's interior point method, then crossover to a vertex: the optimum to the simplex's
+    # tolerances (the dual simplex alone takes 30x longer on these LPs)
+    res = linprog(cost, A_ub=capacity, b_ub=np.zeros(orbits), A_eq=conservation,
+                  b_eq=supply.ravel(), bounds=(0, None), method="highs-ipm")
+    if res.status == 2:
+        raise CclError("no flow routes every pair of the alltoall: the group is disconnected")
+    if res.status != 0:
+        raise CclError(f"the alltoall LP bound did not solve (HiGHS: {res.message}); --no-lp "
+                       "skips it")
+    return float(res.fun)

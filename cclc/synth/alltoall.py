@@ -1,0 +1,162 @@
+"""A synthesized AllToAll: the path LP (:mod:`cclc.synth.flows`), its pieces packed into steps
+(:mod:`cclc.synth.pack`), written as ops.
+
+Buffers. Pair ``(s, j)``'s block is cut into one chunk per piece (``P`` chunks per block, the
+most pieces any pair has; unused ones have 0 elements), so input chunk ``j P + k`` of rank
+``s`` and output chunk ``s P + k`` of rank ``j`` hold piece ``k``; layouts are per rank (the
+shares differ by pair). A piece waiting at a relaying rank sits in a scratch chunk of that rank
+of its size; a chunk is reused by a later piece of the same size once it has been forwarded
+(written in step ``t``, read in ``t + 1``, free from ``t + 2``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from cclc.collective import Collective
+from cclc.ir import Buf, Schedule, ScheduleBuilder
+from cclc.synth.flows import FlowSolution
+from cclc.synth.pack import Packing, Piece, pack_pieces, pieces_of
+from cclc.synth.stagger import MAX_LP_CELLS, stagger_lp
+
+__all__ = ["SynthAllToAll", "step_candidates", "synthesize_alltoall", "write_schedule"]
+
+#: paths per pair kept from the LP, and the smallest share kept (relative to the pair's
+#: largest): tiny shares cost an op and a step slot each and move almost nothing
+MAX_PATHS = 4
+MIN_WEIGHT = 0.05
+#: seconds one staggering LP may take
+LP_TIME_LIMIT = 20.0
+
+
+@dataclass(frozen=True, eq=False)
+class SynthAllToAll:
+    """The pieces, their packing and the predicted lockstep time."""
+
+    pieces: list[Piece]
+    width: int
+    packing: Packing
+
+
+def step_candidates(longest: int, n: int) -> list[int]:
+    """Step counts tried: no staggering, then room to stagger (a few times the longest path);
+    fewer for large groups, where each try costs seconds."""
+    if n > 64:
+        return [longest, 2 * longest]
+    if n > 32:
+        return [longest, longest + 2, 2 * longest]
+    return sorted({longest, longest + 1, longest + 2, 2 * longest, 3 * longest})
+
+
+def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int = 1,
+                        step_overhead: float = 0.0, steps: int | None = None,
+                        deadline: float | None = None) -> SynthAllToAll:
+    """Pieces of ``flows`` packed into the step count with the smallest predicted time (or
+    into ``steps`` steps when given): by the staggering LP (:mod:`cclc.synth.stagger`) where it
+    is small enough, and by greedy list scheduling of ``split`` pieces per path; the better
+    one is kept."""
+    whole, _ = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
+                         MAX_PATHS, MIN_WEIGHT, 1)
+    cut, cut_width = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
+                               MAX_PATHS, MIN_WEIGHT, split)
+    longest = max((len(p.hops) for p in whole), default=1)
+    best: SynthAllToAll | None = None
+    for t in ([max(steps, longest)] if steps is not None else step_candidates(longest, coll.n)):
+        options = []
+        if len(whole) * t <= MAX_LP_CELLS and (steps is not None or t <= longest + 2):
+            # the LP grows with the steps and gains little past the shortest: try the
+            # shortest few (HiGHS stops at the time limit; the greedy one stands then)
+            left = LP_TIME_LIMIT if deadline is None else min(
+                LP_TIME_LIMIT, max(deadline - time.monotonic(), 1.0))
+            found = stagger_lp(coll, whole, t, step_overhead, time_limit=left)
+            if found is not None:
+                pieces, packing = found
+                options.append(SynthAllToAll(pieces, 1 + max(p.slot for p in pieces), packing))
+        # local search pays where the group is small enough to afford it
+        passes = 2 if coll.n <= 64 else 0
+        options.append(SynthAllToAll(cut, cut_width,
+                                     pack_pieces(coll, cut, t, step_overhead, passes)))
+        for option in options:
+            if best is None or option.packing.time < best.packing.time:
+                best = option
+    assert best is not None
+    return best
+
+
+def write_schedule(coll: Collective, synth: SynthAllToAll,
+                   params: tuple[tuple[str, int | float | str], ...]) -> Schedule:
+    """The ops of ``synth`` as a :class:`~cclc.ir.Schedule` (see the module docstring)."""
+    n, P = coll.n, synth.width
+    lay_in = np.zeros((n, n * P), dtype=np.int64)
+    lay_out = np.zeros((n, n * P), dtype=np.int64)
+    for p in synth.pieces:
+        lay_in[p.src, p.dst * P + p.slot] = p.elems
+        lay_out[p.dst, p.src * P + p.slot] = p.elems
+    # the block a rank keeps for itself: one local copy of all its chunks (the diagonal pairs
+    # have no pieces, so give their first chunk the whole block)
+    item = coll.dtype.itemsize
+    own = (np.diag(np.asarray(coll.pair_sizes, dtype=np.int64)) // item
+           if coll.pair_sizes is not None else np.full(n, coll.count // n, dtype=np.int64))
+    ranks = np.arange(n)
+    lay_in[ranks, ranks * P] = own
+    lay_out[ranks, ranks * P] = own
+
+    cols: dict[str, list[int]] = {k: [] for k in ("step", "src", "dst", "route", "src_buf",
+                                                  "src_off", "dst_buf", "dst_off")}
+    scratch_sizes: list[list[int]] = [[] for _ in range(n)]
+    free: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)  # (rank, elems)
+    # the builder needs the scratch layout, known only at the end: collect routes meanwhile
+    b_routes: dict[tuple[int, ...], int] = {}
+    route_list: list[tuple[int, ...]] = []
+
+    def route_id(links: tuple[int, ...]) -> int:
+        rid = b_routes.get(links)
+        if rid is None:
+            rid = b_routes[links] = len(route_list)
+            route_list.append(links)
+        return rid
+
+    def take(rank: int, elems: int, written: int) -> int:
+        slots = free[(rank, elems)]
+        for i, (chunk, free_at) in enumerate(slots):
+            if free_at <= written:
+                slots[i] = (chunk, written + 2)
+                return chunk
+        chunk = len(scratch_sizes[rank])
+        scratch_sizes[rank].append(elems)
+        slots.append((chunk, written + 2))
+        return chunk
+
+    order = np.argsort(synth.packing.start, kind="stable")
+    for i in order.tolist():
+        p = synth.pieces[i]
+        sigma = int(synth.packing.start[i])
+        at, buf, off = p.src, Buf.INPUT, p.dst * P + p.slot
+        for k, (hop, lands) in enumerate(zip(p.hops, p.via, strict=True)):
+            t = sigma + k
+            if k == len(p.hops) - 1:
+                dbuf, doff = Buf.OUTPUT, p.src * P + p.slot
+            else:
+                dbuf, doff = Buf.SCRATCH, take(lands, p.elems, t)
+            row = (t, at, lands, route_id(hop), buf, off, dbuf, doff)
+            for key, v in zip(cols, row, strict=True):
+                cols[key].append(int(v))
+            at, buf, off = lands, dbuf, doff
+    width = max((len(x) for x in scratch_sizes), default=0)
+    lay_scr = np.zeros((n, width), dtype=np.int64)
+    for r, sizes in enumerate(scratch_sizes):
+        lay_scr[r, :len(sizes)] = sizes
+    b = ScheduleBuilder(coll, input=lay_in, output=lay_out, scratch=lay_scr)
+    ids = np.array([b.route(path) for path in route_list], dtype=np.int32)
+    c = {k: np.array(v, dtype=np.int64) for k, v in cols.items()}
+    if len(c["step"]):
+        b.add(step=c["step"], src=c["src"], dst=c["dst"], route=ids[c["route"]],
+              src_buf=c["src_buf"], src_off=c["src_off"], dst_buf=c["dst_buf"],
+              dst_off=c["dst_off"])
+    b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=ranks * P,
+          dst_buf=Buf.OUTPUT, dst_off=ranks * P)
+    return b.build("synth", "-", params)

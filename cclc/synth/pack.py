@@ -1,0 +1,204 @@
+"""AllToAll time: pieces of the LP's paths packed into lockstep steps.
+
+Every weighted path of :mod:`cclc.synth.flows` carries one *piece* of its pair's block. The
+declared routing cuts a path into hops it carries by itself (:func:`cclc.routing.
+carried_segments`: one link each under ``routing none``, the whole path under ``source``,
+rank-to-rank fewest-hop pieces on a fabric); between hops the piece waits in scratch at the
+relaying rank, which forwards it in a later step. A piece that starts in step ``sigma`` takes
+hop ``k`` in step ``sigma + k``: a time-expanded network of ``T`` steps.
+
+List scheduling chooses every piece's start, largest first, to keep the sum of the steps'
+lengths small: a step lasts as long as its busiest link (the lockstep model of
+:mod:`cclc.sim`), so a piece goes where it raises the step maxima least, and among equal
+choices where its links are least loaded. Staggering the starts is what lets every link work in
+every step (all pieces starting together would load first hops in step 0 and last hops in the
+last step only). ``T`` is chosen from a few candidates by the predicted time, which charges
+each step its route latency and ``step_overhead`` (the emitting backend's cost per step), so
+small sizes get few steps and large ones enough to balance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cclc.collective import Collective
+from cclc.routing import carried_segments
+
+__all__ = ["Packing", "Piece", "pack_pieces", "packing_time", "pieces_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One path's share of a pair: ``elems`` elements from group index ``src`` to ``dst``,
+    ``slot`` its index among the pair's pieces, ``hops`` the carried link runs in order and
+    ``via`` the group index of the rank each hop lands on."""
+
+    src: int
+    dst: int
+    slot: int
+    elems: int
+    hops: tuple[tuple[int, ...], ...]
+    via: tuple[int, ...]
+    unit: int = 1
+
+
+@dataclass(frozen=True, eq=False)
+class Packing:
+    """Start step per piece, the number of steps, and the predicted lockstep time."""
+
+    start: np.ndarray
+    n_steps: int
+    time: float
+
+
+def _split(total: int, weights: np.ndarray) -> np.ndarray:
+    """Integers proportional to ``weights`` summing to ``total`` (largest remainders)."""
+    raw = weights / weights.sum() * total
+    out = np.floor(raw).astype(np.int64)
+    short = total - int(out.sum())
+    if short:
+        out[np.argsort(-(raw - out), kind="stable")[:short]] += 1
+    return out
+
+
+def _quantum(elems: int, quantum: int) -> tuple[int, int]:
+    """``(q, unit)``: the largest ``q <= quantum`` dividing ``elems`` when it is at least
+    ``quantum / 4`` (equal units), else ``quantum`` units of ``elems // quantum`` (the first
+    piece then takes the remainder too, and the chunks are not all multiples of one unit)."""
+    for q in range(min(quantum, max(elems, 1)), 0, -1):
+        if elems % q == 0:
+            if 4 * q >= quantum or q == elems:
+                return q, elems // q
+            break
+    q = min(quantum, max(elems, 1))
+    return q, elems // q
+
+
+def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.ndarray,
+              paths: tuple[tuple[int, ...], ...], max_paths: int, min_weight: float,
+              split: int = 1, quantum: int = 32) -> tuple[list[Piece], int]:
+    """Pieces for the weighted paths (at most ``max_paths`` per pair, none under
+    ``min_weight``, renormalized, each cut into ``split``) and the most pieces any pair has.
+
+    Shares are whole multiples of ``1/q`` of the block, ``q`` the largest divisor of the
+    block's elements up to ``quantum``: every chunk is then a multiple of one unit, which the
+    MSCCL runtimes need (equal chunks); a block of prime size keeps its largest path only.
+    """
+    topo = coll.topology
+    item = coll.dtype.itemsize
+    n = coll.n
+    if coll.pair_sizes is not None:
+        elems = np.asarray(coll.pair_sizes, dtype=np.int64) // item
+    else:
+        elems = np.full((n, n), coll.count // n, dtype=np.int64)
+    index = {int(g): i for i, g in enumerate(coll.group)}
+    order = np.lexsort((-weight, dst, src))
+    seg_cache: dict[tuple[int, ...], tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]] = {}
+
+    def hops_of(path: tuple[int, ...]):
+        if path not in seg_cache:
+            if topo.routing == "none":
+                segs = tuple((e,) for e in path)
+            elif topo.routing == "source":
+                segs = (path,)
+            else:
+                segs = tuple(carried_segments(topo, path))
+            via = tuple(index[int(topo.link_dst[s[-1]])] for s in segs)
+            seg_cache[path] = (segs, via)
+        return seg_cache[path]
+
+    pieces: list[Piece] = []
+    widest = 1
+    i = 0
+    while i < len(order):
+        j = i
+        s, d = int(src[order[i]]), int(dst[order[i]])
+        while j < len(order) and src[order[j]] == s and dst[order[j]] == d:
+            j += 1
+        rows = order[i:j]
+        w = weight[rows]
+        keep = rows[(w >= min_weight * w.max())][:max_paths]
+        block = int(elems[s, d])
+        q, unit = _quantum(block, quantum)
+        units = _split(q, weight[keep])
+        rest = block - q * unit            # 0 unless the block has no divisor near quantum
+        slot = 0
+        for r, u in zip(keep.tolist(), units.tolist(), strict=True):
+            segs, via = hops_of(paths[r])
+            for part in _split(u, np.ones(split)).tolist():
+                if part:
+                    size = int(part) * unit + rest
+                    pieces.append(Piece(s, d, slot, size, segs, via, unit))
+                    rest = 0
+                    slot += 1
+        widest = max(widest, slot)
+        i = j
+    return pieces, widest
+
+
+def pack_pieces(coll: Collective, pieces: list[Piece], n_steps: int,
+                step_overhead: float = 0.0, passes: int = 2) -> Packing:
+    """List-schedule ``pieces`` into ``n_steps`` steps (see the module docstring), then
+    ``passes`` rounds of local search: each piece in turn is taken out and put back where it
+    raises the step maxima least (never worse than where it was)."""
+    topo = coll.topology
+    item = coll.dtype.itemsize
+    bw = topo.link_bandwidth
+    L = np.zeros((n_steps, topo.n_links))
+    M = np.zeros(n_steps)
+    start = np.zeros(len(pieces), dtype=np.int64)
+    shape = []
+    for p in pieces:
+        links = np.array([e for hop in p.hops for e in hop], dtype=np.int64)
+        hop_of = np.repeat(np.arange(len(p.hops)), [len(hop) for hop in p.hops])
+        firsts = (None if len(links) == len(p.hops) else
+                  np.concatenate([[0], np.cumsum([len(hop) for hop in p.hops])[:-1]]))
+        shape.append((links, hop_of, p.elems * item / bw[links], firsts))
+
+    def place(i: int) -> None:
+        links, hop_of, add, firsts = shape[i]
+        h = len(pieces[i].hops)
+        sig = np.arange(n_steps - h + 1)
+        new = L[sig[:, None] + hop_of[None, :], links[None, :]] + add[None, :]
+        if firsts is not None:
+            new = np.maximum.reduceat(new, firsts, axis=1)
+        ts = sig[:, None] + np.arange(h)[None, :]
+        inc = np.maximum(new - M[ts], 0.0).sum(axis=1)
+        best = int(np.argmin(inc + 1e-6 * new.sum(axis=1)))
+        start[i] = best
+        L[best + hop_of, links] += add
+        M[best:best + h] = np.maximum(M[best:best + h], new[best])
+
+    order = np.argsort(-np.array([a.sum() for _, _, a, _ in shape]), kind="stable").tolist()
+    for i in order:
+        place(i)
+    for _ in range(passes):
+        for i in order:
+            links, hop_of, add, _ = shape[i]
+            h = len(pieces[i].hops)
+            sigma = int(start[i])
+            L[sigma + hop_of, links] -= add
+            M[sigma:sigma + h] = L[sigma:sigma + h].max(axis=1)
+            place(i)
+    return Packing(start=start, n_steps=n_steps,
+                   time=packing_time(coll, pieces, start, n_steps, step_overhead))
+
+
+def packing_time(coll: Collective, pieces: list[Piece], start: np.ndarray, n_steps: int,
+                 step_overhead: float = 0.0) -> float:
+    """The lockstep time of ``pieces`` started at ``start``: per step its busiest link plus
+    its longest hop latency (and ``step_overhead``), summed over the steps that move data."""
+    topo = coll.topology
+    item = coll.dtype.itemsize
+    L = np.zeros((n_steps, topo.n_links))
+    lat = np.zeros(n_steps)
+    for p, sigma in zip(pieces, start.tolist(), strict=True):
+        for k, hop in enumerate(p.hops):
+            links = list(hop)
+            L[sigma + k, links] += p.elems * item / topo.link_bandwidth[links]
+            lat[sigma + k] = max(lat[sigma + k], float(topo.link_latency[links].sum()))
+    M = L.max(axis=1)
+    used = M > 0
+    return float((M + lat)[used].sum() + step_overhead * used.sum())

@@ -1,0 +1,458 @@
+"""Spanning-tree packings for AllGather / ReduceScatter (ForestColl's construction, in part).
+
+An AllGather is one broadcast per rank; a broadcast at rate ``x`` is a packing of spanning
+out-trees rooted at its rank, and a ReduceScatter is the same over in-trees. Two questions:
+
+*The optimum.* ForestColl (Zhao et al., NSDI'26) shows that the best per-root rate ``x*`` with
+every rank broadcasting at once is the largest ``x`` such that, after adding a source ``s`` with
+an edge of capacity ``x`` to every rank, every rank ``v`` receives a flow of ``n * x`` from
+``s``: by max-flow/min-cut that is ``x * |S ∩ ranks| <= bandwidth leaving S`` for every cut
+``S`` that misses a rank, and Edmonds' branching theorem says trees reach it. Switch vertices
+(NVSwitch, NICs, leaves, spines) are ordinary non-rank vertices of the flow network.
+:func:`forestcoll_rate` finds ``x*`` by a Newton (Dinkelbach) search on the rate: each probe
+runs one max-flow per rank; a probe that fails returns its minimum cut, whose ratio is the next,
+smaller, probe, so the search ends on the exact optimum after a few probes instead of bisecting
+towards it.
+
+*The trees.* ForestColl builds the trees exactly, after splitting switch vertices off; here the
+trees are built by negotiated congestion (:func:`pack_trees`), a heuristic whose result is
+measured against ``x*``: every root gets ``k`` trees over the *hop graph* (moves the declared
+routing carries as one op: torus neighbour links, or rank-to-rank fewest-hop paths through a
+fabric). A tree grows one member at a time over the cheapest move out of it, under link prices
+that grow exponentially with the link's load relative to its share at ``x*``, plus a price per
+level of depth and a depth limit (depth is pipeline fill); trees are ripped up and regrown
+until no link is above its share or the budget runs out.
+
+Symmetry: on a torus whose faults are invariant under a group of translations, the trees of
+one root per orbit are built and translated, and prices count the loads of all translates.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import dijkstra, shortest_path
+
+from cclc.collective import Collective
+from cclc.topology import Topology
+
+__all__ = ["HopGraph", "TreePacking", "flow_network", "forestcoll_rate", "hop_graph", "pack_trees",
+           "translations"]
+
+
+@dataclass(frozen=True, eq=False)
+class HopGraph:
+    """Rank-to-rank moves the declared routing carries as one op, over group indices.
+
+    ``src[h] -> dst[h]`` travels the physical links ``links[offsets[h]:offsets[h+1]]``;
+    ``capacity[l]`` is the bandwidth of physical link ``l`` (bytes/s) and ``latency[h]`` the
+    route latency of move ``h``. Pairs are unique.
+    """
+
+    n: int
+    src: np.ndarray
+    dst: np.ndarray
+    offsets: np.ndarray
+    links: np.ndarray
+    capacity: np.ndarray
+    latency: np.ndarray
+
+    @property
+    def m(self) -> int:
+        return len(self.src)
+
+    def incidence(self) -> csr_matrix:
+        """``(m, n_links)`` 0/1 matrix: which physical links each move uses."""
+        rows = np.repeat(np.arange(self.m), np.diff(self.offsets))
+        return csr_matrix((np.ones(len(self.links)), (rows, self.links)),
+                          shape=(self.m, len(self.capacity)))
+
+    def reversed(self) -> HopGraph:
+        """The same moves with source and destination swapped (for in-trees)."""
+        return HopGraph(self.n, self.dst, self.src, self.offsets, self.links, self.capacity,
+                        self.latency)
+
+    def path(self, h: int) -> tuple[int, ...]:
+        return tuple(self.links[self.offsets[h]:self.offsets[h + 1]].tolist())
+
+
+def _live_links(topo: Topology, members: np.ndarray) -> np.ndarray:
+    """Healthy links whose ends are members or non-rank vertices."""
+    keep = np.zeros(topo.n_vertices, dtype=bool)
+    keep[members] = True
+    keep[topo.n_ranks:] = True
+    return ~topo.link_failed & keep[topo.link_src] & keep[topo.link_dst]
+
+
+def hop_graph(coll: Collective) -> HopGraph:
+    """The moves trees may use: healthy neighbour links between members on a torus or mesh
+    (carried by every torus routing), otherwise fewest-hop paths between every two members
+    through switches (what ECMP or adaptive fabric routing carries), never through a rank
+    outside the group."""
+    topo = coll.topology
+    group = np.asarray(coll.group, dtype=np.int64)
+    index = np.full(topo.n_vertices, -1, dtype=np.int64)
+    index[group] = np.arange(coll.n)
+    ok = _live_links(topo, group)
+    if topo.dims is not None and topo.n_vertices == topo.n_ranks:
+        links = np.flatnonzero(ok)
+        s, d = index[topo.link_src[links]], index[topo.link_dst[links]]
+        pair = s * coll.n + d
+        _, first = np.unique(pair, return_index=True)     # size-2 rings: one link per pair
+        links = links[np.sort(first)]
+        return HopGraph(coll.n, index[topo.link_src[links]], index[topo.link_dst[links]],
+                        np.arange(len(links) + 1), links.astype(np.int64),
+                        np.where(topo.link_failed, 0.0, topo.link_bandwidth),
+                        topo.link_latency[links].astype(float))
+    return _fabric_hops(coll, group, index, ok)
+
+
+def _fabric_hops(coll: Collective, group, index, ok) -> HopGraph:
+    topo = coll.topology
+    # a route may pass a member (a NIC behind its affine GPU) but never a non-member rank;
+    # unit weights: fewest hops, the paths ECMP and adaptive routing use
+    lk = np.flatnonzero(ok)
+    v = topo.n_vertices
+    order = np.lexsort((lk, topo.link_dst[lk], topo.link_src[lk]))
+    lk = lk[order]
+    first = np.ones(len(lk), dtype=bool)
+    first[1:] = ((topo.link_src[lk][1:] != topo.link_src[lk][:-1])
+                 | (topo.link_dst[lk][1:] != topo.link_dst[lk][:-1]))
+    lk = lk[first]
+    g = csr_matrix((np.ones(len(lk)), (topo.link_src[lk], topo.link_dst[lk])), shape=(v, v))
+    link_of = {(int(a), int(b)): int(i) for i, a, b in
+               zip(lk, topo.link_src[lk], topo.link_dst[lk], strict=True)}
+    _, pred = dijkstra(g, indices=group, return_predecessors=True, unweighted=True)
+    srcs, dsts, paths = [], [], []
+    for i, u in enumerate(group.tolist()):
+        for j, w in enumerate(group.tolist()):
+            if i == j or pred[i, w] < 0:
+                continue
+            path, x = [], w
+            while x != u:
+                p = int(pred[i, x])
+                path.append(link_of[(p, x)])
+                x = p
+            srcs.append(i)
+            dsts.append(j)
+            paths.append(path[::-1])
+    srcs, dsts, paths = _nearest_member_moves(coll, srcs, dsts, paths)
+    lengths = np.array([len(p) for p in paths], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    links = np.concatenate([np.asarray(p, dtype=np.int64) for p in paths])
+    lat = np.add.reduceat(topo.link_latency[links], offsets[:-1]) if len(links) else lengths
+    return HopGraph(coll.n, np.asarray(srcs, dtype=np.int64), np.asarray(dsts, dtype=np.int64),
+                    offsets, links, np.where(topo.link_failed, 0.0, topo.link_bandwidth),
+                    np.asarray(lat, dtype=float))
+
+
+def _nearest_member_moves(coll: Collective, srcs, dsts, paths):
+    """Only the moves to the nearest members of every other node (and all moves inside a
+    node), when those still join the group: on a rail-optimized fabric the same-rail and
+    NVLink moves, without the cross-rail paths over spines that a rail move plus an NVLink
+    move replaces. Keeps the graph (and the search) small."""
+    node = coll.topology.node_of_rank
+    if node is None:
+        return srcs, dsts, paths
+    group = np.asarray(coll.group)
+    length = np.array([len(p) for p in paths])
+    src, dst = np.asarray(srcs), np.asarray(dsts)
+    key = src * (int(node.max()) + 1) + node[group[dst]]
+    nearest = np.full(int(key.max()) + 1, np.iinfo(np.int64).max)
+    np.minimum.at(nearest, key, length)
+    keep = length <= nearest[key]
+    if keep.all() or not _connected(coll.n, src[keep], dst[keep]):
+        return srcs, dsts, paths
+    idx = np.flatnonzero(keep).tolist()
+    return [srcs[i] for i in idx], [dsts[i] for i in idx], [paths[i] for i in idx]
+
+
+def _connected(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Whether moves ``src -> dst`` join all ``n`` members (strongly)."""
+    from scipy.sparse.csgraph import connected_components
+
+    mat = csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
+    return connected_components(mat, directed=True, connection="strong")[0] == 1
+
+
+# -- the optimum ---------------------------------------------------------------------------------
+
+def flow_network(coll: Collective) -> tuple[nx.DiGraph, list]:
+    """The healthy machine as a capacitated digraph (bytes/s) and its member vertices; ranks
+    outside the group are left out (they do not take part)."""
+    topo = coll.topology
+    group = np.asarray(coll.group, dtype=np.int64)
+    ok = np.flatnonzero(_live_links(topo, group))
+    g = nx.DiGraph()
+    g.add_nodes_from(group.tolist())
+    for u, w, bw in zip(topo.link_src[ok].tolist(), topo.link_dst[ok].tolist(),
+                        topo.link_bandwidth[ok].tolist(), strict=True):
+        cap = g[u][w]["capacity"] + bw if g.has_edge(u, w) else bw
+        g.add_edge(u, w, capacity=cap)
+    return g, group.tolist()
+
+
+def forestcoll_rate(graph: nx.DiGraph, members: list, probe_members: list | None = None,
+                    ) -> float:
+    """The largest rate ``x`` (bytes/s per root) at which every member broadcasts to all others
+    at once: ``min over cuts S missing a member of B_out(S) / |S ∩ members|``.
+
+    ``probe_members``: the members whose in-cuts are checked (all by default; one per orbit
+    when a symmetry maps cuts onto cuts).
+
+    >>> g = nx.DiGraph([(0, 1, {"capacity": 2.0}), (1, 0, {"capacity": 2.0})])
+    >>> forestcoll_rate(g, [0, 1])
+    2.0
+    """
+    n = len(members)
+    probe = members if probe_members is None else probe_members
+    if n < 2:
+        return float("inf")
+    x = min(sum(d["capacity"] for _, _, d in graph.in_edges(v, data=True)) for v in members)
+    x /= n - 1
+    src = ("forestcoll", "source")
+    for _ in range(64):
+        h = graph.copy()
+        for v in members:
+            h.add_edge(src, v, capacity=x)
+        worst = None
+        for v in probe:
+            value, (side, _) = nx.minimum_cut(h, src, v)
+            if value < n * x * (1 - 1e-12):
+                inside = [u for u in side if u != src]
+                k = sum(1 for u in members if u in set(inside))
+                out = sum(d["capacity"] for a, b, d in graph.edges(inside, data=True)
+                          if b not in side)
+                ratio = out / k
+                worst = ratio if worst is None else min(worst, ratio)
+        if worst is None or worst >= x * (1 - 1e-12):
+            return x
+        x = worst
+    return x
+
+
+# -- symmetry ------------------------------------------------------------------------------------
+
+def translations(coll: Collective, g: HopGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Torus translations that map the group, its faults and link bandwidths onto themselves.
+
+    Returns ``(node_perm, edge_perm)``: ``node_perm[t, v]`` is the member that member ``v``
+    goes to under translation ``t`` and ``edge_perm[t, h]`` likewise for moves. Row 0 is the
+    identity; elsewhere (fabrics, subgroups that no translation keeps) it is the only row.
+    """
+    n = g.n
+    ident = (np.arange(n)[None, :], np.arange(g.m)[None, :])
+    topo = coll.topology
+    if topo.dims is None or topo.n_vertices != topo.n_ranks or not all(topo.wrap):
+        return ident
+    if np.diff(g.offsets).max(initial=1) != 1:
+        return ident
+    dims = np.asarray(topo.dims)
+    group = np.asarray(coll.group, dtype=np.int64)
+    index = np.full(topo.n_ranks, -1, dtype=np.int64)
+    index[group] = np.arange(n)
+    coords = np.stack(np.unravel_index(group, topo.dims), axis=1)
+    pair_edge = {(int(a), int(b)): h for h, (a, b) in enumerate(zip(g.src, g.dst, strict=True))}
+    bw = g.capacity[g.links]
+    node_rows, edge_rows = [], []
+    for shift in np.stack(np.unravel_index(np.arange(topo.n_ranks), topo.dims), axis=1):
+        moved = index[np.ravel_multi_index(tuple(((coords + shift) % dims).T), topo.dims)]
+        if (moved < 0).any():
+            continue
+        edges = np.array([pair_edge.get((int(a), int(b)), -1)
+                          for a, b in zip(moved[g.src], moved[g.dst], strict=True)])
+        if (edges < 0).any() or not np.allclose(bw[edges], bw):
+            continue
+        node_rows.append(moved)
+        edge_rows.append(edges)
+    return np.array(node_rows), np.array(edge_rows)
+
+
+# -- the packing ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class TreePacking:
+    """``k`` spanning out-trees per root, each carrying ``1/k`` of the root's data.
+
+    ``parent[r, j, v]``: the member ``v`` receives from in tree ``j`` of root ``r``
+    (``parent[r, j, r] == r``); ``edge[r, j, v]`` the move it arrives by (meaningless at the
+    root). ``load`` is the largest link load relative to the link's share at the optimal rate
+    (1.0 means the packing reaches the optimum). ``status`` is ``"optimal"`` when it does,
+    ``"feasible"`` when the rounds ran out first, ``"budget"`` when the time budget did.
+    """
+
+    parent: np.ndarray
+    edge: np.ndarray
+    load: float
+    status: str
+    solve_s: float
+
+    @property
+    def k(self) -> int:
+        return int(self.parent.shape[1])
+
+    def depth(self) -> np.ndarray:
+        """``(n, k, n)`` hops from the root."""
+        n = self.parent.shape[2]
+        d = np.zeros(self.parent.shape, dtype=np.int64)
+        cur = np.broadcast_to(np.arange(n), self.parent.shape).copy()
+        roots = np.arange(n)[:, None, None]
+        for _ in range(n):
+            live = cur != roots
+            if not live.any():
+                break
+            d += live
+            cur = np.where(live, np.take_along_axis(self.parent, cur, axis=2), cur)
+        return d
+
+
+def _tree_links(g: HopGraph, edges: np.ndarray) -> np.ndarray:
+    starts, ends = g.offsets[edges], g.offsets[edges + 1]
+    if not len(edges):
+        return edges
+    return np.concatenate([g.links[a:b] for a, b in zip(starts, ends, strict=True)])
+
+
+def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_perm: np.ndarray,
+               deadline: float, rounds: int = 40, seed: int = 0) -> TreePacking:
+    """``k`` out-trees per root under negotiated congestion (module docstring).
+
+    ``rate`` is the optimal per-root rate ``x*`` that loads are measured against; ``node_perm``
+    and ``edge_perm`` are the symmetry from :func:`translations`; ``deadline`` is a
+    ``time.monotonic()`` instant after which the best packing so far is returned.
+    """
+    t0 = time.monotonic()
+    n, m = g.n, g.m
+    cap = g.capacity
+    link_perm = _link_perm(g, edge_perm)
+    reps = _orbit_reps(node_perm)
+    inc = g.incidence()
+    share = rate / k                                   # bytes/s of one tree
+    with np.errstate(divide="ignore"):
+        unit = np.where(cap > 0, share / np.where(cap > 0, cap, 1.0), 0.0)  # util per tree use
+    load = np.zeros(len(cap))
+    usage: dict[tuple[int, int], np.ndarray] = {}
+    trees: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    rng = np.random.default_rng(seed)
+    alpha = 12.0
+
+    base = inc @ unit
+    # one level of depth costs a share of the typical move: on a fabric the typical move
+    # crosses the network, so trees do not grow long chains of cheap NVLink hops
+    depth_price = _DEPTH_WEIGHT * float(np.median(base[base > 0])) if (base > 0).any() else 1.0
+    symmetric = len(link_perm) > 1
+    # on a torus every move is one link: its price is that link's, no sparse product needed
+    single = g.links if np.all(np.diff(g.offsets) == 1) else None
+    # a tree may be at most _DEPTH_SLACK levels deeper than the hop distance to its farthest
+    # member: depth is pipeline fill, paid in steps
+    hops = shortest_path(csr_matrix((np.ones(m), (g.src, g.dst)), shape=(n, n)),
+                         unweighted=True)
+    limit = np.where(np.isfinite(hops), hops, 0).max(axis=1) + _DEPTH_SLACK
+    edge_links = [g.links[g.offsets[h]:g.offsets[h + 1]] for h in range(m)]
+
+    def build(r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # grow the tree one member at a time over the cheapest move out of it; the tree's own
+        # moves (and their translates) count in the prices as it grows
+        parent = np.full(n, r, dtype=np.int64)
+        edge = np.zeros(n, dtype=np.int64)
+        depth = np.zeros(n, dtype=np.int64)
+        reached = np.zeros(n, dtype=bool)
+        reached[r] = True
+        own = np.zeros(len(cap))
+        own_self = np.zeros(len(cap))           # the untranslated tree's own uses
+        p = np.exp(np.minimum(alpha * load, 600.0)) * unit
+        for _ in range(n - 1):
+            frontier = reached[g.src] & ~reached[g.dst]
+            cand = np.flatnonzero(frontier & (depth[g.src] < limit[r]))
+            if not len(cand):
+                cand = np.flatnonzero(frontier)
+            orbit_price = p[link_perm].sum(axis=0) if symmetric else p
+            move = (orbit_price[single[cand]] if single is not None
+                    else (inc @ orbit_price)[cand])
+            cost = move + depth_price * (depth[g.src[cand]] + 1)
+            h = int(cand[int(np.argmin(cost))])
+            v = int(g.dst[h])
+            parent[v], edge[v], depth[v] = g.src[h], h, depth[g.src[h]] + 1
+            reached[v] = True
+            touched = link_perm[:, edge_links[h]].ravel()
+            np.add.at(own, touched, 1.0)
+            np.add.at(own_self, edge_links[h], 1.0)
+            felt = own[touched] - (1.0 - _SELF_WEIGHT) * own_self[touched]
+            p[touched] = np.exp(np.minimum(alpha * (load[touched] + felt * unit[touched]),
+                                           600.0)) * unit[touched]
+        return parent, edge, own
+
+    for r in reps:
+        for j in range(k):
+            parent, edge, use = build(r)
+            trees[(r, j)], usage[(r, j)] = (parent, edge), use
+            load += use * unit
+    best_load, best = float(load.max()), dict(trees)
+    status = "feasible"
+    keys = list(trees)
+    stale = 0
+    for _ in range(rounds):
+        if best_load <= 1.0 + 1e-9:
+            status = "optimal"
+            break
+        if time.monotonic() > deadline:
+            status = "budget"
+            break
+        for i in rng.permutation(len(keys)):
+            key = keys[i]
+            load -= usage[key] * unit
+            parent, edge, use = build(key[0])
+            trees[key], usage[key] = (parent, edge), use
+            load += use * unit
+        if load.max() < best_load - 1e-12:
+            best_load, best, stale = float(load.max()), dict(trees), 0
+        else:
+            stale += 1
+            if stale >= _PATIENCE:
+                break
+    if best_load <= 1.0 + 1e-9:
+        status = "optimal"
+    parent = np.zeros((n, k, n), dtype=np.int64)
+    edge = np.zeros((n, k, n), dtype=np.int64)
+    for (r, j), (p, e) in best.items():
+        for t in range(len(node_perm)):
+            nodes = node_perm[t]
+            parent[nodes[r], j, nodes] = nodes[p]
+            edge[nodes[r], j, nodes] = edge_perm[t][e]
+    return TreePacking(parent, edge, best_load, status, time.monotonic() - t0)
+
+
+#: price of one level of depth, relative to the median move: keeps trees shallow
+_DEPTH_WEIGHT = 0.25
+#: how much a growing tree's own uses of a link raise its price (its translates, which stand
+#: for other roots' trees, always count fully): a root's own link to the network is meant to
+#: carry its tree many times
+_SELF_WEIGHT = 0.0
+#: levels a tree may grow beyond the hop distance to its farthest member
+_DEPTH_SLACK = 1
+#: rounds without improvement after which the search stops
+_PATIENCE = 3
+
+
+def _link_perm(g: HopGraph, edge_perm: np.ndarray) -> np.ndarray:
+    """``(t, n_links)``: where each physical link goes under each translation (identity on
+    links no move uses)."""
+    perm = np.tile(np.arange(len(g.capacity)), (len(edge_perm), 1))
+    if len(edge_perm) > 1:
+        # on a torus every move is one link, so moves map links
+        perm[:, g.links] = g.links[edge_perm]
+    return perm
+
+
+def _orbit_reps(node_perm: np.ndarray) -> list[int]:
+    seen = np.zeros(node_perm.shape[1], dtype=bool)
+    reps = []
+    for v in range(node_perm.shape[1]):
+        if not seen[v]:
+            reps.append(v)
+            seen[node_perm[:, v]] = True
+    return reps
