@@ -3,7 +3,9 @@
 A backend never writes. It says which files it will write (:meth:`Backend.files`, from what is
 known before anything is planned, so the pipeline can refuse to clobber a file cclc did not
 write before any long work starts) and renders their contents (:meth:`Backend.render`); the
-pipeline (:mod:`cclc.pipeline`) writes them through :class:`cclc.outdir.OutputDir`. A backend
+pipeline (:mod:`cclc.pipeline`) writes them through :class:`cclc.outdir.OutputDir`. A file
+too big to hold whole in memory (a large schedule's MSCCL XML) is rendered as an iterable of
+text pieces, produced lazily: the pipeline writes each piece as it comes. A backend
 whose sources need a build step (the NCCL library, the tuner plugin) builds them in
 :meth:`Backend.build`, after the pipeline wrote them.
 
@@ -14,7 +16,7 @@ are both its table of rows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -25,13 +27,17 @@ if TYPE_CHECKING:
     from cclc.bounds import Bounds
     from cclc.sim import SimResult
 
-__all__ = ["Backend", "EmitOptions", "Facts", "TunerRows"]
+__all__ = ["Backend", "Contents", "EmitOptions", "Facts", "TunerRows"]
 
 _PROTOCOLS = ("Simple", "LL", "LL128")
 
 #: the tuner backend's subject: rows of ``func, n_ranks, n_nodes, min_bytes, max_bytes, algo,
 #: proto, channels, chunk, measured`` (see :mod:`backends.tuner`)
 TunerRows = Sequence[Mapping[str, int]]
+
+#: a rendered file: its text, its bytes, or its text in pieces (a lazy iterable, consumed once
+#: as the pipeline writes it)
+Contents = str | bytes | Iterable[str]
 
 Key = TypeVar("Key", contravariant=True)
 Subject = TypeVar("Subject", contravariant=True)
@@ -113,9 +119,10 @@ class Backend(Protocol[Key, Subject]):
         ...
 
     def render(self, subject: Subject, options: EmitOptions, facts: Facts
-               ) -> dict[str, str | bytes]:
+               ) -> Mapping[str, Contents]:
         """Name -> contents of every source file (a subset of :meth:`files`); nothing is
-        written. :class:`~cclc.errors.CclError` when the subject cannot take this output."""
+        written (an iterable of pieces may do its work as the pipeline consumes it).
+        :class:`~cclc.errors.CclError` when the subject cannot take this output."""
         ...
 
     def build(self, folder: Path, key: Key, options: EmitOptions) -> list[str]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from backends.common import EmitOptions
-from backends.msccl import _prepared
+from backends.msccl.lower import lower_to_fit
+from backends.msccl.runtimes import RUNTIMES
 from backends.nccl import render_sources
 from cclc.algorithms import get
 from cclc.collective import CollectiveKind, make_collective
@@ -46,7 +46,7 @@ def main() -> None:
             t0 = time.perf_counter()
             note, tbs, steps, chans, fused = "", "-", "-", "-", "-"
             try:
-                _, low, _ = _prepared(s, EmitOptions())
+                low, _, _ = lower_to_fit(s, RUNTIMES["msccl"])
                 tbs = max(len(t) for t in low.tbs)
                 steps = max(len(tb.steps) for t in low.tbs for tb in t)
                 chans, fused = low.nchannels, low.n_fused

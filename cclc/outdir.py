@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from cclc.errors import CclError
@@ -88,8 +89,9 @@ class OutputDir:
         """Where ``name`` lands (checked to stay inside the folder)."""
         return self.path / self._normalize(name)
 
-    def write_bytes(self, name: str, data: bytes) -> str:
-        """Write ``data`` to ``name`` atomically; returns the normalized name.
+    def write_bytes(self, name: str, data: bytes | Iterable[bytes]) -> str:
+        """Write ``data`` (or its pieces, as they come) to ``name`` atomically; returns the
+        normalized name.
 
         :class:`~cclc.errors.CclError` if ``name`` exists and cclc did not write it (unless
         ``force``), or when the file system refuses.
@@ -109,8 +111,10 @@ class OutputDir:
         _atomic_write(target, data)
         return rel
 
-    def write_text(self, name: str, text: str) -> str:
-        return self.write_bytes(name, text.encode("utf-8"))
+    def write_text(self, name: str, text: str | Iterable[str]) -> str:
+        if isinstance(text, str):
+            return self.write_bytes(name, text.encode("utf-8"))
+        return self.write_bytes(name, (piece.encode("utf-8") for piece in text))
 
     def adopt(self, names: list[str]) -> None:
         """List files a build step made in the folder (after cclc wrote their sources), so a
@@ -148,13 +152,16 @@ def _umask() -> int:
     return mask
 
 
-def _atomic_write(target: Path, data: bytes) -> None:
+def _atomic_write(target: Path, data: bytes | Iterable[bytes]) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                if isinstance(data, bytes):
+                    f.write(data)
+                else:
+                    f.writelines(data)
             # mkstemp makes the file private; give it the mode a plain open() would
             os.chmod(tmp, 0o666 & ~_umask())
             os.replace(tmp, target)

@@ -333,8 +333,9 @@ def write_outputs(backend: Backend[Any, Any], key: Any, subject: Any, out: Outpu
     if undeclared:
         raise ScheduleError(f"backend {backend.name} rendered files it did not declare: "
                             f"{', '.join(undeclared)} (a bug in the backend)")
-    written = [out.write_bytes(name, data if isinstance(data, bytes) else data.encode("utf-8"))
-               for name, data in contents.items()]
+    # text in pieces (an iterable) is written as it is produced, never held whole
+    written = [out.write_bytes(name, data) if isinstance(data, bytes)
+               else out.write_text(name, data) for name, data in contents.items()]
     built = backend.build(out.path, key, options)
     out.adopt(built)
     return written + built

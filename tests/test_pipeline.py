@@ -100,6 +100,35 @@ def test_a_backend_may_write_only_what_it_declared(tmp_path):
     assert out.files() == ()
 
 
+def test_text_rendered_in_pieces_is_written_as_it_is_produced(tmp_path):
+    produced: list[str] = []
+
+    def pieces():
+        for piece in ("<a>\n", "  <b/>\n", "</a>\n"):
+            produced.append(piece)
+            yield piece
+
+    class Streaming:
+        name = "streaming"
+        wants_simulation = False
+
+        def files(self, key, options):
+            return ("a.xml", "b.txt")
+
+        def render(self, subject, options, facts):
+            return {"a.xml": pieces(), "b.txt": b"raw"}
+
+        def build(self, folder, key, options):
+            return []
+
+    out = OutputDir(tmp_path)
+    assert write_outputs(Streaming(), None, None, out, EmitOptions(), Facts()) == [
+        "a.xml", "b.txt"]
+    assert (tmp_path / "a.xml").read_text() == "<a>\n  <b/>\n</a>\n" and len(produced) == 3
+    assert (tmp_path / "b.txt").read_bytes() == b"raw"
+    assert out.files() == ("a.xml", "b.txt")
+
+
 def test_every_backend_declares_what_it_renders(tmp_path):
     (r,) = compile_source(SOURCE, tmp_path / "o", Request(emit=("json",), only=("ag",)))
     coll, schedule = r.collective, r.plan.schedule

@@ -14,28 +14,20 @@ import pathlib
 
 from backends.common import (
     EmitOptions,
-    UnitSchedule,
     c_identifier,
     entry_count,
-    prepare,
     render_template,
 )
-from backends.contract import Backend, Facts
-from backends.msccl.lower import (
-    DepidLimitError,
-    LimitError,
-    Lowered,
-    ThreadblockLimitError,
-    lower,
-)
+from backends.contract import Backend, Contents, Facts
+from backends.msccl.lower import Lowered, lower_to_fit
 from backends.msccl.runtimes import RUNTIMES, Runtime
+from backends.msccl.xml import xml_pieces
+from backends.units import buffer_units, writes_input
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, Schedule
 
 __all__ = ["BACKEND", "MscclBackend", "emit", "render_xml"]
-
-_BUF = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
 
 
 def _nchunksperloop(schedule: Schedule, units: tuple[int, int, int]) -> int:
@@ -52,81 +44,36 @@ def _nchunksperloop(schedule: Schedule, units: tuple[int, int, int]) -> int:
     return total
 
 
-def _prepared(schedule: Schedule, options: EmitOptions) -> tuple[dict, Lowered, Runtime]:
+def _prepared(schedule: Schedule, options: EmitOptions
+              ) -> tuple[list[tuple[str, object]], dict, Lowered, Runtime]:
+    """The ``<algo>`` attributes, the facts the report needs, the lowering and the runtime."""
     rt = RUNTIMES[options.msccl_runtime]
     coll = schedule.collective
     if coll.kind not in rt.coll_names:
         raise ScheduleError(f"{rt.title} has no {coll.kind.value} collective")
-    us = prepare(schedule, rt.max_chunks)
-    low = _lower_to_fit(us, rt, options)
-    nchunks = _nchunksperloop(schedule, us.units)
+    low, units, facts = lower_to_fit(schedule, rt, fuse=options.fuse,
+                                     nchannels=options.nchannels)
+    nchunks = _nchunksperloop(schedule, buffer_units(units))
     name = _algo_name(coll, rt)
     min_bytes = options.min_bytes or 0
     max_bytes = _max_bytes(schedule, rt, options)
     if max_bytes != rt.unbounded_max_bytes and min_bytes > max_bytes:
         raise ScheduleError(f"minBytes ({min_bytes}) is above maxBytes ({max_bytes}); "
                             f"{rt.title} refuses such a file")
-    algo = [("name", name), ("proto", options.protocol), ("nchannels", low.nchannels),
-            ("nchunksperloop", nchunks), ("ngpus", schedule.n),
-            ("coll", rt.coll_names[coll.kind]), ("inplace", 0)]
+    algo: list[tuple[str, object]] = [
+        ("name", name), ("proto", options.protocol), ("nchannels", low.nchannels),
+        ("nchunksperloop", nchunks), ("ngpus", schedule.n),
+        ("coll", rt.coll_names[coll.kind]), ("inplace", 0)]
     if rt.needs_outofplace:
         algo.append(("outofplace", 1))
     algo += [("minBytes", min_bytes), ("maxBytes", max_bytes)]
     if options.nthreads is not None:
         algo.append(("nthreads", options.nthreads))
-    gpus = []
-    for r, tbs in enumerate(low.tbs):
-        steps = [[{"s": st.index, "type": st.type, "srcbuf": _BUF[st.sb], "srcoff": st.so,
-                   "dstbuf": _BUF[st.db], "dstoff": st.do, "cnt": st.cnt, "depid": st.depid,
-                   "deps": st.deps, "hasdep": int(st.hasdep)} for st in tb.steps]
-                 for tb in tbs]
-        gpus.append({"id": r, "i_chunks": low.units[Buf.INPUT],
-                     "o_chunks": low.units[Buf.OUTPUT], "s_chunks": low.scratch[r],
-                     "tbs": [{"id": tb.id, "send": tb.send, "recv": tb.recv, "chan": tb.chan,
-                              "steps": st} for tb, st in zip(tbs, steps, strict=True)]})
-    values = {"algo": algo, "gpus": gpus}
-    values["_meta"] = {"name": name, "nchunks": nchunks, "unit": us.unit, "exact": us.exact,
-                       "falls_back": bool(entry_count(schedule) % us.count_units),
-                       "min_bytes": min_bytes, "max_bytes": max_bytes,
-                       "writes_input": us.writes_input()}
-    return values, low, rt
-
-
-def _lower_to_fit(us: UnitSchedule, rt: Runtime, options: EmitOptions) -> Lowered:
-    """The first lowering that fits every limit of ``rt``, or the first one's error."""
-    # fused steps tie threadblocks together, and paired send/receive streams make longer
-    # ones (nops included); if a limit is exceeded, looser forms may spread out enough to fit
-    tries = [(options.fuse, True), (options.fuse, False)]
-    if options.fuse:
-        tries += [(False, True), (False, False)]
-    first: LimitError | None = None
-    last: LimitError | None = None
-    for fuse_ops, pair in tries:
-        if not pair and (last is None or "steps" not in last.message):
-            continue        # unpaired streams only help a threadblock that is too long
-        # too many threadblocks, or a GPU whose steps wait on more than 128 of them (the
-        # int8 depid): lower the same form again with fewer channels, so fewer threadblocks
-        channels = options.nchannels
-        for _ in range(4):
-            try:
-                return lower(us, rt, fuse_ops=fuse_ops, nchannels=channels, pair=pair)
-            except LimitError as err:
-                first, last = first or err, err
-                channels = _fewer_channels(err, rt)
-                if channels is None:
-                    break
-    assert first is not None
-    raise first from None
-
-
-def _fewer_channels(err: LimitError, rt: Runtime) -> int | None:
-    """Channels to lower with after ``err`` so that fewer threadblocks are needed (None: fewer
-    channels cannot help)."""
-    if not isinstance(err, ThreadblockLimitError) or err.channels is None:
-        return None
-    target = rt.max_depid + 1 if isinstance(err, DepidLimitError) else rt.max_tbs
-    fewer = min(err.channels - 1, err.channels * target // err.needed)
-    return fewer if fewer >= 1 else None
+    meta = {"name": name, "nchunks": nchunks, "unit": facts.unit, "exact": facts.exact,
+            "falls_back": bool(entry_count(schedule) % facts.count_units),
+            "min_bytes": min_bytes, "max_bytes": max_bytes,
+            "writes_input": writes_input(units)}
+    return algo, meta, low, rt
 
 
 def _max_bytes(schedule: Schedule, rt: Runtime, options: EmitOptions) -> int:
@@ -184,9 +131,8 @@ def _root_warning(schedule: Schedule, rt: Runtime) -> str | None:
 def render_xml(schedule: Schedule, options: EmitOptions | None = None) -> str:
     """The XML text for ``options.msccl_runtime`` (raises :class:`ScheduleError` if a runtime
     limit is exceeded)."""
-    values, _, _ = _prepared(schedule, options or EmitOptions())
-    values.pop("_meta")
-    return render_template("backends.msccl", "algo.xml.j2", **values)
+    algo, _, low, _ = _prepared(schedule, options or EmitOptions())
+    return "".join(xml_pieces(algo, low))
 
 
 def _conditions(schedule: Schedule, rt: Runtime, meta: dict, options: EmitOptions) -> list[str]:
@@ -244,7 +190,7 @@ class MscclBackend:
         return (f"{base}.xml", f"{base}.report.md")
 
     def render(self, subject: Schedule, options: EmitOptions, facts: Facts
-               ) -> dict[str, str | bytes]:
+               ) -> dict[str, Contents]:
         return _render(subject, options)
 
     def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
@@ -263,12 +209,10 @@ def emit(schedule: Schedule, outdir, options: EmitOptions | None = None) -> list
     return write_backend(BACKEND, schedule.collective, schedule, outdir, options)
 
 
-def _render(schedule: Schedule, options: EmitOptions) -> dict[str, str | bytes]:
-    values, low, rt = _prepared(schedule, options)
-    meta = values.pop("_meta")
+def _render(schedule: Schedule, options: EmitOptions) -> dict[str, Contents]:
+    algo, meta, low, rt = _prepared(schedule, options)
     base = _base(schedule.collective, options)
     xml_name = f"{base}.xml"
-    xml = render_template("backends.msccl", "algo.xml.j2", **values)
     coll = schedule.collective
     notes = []
     if meta["writes_input"]:
@@ -303,7 +247,9 @@ def _render(schedule: Schedule, options: EmitOptions) -> dict[str, str | bytes]:
         conditions=_conditions(schedule, rt, meta, options),
         load=[line.format(xml=xml_name) for line in rt.load_env], notes=notes,
         scratch=_scratch_line(schedule, rt, meta, low), root_warning=_root_warning(schedule, rt))
-    return {xml_name: xml, f"{base}.report.md": report}
+    # the XML is rendered lazily, one <gpu> at a time: the pipeline writes it as it is
+    # produced, so a large schedule's file is never held whole in memory
+    return {xml_name: xml_pieces(algo, low), f"{base}.report.md": report}
 
 
 def _compiled_chunk_elems(schedule: Schedule, meta: dict) -> str:

@@ -71,23 +71,27 @@ MAX_MEMORY = 2 << 30
 
 @dataclass(slots=True)
 class Step:
+    """One ``<step>``; the XML's -1 ("no data", "no dependency") is None here."""
+
     s: int
     type: str
     srcbuf: str
-    srcoff: int
+    srcoff: int | None
     dstbuf: str
-    dstoff: int
+    dstoff: int | None
     cnt: int
-    depid: int
-    deps: int
+    depid: int | None
+    deps: int | None
     hasdep: bool
 
 
 @dataclass(slots=True)
 class Tb:
+    """One ``<tb>``; ``send``/``recv`` None where the XML says -1 (no such peer)."""
+
     id: int
-    send: int
-    recv: int
+    send: int | None
+    recv: int | None
     chan: int
     steps: list[Step] = field(default_factory=list)
 
@@ -113,6 +117,16 @@ def _int(el: ET.Element, name: str) -> int:
         raise XmlError(f"<{el.tag}> attribute {name}='{v}' is not an integer") from None
 
 
+def _opt(value: int | None) -> int | None:
+    """The XML's -1 as None (a negative number other than -1 stays, for the checks)."""
+    return None if value == -1 else value
+
+
+def _unset(value: int | None) -> int | None:
+    """An offset or dependency the runtimes ignore when negative, as None."""
+    return None if value is None or value < 0 else value
+
+
 def parse(text: str) -> Algo:
     """Parse and check the structure (dense ids, peers, one tb per (peer, channel), offsets)."""
     try:
@@ -129,55 +143,81 @@ def parse(text: str) -> Algo:
     if [_int(g, "id") for g in gpus] != list(range(ngpus)):
         raise XmlError(f"expected gpus 0..{ngpus - 1} in order")
     for g in gpus:
-        gid = _int(g, "id")
-        sizes = {"i": _int(g, "i_chunks"), "o": _int(g, "o_chunks"), "s": _int(g, "s_chunks")}
-        if algo.inplace:
-            sizes = _aliased_sizes(algo, sizes, f"gpu {gid}")
-        algo.chunks.append(sizes)
-        tbs = []
-        send_keys, recv_keys = set(), set()
-        for t in g.findall("tb"):
-            tb = Tb(_int(t, "id"), _int(t, "send"), _int(t, "recv"), _int(t, "chan"))
-            if tb.id != len(tbs):
-                raise XmlError(f"gpu {gid}: threadblock {len(tbs)} is missing")
-            for peer, keys, what in ((tb.send, send_keys, "send"), (tb.recv, recv_keys, "recv")):
-                if peer == gid or not -1 <= peer < ngpus:
-                    raise XmlError(f"gpu {gid} tb {tb.id}: bad {what} peer {peer}")
-                if peer >= 0:
-                    if (peer, tb.chan) in keys:
-                        raise XmlError(f"gpu {gid}: two threadblocks {what} with peer {peer} on "
-                                       f"channel {tb.chan}")
-                    keys.add((peer, tb.chan))
-            for k, st in enumerate(t.findall("step")):
-                step = Step(_int(st, "s"), st.get("type", ""), st.get("srcbuf", ""),
-                            _int(st, "srcoff"), st.get("dstbuf", ""), _int(st, "dstoff"),
-                            _int(st, "cnt"), _int(st, "depid"), _int(st, "deps"),
-                            _int(st, "hasdep") == 1)
-                where = f"gpu {gid} tb {tb.id} step {k}"
-                if step.s != k:
-                    raise XmlError(f"{where}: s={step.s}, expected {k}")
-                if step.type not in _TYPES:
-                    raise XmlError(f"{where}: unknown type '{step.type}'")
-                if step.type in _SEND and tb.send < 0:
-                    raise XmlError(f"{where}: '{step.type}' in a tb without a send peer")
-                if step.type in _RECV and tb.recv < 0:
-                    raise XmlError(f"{where}: '{step.type}' in a tb without a recv peer")
-                if step.type != "nop":
-                    _check_range(where, step, sizes)
-                tb.steps.append(step)
-            tbs.append(tb)
-        algo.tbs.append(tbs)
+        _parse_gpu(algo, g)
     for gid, tbs in enumerate(algo.tbs):
-        for tb in tbs:
-            for step in tb.steps:
-                if step.depid >= 0:
-                    where = f"gpu {gid} tb {tb.id} step {step.s}"
-                    if step.depid >= len(tbs) or not 0 <= step.deps < len(tbs[step.depid].steps):
-                        raise XmlError(f"{where}: depends on missing step {step.depid}:{step.deps}")
-                    if not tbs[step.depid].steps[step.deps].hasdep:
-                        raise XmlError(f"{where}: depends on tb {step.depid} step {step.deps}, "
-                                       "which lacks hasdep=1 (the runtime never signals it)")
+        _check_deps(gid, tbs)
     return algo
+
+
+def _parse_gpu(algo: Algo, g: ET.Element) -> None:
+    """Append one ``<gpu>``'s buffer sizes and threadblocks to ``algo``."""
+    gid = _int(g, "id")
+    sizes = {"i": _int(g, "i_chunks"), "o": _int(g, "o_chunks"), "s": _int(g, "s_chunks")}
+    if algo.inplace:
+        sizes = _aliased_sizes(algo, sizes, f"gpu {gid}")
+    algo.chunks.append(sizes)
+    tbs: list[Tb] = []
+    keys: dict[str, set[tuple[int, int]]] = {"send": set(), "recv": set()}
+    for t in g.findall("tb"):
+        tb = _parse_tb(t, gid, algo.ngpus, keys)
+        if tb.id != len(tbs):
+            raise XmlError(f"gpu {gid}: threadblock {len(tbs)} is missing")
+        for k, st in enumerate(t.findall("step")):
+            tb.steps.append(_parse_step(st, f"gpu {gid} tb {tb.id} step {k}", k, tb, sizes))
+        tbs.append(tb)
+    algo.tbs.append(tbs)
+
+
+def _parse_tb(t: ET.Element, gid: int, ngpus: int, keys: dict[str, set[tuple[int, int]]]
+              ) -> Tb:
+    """One ``<tb>`` without its steps; its peers checked (one tb per peer and channel)."""
+    tb_id, chan = _int(t, "id"), _int(t, "chan")
+    peers = {"send": _int(t, "send"), "recv": _int(t, "recv")}
+    for what, peer in peers.items():
+        if peer == gid or not -1 <= peer < ngpus:
+            raise XmlError(f"gpu {gid} tb {tb_id}: bad {what} peer {peer}")
+        if peer >= 0:
+            if (peer, chan) in keys[what]:
+                raise XmlError(f"gpu {gid}: two threadblocks {what} with peer {peer} on "
+                               f"channel {chan}")
+            keys[what].add((peer, chan))
+    return Tb(tb_id, _opt(peers["send"]), _opt(peers["recv"]), chan)
+
+
+def _parse_step(st: ET.Element, where: str, k: int, tb: Tb, sizes: dict[str, int]) -> Step:
+    """One ``<step>`` (the ``k``-th of ``tb``), checked against its tb and the buffers."""
+    step = Step(_int(st, "s"), st.get("type", ""), st.get("srcbuf", ""), _int(st, "srcoff"),
+                st.get("dstbuf", ""), _int(st, "dstoff"), _int(st, "cnt"), _int(st, "depid"),
+                _int(st, "deps"), _int(st, "hasdep") == 1)
+    if step.s != k:
+        raise XmlError(f"{where}: s={step.s}, expected {k}")
+    if step.type not in _TYPES:
+        raise XmlError(f"{where}: unknown type '{step.type}'")
+    if step.type in _SEND and tb.send is None:
+        raise XmlError(f"{where}: '{step.type}' in a tb without a send peer")
+    if step.type in _RECV and tb.recv is None:
+        raise XmlError(f"{where}: '{step.type}' in a tb without a recv peer")
+    if step.type != "nop":
+        _check_range(where, step, sizes)
+    # checked as written; from here on, what the runtimes ignore is None
+    step.srcoff, step.dstoff = _unset(step.srcoff), _unset(step.dstoff)
+    step.depid, step.deps = _unset(step.depid), _opt(step.deps)
+    return step
+
+
+def _check_deps(gid: int, tbs: list[Tb]) -> None:
+    """Every dependency names an existing step, which signals it (``hasdep``)."""
+    for tb in tbs:
+        for step in tb.steps:
+            if step.depid is None:
+                continue
+            where = f"gpu {gid} tb {tb.id} step {step.s}"
+            deps = -1 if step.deps is None else step.deps
+            if step.depid >= len(tbs) or not 0 <= deps < len(tbs[step.depid].steps):
+                raise XmlError(f"{where}: depends on missing step {step.depid}:{deps}")
+            if not tbs[step.depid].steps[deps].hasdep:
+                raise XmlError(f"{where}: depends on tb {step.depid} step {deps}, "
+                               "which lacks hasdep=1 (the runtime never signals it)")
 
 
 def _aliased_sizes(algo: Algo, sizes: dict[str, int], where: str) -> dict[str, int]:
@@ -206,6 +246,7 @@ def _check_range(where: str, step: Step, sizes: dict[str, int]) -> None:
             continue
         if buf not in sizes:
             raise XmlError(f"{where}: unknown buffer '{buf}'")
+        off = -1 if off is None else off      # (raw values here: None never reaches it)
         if not 0 <= off or off + step.cnt > sizes[buf]:
             raise XmlError(f"{where}: chunks {off}..{off + step.cnt - 1} outside buffer '{buf}' "
                            f"of {sizes[buf]} chunks")
@@ -229,7 +270,7 @@ def expected_outputs(algo: Algo, inputs: list[np.ndarray], op: str = "sum",
     ic = algo.chunks[0]["i"]
     oc = algo.chunks[0]["o"]
     red = _OPS[op]
-    out = []
+    out: list[tuple[list | None, np.ndarray | None]] = []
     for g in range(n):
         if coll == "allgather":
             sym = [Counter({(b, u): 1}) for b in range(n) for u in range(ic)]
@@ -312,158 +353,214 @@ def execute(text: str, op: str = "sum", root: int = 0, seed: int = 0,
                        f"vector clocks, above the {max_memory / 2**30:.1f} GiB budget "
                        "(--max-memory); no verdict")
     algo = parse(text)
-    n = algo.ngpus
     inputs = _inputs(algo, seed)
-    red = _OPS[op]
-    bufs = [_buffers(algo, g, inputs) for g in range(n)]
-    flat = [(g, tb) for g in range(n) for tb in algo.tbs[g]]
-    index = {(g, tb.id): k for k, (g, tb) in enumerate(flat)}
-    nt = len(flat)
-    clock = np.zeros((nt, nt), dtype=np.int64)     # vector clock of each tb
-    history: list[list[np.ndarray]] = [[] for _ in range(nt)]   # clock after each step
-    pc = [0] * nt
-    fifo: dict[tuple[int, int, int], deque] = {}
-    rng = np.random.default_rng(seed)
+    machine = _Machine(algo, inputs, _OPS[op], capacity)
+    machine.run_all(order, np.random.default_rng(seed))
+    machine.check_finished()
+    return _check_outputs(algo, machine.bufs, expected_outputs(algo, inputs, op, root))
 
-    def where(k: int) -> str:
-        g, tb = flat[k]
-        return f"gpu {g} tb {tb.id} step {pc[k]} ({tb.steps[pc[k]].type})"
 
-    def access(k: int, slots: list[_Slot], write: bool) -> None:
-        me = clock[k]
+Payload = list[tuple[Counter | None, float]]
+
+
+class _Machine:
+    """Every threadblock of every GPU with its vector clock, program counter and buffers,
+    and the connections' FIFOs; :meth:`step` runs one step of one tb."""
+
+    def __init__(self, algo: Algo, inputs: list[np.ndarray], red, capacity: int):
+        n = algo.ngpus
+        self.red, self.capacity = red, capacity
+        self.bufs = [_buffers(algo, g, inputs) for g in range(n)]
+        self.flat = [(g, tb) for g in range(n) for tb in algo.tbs[g]]
+        self.index = {(g, tb.id): k for k, (g, tb) in enumerate(self.flat)}
+        nt = len(self.flat)
+        self.clock = np.zeros((nt, nt), dtype=np.int64)     # vector clock of each tb
+        self.history: list[list[np.ndarray]] = [[] for _ in range(nt)]   # after each step
+        self.pc = [0] * nt
+        # (sender, receiver, channel) -> messages in flight (peers are set: parse checked)
+        self.fifo: dict[tuple[int | None, int | None, int], deque] = {}
+
+    def where(self, k: int) -> str:
+        g, tb = self.flat[k]
+        return f"gpu {g} tb {tb.id} step {self.pc[k]} ({tb.steps[self.pc[k]].type})"
+
+    def access(self, k: int, slots: list[_Slot], write: bool) -> None:
+        """Record tb ``k``'s access to ``slots``; a race if an earlier conflicting access is
+        not ordered before it."""
+        me = self.clock[k]
         for slot in slots:
             prior = ([slot.write] if slot.write else []) + (slot.reads if write else [])
             for t, c in prior:
                 if t != k and me[t] < c:
-                    raise XmlError(f"race: {where(k)} {'writes' if write else 'reads'} a "
-                                   f"chunk that {flat[t][0]}:{flat[t][1].id} also accesses "
-                                   f"(step {c - 1}) with no dependency or message ordering "
-                                   "the two")
+                    g, tb = self.flat[t]
+                    raise XmlError(f"race: {self.where(k)} {'writes' if write else 'reads'} "
+                                   f"a chunk that {g}:{tb.id} also accesses (step {c - 1}) "
+                                   "with no dependency or message ordering the two")
             if write:
                 slot.write, slot.reads = (k, int(me[k]) + 1), []
             else:
                 slot.reads.append((k, int(me[k]) + 1))
 
-    def combine(a: _Slot, sym: Counter | None, num: float, k: int) -> tuple[Counter, float]:
+    def combine(self, a: _Slot, sym: Counter | None, num: float, k: int
+                ) -> tuple[Counter, float]:
         if a.sym is None or sym is None:
-            raise XmlError(f"{where(k)} reduces with a chunk that holds no data")
+            raise XmlError(f"{self.where(k)} reduces with a chunk that holds no data")
         if set(a.sym) & set(sym):
-            raise XmlError(f"{where(k)} adds contributions {sorted(set(a.sym) & set(sym))} "
-                           "twice")
-        return a.sym + sym, float(red(a.num, num))
+            raise XmlError(f"{self.where(k)} adds contributions "
+                           f"{sorted(set(a.sym) & set(sym))} twice")
+        return a.sym + sym, float(self.red(a.num, num))
 
-    def ready(k: int) -> bool:
-        g, tb = flat[k]
-        if pc[k] >= len(tb.steps):
+    def ready(self, k: int) -> bool:
+        g, tb = self.flat[k]
+        if self.pc[k] >= len(tb.steps):
             return False
-        st = tb.steps[pc[k]]
-        if st.depid >= 0 and len(history[index[(g, st.depid)]]) <= st.deps:
+        st = tb.steps[self.pc[k]]
+        if st.depid is not None and \
+                len(self.history[self.index[(g, st.depid)]]) <= (st.deps or 0):
             return False
-        if st.type in _RECV:
-            q = fifo.get((tb.recv, g, tb.chan))
-            if not q:
-                return False
+        if st.type in _RECV and not self.fifo.get((tb.recv, g, tb.chan)):
+            return False
         if st.type in _SEND:
-            q = fifo.get((g, tb.send, tb.chan))
-            if q is not None and len(q) >= capacity:
+            q = self.fifo.get((g, tb.send, tb.chan))
+            if q is not None and len(q) >= self.capacity:
                 return False
         return True
 
-    def run(k: int) -> None:
-        g, tb = flat[k]
-        st = tb.steps[pc[k]]
-        me = clock[k]
-        if st.depid >= 0:
-            np.maximum(me, history[index[(g, st.depid)]][st.deps], out=me)
-        b = bufs[g]
-        src = b[st.srcbuf][st.srcoff:st.srcoff + st.cnt] if st.srcoff >= 0 else []
-        dst = b[st.dstbuf][st.dstoff:st.dstoff + st.cnt] if st.dstoff >= 0 else []
-        payload: list[tuple[Counter | None, float]] | None = None
+    def step(self, k: int) -> None:
+        """Run tb ``k``'s next step (it must be :meth:`ready`)."""
+        g, tb = self.flat[k]
+        st = tb.steps[self.pc[k]]
+        me = self.clock[k]
+        if st.depid is not None:
+            np.maximum(me, self.history[self.index[(g, st.depid)]][st.deps or 0], out=me)
+        b = self.bufs[g]
+        src = b[st.srcbuf][st.srcoff:st.srcoff + st.cnt] if st.srcoff is not None else []
+        dst = b[st.dstbuf][st.dstoff:st.dstoff + st.cnt] if st.dstoff is not None else []
+        payload: Payload | None = None
         if st.type in _RECV:
-            msg_clock, cnt, data = fifo[(tb.recv, g, tb.chan)].popleft()
+            msg_clock, cnt, payload = self.fifo[(tb.recv, g, tb.chan)].popleft()
             np.maximum(me, msg_clock, out=me)
             if cnt != st.cnt:
-                raise XmlError(f"{where(k)} receives {st.cnt} chunks but the matching send "
-                               f"from gpu {tb.recv} (channel {tb.chan}) sent {cnt}")
-            payload = data
-        if st.type == "s":
-            access(k, src, False)
-            payload = [(s.sym, s.num) for s in src]
-        elif st.type in ("r", "rcs"):
-            access(k, dst, True)
-            for s, (sym, num) in zip(dst, payload):
-                s.sym, s.num = sym, num
-        elif st.type in ("rrc", "rrcs", "rrs"):
-            access(k, src, False)
-            res = [combine(s, sym, num, k) for s, (sym, num) in zip(src, payload)]
-            if st.type != "rrs":
-                access(k, dst, True)
-                for s, (sym, num) in zip(dst, res):
-                    s.sym, s.num = sym, num
-            payload = res
-        elif st.type == "cpy":
-            access(k, src, False)
-            vals = [(s.sym, s.num) for s in src]
-            if any(sym is None for sym, _ in vals):
-                raise XmlError(f"{where(k)} copies a chunk that holds no data")
-            access(k, dst, True)
-            for s, (sym, num) in zip(dst, vals):
-                s.sym, s.num = sym, num
-        elif st.type == "re":
-            access(k, src, False)
-            access(k, dst, False)
-            res = [combine(d, s.sym, s.num, k) for s, d in zip(src, dst)]
-            access(k, dst, True)
-            for d, (sym, num) in zip(dst, res):
-                d.sym, d.num = sym, num
+                raise XmlError(f"{self.where(k)} receives {st.cnt} chunks but the matching "
+                               f"send from gpu {tb.recv} (channel {tb.chan}) sent {cnt}")
+        payload = _RULES.get(st.type, _nop)(self, k, st.type, src, dst, payload)
         if st.type in _SEND:
+            assert payload is not None
             if any(sym is None for sym, _ in payload):
-                raise XmlError(f"{where(k)} sends a chunk that holds no data")
+                raise XmlError(f"{self.where(k)} sends a chunk that holds no data")
             me[k] += 1            # the message carries this step's clock
-            fifo.setdefault((g, tb.send, tb.chan), deque()).append((me.copy(), st.cnt, payload))
+            self.fifo.setdefault((g, tb.send, tb.chan), deque()).append(
+                (me.copy(), st.cnt, payload))
             me[k] -= 1
         me[k] += 1
-        history[k].append(me.copy())
-        pc[k] += 1
+        self.history[k].append(me.copy())
+        self.pc[k] += 1
 
-    ks = list(range(nt))
-    while True:
-        moved = False
-        seq = ks[::-1] if order == "reverse" else (
-            list(rng.permutation(nt)) if order == "random" else ks)
-        for k in seq:
-            while ready(k):
-                run(k)
-                moved = True
-                if order == "random":
-                    break
-        if not moved:
-            break
-    blocked = [where(k) for k in range(nt) if pc[k] < len(flat[k][1].steps)]
-    if blocked:
-        raise XmlError("deadlock: no threadblock can move; blocked: " + "; ".join(blocked[:8])
-                       + (f" (+{len(blocked) - 8} more)" if len(blocked) > 8 else ""))
-    leftover = [key for key, q in fifo.items() if q]
-    if leftover:
-        s, d, c = leftover[0]
-        raise XmlError(f"{len(fifo[leftover[0]])} message(s) from gpu {s} to gpu {d} on "
-                       f"channel {c} are never received")
-    result = []
-    expected = expected_outputs(algo, inputs, op, root)
+    def run_all(self, order: str, rng: np.random.Generator) -> None:
+        """Move ready tbs, in ``order``, until none can."""
+        nt = len(self.flat)
+        ks = list(range(nt))
+        while True:
+            moved = False
+            seq = ks[::-1] if order == "reverse" else (
+                list(rng.permutation(nt)) if order == "random" else ks)
+            for k in seq:
+                while self.ready(k):
+                    self.step(k)
+                    moved = True
+                    if order == "random":
+                        break
+            if not moved:
+                break
+
+    def check_finished(self) -> None:
+        """Every tb ran every step and every message was received."""
+        blocked = [self.where(k) for k in range(len(self.flat))
+                   if self.pc[k] < len(self.flat[k][1].steps)]
+        if blocked:
+            raise XmlError("deadlock: no threadblock can move; blocked: "
+                           + "; ".join(blocked[:8])
+                           + (f" (+{len(blocked) - 8} more)" if len(blocked) > 8 else ""))
+        leftover = [key for key, q in self.fifo.items() if q]
+        if leftover:
+            s, d, c = leftover[0]
+            raise XmlError(f"{len(self.fifo[leftover[0]])} message(s) from gpu {s} to gpu {d} "
+                           f"on channel {c} are never received")
+
+
+def _store(slots: list[_Slot], values) -> None:
+    for slot, (sym, num) in zip(slots, values, strict=False):
+        slot.sym, slot.num = sym, num
+
+
+def _send(m: _Machine, k: int, typ: str, src, dst, payload) -> Payload:
+    m.access(k, src, False)
+    return [(s.sym, s.num) for s in src]
+
+
+def _receive(m: _Machine, k: int, typ: str, src, dst, payload) -> Payload:
+    m.access(k, dst, True)
+    _store(dst, payload)
+    return payload
+
+
+def _receive_reduce(m: _Machine, k: int, typ: str, src, dst, payload) -> Payload:
+    m.access(k, src, False)
+    res: Payload = [m.combine(s, sym, num, k)
+                    for s, (sym, num) in zip(src, payload, strict=False)]
+    if typ != "rrs":
+        m.access(k, dst, True)
+        _store(dst, res)
+    return res
+
+
+def _copy(m: _Machine, k: int, typ: str, src, dst, payload) -> Payload | None:
+    m.access(k, src, False)
+    vals = [(s.sym, s.num) for s in src]
+    if any(sym is None for sym, _ in vals):
+        raise XmlError(f"{m.where(k)} copies a chunk that holds no data")
+    m.access(k, dst, True)
+    _store(dst, vals)
+    return payload
+
+
+def _reduce(m: _Machine, k: int, typ: str, src, dst, payload) -> Payload | None:
+    m.access(k, src, False)
+    m.access(k, dst, False)
+    res = [m.combine(d, s.sym, s.num, k) for s, d in zip(src, dst, strict=False)]
+    m.access(k, dst, True)
+    _store(dst, res)
+    return payload
+
+
+def _nop(m: _Machine, k: int, typ: str, src, dst, payload) -> Payload | None:
+    return payload
+
+
+#: what each step type does to its slots; it returns what a send step sends
+_RULES = {"s": _send, "r": _receive, "rcs": _receive, "rrc": _receive_reduce,
+          "rrcs": _receive_reduce, "rrs": _receive_reduce, "cpy": _copy, "re": _reduce,
+          "nop": _nop}
+
+
+def _check_outputs(algo: Algo, bufs: list[dict[str, list[_Slot]]],
+                   expected: list[tuple[list | None, np.ndarray | None]]) -> list[np.ndarray]:
+    """Each GPU's output numbers, after checking them against the postcondition."""
     if not any(sym for sym, _ in expected):
         raise XmlError(f"the {algo.coll} postcondition of this file checks no output chunk "
                        "(o_chunks is 0 and the file is not in-place): every schedule, even an "
                        "empty one, would pass it")
+    result = []
     for g, (sym, num) in enumerate(expected):
         out = bufs[g]["o"]
         if sym is not None:
-            for u, (slot, want) in enumerate(zip(out, sym)):
+            for u, (slot, want) in enumerate(zip(out, sym, strict=False)):
                 if slot.sym != want:
                     got = "nothing" if slot.sym is None else dict(slot.sym)
                     raise XmlError(f"gpu {g} output chunk {u} holds {got}, expected "
                                    f"{dict(want)}")
             got_num = np.array([s.num for s in out])
-            if not np.array_equal(got_num, num):
+            if num is None or not np.array_equal(got_num, num):
                 raise XmlError(f"gpu {g} output numbers {got_num} differ from {num}")
         result.append(np.array([s.num for s in out]))
     return result

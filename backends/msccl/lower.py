@@ -9,7 +9,7 @@ tb of its GPU. The lowering, in order:
    scratch first (the user's ``sendbuff`` is const) and read it from there.
 2. ``fuse``: a receive whose data is the next thing sent from that slot becomes one fused
    instruction (``rcs``; ``rrcs``/``rrs`` after a reduction), forming chains A->x->B->... that
-   move together. Only when it cannot change what anyone reads (see ``_can_fuse``).
+   move together. Only when it cannot change what anyone reads (see ``fuse``).
 3. ``assign_channels``: every message of a chain shares a channel; concurrent messages on one
    pair get distinct channels (parallel tbs), within the limit; a GPU keeps at most 32 send
    peers and 32 receive peers on one channel (the loaders' per-channel arrays), so peers are
@@ -17,12 +17,13 @@ tb of its GPU. The lowering, in order:
 4. ``threadblocks``: one tb per (send peer, recv peer, channel) on each GPU (fused steps tie a
    recv peer to a send peer; otherwise a send stream and a receive stream of one channel are
    paired into one tb, as msccl-tools does); local copies and reductions get their own tb.
-5. ``order``: a graph of every instruction with edges for messages (send before receive),
-   FIFO capacity (a connection's next send after its previous receive) and data hazards on
-   each unit (RAW, WAR, WAW in the IR's step order). A topological order of it, ties broken by
-   IR step, is every tb's program order. Because the same global order serves all tbs and
-   every wait points backwards in it, the smallest unfinished instruction can always run: no
-   deadlock, even with one message of buffering per connection.
+5. ``instructions`` and ``global_order``: a graph of every instruction with edges for
+   messages (send before receive), FIFO capacity (a connection's next send after its previous
+   receive) and data hazards on each unit (RAW, WAR, WAW in the IR's step order). A
+   topological order of it, ties broken by IR step, is every tb's program order. Because the
+   same global order serves all tbs and every wait points backwards in it, the smallest
+   unfinished instruction can always run: no deadlock, even with one message of buffering
+   per connection.
 6. ``dependencies``: hazards between tbs of one GPU become ``depid``/``deps``; waits already
    implied by an earlier wait of the same tb are dropped; more than one left becomes ``nop``s.
    The runtimes keep ``depid`` in an int8, so the tbs waited on get the smallest ids.
@@ -40,13 +41,15 @@ from itertools import pairwise
 
 import numpy as np
 
-from backends.common import UnitSchedule
 from backends.msccl.runtimes import Runtime
+from backends.units import UnitFacts, buffer_units, rank_units, to_units, writes_input
 from cclc.errors import ScheduleError
-from cclc.ir import Buf, OpKind
+from cclc.ir import Buf, OpKind, Schedule
 
-__all__ = ["DepidLimitError", "Instr", "LimitError", "Lowered", "Op", "Threadblock",
-           "ThreadblockLimitError", "lower"]
+__all__ = ["Channels", "DepidLimitError", "Instr", "LimitError", "Lowered", "Op", "Program",
+           "Threadblock", "ThreadblockLimitError", "assign_channels", "check_chunks",
+           "dependencies", "fuse", "global_order", "instructions", "lower", "lower_to_fit",
+           "relocate_input", "threadblocks"]
 
 
 class LimitError(ScheduleError):
@@ -69,9 +72,10 @@ class DepidLimitError(ThreadblockLimitError):
     ``depid`` can name."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Op:
-    """An op in units after input relocation; ``ir`` is its row in the schedule (or None)."""
+    """An op in units after input relocation; ``ir`` is its row in the schedule (None for
+    the copies that relocate the input, which run at step -1, before the schedule)."""
 
     ir: int | None
     step: int
@@ -92,28 +96,31 @@ class Instr:
     rank: int
     type: str
     sb: Buf
-    so: int
+    so: int | None               # None: a nop, which names no data
     db: Buf
-    do: int
+    do: int | None
     cnt: int
     key: tuple
     send: int | None = None      # send peer it needs (its tb's)
     recv: int | None = None      # recv peer it needs
     chan: int = 0
-    tb: int = -1
-    pos: int = -1                # index in the global order
-    index: int = -1              # final step index in its tb
-    depid: int = -1
-    deps: int = -1
+    tb: int | None = None        # set by stage 4
+    pos: int | None = None       # index in the global order (stage 5)
+    index: int | None = None     # step index in its tb (final after stage 6)
+    depid: int | None = None     # the tb it waits on, and that tb's step (stage 6)
+    deps: int | None = None
     hasdep: bool = False
-    uid: int = -1                # index in the list of all instructions
+    uid: int | None = None       # index in the list of all instructions
 
 
 @dataclass(slots=True)
 class Threadblock:
+    """One MSCCL threadblock of a GPU: its peers (None: it sends, or receives, nothing),
+    channel and steps. Stages 4 and 6 build it up; :class:`Lowered` hands it out."""
+
     id: int
-    send: int
-    recv: int
+    send: int | None
+    recv: int | None
     chan: int
     steps: list[Instr] = field(default_factory=list)
 
@@ -129,44 +136,49 @@ class Lowered:
     n_fused: int
 
 
-def relocate_input(us: UnitSchedule, max_cnt: int
+def relocate_input(units: Schedule, max_cnt: int
                    ) -> tuple[list[Op], tuple[int, int, int], tuple[int, ...]]:
     """The ops in units, none longer than ``max_cnt`` (longer ones are cut into consecutive
     pieces, as the runtime itself cuts a step's ``cnt`` by its maximum); the buffer sizes and
     each GPU's scratch. If the input is ever written, it moves to scratch behind the largest
     scratch, filled by local copies before step 0 (the user's ``sendbuff`` is const)."""
-    n_in, n_out, n_scr = us.units
+    n_in, n_out, n_scr = sizes = buffer_units(units)
+    o = units.ops
+    cols = zip(o.step.tolist(), o.src.tolist(), o.dst.tolist(), o.kind.tolist(),
+               o.src_buf.tolist(), o.src_off.tolist(), o.dst_buf.tolist(), o.dst_off.tolist(),
+               o.count.tolist(), strict=True)
+    moved = writes_input(units)
+
+    def at(buf: int, off: int) -> tuple[Buf, int]:
+        # the relocated input lies in scratch, behind the largest scratch
+        return (Buf.SCRATCH, off + n_scr) if moved and buf == Buf.INPUT else (Buf(buf), off)
+
     ops = []
-    for i in range(us.n_ops):
-        total = int(us.count[i])
+    for i, (step, src, dst, kind, sb, so, db, do, total) in enumerate(cols):
         for lo in range(0, total, max_cnt):
-            ops.append(Op(i, int(us.step[i]), int(us.src[i]), int(us.dst[i]),
-                          OpKind(int(us.kind[i])), Buf(int(us.src_buf[i])),
-                          int(us.src_off[i]) + lo, Buf(int(us.dst_buf[i])),
-                          int(us.dst_off[i]) + lo, min(max_cnt, total - lo)))
-    if not us.writes_input():
-        return ops, us.units, us.scratch_units
-    for op in ops:
-        if op.sb is Buf.INPUT:
-            op.sb, op.so = Buf.SCRATCH, op.so + n_scr
-        if op.db is Buf.INPUT:
-            op.db, op.do = Buf.SCRATCH, op.do + n_scr
+            ops.append(Op(i, step, src, dst, OpKind(kind), *at(sb, so + lo), *at(db, do + lo),
+                          min(max_cnt, total - lo)))
+    if not moved:
+        return ops, sizes, rank_units(units, Buf.SCRATCH)
     first = [Op(None, -1, r, r, OpKind.COPY, Buf.INPUT, lo, Buf.SCRATCH, n_scr + lo,
                 min(max_cnt, n_in - lo))
-             for r in range(us.n) for lo in range(0, n_in, max_cnt)]
-    return first + ops, (n_in, n_out, n_scr + n_in), (n_scr + n_in,) * us.n
+             for r in range(units.n) for lo in range(0, n_in, max_cnt)]
+    return first + ops, (n_in, n_out, n_scr + n_in), (n_scr + n_in,) * units.n
 
 
 class _Accesses:
-    """Per (rank, buffer): every op touching a range, sorted by step, for the fusion checks."""
+    """Per (rank, buffer, unit): every op touching the unit, sorted by step, for the fusion
+    checks (indexed by unit, not by range, so a check reads only the ops of its own units)."""
 
     def __init__(self, ops: list[Op]):
-        by: dict[tuple[int, int], list[tuple[int, int, int, bool, int]]] = defaultdict(list)
+        by: dict[tuple[int, int, int], list[tuple[int, bool, int]]] = defaultdict(list)
         for k, op in enumerate(ops):
-            by[(op.src, op.sb)].append((op.step, op.so, op.so + op.cnt, False, k))
-            by[(op.dst, op.db)].append((op.step, op.do, op.do + op.cnt, True, k))
-            if op.kind is OpKind.REDUCE:
-                by[(op.dst, op.db)].append((op.step, op.do, op.do + op.cnt, False, k))
+            for u in range(op.so, op.so + op.cnt):
+                by[(op.src, op.sb, u)].append((op.step, False, k))
+            for u in range(op.do, op.do + op.cnt):
+                by[(op.dst, op.db, u)].append((op.step, True, k))
+                if op.kind is OpKind.REDUCE:
+                    by[(op.dst, op.db, u)].append((op.step, False, k))
         self.by = {key: sorted(v) for key, v in by.items()}
         self.steps = {key: [a[0] for a in v] for key, v in self.by.items()}
 
@@ -175,21 +187,25 @@ class _Accesses:
               ) -> bool:
         """Does an op other than ``skip`` touch [lo, hi) in steps t0..t1 (only writes if
         ``writes_only``, only reads if ``reads_only``)?"""
-        key = (rank, buf)
-        if key not in self.by:
-            return False
-        steps, acc = self.steps[key], self.by[key]
-        for i in range(bisect_left(steps, t0), bisect_right(steps, t1)):
-            _, a, b, write, k = acc[i]
-            if (a < hi and lo < b and k not in skip and (write or not writes_only)
-                    and not (write and reads_only)):
-                return True
+        for u in range(lo, hi):
+            key = (rank, buf, u)
+            acc = self.by.get(key)
+            if acc is None:
+                continue
+            steps = self.steps[key]
+            for i in range(bisect_left(steps, t0), bisect_right(steps, t1)):
+                _, write, k = acc[i]
+                if (k not in skip and (write or not writes_only)
+                        and not (write and reads_only)):
+                    return True
         return False
 
 
-def fuse(ops: list[Op]) -> dict[int, int]:
-    """Fused hops: ``nxt[m1] = m2`` when message m2 forwards what m1 delivered (see module doc)."""
-    acc = _Accesses(ops)
+def fuse(ops: list[Op], acc: _Accesses | None = None) -> dict[int, int]:
+    """Stage 2: fused hops, ``nxt[m1] = m2`` when message m2 forwards what m1 delivered (see
+    the module docstring); ``acc``: the ops' accesses, if already indexed."""
+    if acc is None:
+        acc = _Accesses(ops)
     senders: dict[tuple, list[int]] = defaultdict(list)
     for k, op in enumerate(ops):
         if op.src != op.dst:
@@ -238,40 +254,118 @@ def _dead_after(acc: _Accesses, op: Op, skip: tuple[int, ...]) -> bool:
                                                   op.step + 1, 1 << 30, skip, reads_only=True)
 
 
-def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
-          nchannels: int | None = None, pair: bool = True) -> Lowered:
-    """Lower ``us`` for runtime ``rt``; :class:`ScheduleError` when a limit is exceeded.
-    ``pair``: share tbs between send-only and receive-only streams (see ``_pair_streams``)."""
-    # checked before anything proportional to the chunk count
-    n_in, n_out, n_scr = us.units
-    nchunks = max(n_in, n_out, n_scr + (n_in if us.writes_input() else 0))
+def check_chunks(schedule: Schedule, units: Schedule, facts: UnitFacts, rt: Runtime) -> None:
+    """:class:`LimitError` when ``units`` (``schedule`` in units) has more chunks per buffer
+    than ``rt`` can address; checked before anything proportional to the chunk count."""
+    n_in, n_out, n_scr = buffer_units(units)
+    nchunks = max(n_in, n_out, n_scr + (n_in if writes_input(units) else 0))
     if nchunks > rt.max_chunks:
-        sizes = sorted({int(x) for b in Buf for x in np.unique(us.schedule.chunk_elems(b))
+        sizes = sorted({int(x) for b in Buf for x in np.unique(schedule.chunk_elems(b))
                         if x > 0})
         shown = ", ".join(map(str, sizes[:6])) + (", ..." if len(sizes) > 6 else "")
         raise LimitError(f"MSCCL needs equal chunks: the gcd of this schedule's chunk sizes "
-                         f"({shown} elements) and its count is {us.unit} element(s), which "
+                         f"({shown} elements) and its count is {facts.unit} element(s), which "
                          f"makes {nchunks} chunks per buffer, more than {rt.title} can "
                          f"address ({rt.max_chunks}, {rt.limit('offset').cite()}); choose "
                          "chunk counts that divide the buffer evenly, or fewer chunks")
+
+
+def lower_to_fit(schedule: Schedule, rt: Runtime, *, fuse: bool = True,
+                 nchannels: int | None = None) -> tuple[Lowered, Schedule, UnitFacts]:
+    """``schedule`` in units (:func:`backends.units.to_units`) and its first lowering that
+    fits every limit of ``rt``; :class:`LimitError` (the first attempt's) when none does."""
+    units, facts = to_units(schedule, rt.max_chunks)
+    check_chunks(schedule, units, facts, rt)
+    # fused steps tie threadblocks together, and paired send/receive streams make longer
+    # ones (nops included); if a limit is exceeded, looser forms may spread out enough to fit
+    tries = [(fuse, True), (fuse, False)]
+    if fuse:
+        tries += [(False, True), (False, False)]
+    first: LimitError | None = None
+    last: LimitError | None = None
+    for fuse_ops, pair in tries:
+        if not pair and (last is None or "steps" not in last.message):
+            continue        # unpaired streams only help a threadblock that is too long
+        # too many threadblocks, or a GPU whose steps wait on more than 128 of them (the
+        # int8 depid): lower the same form again with fewer channels, so fewer threadblocks
+        channels = nchannels
+        for _ in range(4):
+            try:
+                low = lower(units, rt, fuse_ops=fuse_ops, nchannels=channels, pair=pair)
+                return low, units, facts
+            except LimitError as err:
+                first, last = first or err, err
+                channels = _fewer_channels(err, rt)
+                if channels is None:
+                    break
+    assert first is not None
+    raise first from None
+
+
+def _fewer_channels(err: LimitError, rt: Runtime) -> int | None:
+    """Channels to lower with after ``err`` so that fewer threadblocks are needed (None: fewer
+    channels cannot help)."""
+    if not isinstance(err, ThreadblockLimitError) or err.channels is None:
+        return None
+    target = rt.max_depid + 1 if isinstance(err, DepidLimitError) else rt.max_tbs
+    fewer = min(err.channels - 1, err.channels * target // err.needed)
+    return fewer if fewer >= 1 else None
+
+
+def lower(us: Schedule, rt: Runtime, *, fuse_ops: bool = True,
+          nchannels: int | None = None, pair: bool = True) -> Lowered:
+    """Lower ``us`` (a schedule in units, see :func:`backends.units.to_units`) for runtime
+    ``rt``; :class:`ScheduleError` when a limit is exceeded. ``pair``: share tbs between
+    send-only and receive-only streams (see ``_pair_streams``). The stages of the module
+    docstring, in order, except that the threadblocks (4) take their steps in the global
+    order (5)."""
     _quick_limits(us, rt)
     ops, units, scratch = relocate_input(us, rt.max_cnt)
-    nxt = fuse(ops) if fuse_ops else {}
-    prev = {v: k for k, v in nxt.items()}
-    acc = _Accesses(ops) if nxt else None
+    acc = _Accesses(ops) if fuse_ops else None
+    nxt = fuse(ops, acc) if acc is not None else {}
+    channels = assign_channels(ops, _chains(ops, nxt), rt, nchannels, us.n)
+    program = instructions(ops, channels, acc if nxt else None)
+    order = global_order(program)
+    tbs = threadblocks(program, order, rt, us.n, pair)
+    dependencies(tbs, program)
+    _renumber_for_depids(tbs, rt)
+    try:
+        _check_limits(tbs, rt, us.n)
+    except LimitError as err:
+        err.channels = channels.limit
+        raise
+    chans = {tb.chan for rank_tbs in tbs for tb in rank_tbs}
+    return Lowered(tuple(tuple(t) for t in tbs), units, scratch,
+                   max(chans) + 1 if chans else 1, program.n_fused)
 
-    # chains of messages (a lone message is a chain of one hop)
-    chains: list[list[int]] = []
+
+def _chains(ops: list[Op], nxt: dict[int, int]) -> list[tuple[int, ...]]:
+    """Chains of fused messages in IR order (a lone message is a chain of one hop)."""
+    heads = set(range(len(ops))) - set(nxt.values())
+    chains: list[tuple[int, ...]] = []
     for k, op in enumerate(ops):
-        if op.src != op.dst and k not in prev:
+        if op.src != op.dst and k in heads:
             chain = [k]
             while chain[-1] in nxt:
                 chain.append(nxt[chain[-1]])
-            chains.append(chain)
+            chains.append(tuple(chain))
     chains.sort(key=lambda c: (ops[c[0]].step, c[0]))
+    return chains
 
-    # channels
-    limit = min(rt.max_channels, nchannels or rt.max_channels)
+
+@dataclass(frozen=True, slots=True)
+class Channels:
+    """The messages in the chains they travel in (fused hops share one), each chain's
+    channel (``chan_of``, per message), and how many channels the lowering could use."""
+
+    placed: tuple[tuple[int, ...], ...]
+    chan_of: dict[int, int]
+    limit: int
+
+
+def _channel_limits(ops: list[Op], rt: Runtime, nchannels: int | None) -> tuple[int, int]:
+    """The channels a lowering may use, and the channels a GPU's peers must be spread over."""
+    allowed = min(rt.max_channels, nchannels or rt.max_channels)
     # each peer of a GPU costs a threadblock per channel (a send stream and a receive stream
     # share one, see _pair_streams): keep the busiest GPU within the threadblock limit
     # (leaving a few for local ops)
@@ -284,171 +378,225 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
     # ... but a channel holds at most max_tbs_per_channel send peers (and receive peers) of a
     # GPU, so a GPU with many peers needs that many channels whatever the threadblock budget
     spread = -(-most // rt.max_tbs_per_channel)
-    limit = max(spread, min(limit, (rt.max_tbs - 4) // most))
-    if spread > min(rt.max_channels, nchannels or rt.max_channels):
+    if spread > allowed:
         raise LimitError(
             f"a GPU exchanges with {most} peers; {rt.title} keeps at most "
             f"{rt.max_tbs_per_channel} send and {rt.max_tbs_per_channel} receive peers per "
             f"channel ({rt.limit('tbs_per_channel').cite()}), so it needs {spread} channels, "
-            f"more than {min(rt.max_channels, nchannels or rt.max_channels)}")
-    # (rank, "s"/"r", channel) -> the peers it sends to / receives from on that channel
-    chan_peers: dict[tuple[int, str, int], set[int]] = defaultdict(set)
+            f"more than {allowed}")
+    return max(spread, min(allowed, (rt.max_tbs - 4) // most)), spread
 
-    def channel_order(src: int, dst: int) -> list[int]:
+
+class _ChannelPlan:
+    """The state of :func:`assign_channels` while it places chains one by one."""
+
+    def __init__(self, ops: list[Op], rt: Runtime, limit: int, spread: int, n: int):
+        self.ops, self.rt, self.limit, self.spread, self.n = ops, rt, limit, spread, n
+        # (rank, "s"/"r", channel) -> the peers it sends to / receives from on that channel
+        self.chan_peers: dict[tuple[int, str, int], set[int]] = defaultdict(set)
+        self.busy: set[tuple[int, int, int, int]] = set()
+        # (rank, chan, recv peer) -> send peer of a fused step, and the reverse
+        self.partner_recv: dict[tuple[int, int, int], int] = {}
+        self.partner_send: dict[tuple[int, int, int], int] = {}
+        self.chan_of: dict[int, int] = {}
+        # steps each (rank, direction, peer, channel) threadblock would get: a channel that
+        # is full is skipped, so long schedules spread over more channels, not one long tb
+        self.load: dict[tuple[int, str, int, int], int] = defaultdict(int)
+        self.cap = max(1, rt.max_steps_per_tb // 2)     # the rest is room for nops
+
+    def order(self, src: int, dst: int) -> list[int]:
+        """Channels to try for a message, in order."""
         # when peers must be spread, start at a channel picked by the offset dst - src: in a
         # direct alltoall each sender then puts n/spread consecutive offsets on a channel and
         # each receiver gets the same offsets there, so both sides fit (a first-fit search
         # from channel 0 fills a sender's channels in an order its receivers cannot match)
-        if spread == 1:
-            return list(range(limit))
-        first = (dst - src) % us.n * spread // us.n
-        return [(first + i) % limit for i in range(limit)]
+        if self.spread == 1:
+            return list(range(self.limit))
+        first = (dst - src) % self.n * self.spread // self.n
+        return [(first + i) % self.limit for i in range(self.limit)]
 
-    def peer_fits(src: int, dst: int, c: int) -> bool:
-        out, inn = chan_peers[(src, "s", c)], chan_peers[(dst, "r", c)]
-        return ((dst in out or len(out) < rt.max_tbs_per_channel)
-                and (src in inn or len(inn) < rt.max_tbs_per_channel))
-    busy: set[tuple[int, int, int, int]] = set()
-    partner_recv: dict[tuple[int, int, int], int] = {}   # (rank, chan, recv peer) -> send peer
-    partner_send: dict[tuple[int, int, int], int] = {}
-    chan_of: dict[int, int] = {}
+    def peer_fits(self, src: int, dst: int, c: int) -> bool:
+        out, inn = self.chan_peers[(src, "s", c)], self.chan_peers[(dst, "r", c)]
+        most = self.rt.max_tbs_per_channel
+        return (dst in out or len(out) < most) and (src in inn or len(inn) < most)
 
-    # steps each (rank, direction, peer, channel) threadblock would get: a channel that is
-    # full is skipped, so long schedules spread over more channels instead of one long tb
-    load: dict[tuple[int, str, int, int], int] = defaultdict(int)
-    cap = max(1, rt.max_steps_per_tb // 2)     # the rest is room for nops
-
-    def tb_load(rank: int, way: str, peer: int, c: int) -> int:
+    def tb_load(self, rank: int, way: str, peer: int, c: int) -> int:
         # a fused step ties a recv peer to a send peer: both directions share one tb
         if way == "s":
-            other = partner_send.get((rank, c, peer))
-            return load[(rank, "s", peer, c)] + (load[(rank, "r", other, c)]
+            other = self.partner_send.get((rank, c, peer))
+            return self.load[(rank, "s", peer, c)] + (self.load[(rank, "r", other, c)]
+                                                      if other is not None else 0)
+        other = self.partner_recv.get((rank, c, peer))
+        return self.load[(rank, "r", peer, c)] + (self.load[(rank, "s", other, c)]
                                                   if other is not None else 0)
-        other = partner_recv.get((rank, c, peer))
-        return load[(rank, "r", peer, c)] + (load[(rank, "s", other, c)]
-                                              if other is not None else 0)
 
-    def fits(chain: list[int], c: int, t: int) -> bool:
+    def fits(self, chain: tuple[int, ...], c: int, t: int) -> bool:
+        ops = self.ops
         for k in chain:
-            if (ops[k].src, ops[k].dst, t, c) in busy:
+            src, dst = ops[k].src, ops[k].dst
+            if (src, dst, t, c) in self.busy or not self.peer_fits(src, dst, c):
                 return False
-            if not peer_fits(ops[k].src, ops[k].dst, c):
-                return False
-            if (tb_load(ops[k].src, "s", ops[k].dst, c) >= cap
-                    or tb_load(ops[k].dst, "r", ops[k].src, c) >= cap):
+            if (self.tb_load(src, "s", dst, c) >= self.cap
+                    or self.tb_load(dst, "r", src, c) >= self.cap):
                 return False
         for a, b in pairwise(chain):
             x, pa, pb = ops[a].dst, ops[a].src, ops[b].dst
-            if partner_recv.get((x, c, pa), pb) != pb or partner_send.get((x, c, pb), pa) != pa:
+            if (self.partner_recv.get((x, c, pa), pb) != pb
+                    or self.partner_send.get((x, c, pb), pa) != pa):
                 return False
         return True
 
+    def least_loaded(self, src: int, dst: int, t: int) -> int:
+        """When every channel is taken or full: the least loaded one that still has room for
+        the pair (the global order still keeps it deadlock-free, or says why not)."""
+        room = [cc for cc in self.order(src, dst) if self.peer_fits(src, dst, cc)]
+        if not room:
+            raise LimitError(
+                f"GPU {src} -> GPU {dst}: every one of the {self.limit} channels already "
+                f"holds {self.rt.max_tbs_per_channel} peers of one of them "
+                f"({self.rt.limit('tbs_per_channel').cite()}); use more channels")
+        free = [cc for cc in room if (src, dst, t, cc) not in self.busy] or room
+        return min(free, key=lambda cc: self.load[(src, "s", dst, cc)])
+
+    def place(self, chain: tuple[int, ...], c: int, t: int) -> None:
+        ops = self.ops
+        for k in chain:
+            src, dst = ops[k].src, ops[k].dst
+            self.chan_peers[(src, "s", c)].add(dst)
+            self.chan_peers[(dst, "r", c)].add(src)
+            self.busy.add((src, dst, t, c))
+            self.load[(src, "s", dst, c)] += 1
+            self.load[(dst, "r", src, c)] += 1
+            self.chan_of[k] = c
+        for a, b in pairwise(chain):
+            x, pa, pb = ops[a].dst, ops[a].src, ops[b].dst
+            self.partner_recv[(x, c, pa)] = pb
+            self.partner_send[(x, c, pb)] = pa
+
+
+def assign_channels(ops: list[Op], chains: list[tuple[int, ...]], rt: Runtime,
+                    nchannels: int | None, n: int) -> Channels:
+    """Stage 3 (see the module docstring): a channel for every chain, in IR order."""
+    limit, spread = _channel_limits(ops, rt, nchannels)
+    plan = _ChannelPlan(ops, rt, limit, spread, n)
     work = deque(chains)
-    placed: list[list[int]] = []
+    placed: list[tuple[int, ...]] = []
     while work:
         chain = work.popleft()
         t = ops[chain[0]].step
-        to_try = channel_order(ops[chain[0]].src, ops[chain[0]].dst)
-        c = next((c for c in to_try if fits(chain, c, t)), None)
+        src, dst = ops[chain[0]].src, ops[chain[0]].dst
+        c = next((c for c in plan.order(src, dst) if plan.fits(chain, c, t)), None)
         if c is None and len(chain) > 1:
             # no channel keeps the fused tbs consistent: send the hops separately
-            for k in chain:
-                nxt.pop(k, None)
-                prev.pop(k, None)
-            work.extendleft([k] for k in reversed(chain))
+            work.extendleft((k,) for k in reversed(chain))
             continue
         if c is None:
-            # every channel is taken or full: share the least loaded one (the global order
-            # below still keeps it deadlock-free, or says why not)
-            src, dst = ops[chain[0]].src, ops[chain[0]].dst
-            room = [cc for cc in channel_order(src, dst) if peer_fits(src, dst, cc)]
-            if not room:
-                raise LimitError(
-                    f"GPU {src} -> GPU {dst}: every one of the {limit} channels already holds "
-                    f"{rt.max_tbs_per_channel} peers of one of them "
-                    f"({rt.limit('tbs_per_channel').cite()}); use more channels")
-            free = [cc for cc in room if (src, dst, t, cc) not in busy] or room
-            c = min(free, key=lambda cc: load[(src, "s", dst, cc)])
-        for k in chain:
-            chan_peers[(ops[k].src, "s", c)].add(ops[k].dst)
-            chan_peers[(ops[k].dst, "r", c)].add(ops[k].src)
-            busy.add((ops[k].src, ops[k].dst, t, c))
-            load[(ops[k].src, "s", ops[k].dst, c)] += 1
-            load[(ops[k].dst, "r", ops[k].src, c)] += 1
-            chan_of[k] = c
-        for a, b in pairwise(chain):
-            x, pa, pb = ops[a].dst, ops[a].src, ops[b].dst
-            partner_recv[(x, c, pa)] = pb
-            partner_send[(x, c, pb)] = pa
+            c = plan.least_loaded(src, dst, t)
+        plan.place(chain, c, t)
         placed.append(chain)
+    return Channels(tuple(placed), plan.chan_of, limit)
 
-    # instructions
-    instrs: list[Instr] = []
-    edges: dict[int, set[int]] = defaultdict(set)
-    access: dict[tuple[int, int, int], list[tuple[tuple, int, bool]]] = defaultdict(list)
 
-    def add(instr: Instr) -> int:
-        instr.uid = len(instrs)
-        instrs.append(instr)
+@dataclass(frozen=True, slots=True)
+class Program:
+    """Every MSCCL instruction (``uid`` = index), the ordering edges between them (messages
+    and FIFO capacity, and the data hazards, which ``hazard`` also lists per instruction: the
+    ones it must wait for), and how many fused instructions there are."""
+
+    instrs: list[Instr]
+    edges: dict[int, set[int]]
+    hazard: dict[int, set[int]]
+    n_fused: int
+
+
+class _ProgramBuilder:
+    """The instructions of :func:`instructions` and every unit each one reads or writes."""
+
+    def __init__(self) -> None:
+        self.instrs: list[Instr] = []
+        self.edges: dict[int, set[int]] = defaultdict(set)
+        self.access: dict[tuple[int, int, int], list[tuple[tuple, int, bool]]] = \
+            defaultdict(list)
+        # (sender, receiver, channel) -> its messages: (order key, send, receive)
+        self.conn_msgs: dict[tuple[int, int, int], list[tuple[tuple, int, int]]] = \
+            defaultdict(list)
+        self.n_fused = 0
+
+    def add(self, instr: Instr) -> int:
+        instr.uid = len(self.instrs)
+        self.instrs.append(instr)
         return instr.uid
 
-    def touch(i: int, rank: int, buf: Buf, lo: int, hi: int, when: tuple, write: bool) -> None:
+    def touch(self, i: int, rank: int, buf: Buf, lo: int, hi: int, when: tuple,
+              write: bool) -> None:
         for u in range(lo, hi):
-            access[(rank, int(buf), u)].append((when, i, write))
+            self.access[(rank, int(buf), u)].append((when, i, write))
 
-    n_fused = 0
-    conn_msgs: dict[tuple[int, int, int], list[tuple[tuple, int, int]]] = defaultdict(list)
-    for chain in placed:
+
+def _hop(b: _ProgramBuilder, ops: list[Op], chain: tuple[int, ...], h: int, c: int,
+         acc: _Accesses | None) -> int:
+    """The instruction that receives hop ``h`` of ``chain`` (and forwards it if fused)."""
+    k = chain[h]
+    op = ops[k]
+    t = ops[chain[0]].step
+    reduce = op.kind is OpKind.REDUCE
+    if h == len(chain) - 1:
+        typ = "rrc" if reduce else "r"
+        i = b.add(Instr(op.dst, typ, op.db if reduce else op.sb, op.do if reduce else op.so,
+                        op.db, op.do, op.cnt, (t, 1, k), recv=op.src, chan=c))
+    else:
+        b.n_fused += 1
+        out = ops[chain[h + 1]]
+        if reduce and acc is not None and _dead_after(acc, op, (k, chain[h + 1])):
+            typ = "rrs"
+            i = b.add(Instr(op.dst, typ, op.db, op.do, out.db, out.do, op.cnt, (t, 1, k),
+                            recv=op.src, send=out.dst, chan=c))
+        else:
+            typ = "rrcs" if reduce else "rcs"
+            i = b.add(Instr(op.dst, typ, op.db, op.do, op.db, op.do, op.cnt, (t, 1, k),
+                            recv=op.src, send=out.dst, chan=c))
+    if typ != "rrs":
+        b.touch(i, op.dst, op.db, op.do, op.do + op.cnt, (t, 1, k), True)
+    if reduce:
+        b.touch(i, op.dst, op.db, op.do, op.do + op.cnt, (t, 1, k), False)
+    return i
+
+
+def _message_instrs(b: _ProgramBuilder, ops: list[Op], channels: Channels,
+                    acc: _Accesses | None) -> None:
+    """A send, then one receive (fused: receive-and-send) per hop, for every chain."""
+    for chain in channels.placed:
         t = ops[chain[0]].step
-        c = chan_of[chain[0]]
+        c = channels.chan_of[chain[0]]
         first = ops[chain[0]]
-        s = add(Instr(first.src, "s", first.sb, first.so, first.db, first.do, first.cnt,
-                      (t, 0, chain[0]), send=first.dst, chan=c))
-        touch(s, first.src, first.sb, first.so, first.so + first.cnt, (t, 0, chain[0]), False)
+        s = b.add(Instr(first.src, "s", first.sb, first.so, first.db, first.do, first.cnt,
+                        (t, 0, chain[0]), send=first.dst, chan=c))
+        b.touch(s, first.src, first.sb, first.so, first.so + first.cnt, (t, 0, chain[0]),
+                False)
         sender = s
         for h, k in enumerate(chain):
-            op = ops[k]
-            last = h == len(chain) - 1
-            reduce = op.kind is OpKind.REDUCE
-            if last:
-                typ = "rrc" if reduce else "r"
-                i = add(Instr(op.dst, typ, op.db if reduce else op.sb, op.do if reduce else op.so,
-                              op.db, op.do, op.cnt, (t, 1, k), recv=op.src, chan=c))
-            else:
-                n_fused += 1
-                out = ops[chain[h + 1]]
-                if reduce and acc is not None and _dead_after(acc, op, (k, chain[h + 1])):
-                    typ = "rrs"
-                    i = add(Instr(op.dst, typ, op.db, op.do, out.db, out.do, op.cnt, (t, 1, k),
-                                  recv=op.src, send=out.dst, chan=c))
-                else:
-                    typ = "rrcs" if reduce else "rcs"
-                    i = add(Instr(op.dst, typ, op.db, op.do, op.db, op.do, op.cnt, (t, 1, k),
-                                  recv=op.src, send=out.dst, chan=c))
-            when = (t, 1, k)
-            if typ != "rrs":
-                touch(i, op.dst, op.db, op.do, op.do + op.cnt, when, True)
-            if reduce:
-                touch(i, op.dst, op.db, op.do, op.do + op.cnt, when, False)
-            edges[sender].add(i)
-            conn_msgs[(op.src, op.dst, c)].append(((ops[chain[0]].step, k), sender, i))
+            i = _hop(b, ops, chain, h, c, acc)
+            b.edges[sender].add(i)
+            b.conn_msgs[(ops[k].src, ops[k].dst, c)].append(((t, k), sender, i))
             sender = i
+
+
+def _local_instrs(b: _ProgramBuilder, ops: list[Op]) -> None:
+    """A copy or reduction step for every local op."""
     for k, op in enumerate(ops):
         if op.src == op.dst:
             typ = "re" if op.kind is OpKind.REDUCE else "cpy"
-            i = add(Instr(op.src, typ, op.sb, op.so, op.db, op.do, op.cnt, (op.step, 1, k)))
-            touch(i, op.src, op.sb, op.so, op.so + op.cnt, (op.step, 0, k), False)
-            touch(i, op.dst, op.db, op.do, op.do + op.cnt, (op.step, 1, k), True)
+            i = b.add(Instr(op.src, typ, op.sb, op.so, op.db, op.do, op.cnt, (op.step, 1, k)))
+            b.touch(i, op.src, op.sb, op.so, op.so + op.cnt, (op.step, 0, k), False)
+            b.touch(i, op.dst, op.db, op.do, op.do + op.cnt, (op.step, 1, k), True)
             if op.kind is OpKind.REDUCE:
-                touch(i, op.dst, op.db, op.do, op.do + op.cnt, (op.step, 1, k), False)
+                b.touch(i, op.dst, op.db, op.do, op.do + op.cnt, (op.step, 1, k), False)
 
-    # FIFO capacity: a connection's next send waits (in the global order) for the previous
-    # message's receive
-    for msgs in conn_msgs.values():
-        msgs.sort()
-        for (_, _, r_prev), (_, s_next, _) in pairwise(msgs):
-            edges[r_prev].add(s_next)
-    # data hazards per unit, in IR order (reads of a step before its writes)
+
+def _hazards(access: dict[tuple[int, int, int], list[tuple[tuple, int, bool]]]
+             ) -> dict[int, set[int]]:
+    """Data hazards per unit, in IR order (reads of a step before its writes): RAW, WAR and
+    WAW, as the instructions each instruction must wait for."""
     hazard: dict[int, set[int]] = defaultdict(set)
     for lst in access.values():
         lst.sort(key=lambda a: (a[0][0], a[0][1], not a[2], a[0][2]))
@@ -464,13 +612,34 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
                 if last_write is not None and last_write != i:
                     hazard[i].add(last_write)
                 reads.append(i)
+    return hazard
+
+
+def instructions(ops: list[Op], channels: Channels, acc: _Accesses | None) -> Program:
+    """Stage 5's graph (see the module docstring): every instruction, with edges for
+    messages, FIFO capacity and data hazards."""
+    b = _ProgramBuilder()
+    _message_instrs(b, ops, channels, acc)
+    _local_instrs(b, ops)
+    # FIFO capacity: a connection's next send waits (in the global order) for the previous
+    # message's receive
+    for msgs in b.conn_msgs.values():
+        msgs.sort()
+        for (_, _, r_prev), (_, s_next, _) in pairwise(msgs):
+            b.edges[r_prev].add(s_next)
+    hazard = _hazards(b.access)
     for i, preds in hazard.items():
         for j in preds:
-            edges[j].add(i)
+            b.edges[j].add(i)
+    return Program(b.instrs, b.edges, hazard, b.n_fused)
 
-    # global order: Kahn's algorithm, ties by IR step
+
+def global_order(program: Program) -> list[int]:
+    """Stage 5: a topological order of the instruction graph (Kahn's algorithm, ties by IR
+    step); sets every instruction's ``pos``."""
+    instrs, edges = program.instrs, program.edges
     indeg = [0] * len(instrs)
-    for j, succ in edges.items():
+    for succ in edges.values():
         for i in succ:
             indeg[i] += 1
     heap = [(instrs[i].key, i) for i in range(len(instrs)) if indeg[i] == 0]
@@ -489,98 +658,152 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
                             "MSCCL threadblock order can serve (a pair of ranks exchanging "
                             "the same slots over one channel in one step); lower it with "
                             "more channels or without fusion")
+    return order
 
-    # threadblocks: union of (direction, peer, chan) keys per rank, joined by fused steps
-    parent: dict[tuple, tuple] = {}
 
-    def root(k: tuple) -> tuple:
+def _keys_of(ins: Instr) -> list[tuple]:
+    """The (rank, direction, peer, channel) streams an instruction belongs to."""
+    keys = []
+    if ins.send is not None:
+        keys.append((ins.rank, "s", ins.send, ins.chan))
+    if ins.recv is not None:
+        keys.append((ins.rank, "r", ins.recv, ins.chan))
+    return keys
+
+
+class _Union:
+    """Union-find over stream keys: the streams that share one threadblock."""
+
+    def __init__(self) -> None:
+        self.parent: dict[tuple, tuple] = {}
+
+    def root(self, k: tuple) -> tuple:
+        parent = self.parent
         parent.setdefault(k, k)
         while parent[k] != k:
             parent[k] = parent[parent[k]]
             k = parent[k]
         return k
 
-    def keys_of(ins: Instr) -> list[tuple]:
-        keys = []
-        if ins.send is not None:
-            keys.append((ins.rank, "s", ins.send, ins.chan))
-        if ins.recv is not None:
-            keys.append((ins.rank, "r", ins.recv, ins.chan))
-        return keys
+    def join(self, a: tuple, b: tuple) -> None:
+        """``b``'s set joins ``a``'s (under ``a``'s root)."""
+        self.parent[self.root(b)] = self.root(a)
 
+
+def _set(value: int | None) -> int:
+    """A number an earlier stage has set (an internal error otherwise)."""
+    if value is None:
+        raise ScheduleError("internal: the MSCCL lowering used a number before setting it")
+    return value
+
+
+def _local_tb(ins: Instr, tbs: list[list[Threadblock]], pools: dict[int, list[Threadblock]],
+              local_tb: dict[int, Threadblock], hazard: dict[int, set[int]],
+              instrs: list[Instr], quota: int, cap: int) -> Threadblock:
+    """The threadblock of a local copy or reduction: the one of the op it waits on if that
+    has room, else a new one while the GPU has fewer than ``quota``, else the emptiest."""
+    pool = pools[ins.rank]
+    preds = sorted((_set(instrs[p].pos), local_tb[p]) for p in hazard.get(_set(ins.uid), ())
+                   if p in local_tb and instrs[p].rank == ins.rank)
+    tb = preds[-1][1] if preds and len(preds[-1][1].steps) < cap else None
+    if tb is None and len(pool) < quota:
+        tb = Threadblock(len(tbs[ins.rank]), None, None, 0)
+        tbs[ins.rank].append(tb)
+        pool.append(tb)
+    if tb is None:
+        tb = min(pool, key=lambda t: len(t.steps))
+    return tb
+
+
+def _stream_tb(ins: Instr, tbs: list[list[Threadblock]], tb_of_root: dict[tuple, Threadblock],
+               union: _Union) -> Threadblock:
+    """The threadblock of a message instruction: the one of its (joined) streams."""
+    r = union.root(_keys_of(ins)[0])
+    tb = tb_of_root.get(r)
+    if tb is None:
+        tb = tb_of_root[r] = Threadblock(len(tbs[ins.rank]), None, None, ins.chan)
+        tbs[ins.rank].append(tb)
+    for way, peer in (("send", ins.send), ("recv", ins.recv)):
+        if peer is None:
+            continue
+        have = getattr(tb, way)
+        if have not in (None, peer):
+            verb = "send to" if way == "send" else "receive from"
+            raise ScheduleError(f"internal: threadblock on GPU {ins.rank} would {verb} "
+                                f"{have} and {peer}")
+        setattr(tb, way, peer)
+    return tb
+
+
+def threadblocks(program: Program, order: list[int], rt: Runtime, n: int, pair: bool
+                 ) -> list[list[Threadblock]]:
+    """Stage 4: one tb per (send peer, recv peer, channel) of each GPU, joined by fused
+    steps (and, with ``pair``, send-only with receive-only streams); local ops in as few
+    local tbs as the step limit allows (with room for nops), an op in the tb of the op it
+    waits on, so that chains stay in one tb. Steps in the global order."""
+    instrs = program.instrs
+    union = _Union()
     for ins in instrs:
-        ks = keys_of(ins)
+        ks = _keys_of(ins)
         for k in ks[1:]:
-            parent[root(k)] = root(ks[0])
+            union.join(ks[0], k)
     if pair:
-        _pair_streams(instrs, parent, root, keys_of, rt)
-    tbs: list[list[Threadblock]] = [[] for _ in range(us.n)]
+        _pair_streams(instrs, union, rt)
+    tbs: list[list[Threadblock]] = [[] for _ in range(n)]
     tb_of_root: dict[tuple, Threadblock] = {}
-    # local copies and reductions: as few local tbs as the step limit allows (with room for
-    # nops); an op joins the tb of the op it waits on, so chains stay in one tb
     n_local: dict[int, int] = defaultdict(int)
     for ins in instrs:
         if ins.send is None and ins.recv is None:
             n_local[ins.rank] += 1
     cap = max(1, rt.max_steps_per_tb * 3 // 4)
-    local_pool: dict[int, list[Threadblock]] = defaultdict(list)
+    pools: dict[int, list[Threadblock]] = defaultdict(list)
     local_tb: dict[int, Threadblock] = {}
     for j in order:
         ins = instrs[j]
         if ins.send is None and ins.recv is None:
-            pool = local_pool[ins.rank]
-            preds = sorted((instrs[p].pos, local_tb[p]) for p in hazard.get(ins.uid, ())
-                           if p in local_tb and instrs[p].rank == ins.rank)
-            tb = preds[-1][1] if preds and len(preds[-1][1].steps) < cap else None
-            if tb is None and len(pool) < -(-n_local[ins.rank] // cap):
-                tb = Threadblock(len(tbs[ins.rank]), -1, -1, 0)
-                tbs[ins.rank].append(tb)
-                pool.append(tb)
-            if tb is None:
-                tb = min(pool, key=lambda t: len(t.steps))
-            local_tb[ins.uid] = tb
-            tb.steps.append(ins)
-            continue
-        ks = keys_of(ins)
-        tb = tb_of_root.get(root(ks[0]))
-        if tb is None:
-            tb = tb_of_root[root(ks[0])] = Threadblock(len(tbs[ins.rank]), -1, -1, ins.chan)
-            tbs[ins.rank].append(tb)
-        if ins.send is not None:
-            if tb.send not in (-1, ins.send):
-                raise ScheduleError(f"internal: threadblock on GPU {ins.rank} would send to "
-                                    f"{tb.send} and {ins.send}")
-            tb.send = ins.send
-        if ins.recv is not None:
-            if tb.recv not in (-1, ins.recv):
-                raise ScheduleError(f"internal: threadblock on GPU {ins.rank} would receive "
-                                    f"from {tb.recv} and {ins.recv}")
-            tb.recv = ins.recv
+            tb = _local_tb(ins, tbs, pools, local_tb, program.hazard, instrs,
+                           -(-n_local[ins.rank] // cap), cap)
+            local_tb[j] = tb
+        else:
+            tb = _stream_tb(ins, tbs, tb_of_root, union)
         tb.steps.append(ins)
     _sort_tbs(tbs)
+    return tbs
 
-    # dependencies between tbs of one GPU
+
+def _waits(tb: Threadblock, program: Program) -> None:
+    """A tb's waits on other tbs of its GPU: the last one wanted before each step becomes its
+    ``depid``/``deps``, the others ``nop`` steps before it; waits an earlier one implies are
+    dropped. ``deps`` still counts steps without the nops."""
+    instrs = program.instrs
+    steps: list[Instr] = []
+    waited: dict[int, int] = {}
+    for ins in tb.steps:
+        need: dict[int, int] = {}
+        for p in (instrs[j] for j in program.hazard.get(_set(ins.uid), ())):
+            t, s = _set(p.tb), _set(p.index)
+            if t != ins.tb and (t not in need or need[t] < s):
+                need[t] = s
+        need = {t: s for t, s in need.items() if t not in waited or waited[t] < s}
+        waits = sorted(need.items())
+        for t, s in waits[:-1]:
+            steps.append(Instr(ins.rank, "nop", Buf.INPUT, None, Buf.OUTPUT, None, 0, ins.key,
+                               tb=tb.id, chan=tb.chan, depid=t, deps=s))
+        for t, s in waits[-1:]:
+            ins.depid, ins.deps = t, s
+        waited.update(need)
+        steps.append(ins)
+    tb.steps = steps
+
+
+def dependencies(tbs: list[list[Threadblock]], program: Program) -> None:
+    """Stage 6: hazards between tbs of one GPU become ``depid``/``deps`` and ``nop`` steps;
+    steps are renumbered and every ``deps`` points at its step's final index."""
     for rank_tbs in tbs:
         for tb in rank_tbs:
-            steps: list[Instr] = []
-            waited: dict[int, int] = {}
-            for ins in tb.steps:
-                need: dict[int, int] = {}
-                for p in (instrs[j] for j in hazard.get(ins.uid, ())):
-                    if p.tb != ins.tb:
-                        need[p.tb] = max(need.get(p.tb, -1), p.index)
-                need = {t: s for t, s in need.items() if waited.get(t, -1) < s}
-                for t, s in sorted(need.items())[:-1]:
-                    nop = Instr(ins.rank, "nop", Buf.INPUT, -1, Buf.OUTPUT, -1, 0, ins.key,
-                                tb=tb.id, chan=tb.chan, depid=t, deps=s)
-                    steps.append(nop)
-                for t, s in sorted(need.items())[-1:]:
-                    ins.depid, ins.deps = t, s
-                waited.update(need)
-                steps.append(ins)
-            tb.steps = steps
+            _waits(tb, program)
         # renumber, then map deps from pre-nop indices to final ones
-        old_to_new: dict[tuple[int, int], int] = {}
+        old_to_new: dict[tuple[int, int | None], int] = {}
         for tb in rank_tbs:
             for idx, ins in enumerate(tb.steps):
                 if ins.type != "nop":
@@ -590,21 +813,12 @@ def lower(us: UnitSchedule, rt: Runtime, *, fuse_ops: bool = True,
                 ins.index = idx
         for tb in rank_tbs:
             for ins in tb.steps:
-                if ins.depid >= 0:
+                if ins.depid is not None:
                     ins.deps = old_to_new[(ins.depid, ins.deps)]
                     rank_tbs[ins.depid].steps[ins.deps].hasdep = True
-    _renumber_for_depids(tbs, rt)
-    try:
-        _check_limits(tbs, rt, us.n)
-    except LimitError as err:
-        err.channels = limit
-        raise
-    chans = {tb.chan for rank_tbs in tbs for tb in rank_tbs}
-    return Lowered(tuple(tuple(t) for t in tbs), units, scratch,
-                   max(chans) + 1 if chans else 1, n_fused)
 
 
-def _pair_streams(instrs: list[Instr], parent: dict, root, keys_of, rt: Runtime) -> None:
+def _pair_streams(instrs: list[Instr], union: _Union, rt: Runtime) -> None:
     """Join a GPU's send-only and receive-only streams of one channel into shared tbs.
 
     An MSCCL tb has one send peer and one receive peer, so a tb that only sends (or only
@@ -617,10 +831,10 @@ def _pair_streams(instrs: list[Instr], parent: dict, root, keys_of, rt: Runtime)
     size: dict[tuple, int] = defaultdict(int)
     ways: dict[tuple, set[str]] = defaultdict(set)
     for ins in instrs:
-        ks = keys_of(ins)
+        ks = _keys_of(ins)
         if not ks:
             continue
-        r = root(ks[0])
+        r = union.root(ks[0])
         size[r] += 1
         for k in ks:
             ways[r].add(k[1])
@@ -646,18 +860,23 @@ def _pair_streams(instrs: list[Instr], parent: dict, root, keys_of, rt: Runtime)
             for j, r_key in enumerate(rs):
                 if not used[j] and size[s_key] + size[r_key] <= cap:
                     used[j] = True
-                    parent[root(r_key)] = root(s_key)
+                    union.join(s_key, r_key)
                     break
+
+
+def _peer_key(peer: int | None) -> int:
+    """A peer for sorting: none before GPU 0, as msccl-tools' -1 sorts."""
+    return -1 if peer is None else peer
 
 
 def _sort_tbs(tbs: list[list[Threadblock]]) -> None:
     """Steps of each tb in the global order; tb ids sorted by (send, recv, chan) so tbs that
     use the same link sit together, as msccl-tools does."""
     for rank_tbs in tbs:
-        rank_tbs.sort(key=lambda tb: (tb.send, tb.recv, tb.chan))
+        rank_tbs.sort(key=lambda tb: (_peer_key(tb.send), _peer_key(tb.recv), tb.chan))
         for new_id, tb in enumerate(rank_tbs):
             tb.id = new_id
-            tb.steps.sort(key=lambda ins: ins.pos)
+            tb.steps.sort(key=lambda ins: _set(ins.pos))
             for idx, ins in enumerate(tb.steps):
                 ins.tb, ins.index = new_id, idx
 
@@ -668,30 +887,32 @@ def _renumber_for_depids(tbs: list[list[Threadblock]], rt: Runtime) -> None:
     waited on the smallest ids (the order of the others is kept). Ids only name
     threadblocks, so renumbering changes nothing else."""
     for rank_tbs in tbs:
-        waited = {ins.depid for tb in rank_tbs for ins in tb.steps if ins.depid >= 0}
+        waited = {ins.depid for tb in rank_tbs for ins in tb.steps if ins.depid is not None}
         if not waited or max(waited) <= rt.max_depid:
             continue
         order = sorted(rank_tbs, key=lambda tb: (tb.id not in waited, tb.id))
         new_id = {tb.id: k for k, tb in enumerate(order)}
         for tb in rank_tbs:
             for ins in tb.steps:
-                ins.tb = new_id[ins.tb]
-                if ins.depid >= 0:
+                ins.tb = new_id[_set(ins.tb)]
+                if ins.depid is not None:
                     ins.depid = new_id[ins.depid]
         for tb in rank_tbs:
             tb.id = new_id[tb.id]
         rank_tbs.sort(key=lambda tb: tb.id)
 
 
-def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
+def _quick_limits(units: Schedule, rt: Runtime) -> None:
     """Limits that counting alone shows are exceeded, checked before the (slower) lowering:
     a GPU's local ops need their steps in some threadblocks, and the messages from one GPU to
     one peer share at most ``max_channels`` threadblocks."""
-    pieces = -(-us.count // rt.max_cnt)
-    local = us.src == us.dst
-    per_rank = np.bincount(us.src[local], weights=pieces[local], minlength=us.n)
-    if us.writes_input():
-        per_rank += -(-us.units[0] // rt.max_cnt)
+    n = units.n
+    src, dst = units.ops.src.astype(np.int64), units.ops.dst.astype(np.int64)
+    pieces = -(-units.ops.count.astype(np.int64) // rt.max_cnt)
+    local = src == dst
+    per_rank = np.bincount(src[local], weights=pieces[local], minlength=n)
+    if writes_input(units):
+        per_rank += -(-buffer_units(units)[0] // rt.max_cnt)
     r = int(per_rank.argmax()) if len(per_rank) else 0
     if len(per_rank) and per_rank[r] > rt.max_steps_per_tb * rt.max_tbs:
         raise LimitError(f"GPU {r} has {int(per_rank[r])} local copy/reduce steps; "
@@ -700,9 +921,9 @@ def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
                          f"{rt.limit('steps_per_tb').cite()})")
     remote = ~local
     # a threadblock has one send peer and one receive peer
-    pairs = np.unique(us.src[remote] * us.n + us.dst[remote])
-    for way, ranks in (("sends to", pairs // us.n), ("receives from", pairs % us.n)):
-        peers = np.bincount(ranks, minlength=us.n)
+    pairs = np.unique(src[remote] * n + dst[remote])
+    for way, ranks in (("sends to", pairs // n), ("receives from", pairs % n)):
+        peers = np.bincount(ranks, minlength=n)
         r = int(peers.argmax()) if len(peers) else 0
         if len(peers) and peers[r] > rt.max_tbs:
             raise LimitError(f"GPU {r} {way} {int(peers[r])} peers, and a threadblock has one "
@@ -710,21 +931,21 @@ def _quick_limits(us: UnitSchedule, rt: Runtime) -> None:
                              f"threadblocks per GPU ({rt.limit('tbs').cite()})")
     # every message is a step at its sender and at its receiver (a fused step is one receive
     # and one send), every local op a step: a floor on each rank's <step> nodes
-    sends = np.bincount(us.src[remote], weights=pieces[remote], minlength=us.n)
-    recvs = np.bincount(us.dst[remote], weights=pieces[remote], minlength=us.n)
+    sends = np.bincount(src[remote], weights=pieces[remote], minlength=n)
+    recvs = np.bincount(dst[remote], weights=pieces[remote], minlength=n)
     floor = np.maximum(sends, recvs) + per_rank
     r = int(floor.argmax()) if len(floor) else 0
-    if len(floor) and 1 + us.n + floor[r] >= rt.max_xml_nodes:
+    if len(floor) and 1 + n + floor[r] >= rt.max_xml_nodes:
         raise LimitError(f"GPU {r} needs at least {int(floor[r])} <step> nodes (plus <algo> and "
-                         f"{us.n} <gpu>); {rt.title}'s parser reads at most "
+                         f"{n} <gpu>); {rt.title}'s parser reads at most "
                          f"{rt.max_xml_nodes - 1} XML nodes per rank "
                          f"({rt.limit('xml_nodes').cite()}). Use fewer chunks or steps")
-    pair = us.src[remote] * us.n + us.dst[remote]
-    msgs = np.bincount(pair, weights=pieces[remote], minlength=us.n * us.n)
+    pair = src[remote] * n + dst[remote]
+    msgs = np.bincount(pair, weights=pieces[remote], minlength=n * n)
     worst = int(msgs.argmax()) if len(msgs) else 0
     if len(msgs) and msgs[worst] > rt.max_steps_per_tb * rt.max_channels:
-        raise LimitError(f"GPU {worst // us.n} sends {int(msgs[worst])} messages to GPU "
-                         f"{worst % us.n}; {rt.title} fits at most "
+        raise LimitError(f"GPU {worst // n} sends {int(msgs[worst])} messages to GPU "
+                         f"{worst % n}; {rt.title} fits at most "
                          f"{rt.max_steps_per_tb * rt.max_channels} ({rt.max_channels} "
                          f"channels x {rt.max_steps_per_tb} steps; "
                          f"{rt.limit('steps_per_tb').cite()}). Use fewer chunks or steps")
@@ -750,7 +971,7 @@ def _check_limits(tbs: list[list[Threadblock]], rt: Runtime, ngpus: int) -> None
         for way in ("send", "recv"):
             per_chan: dict[int, set[int]] = defaultdict(set)
             for tb in rank_tbs:
-                if getattr(tb, way) >= 0:
+                if getattr(tb, way) is not None:
                     per_chan[tb.chan].add(getattr(tb, way))
             worst = max(per_chan.items(), key=lambda kv: len(kv[1]), default=(0, set()))
             if len(worst[1]) > rt.max_tbs_per_channel:
@@ -758,7 +979,8 @@ def _check_limits(tbs: list[list[Threadblock]], rt: Runtime, ngpus: int) -> None
                                  f"{worst[0]}; {rt.title} allows {rt.max_tbs_per_channel} "
                                  f"({rt.limit('tbs_per_channel').cite()})")
         for tb in rank_tbs:
-            bad = next((ins for ins in tb.steps if ins.depid > rt.max_depid), None)
+            bad = next((ins for ins in tb.steps
+                        if ins.depid is not None and ins.depid > rt.max_depid), None)
             if bad is not None:
                 raise DepidLimitError(f"GPU {r} threadblock {tb.id} waits on threadblock "
                                       f"{bad.depid}; {rt.title} stores that id in an int8, "

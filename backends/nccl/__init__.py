@@ -30,12 +30,12 @@ from backends.common import (
     count_convention,
     is_padded,
     padded_count,
-    prepare,
     render_template,
 )
 from backends.contract import Backend, Facts
 from backends.nccl.build import TARGET_FILES, BuildError, build, cuda_home, nccl_home
 from backends.nccl.tables import dataflow_tables
+from backends.units import UnitFacts, buffer_units, to_units
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, DType
 from cclc.ir import Schedule
 
@@ -49,8 +49,8 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
     options = options or EmitOptions()
     coll = schedule.collective
     ident = c_identifier(coll.name)
-    tables = dataflow_tables(prepare(schedule, split=True, pad=True))
-    us = tables.units
+    tables = dataflow_tables(schedule, *to_units(schedule, split=True, pad=True))
+    us, unit_counts = tables.facts, buffer_units(tables.units)
     padded = is_padded(schedule)
     meaning = count_convention(coll.kind)
     pad_note: list[str] = []
@@ -59,7 +59,7 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
         meaning = "elements of the largest buffer of any rank (see below)"
         pad_note = textwrap.wrap(
             f"Non-uniform alltoall: with u = count / {us.count_units} elements, every rank's "
-            f"sendbuf holds {us.units[0]} u and recvbuf {us.units[1]} u elements; rank i's "
+            f"sendbuf holds {unit_counts[0]} u and recvbuf {unit_counts[1]} u elements; rank i's "
             "block for (from) member j lies where the .ccl size matrix puts it (blocks in "
             "group order, packed from the start, sizes scaled by count / compiled count) and "
             "the rest of each buffer is padding, never read or written.", 92)
@@ -95,7 +95,7 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
             _PKG, "schedule.h.j2", **common, size=coll.size, dtype=coll.dtype.value,
             algorithm=algorithm, entries=rows, first=", ".join(map(str, first)),
             deps=dep_lines, n_lanes=tables.n_lanes, n_local=tables.n_local,
-            units=", ".join(map(str, us.units)), staging_units=tables.staging_units,
+            units=", ".join(map(str, unit_counts)), staging_units=tables.staging_units,
             input_copy=int(tables.input_copy), reducing=int(reducing)),
         f"cclc_{ident}.h": render_template(
             _PKG, "api.h.j2", **common, pad_note=pad_note,
@@ -105,8 +105,9 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
         f"cclc_{ident}_mpi.h": render_template(_PKG, "mpi.h.j2", **common),
         f"cclc_{ident}_mpi.cc": render_template(_PKG, "mpi.cc.j2", **common),
         f"cclc_{ident}_mpi_main.cc": render_template(
-            _PKG, "mpi_main.cc.j2", **common, in_units=us.units[0], out_units=us.units[1]),
-        **_perf_sources(schedule, common, us, algorithm),
+            _PKG, "mpi_main.cc.j2", **common, in_units=unit_counts[0],
+            out_units=unit_counts[1]),
+        **_perf_sources(schedule, common, us, unit_counts, algorithm),
         "Makefile": render_template(_PKG, "Makefile.j2", **common, nccl_home=home,
                                     cuda_home=cuda_home(), cuda_arch=options.cuda_arch),
     }
@@ -124,7 +125,8 @@ _NATIVE = {CollectiveKind.ALLTOALL: ("AllToAll (grouped ncclSend/ncclRecv)", "Al
            CollectiveKind.REDUCE: ("Reduce", "Reduce")}
 
 
-def _perf_sources(schedule: Schedule, common: dict, us, algorithm: str) -> dict[str, str]:
+def _perf_sources(schedule: Schedule, common: dict, us: UnitFacts,
+                  unit_counts: tuple[int, int, int], algorithm: str) -> dict[str, str]:
     """The nccl-tests-style drivers (``make perf`` and ``make mpiperf``) and their header."""
     coll = schedule.collective
     ident = common["ident"]
@@ -144,8 +146,8 @@ def _perf_sources(schedule: Schedule, common: dict, us, algorithm: str) -> dict[
                                                  CollectiveKind.REDUCE) else -1,
               "perf_op": coll.op.name if reducing else "kNoOp",
               "perf_op_name": coll.op.value if reducing else "none",
-              "dtype_code": _NCCL_TYPE[coll.dtype], "in_units": us.units[0],
-              "out_units": us.units[1], "padded": "true" if padded else "false",
+              "dtype_code": _NCCL_TYPE[coll.dtype], "in_units": unit_counts[0],
+              "out_units": unit_counts[1], "padded": "true" if padded else "false",
               "pair_units": ", ".join(map(str, pair_units)), "algorithm": algorithm,
               "nccl_collective": nccl_name, "mpi_collective": mpi_name}
     return {f"cclc_{ident}_perf.h": render_template(_PKG, "perf.h.j2", **values),

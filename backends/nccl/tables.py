@@ -14,11 +14,11 @@ from enum import IntEnum
 
 import numpy as np
 
-from backends.common import UnitSchedule
+from backends.units import UnitFacts, buffer_units, writes_input
 from cclc.dataflow import DataflowPlan, lower, lower_schedule
 from cclc.errors import ScheduleError
 from cclc.execution import NCCL_GROUP_OVERHEAD
-from cclc.ir import Buf, OpKind
+from cclc.ir import Buf, OpKind, Schedule
 
 __all__ = ["DataflowEntry", "DataflowRole", "DataflowTables", "dataflow_tables"]
 
@@ -60,9 +60,12 @@ class DataflowEntry:
 
 @dataclass(frozen=True, eq=False)
 class DataflowTables:
-    """Every rank's entries in issue order, the lanes and the staging area each rank needs."""
+    """Every rank's entries in issue order, the lanes and the staging area each rank needs;
+    ``units`` is the schedule in units the entries count in (see :func:`backends.units.to_units`).
+    """
 
-    units: UnitSchedule
+    units: Schedule
+    facts: UnitFacts
     entries: tuple[tuple[DataflowEntry, ...], ...]
     n_lanes: int
     n_local: int
@@ -100,23 +103,37 @@ def _issue_order(plan: DataflowPlan, group: list[int], src: list[int], dst: list
     return out
 
 
-def dataflow_tables(us: UnitSchedule) -> DataflowTables:
-    """The per-rank dataflow entries of a unit schedule (see the module docstring)."""
-    s = us.schedule
+def _entry(row: list, signal: bool) -> DataflowEntry:
+    """The entry of a row of :func:`dataflow_tables` (every field but ``signal``, which is known
+    once the rank's later rows are)."""
+    (step, role, peer, kind, src_buf, src_off, dst_buf, dst_off, count, stage, land, lane,
+     group, deps) = row
+    return DataflowEntry(step, role, peer, kind, src_buf, src_off, dst_buf, dst_off, count,
+                         stage, land, lane, group, signal, tuple(deps))
+
+
+def dataflow_tables(schedule: Schedule, units: Schedule, facts: UnitFacts) -> DataflowTables:
+    """The per-rank dataflow entries of ``schedule`` in units (``units`` and ``facts`` from
+    :func:`backends.units.to_units`; see the module docstring)."""
     # lanes of local ops and groups are chosen on the schedule's own chunks, with the
     # simulator's times at its size and the library's launch cost
-    chunk_plan = lower_schedule(s, op_overhead=NCCL_GROUP_OVERHEAD)
-    unit_plan = lower(us.n, us.step, us.src, us.dst, s.ops.route, us.kind, us.src_buf,
-                      us.src_off, us.dst_buf, us.dst_off, us.count, us.count, us.units)
-    net = us.src != us.dst
+    chunk_plan = lower_schedule(schedule, op_overhead=NCCL_GROUP_OVERHEAD)
+    ops = units.ops
+    unit_count = ops.count.astype(np.int64)
+    unit_plan = lower(units.n, ops.step, ops.src, ops.dst, ops.route, ops.kind, ops.src_buf,
+                      ops.src_off, ops.dst_buf, ops.dst_off, unit_count, unit_count,
+                      buffer_units(units))
+    net = ops.src != ops.dst
     if not np.array_equal(unit_plan.lane[net], chunk_plan.lane[net]):
         raise ScheduleError("internal error: lanes differ between chunks and units")
-    lanes = chunk_plan.lane
+    lanes, group = chunk_plan.lane, chunk_plan.group
+    if group is None:
+        raise ScheduleError("internal error: the chunk plan has no message groups")
     plan = DataflowPlan(unit_plan.items, lanes, chunk_plan.n_lanes, chunk_plan.n_local,
-                        unit_plan.staging, chunk_plan.group)
-    src, dst = us.src.tolist(), us.dst.tolist()
-    groups = _issue_order(plan, chunk_plan.group.tolist(), src, dst)
-    n = us.n
+                        unit_plan.staging, group)
+    src, dst = ops.src.tolist(), ops.dst.tolist()
+    groups = _issue_order(plan, group.tolist(), src, dst)
+    n = units.n
     local: list[dict[int, int]] = [{} for _ in range(n)]
     rows: list[list[list]] = [[] for _ in range(n)]
     lane_of: list[list[int]] = [[] for _ in range(n)]
@@ -125,7 +142,7 @@ def dataflow_tables(us: UnitSchedule) -> DataflowTables:
             it = plan.items[k]
             o = it.op
             a, b = src[o], dst[o]
-            kind = OpKind(int(us.kind[o]))
+            kind = OpKind(int(ops.kind[o]))
             if it.snap:
                 sides = [(a, DataflowRole.SNAP, a)]
             elif a == b:
@@ -145,9 +162,9 @@ def dataflow_tables(us: UnitSchedule) -> DataflowTables:
                         deps.append(j)
                 local[r][k] = len(rows[r])
                 lane_of[r].append(int(lanes[o]))
-                rows[r].append([int(us.step[o]), role, peer, kind, Buf(int(us.src_buf[o])),
-                                int(us.src_off[o]), Buf(int(us.dst_buf[o])),
-                                int(us.dst_off[o]), int(us.count[o]),
+                rows[r].append([int(ops.step[o]), role, peer, kind, Buf(int(ops.src_buf[o])),
+                                int(ops.src_off[o]), Buf(int(ops.dst_buf[o])),
+                                int(ops.dst_off[o]), int(ops.count[o]),
                                 it.stage if role is not DataflowRole.RECV else None,
                                 it.land if role is DataflowRole.RECV else None,
                                 int(lanes[o]), pos == 0, sorted(set(deps))])
@@ -155,8 +172,7 @@ def dataflow_tables(us: UnitSchedule) -> DataflowTables:
     for r in range(n):
         waited = {j for row in rows[r] for j in row[-1]}
         entries.append(tuple(
-            DataflowEntry(*row[:13], signal=j in waited, deps=tuple(row[13]))
-            for j, row in enumerate(rows[r])))
-    return DataflowTables(units=us, entries=tuple(entries), n_lanes=plan.n_lanes,
-                          n_local=plan.n_local, staging_units=plan.staging,
-                          input_copy=us.writes_input())
+            _entry(row, signal=j in waited) for j, row in enumerate(rows[r])))
+    return DataflowTables(units=units, facts=facts, entries=tuple(entries),
+                          n_lanes=plan.n_lanes, n_local=plan.n_local,
+                          staging_units=plan.staging, input_copy=writes_input(units))

@@ -250,18 +250,20 @@ def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: 
     """Emit + build the MPI driver, run it on ``n`` processes with random inputs of ``scale``
     times the compiled count, or of ``count`` (in ``dtype``, default the collective's), and
     assert every output buffer equals the numpy reference."""
-    from backends.common import EmitOptions, entry_count, prepare
+    from backends.common import EmitOptions, entry_count
     from backends.nccl import emit
+    from backends.units import buffer_units, to_units
 
     coll = schedule.collective
     files = emit(schedule, workdir, EmitOptions(mpi=True))
     exe = files[-1]
-    us = prepare(schedule, split=True)
+    units, us = to_units(schedule, split=True)
+    widths = buffer_units(units)
     if count is None:
         count = (us.count_units * us.unit if us.exact else entry_count(schedule)) * scale
     # the input is whole blocks of ``count`` elements (the near-equal form) or whole units
-    in_elems = (us.units[Buf.INPUT] // us.count_units * count if us.split
-                else us.units[Buf.INPUT] * (count // us.count_units))
+    in_elems = (widths[Buf.INPUT] // us.count_units * count if us.split
+                else widths[Buf.INPUT] * (count // us.count_units))
     dtype = dtype or coll.dtype
     code = NP_TYPES[dtype][1]
     data = workdir / "data"

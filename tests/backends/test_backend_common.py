@@ -10,7 +10,8 @@ from backend_helpers import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.common import EmitOptions, c_identifier, prepare
+from backends.common import EmitOptions, c_identifier
+from backends.units import buffer_units, rank_units, to_units
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, ScheduleBuilder
@@ -74,12 +75,14 @@ def test_unequal_chunks_become_gcd_units():
               src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT, dst_off=r)
     # the second op lands its 4 elements at the start of block r; the third op then must
     # not overwrite them: not a valid allgather, but a fine test of the unit arithmetic
-    us = prepare(b.build("hand"))
-    assert us.unit == 2 and us.units == (3, 6, 0) and us.count_units == 3
+    units, facts = to_units(b.build("hand"))
+    assert facts.unit == 2 and buffer_units(units) == (3, 6, 0) and facts.count_units == 3
     # ops are sorted by step: (r0 copy, r0 send, r1 copy, r1 send) then (r0, r1) of step 1
-    assert us.src_off.tolist() == [0, 1, 0, 1, 0, 0]
-    assert us.dst_off.tolist() == [0, 0, 3, 3, 0, 3]
-    assert us.count.tolist() == [3, 2, 3, 2, 1, 1]
+    assert units.ops.src_off.tolist() == [0, 1, 0, 1, 0, 0]
+    assert units.ops.dst_off.tolist() == [0, 0, 3, 3, 0, 3]
+    assert units.ops.count.tolist() == [3, 2, 3, 2, 1, 1]
+    # every unit chunk holds one unit of elements
+    assert units.layouts[Buf.INPUT].tolist() == [2] * 3
 
 
 def test_per_rank_sizes_are_refused_but_per_rank_cuts_are_not():
@@ -88,27 +91,29 @@ def test_per_rank_sizes_are_refused_but_per_rank_cuts_are_not():
     coll = make_collective("v", CollectiveKind.ALLTOALL, topo, (0, 1), pair_sizes=sizes)
     b = ScheduleBuilder(coll, input=[[1, 2], [1, 1]], output=[[1, 1], [2, 1]])
     with pytest.raises(ScheduleError, match="non-uniform alltoall"):
-        prepare(b.build("hand"))
+        to_units(b.build("hand"))
     # same totals on every rank, cut differently, with different scratch: fine
     coll = make_collective("u", CollectiveKind.ALLTOALL, topo, (0, 1), 16)
     b = ScheduleBuilder(coll, input=[[1, 1], [1, 1]], output=[[1, 1], [1, 1]],
                         scratch=[[2, 0], [1, 0]])
-    us = prepare(b.build("hand"))
-    assert us.units == (2, 2, 2) and us.scratch_units == (2, 1)
+    units, _ = to_units(b.build("hand"))
+    assert buffer_units(units) == (2, 2, 2) and rank_units(units, Buf.SCRATCH) == (2, 1)
 
 
 def test_near_equal_units_for_uneven_splits():
     s = uneven_ring_allgather(n=3, elems=100_000, pieces=3)     # blocks cut 33334+33333+33333
-    exact = prepare(s)
-    assert exact.exact and exact.unit == 1 and exact.units == (100_000, 300_000, 0)
-    assert prepare(s, max_units=300_000).exact          # exact units fit: kept
-    us = prepare(s, max_units=1000)
-    assert not us.exact and us.count_units == 3 and us.units == (3, 9, 0)
+    exact, facts = to_units(s)
+    assert facts.exact and facts.unit == 1 and buffer_units(exact) == (100_000, 300_000, 0)
+    assert to_units(s, max_units=300_000)[1].exact          # exact units fit: kept
+    units, facts = to_units(s, max_units=1000)
+    assert not facts.exact and facts.count_units == 3 and buffer_units(units) == (3, 9, 0)
     # every op moves one chunk: one unit, at the chunk's index
-    assert (us.count == 1).all()
+    assert (units.ops.count == 1).all()
     ops = s.ops
-    assert (us.src_off == ops.src_off).all()
-    assert (us.dst_off == ops.dst_off).all()
+    assert (units.ops.src_off == ops.src_off).all()
+    assert (units.ops.dst_off == ops.dst_off).all()
+    # the atoms are the schedule's own chunks
+    assert units.layouts[Buf.OUTPUT].tolist() == [33334, 33333, 33333] * 3
 
 
 def test_near_equal_units_refuse_ops_that_move_across_atom_cuts():
@@ -121,5 +126,5 @@ def test_near_equal_units_refuse_ops_that_move_across_atom_cuts():
     for r in range(2):
         b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
               dst_off=1)
-    us = prepare(b.build("hand"), max_units=1000)
-    assert us.exact and us.unit == 1
+    _, facts = to_units(b.build("hand"), max_units=1000)
+    assert facts.exact and facts.unit == 1

@@ -20,8 +20,8 @@ from backend_helpers import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.common import prepare
 from backends.nccl.tables import DataflowRole, dataflow_tables
+from backends.units import buffer_units, to_units
 from cclc.collective import CollectiveKind, ReduceOp, make_collective
 from cclc.ir import Buf, OpKind
 
@@ -58,16 +58,16 @@ class _TableMachine:
     """Every rank's memory, staging and table state while the tables run."""
 
     def __init__(self, schedule, seed: int):
-        us = prepare(schedule, split=True)
-        t = dataflow_tables(us)
+        t = dataflow_tables(schedule, *to_units(schedule, split=True))
+        widths = buffer_units(t.units)
         n = schedule.collective.n
         rng = np.random.default_rng(seed)
         self.red = _RED[schedule.collective.op]
         # at count = count_units every unit is one element
-        self.inputs = [rng.integers(-50, 50, size=us.units[Buf.INPUT]).astype(np.int64)
+        self.inputs = [rng.integers(-50, 50, size=widths[Buf.INPUT]).astype(np.int64)
                        for _ in range(n)]
-        self.mem = [[self.inputs[r].copy(), np.zeros(us.units[Buf.OUTPUT], np.int64),
-                     np.zeros(us.units[Buf.SCRATCH], np.int64)] for r in range(n)]
+        self.mem = [[self.inputs[r].copy(), np.zeros(widths[Buf.OUTPUT], np.int64),
+                     np.zeros(widths[Buf.SCRATCH], np.int64)] for r in range(n)]
         self.staging = [np.zeros(t.staging_units, np.int64) for _ in range(n)]
         self.entries = entries = t.entries
         self.lanes_q: list[dict] = [{} for _ in range(n)]    # rank -> lane -> queue of groups

@@ -77,23 +77,23 @@ def test_uneven_chunks_run_at_any_count(tmp_path):
     # a ring allreduce of 43 elements on 6 ranks cuts its buffer into chunks of 7 and 8: the
     # library computes each chunk's offset from the call's count, so counts that 6 does not
     # divide run too, not only multiples of the compiled 43
-    from backends.common import prepare
+    from backends.units import to_units
 
     node = NodeType("one", "nvswitch", 1, 450e9, 1e-6, nics=1, nic_bandwidth=50e9)
     topo = single_switch("six", 6, node, 50e9, 2e-6)
     coll = make_collective("ar", CollectiveKind.ALLREDUCE, topo, tuple(range(6)), 43 * 4)
     _, s = pick(coll, ["ring"])
-    us = prepare(s, split=True)
+    _, us = to_units(s, split=True)
     assert not us.exact and us.split and us.count_units % 6 == 0
     for count in (43, 6 * 1000 + 5, 4):
         run_mpi(s, tmp_path / f"c{count}", count=count, inplace=count == 43)
 
 
 def test_floor_cut_chunks_run_at_any_count(tmp_path):
-    from backends.common import prepare
+    from backends.units import to_units
 
     s = uneven_ring_allgather(n=4, elems=11, pieces=3, floor=True)     # chunks 3, 4, 4
-    us = prepare(s, split=True)
+    _, us = to_units(s, split=True)
     assert us.split == 1 and us.count_units == 3
     for count in (11, 1000, 7):
         run_mpi(s, tmp_path / f"c{count}", count=count)
@@ -105,8 +105,9 @@ def test_nonuniform_alltoall_padded_to_the_largest_buffer(tmp_path, scale):
 
     import numpy as np
 
-    from backends.common import EmitOptions, padded_count, prepare
+    from backends.common import EmitOptions, padded_count
     from backends.nccl import emit
+    from backends.units import buffer_units, to_units
 
     sizes = np.array([[2, 6, 4, 2], [8, 2, 2, 2], [4, 4, 0, 6], [2, 2, 10, 4]]) * 4   # bytes
     coll = make_collective("v", CollectiveKind.ALLTOALL, torus("r4", (4,)), tuple(range(4)),
@@ -116,7 +117,8 @@ def test_nonuniform_alltoall_padded_to_the_largest_buffer(tmp_path, scale):
     count = padded_count(s) * scale
     assert count == int(max(elems.sum(axis=0).max(), elems.sum(axis=1).max())) * scale
     exe = emit(s, tmp_path, EmitOptions(mpi=True))[-1]
-    us = prepare(s, pad=True)
+    units, us = to_units(s, pad=True)
+    widths = buffer_units(units)
     ue = count // us.count_units
     rng = np.random.default_rng(1)
     data = tmp_path / "data"
@@ -124,7 +126,7 @@ def test_nonuniform_alltoall_padded_to_the_largest_buffer(tmp_path, scale):
     m = elems * scale
     inputs = []
     for r in range(4):
-        x = rng.integers(-50, 50, size=us.units[0] * ue).astype(np.float32)
+        x = rng.integers(-50, 50, size=widths[0] * ue).astype(np.float32)
         x[m[r].sum():] = np.nan        # padding: must never be read
         x.tofile(data / f"in.{r}.bin")
         inputs.append(x)
@@ -135,5 +137,5 @@ def test_nonuniform_alltoall_padded_to_the_largest_buffer(tmp_path, scale):
     for r in range(4):
         want = np.concatenate([inputs[j][m[j, :r].sum():m[j, :r + 1].sum()] for j in range(4)])
         got = np.fromfile(data / f"out.{r}.bin", dtype=np.float32)
-        assert len(got) == us.units[1] * ue
+        assert len(got) == widths[1] * ue
         assert np.array_equal(got[:len(want)], want), f"rank {r}"

@@ -293,6 +293,19 @@ def test_emit_into_output_dir_with_cli_options(tmp_path):
     assert set(out.files()) == {"ag_ring.rccl.xml", "ag_ring.rccl.report.md"}
 
 
+def test_the_backend_renders_the_xml_in_pieces_the_pipeline_writes(tmp_path):
+    from backends.contract import Facts
+    from backends.msccl import BACKEND
+
+    s = ring_allgather()
+    options = EmitOptions(msccl_runtime="msccl-executor")
+    rendered = BACKEND.render(s, options, Facts())
+    xml = rendered["ag_ring.msccl-executor.xml"]
+    assert not isinstance(xml, (str, bytes))      # produced as it is written, one <gpu> a piece
+    (path, _) = emit(s, tmp_path, options)
+    assert path.read_bytes() == render_xml(s, options).encode("utf-8")
+
+
 def test_executor_command_line(tmp_path, capsys):
     from backends.msccl.executor import main as run_executor
 
@@ -330,19 +343,19 @@ def test_uneven_chunks_that_divide_the_count_run_at_the_compiled_size(tmp_path):
 
 
 def test_send_and_receive_streams_share_threadblocks():
-    from backends.common import prepare
     from backends.msccl.lower import lower
     from backends.msccl.runtimes import RUNTIMES
+    from backends.units import to_units
 
-    us = prepare(pairwise_alltoall(n=5))
+    us, _ = to_units(pairwise_alltoall(n=5))
     paired = lower(us, RUNTIMES["msccl"])
     apart = lower(us, RUNTIMES["msccl"], pair=False)
     # per GPU: one tb of local copies, then 4 paired (send, recv) tbs instead of 4 + 4
     assert [len(t) for t in paired.tbs] == [5] * 5
     assert [len(t) for t in apart.tbs] == [9] * 5
     for tbs in paired.tbs:
-        remote = [tb for tb in tbs if tb.send >= 0 or tb.recv >= 0]
-        assert all(tb.send >= 0 and tb.recv >= 0 for tb in remote)
+        remote = [tb for tb in tbs if tb.send is not None or tb.recv is not None]
+        assert all(tb.send is not None and tb.recv is not None for tb in remote)
         # one tb per connection and direction: FIFO order per (peer, channel) is kept
         assert len({(tb.send, tb.chan) for tb in remote}) == len(remote)
         assert len({(tb.recv, tb.chan) for tb in remote}) == len(remote)

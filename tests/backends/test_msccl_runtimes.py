@@ -119,10 +119,10 @@ def _tbs(n: int, waits: dict[int, int]) -> list[Threadblock]:
     """``n`` threadblocks on one GPU; ``waits[a] = b``: tb a's first step waits on tb b."""
     tbs = []
     for t in range(n):
-        ins = Instr(0, "nop", Buf.INPUT, -1, Buf.OUTPUT, -1, 0, (), tb=t, index=0)
+        ins = Instr(0, "nop", Buf.INPUT, None, Buf.OUTPUT, None, 0, (), tb=t, index=0)
         if t in waits:
             ins.depid, ins.deps = waits[t], 0
-        tbs.append(Threadblock(t, -1, -1, 0, [ins]))
+        tbs.append(Threadblock(t, None, None, 0, [ins]))
     return tbs
 
 
@@ -139,7 +139,7 @@ def test_depids_are_renumbered_below_128(waits):
     for tb in rank[0]:
         ins = tb.steps[0]
         assert ins.tb == tb.id
-        if before[id(tb)][0] >= 0:
+        if before[id(tb)][0] is not None:
             # the same threadblock is waited on, under its new id, which fits an int8
             assert id(by_id[ins.depid]) == target[id(tb)] and ins.depid <= 127
 
@@ -319,7 +319,7 @@ def test_cli_max_bytes(tmp_path, capsys):
 
 
 def test_threadblock_overflow_lowers_again_with_fewer_channels(monkeypatch):
-    import backends.msccl as msccl
+    import backends.msccl.lower as msccl
     from backends.msccl.lower import DepidLimitError, ThreadblockLimitError
 
     real = msccl.lower

@@ -17,9 +17,10 @@ import subprocess
 import numpy as np
 from backend_helpers import NP_TYPES, check_outputs, write_exact_inputs
 
-from backends.common import EmitOptions, entry_count, prepare
+from backends.common import EmitOptions, entry_count
 from backends.nccl import emit
 from backends.nccl.build import cuda_home, nccl_home
+from backends.units import buffer_units, to_units
 from cclc.collective import CollectiveKind, DType
 from cclc.ir import Buf, Schedule
 
@@ -95,12 +96,13 @@ def run_gpu(schedule: Schedule, workdir: pathlib.Path, dtype: DType | None = Non
     coll = schedule.collective
     folder = emit(schedule, workdir, EmitOptions(build=True))[0].parent
     exe = build_harness(folder)
-    us = prepare(schedule, split=True)
+    units, us = to_units(schedule, split=True)
+    widths = buffer_units(units)
     count = (us.count_units * us.unit if us.exact else entry_count(schedule)) * scale
-    in_elems = (us.units[Buf.INPUT] // us.count_units * count if us.split
-                else us.units[Buf.INPUT] * (count // us.count_units))
-    out_elems = (us.units[Buf.OUTPUT] // us.count_units * count if us.split
-                 else us.units[Buf.OUTPUT] * (count // us.count_units))
+    in_elems = (widths[Buf.INPUT] // us.count_units * count if us.split
+                else widths[Buf.INPUT] * (count // us.count_units))
+    out_elems = (widths[Buf.OUTPUT] // us.count_units * count if us.split
+                 else widths[Buf.OUTPUT] * (count // us.count_units))
     dtype = dtype or coll.dtype
     np_type, code = NP_TYPES[dtype]
     esize = 2 if dtype is DType.BF16 else np.dtype(np_type).itemsize
