@@ -20,10 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from dataclasses import replace
+
+from compile_scale import machine  # one description of the machine for both benchmarks
 
 import dsl
 from cclc.bounds import LP_MAX_VARIABLES, bounds, lp_size
@@ -32,21 +33,6 @@ from cclc.topology import Topology, torus, with_faults
 
 K = CollectiveKind
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
-
-
-def machine() -> str:
-    """The CPU model, its cores and the load average: the figures depend on all three."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{model}, {os.cpu_count()} cores, load average {load:.1f}"
 
 
 def _faulty(t: Topology, links: list[tuple[int, int]]) -> Topology:
