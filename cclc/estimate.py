@@ -1,33 +1,51 @@
 """Cheap lower bounds per candidate, so that ``auto`` builds only the candidates that can win.
 
-Building, verifying and simulating a candidate costs seconds to minutes at hundreds of ranks;
-its *link loads* cost milliseconds: they follow from the topology, the size and the
-algorithm's routes alone, without a schedule. Every execution model of :mod:`cclc.execution`
-serves the bytes of one link one after another at the link's bandwidth (lockstep: a step
-lasts at least its busiest link's busy time plus that link's latency, and the steps add up;
-event and dataflow: a link serves its ops first come, first served), so for every link ``l``::
+Building, verifying and simulating a candidate costs seconds at hundreds of ranks; its *link
+traffic* costs milliseconds: it follows from the topology, the size and the algorithm's routes
+alone, without a schedule. A rule gives a candidate's bytes per (step, link), with the steps
+the schedule has before relay lowering (:mod:`cclc.relay`), and two bounds follow from it.
+
+**Load bound** (every execution model). Every model of :mod:`cclc.execution` serves the bytes
+of one link one after another at the link's bandwidth (lockstep: a step lasts at least its
+busiest link's busy time plus that link's latency, and the steps add up; event and dataflow:
+a link serves its ops first come, first served), so for every link ``l``::
 
     time >= bytes(l) / bandwidth(l) + latency(l)      (+ the model's per-call cost)
 
-The maximum over links is the candidate's *load bound*: a true lower bound on its simulated
-time, not an estimate with an error. ``auto`` evaluates the candidates in order of their
-bounds and skips one whose bound is already above the time of a simulated candidate: it cannot
-win, so pruning never changes the choice (``tests/plan/test_estimate.py`` checks both the
-bounds against simulation and pruned ``auto`` against unpruned ``auto``).
+**Step bound** (lockstep models: ``ir`` and ``nccl-lockstep``). Steps run one after another,
+and relay lowering only cuts a step into sub-steps (every relayed chain ends in the step's
+last sub-step, where the ops the routing carries stay). So each step ``s`` costs at least::
 
-How tight it is (measured at bandwidth-bound sizes on GPU tori, routing ``none``, 4x4, 5x5 and
-4x4x4, healthy and with one failed link; the tests pin the healthy figures): under the ``ir``
-model the simulated time is 1.00x the bound for DimRotation on a healthy torus and 1.13-1.17x
-for Line+DimRotation with a failed link, 1.09-1.34x for Pipeline (6 chunks), 2.0-2.2x for
-FoldedRing (its two-hop edges are relayed in two sub-steps), 1.2-2.4x for direct and
-2.0-3.3x for Bruck (relayed hop by hop); under ``nccl`` and ``msccl`` 1.0-2.8x. A loose bound
-only prunes less; it never prunes wrongly.
+    max_l busy(s, l) + latency(l)                                   (its busiest link)
+    max_l early(s, l) + latency(l)  +  max_l carried(s, l) + latency(l)
 
-Rules exist for ``direct``, ``bruck`` and the multi-dimensional torus AllToAll entries
-(``ring``, ``halfring``, ``foldedring``, ``line`` with ``pipeline`` or ``dimrotation``). The
-others (trees, MATE's shares, hierarchical, switches) get ``None`` and are always evaluated;
-so are all candidates on a fabric with spines, where the priced routes are ECMP's hash, not
-the algorithm's.
+where ``early`` are the bytes of relayed hops before a chain's last segment (sub-steps before
+the last) and ``carried`` those of ops the routing carries (the last sub-step); the step bound
+is the sum over steps of the larger, plus the per-step cost of the steps that must exist. It
+sees what the load bound cannot: a lockstep step waits for its slowest ring, and MATE's
+relayed detours cannot overlap the normal traffic of their step. For ``direct`` on a GPU torus
+(routing ``none``) the rule lays out the relayed hops in their sub-steps themselves (one chunk
+per op: hop ``k`` of a chain of ``h`` hops in sub-step ``L - h + k``), so the bound is the
+lockstep time itself.
+
+Both are true lower bounds on the simulated time, not estimates with an error: ``auto``
+evaluates the candidates in order of their bounds and skips one whose bound is already above
+the time of a simulated candidate, which therefore never changes the choice
+(``tests/plan/test_estimate.py`` checks the bounds against simulation under every model, and
+pruned ``auto`` against unpruned ``auto``).
+
+How tight (bandwidth-bound sizes, GPU tori, routing ``none``; the tests pin the healthy
+figures): the load bound is within 1% for DimRotation on a healthy torus, 1.09-1.34x below
+Pipeline (6 chunks), 2.0-2.2x below FoldedRing, 1.2-2.4x below direct and 2.0-3.3x below Bruck
+(relayed hop by hop). Under the ``ir`` model the step bound is the simulated time of Line and
+HalfRing with either schedule and of direct; on the 8x8x8 torus with one failed link MATE's
+simulated time is 1.09x its step bound and MATEe's 1.05x.
+
+Rules exist for ``direct``, ``bruck``, the multi-dimensional torus AllToAll entries (``ring``,
+``halfring``, ``foldedring``, ``line`` with ``pipeline`` or ``dimrotation``), ``mate`` and
+``matee``. The others (trees, hierarchical, switches, synthesis) get ``None`` and are always
+evaluated; so are all candidates on a fabric with spines, where the priced routes are ECMP's
+hash, not the algorithm's.
 """
 
 from __future__ import annotations
@@ -39,17 +57,52 @@ import numpy as np
 
 from cclc.collective import Collective, CollectiveKind
 
-__all__ = ["RULES", "Estimate", "candidate_bounds", "estimate", "evaluation_order",
-           "prune_reason"]
+__all__ = ["CARRIED", "EARLY", "LATE", "RULES", "Estimate", "Traffic", "candidate_bounds",
+           "estimate", "evaluation_order", "lower_bound", "prune_reason", "step_bound",
+           "traffic"]
+
+
+#: roles of a (step, link) load with respect to relay lowering (:mod:`cclc.relay`):
+#: the op's route is carried by the routing (it stays in the step's last sub-step) ...
+CARRIED = 0
+#: ... relayed, and this link is in a segment before the chain's last one (a sub-step before
+#: the step's last) ...
+EARLY = 1
+#: ... relayed, and the sub-step is not known (the last segment, or routing that cuts
+#: routes into segments of several links)
+LATE = 2
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes per (step, link, role): ``step``, ``link``, ``role`` and ``nbytes`` are arrays of
+    one entry per contribution (entries may repeat a key; consumers sum them). Steps are the
+    schedule's steps before relay lowering, which only ever splits a step into sub-steps."""
+
+    step: np.ndarray
+    link: np.ndarray
+    role: np.ndarray
+    nbytes: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """A candidate's load bound: ``time`` (seconds) is a lower bound on its simulated time
-    under the model it was computed for; ``link`` the link that sets it."""
+    """A candidate's lower bound: ``time`` (seconds) is a lower bound on its simulated time
+    under the model it was computed for; ``link`` the busiest link; ``what`` names the bound
+    (``"load bound"`` or ``"lockstep step bound"``)."""
 
     time: float
     link: int
+    what: str = "load bound"
+
+
+def _traffic(steps, links, nbytes, roles=None) -> Traffic:
+    links = np.asarray(links, dtype=np.int64)
+    return Traffic(np.broadcast_to(np.asarray(steps, dtype=np.int64), links.shape),
+                   links,
+                   np.broadcast_to(np.asarray(LATE if roles is None else roles, dtype=np.int8),
+                                   links.shape),
+                   np.asarray(nbytes, dtype=np.float64))
 
 
 def _bound_of_loads(coll: Collective, load: np.ndarray) -> Estimate | None:
@@ -62,28 +115,46 @@ def _bound_of_loads(coll: Collective, load: np.ndarray) -> Estimate | None:
     return Estimate(float(t[k]), int(used[k]))
 
 
-def _pair_loads(coll: Collective, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray
-                ) -> np.ndarray:
-    """Bytes per link when group members ``src`` send ``nbytes`` to ``dst`` over the
-    shortest healthy routes the algorithms take (:func:`cclc.algorithms.common.route_table`)."""
-    from cclc.algorithms.common import route_table
+def _pair_traffic(coll: Collective, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                  one_chunk_ops: bool = False) -> Traffic:
+    """The traffic of one step in which group members ``src`` send ``nbytes`` to ``dst``
+    over the shortest healthy routes the algorithms take
+    (:func:`cclc.algorithms.common.route_table`).
+
+    ``one_chunk_ops``: every pair is one op of one chunk, so on a plain torus with routing
+    ``none`` relay lowering puts hop ``k`` of a chain of ``h`` links in sub-step ``L - h + k``
+    of the step (``L`` the longest chain): the traffic is laid out in those sub-steps.
+    """
+    from cclc.algorithms.common import route_table, topo_is_plain_torus
+    from cclc.ir import Routes
+    from cclc.routing import carried_routes
 
     topo = coll.topology
     group = np.asarray(coll.group, dtype=np.int64)
     remote = (src != dst) & (nbytes > 0)
-    load = np.zeros(topo.n_links)
     if not remote.any():
-        return load
+        return _traffic(0, [], [])
     offsets, links = route_table(topo, group[src[remote]], group[dst[remote]])
-    per_link = np.repeat(nbytes[remote].astype(np.float64), np.diff(offsets))
-    return np.bincount(links, weights=per_link, minlength=topo.n_links)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    hops = np.diff(offsets)
+    op = np.repeat(np.arange(len(hops)), hops)
+    k = np.arange(len(links)) - offsets[op]
+    per_link = np.repeat(nbytes[remote].astype(np.float64), hops)
+    if one_chunk_ops and topo.routing == "none" and topo_is_plain_torus(topo):
+        sub = int(hops.max()) - hops[op] + k
+        return _traffic(sub, links, per_link, CARRIED)
+    carried = carried_routes(topo, Routes(np.concatenate([[0], offsets]), links))[1:]
+    role = np.where(k == 0, EARLY, LATE)
+    if topo.routing == "none":
+        role = np.where(k < hops[op] - 1, EARLY, LATE)
+    return _traffic(0, links, per_link, np.where(carried[op], CARRIED, role))
 
 
 def _block_bytes(coll: Collective) -> int:
     return (coll.count // coll.n) * coll.dtype.itemsize
 
 
-def _direct(coll: Collective, params: dict) -> Estimate | None:
+def _direct(coll: Collective, params: dict) -> Traffic | None:
     n = coll.n
     src = np.repeat(np.arange(n), n)
     dst = np.tile(np.arange(n), n)
@@ -91,10 +162,11 @@ def _direct(coll: Collective, params: dict) -> Estimate | None:
         nbytes = np.asarray(coll.pair_sizes, dtype=np.int64).ravel()
     else:
         nbytes = np.full(n * n, _block_bytes(coll), dtype=np.int64)
-    return _bound_of_loads(coll, _pair_loads(coll, src, dst, nbytes))
+    # direct's network ops are one chunk each, all in step 0
+    return _pair_traffic(coll, src, dst, nbytes, one_chunk_ops=True)
 
 
-def _bruck(coll: Collective, params: dict) -> Estimate | None:
+def _bruck(coll: Collective, params: dict) -> Traffic | None:
     n = coll.n
     ranks = np.arange(n)
     block = _block_bytes(coll)
@@ -116,95 +188,102 @@ def _bruck(coll: Collective, params: dict) -> Estimate | None:
             nbytes.append(np.full(n, send * block))
             held += send
             k += 1
-    return _bound_of_loads(coll, _pair_loads(coll, np.concatenate(src), np.concatenate(dst),
-                                             np.concatenate(nbytes)))
+    t = _pair_traffic(coll, np.concatenate(src), np.concatenate(dst), np.concatenate(nbytes))
+    # the rounds' steps are the builder's: one step of everything is all this rule claims
+    return _traffic(0, t.link, t.nbytes)
 
 
-def _torus_alltoall(algorithm: str, schedule: str) -> Callable[[Collective, dict], Estimate | None]:
-    """The load bound of ``algorithm+schedule`` (:mod:`cclc.algorithms.torus_alltoall`).
+def _torus_alltoall(algorithm: str, schedule: str) -> Callable[[Collective, dict],
+                                                                 Traffic | None]:
+    """The traffic of ``algorithm+schedule`` (or MATE / MATEe) of
+    :mod:`cclc.algorithms.torus_alltoall`, from the layout the builder lowers
+    (:func:`~cclc.algorithms.torus_alltoall.traffic.layout_traffic`)."""
 
-    Every phase on dimension ``d`` moves all of a rank's data around its ring of ``d``, by the
-    ring plan of that ring (HalfRing, Ring, Line, FoldedRing: the plans and their choice per
-    ring are the builder's), so over the whole schedule a ring link carries ``blocks(link) x
-    (n / N)`` slots per lane, whatever the pipelining. Slots are cut into ``K`` pieces and
-    ``L`` lanes with whole elements; each piece-lane has at least ``floor(e / (K L))``
-    elements, which the bound uses (so rounding never makes it exceed the real load).
-    """
-
-    def rule(coll: Collective, params: dict) -> Estimate | None:
-        from cclc.algorithms.common import torus_link_table
-        from cclc.algorithms.torus_alltoall.faults import torus_faults
-        from cclc.algorithms.torus_alltoall.ring_plans import (
-            MINUS,
-            PLUS,
-            folded_plan,
-            halfring_plan,
-            line_plan,
-            per_link_blocks,
-            ring_plan,
-        )
+    def rule(coll: Collective, params: dict) -> Traffic | None:
+        from cclc.algorithms.torus_alltoall.mate import mate_layout
+        from cclc.algorithms.torus_alltoall.strategies import ring_layout
+        from cclc.algorithms.torus_alltoall.traffic import layout_traffic
 
         if coll.pair_sizes is not None:
             return None
-        topo = coll.topology
-        f = torus_faults(topo)
-        active = [d for d, size in enumerate(f.dims) if size > 1]
-        if not active:
+        if schedule in ("mate", "matee"):
+            lay = mate_layout(coll, schedule == "matee", params)
+        else:
+            lay = ring_layout(coll, algorithm, schedule, params)
+        if not lay.groups:
             return None
-        lanes = 2 if algorithm == "ring" or any(
-            f.wrap[d] and f.dims[d] % 2 == 0 and f.dims[d] >= 4 for d in active) else 1
-        pieces = len(active) if schedule == "dimrotation" else int(params.get("chunks", 6))
-        n = coll.n
-        e = coll.count // n
-        slot_lane_bytes = pieces * (e // (pieces * lanes)) * coll.dtype.itemsize
-        table = torus_link_table(topo)
-        load = np.zeros(topo.n_links)
-        for d in active:
-            N, wrap = f.dims[d], f.wrap[d]
-            per_block = (n // N) * slot_lane_bytes
-
-            def healthy(lane: int, N: int = N, wrap: bool = wrap):
-                if not wrap:
-                    return line_plan(N, None)
-                make = ring_plan if algorithm == "ring" else halfring_plan
-                return make(N, PLUS if lane % 2 == 0 else MINUS)
-
-            rings = f.rings[d]
-            for lane in range(lanes):
-                plans: dict[object, list[int]] = {}
-                for g in range(rings.shape[0]):
-                    cut = f.broken[d].get(g)
-                    key = ("broken", cut[0]) if cut else "healthy"
-                    plans.setdefault(key, []).append(g)
-                for key, members in plans.items():
-                    if key == "healthy":
-                        plan = healthy(lane)
-                    else:
-                        cut = key[1]
-                        plan = folded_plan(N, cut) if algorithm == "foldedring" \
-                            else line_plan(N, cut)
-                    ring = rings[members]
-                    for (pos, direction), blocks in per_link_blocks(plan).items():
-                        link = table[ring[:, pos], d, direction]
-                        link = link[link >= 0]
-                        np.add.at(load, link, blocks * per_block)
-        return _bound_of_loads(coll, load)
+        t = layout_traffic(coll, lay)
+        # a plan over a missing link: the builder refuses it, there is nothing to bound
+        return None if (t.link < 0).any() else t
 
     return rule
 
 
 _A2A, _AG, _RS = CollectiveKind.ALLTOALL, CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER
 
-#: load-bound rules by (registry name, collective kind): one name may be registered for
+#: traffic rules by (registry name, collective kind): one name may be registered for
 #: several kinds by different modules (``ring+dimrotation`` also serves allreduce); a missing
 #: pair has no bound and is always evaluated
-RULES: dict[tuple[str, CollectiveKind], Callable[[Collective, dict], Estimate | None]] = {
+RULES: dict[tuple[str, CollectiveKind], Callable[[Collective, dict], Traffic | None]] = {
     **{("direct", k): _direct for k in (_A2A, _AG, _RS)},
     **{("bruck", k): _bruck for k in (_A2A, _AG)},
     **{(f"{a}+{s}", _A2A): _torus_alltoall(a, s)
        for a in ("ring", "halfring", "foldedring", "line")
        for s in ("pipeline", "dimrotation")},
+    ("mate", _A2A): _torus_alltoall("halfring", "mate"),
+    ("matee", _A2A): _torus_alltoall("halfring", "matee"),
 }
+
+
+def traffic(coll: Collective, name: str, params: dict) -> Traffic | None:
+    """The traffic of registry entry ``name`` serving ``coll`` with hint ``params`` (the
+    entry must be applicable); ``None`` when there is no rule or the topology's routing
+    prices other routes (ECMP on a fabric with spines)."""
+    from cclc.fabric_routing import has_spines
+
+    rule = RULES.get((name, coll.kind))
+    if rule is None or has_spines(coll.topology):
+        return None
+    return rule(coll, params)
+
+
+def _load_bound(coll: Collective, t: Traffic) -> Estimate | None:
+    load = np.bincount(t.link, weights=t.nbytes, minlength=coll.topology.n_links)
+    return _bound_of_loads(coll, load)
+
+
+def step_bound(coll: Collective, t: Traffic, step_overhead: float = 0.0) -> float:
+    """The lockstep step bound of traffic ``t`` (see the module docstring), seconds."""
+    topo = coll.topology
+    live = t.nbytes > 0
+    if not live.any():
+        return 0.0
+    n_links = topo.n_links
+    # dense (step, link) cells over the steps that carry traffic: bincounts, no sort
+    step = t.step[live]
+    used = np.flatnonzero(np.bincount(step))
+    index_of = np.zeros(int(step.max()) + 1, dtype=np.int64)
+    index_of[used] = np.arange(len(used))
+    cell = index_of[step] * n_links + t.link[live]
+    n_cells = len(used) * n_links
+    nbytes, role = t.nbytes[live], t.role[live]
+    bandwidth = np.tile(topo.link_bandwidth, len(used))
+    latency = np.tile(topo.link_latency, len(used))
+
+    def per_step(mask: np.ndarray | None) -> np.ndarray:
+        """max over links of busy + latency in every step (0 where nothing is selected)."""
+        w = nbytes if mask is None else np.where(mask, nbytes, 0.0)
+        busy = np.bincount(cell, weights=w, minlength=n_cells)
+        cost = np.where(busy > 0, busy / bandwidth + latency, 0.0)
+        return cost.reshape(len(used), n_links).max(axis=1)
+
+    whole = per_step(None)
+    early = per_step(role == EARLY)
+    carried = per_step(role == CARRIED)
+    split = np.where((early > 0) & (carried > 0), early + carried, 0.0)
+    # a step with relayed chains has at least two sub-steps, each paying the step cost
+    n_sub = len(used) + int((early > 0).sum())
+    return float(np.maximum(whole, split).sum()) + step_overhead * n_sub
 
 
 def estimate(coll: Collective, name: str, params: dict, call_overhead: float = 0.0
@@ -212,15 +291,27 @@ def estimate(coll: Collective, name: str, params: dict, call_overhead: float = 0
     """The load bound of registry entry ``name`` serving ``coll`` with hint ``params`` (the
     entry must be applicable), plus the model's per-call cost; ``None`` when there is no
     rule or the topology's routing prices other routes (ECMP on a fabric with spines)."""
-    from cclc.fabric_routing import has_spines
-
-    rule = RULES.get((name, coll.kind))
-    if rule is None or has_spines(coll.topology):
-        return None
-    est = rule(coll, params)
+    t = traffic(coll, name, params)
+    est = None if t is None else _load_bound(coll, t)
     if est is None:
         return None
     return Estimate(est.time + call_overhead, est.link)
+
+
+def lower_bound(coll: Collective, name: str, params: dict, model) -> Estimate | None:
+    """The best lower bound of entry ``name`` under execution ``model``
+    (:class:`cclc.execution.ExecutionModel`): the load bound, and for a lockstep model the
+    step bound when it is higher."""
+    t = traffic(coll, name, params)
+    est = None if t is None else _load_bound(coll, t)
+    if est is None:
+        return None
+    best = Estimate(est.time + model.call_overhead, est.link)
+    if model.mode == "lockstep":
+        steps = step_bound(coll, t, model.step_overhead) + model.call_overhead
+        if steps > best.time:
+            best = Estimate(steps, est.link, "lockstep step bound")
+    return best
 
 
 def prune_reason(est: Estimate | None, best_time: float | None, best_name: str | None
@@ -229,13 +320,13 @@ def prune_reason(est: Estimate | None, best_time: float | None, best_name: str |
     ``None`` when it might (it is then built and simulated)."""
     if est is None or best_time is None or not est.time > best_time:
         return None
-    return f"its load bound is above {best_name}'s simulated time: it cannot win"
+    return f"its {est.what} is above {best_name}'s simulated time: it cannot win"
 
 
 def candidate_bounds(coll: Collective, algos, params: dict, model) -> list[Estimate | None]:
-    """:func:`estimate` of every applicable entry of ``algos`` under execution ``model``
+    """:func:`lower_bound` of every applicable entry of ``algos`` under execution ``model``
     (``None`` for the others)."""
-    return [estimate(coll, a.name, params, model.call_overhead)
+    return [lower_bound(coll, a.name, params, model)
             if a.applicable(coll, **params) is None else None for a in algos]
 
 

@@ -12,8 +12,11 @@ or why it was not applicable.
 from __future__ import annotations
 
 import difflib
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from cclc.algorithms import REGISTRY, Algorithm, algorithms_for, get
 from cclc.bounds import Bounds, bounds
@@ -26,10 +29,12 @@ from cclc.relay import RelayError
 from cclc.verify import verify
 
 __all__ = [
+    "KEEP_BEST_OPS",
     "Candidate",
     "CrossoverRow",
     "Plan",
     "crossover_table",
+    "fingerprint",
     "hint_key",
     "hint_params",
     "known_names",
@@ -266,7 +271,7 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         return Plan(schedule, time, bound, tuple(rows), model, planned, all_bounds)
 
     found: list[Candidate | None] = [None] * len(chosen)
-    best: tuple[tuple[float, int], Schedule, Candidate] | None = None
+    best: _Best | None = None
     # cheapest bound first, so a good time is known early and prunes the most; the winner is
     # the fastest, the first registered among equals, whatever the order of evaluation
     bounds_of = candidate_bounds(coll, chosen, _params(coll), model) if prune \
@@ -275,25 +280,75 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         algo = chosen[i]
         step(1 + n_done, total, algo.name)
         est = bounds_of[i]
-        why = prune_reason(est, best[2].time if best else None, best[2].name if best else None)
+        why = prune_reason(est, best.row.time if best else None,
+                           best.row.name if best else None)
         if why is not None and algo.applicable(coll, **_params(coll)) is None:
             found[i] = Candidate(algo.name, True, None, estimate=est.time, pruned=why)
             continue
+        if best is not None:
+            best = best.make_room()
         row, schedule = _evaluate(coll, algo, bound, model)
         found[i] = row = replace(row, estimate=est.time if est else None)
         if schedule is None:
             continue
         key = (row.time if row.time is not None else float("inf"), i)
-        if best is None or key < best[0]:
-            best = (key, schedule, row)
+        if best is None or key < best.key:
+            best = _Best(key, schedule, row, algo)
+        del schedule
     rows = [r for r in found if r is not None]
     if best is None:
         why = "; ".join(f"{r.name}: {r.reason}" for r in rows) or "no algorithm is registered"
         raise CollectiveError(f"no algorithm can serve collective '{coll.name}' "
                               f"({coll.kind.value} on {coll.n} ranks): {why}",
                               coll.algorithm.span or coll.span)
-    _, schedule, row = best
+    schedule, row = best.rebuilt(coll), best.row
     return Plan(schedule, row.time, bound, tuple(rows), model, row.planned_time, all_bounds)
+
+
+#: the largest best-so-far schedule (ops) that ``auto`` keeps while it builds the next
+#: candidate; a larger one is dropped and rebuilt if it wins, so that one schedule of
+#: millions of ops is alive at a time (two 5M-op schedules and their analyses took 3.8 GiB)
+KEEP_BEST_OPS = 1_000_000
+
+
+@dataclass(frozen=True, eq=False)
+class _Best:
+    """``auto``'s fastest candidate so far: its sort key and row, and its schedule, or (once
+    dropped) the fingerprint that its rebuild must match."""
+
+    key: tuple[float, int]
+    schedule: Schedule | None
+    row: Candidate
+    algo: Algorithm
+    fingerprint: bytes | None = None
+
+    def make_room(self) -> _Best:
+        """This entry without its schedule when the schedule is large."""
+        if self.schedule is None or len(self.schedule.ops) <= KEEP_BEST_OPS:
+            return self
+        return replace(self, schedule=None, fingerprint=fingerprint(self.schedule))
+
+    def rebuilt(self, coll: Collective) -> Schedule:
+        """The schedule, rebuilt and verified again if it was dropped; the builders are
+        deterministic, and the fingerprint proves the rebuild is what was simulated."""
+        if self.schedule is not None:
+            return self.schedule
+        schedule = self.algo.build(coll, **_params(coll))
+        if fingerprint(schedule) != self.fingerprint:
+            raise ScheduleError(f"internal: rebuilding {self.algo.name} gave another schedule "
+                                "than the one simulated")
+        verify(schedule)
+        return schedule
+
+
+def fingerprint(s: Schedule) -> bytes:
+    """A digest of everything a schedule's analyses read: ops, routes, layouts, names."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(repr((s.algorithm, s.schedule, s.params, s.n)).encode())
+    for a in (*s.ops.columns().values(), s.routes.offsets, s.routes.links, *s.layouts):
+        h.update(np.ascontiguousarray(a).data)
+        h.update(str(a.shape).encode())
+    return h.digest()
 
 
 def _as_auto(coll: Collective) -> Collective:

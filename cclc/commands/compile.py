@@ -136,7 +136,7 @@ def format_candidates(p, pinned_by: str | None = None) -> str:
     """The ``--explain`` table of a :class:`~cclc.plan.Plan` (times under its model);
     ``pinned_by`` says who named the algorithm ("the file", "--algorithm") when it was not
     chosen by speed."""
-    rows = [("candidate", "load bound", f"time ({p.model.name} model)", "% of bound", "note")]
+    rows = [("candidate", "lower bound", f"time ({p.model.name} model)", "% of bound", "note")]
     usable = {c.name for c in p.candidates if c.applicable}
     usable |= {name.split("+")[0] for name in usable}
     faster = [c.name for c in p.candidates if c.applicable and c.time is not None

@@ -172,7 +172,7 @@ def test_explain_shows_bound_time_and_why_pruned():
                       pruned="its load bound is above direct's simulated time: it cannot win")
     table = format_candidates(dataclasses.replace(p, candidates=p.candidates + (extra,)))
     header, *rows = table.splitlines()
-    assert "load bound" in header and "time (ir model)" in header
+    assert "lower bound" in header and "time (ir model)" in header
     line = next(r for r in rows if r.split()[0] == "slowpoke")
     assert "1 s" in line and "pruned: its load bound is above" in line
     chosen = next(r for r in rows if r.split()[0] == p.name)
