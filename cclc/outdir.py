@@ -111,10 +111,12 @@ class OutputDir:
         _atomic_write(target, data)
         return rel
 
-    def write_text(self, name: str, text: str | Iterable[str]) -> str:
+    def write_text(self, name: str, text: str | Iterable[str | bytes]) -> str:
         if isinstance(text, str):
             return self.write_bytes(name, text.encode("utf-8"))
-        return self.write_bytes(name, (piece.encode("utf-8") for piece in text))
+        # pieces already encoded (numpy-formatted arrays) pass through as they are
+        return self.write_bytes(name, (piece if isinstance(piece, bytes)
+                                       else piece.encode("utf-8") for piece in text))
 
     def adopt(self, names: list[str]) -> None:
         """List files a build step made in the folder (after cclc wrote their sources), so a

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -25,8 +27,8 @@ from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
 from cclc.topology import LinkKind, Topology
 from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH
 
-__all__ = ["FORMAT", "VERSION", "from_json", "load", "save", "to_json", "topology_document",
-           "topology_to_json"]
+__all__ = ["FORMAT", "VERSION", "document_pieces", "dumps", "from_json", "int_array_json",
+           "load", "save", "to_json", "topology_document", "topology_to_json"]
 
 FORMAT = "cclc-schedule"
 VERSION = 1
@@ -92,6 +94,12 @@ def topology_document(t: Topology) -> dict[str, Any]:
 
 def to_json(s: Schedule) -> dict[str, Any]:
     """The schedule as a JSON-ready dict (plain lists, ints, floats, strings)."""
+    return _document(s, lambda a: a.tolist())
+
+
+def _document(s: Schedule, array: Callable[[np.ndarray], Any]) -> dict[str, Any]:
+    """The document, with the large integer arrays (layouts, routes, op columns) given by
+    ``array``."""
     c = s.collective
     return {
         "format": FORMAT,
@@ -113,20 +121,108 @@ def to_json(s: Schedule) -> dict[str, Any]:
             "pair_sizes": _opt(c.pair_sizes),
             "span": _span_json(c.span),
         },
-        "layouts": {_BUF_KEYS[b]: s.layouts[b].tolist() for b in Buf},
-        "routes": {"offsets": s.routes.offsets.tolist(), "links": s.routes.links.tolist()},
-        "ops": {k: v.tolist() for k, v in s.ops.columns().items()},
+        "layouts": {_BUF_KEYS[b]: array(s.layouts[b]) for b in Buf},
+        "routes": {"offsets": array(s.routes.offsets), "links": array(s.routes.links)},
+        "ops": {k: array(v) for k, v in s.ops.columns().items()},
     }
+
+
+#: integers formatted per batch (bounds the temporaries of a 16M-op column)
+_INT_BATCH = 1 << 20
+_DIGIT, _MINUS, _COMMA = ord("0"), ord("-"), ord(",")
+
+
+def int_array_json(a: np.ndarray) -> bytes:
+    """``json.dumps(a.tolist(), separators=(",", ":"))`` of an integer array of one or two
+    dimensions, as ASCII bytes, formatted by numpy: every digit position of every number at
+    once, instead of one Python int at a time (20-30x faster on million-entry columns)."""
+    a = np.asarray(a)
+    if a.ndim == 2:
+        return b"[" + b",".join(int_array_json(row) for row in a) + b"]"
+    if a.ndim != 1 or a.dtype.kind not in "iub":
+        raise ValueError(f"int_array_json takes 1-D or 2-D integer arrays, not {a.dtype} "
+                         f"with {a.ndim} dimensions")
+    if a.dtype.kind == "b":
+        return json.dumps(a.tolist(), separators=(",", ":")).encode()
+    parts = [b"["]
+    for lo in range(0, len(a), _INT_BATCH):
+        if lo:
+            parts.append(b",")
+        parts.append(_int_digits(a[lo:lo + _INT_BATCH]))
+    parts.append(b"]")
+    return b"".join(parts)
+
+
+def _int_digits(a: np.ndarray) -> bytes:
+    """The numbers of ``a`` (non-empty) in decimal, separated by commas.
+
+    A matrix with one row per number, ``[sign, digits right-aligned, comma]``, filled column
+    by column and then read out through the mask of the characters that exist, row by row.
+    """
+    if a.dtype.kind == "u":
+        mag, neg = a.astype(np.uint64), np.zeros(len(a), dtype=bool)
+    else:
+        wide = a.astype(np.int64)
+        neg = wide < 0
+        # the magnitude of the most negative int64 only fits unsigned: negate there
+        mag = np.where(neg, (-(wide + 1)).astype(np.uint64) + np.uint64(1),
+                       wide.astype(np.uint64))
+    top = int(mag.max())
+    # division is cheapest in the narrowest type that holds the numbers
+    work = mag.astype(np.int32 if top < 2 ** 31 else np.uint64)
+    n_dig = np.ones(len(a), dtype=np.int8)
+    power = 10
+    while power <= top:
+        n_dig += mag >= np.uint64(power)
+        power *= 10
+    width = len(str(top))
+    chars = np.empty((len(a), width + 2), dtype=np.uint8)
+    chars[:, 0] = _MINUS
+    chars[:, -1] = _COMMA
+    ten = work.dtype.type(10)
+    for col in range(width, 0, -1):
+        chars[:, col] = work % ten
+        work //= ten
+    chars[:, 1:-1] += _DIGIT
+    keep = np.empty(chars.shape, dtype=bool)
+    keep[:, 0] = neg
+    keep[:, 1:-1] = np.arange(width)[None, :] >= (width - n_dig)[:, None]
+    keep[:, -1] = True
+    return chars[keep][:-1].tobytes()           # no separator after the last number
+
+
+def document_pieces(s: Schedule) -> Iterator[bytes]:
+    """The compact JSON document of ``s`` in pieces, byte for byte what
+    ``json.dumps(to_json(s), separators=(",", ":"), allow_nan=False)`` gives: the large
+    integer arrays by :func:`int_array_json`, the rest by :mod:`json`."""
+    marker = f"cclc-array-{uuid.uuid4().hex}-"
+    arrays: list[np.ndarray] = []
+
+    def later(a: np.ndarray) -> str:
+        arrays.append(a)
+        return f"{marker}{len(arrays) - 1}"
+
+    text = json.dumps(_document(s, later), separators=(",", ":"), allow_nan=False)
+    head, *pieces = text.split(f'"{marker}')
+    yield head.encode("utf-8")
+    for piece in pieces:
+        index, rest = piece.split('"', 1)
+        yield int_array_json(arrays[int(index)])
+        yield rest.encode("utf-8")
+
+
+def dumps(s: Schedule) -> bytes:
+    """The compact JSON document of ``s`` (see :func:`document_pieces`)."""
+    return b"".join(document_pieces(s))
 
 
 def save(s: Schedule, path: str | os.PathLike) -> None:
     """Write ``s`` to ``path`` as a schedule document (compact JSON, one trailing newline)."""
-    # one dumps() and one write: json.dump() streams many small chunks and is several times
-    # slower on large op tables
-    text = json.dumps(to_json(s), separators=(",", ":"), allow_nan=False)
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+        with open(path, "wb") as f:
+            for piece in document_pieces(s):
+                f.write(piece)
+            f.write(b"\n")
     except OSError as e:
         raise CclError(f"cannot write {os.fspath(path)}: {e.strerror or e}") from None
 

@@ -1,18 +1,19 @@
 """The schedule document: ``<collective>.schedule.json`` (format: docs/schedule-format.md).
 
-The IR itself, written by :func:`cclc.serialize.to_json`; ``cclc verify``, ``sim`` and ``viz``
-read it back.
+The IR itself, written by :func:`cclc.serialize.document_pieces` (the document of
+:func:`cclc.serialize.to_json`, its large integer arrays formatted by numpy and written as they
+come); ``cclc verify``, ``sim`` and ``viz`` read it back.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from backends.contract import Backend, EmitOptions, Facts
 from cclc.collective import Collective
 from cclc.ir import Schedule
-from cclc.serialize import to_json
+from cclc.serialize import document_pieces
 
 __all__ = ["BACKEND", "JsonBackend"]
 
@@ -27,9 +28,12 @@ class JsonBackend:
         return (f"{key.name}.schedule.json",)
 
     def render(self, subject: Schedule, options: EmitOptions, facts: Facts
-               ) -> dict[str, str | bytes]:
-        text = json.dumps(to_json(subject), separators=(",", ":"), allow_nan=False) + "\n"
-        return {f"{subject.collective.name}.schedule.json": text}
+               ) -> dict[str, Iterator[bytes]]:
+        def pieces() -> Iterator[bytes]:
+            yield from document_pieces(subject)
+            yield b"\n"
+
+        return {f"{subject.collective.name}.schedule.json": pieces()}
 
     def build(self, folder: Path, key: Collective, options: EmitOptions) -> list[str]:
         return []
