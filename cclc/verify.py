@@ -56,10 +56,16 @@ class _Interpreter:
         sizes = n * self.nc
         self.base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         self.n_slots = int(sizes.sum())
-        self.elems = np.concatenate([s.chunk_elems(b).ravel() for b in Buf]).astype(np.int64)
-        self.val = np.full(self.n_slots, EMPTY, dtype=np.int64)
+        # elements per slot are looked up through the layouts (slot_elems), never stored per
+        # slot: a shared layout would be repeated for every rank (250 MB at 512 ranks)
+        self.uniform = all(lay.ndim == 1 for lay in s.layouts)
+        self.flat_layout = np.concatenate(s.layouts).astype(np.int64) if self.uniform else None
+        self.chunk_base = np.concatenate([[0], np.cumsum(self.nc)[:-1]]).astype(np.int64)
+        # slot values are stored minus EMPTY, so that an empty slot is 0 and the table can
+        # start as untouched zero pages: a slot no op touches costs no memory (most scratch)
+        self.val = np.zeros(self.n_slots, dtype=np.int64)
         ni = int(sizes[Buf.INPUT])
-        self.val[:ni] = self.map.input_value.ravel()
+        self.val[:ni] = self.map.input_value.ravel() - EMPTY
         self.words = (n + 63) // 64
         if self.reducing:
             # each input slot holds its own rank's contribution
@@ -67,10 +73,10 @@ class _Interpreter:
             ranks = np.repeat(np.arange(n), int(self.nc[Buf.INPUT]))
             self.bits[np.arange(ni), ranks // 64] = np.left_shift(
                 np.uint64(1), (ranks % 64).astype(np.uint64))
-            self.bits[:ni][self.val[:ni] == EMPTY] = 0
-        self.last_writer = np.full(self.n_slots, -1, dtype=np.int32)
-        # per-slot stamp for finding two writes to one slot in a step without sorting
-        self.stamp = np.full(self.n_slots, -1, dtype=np.int32)
+            self.bits[:ni][self.map.input_value.ravel() == EMPTY] = 0
+        # per-slot stamp for finding two writes to one slot in a step without sorting (a step
+        # reads only the stamps it wrote itself, so the initial content does not matter)
+        self.stamp = np.empty(self.n_slots, dtype=np.int32)
 
     # -- words ---------------------------------------------------------------------------
     def op_text(self, i: int) -> str:
@@ -87,6 +93,30 @@ class _Interpreter:
         except (ValueError, KeyError, IndexError):
             around = ""
         raise ScheduleError(f"{self.op_text(i)}: {what}{around}")
+
+    def slot_elems(self, slots: np.ndarray) -> np.ndarray:
+        """Elements of every slot of ``slots`` (from the layouts)."""
+        b = np.searchsorted(self.base, slots, side="right") - 1
+        rank, chunk = np.divmod(slots - self.base[b], self.nc[b])
+        if self.flat_layout is not None:
+            return self.flat_layout[self.chunk_base[b] + chunk]
+        out = np.zeros(len(slots), dtype=np.int64)
+        for buf in Buf:
+            m = b == buf
+            if m.any():
+                out[m] = self.s.chunk_elems(buf)[rank[m], chunk[m]]
+        return out
+
+    def last_writer(self, slot: int) -> int | None:
+        """The op that wrote ``slot`` last (in step order, then op order), or None."""
+        o = self.s.ops
+        b = int(np.searchsorted(self.base, slot, side="right") - 1)
+        r, c = divmod(slot - int(self.base[b]), int(self.nc[b]))
+        off = o.dst_off.astype(np.int64)
+        hit = np.flatnonzero((o.dst == r) & (o.dst_buf == b) & (off <= c) & (c < off + o.count))
+        if not len(hit):
+            return None
+        return int(hit[np.lexsort((hit, o.step[hit]))[-1]])
 
     def slot_words(self, slot: int) -> str:
         b = int(np.searchsorted(self.base, slot, side="right") - 1)
@@ -170,9 +200,7 @@ class _Interpreter:
         for b in Buf:
             m = buf == b
             if m.any() and self.nc[b] > 0:
-                st = self.s.chunk_starts(b)
-                r, a = rank[m], off[m].astype(np.int64)
-                out[m] = st[r, a + count[m]] - st[r, a]
+                out[m] = self.s.range_elems(b, rank[m], off[m], count[m])
         return out
 
     def route_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -307,11 +335,11 @@ class _Interpreter:
         sb, db = o.src_buf[idx].astype(np.int64), o.dst_buf[idx].astype(np.int64)
         ss = np.repeat(self.base[sb] + o.src[idx] * self.nc[sb] + o.src_off[idx], cnt) + k
         ds = np.repeat(self.base[db] + o.dst[idx] * self.nc[db] + o.dst_off[idx], cnt) + k
-        vals = self.val[ss]
+        vals = self.val[ss] + EMPTY
         bits = self.bits[ss] if self.reducing else None
         # ops whose source and destination chunks differ in size pairwise (a split or merge)
         # are interpreted op by op; everything else chunk by chunk
-        odd = self.elems[ss] != self.elems[ds]
+        odd = self.slot_elems(ss) != self.slot_elems(ds)
         # (op position in the step, rank of the check, message): the lowest op wins, and for
         # one op the first check that applies
         errors: list[tuple[int, int, str]] = []
@@ -354,15 +382,14 @@ class _Interpreter:
             self.fail(int(idx[j]), what)
         if self.reducing and red.any():
             bits[red] |= self.bits[ds[red]]
-        self.val[ds] = vals
+        self.val[ds] = vals - EMPTY
         if self.reducing:
             self.bits[ds] = bits
-        self.last_writer[ds] = idx[op_of]
 
     def reduce_errors(self, idx, op_of, ds, vals, bits, red) -> list[tuple[int, str]]:
         out = []
         p_red = np.flatnonzero(red)
-        old = self.val[ds[p_red]]
+        old = self.val[ds[p_red]] + EMPTY
         into_empty = old == EMPTY
         if into_empty.any():
             p = int(p_red[np.flatnonzero(into_empty)[0]])
@@ -373,7 +400,7 @@ class _Interpreter:
             out.append((int(op_of[p]), (f"is a reduction, but a {self.s.collective.kind.value} "
                                        "only moves data: it has nothing to reduce")))
             return out
-        length = self.elems[ds[p_red]]
+        length = self.slot_elems(ds[p_red])
         differ = ~into_empty & (old != vals[p_red])
         if differ.any():
             q = int(np.flatnonzero(differ)[0])
@@ -403,7 +430,7 @@ class _Interpreter:
         reducing, of one contributor set) to be a value a slot can hold. Returns the values,
         their contributor sets, and the reason the op is wrong (or None).
         """
-        se, de = self.elems[ss], self.elems[ds]
+        se, de = self.slot_elems(ss), self.slot_elems(ds)
         s_start = np.concatenate([[0], np.cumsum(se)])
         d_start = np.concatenate([[0], np.cumsum(de)])
         out_v = np.full(len(ds), EMPTY, dtype=np.int64)
@@ -440,7 +467,7 @@ class _Interpreter:
         s, cm = self.s, self.map
         n, nco = s.n, int(self.nc[Buf.OUTPUT])
         lo = int(self.base[Buf.OUTPUT])
-        got = self.val[lo:lo + n * nco].reshape(n, nco)
+        got = self.val[lo:lo + n * nco].reshape(n, nco) + EMPTY
         elems = s.chunk_elems(Buf.OUTPUT)
         wanted = cm.contract.output_checked[:, None] & (elems > 0)
         bad = wanted & (got != cm.output_expected)
@@ -470,8 +497,8 @@ class _Interpreter:
             if self.reducing and got[r, c] == cm.output_expected[r, c]:
                 missing = set(range(n)) - self.contributors(self.bits[slot])
                 msg += f" (missing the contribution of rank(s) {format_ranks(missing)})"
-        writer = int(self.last_writer[slot])
-        if writer >= 0:
+        writer = self.last_writer(slot)
+        if writer is not None:
             msg = (f"{msg}\nlast written by {self.op_text(writer)}\n"
                    f"{format_schedule(s, around=writer)}")
         raise ScheduleError(msg)
