@@ -159,34 +159,38 @@ def _int_digits(a: np.ndarray) -> bytes:
     A matrix with one row per number, ``[sign, digits right-aligned, comma]``, filled column
     by column and then read out through the mask of the characters that exist, row by row.
     """
-    if a.dtype.kind == "u":
-        mag, neg = a.astype(np.uint64), np.zeros(len(a), dtype=bool)
+    low, top = int(a.min()), int(a.max())
+    if low >= 0:
+        neg = None
+        # division is cheapest in the narrowest type that holds the numbers
+        work = a.astype(np.int32 if top < 2 ** 31 else np.uint64)
     else:
         wide = a.astype(np.int64)
         neg = wide < 0
         # the magnitude of the most negative int64 only fits unsigned: negate there
-        mag = np.where(neg, (-(wide + 1)).astype(np.uint64) + np.uint64(1),
-                       wide.astype(np.uint64))
-    top = int(mag.max())
-    # division is cheapest in the narrowest type that holds the numbers
-    work = mag.astype(np.int32 if top < 2 ** 31 else np.uint64)
-    n_dig = np.ones(len(a), dtype=np.int8)
+        work = np.where(neg, (-(wide + 1)).astype(np.uint64) + np.uint64(1),
+                        wide.astype(np.uint64))
+        top = max(top, -low)
+    width = len(str(top))
+    n_dig = np.ones(len(a), dtype=np.intp)
     power = 10
     while power <= top:
-        n_dig += mag >= np.uint64(power)
+        n_dig += work >= power
         power *= 10
-    width = len(str(top))
     chars = np.empty((len(a), width + 2), dtype=np.uint8)
     chars[:, 0] = _MINUS
     chars[:, -1] = _COMMA
     ten = work.dtype.type(10)
     for col in range(width, 0, -1):
-        chars[:, col] = work % ten
-        work //= ten
+        q = work // ten                         # (% is several times slower than //)
+        chars[:, col] = work - q * ten
+        work = q
     chars[:, 1:-1] += _DIGIT
+    # which digit columns a number of k digits uses: row k of a small table
+    used = np.arange(width)[None, :] >= width - np.arange(width + 1)[:, None]
     keep = np.empty(chars.shape, dtype=bool)
-    keep[:, 0] = neg
-    keep[:, 1:-1] = np.arange(width)[None, :] >= (width - n_dig)[:, None]
+    keep[:, 0] = False if neg is None else neg
+    keep[:, 1:-1] = used[n_dig]
     keep[:, -1] = True
     return chars[keep][:-1].tobytes()           # no separator after the last number
 

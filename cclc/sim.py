@@ -215,8 +215,10 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
     link_bytes = np.bincount(p.pair_link, weights=p.op_bytes[p.pair_op],
                              minlength=topo.n_links).astype(np.float64)
     link_busy = link_bytes / bw
+    # lockstep and the per-step breakdown share the (step, link) table
+    step_links = _step_link_busy(schedule, p)
     if mode == "lockstep":
-        start, finish, path = _lockstep(schedule, p, local, step_overhead)
+        start, finish, path = _lockstep(schedule, p, local, step_overhead, step_links)
     else:
         start, finish, path = _event(schedule, p, local, op_overhead)
 
@@ -235,7 +237,7 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
         np.maximum.at(step_end, step, finish)
         step_start[~np.isfinite(step_start)] = 0.0
     step_time = np.maximum(step_end - step_start, 0.0)
-    step_bytes, busiest = _step_links(schedule, p)
+    step_bytes, busiest = _step_links(schedule, p, step_links)
     total = float(finish.max()) if len(finish) else 0.0
     coll = schedule.collective
     algbw = coll.size / total if total > 0 else float("inf")
@@ -247,23 +249,38 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
                      op_start=_ro(start), op_finish=_ro(finish), critical_path=path)
 
 
+#: most (step, link) cells counted in a dense table; beyond it the used cells are sorted
+_DENSE_CELLS = 1 << 25
+
+
 def _step_link_busy(s: Schedule, p: _Prepared) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Busy time of every used (step, link) pair: sorted keys, their busy time, and the
     index of each (op, link) pair's key."""
     n_links = s.topology.n_links
     key = s.ops.step.astype(np.int64)[p.pair_op] * n_links + p.pair_link
-    keys, inverse = np.unique(key, return_inverse=True)
+    n_cells = s.n_steps * n_links
+    if 0 < n_cells <= _DENSE_CELLS:
+        # a table over every (step, link) cell: counting instead of sorting, same sums (each
+        # cell adds its pairs' bytes in pair order either way)
+        used = np.bincount(key, minlength=n_cells) > 0
+        keys = np.flatnonzero(used)
+        rank = np.cumsum(used) - 1
+        inverse = rank[key]
+    else:
+        keys, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.reshape(-1)
     # (bincount of nothing is int64: cast, an empty schedule is still a schedule)
     busy = np.bincount(inverse, weights=p.op_bytes[p.pair_op], minlength=len(keys))
     busy = busy.astype(np.float64) / s.topology.link_bandwidth[keys % n_links]
     return keys, busy, inverse
 
 
-def _step_links(s: Schedule, p: _Prepared) -> tuple[np.ndarray, tuple[int | None, ...]]:
+def _step_links(s: Schedule, p: _Prepared, step_links=None
+                ) -> tuple[np.ndarray, tuple[int | None, ...]]:
     n_steps, n_links = s.n_steps, s.topology.n_links
     step_bytes = np.bincount(s.ops.step.astype(np.int64)[p.net_ops],
                              weights=p.op_bytes[p.net_ops], minlength=n_steps).astype(np.float64)
-    keys, busy, _ = _step_link_busy(s, p)
+    keys, busy, _ = step_links or _step_link_busy(s, p)
     busiest: list[int | None] = [None] * n_steps
     if len(keys):
         steps = keys // n_links
@@ -280,11 +297,11 @@ def _step_links(s: Schedule, p: _Prepared) -> tuple[np.ndarray, tuple[int | None
 # lockstep
 
 
-def _lockstep(s: Schedule, p: _Prepared, local: np.ndarray,
-              overhead: float = 0.0) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+def _lockstep(s: Schedule, p: _Prepared, local: np.ndarray, overhead: float = 0.0,
+              step_links=None) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     n_ops = len(s.ops)
     step = s.ops.step.astype(np.int64)
-    _, busy, inverse = _step_link_busy(s, p)
+    _, busy, inverse = step_links or _step_link_busy(s, p)
     op_time = local.copy()
     if len(p.net_ops):
         pair_busy = busy[inverse]
