@@ -323,8 +323,9 @@ class ScheduleBuilder:
     def build(self, algorithm: str, schedule: str = "-",
               params: tuple[tuple[str, int | float | str], ...] = ()) -> Schedule:
         """The finished schedule, ops sorted by step (stable)."""
-        cols = {k: (np.concatenate(v) if v else np.zeros(0, dtype=OP_COLUMNS[k]))
-                for k, v in self._cols.items()}
+        # one piece is already the builder's own copy (add copies): no second copy of it
+        cols = {k: (v[0] if len(v) == 1 else np.concatenate(v) if v
+                    else np.zeros(0, dtype=OP_COLUMNS[k])) for k, v in self._cols.items()}
         step = cols["step"]
         if (step[1:] < step[:-1]).any():    # ops added out of step order: sort them (stable)
             order = np.argsort(step, kind="stable")
