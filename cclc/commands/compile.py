@@ -57,7 +57,7 @@ def add_parser(sub) -> None:
     p.add_argument("--emit", default="json", metavar="LIST",
                    help=f"comma-separated outputs: {', '.join(_outputs())} (default: json)")
     p.add_argument("--explain", action="store_true",
-                   help="print every candidate algorithm with its load bound, simulated time "
+                   help="print every candidate algorithm with its lower bound, simulated time "
                         "and %% of the lower bound, or why it was pruned or does not apply")
     p.add_argument("--force", action="store_true",
                    help="replace files in DIR that cclc did not write")
