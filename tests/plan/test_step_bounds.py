@@ -132,3 +132,12 @@ def test_mate_is_pruned_and_chosen_on_the_faulty_torus_by_step_bounds():
         if r.time is not None:
             assert rows[r.name].estimate <= r.time * (1 + 1e-12)
     assert sum(r.pruned is not None for r in fast.candidates) >= 5
+
+
+def test_a_bound_within_rounding_of_a_tie_does_not_prune():
+    from cclc.estimate import Estimate, prune_reason
+
+    assert prune_reason(Estimate(1.0 + 1e-12, 0), 1.0, "x") is None
+    assert prune_reason(Estimate(1.0 + 1e-6, 0), 1.0, "x") is not None
+    assert "lockstep step bound" in prune_reason(Estimate(2.0, 0, "lockstep step bound"), 1.0,
+                                                 "x")
