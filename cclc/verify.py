@@ -339,7 +339,13 @@ class _Interpreter:
         bits = self.bits[ss] if self.reducing else None
         # ops whose source and destination chunks differ in size pairwise (a split or merge)
         # are interpreted op by op; everything else chunk by chunk
-        odd = self.slot_elems(ss) != self.slot_elems(ds)
+        if self.flat_layout is not None:
+            # shared layouts: the chunk's element count without decoding the slot
+            cs = np.repeat(self.chunk_base[sb] + o.src_off[idx], cnt) + k
+            cd = np.repeat(self.chunk_base[db] + o.dst_off[idx], cnt) + k
+            odd = self.flat_layout[cs] != self.flat_layout[cd]
+        else:
+            odd = self.slot_elems(ss) != self.slot_elems(ds)
         # (op position in the step, rank of the check, message): the lowest op wins, and for
         # one op the first check that applies
         errors: list[tuple[int, int, str]] = []
