@@ -160,6 +160,11 @@ def _int_digits(a: np.ndarray) -> bytes:
     by column and then read out through the mask of the characters that exist, row by row.
     """
     low, top = int(a.min()), int(a.max())
+    if 0 <= low and top < 10:
+        # one digit each (op kinds, buffers): digits and commas interleaved
+        out = np.full(2 * len(a) - 1, _COMMA, dtype=np.uint8)
+        out[::2] = a.astype(np.uint8) + _DIGIT
+        return out.tobytes()
     if low >= 0:
         neg = None
         # division is cheapest in the narrowest type that holds the numbers

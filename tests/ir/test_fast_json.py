@@ -70,3 +70,10 @@ def test_the_document_is_what_json_dumps_writes(algo, dims, fault, tmp_path):
     back = from_json(json.loads(want))
     assert all(np.array_equal(x, y) for x, y in zip(back.ops.columns().values(),
                                                      s.ops.columns().values(), strict=True))
+
+
+@settings(max_examples=50, deadline=None)
+@given(hnp.arrays(st.sampled_from([np.int8, np.int32, np.uint8]),
+                  st.integers(1, 50), elements=st.integers(0, 9)))
+def test_single_digit_columns(a):
+    assert int_array_json(a) == _reference(a)
