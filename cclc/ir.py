@@ -318,7 +318,8 @@ class ScheduleBuilder:
         arrays = np.broadcast_arrays(*[np.asarray(v) for v in vals.values()])
         n = arrays[0].size
         for (k, dtype), a in zip(OP_COLUMNS.items(), arrays, strict=True):
-            self._cols[k].append(np.array(a, dtype=dtype).reshape(n))
+            # a fresh array that owns its data (no view), so build() may keep it as it is
+            self._cols[k].append(np.array(a.reshape(n), dtype=dtype))
 
     def build(self, algorithm: str, schedule: str = "-",
               params: tuple[tuple[str, int | float | str], ...] = ()) -> Schedule:
