@@ -31,8 +31,10 @@ lockstep time itself.
 Both are true lower bounds on the simulated time, not estimates with an error: ``auto``
 evaluates the candidates in order of their bounds and skips one whose bound is already above
 the time of a simulated candidate, which therefore never changes the choice
-(``tests/plan/test_estimate.py`` checks the bounds against simulation under every model, and
-pruned ``auto`` against unpruned ``auto``).
+(``tests/plan/test_estimate.py`` and ``tests/plan/test_step_bounds.py`` check the bounds
+against simulation under every model and routing, the traffic against the built schedules, and
+pruned ``auto`` against unpruned ``auto``). A bound within rounding (1e-9) of the best time
+does not prune: exact bounds are summed in another order than the simulator sums.
 
 How tight (bandwidth-bound sizes, GPU tori, routing ``none``; the tests pin the healthy
 figures): the load bound is within 1% for DimRotation on a healthy torus, 1.09-1.34x below

@@ -6,7 +6,7 @@ a link's traffic per step depends on. :func:`layout_traffic` adds it up per (ste
 whole rings and slot ranges at once (no row per op, no buffers), exactly as
 :mod:`~cclc.algorithms.torus_alltoall.lowering` lays the ops out, so the lower bounds of
 :mod:`cclc.estimate` for Pipeline, DimRotation, MATE and MATEe cost milliseconds where building
-the schedule costs seconds. ``tests/plan/test_traffic.py`` checks it against the built
+the schedule costs seconds. ``tests/plan/test_step_bounds.py`` checks it against the built
 schedules' own ops and routes.
 """
 
