@@ -36,8 +36,8 @@ _PROTOCOLS = ("Simple", "LL", "LL128")
 TunerRows = Sequence[Mapping[str, int]]
 
 #: a rendered file: its text, its bytes, or its text in pieces (a lazy iterable, consumed once
-#: as the pipeline writes it)
-Contents = str | bytes | Iterable[str]
+#: as the pipeline writes it; pieces already encoded may be bytes)
+Contents = str | bytes | Iterable[str] | Iterable[bytes]
 
 Key = TypeVar("Key", contravariant=True)
 Subject = TypeVar("Subject", contravariant=True)

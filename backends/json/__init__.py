@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from backends.contract import Backend, EmitOptions, Facts
+from backends.contract import Backend, Contents, EmitOptions, Facts
 from cclc.collective import Collective
 from cclc.ir import Schedule
 from cclc.serialize import document_pieces
@@ -28,7 +28,7 @@ class JsonBackend:
         return (f"{key.name}.schedule.json",)
 
     def render(self, subject: Schedule, options: EmitOptions, facts: Facts
-               ) -> dict[str, Iterator[bytes]]:
+               ) -> dict[str, Contents]:
         def pieces() -> Iterator[bytes]:
             yield from document_pieces(subject)
             yield b"\n"
