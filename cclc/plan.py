@@ -12,9 +12,10 @@ or why it was not applicable.
 from __future__ import annotations
 
 import difflib
-import hashlib
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import IO
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from cclc.collective import Collective, make_collective
 from cclc.errors import CollectiveError, ScheduleError
 from cclc.estimate import candidate_bounds, evaluation_order, prune_reason
 from cclc.execution import IR_MODEL, ExecutionModel, predict
-from cclc.ir import Schedule
+from cclc.ir import OP_COLUMNS, Buf, Ops, Routes, Schedule
 from cclc.relay import RelayError
 from cclc.verify import verify
 
@@ -34,7 +35,6 @@ __all__ = [
     "CrossoverRow",
     "Plan",
     "crossover_table",
-    "fingerprint",
     "hint_key",
     "hint_params",
     "known_names",
@@ -293,7 +293,7 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
             continue
         key = (row.time if row.time is not None else float("inf"), i)
         if best is None or key < best.key:
-            best = _Best(key, schedule, row, algo)
+            best = _Best(key, schedule, row)
         del schedule
     rows = [r for r in found if r is not None]
     if best is None:
@@ -301,54 +301,55 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         raise CollectiveError(f"no algorithm can serve collective '{coll.name}' "
                               f"({coll.kind.value} on {coll.n} ranks): {why}",
                               coll.algorithm.span or coll.span)
-    schedule, row = best.rebuilt(coll), best.row
+    schedule, row = best.restored(), best.row
     return Plan(schedule, row.time, bound, tuple(rows), model, row.planned_time, all_bounds)
 
 
-#: the largest best-so-far schedule (ops) that ``auto`` keeps while it builds the next
-#: candidate; a larger one is dropped and rebuilt if it wins, so that one schedule of
-#: millions of ops is alive at a time (two 5M-op schedules and their analyses took 3.8 GiB)
+#: the largest best-so-far schedule (ops) that ``auto`` keeps in memory while it builds the
+#: next candidate; a larger one waits in a temporary file, so that one schedule of millions of
+#: ops is in memory at a time (two 5M-op schedules and their analyses took 3.8 GiB)
 KEEP_BEST_OPS = 1_000_000
 
 
 @dataclass(frozen=True, eq=False)
 class _Best:
-    """``auto``'s fastest candidate so far: its sort key and row, and its schedule, or (once
-    dropped) the fingerprint that its rebuild must match."""
+    """``auto``'s fastest candidate so far: its sort key and row, and its schedule, in memory
+    or (``spilled``) its arrays in a temporary file."""
 
     key: tuple[float, int]
     schedule: Schedule | None
     row: Candidate
-    algo: Algorithm
-    fingerprint: bytes | None = None
+    spilled: tuple[Schedule, IO[bytes]] | None = None
 
     def make_room(self) -> _Best:
-        """This entry without its schedule when the schedule is large."""
-        if self.schedule is None or len(self.schedule.ops) <= KEEP_BEST_OPS:
+        """This entry with a large schedule moved out of memory (see :data:`KEEP_BEST_OPS`)."""
+        s = self.schedule
+        if s is None or len(s.ops) <= KEEP_BEST_OPS:
             return self
-        return replace(self, schedule=None, fingerprint=fingerprint(self.schedule))
+        f = tempfile.TemporaryFile()
+        np.savez(f, *s.layouts, s.routes.offsets, s.routes.links,
+                 **{f"op_{k}": v for k, v in s.ops.columns().items()})
+        # what stays: the schedule without ops, routes and layouts (a few small fields)
+        shell = s.replace(ops=Ops.empty(), routes=_EMPTY_ROUTES,
+                          layouts=tuple(np.zeros(0, dtype=np.int64) for _ in Buf))
+        return replace(self, schedule=None, spilled=(shell, f))
 
-    def rebuilt(self, coll: Collective) -> Schedule:
-        """The schedule, rebuilt and verified again if it was dropped; the builders are
-        deterministic, and the fingerprint proves the rebuild is what was simulated."""
+    def restored(self) -> Schedule:
+        """The schedule, read back bit for bit if it was moved out of memory."""
         if self.schedule is not None:
             return self.schedule
-        schedule = self.algo.build(coll, **_params(coll))
-        if fingerprint(schedule) != self.fingerprint:
-            raise ScheduleError(f"internal: rebuilding {self.algo.name} gave another schedule "
-                                "than the one simulated")
-        verify(schedule)
-        return schedule
+        assert self.spilled is not None
+        shell, f = self.spilled
+        f.seek(0)
+        with np.load(f) as z:
+            cols = {k: z[f"op_{k}"] for k in OP_COLUMNS}
+            layouts = (z["arr_0"], z["arr_1"], z["arr_2"])
+            routes = Routes(z["arr_3"], z["arr_4"])
+        f.close()
+        return shell.replace(ops=Ops(**cols), routes=routes, layouts=layouts)
 
 
-def fingerprint(s: Schedule) -> bytes:
-    """A digest of everything a schedule's analyses read: ops, routes, layouts, names."""
-    h = hashlib.blake2b(digest_size=20)
-    h.update(repr((s.algorithm, s.schedule, s.params, s.n)).encode())
-    for a in (*s.ops.columns().values(), s.routes.offsets, s.routes.links, *s.layouts):
-        h.update(np.ascontiguousarray(a).data)
-        h.update(str(a.shape).encode())
-    return h.digest()
+_EMPTY_ROUTES = Routes(np.zeros(2, dtype=np.int64), np.zeros(0, dtype=np.int32))
 
 
 def _as_auto(coll: Collective) -> Collective:
