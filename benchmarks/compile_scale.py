@@ -13,7 +13,7 @@ Absolute figures (each in a child process, so that its peak resident memory is i
 Ratios, measured one after the other in the same run (so machine load affects both sides
 alike): the columnar event simulator against the op-by-op loop it replaced, the columnar
 relay lowering against its loop, the columnar dataflow lowering (the ``nccl`` model's plan)
-against its loop, and ``auto`` with and without pruning by load bounds. The loops are the
+against its loop, and ``auto`` with and without pruning by lower bounds. The loops are the
 references the tests keep (``tests/sim/event_reference.py``, ``tests/ir/relay_reference.py``,
 ``tests/sim/dataflow_reference.py``).
 
