@@ -42,10 +42,15 @@ nothing).
     dimensions) that the faults, the group and the sizes leave intact (:mod:`cclc.flow_lp`;
     exact: the optimum is the full LP's), so a healthy torus of any size has one family and a
     5x5x5 torus with one failed link 30. It is skipped, and the report says so, above
-    ``LP_MAX_VARIABLES`` flow variables (alltoall: one LP with shared capacities, HiGHS interior
-    point + crossover) or ``LP_MAX_FAMILIES`` max-flow LPs (the others, OR-Tools GLOP, one
-    small LP per family; allreduce: its joint LP, see below); the closed forms then stand
-    alone. The optimum over ``S`` does not
+    ``LP_MAX_VARIABLES`` flow variables (alltoall: one LP with shared capacities) or
+    ``LP_MAX_FAMILIES`` max-flow LPs (the others, OR-Tools GLOP, one small LP per family;
+    allreduce: its joint LP, see below); the closed forms then stand alone. The alltoall LP
+    is solved exactly (HiGHS interior point + crossover) up to ``LP_EXACT_MAX_VARIABLES``
+    flow variables; above, PDLP solves it to a tolerance and the bound is the *certified*
+    lower value of its solution (:mod:`cclc.flow_dual`: weak duality turns any link prices
+    into a valid bound, so PDLP's accuracy only decides how close it comes), reported with
+    the gap to a feasible flow repaired from PDLP's (an upper value of the LP).
+    The optimum over ``S`` does not
     depend on ``S``: it is kept on the topology for the next size or candidate.
 
     * alltoall: one family per source (commodities aggregated by source) sending

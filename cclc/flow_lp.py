@@ -274,6 +274,8 @@ def alltoall_lp_certified(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap
     # the prices of a first-order method can be poor on a hard LP; hop counts (the hop-bytes
     # bound) are a certificate too
     lower = max(lower, certified_time(n_vertices, src, dst, cap, group, pair, np.ones(len(src))))
+    if not np.isfinite(lower):           # a pair with bytes and no path between them
+        raise CclError("no flow routes every pair of the alltoall: the group is disconnected")
     flow = np.maximum(np.asarray(result.primal_solution)[:-1], 0.0).reshape(len(lp.reps), -1)
     flow = _repair(n_vertices, src, dst, lp.supply, group[lp.reps], flow)
     load = np.bincount(sym.link_orbit[np.tile(np.arange(len(src)), len(lp.reps))],
