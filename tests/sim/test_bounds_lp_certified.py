@@ -179,6 +179,27 @@ def test_the_certified_lp_brackets_the_exact_lp(topo, uniform, seed):
     assert cert.lower >= exact * (1 - TOLERANCE)
 
 
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(faulty_tori())
+def test_lp_bound_through_pdlp_and_the_symmetries_against_the_full_lp(topo):
+    """The path ``bounds`` takes above the exact limit (symmetry-reduced, then certified),
+    forced on small tori: never above the full LP, within TOLERANCE of it."""
+    group, pair = _uniform(topo)
+    exact = _exact_or_skip(topo, group, pair)
+    _, _, bw = _links(topo)
+    coll = make_collective("a", K.ALLTOALL, topo, tuple(group), size=len(group) ** 2,
+                           dtype=DType.UINT8)
+    saved = bounds_module.LP_EXACT_MAX_VARIABLES
+    bounds_module.LP_EXACT_MAX_VARIABLES = 0
+    try:
+        b = lp_bound(coll)
+    finally:
+        bounds_module.LP_EXACT_MAX_VARIABLES = saved
+    assert "certified" in b.description
+    exact_s = exact * len(group) / bw.max()      # n bytes per pair
+    assert exact_s * (1 - TOLERANCE) <= b.seconds <= exact_s * (1 + 1e-9)
+
+
 @settings(max_examples=20, deadline=None)
 @given(faulty_tori(), st.integers(0, 2 ** 31 - 1))
 def test_the_repaired_flow_conserves_exactly(topo, seed):
