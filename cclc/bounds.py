@@ -114,9 +114,9 @@ __all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES"
 
 #: the alltoall LP (one multi-commodity LP, capacities shared) is skipped by default above this
 #: many flow variables (commodity families x healthy links, after the symmetry reduction); up
-#: to it, PDLP and a certificate (see ``LP_EXACT_MAX_VARIABLES``) take 1-2 s on a 5x5x5 torus
-#: with four failed links (75 x 746) and about 40 s on an 8x8x8 torus with one (120 x 3071);
-#: with four (512 x 3068) about 200 s. A healthy torus of any size has one family.
+#: to it, PDLP and a certificate (see ``LP_EXACT_MAX_VARIABLES``) take 1.5-2.6 s on a 5x5x5
+#: torus with one or four failed links and 54 s on an 8x8x8 torus with one (120 x 3071; 2
+#: cores, load 8-9); with four (512 x 3068) 347 s. A healthy torus of any size has one family.
 #: ``cclc bounds --lp-max-variables`` raises it.
 LP_MAX_VARIABLES = 400_000
 #: up to this many flow variables the alltoall LP is solved exactly (HiGHS interior point and
@@ -125,8 +125,8 @@ LP_MAX_VARIABLES = 400_000
 #: HiGHS took 30 s on 56 000 variables and failed on 368 000
 LP_EXACT_MAX_VARIABLES = 10_000
 #: PDLP's relative tolerance and iteration limit for the certified alltoall LP: the
-#: certificate holds whatever they are; at 1e-4 it came within 1e-5 of the optimum on the
-#: tori of ``benchmarks/bounds_scale.py`` (1e-3 left 0.7% on 8x8x8 with one failed link)
+#: certificate holds whatever they are; at 1e-4 it came within 0.03% of a feasible flow on
+#: the tori of ``benchmarks/bounds_scale.py`` (1e-3 left 0.7% on 8x8x8 with one failed link)
 PDLP_TOLERANCE = 1e-4
 PDLP_ITERATION_LIMIT = 20_000
 #: the joint allreduce LP (one HiGHS LP, 2 x families x links flow variables) is replaced by the
