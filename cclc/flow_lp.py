@@ -14,7 +14,11 @@ of the full one and back, so the optimum is the same: the reduction is exact.
 
 A healthy 8x8x8 torus keeps all 24576 automorphisms: one family, 3072 variables. One failed
 link keeps the 8 that fix it (reflections and the swap of the two other dimensions): 120
-families. The LP is solved by HiGHS's interior point method with crossover to a vertex.
+families. :func:`alltoall_lp_time` solves the LP exactly (HiGHS's interior point method with
+crossover to a vertex); :func:`alltoall_lp_certified` solves it approximately with PDLP, which
+scales further, and pins the optimum between a certified lower value (weak duality, from
+PDLP's link prices) and the time of a feasible flow (PDLP's, repaired to conserve exactly,
+extended to every source by averaging over the group, like any reduced flow).
 """
 
 from __future__ import annotations
