@@ -42,10 +42,15 @@ nothing).
     dimensions) that the faults, the group and the sizes leave intact (:mod:`cclc.flow_lp`;
     exact: the optimum is the full LP's), so a healthy torus of any size has one family and a
     5x5x5 torus with one failed link 30. It is skipped, and the report says so, above
-    ``LP_MAX_VARIABLES`` flow variables (alltoall: one LP with shared capacities, HiGHS interior
-    point + crossover) or ``LP_MAX_FAMILIES`` max-flow LPs (the others, OR-Tools GLOP, one
-    small LP per family; allreduce: its joint LP, see below); the closed forms then stand
-    alone. The optimum over ``S`` does not
+    ``LP_MAX_VARIABLES`` flow variables (alltoall: one LP with shared capacities) or
+    ``LP_MAX_FAMILIES`` max-flow LPs (the others, OR-Tools GLOP, one small LP per family;
+    allreduce: its joint LP, see below); the closed forms then stand alone. The alltoall LP
+    is solved exactly (HiGHS interior point + crossover) up to ``LP_EXACT_MAX_VARIABLES``
+    flow variables; above, PDLP solves it to a tolerance and the bound is the *certified*
+    lower value of its solution (:mod:`cclc.flow_dual`: weak duality turns any link prices
+    into a valid bound, so PDLP's accuracy only decides how close it comes), reported with
+    the gap to a feasible flow repaired from PDLP's (an upper value of the LP).
+    The optimum over ``S`` does not
     depend on ``S``: it is kept on the topology for the next size or candidate.
 
     * alltoall: one family per source (commodities aggregated by source) sending
@@ -94,18 +99,36 @@ from scipy.sparse.csgraph import shortest_path
 
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError
-from cclc.flow_lp import Symmetry, alltoall_lp_time, torus_symmetry
+from cclc.flow_lp import (
+    CertifiedLP,
+    Symmetry,
+    alltoall_lp_certified,
+    alltoall_lp_time,
+    torus_symmetry,
+)
 
-__all__ = ["LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES", "LP_MAX_VARIABLES", "Bound", "Bounds",
+__all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES",
+           "LP_MAX_VARIABLES", "Bound", "Bounds",
            "bounds", "cut_bound", "hop_bytes_bound", "injection_bound", "latency_bound", "lp_bound",
            "lp_size", "lp_skipped_note"]
 
 #: the alltoall LP (one multi-commodity LP, capacities shared) is skipped by default above this
-#: many flow variables (commodity families x healthy links, after the symmetry reduction): a
-#: 5x5x5 torus with four failed links has 75 x 746 (30 s on 2 busy cores), an 8x8x8 one with
-#: one failed link 120 x 3071 (about 10 minutes), hgx16_leafspine 128 x 894 (73 s); a healthy
-#: torus of any size has one family. ``cclc bounds --lp-max-variables`` raises it.
-LP_MAX_VARIABLES = 60_000
+#: many flow variables (commodity families x healthy links, after the symmetry reduction); up
+#: to it, PDLP and a certificate (see ``LP_EXACT_MAX_VARIABLES``) take 1.5-2.6 s on a 5x5x5
+#: torus with one or four failed links and 54 s on an 8x8x8 torus with one (120 x 3071; 2
+#: cores, load 8-9); with four (512 x 3068) 347 s. A healthy torus of any size has one family.
+#: ``cclc bounds --lp-max-variables`` raises it.
+LP_MAX_VARIABLES = 400_000
+#: up to this many flow variables the alltoall LP is solved exactly (HiGHS interior point and
+#: crossover, about a second); above it PDLP solves it approximately and the bound is the
+#: certified lower value of its solution (:func:`cclc.flow_lp.alltoall_lp_certified`):
+#: HiGHS took 30 s on 56 000 variables and failed on 368 000
+LP_EXACT_MAX_VARIABLES = 10_000
+#: PDLP's relative tolerance and iteration limit for the certified alltoall LP: the
+#: certificate holds whatever they are; at 1e-4 it came within 0.03% of a feasible flow on
+#: the tori of ``benchmarks/bounds_scale.py`` (1e-3 left 0.7% on 8x8x8 with one failed link)
+PDLP_TOLERANCE = 1e-4
+PDLP_ITERATION_LIMIT = 20_000
 #: the joint allreduce LP (one HiGHS LP, 2 x families x links flow variables) is replaced by the
 #: larger of the reducescatter and allgather LPs above this many flow variables by default:
 #: tpuv4_4x4x4_ocs has 9120 (4-7 s), a 5x5x5 torus with one failed link 44940 (about a minute)
@@ -493,25 +516,7 @@ def _solve_lp(f: _Facts, sym: Symmetry | None = None) -> float:
     """Max-concurrent-flow time bound (seconds) for ``f.kind`` (not allreduce)."""
     cmax = float(f.bw.max())
     if f.kind is K.ALLTOALL:
-        sym = sym if sym is not None else _symmetry(f)
-        pair = f.pair_bytes()
-        g = f.group
-        active = (pair.sum(axis=1) > 0) | (pair.sum(axis=0) > 0)
-        for v in g[active].tolist():
-            if f.cap_out[v] + f.cap_in[v] <= 0:
-                raise CclError(f"collective '{f.coll.name}': {f.topo.vertex_names[v]} has no "
-                               "healthy link")
-        if not active.any():
-            return 0.0
-        # the largest pair is one unit: HiGHS's tolerances are absolute (1e-7), so demands
-        # of 1/n of the size would leave them room to bend the optimum at 512 ranks
-        unit = float(pair.max())
-        try:
-            t = alltoall_lp_time(f.topo.n_vertices, f.src, f.dst, f.bw / cmax, g, pair / unit,
-                                 sym)
-        except CclError as e:
-            raise CclError(f"collective '{f.coll.name}': {e}") from None
-        return unit * t / cmax
+        return _alltoall_lp(f, sym if sym is not None else _symmetry(f))[0]
     fams, _ = _families(f, sym)
     if not fams:
         return 0.0
@@ -527,6 +532,40 @@ def _solve_lp(f: _Facts, sym: Symmetry | None = None) -> float:
     # the model is scaled (demands in units of S, capacities in units of the largest
     # bandwidth): lambda demands per second is lambda_scaled * cmax / S
     return f.S / (lam * cmax)
+
+
+def _alltoall_lp(f: _Facts, sym: Symmetry) -> tuple[float, CertifiedLP | None]:
+    """The alltoall LP bound (seconds): exact (HiGHS) up to ``LP_EXACT_MAX_VARIABLES`` flow
+    variables, above that the certified lower value of PDLP's solution (and the certificate,
+    in the LP's scaled units)."""
+    cmax = float(f.bw.max())
+    pair = f.pair_bytes()
+    g = f.group
+    active = (pair.sum(axis=1) > 0) | (pair.sum(axis=0) > 0)
+    for v in g[active].tolist():
+        if f.cap_out[v] + f.cap_in[v] <= 0:
+            raise CclError(f"collective '{f.coll.name}': {f.topo.vertex_names[v]} has no "
+                           "healthy link")
+    if not active.any():
+        return 0.0, None
+    # the largest pair is one unit: HiGHS's tolerances are absolute (1e-7), so demands
+    # of 1/n of the size would leave them room to bend the optimum at 512 ranks
+    unit = float(pair.max())
+    args = (f.topo.n_vertices, f.src, f.dst, f.bw / cmax, g, pair / unit, sym)
+    cert = None
+    try:
+        if _lp_families(f, sym) * len(f.src) <= LP_EXACT_MAX_VARIABLES:
+            t = alltoall_lp_time(*args)
+        else:
+            cert = alltoall_lp_certified(*args, tolerance=PDLP_TOLERANCE,
+                                         iteration_limit=PDLP_ITERATION_LIMIT)
+            t = cert.lower
+    except CclError as e:
+        raise CclError(f"collective '{f.coll.name}': {e}") from None
+    if not np.isfinite(t):
+        raise CclError(f"collective '{f.coll.name}': no flow routes every pair of the "
+                       "alltoall: the group is disconnected")
+    return unit * t / cmax, cert
 
 
 class _FlowLP:
@@ -714,7 +753,7 @@ def lp_bound(coll: Collective, max_ranks: int | None = None,
     if (key not in cache or (cache[key][0] is None and (forced or limit > default))
             or (cache[key][2] and (forced or cache[key][2] <= limit))):
         cache[key] = _scaled_lp(f, forced, limit)
-    scaled, sym, fallback = cache[key]
+    scaled, sym, fallback, cert = cache[key]
     if scaled is None:
         return None
     if fallback:
@@ -723,11 +762,14 @@ def lp_bound(coll: Collective, max_ranks: int | None = None,
     if sym.order > 1:
         what += (f", reduced by {sym.order} torus symmetries to "
                  f"{_lp_families(f, sym)} commodity families")
+    if cert is not None:
+        what += (f"; certified lower value of PDLP's solution (weak duality, link prices), "
+                 f"a feasible flow {100 * cert.gap:.3g}% above it")
     return Bound("lp", scaled * f.S, what)
 
 
 def _scaled_lp(f: _Facts, forced: bool,
-               max_variables: int) -> tuple[float | None, Symmetry, int]:
+               max_variables: int) -> tuple[float | None, Symmetry, int, CertifiedLP | None]:
     """The LP bound over ``S`` (``None``: over the limits, unless ``forced``), and for an
     allreduce whose joint LP is over ``max_variables`` flow variables (unless ``forced``) that
     number: the bound is then the larger of the reduce-scatter and allgather LPs (0: not)."""
@@ -735,10 +777,11 @@ def _scaled_lp(f: _Facts, forced: bool,
     families = _lp_families(f, sym)
     if not forced:
         if f.kind is K.ALLTOALL and families * len(f.src) > max_variables:
-            return None, sym, 0
+            return None, sym, 0, None
         if f.kind is not K.ALLTOALL and families > LP_MAX_FAMILIES:
-            return None, sym, 0
+            return None, sym, 0, None
     fallback = 0
+    cert = None
     if f.kind is K.ALLREDUCE and (forced or families * len(f.src) <= max_variables):
         t = _allreduce_lp(f, sym)
     elif f.kind is K.ALLREDUCE:
@@ -747,9 +790,11 @@ def _scaled_lp(f: _Facts, forced: bool,
         fallback = families * len(f.src)
         t = max(_solve_lp(_with_kind(f, K.REDUCESCATTER), sym),
                 _solve_lp(_with_kind(f, K.ALLGATHER), sym))
+    elif f.kind is K.ALLTOALL:
+        t, cert = _alltoall_lp(f, sym)
     else:
         t = _solve_lp(f, sym)
-    return t / f.S, sym, fallback
+    return t / f.S, sym, fallback, cert
 
 
 def lp_skipped_note(coll: Collective, max_variables: int | None = None) -> str:

@@ -14,12 +14,17 @@ of the full one and back, so the optimum is the same: the reduction is exact.
 
 A healthy 8x8x8 torus keeps all 24576 automorphisms: one family, 3072 variables. One failed
 link keeps the 8 that fix it (reflections and the swap of the two other dimensions): 120
-families. The LP is solved by HiGHS's interior point method with crossover to a vertex.
+families. :func:`alltoall_lp_time` solves the LP exactly (HiGHS's interior point method with
+crossover to a vertex); :func:`alltoall_lp_certified` solves it approximately with PDLP, which
+scales further, and pins the optimum between a certified lower value (weak duality, from
+PDLP's link prices) and the time of a feasible flow (PDLP's, repaired to conserve exactly,
+extended to every source by averaging over the group, like any reduced flow).
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -28,7 +33,13 @@ from scipy.optimize import linprog
 from cclc.errors import CclError
 from cclc.topology import Topology
 
-__all__ = ["Symmetry", "alltoall_lp_time", "torus_symmetry"]
+__all__ = ["CertifiedLP", "Symmetry", "alltoall_lp_certified", "alltoall_lp_time",
+           "torus_symmetry"]
+
+
+#: PDLP's threads: fixed, not the machine's core count, because its sums are sharded by it
+#: and the certified bound should not change from one machine to the next
+PDLP_THREADS = 2
 
 
 class Symmetry:
@@ -142,11 +153,20 @@ def torus_symmetry(topo: Topology, src: np.ndarray, dst: np.ndarray, bw: np.ndar
     return Symmetry(vertex_key, link_key, count)
 
 
-def alltoall_lp_time(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray,
-                     group: np.ndarray, pair: np.ndarray, sym: Symmetry) -> float:
-    """The smallest ``T`` such that every ``pair[i, j]`` from ``group[i]`` to ``group[j]`` fits
-    within ``T * cap`` on every link (the units of ``pair`` over those of ``cap``): the
-    max-concurrent-flow LP with commodities aggregated by source, one family per orbit."""
+@dataclass(frozen=True, slots=True)
+class _ReducedLP:
+    """The symmetry-reduced alltoall LP: variables ``x[r, e]`` (family ``r`` on link ``e``,
+    row-major) then ``T``; ``conservation @ v == supply`` and ``capacity @ v <= 0``."""
+
+    reps: np.ndarray
+    conservation: sp.csr_matrix
+    supply: np.ndarray            # (families, vertices)
+    capacity: sp.csr_matrix
+    weight: np.ndarray            # a family's share of its link orbit's load, per variable
+
+
+def _reduced_lp(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray,
+                group: np.ndarray, pair: np.ndarray, sym: Symmetry) -> _ReducedLP:
     V, E = n_vertices, len(src)
     reps = sym.representatives(group)
     k = len(reps)
@@ -170,15 +190,145 @@ def alltoall_lp_time(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.
     capacity = sp.hstack([
         sp.csr_matrix((weight, (sym.link_orbit[e_idx], col)), shape=(orbits, k * E)),
         sp.csr_matrix(-orbit_cap.reshape(-1, 1))]).tocsr()
-    cost = np.zeros(k * E + 1)
+    return _ReducedLP(reps, conservation, supply, capacity, weight)
+
+
+def alltoall_lp_time(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray,
+                     group: np.ndarray, pair: np.ndarray, sym: Symmetry) -> float:
+    """The smallest ``T`` such that every ``pair[i, j]`` from ``group[i]`` to ``group[j]`` fits
+    within ``T * cap`` on every link (the units of ``pair`` over those of ``cap``): the
+    max-concurrent-flow LP with commodities aggregated by source, one family per orbit."""
+    lp = _reduced_lp(n_vertices, src, dst, cap, group, pair, sym)
+    n_col = lp.conservation.shape[1]
+    cost = np.zeros(n_col)
     cost[-1] = 1.0
     # HiGHS's interior point method, then crossover to a vertex: the optimum to the simplex's
     # tolerances (the dual simplex alone takes 30x longer on these LPs)
-    res = linprog(cost, A_ub=capacity, b_ub=np.zeros(orbits), A_eq=conservation,
-                  b_eq=supply.ravel(), bounds=(0, None), method="highs-ipm")
+    res = linprog(cost, A_ub=lp.capacity, b_ub=np.zeros(lp.capacity.shape[0]),
+                  A_eq=lp.conservation, b_eq=lp.supply.ravel(), bounds=(0, None),
+                  method="highs-ipm")
     if res.status == 2:
         raise CclError("no flow routes every pair of the alltoall: the group is disconnected")
     if res.status != 0:
         raise CclError(f"the alltoall LP bound did not solve (HiGHS: {res.message}); --no-lp "
                        "skips it")
     return float(res.fun)
+
+
+@dataclass(frozen=True, slots=True)
+class CertifiedLP:
+    """The alltoall LP's optimum pinned between two certified values (units of
+    :func:`alltoall_lp_time`): ``lower`` from link prices by weak duality
+    (:func:`cclc.flow_dual.certified_time`), ``upper`` the time of a feasible flow;
+    ``iterations`` of PDLP."""
+
+    lower: float
+    upper: float
+    iterations: int
+
+    @property
+    def gap(self) -> float:
+        """How far ``upper`` is above ``lower``, as a fraction of ``lower``."""
+        return self.upper / self.lower - 1.0 if self.lower > 0 else float("inf")
+
+
+def alltoall_lp_certified(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray,
+                          group: np.ndarray, pair: np.ndarray, sym: Symmetry,
+                          tolerance: float, iteration_limit: int) -> CertifiedLP:
+    """The same LP as :func:`alltoall_lp_time`, solved approximately by PDLP (a first-order
+    method: no factorization, so it scales to millions of variables) and then certified:
+    the capacity rows' duals price the links and :func:`cclc.flow_dual.certified_time` turns
+    the prices into a lower bound that holds whatever PDLP's accuracy; PDLP's flows, repaired
+    to conserve flow exactly (:func:`_repair`), give an upper value. A fixed thread count
+    (``PDLP_THREADS``: PDLP shards its sums by it) and iteration limit: the same input gives
+    the same numbers on every run."""
+    from ortools.pdlp import solvers_pb2
+    from ortools.pdlp.python import pdlp
+
+    from cclc.flow_dual import certified_time
+
+    lp = _reduced_lp(n_vertices, src, dst, cap, group, pair, sym)
+    n_col = lp.conservation.shape[1]
+    rows_eq, rows_cap = lp.conservation.shape[0], lp.capacity.shape[0]
+    qp = pdlp.QuadraticProgram()
+    cost = np.zeros(n_col)
+    cost[-1] = 1.0
+    qp.objective_vector = cost
+    qp.constraint_matrix = sp.vstack([lp.conservation, lp.capacity]).tocsc()
+    qp.constraint_lower_bounds = np.concatenate([lp.supply.ravel(), np.full(rows_cap, -np.inf)])
+    qp.constraint_upper_bounds = np.concatenate([lp.supply.ravel(), np.zeros(rows_cap)])
+    qp.variable_lower_bounds = np.zeros(n_col)
+    qp.variable_upper_bounds = np.full(n_col, np.inf)
+    params = solvers_pb2.PrimalDualHybridGradientParams()
+    criteria = params.termination_criteria.simple_optimality_criteria
+    criteria.eps_optimal_relative = tolerance
+    criteria.eps_optimal_absolute = tolerance
+    params.termination_criteria.iteration_limit = iteration_limit
+    params.num_threads = PDLP_THREADS
+    result = pdlp.primal_dual_hybrid_gradient(qp, params)
+    if len(result.primal_solution) != n_col:
+        raise CclError("the alltoall LP bound did not solve (PDLP: "
+                       f"{solvers_pb2.TerminationReason.Name(result.solve_log.termination_reason)}"
+                       "); --no-lp skips it")
+    dual = np.asarray(result.dual_solution)[rows_eq:]
+    # a <= row of a minimization has a dual <= 0 here; its negation prices the orbit's links,
+    # each link of orbit O getting 1/|O| of it (the reduced row is the mean of its links' rows)
+    price = np.maximum(-dual, 0.0)[sym.link_orbit] / sym.link_orbit_size[sym.link_orbit]
+    lower = certified_time(n_vertices, src, dst, cap, group, pair, price)
+    # the prices of a first-order method can be poor on a hard LP; hop counts (the hop-bytes
+    # bound) are a certificate too
+    lower = max(lower, certified_time(n_vertices, src, dst, cap, group, pair, np.ones(len(src))))
+    if not np.isfinite(lower):           # a pair with bytes and no path between them
+        raise CclError("no flow routes every pair of the alltoall: the group is disconnected")
+    flow = np.maximum(np.asarray(result.primal_solution)[:-1], 0.0).reshape(len(lp.reps), -1)
+    flow = _repair(n_vertices, src, dst, lp.supply, group[lp.reps], flow)
+    load = np.bincount(sym.link_orbit[np.tile(np.arange(len(src)), len(lp.reps))],
+                       weights=lp.weight * flow.ravel(), minlength=sym.n_link_orbits)
+    orbit_cap = np.zeros(sym.n_link_orbits)
+    orbit_cap[sym.link_orbit] = cap
+    upper = float((load / orbit_cap).max())
+    return CertifiedLP(lower, max(upper, lower), int(result.solve_log.iteration_count))
+
+
+def _repair(n_vertices: int, src: np.ndarray, dst: np.ndarray, supply: np.ndarray,
+            roots: np.ndarray, flow: np.ndarray) -> np.ndarray:
+    """Flows ``flow[r]`` (>= 0, one per family, conserving only approximately) made exact:
+    each vertex's excess goes to (its shortfall comes from) the family's root along a
+    fewest-hop path, which balances the root too (excesses add up to zero). What is added is
+    PDLP's residual, so the repaired flows cost a little more than PDLP's."""
+    k, E = flow.shape
+    net = np.zeros((k, n_vertices))
+    for r in range(k):
+        net[r] = (np.bincount(src, weights=flow[r], minlength=n_vertices)
+                  - np.bincount(dst, weights=flow[r], minlength=n_vertices))
+    residual = supply - net                       # > 0: the vertex must send that much more
+    rows = np.arange(k)
+    residual[rows, roots] = 0.0                   # the root is balanced by the rest
+    excess, shortfall = np.maximum(residual, 0.0), np.maximum(-residual, 0.0)
+    out_tree = _tree_loads(n_vertices, src, dst, roots, shortfall)        # root -> vertex
+    in_tree = _tree_loads(n_vertices, dst, src, roots, excess)            # vertex -> root
+    return flow + out_tree + in_tree
+
+
+def _tree_loads(n_vertices: int, src: np.ndarray, dst: np.ndarray, roots: np.ndarray,
+                demand: np.ndarray) -> np.ndarray:
+    """Per root ``r``, the load on every link ``src -> dst`` of sending ``demand[r, v]`` from
+    ``roots[r]`` to each ``v`` down a fewest-hop tree (k x links)."""
+    from scipy.sparse.csgraph import breadth_first_order
+
+    V, E, k = n_vertices, len(src), len(roots)
+    key = src.astype(np.int64) * V + dst
+    order = np.argsort(key, kind="stable")
+    graph = sp.csr_matrix((np.ones(E), (src, dst)), shape=(V, V))
+    loads = np.zeros((k, E))
+    for r in range(k):
+        visit, pred = breadth_first_order(graph, int(roots[r]), directed=True,
+                                          return_predecessors=True)
+        acc = demand[r].copy()
+        # children before parents: BFS order backwards
+        for v in visit[:0:-1].tolist():
+            acc[pred[v]] += acc[v]
+        child = visit[1:]
+        link = order[np.searchsorted(key[order], pred[child].astype(np.int64) * V + child)]
+        loads[r, link] = acc[child]
+    return loads
