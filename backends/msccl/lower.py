@@ -167,36 +167,51 @@ def relocate_input(units: Schedule, max_cnt: int
 
 
 class _Accesses:
-    """Per (rank, buffer, unit): every op touching the unit, sorted by step, for the fusion
-    checks (indexed by unit, not by range, so a check reads only the ops of its own units)."""
+    """Every (op, unit) read and write, sorted by (rank, buffer, unit, step, write, op), for
+    the fusion checks: a check of a unit in a window of steps is two bisections of one
+    sorted list of integers, ``slot * span + step + 1``."""
 
     def __init__(self, ops: list[Op]):
-        by: dict[tuple[int, int, int], list[tuple[int, bool, int]]] = defaultdict(list)
-        for k, op in enumerate(ops):
-            for u in range(op.so, op.so + op.cnt):
-                by[(op.src, op.sb, u)].append((op.step, False, k))
-            for u in range(op.do, op.do + op.cnt):
-                by[(op.dst, op.db, u)].append((op.step, True, k))
-                if op.kind is OpKind.REDUCE:
-                    by[(op.dst, op.db, u)].append((op.step, False, k))
-        self.by = {key: sorted(v) for key, v in by.items()}
-        self.steps = {key: [a[0] for a in v] for key, v in self.by.items()}
+        cols = np.array([(op.step, op.src, op.sb, op.so, op.dst, op.db, op.do, op.cnt,
+                          op.kind is OpKind.REDUCE) for op in ops],
+                        dtype=np.int64).reshape(-1, 9)
+        step, src, sb, so, dst, db, do, cnt, red = cols.T
+        k = np.arange(len(ops))
+        # rows: the reads of every op's source, the writes of its destination, and the reads
+        # of a reduction's destination
+        rr = np.flatnonzero(red)
+        rank = np.concatenate([src, dst, dst[rr]])
+        buf = np.concatenate([sb, db, db[rr]])
+        lo = np.concatenate([so, do, do[rr]])
+        length = np.concatenate([cnt, cnt, cnt[rr]])
+        write = np.concatenate([np.zeros(len(ops), bool), np.ones(len(ops), bool),
+                                np.zeros(len(rr), bool)])
+        who = np.concatenate([k, k, rr])
+        row = np.repeat(np.arange(len(rank)), length)
+        unit = lo[row] + (np.arange(len(row)) - np.repeat(np.cumsum(length) - length, length))
+        self.n_units = int(unit.max()) + 1 if len(unit) else 1
+        self.span = int(step.max()) + 2 if len(step) else 1
+        slot = (rank[row] * 3 + buf[row]) * self.n_units + unit
+        at = slot * self.span + step[who[row]] + 1
+        order = np.lexsort((who[row], write[row], at))
+        self.at: list[int] = at[order].tolist()
+        self.write: list[bool] = write[row][order].tolist()
+        self.op: list[int] = who[row][order].tolist()
 
     def clash(self, rank: int, buf: Buf, lo: int, hi: int, t0: int, t1: int,
               skip: tuple[int, ...], writes_only: bool = False, reads_only: bool = False
               ) -> bool:
         """Does an op other than ``skip`` touch [lo, hi) in steps t0..t1 (only writes if
         ``writes_only``, only reads if ``reads_only``)?"""
+        first, last = max(t0 + 1, 0), min(t1 + 1, self.span - 1)
+        if first > last:
+            return False
+        at, write, op = self.at, self.write, self.op
         for u in range(lo, hi):
-            key = (rank, buf, u)
-            acc = self.by.get(key)
-            if acc is None:
-                continue
-            steps = self.steps[key]
-            for i in range(bisect_left(steps, t0), bisect_right(steps, t1)):
-                _, write, k = acc[i]
-                if (k not in skip and (write or not writes_only)
-                        and not (write and reads_only)):
+            base = ((rank * 3 + int(buf)) * self.n_units + u) * self.span
+            for i in range(bisect_left(at, base + first), bisect_right(at, base + last)):
+                if (op[i] not in skip and (write[i] or not writes_only)
+                        and not (write[i] and reads_only)):
                     return True
         return False
 
@@ -501,11 +516,14 @@ def assign_channels(ops: list[Op], chains: list[tuple[int, ...]], rt: Runtime,
 class Program:
     """Every MSCCL instruction (``uid`` = index), the ordering edges between them (messages
     and FIFO capacity, and the data hazards, which ``hazard`` also lists per instruction: the
-    ones it must wait for), and how many fused instructions there are."""
+    ones it must wait for), and how many fused instructions there are. ``edges`` is the
+    graph in compressed rows: the successors of ``j`` are ``succ[start[j]:start[j + 1]]``,
+    each edge once; ``indegree`` counts each instruction's predecessors."""
 
     instrs: list[Instr]
-    edges: dict[int, set[int]]
-    hazard: dict[int, set[int]]
+    edges: tuple[list[int], list[int]]
+    indegree: list[int]
+    hazard: dict[int, list[int]]
     n_fused: int
 
 
@@ -514,9 +532,12 @@ class _ProgramBuilder:
 
     def __init__(self) -> None:
         self.instrs: list[Instr] = []
-        self.edges: dict[int, set[int]] = defaultdict(set)
-        self.access: dict[tuple[int, int, int], list[tuple[tuple, int, bool]]] = \
-            defaultdict(list)
+        # ordering edges as (before, after) pairs, possibly repeated
+        self.before: list[int] = []
+        self.after: list[int] = []
+        # every access as one row (instr, rank, buffer, lo, hi, step, phase, op, write): a
+        # range of units, expanded per unit only by the columnar hazard search
+        self.access: list[tuple[int, int, int, int, int, int, int, int, bool]] = []
         # (sender, receiver, channel) -> its messages: (order key, send, receive)
         self.conn_msgs: dict[tuple[int, int, int], list[tuple[tuple, int, int]]] = \
             defaultdict(list)
@@ -529,8 +550,7 @@ class _ProgramBuilder:
 
     def touch(self, i: int, rank: int, buf: Buf, lo: int, hi: int, when: tuple,
               write: bool) -> None:
-        for u in range(lo, hi):
-            self.access[(rank, int(buf), u)].append((when, i, write))
+        self.access.append((i, rank, int(buf), lo, hi, *when, write))
 
 
 def _hop(b: _ProgramBuilder, ops: list[Op], chain: tuple[int, ...], h: int, c: int,
@@ -576,7 +596,8 @@ def _message_instrs(b: _ProgramBuilder, ops: list[Op], channels: Channels,
         sender = s
         for h, k in enumerate(chain):
             i = _hop(b, ops, chain, h, c, acc)
-            b.edges[sender].add(i)
+            b.before.append(sender)
+            b.after.append(i)
             b.conn_msgs[(ops[k].src, ops[k].dst, c)].append(((t, k), sender, i))
             sender = i
 
@@ -593,26 +614,67 @@ def _local_instrs(b: _ProgramBuilder, ops: list[Op]) -> None:
                 b.touch(i, op.dst, op.db, op.do, op.do + op.cnt, (op.step, 1, k), False)
 
 
-def _hazards(access: dict[tuple[int, int, int], list[tuple[tuple, int, bool]]]
-             ) -> dict[int, set[int]]:
+def _hazard_pairs(access: list[tuple[int, int, int, int, int, int, int, int, bool]]
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Data hazards per unit, in IR order (reads of a step before its writes): RAW, WAR and
-    WAW, as the instructions each instruction must wait for."""
-    hazard: dict[int, set[int]] = defaultdict(set)
-    for lst in access.values():
-        lst.sort(key=lambda a: (a[0][0], a[0][1], not a[2], a[0][2]))
-        last_write: int | None = None
-        reads: list[int] = []
-        for _, i, write in lst:
-            if write:
-                for j in reads + ([last_write] if last_write is not None else []):
-                    if j != i:
-                        hazard[i].add(j)
-                last_write, reads = i, []
-            else:
-                if last_write is not None and last_write != i:
-                    hazard[i].add(last_write)
-                reads.append(i)
-    return hazard
+    WAW, as (waiter, waited) pairs of instructions, each pair once, sorted.
+
+    Columnar: every (access, unit) is a row, sorted by unit and then by (step, phase, writes
+    before reads, op, order of recording); in that order a read waits for the last write
+    before it, a write for the last write and every read since."""
+    none = np.zeros(0, dtype=np.int64)
+    if not access:
+        return none, none
+    cols = np.array([a[:8] for a in access], dtype=np.int64).reshape(-1, 8)
+    instr, rank, buf, lo, hi, step, phase, op = cols.T
+    write = np.fromiter((a[8] for a in access), dtype=bool, count=len(access))
+    length = hi - lo
+    row = np.repeat(np.arange(len(access)), length)          # the access of each unit row
+    unit = lo[row] + (np.arange(len(row)) - np.repeat(np.cumsum(length) - length, length))
+    n_units = int(unit.max()) + 1 if len(unit) else 1
+    slot = (rank[row] * 3 + buf[row]) * n_units + unit
+    order = np.lexsort((row, op[row], write[row] == 0, phase[row], step[row], slot))
+    slot, row = slot[order], row[order]
+    is_write, who = write[row], instr[row]
+    pos = np.arange(len(row))
+    first = np.concatenate([[True], slot[1:] != slot[:-1]])
+    start = np.maximum.accumulate(np.where(first, pos, 0))      # the first row of each unit
+    # the last write strictly before each row, of the same unit (-1: none)
+    last = np.maximum.accumulate(np.where(is_write, pos, -1))
+    prev = np.concatenate([[-1], last[:-1]])
+    prev[prev < start] = -1
+    has = prev >= 0
+    waiter = [who[has]]
+    waited = [who[prev[has]]]
+    # a write also waits for every read since that write (or since the unit's first row)
+    w = np.flatnonzero(is_write)
+    since = np.where(prev[w] >= 0, prev[w] + 1, start[w])
+    n_reads = w - since
+    readers = np.repeat(since, n_reads) + (np.arange(int(n_reads.sum()))
+                                           - np.repeat(np.cumsum(n_reads) - n_reads, n_reads))
+    waiter.append(np.repeat(who[w], n_reads))
+    waited.append(who[readers])
+    a, b = np.concatenate(waiter), np.concatenate(waited)
+    keep = a != b
+    size = int(instr.max()) + 1
+    pairs = _distinct(a[keep] * size + b[keep])
+    return pairs // size, pairs % size
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """The distinct values of ``a``, sorted (a sort and a mask: cheaper than np.unique)."""
+    a = np.sort(a)
+    return a[np.concatenate([[True], a[1:] != a[:-1]])] if len(a) else a
+
+
+def _grouped(waiter: np.ndarray, waited: np.ndarray) -> dict[int, list[int]]:
+    """Sorted (waiter, waited) pairs as the list of instructions each waiter waits for."""
+    if not len(waiter):
+        return {}
+    cut = np.flatnonzero(np.concatenate([[True], waiter[1:] != waiter[:-1], [True]])).tolist()
+    return dict(zip(waiter[cut[:-1]].tolist(),
+                    map(waited.tolist().__getitem__, map(slice, cut[:-1], cut[1:])),
+                    strict=True))
 
 
 def instructions(ops: list[Op], channels: Channels, acc: _Accesses | None) -> Program:
@@ -626,33 +688,43 @@ def instructions(ops: list[Op], channels: Channels, acc: _Accesses | None) -> Pr
     for msgs in b.conn_msgs.values():
         msgs.sort()
         for (_, _, r_prev), (_, s_next, _) in pairwise(msgs):
-            b.edges[r_prev].add(s_next)
-    hazard = _hazards(b.access)
-    for i, preds in hazard.items():
-        for j in preds:
-            b.edges[j].add(i)
-    return Program(b.instrs, b.edges, hazard, b.n_fused)
+            b.before.append(r_prev)
+            b.after.append(s_next)
+    waiter, waited = _hazard_pairs(b.access)
+    hazard = _grouped(waiter, waited)
+    n = len(b.instrs)
+    edge = _distinct(np.concatenate([np.array(b.before, dtype=np.int64), waited]) * n
+                     + np.concatenate([np.array(b.after, dtype=np.int64), waiter]))
+    head, tail = edge // n, edge % n
+    start = np.searchsorted(head, np.arange(n + 1)).tolist()
+    indegree = np.bincount(tail, minlength=n).tolist()
+    return Program(b.instrs, (start, tail.tolist()), indegree, hazard, b.n_fused)
 
 
 def global_order(program: Program) -> list[int]:
     """Stage 5: a topological order of the instruction graph (Kahn's algorithm, ties by IR
     step); sets every instruction's ``pos``."""
-    instrs, edges = program.instrs, program.edges
-    indeg = [0] * len(instrs)
-    for succ in edges.values():
-        for i in succ:
-            indeg[i] += 1
-    heap = [(instrs[i].key, i) for i in range(len(instrs)) if indeg[i] == 0]
+    instrs = program.instrs
+    start, succ = program.edges
+    indeg = list(program.indegree)
+    n = len(instrs)
+    # each (key, index) as one integer that sorts the same: a key is (step, phase, op) with
+    # step >= -1 and phase 0 or 1
+    keys = np.array([ins.key for ins in instrs], dtype=np.int64).reshape(-1, 3)
+    span = int(keys[:, 2].max()) + 1 if n else 1
+    prio = ((((keys[:, 0] + 1) * 2 + keys[:, 1]) * span + keys[:, 2]) * n
+            + np.arange(n)).tolist()
+    heap = [prio[i] for i in range(n) if indeg[i] == 0]
     heapq.heapify(heap)
     order: list[int] = []
     while heap:
-        _, j = heapq.heappop(heap)
+        j = heapq.heappop(heap) % n
         instrs[j].pos = len(order)
         order.append(j)
-        for i in edges.get(j, ()):
+        for i in succ[start[j]:start[j + 1]]:
             indeg[i] -= 1
             if indeg[i] == 0:
-                heapq.heappush(heap, (instrs[i].key, i))
+                heapq.heappush(heap, prio[i])
     if len(order) != len(instrs):
         raise ScheduleError("the schedule's messages and buffer hazards form a cycle that no "
                             "MSCCL threadblock order can serve (a pair of ranks exchanging "
@@ -698,7 +770,7 @@ def _set(value: int | None) -> int:
 
 
 def _local_tb(ins: Instr, tbs: list[list[Threadblock]], pools: dict[int, list[Threadblock]],
-              local_tb: dict[int, Threadblock], hazard: dict[int, set[int]],
+              local_tb: dict[int, Threadblock], hazard: dict[int, list[int]],
               instrs: list[Instr], quota: int, cap: int) -> Threadblock:
     """The threadblock of a local copy or reduction: the one of the op it waits on if that
     has room, else a new one while the GPU has fewer than ``quota``, else the emptiest."""
