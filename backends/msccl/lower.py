@@ -34,10 +34,10 @@ tb of its GPU. The lowering, in order:
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import NamedTuple
 
 import numpy as np
 
@@ -72,10 +72,10 @@ class DepidLimitError(ThreadblockLimitError):
     ``depid`` can name."""
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
+class Op(NamedTuple):
     """An op in units after input relocation; ``ir`` is its row in the schedule (None for
-    the copies that relocate the input, which run at step -1, before the schedule)."""
+    the copies that relocate the input, which run at step -1, before the schedule). A named
+    tuple, not a frozen dataclass: there is one per op, and a tuple is cheaper to build."""
 
     ir: int | None
     step: int
@@ -149,14 +149,19 @@ def relocate_input(units: Schedule, max_cnt: int
                o.count.tolist(), strict=True)
     moved = writes_input(units)
 
+    bufs, kinds = tuple(Buf), tuple(OpKind)
+
     def at(buf: int, off: int) -> tuple[Buf, int]:
         # the relocated input lies in scratch, behind the largest scratch
-        return (Buf.SCRATCH, off + n_scr) if moved and buf == Buf.INPUT else (Buf(buf), off)
+        return (Buf.SCRATCH, off + n_scr) if moved and buf == Buf.INPUT else (bufs[buf], off)
 
     ops = []
     for i, (step, src, dst, kind, sb, so, db, do, total) in enumerate(cols):
+        if total <= max_cnt and not moved:          # the common case, without the cutting
+            ops.append(Op(i, step, src, dst, kinds[kind], bufs[sb], so, bufs[db], do, total))
+            continue
         for lo in range(0, total, max_cnt):
-            ops.append(Op(i, step, src, dst, OpKind(kind), *at(sb, so + lo), *at(db, do + lo),
+            ops.append(Op(i, step, src, dst, kinds[kind], *at(sb, so + lo), *at(db, do + lo),
                           min(max_cnt, total - lo)))
     if not moved:
         return ops, sizes, rank_units(units, Buf.SCRATCH)
@@ -168,8 +173,8 @@ def relocate_input(units: Schedule, max_cnt: int
 
 class _Accesses:
     """Every (op, unit) read and write, sorted by (rank, buffer, unit, step, write, op), for
-    the fusion checks: a check of a unit in a window of steps is two bisections of one
-    sorted list of integers, ``slot * span + step + 1``."""
+    the fusion checks: ``seg`` maps a unit's slot to its rows, which a check scans in step
+    order (a unit has few accesses)."""
 
     def __init__(self, ops: list[Op]):
         cols = np.array([(op.step, op.src, op.sb, op.so, op.dst, op.db, op.do, op.cnt,
@@ -190,26 +195,31 @@ class _Accesses:
         row = np.repeat(np.arange(len(rank)), length)
         unit = lo[row] + (np.arange(len(row)) - np.repeat(np.cumsum(length) - length, length))
         self.n_units = int(unit.max()) + 1 if len(unit) else 1
-        self.span = int(step.max()) + 2 if len(step) else 1
         slot = (rank[row] * 3 + buf[row]) * self.n_units + unit
-        at = slot * self.span + step[who[row]] + 1
-        order = np.lexsort((who[row], write[row], at))
-        self.at: list[int] = at[order].tolist()
+        order = np.lexsort((who[row], write[row], step[who[row]], slot))
+        slot = slot[order]
+        self.step: list[int] = step[who[row]][order].tolist()
         self.write: list[bool] = write[row][order].tolist()
         self.op: list[int] = who[row][order].tolist()
+        cut = np.flatnonzero(np.concatenate([[True], slot[1:] != slot[:-1], [True]])).tolist()
+        self.seg = dict(zip(slot[cut[:-1]].tolist(), pairwise(cut), strict=False))
 
     def clash(self, rank: int, buf: Buf, lo: int, hi: int, t0: int, t1: int,
               skip: tuple[int, ...], writes_only: bool = False, reads_only: bool = False
               ) -> bool:
         """Does an op other than ``skip`` touch [lo, hi) in steps t0..t1 (only writes if
         ``writes_only``, only reads if ``reads_only``)?"""
-        first, last = max(t0 + 1, 0), min(t1 + 1, self.span - 1)
-        if first > last:
-            return False
-        at, write, op = self.at, self.write, self.op
+        step, write, op, seg = self.step, self.write, self.op, self.seg
+        base = (rank * 3 + buf) * self.n_units
         for u in range(lo, hi):
-            base = ((rank * 3 + int(buf)) * self.n_units + u) * self.span
-            for i in range(bisect_left(at, base + first), bisect_right(at, base + last)):
+            rows = seg.get(base + u)
+            if rows is None:
+                continue
+            for i in range(*rows):
+                if step[i] < t0:
+                    continue
+                if step[i] > t1:
+                    break
                 if (op[i] not in skip and (write[i] or not writes_only)
                         and not (write[i] and reads_only)):
                     return True
@@ -516,15 +526,23 @@ def assign_channels(ops: list[Op], chains: list[tuple[int, ...]], rt: Runtime,
 class Program:
     """Every MSCCL instruction (``uid`` = index), the ordering edges between them (messages
     and FIFO capacity, and the data hazards, which ``hazard`` also lists per instruction: the
-    ones it must wait for), and how many fused instructions there are. ``edges`` is the
-    graph in compressed rows: the successors of ``j`` are ``succ[start[j]:start[j + 1]]``,
-    each edge once; ``indegree`` counts each instruction's predecessors."""
+    ones it must wait for), and how many fused instructions there are. ``edges`` and
+    ``hazard`` are in compressed rows (:meth:`waits_for`): the successors of ``j`` are
+    ``succ[start[j]:start[j + 1]]``, each edge once; ``indegree`` counts each instruction's
+    predecessors. Rows, not a list per instruction: hundreds of thousands of small lists
+    cost more to build (and to garbage-collect) than the lowering's own work."""
 
     instrs: list[Instr]
     edges: tuple[list[int], list[int]]
     indegree: list[int]
-    hazard: dict[int, list[int]]
+    hazard: tuple[list[int], list[int]]
     n_fused: int
+
+    def waits_for(self, uid: int | None) -> list[int]:
+        """The instructions that instruction ``uid`` must wait for (its data hazards)."""
+        start, flat = self.hazard
+        u = _set(uid)
+        return flat[start[u]:start[u + 1]]
 
 
 class _ProgramBuilder:
@@ -667,14 +685,9 @@ def _distinct(a: np.ndarray) -> np.ndarray:
     return a[np.concatenate([[True], a[1:] != a[:-1]])] if len(a) else a
 
 
-def _grouped(waiter: np.ndarray, waited: np.ndarray) -> dict[int, list[int]]:
-    """Sorted (waiter, waited) pairs as the list of instructions each waiter waits for."""
-    if not len(waiter):
-        return {}
-    cut = np.flatnonzero(np.concatenate([[True], waiter[1:] != waiter[:-1], [True]])).tolist()
-    return dict(zip(waiter[cut[:-1]].tolist(),
-                    map(waited.tolist().__getitem__, map(slice, cut[:-1], cut[1:])),
-                    strict=True))
+def _rows(head: np.ndarray, tail: np.ndarray, n: int) -> tuple[list[int], list[int]]:
+    """Sorted (head, tail) pairs as compressed rows over heads 0 .. n - 1."""
+    return np.searchsorted(head, np.arange(n + 1)).tolist(), tail.tolist()
 
 
 def instructions(ops: list[Op], channels: Channels, acc: _Accesses | None) -> Program:
@@ -691,14 +704,12 @@ def instructions(ops: list[Op], channels: Channels, acc: _Accesses | None) -> Pr
             b.before.append(r_prev)
             b.after.append(s_next)
     waiter, waited = _hazard_pairs(b.access)
-    hazard = _grouped(waiter, waited)
+    hazard = _rows(waiter, waited, len(b.instrs))
     n = len(b.instrs)
     edge = _distinct(np.concatenate([np.array(b.before, dtype=np.int64), waited]) * n
                      + np.concatenate([np.array(b.after, dtype=np.int64), waiter]))
-    head, tail = edge // n, edge % n
-    start = np.searchsorted(head, np.arange(n + 1)).tolist()
-    indegree = np.bincount(tail, minlength=n).tolist()
-    return Program(b.instrs, (start, tail.tolist()), indegree, hazard, b.n_fused)
+    indegree = np.bincount(edge % n, minlength=n).tolist()
+    return Program(b.instrs, _rows(edge // n, edge % n, n), indegree, hazard, b.n_fused)
 
 
 def global_order(program: Program) -> list[int]:
@@ -770,12 +781,13 @@ def _set(value: int | None) -> int:
 
 
 def _local_tb(ins: Instr, tbs: list[list[Threadblock]], pools: dict[int, list[Threadblock]],
-              local_tb: dict[int, Threadblock], hazard: dict[int, list[int]],
-              instrs: list[Instr], quota: int, cap: int) -> Threadblock:
+              local_tb: dict[int, Threadblock], program: Program, quota: int, cap: int
+              ) -> Threadblock:
     """The threadblock of a local copy or reduction: the one of the op it waits on if that
     has room, else a new one while the GPU has fewer than ``quota``, else the emptiest."""
     pool = pools[ins.rank]
-    preds = sorted((_set(instrs[p].pos), local_tb[p]) for p in hazard.get(_set(ins.uid), ())
+    instrs = program.instrs
+    preds = sorted((_set(instrs[p].pos), local_tb[p]) for p in program.waits_for(ins.uid)
                    if p in local_tb and instrs[p].rank == ins.rank)
     tb = preds[-1][1] if preds and len(preds[-1][1].steps) < cap else None
     if tb is None and len(pool) < quota:
@@ -833,7 +845,7 @@ def threadblocks(program: Program, order: list[int], rt: Runtime, n: int, pair: 
     for j in order:
         ins = instrs[j]
         if ins.send is None and ins.recv is None:
-            tb = _local_tb(ins, tbs, pools, local_tb, program.hazard, instrs,
+            tb = _local_tb(ins, tbs, pools, local_tb, program,
                            -(-n_local[ins.rank] // cap), cap)
             local_tb[j] = tb
         else:
@@ -852,7 +864,7 @@ def _waits(tb: Threadblock, program: Program) -> None:
     waited: dict[int, int] = {}
     for ins in tb.steps:
         need: dict[int, int] = {}
-        for p in (instrs[j] for j in program.hazard.get(_set(ins.uid), ())):
+        for p in (instrs[j] for j in program.waits_for(ins.uid)):
             t, s = _set(p.tb), _set(p.index)
             if t != ins.tb and (t not in need or need[t] < s):
                 need[t] = s
