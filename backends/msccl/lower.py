@@ -428,6 +428,8 @@ class _ChannelPlan:
         # is full is skipped, so long schedules spread over more channels, not one long tb
         self.load: dict[tuple[int, str, int, int], int] = defaultdict(int)
         self.cap = max(1, rt.max_steps_per_tb // 2)     # the rest is room for nops
+        self.most = rt.max_tbs_per_channel
+        self.orders: dict[int, list[int]] = {}
 
     def order(self, src: int, dst: int) -> list[int]:
         """Channels to try for a message, in order."""
@@ -435,14 +437,15 @@ class _ChannelPlan:
         # direct alltoall each sender then puts n/spread consecutive offsets on a channel and
         # each receiver gets the same offsets there, so both sides fit (a first-fit search
         # from channel 0 fills a sender's channels in an order its receivers cannot match)
-        if self.spread == 1:
-            return list(range(self.limit))
-        first = (dst - src) % self.n * self.spread // self.n
-        return [(first + i) % self.limit for i in range(self.limit)]
+        first = 0 if self.spread == 1 else (dst - src) % self.n * self.spread // self.n
+        order = self.orders.get(first)
+        if order is None:
+            order = self.orders[first] = [(first + i) % self.limit for i in range(self.limit)]
+        return order
 
     def peer_fits(self, src: int, dst: int, c: int) -> bool:
         out, inn = self.chan_peers[(src, "s", c)], self.chan_peers[(dst, "r", c)]
-        most = self.rt.max_tbs_per_channel
+        most = self.most
         return (dst in out or len(out) < most) and (src in inn or len(inn) < most)
 
     def tb_load(self, rank: int, way: str, peer: int, c: int) -> int:
@@ -510,7 +513,10 @@ def assign_channels(ops: list[Op], chains: list[tuple[int, ...]], rt: Runtime,
         chain = work.popleft()
         t = ops[chain[0]].step
         src, dst = ops[chain[0]].src, ops[chain[0]].dst
-        c = next((c for c in plan.order(src, dst) if plan.fits(chain, c, t)), None)
+        busy = plan.busy
+        # a channel this pair already uses in this step cannot take the chain's first hop
+        c = next((c for c in plan.order(src, dst)
+                  if (src, dst, t, c) not in busy and plan.fits(chain, c, t)), None)
         if c is None and len(chain) > 1:
             # no channel keeps the fused tbs consistent: send the hops separately
             work.extendleft((k,) for k in reversed(chain))

@@ -15,7 +15,7 @@ from cclc.errors import ScheduleError
 from cclc.execution import NCCL_GROUP_OVERHEAD
 from cclc.ir import Buf, OpKind, Schedule
 
-__all__ = ["reference_rows", "reference_tables"]
+__all__ = ["reference_entries", "reference_rows", "reference_tables"]
 
 
 def _issue_order(plan: DataflowPlan, group: list[int], src: list[int], dst: list[int]
@@ -77,6 +77,16 @@ def reference_tables(schedule: Schedule, units: Schedule, facts: UnitFacts
         raise ScheduleError("internal error: the chunk plan has no message groups")
     plan = DataflowPlan(unit_plan.items, lanes, chunk_plan.n_lanes, chunk_plan.n_local,
                         unit_plan.staging, group)
+    return reference_entries(plan, units)
+
+
+def reference_entries(plan: DataflowPlan, units: Schedule
+                      ) -> tuple[tuple[DataflowEntry, ...], ...]:
+    """The entries of a plan with its groups (the part of :func:`reference_tables` after the
+    plan), one Python object per entry."""
+    ops = units.ops
+    lanes, group = plan.lane, plan.group
+    assert group is not None
     src, dst = ops.src.tolist(), ops.dst.tolist()
     groups = _issue_order(plan, group.tolist(), src, dst)
     n = units.n
