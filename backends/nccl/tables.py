@@ -207,8 +207,7 @@ def tables_of_plan(plan: DataflowPlan, units: Schedule, facts: UnitFacts) -> Dat
     deps, dep_first, signal = _entry_deps(item_op, item_deps, row_item, rank, first, lanes, n)
     o = item_op[row_item]
     recv = role == DataflowRole.RECV
-    stage = np.array([-1 if s is None else s for s in stage_of], dtype=np.int64)
-    land = np.array([-1 if x is None else x for x in land_of], dtype=np.int64)
+    stage, land = _or_minus_one(stage_of), _or_minus_one(land_of)
     columns = (ops.step[o], role, peer, ops.kind[o], ops.src_buf[o], ops.src_off[o],
                ops.dst_buf[o], ops.dst_off[o], ops.count[o],
                np.where(recv, -1, stage[row_item] if len(stage) else 0),
@@ -221,6 +220,13 @@ def tables_of_plan(plan: DataflowPlan, units: Schedule, facts: UnitFacts) -> Dat
                           staging_units=plan.staging, input_copy=writes_input(units))
 
 
+def _or_minus_one(values: tuple) -> np.ndarray:
+    """Whole numbers or None as int64, None as -1 (through floats, where None is NaN: exact
+    for the staging offsets, which are far below 2**53)."""
+    f = np.array(values, dtype=np.float64)
+    return np.where(np.isnan(f), -1, f).astype(np.int64)
+
+
 def _entry_deps(item_op: np.ndarray, item_deps: tuple, row_item: np.ndarray, rank: np.ndarray,
                 first: np.ndarray, lanes: np.ndarray, n: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -231,7 +237,8 @@ def _entry_deps(item_op: np.ndarray, item_deps: tuple, row_item: np.ndarray, ran
     has no use for it) and names item d's entry at r, which must come earlier."""
     n_rows = len(row_item)
     counts = np.fromiter(map(len, item_deps), dtype=np.int64, count=len(item_deps))
-    flat = np.array(list(chain.from_iterable(item_deps)), dtype=np.int64).reshape(-1, 2)
+    flat = np.fromiter(chain.from_iterable(chain.from_iterable(item_deps)), dtype=np.int64,
+                       count=2 * int(counts.sum())).reshape(-1, 2)
     waiter_item = np.repeat(np.arange(len(item_deps)), counts)
     dep_item, dep_rank = flat[:, 0], flat[:, 1]
     # entry of (item, rank): rows sorted by that key, found by bisection
