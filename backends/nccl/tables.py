@@ -173,10 +173,10 @@ def tables_of_plan(plan: DataflowPlan, units: Schedule, facts: UnitFacts) -> Dat
     ops, n = units.ops, units.n
     assert plan.group is not None           # unit_plan's plans have their groups
     items = plan.items
-    item_op, snap, item_deps, stage_of, land_of = (
+    op_of, snap_of, item_deps, stage_of, land_of = (
         zip(*items, strict=True) if items else ((), (), (), (), ()))
-    item_op = np.array(item_op, dtype=np.int64)
-    snap = np.array(snap, dtype=bool)
+    item_op = np.array(op_of, dtype=np.int64)
+    snap = np.array(snap_of, dtype=bool)
     src, dst = ops.src.astype(np.int64), ops.dst.astype(np.int64)
     lanes = np.asarray(plan.lane, dtype=np.int64)
     groups = _issue_order(plan, plan.group.tolist(), src.tolist(), dst.tolist())
