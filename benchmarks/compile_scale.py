@@ -5,7 +5,8 @@ Absolute figures (each in a child process, so that its peak resident memory is i
 * ``auto`` AllToAll on an 8x8x8 torus (50 GB/s, 100 ns links, 512 MiB per rank) with one
   failed link: ``cclc compile --emit json`` wall time, CPU time (user + system) and peak
   memory (target <= 10 s and <= 2 GB);
-* ``examples/hgx16_leafspine.ccl`` with ``--emit json,msccl`` (target <= 30 s);
+* ``examples/hgx16_leafspine.ccl`` with ``--emit json,msccl`` (target <= 30 s), wall and CPU
+  time, and the MSCCL lowering and XML of its ``shards`` schedule alone (CPU time);
 * the LP bound (``cclc.bounds.bounds``) of AllToAll on 5x5x5 and 8x8x8 tori, healthy and with
   one failed link (target <= 60 s each);
 * event-mode simulation of a schedule of about 5M ops (target <= 60 s).
@@ -13,14 +14,17 @@ Absolute figures (each in a child process, so that its peak resident memory is i
 Ratios, measured one after the other in the same run (so machine load affects both sides
 alike): the columnar event simulator against the op-by-op loop it replaced, the columnar
 relay lowering against its loop, the columnar dataflow lowering (the ``nccl`` model's plan)
-against its loop, and ``auto`` with and without pruning by lower bounds. The loops are the
-references the tests keep (``tests/sim/event_reference.py``, ``tests/ir/relay_reference.py``,
-``tests/sim/dataflow_reference.py``).
+against its loop, the ``nccl`` backend's per-rank tables and their C text (a ring AllGather
+of 1.05M ops) against the op-by-op loop, and ``auto`` with and without pruning by lower
+bounds. The loops are the references the tests keep (``tests/sim/event_reference.py``,
+``tests/ir/relay_reference.py``, ``tests/sim/dataflow_reference.py``,
+``tests/backends/nccl_tables_reference.py``).
 
     python benchmarks/compile_scale.py                 # everything (several minutes)
     python benchmarks/compile_scale.py --quick         # skip the 8x8x8 LP bounds and 5M ops
     python benchmarks/compile_scale.py --markdown      # also print the README table
     python benchmarks/compile_scale.py --auto-only     # only the 8x8x8 auto compile
+    python benchmarks/compile_scale.py --emit-only     # only the emitting rows (hgx16, tables)
 """
 
 from __future__ import annotations
@@ -81,7 +85,8 @@ def _child(code: str, timeout: float) -> dict:
     except subprocess.TimeoutExpired:
         return {"error": f"over {timeout:.0f} s", "seconds": timeout}
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak = usage.ru_maxrss
     if out.returncode != 0:
         return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1],
                 "seconds": seconds}
@@ -112,6 +117,24 @@ def hgx16_msccl(tmp: Path, timeout: float) -> dict:
         code = main(["compile", "examples/hgx16_leafspine.ccl", "-o", {str(tmp / "hgx")!r},
                      "--emit", "json,msccl", "--force"])
         print(json.dumps({{"exit": code}}))
+        """, timeout)
+
+
+def hgx16_shards_lowering(timeout: float) -> dict:
+    """The MSCCL lowering and XML of hgx16's ``shards`` (the ReduceScatter that ``auto``
+    compiles to ``hierarchical``, 262k ops) alone, in CPU seconds."""
+    return _child("""
+        import json, time
+        import dsl
+        from backends.msccl import render_xml
+        from cclc.algorithms import get
+        prog = dsl.load("examples/hgx16_leafspine.ccl")
+        c = next(c for c in prog.collectives if c.name == "shards")
+        s = get("hierarchical").build(c)
+        start = time.process_time()
+        xml = render_xml(s)
+        print(json.dumps({"ops": len(s.ops), "lower_cpu": time.process_time() - start,
+                          "xml_bytes": len(xml)}))
         """, timeout)
 
 
@@ -206,6 +229,8 @@ def side_by_side() -> list[dict]:
                          f"torus, one failed link ({n_items:,} items)",
                  "new": new_s, "old": old_s})
 
+    rows.append(_nccl_tables_side_by_side())
+
     t4 = faulty((4, 4, 4))
     c4 = make_collective("a", CollectiveKind.ALLTOALL, t4, t4.all_ranks(), size=64 * 64 * 1024)
     new_s, pruned = timed(lambda: plan(c4))
@@ -250,32 +275,74 @@ def _dataflow_side_by_side() -> tuple[float, float, int]:
     return mid - start, end - mid, len(new.items)
 
 
+def _nccl_tables_side_by_side(ranks: int = 1025) -> dict:
+    """The ``nccl`` backend's per-rank tables and their C text (columns) against the op-by-op
+    loop they replaced (``tests/backends``), both from one dataflow plan, which is not timed:
+    a ring AllGather on ``ranks`` ranks, ``ranks x (ranks - 1)`` ops. They must print the
+    same text."""
+    sys.path[:0] = [str(ROOT / "tests" / "backends")]
+    from nccl_tables_reference import reference_entries, reference_rows
+
+    from backends.nccl import table_text
+    from backends.nccl.tables import tables_of_plan, unit_plan
+    from backends.units import to_units
+    from cclc.algorithms import get
+    from cclc.collective import CollectiveKind, make_collective
+    from cclc.topology import torus
+
+    t = torus("r", (ranks,), bandwidth=50e9, latency=1e-7)
+    c = make_collective("ag", CollectiveKind.ALLGATHER, t, t.all_ranks(), size=ranks * 64)
+    s = get("ring").build(c)
+    units, facts = to_units(s, split=True, pad=True)
+    plan = unit_plan(s, units)
+    start = time.perf_counter()
+    new = table_text(tables_of_plan(plan, units, facts))
+    mid = time.perf_counter()
+    old = reference_rows(reference_entries(plan, units))
+    end = time.perf_counter()
+    assert new == old
+    return {"what": f"nccl backend's per-rank tables and C text, ring allgather on {ranks} "
+                    f"ranks ({len(s.ops):,} ops, {len(new[0]) - 1:,} entries)",
+            "new": mid - start, "old": end - mid}
+
+
 def _fmt(row: dict, key: str = "seconds") -> str:
     if "error" in row:
         return f"failed: {row['error']}"
     return f"{row[key]:.1f} s"
 
 
-def _targets(results: dict, quick: bool) -> None:
-    """The absolute figures, each in a child process."""
+def _targets(results: dict, quick: bool, emit_only: bool = False) -> None:
+    """The absolute figures, each in a child process (``emit_only``: only hgx16's)."""
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        row = auto_8x8x8(tmp, 1800)
-        peak = row.get("peak_bytes")
-        cpu = (f" ({row['cpu_seconds']:.1f} s of CPU, user + system)"
-               if "cpu_seconds" in row else "")
-        results["targets"].append({
-            "target": "auto alltoall, 8x8x8 torus, one failed link, --emit json: "
-                      "<= 10 s, <= 2 GB",
-            "figure": _fmt(row) + cpu + (f", {peak / GiB:.2f} GiB peak" if peak else ""),
-            "met": "error" not in row and row["seconds"] <= 10 and peak is not None
-            and peak <= 2e9})
-        print(results["targets"][-1], flush=True)
+        if not emit_only:
+            row = auto_8x8x8(tmp, 1800)
+            peak = row.get("peak_bytes")
+            cpu = (f" ({row['cpu_seconds']:.1f} s of CPU, user + system)"
+                   if "cpu_seconds" in row else "")
+            results["targets"].append({
+                "target": "auto alltoall, 8x8x8 torus, one failed link, --emit json: "
+                          "<= 10 s, <= 2 GB",
+                "figure": _fmt(row) + cpu + (f", {peak / GiB:.2f} GiB peak" if peak else ""),
+                "met": "error" not in row and row["seconds"] <= 10 and peak is not None
+                and peak <= 2e9})
+            print(results["targets"][-1], flush=True)
         row = hgx16_msccl(tmp, 1800)
+        fig = _fmt(row) + ("" if "error" in row else f" wall, {row['cpu_seconds']:.1f} s CPU")
         results["targets"].append({"target": "hgx16_leafspine --emit json,msccl: <= 30 s",
-                                   "figure": _fmt(row),
+                                   "figure": fig,
                                    "met": "error" not in row and row["seconds"] <= 30})
         print(results["targets"][-1], flush=True)
+        row = hgx16_shards_lowering(1800)
+        fig = _fmt(row) if "error" in row else (
+            f"{row['lower_cpu']:.1f} s CPU for {row['ops']:,} ops "
+            f"({row['xml_bytes'] / 2**20:.0f} MiB of XML)")
+        results["targets"].append({"target": "of which: MSCCL lowering + XML of shards",
+                                   "figure": fig, "met": "-"})
+        print(results["targets"][-1], flush=True)
+    if emit_only:
+        return
     for side in (5,) if quick else (5, 8):
         for fault in (False, True):
             row = lp_bound(side, fault, 600)
@@ -307,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print the README table")
     parser.add_argument("--ratios-only", action="store_true",
                         help="only the side-by-side ratios (a minute or two)")
+    parser.add_argument("--emit-only", action="store_true",
+                        help="only the emitting rows: hgx16 with --emit json,msccl, its "
+                             "lowering, and the nccl tables side by side")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--auto-only", action="store_true",
                         help="only the 8x8x8 auto compile (a minute)")
@@ -321,8 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), flush=True)
         return 0 if "error" not in row else 1
     if not args.ratios_only:
-        _targets(results, args.quick)
-    for row in side_by_side():
+        _targets(results, args.quick, args.emit_only)
+    for row in [_nccl_tables_side_by_side()] if args.emit_only else side_by_side():
         ratio = row["old"] / row["new"] if row["new"] > 0 else float("inf")
         row["ratio"] = ratio
         results["ratios"].append(row)
@@ -333,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nMachine: {where}.\n")
         print("| target | measured | met |\n|---|---|---|")
         for t in results["targets"]:
-            print(f"| {t['target']} | {t['figure']} | {'yes' if t['met'] else 'no'} |")
+            met = t["met"] if isinstance(t["met"], str) else "yes" if t["met"] else "no"
+            print(f"| {t['target']} | {t['figure']} | {met} |")
         print("\n| side by side (same run) | now | before | ratio |\n|---|---|---|---|")
         for r in results["ratios"]:
             word = "faster" if r["ratio"] >= 1 else "slower"

@@ -33,11 +33,14 @@ tb of its GPU. The lowering, in order:
 
 from __future__ import annotations
 
+import gc
 import heapq
-from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import NamedTuple
 
 import numpy as np
 
@@ -72,10 +75,10 @@ class DepidLimitError(ThreadblockLimitError):
     ``depid`` can name."""
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
+class Op(NamedTuple):
     """An op in units after input relocation; ``ir`` is its row in the schedule (None for
-    the copies that relocate the input, which run at step -1, before the schedule)."""
+    the copies that relocate the input, which run at step -1, before the schedule). A named
+    tuple, not a frozen dataclass: there is one per op, and a tuple is cheaper to build."""
 
     ir: int | None
     step: int
@@ -149,14 +152,19 @@ def relocate_input(units: Schedule, max_cnt: int
                o.count.tolist(), strict=True)
     moved = writes_input(units)
 
+    bufs, kinds = tuple(Buf), tuple(OpKind)
+
     def at(buf: int, off: int) -> tuple[Buf, int]:
         # the relocated input lies in scratch, behind the largest scratch
-        return (Buf.SCRATCH, off + n_scr) if moved and buf == Buf.INPUT else (Buf(buf), off)
+        return (Buf.SCRATCH, off + n_scr) if moved and buf == Buf.INPUT else (bufs[buf], off)
 
     ops = []
     for i, (step, src, dst, kind, sb, so, db, do, total) in enumerate(cols):
+        if total <= max_cnt and not moved:          # the common case, without the cutting
+            ops.append(Op(i, step, src, dst, kinds[kind], bufs[sb], so, bufs[db], do, total))
+            continue
         for lo in range(0, total, max_cnt):
-            ops.append(Op(i, step, src, dst, OpKind(kind), *at(sb, so + lo), *at(db, do + lo),
+            ops.append(Op(i, step, src, dst, kinds[kind], *at(sb, so + lo), *at(db, do + lo),
                           min(max_cnt, total - lo)))
     if not moved:
         return ops, sizes, rank_units(units, Buf.SCRATCH)
@@ -167,36 +175,56 @@ def relocate_input(units: Schedule, max_cnt: int
 
 
 class _Accesses:
-    """Per (rank, buffer, unit): every op touching the unit, sorted by step, for the fusion
-    checks (indexed by unit, not by range, so a check reads only the ops of its own units)."""
+    """Every (op, unit) read and write, sorted by (rank, buffer, unit, step, write, op), for
+    the fusion checks: ``seg`` maps a unit's slot to its rows, which a check scans in step
+    order (a unit has few accesses)."""
 
     def __init__(self, ops: list[Op]):
-        by: dict[tuple[int, int, int], list[tuple[int, bool, int]]] = defaultdict(list)
-        for k, op in enumerate(ops):
-            for u in range(op.so, op.so + op.cnt):
-                by[(op.src, op.sb, u)].append((op.step, False, k))
-            for u in range(op.do, op.do + op.cnt):
-                by[(op.dst, op.db, u)].append((op.step, True, k))
-                if op.kind is OpKind.REDUCE:
-                    by[(op.dst, op.db, u)].append((op.step, False, k))
-        self.by = {key: sorted(v) for key, v in by.items()}
-        self.steps = {key: [a[0] for a in v] for key, v in self.by.items()}
+        cols = np.array([(op.step, op.src, op.sb, op.so, op.dst, op.db, op.do, op.cnt,
+                          op.kind is OpKind.REDUCE) for op in ops],
+                        dtype=np.int64).reshape(-1, 9)
+        step, src, sb, so, dst, db, do, cnt, red = cols.T
+        k = np.arange(len(ops))
+        # rows: the reads of every op's source, the writes of its destination, and the reads
+        # of a reduction's destination
+        rr = np.flatnonzero(red)
+        rank = np.concatenate([src, dst, dst[rr]])
+        buf = np.concatenate([sb, db, db[rr]])
+        lo = np.concatenate([so, do, do[rr]])
+        length = np.concatenate([cnt, cnt, cnt[rr]])
+        write = np.concatenate([np.zeros(len(ops), bool), np.ones(len(ops), bool),
+                                np.zeros(len(rr), bool)])
+        who = np.concatenate([k, k, rr])
+        row = np.repeat(np.arange(len(rank)), length)
+        unit = lo[row] + (np.arange(len(row)) - np.repeat(np.cumsum(length) - length, length))
+        self.n_units = int(unit.max()) + 1 if len(unit) else 1
+        slot = (rank[row] * 3 + buf[row]) * self.n_units + unit
+        order = np.lexsort((who[row], write[row], step[who[row]], slot))
+        slot = slot[order]
+        self.step: list[int] = step[who[row]][order].tolist()
+        self.write: list[bool] = write[row][order].tolist()
+        self.op: list[int] = who[row][order].tolist()
+        cut = np.flatnonzero(np.concatenate([[True], slot[1:] != slot[:-1], [True]])).tolist()
+        self.seg = dict(zip(slot[cut[:-1]].tolist(), pairwise(cut), strict=False))
 
     def clash(self, rank: int, buf: Buf, lo: int, hi: int, t0: int, t1: int,
               skip: tuple[int, ...], writes_only: bool = False, reads_only: bool = False
               ) -> bool:
         """Does an op other than ``skip`` touch [lo, hi) in steps t0..t1 (only writes if
         ``writes_only``, only reads if ``reads_only``)?"""
+        step, write, op, seg = self.step, self.write, self.op, self.seg
+        base = (rank * 3 + buf) * self.n_units
         for u in range(lo, hi):
-            key = (rank, buf, u)
-            acc = self.by.get(key)
-            if acc is None:
+            rows = seg.get(base + u)
+            if rows is None:
                 continue
-            steps = self.steps[key]
-            for i in range(bisect_left(steps, t0), bisect_right(steps, t1)):
-                _, write, k = acc[i]
-                if (k not in skip and (write or not writes_only)
-                        and not (write and reads_only)):
+            for i in range(*rows):
+                if step[i] < t0:
+                    continue
+                if step[i] > t1:
+                    break
+                if (op[i] not in skip and (write[i] or not writes_only)
+                        and not (write[i] and reads_only)):
                     return True
         return False
 
@@ -270,10 +298,31 @@ def check_chunks(schedule: Schedule, units: Schedule, facts: UnitFacts, rt: Runt
                          "chunk counts that divide the buffer evenly, or fewer chunks")
 
 
+@contextmanager
+def _without_cyclic_gc() -> Iterator[None]:
+    """The lowering builds millions of small objects (ops, instructions, keys) that live
+    until it returns and form no reference cycles; the cyclic garbage collector would walk
+    all of them again at every full collection (a sixth of the lowering's time at 260k ops).
+    It is paused meanwhile and resumed as it was; reference counting still frees memory."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def lower_to_fit(schedule: Schedule, rt: Runtime, *, fuse: bool = True,
                  nchannels: int | None = None) -> tuple[Lowered, Schedule, UnitFacts]:
     """``schedule`` in units (:func:`backends.units.to_units`) and its first lowering that
     fits every limit of ``rt``; :class:`LimitError` (the first attempt's) when none does."""
+    with _without_cyclic_gc():
+        return _lower_to_fit(schedule, rt, fuse, nchannels)
+
+
+def _lower_to_fit(schedule: Schedule, rt: Runtime, fuse: bool, nchannels: int | None
+                  ) -> tuple[Lowered, Schedule, UnitFacts]:
     units, facts = to_units(schedule, rt.max_chunks)
     check_chunks(schedule, units, facts, rt)
     # fused steps tie threadblocks together, and paired send/receive streams make longer
@@ -403,6 +452,8 @@ class _ChannelPlan:
         # is full is skipped, so long schedules spread over more channels, not one long tb
         self.load: dict[tuple[int, str, int, int], int] = defaultdict(int)
         self.cap = max(1, rt.max_steps_per_tb // 2)     # the rest is room for nops
+        self.most = rt.max_tbs_per_channel
+        self.orders: dict[int, list[int]] = {}
 
     def order(self, src: int, dst: int) -> list[int]:
         """Channels to try for a message, in order."""
@@ -410,14 +461,15 @@ class _ChannelPlan:
         # direct alltoall each sender then puts n/spread consecutive offsets on a channel and
         # each receiver gets the same offsets there, so both sides fit (a first-fit search
         # from channel 0 fills a sender's channels in an order its receivers cannot match)
-        if self.spread == 1:
-            return list(range(self.limit))
-        first = (dst - src) % self.n * self.spread // self.n
-        return [(first + i) % self.limit for i in range(self.limit)]
+        first = 0 if self.spread == 1 else (dst - src) % self.n * self.spread // self.n
+        order = self.orders.get(first)
+        if order is None:
+            order = self.orders[first] = [(first + i) % self.limit for i in range(self.limit)]
+        return order
 
     def peer_fits(self, src: int, dst: int, c: int) -> bool:
         out, inn = self.chan_peers[(src, "s", c)], self.chan_peers[(dst, "r", c)]
-        most = self.rt.max_tbs_per_channel
+        most = self.most
         return (dst in out or len(out) < most) and (src in inn or len(inn) < most)
 
     def tb_load(self, rank: int, way: str, peer: int, c: int) -> int:
@@ -485,7 +537,10 @@ def assign_channels(ops: list[Op], chains: list[tuple[int, ...]], rt: Runtime,
         chain = work.popleft()
         t = ops[chain[0]].step
         src, dst = ops[chain[0]].src, ops[chain[0]].dst
-        c = next((c for c in plan.order(src, dst) if plan.fits(chain, c, t)), None)
+        busy = plan.busy
+        # a channel this pair already uses in this step cannot take the chain's first hop
+        c = next((c for c in plan.order(src, dst)
+                  if (src, dst, t, c) not in busy and plan.fits(chain, c, t)), None)
         if c is None and len(chain) > 1:
             # no channel keeps the fused tbs consistent: send the hops separately
             work.extendleft((k,) for k in reversed(chain))
@@ -501,12 +556,23 @@ def assign_channels(ops: list[Op], chains: list[tuple[int, ...]], rt: Runtime,
 class Program:
     """Every MSCCL instruction (``uid`` = index), the ordering edges between them (messages
     and FIFO capacity, and the data hazards, which ``hazard`` also lists per instruction: the
-    ones it must wait for), and how many fused instructions there are."""
+    ones it must wait for), and how many fused instructions there are. ``edges`` and
+    ``hazard`` are in compressed rows (:meth:`waits_for`): the successors of ``j`` are
+    ``succ[start[j]:start[j + 1]]``, each edge once; ``indegree`` counts each instruction's
+    predecessors. Rows, not a list per instruction: hundreds of thousands of small lists
+    cost more to build (and to garbage-collect) than the lowering's own work."""
 
     instrs: list[Instr]
-    edges: dict[int, set[int]]
-    hazard: dict[int, set[int]]
+    edges: tuple[list[int], list[int]]
+    indegree: list[int]
+    hazard: tuple[list[int], list[int]]
     n_fused: int
+
+    def waits_for(self, uid: int | None) -> list[int]:
+        """The instructions that instruction ``uid`` must wait for (its data hazards)."""
+        start, flat = self.hazard
+        u = _set(uid)
+        return flat[start[u]:start[u + 1]]
 
 
 class _ProgramBuilder:
@@ -514,9 +580,12 @@ class _ProgramBuilder:
 
     def __init__(self) -> None:
         self.instrs: list[Instr] = []
-        self.edges: dict[int, set[int]] = defaultdict(set)
-        self.access: dict[tuple[int, int, int], list[tuple[tuple, int, bool]]] = \
-            defaultdict(list)
+        # ordering edges as (before, after) pairs, possibly repeated
+        self.before: list[int] = []
+        self.after: list[int] = []
+        # every access as one row (instr, rank, buffer, lo, hi, step, phase, op, write): a
+        # range of units, expanded per unit only by the columnar hazard search
+        self.access: list[tuple[int, int, int, int, int, int, int, int, bool]] = []
         # (sender, receiver, channel) -> its messages: (order key, send, receive)
         self.conn_msgs: dict[tuple[int, int, int], list[tuple[tuple, int, int]]] = \
             defaultdict(list)
@@ -529,8 +598,7 @@ class _ProgramBuilder:
 
     def touch(self, i: int, rank: int, buf: Buf, lo: int, hi: int, when: tuple,
               write: bool) -> None:
-        for u in range(lo, hi):
-            self.access[(rank, int(buf), u)].append((when, i, write))
+        self.access.append((i, rank, int(buf), lo, hi, *when, write))
 
 
 def _hop(b: _ProgramBuilder, ops: list[Op], chain: tuple[int, ...], h: int, c: int,
@@ -576,7 +644,8 @@ def _message_instrs(b: _ProgramBuilder, ops: list[Op], channels: Channels,
         sender = s
         for h, k in enumerate(chain):
             i = _hop(b, ops, chain, h, c, acc)
-            b.edges[sender].add(i)
+            b.before.append(sender)
+            b.after.append(i)
             b.conn_msgs[(ops[k].src, ops[k].dst, c)].append(((t, k), sender, i))
             sender = i
 
@@ -593,26 +662,62 @@ def _local_instrs(b: _ProgramBuilder, ops: list[Op]) -> None:
                 b.touch(i, op.dst, op.db, op.do, op.do + op.cnt, (op.step, 1, k), False)
 
 
-def _hazards(access: dict[tuple[int, int, int], list[tuple[tuple, int, bool]]]
-             ) -> dict[int, set[int]]:
+def _hazard_pairs(access: list[tuple[int, int, int, int, int, int, int, int, bool]]
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Data hazards per unit, in IR order (reads of a step before its writes): RAW, WAR and
-    WAW, as the instructions each instruction must wait for."""
-    hazard: dict[int, set[int]] = defaultdict(set)
-    for lst in access.values():
-        lst.sort(key=lambda a: (a[0][0], a[0][1], not a[2], a[0][2]))
-        last_write: int | None = None
-        reads: list[int] = []
-        for _, i, write in lst:
-            if write:
-                for j in reads + ([last_write] if last_write is not None else []):
-                    if j != i:
-                        hazard[i].add(j)
-                last_write, reads = i, []
-            else:
-                if last_write is not None and last_write != i:
-                    hazard[i].add(last_write)
-                reads.append(i)
-    return hazard
+    WAW, as (waiter, waited) pairs of instructions, each pair once, sorted.
+
+    Columnar: every (access, unit) is a row, sorted by unit and then by (step, phase, writes
+    before reads, op, order of recording); in that order a read waits for the last write
+    before it, a write for the last write and every read since."""
+    none = np.zeros(0, dtype=np.int64)
+    if not access:
+        return none, none
+    cols = np.array([a[:8] for a in access], dtype=np.int64).reshape(-1, 8)
+    instr, rank, buf, lo, hi, step, phase, op = cols.T
+    write = np.fromiter((a[8] for a in access), dtype=bool, count=len(access))
+    length = hi - lo
+    row = np.repeat(np.arange(len(access)), length)          # the access of each unit row
+    unit = lo[row] + (np.arange(len(row)) - np.repeat(np.cumsum(length) - length, length))
+    n_units = int(unit.max()) + 1 if len(unit) else 1
+    slot = (rank[row] * 3 + buf[row]) * n_units + unit
+    order = np.lexsort((row, op[row], write[row] == 0, phase[row], step[row], slot))
+    slot, row = slot[order], row[order]
+    is_write, who = write[row], instr[row]
+    pos = np.arange(len(row))
+    first = np.concatenate([[True], slot[1:] != slot[:-1]])
+    start = np.maximum.accumulate(np.where(first, pos, 0))      # the first row of each unit
+    # the last write strictly before each row, of the same unit (-1: none)
+    last = np.maximum.accumulate(np.where(is_write, pos, -1))
+    prev = np.concatenate([[-1], last[:-1]])
+    prev[prev < start] = -1
+    has = prev >= 0
+    waiter = [who[has]]
+    waited = [who[prev[has]]]
+    # a write also waits for every read since that write (or since the unit's first row)
+    w = np.flatnonzero(is_write)
+    since = np.where(prev[w] >= 0, prev[w] + 1, start[w])
+    n_reads = w - since
+    readers = np.repeat(since, n_reads) + (np.arange(int(n_reads.sum()))
+                                           - np.repeat(np.cumsum(n_reads) - n_reads, n_reads))
+    waiter.append(np.repeat(who[w], n_reads))
+    waited.append(who[readers])
+    a, b = np.concatenate(waiter), np.concatenate(waited)
+    keep = a != b
+    size = int(instr.max()) + 1
+    pairs = _distinct(a[keep] * size + b[keep])
+    return pairs // size, pairs % size
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """The distinct values of ``a``, sorted (a sort and a mask: cheaper than np.unique)."""
+    a = np.sort(a)
+    return a[np.concatenate([[True], a[1:] != a[:-1]])] if len(a) else a
+
+
+def _rows(head: np.ndarray, tail: np.ndarray, n: int) -> tuple[list[int], list[int]]:
+    """Sorted (head, tail) pairs as compressed rows over heads 0 .. n - 1."""
+    return np.searchsorted(head, np.arange(n + 1)).tolist(), tail.tolist()
 
 
 def instructions(ops: list[Op], channels: Channels, acc: _Accesses | None) -> Program:
@@ -626,33 +731,41 @@ def instructions(ops: list[Op], channels: Channels, acc: _Accesses | None) -> Pr
     for msgs in b.conn_msgs.values():
         msgs.sort()
         for (_, _, r_prev), (_, s_next, _) in pairwise(msgs):
-            b.edges[r_prev].add(s_next)
-    hazard = _hazards(b.access)
-    for i, preds in hazard.items():
-        for j in preds:
-            b.edges[j].add(i)
-    return Program(b.instrs, b.edges, hazard, b.n_fused)
+            b.before.append(r_prev)
+            b.after.append(s_next)
+    waiter, waited = _hazard_pairs(b.access)
+    hazard = _rows(waiter, waited, len(b.instrs))
+    n = len(b.instrs)
+    edge = _distinct(np.concatenate([np.array(b.before, dtype=np.int64), waited]) * n
+                     + np.concatenate([np.array(b.after, dtype=np.int64), waiter]))
+    indegree = np.bincount(edge % n, minlength=n).tolist()
+    return Program(b.instrs, _rows(edge // n, edge % n, n), indegree, hazard, b.n_fused)
 
 
 def global_order(program: Program) -> list[int]:
     """Stage 5: a topological order of the instruction graph (Kahn's algorithm, ties by IR
     step); sets every instruction's ``pos``."""
-    instrs, edges = program.instrs, program.edges
-    indeg = [0] * len(instrs)
-    for succ in edges.values():
-        for i in succ:
-            indeg[i] += 1
-    heap = [(instrs[i].key, i) for i in range(len(instrs)) if indeg[i] == 0]
+    instrs = program.instrs
+    start, succ = program.edges
+    indeg = list(program.indegree)
+    n = len(instrs)
+    # each (key, index) as one integer that sorts the same: a key is (step, phase, op) with
+    # step >= -1 and phase 0 or 1
+    keys = np.array([ins.key for ins in instrs], dtype=np.int64).reshape(-1, 3)
+    span = int(keys[:, 2].max()) + 1 if n else 1
+    prio = ((((keys[:, 0] + 1) * 2 + keys[:, 1]) * span + keys[:, 2]) * n
+            + np.arange(n)).tolist()
+    heap = [prio[i] for i in range(n) if indeg[i] == 0]
     heapq.heapify(heap)
     order: list[int] = []
     while heap:
-        _, j = heapq.heappop(heap)
+        j = heapq.heappop(heap) % n
         instrs[j].pos = len(order)
         order.append(j)
-        for i in edges.get(j, ()):
+        for i in succ[start[j]:start[j + 1]]:
             indeg[i] -= 1
             if indeg[i] == 0:
-                heapq.heappush(heap, (instrs[i].key, i))
+                heapq.heappush(heap, prio[i])
     if len(order) != len(instrs):
         raise ScheduleError("the schedule's messages and buffer hazards form a cycle that no "
                             "MSCCL threadblock order can serve (a pair of ranks exchanging "
@@ -698,12 +811,13 @@ def _set(value: int | None) -> int:
 
 
 def _local_tb(ins: Instr, tbs: list[list[Threadblock]], pools: dict[int, list[Threadblock]],
-              local_tb: dict[int, Threadblock], hazard: dict[int, set[int]],
-              instrs: list[Instr], quota: int, cap: int) -> Threadblock:
+              local_tb: dict[int, Threadblock], program: Program, quota: int, cap: int
+              ) -> Threadblock:
     """The threadblock of a local copy or reduction: the one of the op it waits on if that
     has room, else a new one while the GPU has fewer than ``quota``, else the emptiest."""
     pool = pools[ins.rank]
-    preds = sorted((_set(instrs[p].pos), local_tb[p]) for p in hazard.get(_set(ins.uid), ())
+    instrs = program.instrs
+    preds = sorted((_set(instrs[p].pos), local_tb[p]) for p in program.waits_for(ins.uid)
                    if p in local_tb and instrs[p].rank == ins.rank)
     tb = preds[-1][1] if preds and len(preds[-1][1].steps) < cap else None
     if tb is None and len(pool) < quota:
@@ -761,7 +875,7 @@ def threadblocks(program: Program, order: list[int], rt: Runtime, n: int, pair: 
     for j in order:
         ins = instrs[j]
         if ins.send is None and ins.recv is None:
-            tb = _local_tb(ins, tbs, pools, local_tb, program.hazard, instrs,
+            tb = _local_tb(ins, tbs, pools, local_tb, program,
                            -(-n_local[ins.rank] // cap), cap)
             local_tb[j] = tb
         else:
@@ -780,7 +894,7 @@ def _waits(tb: Threadblock, program: Program) -> None:
     waited: dict[int, int] = {}
     for ins in tb.steps:
         need: dict[int, int] = {}
-        for p in (instrs[j] for j in program.hazard.get(_set(ins.uid), ())):
+        for p in (instrs[j] for j in program.waits_for(ins.uid)):
             t, s = _set(p.tb), _set(p.index)
             if t != ins.tb and (t not in need or need[t] < s):
                 need[t] = s

@@ -24,6 +24,8 @@ from __future__ import annotations
 import pathlib
 import textwrap
 
+import numpy as np
+
 from backends.common import (
     EmitOptions,
     c_identifier,
@@ -34,7 +36,7 @@ from backends.common import (
 )
 from backends.contract import Backend, Facts
 from backends.nccl.build import TARGET_FILES, BuildError, build, cuda_home, nccl_home
-from backends.nccl.tables import dataflow_tables
+from backends.nccl.tables import DataflowTables, dataflow_tables
 from backends.units import UnitFacts, buffer_units, to_units
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, DType
 from cclc.ir import Schedule
@@ -63,22 +65,7 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
             "block for (from) member j lies where the .ccl size matrix puts it (blocks in "
             "group order, packed from the start, sizes scaled by count / compiled count) and "
             "the rest of each buffer is padding, never read or written.", 92)
-    rows: list[str] = []
-    first = [0]
-    deps: list[int] = []
-    for entries in tables.entries:
-        for e in entries:
-            rows.append(", ".join(str(v) for v in (
-                e.step, int(e.role), e.peer, int(e.kind), int(e.src_buf), e.src_off,
-                int(e.dst_buf), e.dst_off, e.count, -1 if e.stage is None else e.stage,
-                -1 if e.land is None else e.land, e.lane, int(e.group), int(e.signal),
-                len(deps))))
-            deps.extend(e.deps)
-        first.append(len(rows))
-    # a sentinel row ends the last entry's edges; no rank's range reaches it
-    rows.append(f"-1, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, 0, 1, 0, {len(deps)}")
-    deps.append(0)                       # keeps the array non-empty
-    dep_lines = [" ".join(f"{d}," for d in deps[i:i + 16]) for i in range(0, len(deps), 16)]
+    rows, first, dep_lines = table_text(tables)
     algorithm = schedule.algorithm + (f"+{schedule.schedule}" if schedule.schedule != "-" else "")
     reducing = coll.kind in REDUCING_KINDS
     common = {"name": coll.name, "ident": ident, "ident_upper": ident.upper(),
@@ -93,7 +80,7 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
         "cclc_exec.h": render_template(_PKG, "cclc_exec.h.j2"),
         f"cclc_{ident}_schedule.h": render_template(
             _PKG, "schedule.h.j2", **common, size=coll.size, dtype=coll.dtype.value,
-            algorithm=algorithm, entries=rows, first=", ".join(map(str, first)),
+            algorithm=algorithm, entries=rows, first=first,
             deps=dep_lines, n_lanes=tables.n_lanes, n_local=tables.n_local,
             units=", ".join(map(str, unit_counts)), staging_units=tables.staging_units,
             input_copy=int(tables.input_copy), reducing=int(reducing)),
@@ -111,6 +98,23 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
         "Makefile": render_template(_PKG, "Makefile.j2", **common, nccl_home=home,
                                     cuda_home=cuda_home(), cuda_arch=options.cuda_arch),
     }
+
+
+def table_text(tables: DataflowTables) -> tuple[list[str], str, list[str]]:
+    """The C table's entry rows (with each entry's first edge last), the per-rank first
+    entries and the edge lines (16 a line), printed from the columns: one format per row."""
+    n_rows = len(tables.rows)
+    full = np.concatenate([tables.rows, tables.dep_first[:-1, None]], axis=1)
+    fmt = ", ".join(["%d"] * full.shape[1])
+    rows = [fmt % tuple(r) for r in full.tolist()]
+    n_deps = int(tables.dep_first[-1]) if n_rows else 0
+    # a sentinel row ends the last entry's edges; no rank's range reaches it
+    rows.append(f"-1, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, 0, 1, 0, {n_deps}")
+    deps = tables.deps.tolist() + [0]          # the 0 keeps the array non-empty
+    line = " ".join(["%d,"] * 16)
+    dep_lines = [line % tuple(deps[i:i + 16]) if i + 16 <= len(deps) else
+                 " ".join(f"{d}," for d in deps[i:]) for i in range(0, len(deps), 16)]
+    return rows, ", ".join(map(str, tables.first.tolist())), dep_lines
 
 
 #: ncclDataType_t's numbers, which both builds take
