@@ -10,7 +10,7 @@ than the best template.
 
 Parameters (``algorithm synth(budget = 60, split = 2)``): ``budget`` seconds for the whole
 synthesis (default :data:`DEFAULT_BUDGET`, or ``cclc compile --synth-budget``); ``split`` pieces
-per path (finer balance, more ops; default by group size); ``steps`` a fixed step count.
+per path (finer balance, more ops; default by the number of paths); ``steps`` a fixed step count.
 
 The schedule's ``params``: ``solver`` (``pdlp``), ``status`` (``optimal``: the LP solved and its
 paths are used; ``budget``: the solver stopped at the budget; ``fallback``: a template was
@@ -88,11 +88,6 @@ def _applicable(coll: Collective, **params) -> str | None:
     return None
 
 
-def _split_default(n: int) -> int:
-    # pieces per path: finer pieces balance the steps better, but ops grow as n^2 x split
-    return 4 if n <= 32 else 2 if n <= 64 else 1
-
-
 def _best_template(coll: Collective) -> tuple[str, Schedule, float] | None:
     """The fastest applicable template under the IR's lockstep model (name, schedule, time)."""
     from cclc.plan import _as_auto
@@ -124,7 +119,7 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
     t0 = time.monotonic()
     budget = _budget(params)
     deadline = t0 + (DEFAULT_BUDGET if budget is None else budget)
-    split = int(params.get("split", _split_default(coll.n)))
+    split = int(params["split"]) if "split" in params else None  # None: by the pieces
     steps = params.get("steps")
     synthesized: Schedule | None = None
     status = "budget"
