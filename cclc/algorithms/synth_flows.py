@@ -89,9 +89,10 @@ def _applicable(coll: Collective, **params) -> str | None:
 
 
 def _best_template(coll: Collective) -> tuple[str, Schedule, float] | None:
-    """The fastest applicable template under the IR's lockstep model (name, schedule, time)."""
+    """The fastest applicable template under the planner's model (name, schedule, time)."""
+    from cclc.execution import predict
     from cclc.plan import _as_auto
-    from cclc.sim import simulate
+    from cclc.synth.pricing import pricing_model
     from cclc.verify import verify
 
     plain = _as_auto(coll)
@@ -104,7 +105,7 @@ def _best_template(coll: Collective) -> tuple[str, Schedule, float] | None:
             verify(s)
         except (CclError, ScheduleError):
             continue
-        t = float(simulate(s).time)
+        t = float(predict(s, pricing_model()).time)
         if best is None or t < best[2]:
             best = (algo.name, s, t)
     return best
@@ -112,9 +113,11 @@ def _best_template(coll: Collective) -> tuple[str, Schedule, float] | None:
 
 def build_synth_alltoall(coll: Collective, **params) -> Schedule:
     """The synthesized alltoall of ``coll``, or the best template when it is faster."""
+    from cclc.execution import predict
     from cclc.sim import simulate
     from cclc.synth.alltoall import synthesize_alltoall, write_schedule
     from cclc.synth.flows import SynthBudgetError, solve_flows
+    from cclc.synth.pricing import pricing_model
 
     t0 = time.monotonic()
     budget = _budget(params)
@@ -137,17 +140,19 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
         meta = (("solver", "pdlp"),)
     template = _best_template(coll)
     solve_s = time.monotonic() - t0
-    own_time = float(simulate(synthesized).time) if synthesized is not None else None
+    own_time = (float(predict(synthesized, pricing_model()).time)
+                if synthesized is not None else None)
     if synthesized is None or (template is not None and template[2] < own_time):
         if template is None:
             raise ScheduleError(f"synth: no routing within the budget and no template serves "
                                 f"collective '{coll.name}'")
-        name, chosen, t = template
+        name, chosen, _ = template
         status = "fallback" if synthesized is not None else "budget"
         extra: tuple = (("template", name),)
     else:
-        chosen, t, extra = synthesized, own_time, ()
-    fraction = (lp_time / t) if lp_time is not None and t > 0 else 0.0
+        chosen, extra = synthesized, ()
+    ir_time = float(simulate(chosen).time)          # lp_fraction is on the IR's model
+    fraction = (lp_time / ir_time) if lp_time is not None and ir_time > 0 else 0.0
     info = meta + (("status", status), ("solve_s", round(solve_s, 3)),
                    ("lp_fraction", round(fraction, 4))) + extra
     return chosen.replace(algorithm="synth", schedule="-", params=info)

@@ -18,13 +18,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from cclc.collective import Collective
+from cclc.execution import ExecutionModel, predict
 from cclc.ir import Buf, Schedule, ScheduleBuilder
 from cclc.synth.flows import FlowSolution
 from cclc.synth.pack import Packing, Piece, pack_pieces, pieces_of
+from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.stagger import MAX_LP_CELLS, stagger_lp
 from cclc.synth.vertex import basic_paths
 
-__all__ = ["SynthAllToAll", "default_split", "step_candidates", "synthesize_alltoall", "write_schedule"]
+__all__ = ["SynthAllToAll", "default_split", "step_candidates", "synthesize_alltoall",
+           "write_schedule"]
 
 #: paths per pair kept from the LP, and the smallest share kept (relative to the pair's
 #: largest): tiny shares cost an op and a step slot each and move almost nothing. A basic
@@ -39,6 +42,8 @@ MAX_PIECES = 40_000
 SPLITS = (8, 4, 2, 1)
 #: seconds one staggering LP may take
 LP_TIME_LIMIT = 20.0
+#: under a model with software costs, this many of the best packings are written and priced
+PREDICTED = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,14 +71,22 @@ def default_split(n_paths: int) -> int:
 
 
 def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None = None,
-                        step_overhead: float = 0.0, steps: int | None = None,
-                        deadline: float | None = None) -> SynthAllToAll:
+                        steps: int | None = None, deadline: float | None = None,
+                        model: ExecutionModel | None = None) -> SynthAllToAll:
     """Pieces of ``flows`` packed into the step count with the smallest predicted time (or
     into ``steps`` steps when given): by the staggering LP (:mod:`cclc.synth.stagger`) where it
     is small enough, and by greedy list scheduling of ``split`` pieces per path; the better
     one is kept. ``flows`` is first re-weighted to a basic optimum
     (:func:`cclc.synth.vertex.basic_paths`), and ``split`` defaults to
-    :func:`default_split`."""
+    :func:`default_split`.
+
+    ``model`` (default: the planner's, :func:`cclc.synth.pricing.pricing_model`) is the
+    execution model the schedule will be priced with: the packing charges every step its
+    software cost (:func:`cclc.synth.pricing.step_cost`), and where the model charges any,
+    the :data:`PREDICTED` best packings are written and compared by the model's own
+    prediction."""
+    model = pricing_model() if model is None else model
+    step_overhead = step_cost(model)
     left = LP_TIME_LIMIT if deadline is None else max(deadline - time.monotonic(), 1.0)
     flows = basic_paths(coll, flows, time_limit=left)
     if split is None:
@@ -83,9 +96,8 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
     cut, cut_width = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
                                MAX_PATHS, MIN_WEIGHT, split)
     longest = max((len(p.hops) for p in whole), default=1)
-    best: SynthAllToAll | None = None
+    options: list[SynthAllToAll] = []
     for t in ([max(steps, longest)] if steps is not None else step_candidates(longest, coll.n)):
-        options = []
         if len(whole) * t <= MAX_LP_CELLS and (steps is not None or t <= longest + 2):
             # the LP grows with the steps and gains little past the shortest: try the
             # shortest few (HiGHS stops at the time limit; the greedy one stands then)
@@ -99,11 +111,13 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
         passes = 2 if coll.n <= 64 else 0
         options.append(SynthAllToAll(cut, cut_width,
                                      pack_pieces(coll, cut, t, step_overhead, passes)))
-        for option in options:
-            if best is None or option.packing.time < best.packing.time:
-                best = option
-    assert best is not None
-    return best
+    options.sort(key=lambda o: o.packing.time)
+    if not model.charges_software:
+        return options[0]       # the packing's time is the lockstep simulator's, exactly
+    # dataflow models overlap steps, which the packing's step sums do not see
+    timed = [(predict(write_schedule(coll, o, ()), model).time, i, o)
+             for i, o in enumerate(options[:PREDICTED])]
+    return min(timed, key=lambda x: x[:2])[2]
 
 
 def write_schedule(coll: Collective, synth: SynthAllToAll,
