@@ -19,6 +19,7 @@ algorithm ``synth`` and print ``-`` where no synth entry serves them.
     python benchmarks/synthesis.py --quick         # 128 MiB only, no 5x5x5
     python benchmarks/synthesis.py --full          # also the 128-GPU fabric
     python benchmarks/synthesis.py --json out.json
+    python benchmarks/synthesis.py --kinds alltoall --cases 5x5x5   # one case
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="128 MiB only, no 5x5x5")
     ap.add_argument("--full", action="store_true", help="also the 128-GPU fabric")
     ap.add_argument("--kinds", default="alltoall,allgather,reducescatter,allreduce")
+    ap.add_argument("--cases", metavar="TEXT", default="",
+                    help="only the cases whose name contains TEXT (e.g. 5x5x5)")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
     sizes = [128 * MiB] if args.quick else SIZES
@@ -129,6 +132,8 @@ def main(argv=None) -> int:
     print(f"{'case':44} {'kind':13} {'size':>8}  {'direct':>7} {'best template':>30} "
           f"{'synth':>7}  {'status':9} {'solve':>7} {'LP frac':>7}")
     for name, make in cases(args.full, args.quick).items():
+        if args.cases not in name:
+            continue
         topo = make()
         for kind in kinds:
             for size in sizes:

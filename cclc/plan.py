@@ -27,6 +27,7 @@ from cclc.estimate import candidate_bounds, evaluation_order, prune_reason
 from cclc.execution import IR_MODEL, ExecutionModel, predict
 from cclc.ir import OP_COLUMNS, Buf, Ops, Routes, Schedule
 from cclc.relay import RelayError
+from cclc.synth.pricing import priced_with
 from cclc.verify import verify
 
 __all__ = [
@@ -199,7 +200,8 @@ def _evaluate(coll: Collective, algo: Algorithm, bound: float | None,
     if reason is not None:
         return Candidate(algo.name, False, reason), None
     try:
-        schedule = algo.build(coll, **params)  # any other failing build is a bug: propagate
+        with priced_with(model):   # synthesis packs for the model it is priced with
+            schedule = algo.build(coll, **params)  # any other failing build: a bug, propagate
     except RelayError as err:
         # the routing cannot carry a move and no member of the group can relay it
         return Candidate(algo.name, False, err.message), None
@@ -261,7 +263,8 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     if isinstance(chosen, Algorithm):
         _check_applicable(coll, chosen)
         step(1, total, chosen.name)
-        schedule = chosen.build(coll, **_params(coll))
+        with priced_with(model):   # synthesis packs for the model it is priced with
+            schedule = chosen.build(coll, **_params(coll))
         verify(schedule)
         time, planned = _simulate(schedule, model)
         rows = [Candidate(chosen.name, True, None, time, _pct(bound, time), planned)]

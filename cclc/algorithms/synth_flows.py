@@ -10,7 +10,7 @@ than the best template.
 
 Parameters (``algorithm synth(budget = 60, split = 2)``): ``budget`` seconds for the whole
 synthesis (default :data:`DEFAULT_BUDGET`, or ``cclc compile --synth-budget``); ``split`` pieces
-per path (finer balance, more ops; default by group size); ``steps`` a fixed step count.
+per path (finer balance, more ops; default by the number of paths); ``steps`` a fixed step count.
 
 The schedule's ``params``: ``solver`` (``pdlp``), ``status`` (``optimal``: the LP solved and its
 paths are used; ``budget``: the solver stopped at the budget; ``fallback``: a template was
@@ -88,15 +88,11 @@ def _applicable(coll: Collective, **params) -> str | None:
     return None
 
 
-def _split_default(n: int) -> int:
-    # pieces per path: finer pieces balance the steps better, but ops grow as n^2 x split
-    return 4 if n <= 32 else 2 if n <= 64 else 1
-
-
 def _best_template(coll: Collective) -> tuple[str, Schedule, float] | None:
-    """The fastest applicable template under the IR's lockstep model (name, schedule, time)."""
+    """The fastest applicable template under the planner's model (name, schedule, time)."""
+    from cclc.execution import predict
     from cclc.plan import _as_auto
-    from cclc.sim import simulate
+    from cclc.synth.pricing import pricing_model
     from cclc.verify import verify
 
     plain = _as_auto(coll)
@@ -109,7 +105,7 @@ def _best_template(coll: Collective) -> tuple[str, Schedule, float] | None:
             verify(s)
         except (CclError, ScheduleError):
             continue
-        t = float(simulate(s).time)
+        t = float(predict(s, pricing_model()).time)
         if best is None or t < best[2]:
             best = (algo.name, s, t)
     return best
@@ -117,14 +113,16 @@ def _best_template(coll: Collective) -> tuple[str, Schedule, float] | None:
 
 def build_synth_alltoall(coll: Collective, **params) -> Schedule:
     """The synthesized alltoall of ``coll``, or the best template when it is faster."""
+    from cclc.execution import predict
     from cclc.sim import simulate
     from cclc.synth.alltoall import synthesize_alltoall, write_schedule
     from cclc.synth.flows import SynthBudgetError, solve_flows
+    from cclc.synth.pricing import pricing_model
 
     t0 = time.monotonic()
     budget = _budget(params)
     deadline = t0 + (DEFAULT_BUDGET if budget is None else budget)
-    split = int(params.get("split", _split_default(coll.n)))
+    split = int(params["split"]) if "split" in params else None  # None: by the pieces
     steps = params.get("steps")
     synthesized: Schedule | None = None
     status = "budget"
@@ -142,17 +140,19 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
         meta = (("solver", "pdlp"),)
     template = _best_template(coll)
     solve_s = time.monotonic() - t0
-    own_time = float(simulate(synthesized).time) if synthesized is not None else None
+    own_time = (float(predict(synthesized, pricing_model()).time)
+                if synthesized is not None else None)
     if synthesized is None or (template is not None and template[2] < own_time):
         if template is None:
             raise ScheduleError(f"synth: no routing within the budget and no template serves "
                                 f"collective '{coll.name}'")
-        name, chosen, t = template
+        name, chosen, _ = template
         status = "fallback" if synthesized is not None else "budget"
         extra: tuple = (("template", name),)
     else:
-        chosen, t, extra = synthesized, own_time, ()
-    fraction = (lp_time / t) if lp_time is not None and t > 0 else 0.0
+        chosen, extra = synthesized, ()
+    ir_time = float(simulate(chosen).time)          # lp_fraction is on the IR's model
+    fraction = (lp_time / ir_time) if lp_time is not None and ir_time > 0 else 0.0
     info = meta + (("status", status), ("solve_s", round(solve_s, 3)),
                    ("lp_fraction", round(fraction, 4))) + extra
     return chosen.replace(algorithm="synth", schedule="-", params=info)

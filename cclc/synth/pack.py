@@ -166,6 +166,9 @@ def pack_pieces(coll: Collective, pieces: list[Piece], n_steps: int,
             new = np.maximum.reduceat(new, firsts, axis=1)
         ts = sig[:, None] + np.arange(h)[None, :]
         inc = np.maximum(new - M[ts], 0.0).sum(axis=1)
+        if step_overhead:
+            # a step that moves nothing yet costs its software overhead once it is opened
+            inc = inc + step_overhead * (M[ts] == 0).sum(axis=1)
         best = int(np.argmin(inc + 1e-6 * new.sum(axis=1)))
         start[i] = best
         L[best + hop_of, links] += add

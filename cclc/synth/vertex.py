@@ -1,0 +1,88 @@
+"""A basic optimum of the path LP: few paths per pair, so that rounding loses nothing.
+
+The column generation of :mod:`cclc.synth.flows` solves its LP with PDLP, a first-order
+method whose optimum lies inside the optimal face: every pair keeps a share on most of its
+paths (up to seven on a faulty 4x4x4 torus). The packing keeps at most a few paths per pair
+and drops small shares, and that truncation, renormalized, overloads some links: on the 4x4x4
+torus with two failed links in different rings the kept paths' busiest link was at 93.6% of
+the LP rate before any packing.
+
+A basic (vertex) optimum of the same LP over the same columns has at most one path per pair
+beyond the first for every tight link (the LP has one row per pair and one per link), so almost
+every pair routes over one path and the rounding to whole units touches few. This re-solves the
+LP restricted to the columns PDLP used, with HiGHS's interior point method followed by
+crossover to a vertex (SciPy), on the same 4x4x4: 4318 paths for 4032 pairs, 3748 pairs on one
+path, and the rounded paths' busiest link at 99.8% of the LP rate.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from cclc.collective import Collective
+from cclc.synth.flows import FlowSolution, pair_bytes
+
+__all__ = ["basic_paths"]
+
+#: below this share of its pair a path is dropped (the vertex's round-off, not a real share)
+ZERO_SHARE = 1e-7
+#: the vertex is kept only when its time is within this of the LP's (HiGHS is exact to ~1e-9;
+#: PDLP's own optimum is within ~1e-4)
+TIME_SLACK = 1e-3
+
+
+def basic_paths(coll: Collective, flows: FlowSolution,
+                time_limit: float | None = None) -> FlowSolution:
+    """``flows`` with the same paths re-weighted to a basic optimum of the path LP (see the
+    module docstring), unused paths left out; ``flows`` itself when HiGHS does not reach an
+    optimum within ``time_limit`` seconds or its time is not within :data:`TIME_SLACK` of
+    ``flows.lp_time``.
+
+    The LP is the one :mod:`cclc.synth.flows` solves, over the given paths only: minimize
+    ``T`` such that every pair's shares sum to 1 and every link's bytes over its bandwidth
+    stay below ``T``.
+    """
+    if len(flows.path) == 0:
+        return flows
+    topo = coll.topology
+    d = pair_bytes(coll)
+    n_paths = len(flows.path)
+    pair_key = flows.src.astype(np.int64) * coll.n + flows.dst.astype(np.int64)
+    pairs, pair_of = np.unique(pair_key, return_inverse=True)
+    if len(pairs) == n_paths:
+        return flows                        # one path per pair already: nothing to choose
+    lengths = np.fromiter((len(p) for p in flows.path), dtype=np.int64, count=n_paths)
+    links = np.fromiter((e for p in flows.path for e in p), dtype=np.int64,
+                        count=int(lengths.sum()))
+    col = np.repeat(np.arange(n_paths), lengths)
+    seconds = d[flows.src, flows.dst][col] / topo.link_bandwidth[links]
+    scale = float(seconds.max())
+    used, row = np.unique(links, return_inverse=True)
+    n_rows = len(used)
+    # columns: the path shares, then T (in units of ``scale`` seconds); load - T <= 0
+    a_ub = sp.csr_matrix((np.concatenate([seconds / scale, -np.ones(n_rows)]),
+                          (np.concatenate([row, np.arange(n_rows)]),
+                           np.concatenate([col, np.full(n_rows, n_paths)]))),
+                         shape=(n_rows, n_paths + 1))
+    a_eq = sp.csr_matrix((np.ones(n_paths), (pair_of, np.arange(n_paths))),
+                         shape=(len(pairs), n_paths + 1))
+    cost = np.zeros(n_paths + 1)
+    cost[-1] = 1.0
+    options = {} if time_limit is None else {"time_limit": max(float(time_limit), 1.0)}
+    t0 = time.monotonic()
+    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(n_rows), A_eq=a_eq, b_eq=np.ones(len(pairs)),
+                  bounds=(0, None), method="highs-ipm", options=options)
+    if res.status != 0 or res.x[-1] * scale > flows.lp_time * (1 + TIME_SLACK):
+        return flows
+    share = np.maximum(res.x[:n_paths], 0.0)
+    total = np.bincount(pair_of, weights=share, minlength=len(pairs))
+    share = share / total[pair_of]
+    keep = np.flatnonzero(share > ZERO_SHARE)
+    return replace(flows, src=flows.src[keep], dst=flows.dst[keep], weight=share[keep],
+                   path=tuple(flows.path[i] for i in keep.tolist()),
+                   solve_s=flows.solve_s + time.monotonic() - t0)
