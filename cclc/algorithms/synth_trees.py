@@ -83,10 +83,10 @@ def _allreduce_reference(coll: Collective) -> float:
     """AllReduce's reference time: the bound of :mod:`cclc.bounds` (its joint reduce-scatter +
     allgather LP, where it runs; else the closed forms). Not the sum of the two phases'
     optima: overlapping the phases on full-duplex links beats that sum."""
-    from cclc.bounds import bounds, lp_bound
+    from cclc.bounds import bounds
 
-    b = lp_bound(coll)
-    return b.seconds if b is not None else bounds(coll, lp=False).best
+    # the best of all: the LP prices bandwidth only, the closed forms include latency
+    return bounds(coll).best
 
 
 def _applicable(coll: Collective, **params) -> str | None:
@@ -171,30 +171,30 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
 def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
              block: float, rate_ag: float | None, rate_rs: float | None,
              chunks: int | None = None, max_ops: int = MAX_OPS) -> tuple[float, int]:
-    """Predicted lockstep time and pipeline depth: ``(C + D) * (alpha + beta / C)``."""
-    beta, fill = 0.0, 0
-    packs = [(p, r) for p, r in ((ag, rate_ag), (rs, rate_rs)) if p is not None]
-    for p, rate in packs:
-        beta += block * p.load / rate
-    if ag is not None:
-        fill += int(ag.depth().max())
-    if rs is not None:
-        # siblings reduce into their parent in distinct steps: the in-trees' fill is the
-        # offset of the roots, not their depth (a star of s leaves fills in s steps)
-        off = tree_schedule.reduce_offsets(rs)
-        n = coll.n
-        fill += int(off[np.arange(n), :, np.arange(n)].max()) + 1
-    k = packs[0][0].k
+    """Predicted lockstep time and pipeline depth ``C``.
+
+    One phase of height ``H`` and bandwidth time ``beta`` takes ``(C + H - 1) * (alpha +
+    beta / C)``. AllReduce's phases overlap: its first ``H_rs`` steps carry only reductions,
+    its last ``H_ag`` only the broadcast, the ``C - 1`` between both.
+    """
+    phases = [(block * p.load / rate, int(p.depth().max()))
+              for p, rate in ((rs, rate_rs), (ag, rate_ag)) if p is not None]
+    k = (ag or rs).k
     alpha = float(g.latency.max()) if g.m else 0.0
     elems = coll.count // coll.n                      # the smallest block, in elements
-    cap = max(1, min(elems // k, max_ops // max(1, len(packs) * coll.n * (coll.n - 1) * k)))
-    if chunks is None:
-        # (C + F) * (alpha + beta / C) is least at C = sqrt(F * beta / alpha); with no fill
-        # (one-hop trees) one chunk is best
-        ideal = math.sqrt((fill - 1) * beta / alpha) if alpha > 0 else cap
-        chunks = int(min(cap, max(1, round(ideal))))
-    chunks = max(1, min(chunks, max(1, elems // k)))
-    return (chunks + fill - 1) * (alpha + beta / chunks), chunks
+    # an in-tree edge is a send and, for all but a first child, a local fold
+    per_chunk = (2 if rs is not None else 0) + (1 if ag is not None else 0)
+    cap = max(1, min(elems // k, max_ops // max(1, per_chunk * coll.n * (coll.n - 1) * k)))
+    c = np.arange(1, cap + 1, dtype=float) if chunks is None else \
+        np.array([max(1, min(chunks, max(1, elems // k)))], dtype=float)
+    if len(phases) == 1:
+        beta, height = phases[0]
+        t = (c + height - 1) * (alpha + beta / c)
+    else:
+        t = (c - 1) * (alpha + sum(b for b, _ in phases) / c) + sum(
+            h * (alpha + b / c) for b, h in phases)
+    best = int(np.argmin(t))
+    return float(t[best]), int(c[best])
 
 
 def _best_template(coll: Collective) -> tuple[float, Schedule] | None:
