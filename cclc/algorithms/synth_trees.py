@@ -24,7 +24,6 @@ and bandwidth time ``beta``, with at most :data:`MAX_OPS` ops, :data:`MAX_OPS_AU
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
