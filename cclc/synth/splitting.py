@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
+from scipy.sparse.csgraph import maximum_flow, shortest_path
 
 from cclc.collective import Collective
 from cclc.ir import Routes
@@ -141,21 +141,38 @@ class _Graph:
 
 
 def _deficit(agg: nx.DiGraph, members: list[int], rate: float) -> float:
-    """The largest shortfall ``N x - maxflow(source -> v)`` over members ``v`` (0 if none)."""
-    from networkx.algorithms.flow import shortest_augmenting_path
+    """The largest shortfall ``N x - maxflow(source -> v)`` over members ``v`` (0 if none).
 
+    The max-flows run in SciPy on capacities in units of ``N x / 10^7``, rounded up: a cut
+    of ``E`` edges is overestimated by less than ``E`` units, so a split is never refused
+    for rounding, and one that is short by less than that (a relative 10^-7 per edge) may
+    pass; :func:`split_switches` recomputes the rate of the result exactly.
+    """
     n = len(members)
-    h = agg.copy()
-    src = ("split", "source")
-    for v in members:
-        h.add_edge(src, v, capacity=rate)
     need = n * rate
-    worst = 0.0
+    unit = need / _UNITS
+    nodes = list(agg.nodes)
+    index = {v: i + 1 for i, v in enumerate(nodes)}          # 0 is the source
+    src, dst, cap = [], [], []
+    for a, b, c in agg.edges(data="capacity"):
+        src.append(index[a])
+        dst.append(index[b])
+        cap.append(c)
+    src += [0] * n
+    dst += [index[v] for v in members]
+    cap += [rate] * n
+    units = np.minimum(np.ceil(np.asarray(cap) / unit), 2**31 - 1).astype(np.int32)
+    size = len(nodes) + 1
+    graph = csr_matrix((units, (np.asarray(src), np.asarray(dst))), shape=(size, size))
+    worst = 0
     for v in members:
-        value = nx.maximum_flow_value(h, src, v, flow_func=shortest_augmenting_path,
-                                      cutoff=need)
-        worst = max(worst, need - value)
-    return worst if worst > need * _TOL else 0.0
+        value = maximum_flow(graph, 0, index[v]).flow_value
+        worst = max(worst, _UNITS - value)
+    return worst * unit if worst > 0 else 0.0
+
+
+#: units of ``N x`` in the max-flow tests
+_UNITS = 10**7
 
 
 def _network(topo: Topology, group: np.ndarray, reverse: bool) -> _Graph:
@@ -242,6 +259,24 @@ def _distance_levels(g: _Graph, ranks: list[int], switches: list[int]) -> dict[i
     return {w: int(dist.get(w, 0)) for w in switches}
 
 
+def _prune(g: _Graph, switches: list[int], level: dict[int, int], members: list[int],
+           rate: float) -> list[int]:
+    """Remove the farthest switches, level by level, while the rate survives without them;
+    returns the switches left."""
+    for d in sorted(set(level.values()), reverse=True):
+        if d <= 1:
+            break
+        far = [w for w in switches if level[w] == d]
+        snap = g.snapshot()
+        for w in far:
+            g.remove_vertex(w)
+        if _deficit(g.agg, members, rate) > 0:
+            g.restore(snap)
+            break
+        switches = [w for w in switches if w not in far]
+    return switches
+
+
 def split_switches(coll: Collective, rate: float, reverse: bool, deadline: float
                    ) -> SplitGraph | None:
     """The rank-only graph of ``coll``'s machine at per-root rate ``rate`` (module docstring),
@@ -257,40 +292,42 @@ def split_switches(coll: Collective, rate: float, reverse: bool, deadline: float
     switches = [w for w in range(topo.n_ranks, topo.n_vertices) if w in g.agg]
     # 1. switches far from every rank that the optimum does not need (spines)
     level = _distance_levels(g, members, switches)
-    for d in sorted(set(level.values()), reverse=True):
-        if d <= 1:
-            break
-        far = [w for w in switches if level[w] == d]
-        snap = g.snapshot()
-        for w in far:
-            g.remove_vertex(w)
-        if _deficit(g.agg, members, rate) > 0:
-            g.restore(snap)
-            break
-        switches = [w for w in switches if w not in far]
-    # 2. every other switch, two-neighbour vertices first
-    # nearest the ranks first: a node's switch before the leaves, so that paths are built
-    # from the ranks outwards
-    order = sorted(switches, key=lambda w: (len(_neighbours(g, w)) > 2, level[w], w))
-    for w in order:
-        if time.monotonic() > deadline:
-            return None
+    switches = _prune(g, switches, level, members, rate)
+    # 2. two-neighbour vertices (NICs) by contraction
+    for w in switches:
         if len(_neighbours(g, w)) <= 2:
             _contract(g, w)
-            continue
+    switches = [w for w in switches if w in g.agg]
+    # 3. the others nearest the ranks first (a node's switch before the leaves, so paths are
+    # built from the ranks outwards): a whole level split proportionally under one test,
+    # else switch by switch, else pair by pair
+    for d in sorted({level[w] for w in switches}):
+        batch = [w for w in switches if level[w] == d]
+        if time.monotonic() > deadline:
+            return None
         snap = g.snapshot()
-        _proportional(g, w)
+        for w in batch:
+            _proportional(g, w)
         if _deficit(g.agg, members, rate) == 0:
             continue
         g.restore(snap)
-        if not _pairwise(g, w, members, rate, deadline):
-            return None
-        if _deficit(g.agg, members, rate) > 0:
-            return None
-    return _finish(coll, g, members, reverse)
+        for w in batch:
+            if time.monotonic() > deadline:
+                return None
+            snap = g.snapshot()
+            _proportional(g, w)
+            if _deficit(g.agg, members, rate) == 0:
+                continue
+            g.restore(snap)
+            if not _pairwise(g, w, members, rate, deadline):
+                return None
+            if _deficit(g.agg, members, rate) > 0:
+                return None
+    return _finish(coll, g, members, reverse, rate)
 
 
-def _finish(coll: Collective, g: _Graph, members: list[int], reverse: bool) -> SplitGraph:
+def _finish(coll: Collective, g: _Graph, members: list[int], reverse: bool,
+            target: float) -> SplitGraph:
     from cclc.synth.trees import forestcoll_rate
 
     topo = coll.topology
@@ -316,5 +353,7 @@ def _finish(coll: Collective, g: _Graph, members: list[int], reverse: bool) -> S
             agg[a][b]["capacity"] += c
         else:
             agg.add_edge(a, b, capacity=c)
-    rate = forestcoll_rate(agg, list(range(len(members))))
+    # the rate the split was made for, unless dropping uncarried edges lost some of it
+    rate = target if _deficit(agg, list(range(len(members))), target) == 0 else \
+        forestcoll_rate(agg, list(range(len(members))))
     return SplitGraph(src, dst, cap, tuple(p for *_, p in kept), rate)
