@@ -1,7 +1,11 @@
 """``synth`` for AllGather, ReduceScatter and AllReduce: packed spanning trees, pipelined.
 
 The packing and its optimum are in :mod:`cclc.synth.trees`, the ops in
-:mod:`cclc.synth.tree_schedule`. This module chooses the number of trees per root ``k`` and
+:mod:`cclc.synth.tree_schedule`. On a machine with switches two graphs compete: the hop graph
+(fewest-hop rank-to-rank paths) and ForestColl's rank-only graph left by splitting the switches
+off (:mod:`cclc.synth.splitting`); the packing with the lower predicted time wins.
+
+This module chooses the number of trees per root ``k`` and
 of chunks per tree ``C``, keeps to the time budget and records what it did in the schedule's
 ``params``: ``solver`` (``"forestcoll-maxflow+congestion-trees"``), ``status``
 (``optimal`` when the packing reaches the ForestColl rate, ``feasible`` when it does not,

@@ -11,14 +11,22 @@ Jensen, Frank and Jackson (1995), after Lovász and Mader, show that a switch wh
 out-capacities are equal can be split off completely while keeping that rooted
 connectivity; ForestColl uses this to go from the fabric to ranks.
 
-How much of a pair may be split off is found with max-flows (networkx): split off all that
-both edges hold, run the test, and take back the largest deficit: every cut that the split
-weakens loses exactly the split amount, so the test's deficit is exactly what is too much.
-Two cheaper steps come first. A vertex with two neighbours (a NIC between a GPU and a leaf)
-is contracted without a test: that never makes a cut smaller than a cut of the graph before.
-A switch whose edges split proportionally (every in-edge to every out-edge in proportion to
-their capacities) passes one test for the whole switch. Switches no rank needs (the spines of
-a fabric whose rails already carry the optimum) are removed first, tested once per level.
+How much of a pair may be split off is found with max-flows: split off all that both edges
+hold, run the test, and take back the largest deficit: every cut that the split weakens loses
+exactly the split amount, so the test's deficit is exactly what is too much. Cheaper steps
+come first. Switches no rank needs (the spines of a fabric whose rails already carry the
+optimum) are removed, tested once per level of distance from the ranks. A vertex with two
+neighbours (a NIC between a GPU or PCIe switch and a leaf) is contracted without a test: that
+never makes a cut smaller than a cut of the graph before. Then each level of switches,
+nearest the ranks first, is split proportionally (every in-edge to every out-edge, matrix-
+scaled to the capacities) under one test for the whole level; a level that fails is split
+switch by switch, and a switch that fails pair by pair. The max-flows run in SciPy (C) on
+capacities rounded to 10^-7 of ``N x``: networkx's took 3 s per test on the 128-GPU fabric
+example, SciPy's 0.1 s.
+
+Only pairs whose joined path is a fewest-hop path between its ends are split (what ECMP and
+adaptive routing carry, and what a rank can send as one op), so a path never turns back at a
+leaf into the node it came from.
 
 A logical edge whose physical path the declared routing does not carry (not a fewest-hop path
 under ECMP) is dropped at the end; the rate of the graph that is left is reported, so a

@@ -14,11 +14,13 @@ runs one max-flow per rank; a probe that fails returns its minimum cut, whose ra
 smaller, probe, so the search ends on the exact optimum after a few probes instead of bisecting
 towards it.
 
-*The trees.* ForestColl builds the trees exactly, after splitting switch vertices off; here the
-trees are built by negotiated congestion (:func:`pack_trees`), a heuristic whose result is
-measured against ``x*``: every root gets ``k`` trees over the *hop graph* (moves the declared
-routing carries as one op: torus neighbour links, or rank-to-rank fewest-hop paths through a
-fabric). A tree grows one member at a time over the cheapest move out of it, under link prices
+*The trees.* ForestColl builds the trees exactly, after splitting switch vertices off
+(:mod:`cclc.synth.splitting` does the splitting); here the trees are built by negotiated
+congestion (:func:`pack_trees`), a heuristic whose result is measured against ``x*``: every
+root gets ``k`` trees over the *hop graph* (moves the declared routing carries as one op:
+torus neighbour links, rank-to-rank fewest-hop paths through a fabric, or the logical edges
+of the split graph, each with its own capacity). A tree grows one member at a time over the
+cheapest move out of it, under link prices
 that grow exponentially with the link's load relative to its share at ``x*``, plus a price per
 level of depth and a depth limit (depth is pipeline fill); trees are ripped up and regrown
 until no link is above its share or the budget runs out.
