@@ -185,8 +185,9 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
 
 
 #: trees per root tried on the split graph: its logical edges hold small shares of the
-#: switches, so equal-weight trees need more of them to fit the capacities closely
-_SPLIT_TREES = [1, 2, 4, 8, 12]
+#: switches, so equal-weight trees need more of them to fit the capacities closely (most
+#: promising first: the budget may end the list)
+_SPLIT_TREES = [8, 4, 12, 2, 1]
 
 
 def _split_candidate(coll: Collective, rate_ag: float | None, rate_rs: float | None,
@@ -305,7 +306,19 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
         t = (c - 1) * (alpha + sum(b for b, _ in phases) / c) + sum(
             h * (alpha + b / c) for b, h in phases)
     best = int(np.argmin(t))
+    # the MSCCL runtimes need equal chunks: prefer a depth whose k * C chunks divide every
+    # block when it costs under _EQUAL_CHUNKS_SLACK of the predicted time
+    blocks = {coll.count // coll.n, -(-coll.count // coll.n)}
+    even = np.array([all(b % (k * int(x)) == 0 for b in blocks) for x in c])
+    if even.any() and not even[best]:
+        alt = int(np.flatnonzero(even)[np.argmin(t[even])])
+        if t[alt] <= t[best] * (1 + _EQUAL_CHUNKS_SLACK):
+            best = alt
     return float(t[best]), int(c[best])
+
+
+#: the predicted time a pipeline depth with equal chunks may cost over the best depth
+_EQUAL_CHUNKS_SLACK = 0.02
 
 
 def _best_template(coll: Collective) -> tuple[float, Schedule] | None:
