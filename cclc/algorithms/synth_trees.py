@@ -161,6 +161,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
         split = _split_candidate(coll, rate_ag, rate_rs, t0 + budget / 2)
         if split is not None:
             candidates.append(split + ([trees] if trees else _SPLIT_TREES,))
+    margin = _BETTER_BY if coll.kind is CollectiveKind.ALLREDUCE else 1e-9
     for phys, g_ag, g_rs, nodes, edges, realize, k_list in candidates:
         for k in k_list:
             if best is not None and time.monotonic() > deadline:
@@ -172,7 +173,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
             if realize is not None:
                 ag, rs = realize(ag, rs)
             predicted = _predict(coll, phys, ag, rs, block, rate_ag, rate_rs)[0]
-            if best is None or predicted < best[0] * (1 - _BETTER_BY):
+            if best is None or predicted < best[0] * (1 - margin):
                 best = (predicted, phys, ag, rs)
             if all(p is None or p.status == "optimal" for p in (ag, rs)):
                 break
@@ -184,11 +185,12 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     return TreeSynthesis(g, ag, rs, optimal, rate_ag, rate_rs, status, time.monotonic() - t0)
 
 
-#: how much lower a later candidate's predicted time must be to replace the one kept: the
-#: prediction charges every step the busiest link's load, which overstates a packing slightly
-#: above its optimum (on the 6x6 torus with three faults the AllReduce of one tree per root,
-#: 2.9% above the optimum, was predicted 0.5% slower than three trees per root and
-#: simulated 3.4% faster: fewer trees pipeline more chunks within the op limit)
+#: how much lower a later AllReduce candidate's predicted time must be to replace the one
+#: kept: the prediction of the overlapped phases charges every step the busiest link's load,
+#: which overstates a packing slightly above its optimum (on the 6x6 torus with three faults
+#: the AllReduce of one tree per root, 2.9% above the optimum, was predicted 0.5% slower
+#: than three trees per root and simulated 3.4% faster: fewer trees pipeline more chunks
+#: within the op limit)
 _BETTER_BY = 0.02
 
 #: trees per root tried on the split graph: its logical edges hold small shares of the
