@@ -1,7 +1,11 @@
 """``synth`` for AllGather, ReduceScatter and AllReduce: packed spanning trees, pipelined.
 
 The packing and its optimum are in :mod:`cclc.synth.trees`, the ops in
-:mod:`cclc.synth.tree_schedule`. This module chooses the number of trees per root ``k`` and
+:mod:`cclc.synth.tree_schedule`. On a machine with switches two graphs compete: the hop graph
+(fewest-hop rank-to-rank paths) and ForestColl's rank-only graph left by splitting the switches
+off (:mod:`cclc.synth.splitting`); the packing with the lower predicted time wins.
+
+This module chooses the number of trees per root ``k`` and
 of chunks per tree ``C``, keeps to the time budget and records what it did in the schedule's
 ``params``: ``solver`` (``"forestcoll-maxflow+congestion-trees"``), ``status``
 (``optimal`` when the packing reaches the ForestColl rate, ``feasible`` when it does not,
@@ -24,7 +28,6 @@ and bandwidth time ``beta``, with at most :data:`MAX_OPS` ops, :data:`MAX_OPS_AU
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -36,6 +39,7 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Schedule
 from cclc.synth import tree_schedule
+from cclc.synth.splitting import split_switches
 from cclc.synth.trees import (
     HopGraph,
     TreePacking,
@@ -83,10 +87,10 @@ def _allreduce_reference(coll: Collective) -> float:
     """AllReduce's reference time: the bound of :mod:`cclc.bounds` (its joint reduce-scatter +
     allgather LP, where it runs; else the closed forms). Not the sum of the two phases'
     optima: overlapping the phases on full-duplex links beats that sum."""
-    from cclc.bounds import bounds, lp_bound
+    from cclc.bounds import bounds
 
-    b = lp_bound(coll)
-    return b.seconds if b is not None else bounds(coll, lp=False).best
+    # the best of all: the LP prices bandwidth only, the closed forms include latency
+    return bounds(coll).best
 
 
 def _applicable(coll: Collective, **params) -> str | None:
@@ -147,54 +151,183 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     optimal = sum(block / r for r in (rate_ag, rate_rs) if r is not None)
     if coll.kind is CollectiveKind.ALLREDUCE:
         optimal = _allreduce_reference(coll)
-    best: tuple[float, TreePacking | None, TreePacking | None] | None = None
-    for k in ([trees] if trees else [1, 2, 3]):
-        if best is not None and time.monotonic() > deadline:
-            break
-        ag = (pack_trees(g, rate_ag, k, node_perm, edge_perm, deadline)
-              if rate_ag is not None else None)
-        rs = (pack_trees(g.reversed(), rate_rs, k, node_perm, edge_perm, deadline)
-              if rate_rs is not None else None)
-        predicted = _predict(coll, g, ag, rs, block, rate_ag, rate_rs)[0]
-        if best is None or predicted < best[0] * (1 - 1e-9):
-            best = (predicted, ag, rs)
-        if all(p is None or p.status == "optimal" for p in (ag, rs)):
-            break
+    best: tuple[float, HopGraph, TreePacking | None, TreePacking | None] | None = None
+    # (physical moves, AllGather packing graph, ReduceScatter packing graph, symmetry,
+    #  packings -> physical moves, numbers of trees to try)
+    ks = [trees] if trees else [1, 2, 3]
+    candidates = [(g, g, g.reversed(), node_perm, edge_perm, None, ks)]
+    if coll.topology.n_vertices > coll.topology.n_ranks:
+        # the switch splitting may take half the budget; the hop graph's packing the rest
+        split = _split_candidate(coll, rate_ag, rate_rs, t0 + budget / 2)
+        if split is not None:
+            candidates.append(split + ([trees] if trees else _SPLIT_TREES,))
+    margin = _BETTER_BY if coll.kind is CollectiveKind.ALLREDUCE else 1e-9
+    for phys, g_ag, g_rs, nodes, edges, realize, k_list in candidates:
+        for k in k_list:
+            if best is not None and time.monotonic() > deadline:
+                break
+            ag = (pack_trees(g_ag, rate_ag, k, nodes, edges, deadline)
+                  if rate_ag is not None else None)
+            rs = (pack_trees(g_rs, rate_rs, k, nodes, edges, deadline)
+                  if rate_rs is not None else None)
+            if realize is not None:
+                ag, rs = realize(ag, rs)
+            predicted = _predict(coll, phys, ag, rs, block, rate_ag, rate_rs)[0]
+            if best is None or predicted < best[0] * (1 - margin):
+                best = (predicted, phys, ag, rs)
+            if all(p is None or p.status == "optimal" for p in (ag, rs)):
+                break
     if best is None:
         return None
-    _, ag, rs = best
+    _, g, ag, rs = best
     statuses = {p.status for p in (ag, rs) if p is not None}
     status = next(s for s in ("budget", "feasible", "optimal") if s in statuses)
     return TreeSynthesis(g, ag, rs, optimal, rate_ag, rate_rs, status, time.monotonic() - t0)
 
 
+#: how much lower a later AllReduce candidate's predicted time must be to replace the one
+#: kept: the prediction of the overlapped phases charges every step the busiest link's load,
+#: which overstates a packing slightly above its optimum (on the 6x6 torus with three faults
+#: the AllReduce of one tree per root, 2.9% above the optimum, was predicted 0.5% slower
+#: than three trees per root and simulated 3.4% faster: fewer trees pipeline more chunks
+#: within the op limit)
+_BETTER_BY = 0.02
+
+#: trees per root tried on the split graph: its logical edges hold small shares of the
+#: switches, so equal-weight trees need more of them to fit the capacities closely (most
+#: promising first: the budget may end the list)
+_SPLIT_TREES = [8, 4, 12, 2, 1]
+
+
+def _split_candidate(coll: Collective, rate_ag: float | None, rate_rs: float | None,
+                     deadline: float):
+    """ForestColl's construction: pack on the rank-only graphs left by splitting the switches
+    off (:mod:`cclc.synth.splitting`), parallel logical edges of a pair merged.
+
+    Returns ``(physical moves, AllGather packing graph, ReduceScatter packing graph, node
+    perm, edge perm, realize)`` or ``None`` when a split did not finish in time; ``realize``
+    maps packings of the merged graphs to moves of the physical graph (AllGather edges
+    first, then ReduceScatter ones), spreading a pair's trees over its parallel paths in
+    proportion to their capacities.
+    """
+    parts = []
+    for rate, reverse in ((rate_ag, False), (rate_rs, True)):
+        sg = None if rate is None else split_switches(coll, rate, reverse, deadline)
+        if rate is not None and (sg is None or not len(sg.src)):
+            return None
+        parts.append(sg)
+    present = [p for p in parts if p is not None]
+    paths = [path for p in present for path in p.paths]
+    lengths = np.array([len(p) for p in paths], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    links = np.concatenate([np.asarray(p, dtype=np.int64) for p in paths])
+    topo = coll.topology
+    phys = HopGraph(coll.n, np.concatenate([p.src for p in present]),
+                    np.concatenate([p.dst for p in present]), offsets, links,
+                    np.where(topo.link_failed, 0.0, topo.link_bandwidth),
+                    np.add.reduceat(topo.link_latency[links], offsets[:-1]).astype(float))
+    n = coll.n
+    merged, groups = [], []
+    first = 0
+    for sg in parts:
+        if sg is None:
+            merged.append(None)
+            groups.append(None)
+            continue
+        pair, inverse = np.unique(sg.src * n + sg.dst, return_inverse=True)
+        cap = np.bincount(inverse, weights=sg.capacity)
+        m = len(pair)
+        lat = np.zeros(m)
+        np.maximum.at(lat, inverse, phys.latency[first:first + len(sg.src)])
+        merged.append(HopGraph(n, pair // n, pair % n, np.arange(m + 1), np.arange(m), cap,
+                               lat))
+        groups.append((first + np.arange(len(sg.src)), inverse, sg.capacity))
+        first += len(sg.src)
+
+    def realize(ag, rs):
+        return tuple(None if p is None else _on_links(phys, p, rate, *grp)
+                     for p, rate, grp in ((ag, rate_ag, groups[0]), (rs, rate_rs, groups[1])))
+
+    g_ag = merged[0]
+    g_rs = merged[1].reversed() if merged[1] is not None else None
+    ident = np.arange(n)[None, :]
+    edge_ident = np.arange(max(g.m for g in merged if g is not None))[None, :]
+    return phys, g_ag, g_rs, ident, edge_ident, realize
+
+
+def _on_links(phys: HopGraph, p: TreePacking, rate: float, moves: np.ndarray,
+              pair_of: np.ndarray, capacity: np.ndarray) -> TreePacking:
+    """Packing ``p`` of a merged split graph as moves of ``phys``: every use of a pair goes
+    to the parallel logical edge (``moves[i]``, of pair ``pair_of[i]``) with the most
+    capacity left; the load is measured on the physical links."""
+    n, k = p.parent.shape[:2]
+    share = rate / k
+    left = capacity.astype(float).copy()
+    by_pair: dict[int, list[int]] = {}
+    for i, pr in enumerate(pair_of.tolist()):
+        by_pair.setdefault(pr, []).append(i)
+    edge = p.edge.copy()
+    nonroot = np.ones((n, k, n), dtype=bool)
+    nonroot[np.arange(n), :, np.arange(n)] = False
+    flat = np.flatnonzero(nonroot.ravel())
+    out = edge.ravel()
+    for pos, pr in zip(flat.tolist(), out[flat].tolist(), strict=True):
+        options = by_pair[pr]
+        best = max(options, key=lambda i: left[i]) if len(options) > 1 else options[0]
+        left[best] -= share
+        out[pos] = moves[best]
+    edge = out.reshape(n, k, n)
+    use = np.zeros(len(phys.capacity))
+    chosen, count = np.unique(edge[nonroot], return_counts=True)
+    rows = np.repeat(np.arange(len(chosen)), np.diff(phys.offsets)[chosen])
+    idx = np.concatenate([phys.links[a:b] for a, b in
+                          zip(phys.offsets[chosen], phys.offsets[chosen + 1], strict=True)])
+    np.add.at(use, idx, count[rows])
+    ok = phys.capacity > 0
+    load = float((use[ok] * share / phys.capacity[ok]).max())
+    status = "optimal" if load <= 1 + 1e-9 else ("budget" if p.status == "budget" else "feasible")
+    return TreePacking(p.parent, edge, load, status, p.solve_s)
+
+
 def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
              block: float, rate_ag: float | None, rate_rs: float | None,
              chunks: int | None = None, max_ops: int = MAX_OPS) -> tuple[float, int]:
-    """Predicted lockstep time and pipeline depth: ``(C + D) * (alpha + beta / C)``."""
-    beta, fill = 0.0, 0
-    packs = [(p, r) for p, r in ((ag, rate_ag), (rs, rate_rs)) if p is not None]
-    for p, rate in packs:
-        beta += block * p.load / rate
-    if ag is not None:
-        fill += int(ag.depth().max())
-    if rs is not None:
-        # siblings reduce into their parent in distinct steps: the in-trees' fill is the
-        # offset of the roots, not their depth (a star of s leaves fills in s steps)
-        off = tree_schedule.reduce_offsets(rs)
-        n = coll.n
-        fill += int(off[np.arange(n), :, np.arange(n)].max()) + 1
-    k = packs[0][0].k
+    """Predicted lockstep time and pipeline depth ``C``.
+
+    One phase of height ``H`` and bandwidth time ``beta`` takes ``(C + H - 1) * (alpha +
+    beta / C)``. AllReduce's phases overlap: its first ``H_rs`` steps carry only reductions,
+    its last ``H_ag`` only the broadcast, the ``C - 1`` between both.
+    """
+    phases = [(block * p.load / rate, int(p.depth().max()))
+              for p, rate in ((rs, rate_rs), (ag, rate_ag)) if p is not None]
+    k = (ag or rs).k
     alpha = float(g.latency.max()) if g.m else 0.0
     elems = coll.count // coll.n                      # the smallest block, in elements
-    cap = max(1, min(elems // k, max_ops // max(1, len(packs) * coll.n * (coll.n - 1) * k)))
-    if chunks is None:
-        # (C + F) * (alpha + beta / C) is least at C = sqrt(F * beta / alpha); with no fill
-        # (one-hop trees) one chunk is best
-        ideal = math.sqrt((fill - 1) * beta / alpha) if alpha > 0 else cap
-        chunks = int(min(cap, max(1, round(ideal))))
-    chunks = max(1, min(chunks, max(1, elems // k)))
-    return (chunks + fill - 1) * (alpha + beta / chunks), chunks
+    # an in-tree edge is a send and, for all but a first child, a local fold
+    per_chunk = (2 if rs is not None else 0) + (1 if ag is not None else 0)
+    cap = max(1, min(elems // k, max_ops // max(1, per_chunk * coll.n * (coll.n - 1) * k)))
+    c = np.arange(1, cap + 1, dtype=float) if chunks is None else \
+        np.array([max(1, min(chunks, max(1, elems // k)))], dtype=float)
+    if len(phases) == 1:
+        beta, height = phases[0]
+        t = (c + height - 1) * (alpha + beta / c)
+    else:
+        t = (c - 1) * (alpha + sum(b for b, _ in phases) / c) + sum(
+            h * (alpha + b / c) for b, h in phases)
+    best = int(np.argmin(t))
+    # the MSCCL runtimes need equal chunks: prefer a depth whose k * C chunks divide every
+    # block when it costs under _EQUAL_CHUNKS_SLACK more predicted time
+    blocks = {coll.count // coll.n, -(-coll.count // coll.n)}
+    even = np.array([all(b % (k * int(x)) == 0 for b in blocks) for x in c])
+    if even.any() and not even[best]:
+        alt = int(np.flatnonzero(even)[np.argmin(t[even])])
+        if t[alt] <= t[best] * (1 + _EQUAL_CHUNKS_SLACK):
+            best = alt
+    return float(t[best]), int(c[best])
+
+
+#: the predicted time a pipeline depth with equal chunks may cost over the best depth
+_EQUAL_CHUNKS_SLACK = 0.005
 
 
 def _best_template(coll: Collective) -> tuple[float, Schedule] | None:

@@ -6,11 +6,14 @@ full (list scheduling with a fixed order: chunk ``c`` leaves the root in step ``
 
 * AllGather (out-trees): the edge into a member at depth ``d`` moves chunk ``c`` in step
   ``c + d - 1``; the root sends from its input, everyone else forwards from its output.
-* ReduceScatter (in-trees): member ``v`` adds its partial sum of chunk ``c`` into its parent
-  in step ``1 + c + o(v)``. Offsets ``o`` grow towards the root and siblings get distinct
-  offsets, so no two ops reduce into one slot in one step (the IR's rule) and a member sends
-  only after all its children have added in. Inner members accumulate in scratch (seeded
-  from their input by a local copy in step 0), the root in its output.
+* ReduceScatter (in-trees): member ``v`` sends its partial sum of chunk ``c`` to its parent
+  in network step ``1 + c + H - depth(v)`` for a tree of height ``H``: all children of a
+  member send in one step. The first child reduces into the member's partial sum; the others
+  land in receive slots (scratch), which the member folds in by a binary tree of local
+  reductions in the steps between two network steps (the IR allows one write per slot per
+  step, so siblings reducing into one slot would otherwise wait for each other: a star of
+  ``s`` leaves would fill in ``s`` steps instead of one). Inner members accumulate in scratch
+  (seeded from their input by a local copy in step 0), the root in its output.
 * AllReduce: ReduceScatter into each root's output block, then AllGather of that block down
   the out-trees; chunk ``c`` of a tree starts down the moment its reduction is complete, so
   the two phases overlap.
@@ -25,8 +28,8 @@ from cclc.collective import Collective
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 from cclc.synth.trees import HopGraph, TreePacking
 
-__all__ = ["allgather_ops", "allreduce_ops", "reduce_offsets", "reducescatter_ops",
-           "tree_edges"]
+__all__ = ["allgather_ops", "allreduce_ops", "reduce_offsets", "reduce_plan",
+           "reducescatter_ops", "tree_edges"]
 
 
 def tree_edges(p: TreePacking) -> dict[str, np.ndarray]:
@@ -40,27 +43,15 @@ def tree_edges(p: TreePacking) -> dict[str, np.ndarray]:
 
 
 def reduce_offsets(p: TreePacking) -> np.ndarray:
-    """``o[r, j, v]``: the step offset at which ``v`` sends its partial sums up tree ``(r, j)``
-    (module docstring); the root's entry is one more than its last child's."""
-    n, k, _ = p.parent.shape
-    off = np.zeros((n, k, n), dtype=np.int64)
+    """``o[r, j, v]``: the step offset at which ``v`` sends its partial sums up tree ``(r, j)``;
+    the root's entry is the offset after which its sum is complete.
+
+    ``o = H - depth`` for a tree of height ``H``: all children of a member send in the same
+    step (into distinct receive slots, see :func:`_reduce_phase`), so the in-trees fill in
+    their height, as the out-trees do.
+    """
     depth = p.depth()
-    for r in range(n):
-        for j in range(k):
-            par = p.parent[r, j]
-            need = np.zeros(n, dtype=np.int64)
-            children: list[list[int]] = [[] for _ in range(n)]
-            for v in np.argsort(-depth[r, j], kind="stable").tolist():
-                kids = sorted(children[v], key=lambda u: need[u])
-                last = -1
-                for u in kids:
-                    last = max(int(need[u]), last + 1)
-                    off[r, j, u] = last
-                need[v] = last + 1
-                if v != r:
-                    children[int(par[v])].append(v)
-            off[r, j, r] = need[r]
-    return off
+    return depth.max(axis=2, keepdims=True) - depth
 
 
 def _chunk_layout(block_elems: np.ndarray, q: int) -> np.ndarray:
@@ -103,17 +94,78 @@ def allgather_ops(coll: Collective, g: HopGraph, p: TreePacking, chunks: int,
     return b.build("synth", params=params)
 
 
-def _reduce_phase(b: ScheduleBuilder, g: HopGraph, p: TreePacking, chunks: int,
-                  root_off) -> np.ndarray:
-    """Add the in-tree ops (seed copies in step 0, reduces from step 1) to ``b``.
+def _siblings(e: dict[str, np.ndarray], n: int, k: int) -> np.ndarray:
+    """Each tree edge's index among the children of its parent in its tree (by member)."""
+    key = (e["root"] * k + e["tree"]) * n + e["parent"]
+    order = np.lexsort((e["member"], key))
+    sk = key[order]
+    first = np.ones(len(sk), dtype=bool)
+    first[1:] = sk[1:] != sk[:-1]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(sk)), 0))
+    sib = np.empty(len(sk), dtype=np.int64)
+    sib[order] = np.arange(len(sk)) - start
+    return sib
 
-    ``root_off(root, slot)``: the output chunk a root accumulates slot ``slot`` of its block in.
+
+def _lowbit_round(sib: np.ndarray) -> np.ndarray:
+    """The local round (1-based) in which receive position ``sib >= 1`` is folded into
+    position ``sib - lowbit(sib)``: a binary tree of local reductions."""
+    low = sib & -sib
+    return np.log2(np.maximum(low, 1)).astype(np.int64) + 1
+
+
+def reduce_plan(p: TreePacking, chunk_elems: np.ndarray, scratch_base: int
+                ) -> tuple[int, np.ndarray, np.ndarray]:
+    """The receive slots of the in-trees of ``p``.
+
+    ``chunk_elems[r, slot]``: elements of slot ``slot`` of root ``r``'s block. Returns
+    ``(rounds, recv_sizes, recv_slot)``: local rounds after each network step (0 when no
+    member has two children in a tree), the element counts of the receive slots appended to
+    scratch from chunk ``scratch_base`` on, and per tree edge (the order of
+    :func:`tree_edges`) and slot of its tree ``recv_slot[edge, c]``: the scratch chunk the
+    edge's copy lands in (-1 for the first child, which reduces into its parent directly).
+    """
+    n, k, _ = p.parent.shape
+    e = tree_edges(p)
+    sib = _siblings(e, n, k)
+    rounds = int(_lowbit_round(sib[sib > 0]).max(initial=0))
+    chunks = chunk_elems.shape[1] // k
+    slots = e["tree"][:, None] * chunks + np.arange(chunks)[None, :]
+    size = chunk_elems[e["root"][:, None], slots]
+    recv = np.full(size.shape, -1, dtype=np.int64)
+    extra = sib > 0
+    if not extra.any():
+        return rounds, np.zeros(0, dtype=np.int64), recv
+    # one receive slot per (root, tree, sibling, chunk size): a slot is emptied by the local
+    # rounds right after the step that fills it, so the chunks of a tree share it
+    sizes, size_id = np.unique(size[extra], return_inverse=True)
+    rows = np.broadcast_to(((e["root"] * k + e["tree"]) * n + sib)[extra, None],
+                           size[extra].shape)
+    keys = rows.ravel() * len(sizes) + size_id.ravel()
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    recv[extra] = scratch_base + inverse.reshape(rows.shape)
+    return rounds, sizes[uniq % len(sizes)], recv
+
+
+def _reduce_phase(b: ScheduleBuilder, g: HopGraph, p: TreePacking, chunks: int, root_off,
+                  rounds: int, recv: np.ndarray) -> np.ndarray:
+    """Add the in-tree ops (seed copies in step 0, then the sends up the trees and the local
+    folds of the receive slots) to ``b``.
+
+    ``root_off(root, slot)``: the output chunk a root accumulates slot ``slot`` of its block
+    in. Network step ``t`` is IR step ``t * (rounds + 1)``; the ``rounds`` steps after it hold
+    only local reductions. The first child of a member reduces into the member's partial sum
+    over the network; its other children copy into receive slots in the same step, which
+    the member folds in by a binary tree of local reductions before it sends on: no sibling
+    waits for another (the IR allows one write per slot per step).
     Returns the reduce offsets.
     """
     n, k = p.parent.shape[:2]
     q = k * chunks
+    stride = rounds + 1
     off = reduce_offsets(p)
     e = tree_edges(p)
+    sib = _siblings(e, n, k)
     inner = np.zeros((n, k, n), dtype=bool)
     inner[e["root"], e["tree"], e["parent"]] = True
     r, j, v = np.nonzero(inner)
@@ -121,16 +173,42 @@ def _reduce_phase(b: ScheduleBuilder, g: HopGraph, p: TreePacking, chunks: int,
     r, j, v = r[nonroot], j[nonroot], v[nonroot]
     b.add(step=0, src=v, dst=v, src_buf=Buf.INPUT, src_off=r * q + j * chunks,
           dst_buf=Buf.SCRATCH, dst_off=r * q + j * chunks, count=chunks)
+    sib = np.repeat(sib, chunks)
     e, c = _expand(e, chunks)
+    recv = recv.reshape(-1)
     slot = e["tree"] * chunks + c
     to_root = e["parent"] == e["root"]
     has_kids = inner[e["root"], e["tree"], e["member"]]
-    b.add(step=1 + c + off[e["root"], e["tree"], e["member"]], src=e["member"],
-          dst=e["parent"], route=_routes(b, g, e["move"]), kind=OpKind.REDUCE,
+    acc_buf = np.where(to_root, Buf.OUTPUT, Buf.SCRATCH)
+    acc_off = np.where(to_root, root_off(e["root"], slot), e["root"] * q + slot)
+    net = 1 + c + off[e["root"], e["tree"], e["member"]]
+    first = sib == 0
+    b.add(step=net * stride, src=e["member"], dst=e["parent"],
+          route=_routes(b, g, e["move"]), kind=np.where(first, OpKind.REDUCE, OpKind.COPY),
           src_buf=np.where(has_kids, Buf.SCRATCH, Buf.INPUT), src_off=e["root"] * q + slot,
-          dst_buf=np.where(to_root, Buf.OUTPUT, Buf.SCRATCH),
-          dst_off=np.where(to_root, root_off(e["root"], slot), e["root"] * q + slot))
+          dst_buf=np.where(first, acc_buf, Buf.SCRATCH), dst_off=np.where(first, acc_off, recv))
+    # fold receive position s into position s - lowbit(s) (position 0 is the partial sum)
+    x = np.flatnonzero(~first)
+    if len(x):
+        s = sib[x]
+        target = s - (s & -s)
+        # the edge of the same parent, tree and chunk at position `target`: edges of one
+        # parent are contiguous per chunk after the sort in _siblings, so look it up by key
+        key = ((e["root"] * k + e["tree"]) * n + e["parent"]) * chunks + c
+        pos_key = key * (n + 1) + sib
+        order = np.argsort(pos_key)
+        where = order[np.searchsorted(pos_key, key[x] * (n + 1) + target, sorter=order)]
+        to_acc = target == 0
+        b.add(step=net[x] * stride + _lowbit_round(s), src=e["parent"][x], dst=e["parent"][x],
+              kind=OpKind.REDUCE, src_buf=Buf.SCRATCH, src_off=recv[x],
+              dst_buf=np.where(to_acc, acc_buf[x], Buf.SCRATCH),
+              dst_off=np.where(to_acc, acc_off[x], recv[where]))
     return off
+
+
+def _scratch_and_plan(p: TreePacking, chunk_elems: np.ndarray, base: np.ndarray):
+    rounds, sizes, recv = reduce_plan(p, chunk_elems, len(base))
+    return np.concatenate([base, sizes]).astype(np.int64), rounds, recv
 
 
 def reducescatter_ops(coll: Collective, g: HopGraph, p: TreePacking, chunks: int,
@@ -139,11 +217,12 @@ def reducescatter_ops(coll: Collective, g: HopGraph, p: TreePacking, chunks: int
     n, k = coll.n, p.k
     q = k * chunks
     lay = even_split(coll.count // n, q)
-    b = ScheduleBuilder(coll, input=np.tile(lay, n), output=lay, scratch=np.tile(lay, n))
+    scratch, rounds, recv = _scratch_and_plan(p, np.tile(lay, (n, 1)), np.tile(lay, n))
+    b = ScheduleBuilder(coll, input=np.tile(lay, n), output=lay, scratch=scratch)
     ranks = np.arange(n)
     b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=ranks * q,
           dst_buf=Buf.OUTPUT, dst_off=0, count=q)
-    _reduce_phase(b, g, p, chunks, lambda root, slot: slot)
+    _reduce_phase(b, g, p, chunks, lambda root, slot: slot, rounds, recv)
     return b.build("synth", params=params)
 
 
@@ -154,15 +233,16 @@ def allreduce_ops(coll: Collective, g: HopGraph, rs: TreePacking, ag: TreePackin
     n, k = coll.n, ag.k
     q = k * chunks
     lay = _chunk_layout(even_split(coll.count, n), q)
-    b = ScheduleBuilder(coll, input=lay, output=lay, scratch=lay)
+    scratch, rounds, recv = _scratch_and_plan(rs, lay.reshape(n, q), lay)
+    b = ScheduleBuilder(coll, input=lay, output=lay, scratch=scratch)
     ranks = np.arange(n)
     b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=ranks * q,
           dst_buf=Buf.OUTPUT, dst_off=ranks * q, count=q)
-    off = _reduce_phase(b, g, rs, chunks, lambda root, slot: root * q + slot)
+    off = _reduce_phase(b, g, rs, chunks, lambda root, slot: root * q + slot, rounds, recv)
     e, c = _expand(tree_edges(ag), chunks)
     slot = e["tree"] * chunks + c
     done = off[e["root"], e["tree"], e["root"]]          # last reduce into the root: c + done
-    b.add(step=c + done + e["depth"], src=e["parent"], dst=e["member"],
+    b.add(step=(c + done + e["depth"]) * (rounds + 1), src=e["parent"], dst=e["member"],
           route=_routes(b, g, e["move"]), src_buf=Buf.OUTPUT, src_off=e["root"] * q + slot,
           dst_buf=Buf.OUTPUT, dst_off=e["root"] * q + slot)
     return b.build("synth", params=params)
