@@ -52,6 +52,10 @@ SOLVER = "PDLP"
 SEED_PATHS = 6
 #: a column enters when its reduced cost is below -REDUCED_TOL * its commodity's dual
 REDUCED_TOL = 1e-6
+#: paths per pair handed to the packer, and the smallest share kept (of the pair's largest):
+#: the packer's own limits (:mod:`cclc.synth.alltoall`), so that it drops nothing
+MAX_PATHS = 4
+MIN_SHARE = 0.05
 #: PDLP's relative and absolute optimality tolerance (on the LP scaled to numbers near one)
 TOLERANCE = 1e-4
 
@@ -454,20 +458,19 @@ def solve_flows(coll: Collective, deadline: float | None = None,
     status, rounds = lp.run(deadline, known)
     lp_time = lp.lp_time()
     k, links, wt = lp.used()
-    out_s, out_d, out_w, out_p = _map_to_all(data, sym, k, links, wt)
+    out_s, out_d, out_w, out_p = _fewer_paths(coll, *_map_to_all(data, sym, k, links, wt))
     return FlowSolution(src=out_s, dst=out_d, weight=out_w, path=out_p, lp_time=lp_time,
                         status=status, rounds=rounds, symmetry=sym.order,
                         solve_s=time.monotonic() - t0)
 
 
 def _map_to_all(data: _FlowData, sym: Symmetry, k: np.ndarray, links: np.ndarray,
-                wt: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                         tuple[tuple[int, ...], ...]]:
+                wt: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The used columns (representative commodities only) mapped to every pair: each element
     of the group maps a column to the same flow between the images of its pair. A commodity
     fixed by ``m`` elements receives each image ``m`` times, so each carries ``1/m`` of the
     share: the routing of every pair is the average over the images, which loads every link
-    of an orbit alike. Images that coincide are merged."""
+    of an orbit alike. Images that coincide are merged. Paths come back padded with -1."""
     s_v, d_v = data.group[data.ks[k]], data.group[data.kd[k]]
     per = wt * data.k_orbit[k] / sym.order                         # share / stabilizer size
     has = links >= 0
@@ -487,6 +490,57 @@ def _map_to_all(data: _FlowData, sym: Symmetry, k: np.ndarray, links: np.ndarray
         _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
         w = np.bincount(inverse.ravel(), weights=w)
         src, dst, paths = src[first], dst[first], paths[first]
+    return src, dst, w, paths
+
+
+def _fewer_paths(coll: Collective, src: np.ndarray, dst: np.ndarray, w: np.ndarray,
+                 paths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                             tuple[tuple[int, ...], ...]]:
+    """At most :data:`MAX_PATHS` paths per pair, none under :data:`MIN_SHARE` of the pair's
+    largest, with the dropped shares moved where the links have room.
+
+    The packer keeps only that many paths per pair (each costs ops and step slots), and
+    PDLP's optimum is an interior point that spreads a pair over many paths (so does the
+    averaging over a stabilizer, see :func:`_map_to_all`): cutting the rest and scaling up what
+    is left overloads links (about 6% on a faulty 5x5x5 torus). Here a pair's dropped share goes
+    in quarters, each to the kept path whose busiest link would end least loaded, with the
+    loads of every other pair's paths counted."""
+    topo = coll.topology
+    demand = pair_bytes(coll)
+    bytes_ = w * demand[src, dst]
+    has = paths >= 0
+    rows = np.broadcast_to(np.arange(len(w))[:, None], paths.shape)[has]
+    inv_bw = 1.0 / topo.link_bandwidth.astype(np.float64)
+    busy = np.bincount(paths[has], weights=bytes_[rows], minlength=topo.n_links) * inv_bw
+    order = np.lexsort((-w, dst, src))
+    pair = src[order] * coll.n + dst[order]
+    starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    rank_in_pair = np.arange(len(order)) - np.repeat(starts, ends - starts)
+    wo = w[order]
+    pair_max = np.repeat(wo[starts], ends - starts)
+    drop_sorted = (rank_in_pair >= MAX_PATHS) | (wo < MIN_SHARE * pair_max)
+    keep = np.ones(len(w), dtype=bool)
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        if not drop_sorted[a:b].any():
+            continue
+        idx = order[a:b]
+        gone = idx[drop_sorted[a:b]]
+        kept = idx[~drop_sorted[a:b]]
+        d = float(demand[src[idx[0]], dst[idx[0]]])
+        for i in gone.tolist():
+            links = paths[i][paths[i] >= 0]
+            busy[links] -= w[i] * d * inv_bw[links]
+        keep[gone] = False
+        moved = float(w[gone].sum())
+        kept_links = [paths[i][paths[i] >= 0] for i in kept.tolist()]
+        for _ in range(4):
+            part = moved / 4
+            best = min(range(len(kept)), key=lambda j: float(
+                (busy[kept_links[j]] + part * d * inv_bw[kept_links[j]]).max()))
+            busy[kept_links[best]] += part * d * inv_bw[kept_links[best]]
+            w[kept[best]] += part
+    src, dst, w, paths = src[keep], dst[keep], w[keep], paths[keep]
     lengths = (paths >= 0).sum(axis=1)
     plist = paths.tolist()
     out_p = tuple(tuple(p[:n]) for p, n in zip(plist, lengths.tolist(), strict=True))
