@@ -524,22 +524,29 @@ def _fewer_paths(coll: Collective, src: np.ndarray, dst: np.ndarray, w: np.ndarr
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         if not drop_sorted[a:b].any():
             continue
-        idx = order[a:b]
-        gone = idx[drop_sorted[a:b]]
-        kept = idx[~drop_sorted[a:b]]
-        d = float(demand[src[idx[0]], dst[idx[0]]])
-        for i in gone.tolist():
-            links = paths[i][paths[i] >= 0]
-            busy[links] -= w[i] * d * inv_bw[links]
-        keep[gone] = False
-        moved = float(w[gone].sum())
-        kept_links = [paths[i][paths[i] >= 0] for i in kept.tolist()]
-        for _ in range(4):
-            part = moved / 4
-            best = min(range(len(kept)), key=lambda j: float(
-                (busy[kept_links[j]] + part * d * inv_bw[kept_links[j]]).max()))
-            busy[kept_links[best]] += part * d * inv_bw[kept_links[best]]
-            w[kept[best]] += part
+        kept = order[a:b]
+        d = float(demand[src[kept[0]], dst[kept[0]]])
+        while True:
+            # a share moved onto a path can leave another under MIN_SHARE of the new largest
+            kept = kept[np.argsort(-w[kept], kind="stable")]
+            cut = np.arange(len(kept)) >= MAX_PATHS
+            cut |= w[kept] < MIN_SHARE * w[kept[0]]
+            if not cut.any():
+                break
+            gone, kept = kept[cut], kept[~cut]
+            for i in gone.tolist():
+                links = paths[i][paths[i] >= 0]
+                busy[links] -= w[i] * d * inv_bw[links]
+            keep[gone] = False
+            moved = float(w[gone].sum())
+            w[gone] = 0.0
+            kept_links = [paths[i][paths[i] >= 0] for i in kept.tolist()]
+            for _ in range(4):
+                part = moved / 4
+                best = min(range(len(kept)), key=lambda j: float(
+                    (busy[kept_links[j]] + part * d * inv_bw[kept_links[j]]).max()))
+                busy[kept_links[best]] += part * d * inv_bw[kept_links[best]]
+                w[kept[best]] += part
     src, dst, w, paths = src[keep], dst[keep], w[keep], paths[keep]
     lengths = (paths >= 0).sum(axis=1)
     plist = paths.tolist()

@@ -1,0 +1,142 @@
+"""AllToAll synthesis at scale: solve time and quality on 5x5x5 (125 ranks) and 8x8x8 (512).
+
+Cases: each torus healthy, with one failed link and with two failed links in different rings
+(32 GB/s per link direction, 100 ns, ``routing none``, 128 MiB per rank). Two rows per case:
+
+* ``translations`` (the default of ``algorithm synth``): the whole of
+  :func:`cclc.algorithms.synth_flows.build_synth_alltoall`, which solves the path LP over one
+  source per orbit of the torus translations the faults leave intact, packs the paths into
+  steps and races every template;
+* ``full group``: the path LP over the whole automorphism group (translations, reflections,
+  permutations of alike dimensions; :func:`cclc.synth.symmetry.automorphisms`) and the same
+  packing, without the template race.
+
+Printed per row: the group's order, the LP's solve time (wall clock and CPU time of this
+process), the total wall clock and CPU time, the LP status and pricing rounds, and "% of LP":
+the path LP's time (the max-concurrent-flow optimum over the usable links, a lower bound on
+any schedule there) over the schedule's time in the IR's lockstep model (:mod:`cclc.sim`).
+
+    python benchmarks/synth_scale.py                  # 125 and 512 ranks
+    python benchmarks/synth_scale.py --quick          # 125 ranks only
+    python benchmarks/synth_scale.py --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from cclc.algorithms.synth_flows import _split_default, build_synth_alltoall
+from cclc.collective import CollectiveKind, Hint, make_collective
+from cclc.errors import CclError
+from cclc.sim import simulate
+from cclc.synth.alltoall import synthesize_alltoall, write_schedule
+from cclc.synth.flows import solve_flows
+from cclc.topology import torus, with_faults
+
+MiB = 2**20
+SIZE = 128 * MiB
+BUDGET = 600.0
+
+
+def _torus(dims, links=()):
+    t = torus("t", dims, bandwidth=32e9, latency=1e-7, routing="none")
+    at = t.rank_at
+    pairs = [(at(a), at(b)) for a, b in links]
+    return with_faults(t, links=pairs + [(b, a) for a, b in pairs])
+
+
+def cases(quick: bool) -> dict:
+    out = {}
+    for k in ((5,) if quick else (5, 8)):
+        dims = (k, k, k)
+        one = [((0, 0, 0), (1, 0, 0))]
+        two = one + [((2, 0, 1), (2, 1, 1))]
+        out[f"{k}x{k}x{k} healthy"] = lambda dims=dims: _torus(dims)
+        out[f"{k}x{k}x{k}, 1 failed link"] = lambda dims=dims, f=one: _torus(dims, f)
+        out[f"{k}x{k}x{k}, 2 failed links"] = lambda dims=dims, f=two: _torus(dims, f)
+    return out
+
+
+def _collective(topo):
+    group = topo.live_ranks()
+    n = len(group)
+    size = SIZE // (4 * n) * 4 * n
+    return make_collective("a2a", CollectiveKind.ALLTOALL, topo, tuple(group), size=size,
+                           algorithm=Hint("synth", (("budget", BUDGET),)))
+
+
+def _clock() -> tuple[float, float]:
+    return time.monotonic(), time.process_time()
+
+
+def run_default(coll) -> dict:
+    """``algorithm synth`` as a user gets it (translations, template race)."""
+    w0, c0 = _clock()
+    s = build_synth_alltoall(coll, budget=BUDGET)
+    w1, c1 = _clock()
+    p = dict(s.params)
+    return {"group": p.get("symmetry"), "lp_wall_s": None, "lp_cpu_s": None,
+            "wall_s": w1 - w0, "cpu_s": c1 - c0, "status": p.get("status"),
+            "rounds": p.get("rounds"), "pct_of_lp": 100 * p.get("lp_fraction", 0.0),
+            "template": p.get("template")}
+
+
+def run_full_group(coll) -> dict:
+    """The path LP over the whole automorphism group, packed the same way."""
+    w0, c0 = _clock()
+    flows = solve_flows(coll, deadline=time.monotonic() + BUDGET, full_group=True)
+    w1, c1 = _clock()
+    synth = synthesize_alltoall(coll, flows, split=_split_default(coll.n),
+                                deadline=time.monotonic() + BUDGET)
+    schedule = write_schedule(coll, synth, ())
+    t = float(simulate(schedule).time)
+    w2, c2 = _clock()
+    return {"group": flows.symmetry, "lp_wall_s": w1 - w0, "lp_cpu_s": c1 - c0,
+            "wall_s": w2 - w0, "cpu_s": c2 - c0, "status": flows.status,
+            "rounds": flows.rounds, "pct_of_lp": 100 * flows.lp_time / t, "template": None}
+
+
+def _s(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="125 ranks only")
+    ap.add_argument("--only", help="run only the cases whose name contains this")
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args(argv)
+    print("AllToAll synth, 128 MiB per rank; seconds wall / CPU (this process); % of LP = "
+          "path LP time / schedule time (IR lockstep model)")
+    print(f"{'case':26} {'symmetry':13} {'|G|':>6} {'LP wall':>8} {'LP cpu':>7} "
+          f"{'wall':>7} {'cpu':>7} {'status':9} {'rounds':>6} {'% of LP':>8}")
+    rows = []
+    for name, make in cases(args.quick).items():
+        if args.only and args.only not in name:
+            continue
+        coll = _collective(make())
+        for mode, run in (("translations", run_default), ("full group", run_full_group)):
+            try:
+                row = run(coll)
+            except CclError as err:
+                row = {"error": err.message}
+            row.update(case=name, mode=mode, n=coll.n)
+            rows.append(row)
+            if "error" in row:
+                print(f"{name:26} {mode:13} error: {row['error']}", flush=True)
+                continue
+            status = row["status"] + (f" ({row['template']})" if row["template"] else "")
+            print(f"{name:26} {mode:13} {row['group']:>6} {_s(row['lp_wall_s']):>8} "
+                  f"{_s(row['lp_cpu_s']):>7} {_s(row['wall_s']):>7} {_s(row['cpu_s']):>7} "
+                  f"{status:9} {row['rounds']:>6} {row['pct_of_lp']:>7.1f}%", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
