@@ -1,23 +1,22 @@
 """AllToAll synthesis at scale: solve time and quality on 5x5x5 (125 ranks) and 8x8x8 (512).
 
 Cases: each torus healthy, with one failed link and with two failed links in different rings
-(32 GB/s per link direction, 100 ns, ``routing none``, 128 MiB per rank). Two rows per case:
+(32 GB/s per link direction, 100 ns, ``routing none``, 128 MiB per rank). Per case, the row
+``synth`` is :func:`cclc.algorithms.synth_flows.build_synth_alltoall` as a user gets it: the
+path LP over one commodity per orbit of the group :func:`cclc.synth.flows.choose_symmetry`
+picks (``transl.``: the translations the faults leave intact; ``all``: every automorphism,
+with reflections and permutations of alike dimensions), the packing into steps, and the race
+against every template. With ``--compare`` a second row solves the LP over the other group and
+packs it the same way (no template race).
 
-* ``translations`` (the default of ``algorithm synth``): the whole of
-  :func:`cclc.algorithms.synth_flows.build_synth_alltoall`, which solves the path LP over one
-  source per orbit of the torus translations the faults leave intact, packs the paths into
-  steps and races every template;
-* ``full group``: the path LP over the whole automorphism group (translations, reflections,
-  permutations of alike dimensions; :func:`cclc.synth.symmetry.automorphisms`) and the same
-  packing, without the template race.
-
-Printed per row: the group's order, the LP's solve time (wall clock and CPU time of this
+Printed per row: the group and its order, the LP's solve time (wall clock and CPU time of this
 process), the total wall clock and CPU time, the LP status and pricing rounds, and "% of LP":
 the path LP's time (the max-concurrent-flow optimum over the usable links, a lower bound on
 any schedule there) over the schedule's time in the IR's lockstep model (:mod:`cclc.sim`).
 
     python benchmarks/synth_scale.py                  # 125 and 512 ranks
     python benchmarks/synth_scale.py --quick          # 125 ranks only
+    python benchmarks/synth_scale.py --quick --compare
     python benchmarks/synth_scale.py --json out.json
 """
 
@@ -33,7 +32,8 @@ from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.errors import CclError
 from cclc.sim import simulate
 from cclc.synth.alltoall import synthesize_alltoall, write_schedule
-from cclc.synth.flows import solve_flows
+from cclc.synth.flows import choose_symmetry, solve_flows, usable_links
+from cclc.synth.symmetry import translations
 from cclc.topology import torus, with_faults
 
 MiB = 2**20
@@ -72,31 +72,38 @@ def _clock() -> tuple[float, float]:
     return time.monotonic(), time.process_time()
 
 
+def _group_name(coll, full: bool | None) -> str:
+    sym = choose_symmetry(coll, usable_links(coll), full)
+    return "transl." if sym.order == translations(coll, usable_links(coll)).order else "all"
+
+
 def run_default(coll) -> dict:
-    """``algorithm synth`` as a user gets it (translations, template race)."""
+    """``algorithm synth`` as a user gets it (the group chosen by size, the template race)."""
     w0, c0 = _clock()
     s = build_synth_alltoall(coll, budget=BUDGET)
     w1, c1 = _clock()
     p = dict(s.params)
-    return {"group": p.get("symmetry"), "lp_wall_s": None, "lp_cpu_s": None,
+    return {"mode": "synth", "group": _group_name(coll, None), "order": p.get("symmetry"),
+            "lp_wall_s": p.get("lp_s"), "lp_cpu_s": p.get("lp_cpu_s"),
             "wall_s": w1 - w0, "cpu_s": c1 - c0, "status": p.get("status"),
             "rounds": p.get("rounds"), "pct_of_lp": 100 * p.get("lp_fraction", 0.0),
             "template": p.get("template")}
 
 
-def run_full_group(coll) -> dict:
-    """The path LP over the whole automorphism group, packed the same way."""
+def run_group(coll, full: bool) -> dict:
+    """The path LP over the given group, packed the same way, no template race."""
     w0, c0 = _clock()
-    flows = solve_flows(coll, deadline=time.monotonic() + BUDGET, full_group=True)
+    flows = solve_flows(coll, deadline=time.monotonic() + BUDGET, full_group=full)
     w1, c1 = _clock()
     synth = synthesize_alltoall(coll, flows, split=_split_default(coll.n),
                                 deadline=time.monotonic() + BUDGET)
     schedule = write_schedule(coll, synth, ())
     t = float(simulate(schedule).time)
     w2, c2 = _clock()
-    return {"group": flows.symmetry, "lp_wall_s": w1 - w0, "lp_cpu_s": c1 - c0,
-            "wall_s": w2 - w0, "cpu_s": c2 - c0, "status": flows.status,
-            "rounds": flows.rounds, "pct_of_lp": 100 * flows.lp_time / t, "template": None}
+    return {"mode": "LP+packing", "group": _group_name(coll, full), "order": flows.symmetry,
+            "lp_wall_s": w1 - w0, "lp_cpu_s": c1 - c0, "wall_s": w2 - w0, "cpu_s": c2 - c0,
+            "status": flows.status, "rounds": flows.rounds,
+            "pct_of_lp": 100 * flows.lp_time / t, "template": None}
 
 
 def _s(x) -> str:
@@ -106,30 +113,36 @@ def _s(x) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="125 ranks only")
+    ap.add_argument("--compare", action="store_true", help="also the LP over the other group")
     ap.add_argument("--only", help="run only the cases whose name contains this")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
     print("AllToAll synth, 128 MiB per rank; seconds wall / CPU (this process); % of LP = "
           "path LP time / schedule time (IR lockstep model)")
-    print(f"{'case':26} {'symmetry':13} {'|G|':>6} {'LP wall':>8} {'LP cpu':>7} "
+    print(f"{'case':24} {'row':10} {'group':>12} {'LP wall':>8} {'LP cpu':>7} "
           f"{'wall':>7} {'cpu':>7} {'status':9} {'rounds':>6} {'% of LP':>8}")
     rows = []
     for name, make in cases(args.quick).items():
         if args.only and args.only not in name:
             continue
         coll = _collective(make())
-        for mode, run in (("translations", run_default), ("full group", run_full_group)):
+        runs = [run_default]
+        if args.compare:
+            other = _group_name(coll, None) == "transl."
+            runs.append(lambda c, full=other: run_group(c, full))
+        for run in runs:
             try:
                 row = run(coll)
             except CclError as err:
-                row = {"error": err.message}
-            row.update(case=name, mode=mode, n=coll.n)
+                row = {"mode": "-", "error": err.message}
+            row.update(case=name, n=coll.n)
             rows.append(row)
             if "error" in row:
-                print(f"{name:26} {mode:13} error: {row['error']}", flush=True)
+                print(f"{name:24} error: {row['error']}", flush=True)
                 continue
             status = row["status"] + (f" ({row['template']})" if row["template"] else "")
-            print(f"{name:26} {mode:13} {row['group']:>6} {_s(row['lp_wall_s']):>8} "
+            group = f"{row['group']} {row['order']}"
+            print(f"{name:24} {row['mode']:10} {group:>12} {_s(row['lp_wall_s']):>8} "
                   f"{_s(row['lp_cpu_s']):>7} {_s(row['wall_s']):>7} {_s(row['cpu_s']):>7} "
                   f"{status:9} {row['rounds']:>6} {row['pct_of_lp']:>7.1f}%", flush=True)
     if args.json:

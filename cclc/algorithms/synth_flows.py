@@ -15,7 +15,9 @@ per path (finer balance, more ops; default by group size); ``steps`` a fixed ste
 The schedule's ``params``: ``solver`` (``pdlp``), ``status`` (``optimal``: the LP solved and its
 paths are used; ``budget``: the solver stopped at the budget; ``fallback``: a template was
 faster), ``solve_s`` (seconds), ``lp_fraction`` (the LP's time / the schedule's lockstep time),
-``template`` when a template is returned, ``symmetry`` (translations used).
+``template`` when a template is returned, ``symmetry`` (the order of the group the LP was
+solved over), ``rounds`` (pricing rounds), ``lp_s``/``lp_cpu_s`` (the LP's wall clock and CPU
+seconds).
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
                                     deadline=deadline)
         status = "optimal" if flows.status == "optimal" else "budget"
         synthesized = write_schedule(coll, synth, ())
-        meta = (("solver", "pdlp"), ("symmetry", flows.symmetry), ("rounds", flows.rounds))
+        meta = (("solver", "pdlp"), ("symmetry", flows.symmetry), ("rounds", flows.rounds),
+                ("lp_s", round(flows.solve_s, 3)), ("lp_cpu_s", round(flows.cpu_s, 3)))
     except SynthBudgetError:
         meta = (("solver", "pdlp"),)
     template = _best_template(coll)

@@ -36,8 +36,8 @@ from cclc.errors import CclError
 from cclc.synth.symmetry import Symmetry, automorphisms, identity_symmetry, translations
 from cclc.topology import Topology
 
-__all__ = ["FlowSolution", "SynthBudgetError", "group_connected", "pair_bytes", "solve_flows",
-           "usable_links"]
+__all__ = ["FlowSolution", "SynthBudgetError", "choose_symmetry", "group_connected",
+           "pair_bytes", "solve_flows", "usable_links"]
 
 
 class SynthBudgetError(CclError):
@@ -56,6 +56,12 @@ REDUCED_TOL = 1e-6
 #: the packer's own limits (:mod:`cclc.synth.alltoall`), so that it drops nothing
 MAX_PATHS = 4
 MIN_SHARE = 0.05
+#: the whole automorphism group is used when the translations leave more commodities than
+#: this. It shrinks the LP (a 5x5x5 torus with one failed link: 15 500 commodities, 6 s of
+#: CPU time; 970 over its 16 automorphisms, 1 s), but a pair fixed by a reflection is then
+#: spread evenly over its mirror paths, and those schedules pack a few % further from the LP
+#: (89% against 95% there, benchmarks/synth_scale.py --compare)
+FULL_GROUP_ABOVE = 20_000
 #: PDLP's relative and absolute optimality tolerance (on the LP scaled to numbers near one)
 TOLERANCE = 1e-4
 
@@ -68,7 +74,8 @@ class FlowSolution:
     (global link ids) per path; ``lp_time`` the LP optimum in seconds (a lower bound on any
     schedule over the usable links when ``status == "optimal"``); ``status`` "optimal" or
     "budget" (pricing stopped by the time budget: the paths are feasible, the time may not be
-    the optimum); ``rounds`` pricing rounds; ``symmetry`` the order of the translation group.
+    the optimum); ``rounds`` pricing rounds; ``symmetry`` the order of the group solved over;
+    ``solve_s``/``cpu_s`` the wall clock and CPU time (this process) of the solve.
     """
 
     src: np.ndarray
@@ -80,6 +87,7 @@ class FlowSolution:
     rounds: int
     symmetry: int
     solve_s: float
+    cpu_s: float = 0.0
 
 
 def usable_links(coll: Collective) -> np.ndarray:
@@ -429,23 +437,33 @@ class _PathLP:
         return k, self.col_links[used], share[used] / tot[k]
 
 
+def choose_symmetry(coll: Collective, usable: np.ndarray,
+                    full_group: bool | None = None) -> Symmetry:
+    """The group the LP is solved over: the translations the faults leave intact, or every
+    automorphism (``full_group``; ``None``: when the translations leave more than
+    :data:`FULL_GROUP_ABOVE` commodities)."""
+    trans = translations(coll, usable)
+    if full_group is None:
+        full_group = coll.n * (coll.n - 1) / trans.order > FULL_GROUP_ABOVE
+    return automorphisms(coll, usable) if full_group else trans
+
+
 def solve_flows(coll: Collective, deadline: float | None = None,
-                use_symmetry: bool = True, full_group: bool = True) -> FlowSolution:
+                use_symmetry: bool = True, full_group: bool | None = None) -> FlowSolution:
     """Solve the path LP of ``coll`` (an alltoall) by column generation.
 
     ``deadline`` (a ``time.monotonic()`` value) stops pricing early (status "budget").
-    ``use_symmetry`` solves one commodity per orbit of the torus automorphisms the faults
-    leave intact (``full_group=False``: of the translations only). Raises
+    ``use_symmetry`` solves one commodity per orbit of the torus translations the faults leave
+    intact, or of all the automorphisms they leave intact (``full_group``, see
+    :func:`choose_symmetry`). Raises
     :class:`~cclc.errors.CclError` when a pair has no usable path, :class:`SynthBudgetError`
     when the LP solver stops without a point.
     """
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     topo = coll.topology
     usable = usable_links(coll)
-    if not use_symmetry:
-        sym = identity_symmetry(topo, usable)
-    else:
-        sym = automorphisms(coll, usable) if full_group else translations(coll, usable)
+    sym = (choose_symmetry(coll, usable, full_group) if use_symmetry
+           else identity_symmetry(topo, usable))
     data = _FlowData.build(coll, usable, sym)
     lp = _PathLP(coll, data, _LinkGraph(topo, usable, data.orbit_row))
     # start from fewest-hop paths, several per pair: hop counts with a small random jitter
@@ -461,7 +479,7 @@ def solve_flows(coll: Collective, deadline: float | None = None,
     out_s, out_d, out_w, out_p = _fewer_paths(coll, *_map_to_all(data, sym, k, links, wt))
     return FlowSolution(src=out_s, dst=out_d, weight=out_w, path=out_p, lp_time=lp_time,
                         status=status, rounds=rounds, symmetry=sym.order,
-                        solve_s=time.monotonic() - t0)
+                        solve_s=time.monotonic() - t0, cpu_s=time.process_time() - c0)
 
 
 def _map_to_all(data: _FlowData, sym: Symmetry, k: np.ndarray, links: np.ndarray,

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import CclError
-from cclc.synth.flows import MAX_PATHS, MIN_SHARE, pair_bytes, solve_flows, usable_links
+from cclc.synth.flows import (FULL_GROUP_ABOVE, MAX_PATHS, MIN_SHARE, choose_symmetry, pair_bytes,
+                              solve_flows, usable_links)
 from cclc.synth.symmetry import automorphisms, translations
 from cclc.topology import torus, with_faults
 
@@ -87,7 +88,7 @@ def test_every_element_is_an_automorphism(data):
 ])
 def test_orbit_lp_equals_the_lp_without_symmetry(dims, links, ranks):
     coll = _a2a(dims, links, ranks)
-    full = solve_flows(coll)
+    full = solve_flows(coll, full_group=True)
     plain = solve_flows(coll, use_symmetry=False)
     assert full.symmetry > 1
     assert full.lp_time == pytest.approx(plain.lp_time, rel=2e-3)
@@ -129,7 +130,7 @@ def test_fewer_paths_beats_cutting_and_rescaling():
     import cclc.synth.flows as flows_mod
 
     coll = _a2a((4, 4, 4), [((0, 0, 0), (1, 0, 0)), ((2, 0, 1), (2, 1, 1))])
-    flows = solve_flows(coll)
+    flows = solve_flows(coll, full_group=True)
     _check_paths(coll, flows)
     topo, n = coll.topology, coll.n
     demand = pair_bytes(coll)
@@ -150,7 +151,7 @@ def test_fewer_paths_beats_cutting_and_rescaling():
 
     flows_mod._fewer_paths = spy
     try:
-        again = solve_flows(coll)
+        again = solve_flows(coll, full_group=True)
     finally:
         flows_mod._fewer_paths = orig
     src, dst, w, paths = raw["src"], raw["dst"], raw["w"], raw["paths"]
@@ -167,3 +168,15 @@ def test_fewer_paths_beats_cutting_and_rescaling():
     naive = busiest(src[keep], dst[keep], naive_w, naive_paths)
     ours = busiest(again.src, again.dst, again.weight, again.path)
     assert ours <= naive * (1 + 1e-9)
+
+
+def test_the_whole_group_only_where_the_translations_leave_a_large_lp():
+    # a faulty 5x5x5 keeps no translation: 15 500 commodities, under the threshold
+    small = _a2a((5, 5, 5), [((0, 0, 0), (1, 0, 0))])
+    assert small.n * (small.n - 1) <= FULL_GROUP_ABOVE
+    assert choose_symmetry(small, usable_links(small)).order == 1
+    assert choose_symmetry(small, usable_links(small), full_group=True).order == 16
+    # a faulty 12x12 torus: 20 592 commodities, over it (own-dimension flip x the other's)
+    big = _a2a((12, 12), [((0, 0), (1, 0))])
+    assert big.n * (big.n - 1) > FULL_GROUP_ABOVE
+    assert choose_symmetry(big, usable_links(big)).order == 4
