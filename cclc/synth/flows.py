@@ -429,12 +429,21 @@ class _PathLP:
 
     def used(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The columns with weight (commodity, padded links) and their share of their
-        commodity."""
+        commodity, at most :data:`MAX_PATHS` per commodity (:func:`_reduce_shares` with the
+        loads of the capacity rows)."""
+        data = self.data
         share = self.shares()
         used = np.flatnonzero(share > 1e-9)
-        k = self.col_k[used]
-        tot = np.bincount(k, weights=share[used], minlength=len(self.data.d))
-        return k, self.col_links[used], share[used] / tot[k]
+        k, links, share = self.col_k[used], self.col_links[used], share[used].copy()
+        a = self.matrix()[len(data.d):, 1:][:, used].tocsc()
+        a = a.multiply(1.0 / data.cn[:, None]).tocsc()
+        busy = (a @ share).tolist()
+        rows = [a.indices[a.indptr[i]:a.indptr[i + 1]].tolist() for i in range(len(used))]
+        coef = [a.data[a.indptr[i]:a.indptr[i + 1]].tolist() for i in range(len(used))]
+        keep = _reduce_shares(k, share, rows, coef, busy)
+        k, links, share = k[keep], links[keep], share[keep]
+        tot = np.bincount(k, weights=share, minlength=len(data.d))
+        return k, links, share / tot[k]
 
 
 def choose_symmetry(coll: Collective, usable: np.ndarray,
@@ -503,7 +512,8 @@ def _map_to_all(data: _FlowData, sym: Symmetry, k: np.ndarray, links: np.ndarray
         out_l.append(img)
     src, dst, w = np.concatenate(out_s), np.concatenate(out_d), np.concatenate(out_w)
     paths = np.concatenate(out_l)
-    if sym.order > 1:
+    if (data.k_orbit[k] < sym.order).any():
+        # only a commodity fixed by some element has coinciding images
         rows = np.ascontiguousarray(np.concatenate([src[:, None], dst[:, None], paths], axis=1))
         _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
         w = np.bincount(inverse.ravel(), weights=w)
@@ -511,65 +521,80 @@ def _map_to_all(data: _FlowData, sym: Symmetry, k: np.ndarray, links: np.ndarray
     return src, dst, w, paths
 
 
+def _reduce_shares(owner: np.ndarray, w: np.ndarray, rows: list[list[int]],
+                   coef: list[list[float]], busy: list[float]) -> np.ndarray:
+    """At most :data:`MAX_PATHS` entries per owner (a commodity or a pair), none under
+    :data:`MIN_SHARE` of the owner's largest; which entries stay (``w`` is updated in place).
+
+    The packer keeps only that many paths per pair (each costs ops and step slots), and PDLP's
+    optimum is an interior point that spreads a pair over many paths (so does the averaging
+    over a stabilizer, see :func:`_map_to_all`): cutting the rest and scaling up what is left
+    overloads links (about 6% on a faulty 5x5x5 torus). Here an owner's dropped share goes in
+    quarters, each to the kept entry whose busiest row would end least loaded, with every other
+    entry's load counted. Entry ``i`` loads row ``rows[i][j]`` by ``coef[i][j]`` per unit of
+    share; ``busy`` holds every row's load and is updated in place."""
+    order = np.lexsort((-w, owner))
+    o = owner[order]
+    starts = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    rank_in = np.arange(len(order)) - np.repeat(starts, ends - starts)
+    wo = w[order]
+    drop = (rank_in >= MAX_PATHS) | (wo < MIN_SHARE * np.repeat(wo[starts], ends - starts))
+    keep = np.ones(len(w), dtype=bool)
+    # only owners with something to drop: plain Python on a few short lists is faster here
+    # than NumPy calls on tiny arrays
+    work = np.unique(np.searchsorted(starts, np.flatnonzero(drop), side="right") - 1)
+    wl = w.tolist()
+    for g in work.tolist():
+        kept = order[starts[g]:ends[g]].tolist()
+        while True:
+            # a share moved onto a path can leave another under MIN_SHARE of the new largest
+            kept.sort(key=lambda i: -wl[i])
+            gone = [i for r, i in enumerate(kept)
+                    if r >= MAX_PATHS or wl[i] < MIN_SHARE * wl[kept[0]]]
+            if not gone:
+                break
+            kept = kept[:len(kept) - len(gone)]
+            moved = 0.0
+            for i in gone:
+                for r, c in zip(rows[i], coef[i], strict=True):
+                    busy[r] -= wl[i] * c
+                moved += wl[i]
+                wl[i] = 0.0
+                keep[i] = False
+            part = moved / 4
+            for _ in range(4):
+                best = min(kept, key=lambda i: max(
+                    busy[r] + part * c for r, c in zip(rows[i], coef[i], strict=True)))
+                for r, c in zip(rows[best], coef[best], strict=True):
+                    busy[r] += part * c
+                wl[best] += part
+    w[:] = wl
+    return keep
+
+
 def _fewer_paths(coll: Collective, src: np.ndarray, dst: np.ndarray, w: np.ndarray,
                  paths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                              tuple[tuple[int, ...], ...]]:
-    """At most :data:`MAX_PATHS` paths per pair, none under :data:`MIN_SHARE` of the pair's
-    largest, with the dropped shares moved where the links have room.
-
-    The packer keeps only that many paths per pair (each costs ops and step slots), and
-    PDLP's optimum is an interior point that spreads a pair over many paths (so does the
-    averaging over a stabilizer, see :func:`_map_to_all`): cutting the rest and scaling up what
-    is left overloads links (about 6% on a faulty 5x5x5 torus). Here a pair's dropped share goes
-    in quarters, each to the kept path whose busiest link would end least loaded, with the
-    loads of every other pair's paths counted."""
+    """:func:`_reduce_shares` over every pair's paths, loads on links (seconds of busy time),
+    and the paths as tuples. After a reduction over orbits only the pairs a stabilizer spread
+    out have anything to drop."""
     topo = coll.topology
     demand = pair_bytes(coll)
-    bytes_ = w * demand[src, dst]
+    d = demand[src, dst]
     has = paths >= 0
-    rows = np.broadcast_to(np.arange(len(w))[:, None], paths.shape)[has]
+    idx = np.broadcast_to(np.arange(len(w))[:, None], paths.shape)[has]
     inv_bw = 1.0 / topo.link_bandwidth.astype(np.float64)
-    busy = np.bincount(paths[has], weights=bytes_[rows], minlength=topo.n_links) * inv_bw
-    order = np.lexsort((-w, dst, src))
-    pair = src[order] * coll.n + dst[order]
-    starts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])
-    ends = np.r_[starts[1:], len(order)]
-    rank_in_pair = np.arange(len(order)) - np.repeat(starts, ends - starts)
-    wo = w[order]
-    pair_max = np.repeat(wo[starts], ends - starts)
-    drop_sorted = (rank_in_pair >= MAX_PATHS) | (wo < MIN_SHARE * pair_max)
-    keep = np.ones(len(w), dtype=bool)
-    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-        if not drop_sorted[a:b].any():
-            continue
-        kept = order[a:b]
-        d = float(demand[src[kept[0]], dst[kept[0]]])
-        while True:
-            # a share moved onto a path can leave another under MIN_SHARE of the new largest
-            kept = kept[np.argsort(-w[kept], kind="stable")]
-            cut = np.arange(len(kept)) >= MAX_PATHS
-            cut |= w[kept] < MIN_SHARE * w[kept[0]]
-            if not cut.any():
-                break
-            gone, kept = kept[cut], kept[~cut]
-            for i in gone.tolist():
-                links = paths[i][paths[i] >= 0]
-                busy[links] -= w[i] * d * inv_bw[links]
-            keep[gone] = False
-            moved = float(w[gone].sum())
-            w[gone] = 0.0
-            kept_links = [paths[i][paths[i] >= 0] for i in kept.tolist()]
-            for _ in range(4):
-                part = moved / 4
-                best = min(range(len(kept)), key=lambda j: float(
-                    (busy[kept_links[j]] + part * d * inv_bw[kept_links[j]]).max()))
-                busy[kept_links[best]] += part * d * inv_bw[kept_links[best]]
-                w[kept[best]] += part
-    src, dst, w, paths = src[keep], dst[keep], w[keep], paths[keep]
-    lengths = (paths >= 0).sum(axis=1)
+    busy = np.bincount(paths[has], weights=(w * d)[idx], minlength=topo.n_links) * inv_bw
+    lengths = has.sum(axis=1)
     plist = paths.tolist()
-    out_p = tuple(tuple(p[:n]) for p, n in zip(plist, lengths.tolist(), strict=True))
-    return src, dst, w, out_p
+    rows = [p[:n] for p, n in zip(plist, lengths.tolist(), strict=True)]
+    ib = inv_bw.tolist()
+    coef = [[x * ib[e] for e in r] for r, x in zip(rows, d.tolist(), strict=True)]
+    w = w.copy()
+    keep = _reduce_shares(src * coll.n + dst, w, rows, coef, busy.tolist())
+    out_p = tuple(tuple(r) for r, k in zip(rows, keep.tolist(), strict=True) if k)
+    return src[keep], dst[keep], w[keep], out_p
 
 
 def _bandwidth_bound(coll: Collective) -> float:
