@@ -521,8 +521,23 @@ def _map_to_all(data: _FlowData, sym: Symmetry, k: np.ndarray, links: np.ndarray
     return src, dst, w, paths
 
 
-def _reduce_shares(owner: np.ndarray, w: np.ndarray, rows: list[list[int]],
-                   coef: list[list[float]], busy: list[float]) -> np.ndarray:
+def _owners_to_cut(owner: np.ndarray, w: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Entries sorted by owner and falling share, each owner's run (starts, ends), and the
+    owners with an entry to drop (over MAX_PATHS, or under MIN_SHARE of the largest)."""
+    order = np.lexsort((-w, owner))
+    o = owner[order]
+    starts = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    rank_in = np.arange(len(order)) - np.repeat(starts, ends - starts)
+    wo = w[order]
+    drop = (rank_in >= MAX_PATHS) | (wo < MIN_SHARE * np.repeat(wo[starts], ends - starts))
+    work = np.unique(np.searchsorted(starts, np.flatnonzero(drop), side="right") - 1)
+    return order, starts, ends, work
+
+
+def _reduce_shares(owner: np.ndarray, w: np.ndarray, rows, coef, busy: list[float]
+                   ) -> np.ndarray:
     """At most :data:`MAX_PATHS` entries per owner (a commodity or a pair), none under
     :data:`MIN_SHARE` of the owner's largest; which entries stay (``w`` is updated in place).
 
@@ -532,18 +547,10 @@ def _reduce_shares(owner: np.ndarray, w: np.ndarray, rows: list[list[int]],
     overloads links (about 6% on a faulty 5x5x5 torus). Here an owner's dropped share goes in
     quarters, each to the kept entry whose busiest row would end least loaded, with every other
     entry's load counted. Entry ``i`` loads row ``rows[i][j]`` by ``coef[i][j]`` per unit of
-    share; ``busy`` holds every row's load and is updated in place."""
-    order = np.lexsort((-w, owner))
-    o = owner[order]
-    starts = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])
-    ends = np.r_[starts[1:], len(order)]
-    rank_in = np.arange(len(order)) - np.repeat(starts, ends - starts)
-    wo = w[order]
-    drop = (rank_in >= MAX_PATHS) | (wo < MIN_SHARE * np.repeat(wo[starts], ends - starts))
+    share (lists, or mappings holding at least the entries of owners with work); ``busy``
+    holds every row's load and is updated in place."""
+    order, starts, ends, work = _owners_to_cut(owner, w)
     keep = np.ones(len(w), dtype=bool)
-    # only owners with something to drop: plain Python on a few short lists is faster here
-    # than NumPy calls on tiny arrays
-    work = np.unique(np.searchsorted(starts, np.flatnonzero(drop), side="right") - 1)
     wl = w.tolist()
     for g in work.tolist():
         kept = order[starts[g]:ends[g]].tolist()
@@ -588,12 +595,18 @@ def _fewer_paths(coll: Collective, src: np.ndarray, dst: np.ndarray, w: np.ndarr
     busy = np.bincount(paths[has], weights=(w * d)[idx], minlength=topo.n_links) * inv_bw
     lengths = has.sum(axis=1)
     plist = paths.tolist()
-    rows = [p[:n] for p, n in zip(plist, lengths.tolist(), strict=True)]
-    ib = inv_bw.tolist()
-    coef = [[x * ib[e] for e in r] for r, x in zip(rows, d.tolist(), strict=True)]
+    owner = src * coll.n + dst
+    order, starts, ends, work = _owners_to_cut(owner, w)
     w = w.copy()
-    keep = _reduce_shares(src * coll.n + dst, w, rows, coef, busy.tolist())
-    out_p = tuple(tuple(r) for r, k in zip(rows, keep.tolist(), strict=True) if k)
+    keep = np.ones(len(w), dtype=bool)
+    if len(work):
+        involved = np.concatenate([order[starts[g]:ends[g]] for g in work.tolist()]).tolist()
+        ib = inv_bw.tolist()
+        rows = {i: plist[i][:lengths[i]] for i in involved}
+        coef = {i: [float(d[i]) * ib[e] for e in rows[i]] for i in involved}
+        keep = _reduce_shares(owner, w, rows, coef, busy.tolist())
+    out_p = tuple(tuple(p[:n]) for p, n, k in zip(plist, lengths.tolist(), keep.tolist(),
+                                                  strict=True) if k)
     return src[keep], dst[keep], w[keep], out_p
 
 
