@@ -374,9 +374,9 @@ class _PathLP:
                 f"{solve_log_pb2.TerminationReason.Name(reason)})")
         self.primal = np.maximum(primal, 0.0)
         self.dual = np.asarray(result.dual_solution)
-        # T as the routing really needs it: the shares renormalized per commodity (PDLP meets
-        # the rows to its tolerance) and the busiest link orbit's load
-        self.t_value = self._time_of(self.shares())
+        # the LP's T (within PDLP's tolerance of the optimum); the shares meet their rows only
+        # to that tolerance too and are renormalized per commodity when used
+        self.t_value = float(self.primal[0])
         self.optimal = reason == solve_log_pb2.TERMINATION_REASON_OPTIMAL
         return self.optimal
 
@@ -385,11 +385,6 @@ class _PathLP:
         x = self.primal[1:]
         tot = np.bincount(self.col_k, weights=x, minlength=len(self.data.d))
         return np.where(tot[self.col_k] > 0, x / np.maximum(tot[self.col_k], 1e-300), 0.0)
-
-    def _time_of(self, shares: np.ndarray) -> float:
-        data = self.data
-        a = self.matrix()[len(data.d):, 1:]
-        return float(((a @ shares) / data.cn).max()) if a.shape[0] else 0.0
 
     def price(self) -> int:
         """Add the columns with negative reduced cost; how many were new (0: optimal)."""
