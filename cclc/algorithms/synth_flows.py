@@ -36,9 +36,12 @@ __all__ = ["AUTO_MAX_RANKS", "DEFAULT_BUDGET", "build_synth_alltoall", "synth_bu
 
 #: seconds the synthesis may take unless told otherwise
 DEFAULT_BUDGET = 60.0
-#: without an explicit budget, synth stays out of groups larger than this (with faults the LP
-#: and the packing take tens of seconds from ~32 ranks on, which ``auto`` would pay for every
-#: alltoall); ``budget=`` or ``--synth-budget`` lifts it
+#: without an explicit budget, synth stays out of groups larger than this. The path LP is no
+#: longer what costs (benchmarks/synth_scale.py: 1 s of CPU time at 64 ranks with two faults,
+#: 7 s at 125 with one), but the whole synthesis, mostly packing and the template race, takes
+#: about 9 s of CPU time at 64 ranks and 17 s at 125, several times that in wall clock on a
+#: shared machine, and ``auto`` would pay it for every alltoall; ``budget=`` or
+#: ``--synth-budget`` lifts it
 AUTO_MAX_RANKS = 32
 
 _BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar("synth_budget",
@@ -85,8 +88,9 @@ def _applicable(coll: Collective, **params) -> str | None:
         return ("the group's ranks cannot reach each other through members of the group "
                 "(synth relays only through the group's ranks and switches)")
     if coll.n > AUTO_MAX_RANKS and _budget(params) is None:
-        return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes tens of seconds here; "
-                "give it a budget (synth(budget = 60) or --synth-budget) to run it")
+        return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes ~10 s of CPU time or more "
+                "here (mostly packing the paths into steps); give it a budget "
+                "(synth(budget = 60) or --synth-budget) to run it")
     return None
 
 
