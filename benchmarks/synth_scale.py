@@ -18,6 +18,10 @@ any schedule there) over the schedule's time in the IR's lockstep model (:mod:`c
     python benchmarks/synth_scale.py --quick          # 125 ranks only
     python benchmarks/synth_scale.py --quick --compare
     python benchmarks/synth_scale.py --json out.json
+    python benchmarks/synth_scale.py --lp-only        # the LP and its paths only
+
+With ``--lp-only``, "% of LP" is the LP's time over the busiest link's time under the paths
+handed to the packer (at most four per pair), before any packing into steps.
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ import json
 import sys
 import time
 
+import numpy as np
+
 from cclc.algorithms.synth_flows import _split_default, build_synth_alltoall
 from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.errors import CclError
 from cclc.sim import simulate
 from cclc.synth.alltoall import synthesize_alltoall, write_schedule
-from cclc.synth.flows import choose_symmetry, solve_flows, usable_links
+from cclc.synth.flows import choose_symmetry, pair_bytes, solve_flows, usable_links
 from cclc.synth.symmetry import translations
 from cclc.topology import torus, with_faults
 
@@ -106,6 +112,25 @@ def run_group(coll, full: bool) -> dict:
             "pct_of_lp": 100 * flows.lp_time / t, "template": None}
 
 
+def run_lp_only(coll) -> dict:
+    """The path LP (group chosen by size) and the paths cut to what the packer takes: the
+    busiest link's time under those paths, as % of the LP (no packing into steps)."""
+    w0, c0 = _clock()
+    flows = solve_flows(coll, deadline=time.monotonic() + BUDGET)
+    w1, c1 = _clock()
+    topo = coll.topology
+    demand = pair_bytes(coll)
+    load = np.zeros(topo.n_links)
+    for s, d, x, p in zip(flows.src.tolist(), flows.dst.tolist(), flows.weight.tolist(),
+                          flows.path, strict=True):
+        load[list(p)] += x * demand[s, d]
+    routed = float((load / topo.link_bandwidth).max())
+    return {"mode": "LP only", "group": _group_name(coll, None), "order": flows.symmetry,
+            "lp_wall_s": w1 - w0, "lp_cpu_s": c1 - c0, "wall_s": None, "cpu_s": None,
+            "status": flows.status, "rounds": flows.rounds,
+            "pct_of_lp": 100 * flows.lp_time / routed, "template": None}
+
+
 def _s(x) -> str:
     return "-" if x is None else f"{x:.1f}"
 
@@ -114,6 +139,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="125 ranks only")
     ap.add_argument("--compare", action="store_true", help="also the LP over the other group")
+    ap.add_argument("--lp-only", action="store_true",
+                    help="only the path LP and its paths (%% of LP: the busiest link's time)")
     ap.add_argument("--only", help="run only the cases whose name contains this")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
@@ -126,8 +153,8 @@ def main(argv=None) -> int:
         if args.only and args.only not in name:
             continue
         coll = _collective(make())
-        runs = [run_default]
-        if args.compare:
+        runs = [run_lp_only] if args.lp_only else [run_default]
+        if args.compare and not args.lp_only:
             other = _group_name(coll, None) == "transl."
             runs.append(lambda c, full=other: run_group(c, full))
         for run in runs:
