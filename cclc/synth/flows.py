@@ -62,6 +62,10 @@ MIN_SHARE = 0.05
 #: spread evenly over its mirror paths, and those schedules pack a few % further from the LP
 #: (89% against 95% there, benchmarks/synth_scale.py --compare)
 FULL_GROUP_ABOVE = 20_000
+#: a path longer than every path holding at least this share of its pair's largest is dropped
+#: too (its share moved like the others'): stray long paths from the pricing rounds would set
+#: the step count of the whole schedule
+LONG_SHARE = 0.5
 #: PDLP's relative and absolute optimality tolerance (on the LP scaled to numbers near one)
 TOLERANCE = 1e-4
 
@@ -435,7 +439,8 @@ class _PathLP:
         busy = (a @ share).tolist()
         rows = [a.indices[a.indptr[i]:a.indptr[i + 1]].tolist() for i in range(len(used))]
         coef = [a.data[a.indptr[i]:a.indptr[i + 1]].tolist() for i in range(len(used))]
-        keep = _reduce_shares(k, share, rows, coef, busy)
+        hops = (links >= 0).sum(axis=1)
+        keep = _reduce_shares(k, share, hops, rows, coef, busy)
         k, links, share = k[keep], links[keep], share[keep]
         tot = np.bincount(k, weights=share, minlength=len(data.d))
         return k, links, share / tot[k]
@@ -516,23 +521,28 @@ def _map_to_all(data: _FlowData, sym: Symmetry, k: np.ndarray, links: np.ndarray
     return src, dst, w, paths
 
 
-def _owners_to_cut(owner: np.ndarray, w: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _owners_to_cut(owner: np.ndarray, w: np.ndarray, hops: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """Entries sorted by owner and falling share, each owner's run (starts, ends), and the
-    owners with an entry to drop (over MAX_PATHS, or under MIN_SHARE of the largest)."""
+    owners with an entry to drop (over MAX_PATHS, under MIN_SHARE of the largest, or a path
+    longer than every path with LONG_SHARE of its owner's largest: a few stray long paths
+    would add steps to the whole schedule, which small sizes pay in latency)."""
     order = np.lexsort((-w, owner))
     o = owner[order]
     starts = np.flatnonzero(np.r_[True, o[1:] != o[:-1]])
     ends = np.r_[starts[1:], len(order)]
     rank_in = np.arange(len(order)) - np.repeat(starts, ends - starts)
     wo = w[order]
-    drop = (rank_in >= MAX_PATHS) | (wo < MIN_SHARE * np.repeat(wo[starts], ends - starts))
+    largest = np.repeat(wo[starts], ends - starts)
+    ho = hops[order]
+    longest = int(ho[wo >= LONG_SHARE * largest].max()) if len(order) else 0
+    drop = (rank_in >= MAX_PATHS) | (wo < MIN_SHARE * largest) | ((ho > longest) & (rank_in > 0))
     work = np.unique(np.searchsorted(starts, np.flatnonzero(drop), side="right") - 1)
-    return order, starts, ends, work
+    return order, starts, ends, work, longest
 
 
-def _reduce_shares(owner: np.ndarray, w: np.ndarray, rows, coef, busy: list[float]
-                   ) -> np.ndarray:
+def _reduce_shares(owner: np.ndarray, w: np.ndarray, hops: np.ndarray, rows, coef,
+                   busy: list[float]) -> np.ndarray:
     """At most :data:`MAX_PATHS` entries per owner (a commodity or a pair), none under
     :data:`MIN_SHARE` of the owner's largest; which entries stay (``w`` is updated in place).
 
@@ -544,8 +554,9 @@ def _reduce_shares(owner: np.ndarray, w: np.ndarray, rows, coef, busy: list[floa
     entry's load counted. Entry ``i`` loads row ``rows[i][j]`` by ``coef[i][j]`` per unit of
     share (lists, or mappings holding at least the entries of owners with work); ``busy``
     holds every row's load and is updated in place."""
-    order, starts, ends, work = _owners_to_cut(owner, w)
+    order, starts, ends, work, longest = _owners_to_cut(owner, w, hops)
     keep = np.ones(len(w), dtype=bool)
+    hl = hops.tolist()
     wl = w.tolist()
     for g in work.tolist():
         kept = order[starts[g]:ends[g]].tolist()
@@ -553,10 +564,12 @@ def _reduce_shares(owner: np.ndarray, w: np.ndarray, rows, coef, busy: list[floa
             # a share moved onto a path can leave another under MIN_SHARE of the new largest
             kept.sort(key=lambda i: -wl[i])
             gone = [i for r, i in enumerate(kept)
-                    if r >= MAX_PATHS or wl[i] < MIN_SHARE * wl[kept[0]]]
+                    if r >= MAX_PATHS or wl[i] < MIN_SHARE * wl[kept[0]]
+                    or (r > 0 and hl[i] > longest)]
             if not gone:
                 break
-            kept = kept[:len(kept) - len(gone)]
+            dropped = set(gone)
+            kept = [i for i in kept if i not in dropped]
             moved = 0.0
             for i in gone:
                 for r, c in zip(rows[i], coef[i], strict=True):
@@ -591,7 +604,7 @@ def _fewer_paths(coll: Collective, src: np.ndarray, dst: np.ndarray, w: np.ndarr
     lengths = has.sum(axis=1)
     plist = paths.tolist()
     owner = src * coll.n + dst
-    order, starts, ends, work = _owners_to_cut(owner, w)
+    order, starts, ends, work, _ = _owners_to_cut(owner, w, lengths)
     w = w.copy()
     keep = np.ones(len(w), dtype=bool)
     if len(work):
@@ -599,7 +612,7 @@ def _fewer_paths(coll: Collective, src: np.ndarray, dst: np.ndarray, w: np.ndarr
         ib = inv_bw.tolist()
         rows = {i: plist[i][:lengths[i]] for i in involved}
         coef = {i: [float(d[i]) * ib[e] for e in rows[i]] for i in involved}
-        keep = _reduce_shares(owner, w, rows, coef, busy.tolist())
+        keep = _reduce_shares(owner, w, lengths, rows, coef, busy.tolist())
     out_p = tuple(tuple(p[:n]) for p, n, k in zip(plist, lengths.tolist(), keep.tolist(),
                                                   strict=True) if k)
     return src[keep], dst[keep], w[keep], out_p
