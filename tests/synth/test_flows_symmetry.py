@@ -151,12 +151,15 @@ def test_fewer_paths_beats_cutting_and_rescaling(monkeypatch, full):
     ours = solve_flows(coll, full_group=full)
     _check_paths(coll, ours)
 
-    def cut(owner, w, rows, coef, busy):
+    def cut(owner, w, hops, rows, coef, busy):
+        # the same paths dropped (flows._owners_to_cut's rules), the rest simply scaled up
+        order, starts, ends, _, longest = flows_mod._owners_to_cut(owner, w, hops)
         keep = np.zeros(len(w), dtype=bool)
-        for o in np.unique(owner):
-            mine = np.flatnonzero(owner == o)
-            mine = mine[np.argsort(-w[mine], kind="stable")]
-            keep[mine[(w[mine] >= MIN_SHARE * w[mine[0]])][:MAX_PATHS]] = True
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            mine = order[a:b]
+            ok = (w[mine] >= MIN_SHARE * w[mine[0]]) & (np.arange(b - a) < MAX_PATHS)
+            ok &= (hops[mine] <= longest) | (np.arange(b - a) == 0)
+            keep[mine[ok]] = True
         tot = np.bincount(owner[keep], weights=w[keep], minlength=owner.max() + 1)
         w[keep] = w[keep] / tot[owner[keep]]
         return keep
