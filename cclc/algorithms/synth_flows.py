@@ -38,7 +38,7 @@ __all__ = ["AUTO_MAX_RANKS", "DEFAULT_BUDGET", "build_synth_alltoall", "synth_bu
 DEFAULT_BUDGET = 60.0
 #: without an explicit budget, synth stays out of groups larger than this. The path LP is no
 #: longer what costs (benchmarks/synth_scale.py: 1 s of CPU time at 64 ranks with two faults,
-#: 7 s at 125 with one), but the whole synthesis, mostly packing and the template race, takes
+#: 6 s at 125 with one), but the whole synthesis, mostly packing and the template race, takes
 #: about 9 s of CPU time at 64 ranks and 17 s at 125, several times that in wall clock on a
 #: shared machine, and ``auto`` would pay it for every alltoall; ``budget=`` or
 #: ``--synth-budget`` lifts it

@@ -60,7 +60,7 @@ MIN_SHARE = 0.05
 #: this. It shrinks the LP (a 5x5x5 torus with one failed link: 15 500 commodities, 6 s of
 #: CPU time; 970 over its 16 automorphisms, 1 s), but a pair fixed by a reflection is then
 #: spread evenly over its mirror paths, and those schedules pack a few % further from the LP
-#: (89% against 95% there, benchmarks/synth_scale.py --compare)
+#: (88% against 95% there, benchmarks/synth_scale.py --quick --compare)
 FULL_GROUP_ABOVE = 20_000
 #: a path longer than every path holding at least this share of its pair's largest is dropped
 #: too (its share moved like the others'): stray long paths from the pricing rounds would set
