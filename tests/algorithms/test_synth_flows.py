@@ -154,7 +154,8 @@ def test_oversubscribed_fabric_with_failed_cable_and_nvlink_nodes():
 
 def test_budget_runs_out_into_a_template():
     coll = _a2a(CASES["3x3x3 one fault"], algorithm="synth", budget=1e-6)
-    s = get("synth").build(coll)
+    # the hint's parameters as the planner hands them (build() alone would use the default)
+    s = get("synth").build(coll, budget=1e-6)
     p = dict(s.params)
     assert p["status"] in ("budget", "fallback") and "template" in p or p["status"] == "budget"
     verify(s)
