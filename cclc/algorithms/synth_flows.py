@@ -15,7 +15,9 @@ per path (finer balance, more ops; default by the number of paths); ``steps`` a 
 The schedule's ``params``: ``solver`` (``pdlp``), ``status`` (``optimal``: the LP solved and its
 paths are used; ``budget``: the solver stopped at the budget; ``fallback``: a template was
 faster), ``solve_s`` (seconds), ``lp_fraction`` (the LP's time / the schedule's lockstep time),
-``template`` when a template is returned, ``symmetry`` (translations used).
+``template`` when a template is returned, ``symmetry`` (the order of the group the LP was
+solved over), ``rounds`` (pricing rounds), ``lp_s``/``lp_cpu_s`` (the LP's wall clock and CPU
+seconds).
 """
 
 from __future__ import annotations
@@ -34,9 +36,12 @@ __all__ = ["AUTO_MAX_RANKS", "DEFAULT_BUDGET", "build_synth_alltoall", "synth_bu
 
 #: seconds the synthesis may take unless told otherwise
 DEFAULT_BUDGET = 60.0
-#: without an explicit budget, synth stays out of groups larger than this (with faults the LP
-#: and the packing take tens of seconds from ~32 ranks on, which ``auto`` would pay for every
-#: alltoall); ``budget=`` or ``--synth-budget`` lifts it
+#: without an explicit budget, synth stays out of groups larger than this. The path LP is no
+#: longer what costs (benchmarks/synth_scale.py: 1 s of CPU time at 64 ranks with two faults,
+#: 6 s at 125 with one), but the whole synthesis, mostly packing and the template race, takes
+#: about 9 s of CPU time at 64 ranks and 17 s at 125, several times that in wall clock on a
+#: shared machine, and ``auto`` would pay it for every alltoall; ``budget=`` or
+#: ``--synth-budget`` lifts it
 AUTO_MAX_RANKS = 32
 
 _BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar("synth_budget",
@@ -83,8 +88,9 @@ def _applicable(coll: Collective, **params) -> str | None:
         return ("the group's ranks cannot reach each other through members of the group "
                 "(synth relays only through the group's ranks and switches)")
     if coll.n > AUTO_MAX_RANKS and _budget(params) is None:
-        return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes tens of seconds here; "
-                "give it a budget (synth(budget = 60) or --synth-budget) to run it")
+        return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes ~10 s of CPU time or more "
+                "here (mostly packing the paths into steps); give it a budget "
+                "(synth(budget = 60) or --synth-budget) to run it")
     return None
 
 
@@ -135,7 +141,8 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
                                     deadline=deadline)
         status = "optimal" if flows.status == "optimal" else "budget"
         synthesized = write_schedule(coll, synth, ())
-        meta = (("solver", "pdlp"), ("symmetry", flows.symmetry), ("rounds", flows.rounds))
+        meta = (("solver", "pdlp"), ("symmetry", flows.symmetry), ("rounds", flows.rounds),
+                ("lp_s", round(flows.solve_s, 3)), ("lp_cpu_s", round(flows.cpu_s, 3)))
     except SynthBudgetError:
         meta = (("solver", "pdlp"),)
     template = _best_template(coll)
