@@ -3,7 +3,7 @@ example fabrics.
 
 Each row solves :func:`cclc.bounds.bounds` from scratch (a fresh topology, so nothing is
 cached) for one collective on every live rank, with the alltoall LP allowed up to
-``--lp-max-variables`` (default 2000000, above the 400000 that ``cclc compile`` allows: the
+``--lp-max-variables`` (default 2000000, above the 60000 that ``cclc compile`` allows: the
 row says "no" under "default" when compile skips that LP; the other collectives get
 compile's defaults), and prints the wall time, the
 commodity families and links of the LP after the symmetry reduction, how the alltoall LP was

@@ -21,8 +21,9 @@ topology with its faults, and which one is strongest:
              Alltoall: solved exactly up to 10000 flow variables; above, PDLP solves it and
              the bound is the certified lower value of its solution (weak duality from its
              link prices), with the gap to a feasible flow printed; skipped, as the output
-             says, above 400000 flow variables (--lp-max-variables raises it: 8x8x8 with
-             four failed links is 512 families x 3068 links, minutes). The others: skipped
+             says, above 60000 flow variables (--lp-max-variables raises it: 8x8x8 with
+             one failed link is 120 families x 3071 links, about a minute; with four
+             512 x 3068, minutes). The others: skipped
              above 1024 max-flow LPs; allreduce: one joint LP of its reduce-scatter and
              allgather flows sharing each link, replaced by the larger of the two phase LPs
              above 10000 flow variables (--lp-max-variables sets that limit too)
@@ -42,7 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-lp", action="store_true", help="closed-form bounds only")
     p.add_argument("--lp-max-variables", type=_positive, metavar="N",
                    help="solve the alltoall LP (the joint allreduce LP) up to N flow "
-                        "variables (default 400000; allreduce 10000)")
+                        "variables (default 60000; allreduce 10000)")
     p.set_defaults(run=run)
 
 
