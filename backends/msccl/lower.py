@@ -70,6 +70,15 @@ class ThreadblockLimitError(LimitError):
         self.needed = needed
 
 
+class StepLimitError(LimitError):
+    """A threadblock needs more steps than the runtime allows; ``local``: it is one of the
+    threadblocks of local copies and reductions (no peer)."""
+
+    def __init__(self, message: str, local: bool):
+        super().__init__(message)
+        self.local = local
+
+
 class DepidLimitError(ThreadblockLimitError):
     """Steps of a GPU (with ``needed`` threadblocks) wait on more threadblocks than an int8
     ``depid`` can name."""
@@ -313,6 +322,10 @@ def _without_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+#: shares of the step limit that a GPU's local threadblocks are filled to, tried in order
+LOCAL_SHARES = (0.75, 0.5, 0.25)
+
+
 def lower_to_fit(schedule: Schedule, rt: Runtime, *, fuse: bool = True,
                  nchannels: int | None = None) -> tuple[Lowered, Schedule, UnitFacts]:
     """``schedule`` in units (:func:`backends.units.to_units`) and its first lowering that
@@ -325,6 +338,27 @@ def _lower_to_fit(schedule: Schedule, rt: Runtime, fuse: bool, nchannels: int | 
                   ) -> tuple[Lowered, Schedule, UnitFacts]:
     units, facts = to_units(schedule, rt.max_chunks)
     check_chunks(schedule, units, facts, rt)
+    first: LimitError | None = None
+    # the local tbs are filled to a share of the step limit, leaving room for the nops of
+    # their waits on other tbs; when the nops still overflow one, fill them less
+    for share in LOCAL_SHARES:
+        try:
+            return _lower_forms(units, facts, rt, fuse, nchannels, share)
+        except StepLimitError as err:
+            first = first or err
+            if not err.local:
+                break
+        except LimitError as err:
+            first = first or err
+            break
+    assert first is not None
+    raise first from None
+
+
+def _lower_forms(units: Schedule, facts: UnitFacts, rt: Runtime, fuse: bool,
+                 nchannels: int | None, local_share: float
+                 ) -> tuple[Lowered, Schedule, UnitFacts]:
+    """The first of the looser forms (fusion, paired streams, fewer channels) that fits."""
     # fused steps tie threadblocks together, and paired send/receive streams make longer
     # ones (nops included); if a limit is exceeded, looser forms may spread out enough to fit
     tries = [(fuse, True), (fuse, False)]
@@ -340,7 +374,8 @@ def _lower_to_fit(schedule: Schedule, rt: Runtime, fuse: bool, nchannels: int | 
         channels = nchannels
         for _ in range(4):
             try:
-                low = lower(units, rt, fuse_ops=fuse_ops, nchannels=channels, pair=pair)
+                low = lower(units, rt, fuse_ops=fuse_ops, nchannels=channels, pair=pair,
+                            local_share=local_share)
                 return low, units, facts
             except LimitError as err:
                 first, last = first or err, err
@@ -362,10 +397,12 @@ def _fewer_channels(err: LimitError, rt: Runtime) -> int | None:
 
 
 def lower(us: Schedule, rt: Runtime, *, fuse_ops: bool = True,
-          nchannels: int | None = None, pair: bool = True) -> Lowered:
+          nchannels: int | None = None, pair: bool = True,
+          local_share: float = LOCAL_SHARES[0]) -> Lowered:
     """Lower ``us`` (a schedule in units, see :func:`backends.units.to_units`) for runtime
     ``rt``; :class:`ScheduleError` when a limit is exceeded. ``pair``: share tbs between
-    send-only and receive-only streams (see ``_pair_streams``). The stages of the module
+    send-only and receive-only streams (see ``_pair_streams``); ``local_share``: the share of
+    the step limit a local threadblock is filled to (see ``threadblocks``). The stages of the module
     docstring, in order, except that the threadblocks (4) take their steps in the global
     order (5)."""
     _quick_limits(us, rt)
@@ -375,7 +412,7 @@ def lower(us: Schedule, rt: Runtime, *, fuse_ops: bool = True,
     channels = assign_channels(ops, _chains(ops, nxt), rt, nchannels, us.n)
     program = instructions(ops, channels, acc if nxt else None)
     order = global_order(program)
-    tbs = threadblocks(program, order, rt, us.n, pair)
+    tbs = threadblocks(program, order, rt, us.n, pair, local_share)
     dependencies(tbs, program)
     _renumber_for_depids(tbs, rt)
     try:
@@ -849,12 +886,12 @@ def _stream_tb(ins: Instr, tbs: list[list[Threadblock]], tb_of_root: dict[tuple,
     return tb
 
 
-def threadblocks(program: Program, order: list[int], rt: Runtime, n: int, pair: bool
-                 ) -> list[list[Threadblock]]:
+def threadblocks(program: Program, order: list[int], rt: Runtime, n: int, pair: bool,
+                 local_share: float = LOCAL_SHARES[0]) -> list[list[Threadblock]]:
     """Stage 4: one tb per (send peer, recv peer, channel) of each GPU, joined by fused
     steps (and, with ``pair``, send-only with receive-only streams); local ops in as few
-    local tbs as the step limit allows (with room for nops), an op in the tb of the op it
-    waits on, so that chains stay in one tb. Steps in the global order."""
+    local tbs as ``local_share`` of the step limit allows (room for nops), an op in the tb
+    of the op it waits on, so that chains stay in one tb. Steps in the global order."""
     instrs = program.instrs
     union = _Union()
     for ins in instrs:
@@ -869,7 +906,7 @@ def threadblocks(program: Program, order: list[int], rt: Runtime, n: int, pair: 
     for ins in instrs:
         if ins.send is None and ins.recv is None:
             n_local[ins.rank] += 1
-    cap = max(1, rt.max_steps_per_tb * 3 // 4)
+    cap = max(1, int(rt.max_steps_per_tb * local_share))
     pools: dict[int, list[Threadblock]] = defaultdict(list)
     local_tb: dict[int, Threadblock] = {}
     for j in order:
@@ -1107,9 +1144,10 @@ def _check_limits(tbs: list[list[Threadblock]], rt: Runtime, ngpus: int) -> None
                                  f"{rt.title} has {rt.max_channels} channels "
                                  f"({rt.limit('channels').cite()})")
             if len(tb.steps) > rt.max_steps_per_tb:
-                raise LimitError(
+                raise StepLimitError(
                     f"GPU {r} threadblock {tb.id} (send {tb.send}, recv {tb.recv}, channel "
                     f"{tb.chan}) needs {len(tb.steps)} steps; {rt.title} allows "
                     f"{rt.max_steps_per_tb} per threadblock "
                     f"({rt.limit('steps_per_tb').cite()}). Use fewer chunks or steps, more "
-                    "channels, or a runtime built with a larger MSCCL_MAX_NUM_STEPS")
+                    "channels, or a runtime built with a larger MSCCL_MAX_NUM_STEPS",
+                    local=tb.send is None and tb.recv is None)

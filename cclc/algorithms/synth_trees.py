@@ -39,6 +39,7 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Schedule
 from cclc.synth import tree_schedule
+from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.splitting import split_switches
 from cclc.synth.trees import (
     HopGraph,
@@ -292,7 +293,8 @@ def _on_links(phys: HopGraph, p: TreePacking, rate: float, moves: np.ndarray,
 def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
              block: float, rate_ag: float | None, rate_rs: float | None,
              chunks: int | None = None, max_ops: int = MAX_OPS) -> tuple[float, int]:
-    """Predicted lockstep time and pipeline depth ``C``.
+    """Predicted time and pipeline depth ``C`` (lockstep, each step charged the pricing
+    model's software cost).
 
     One phase of height ``H`` and bandwidth time ``beta`` takes ``(C + H - 1) * (alpha +
     beta / C)``. AllReduce's phases overlap: its first ``H_rs`` steps carry only reductions,
@@ -301,7 +303,9 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
     phases = [(block * p.load / rate, int(p.depth().max()))
               for p, rate in ((rs, rate_rs), (ag, rate_ag)) if p is not None]
     k = (ag or rs).k
-    alpha = float(g.latency.max()) if g.m else 0.0
+    # a step costs its latency plus the software cost of the model the planner prices with
+    # (nothing under the IR's lockstep model; see cclc.synth.pricing)
+    alpha = (float(g.latency.max()) if g.m else 0.0) + step_cost(pricing_model())
     elems = coll.count // coll.n                      # the smallest block, in elements
     # an in-tree edge is a send and, for all but a first child, a local fold
     per_chunk = (2 if rs is not None else 0) + (1 if ag is not None else 0)
