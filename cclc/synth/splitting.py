@@ -214,11 +214,6 @@ def _contract(g: _Graph, w: int) -> None:
     g.remove_vertex(w)
 
 
-def _ratio(want: np.ndarray, have: np.ndarray) -> np.ndarray:
-    """``want / have`` where ``have`` is positive, else 1."""
-    return np.divide(want, have, out=np.ones_like(want), where=have > 0)
-
-
 def _proportional(g: _Graph, w: int) -> None:
     """Every allowed pair in proportion to both capacities (scaled so that no edge gives
     more than it has), then ``w`` and what is left on its edges removed."""
@@ -233,9 +228,8 @@ def _proportional(g: _Graph, w: int) -> None:
         scale = min(a.sum(), b.sum())
         rows, cols = a * scale / a.sum(), b * scale / b.sum()
         for _ in range(200):
-            # a row or column with no allowed pair stays zero (no 0 * inf)
-            gamma *= _ratio(rows, gamma.sum(axis=1))[:, None]
-            gamma *= _ratio(cols, gamma.sum(axis=0))[None, :]
+            gamma *= (rows / np.maximum(gamma.sum(axis=1), 1e-300))[:, None]
+            gamma *= (cols / np.maximum(gamma.sum(axis=0), 1e-300))[None, :]
         over = max((gamma.sum(axis=1) / a).max(), (gamma.sum(axis=0) / b).max(), 1.0)
         gamma /= over
         for i, ea in enumerate(ins):
