@@ -96,6 +96,18 @@ def to_units(schedule: Schedule, max_units: int | None = None, split: bool = Fal
     and ``count`` is the largest input or output buffer of any rank, in elements
     (:func:`backends.common.padded_count`).
     """
+    longest = _exact_longest(schedule, pad)
+    if (max_units is not None and not split and longest is not None
+            and longest > max(max_units, _LONGEST_BUILT)):
+        # the exact form would be too long to address, and too large to build first (a gcd
+        # of one element makes one unit per element): the near-equal form or a clear refusal
+        near = _near_form(schedule, max_units)
+        if near is not None:
+            return near
+        raise ScheduleError(
+            f"MSCCL needs equal chunks: the gcd of this schedule's chunk sizes and its count "
+            f"makes {longest} chunks per buffer, more than the runtime can address "
+            f"({max_units}); choose chunk counts that divide the buffer evenly, or fewer chunks")
     exact = _exact_form(schedule, pad)
     if exact[1].padded:
         return exact
@@ -141,6 +153,27 @@ def _with_ops(schedule: Schedule, layouts: list[np.ndarray], src_off: np.ndarray
     cols = schedule.ops.columns()
     cols.update(src_off=src_off, dst_off=dst_off, count=count)
     return schedule.replace(layouts=tuple(layouts), ops=Ops(**cols))
+
+
+#: the longest exact form built only to be refused by the runtime's limit (16M units: 128 MB
+#: per buffer layout); a longer one is refused without building it
+_LONGEST_BUILT = 1 << 24
+
+
+def _exact_longest(schedule: Schedule, pad: bool) -> int | None:
+    """The longest buffer of the exact form, in units, without building it (None: the
+    buffers differ in size, which :func:`_exact_form` handles)."""
+    s = schedule
+    for buf in (Buf.INPUT, Buf.OUTPUT):
+        totals = s.chunk_starts(buf)[:, -1]
+        if (totals != totals[0]).any():
+            return None
+    count = entry_count(s)
+    sizes = [int(x) for buf in Buf for x in np.unique(s.chunk_elems(buf)) if x > 0]
+    unit = math.gcd(count, *sizes) if sizes else count
+    if unit <= 0:
+        return None
+    return max(int(s.chunk_starts(buf)[:, -1].max(initial=0)) // unit for buf in Buf)
 
 
 def _exact_form(schedule: Schedule, pad: bool) -> tuple[Schedule, UnitFacts]:
