@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from cclc.algorithms.synth_flows import _split_default, build_synth_alltoall
+from cclc.algorithms.synth_flows import build_synth_alltoall
 from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.errors import CclError
 from cclc.sim import simulate
@@ -101,7 +101,7 @@ def run_group(coll, full: bool) -> dict:
     w0, c0 = _clock()
     flows = solve_flows(coll, deadline=time.monotonic() + BUDGET, full_group=full)
     w1, c1 = _clock()
-    synth = synthesize_alltoall(coll, flows, split=_split_default(coll.n),
+    synth = synthesize_alltoall(coll, flows, split=None,
                                 deadline=time.monotonic() + BUDGET)
     schedule = write_schedule(coll, synth, ())
     t = float(simulate(schedule).time)
