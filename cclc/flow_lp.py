@@ -34,7 +34,7 @@ from cclc.errors import CclError
 from cclc.topology import Topology
 
 __all__ = ["CertifiedLP", "Symmetry", "alltoall_lp_certified", "alltoall_lp_time",
-           "torus_symmetry"]
+           "torus_point_maps", "torus_symmetry"]
 
 
 #: PDLP's threads: fixed, not the machine's core count, because its sums are sharded by it
@@ -69,7 +69,14 @@ def _torus_automorphisms(topo: Topology) -> list[tuple[tuple[int, ...], tuple[bo
     """The dimension permutations (among dimensions of equal size and wrap) and reflections
     (dimensions where a reflection is not a translation) that, with the translations along
     wrapped dimensions, make up the automorphisms of the torus graph."""
-    dims, wrap = topo.dims, topo.wrap
+    return torus_point_maps(topo.dims, topo.wrap)
+
+
+def torus_point_maps(dims: tuple[int, ...], wrap: tuple[bool, ...]
+                     ) -> list[tuple[tuple[int, ...], tuple[bool, ...]]]:
+    """(permutation, reflections) of every point map of a torus of ``dims``: permutations
+    among dimensions alike in size and wrap, reflections where one is not a translation
+    (rings of more than two ranks, lines); the identity first."""
     nd = len(dims)
     perms = [p for p in itertools.permutations(range(nd))
              if all(dims[p[d]] == dims[d] and wrap[p[d]] == wrap[d] for d in range(nd))]

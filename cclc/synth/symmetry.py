@@ -18,12 +18,12 @@ others through the link, and their exchange).
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from cclc.collective import Collective
+from cclc.flow_lp import torus_point_maps
 
 __all__ = ["MAX_MAP_ENTRIES", "Symmetry", "automorphisms", "identity_symmetry", "translations"]
 
@@ -113,17 +113,7 @@ def _point_maps(dims: tuple[int, ...], wrap: tuple[bool, ...], translations_only
     nd = len(dims)
     if translations_only:
         return [(tuple(range(nd)), (False,) * nd)]
-    perms = [p for p in itertools.permutations(range(nd))
-             if all(dims[p[d]] == dims[d] and wrap[p[d]] == wrap[d] for d in range(nd))]
-    flippable = [d for d in range(nd) if dims[d] > 2 or (dims[d] == 2 and not wrap[d])]
-    out = []
-    for p in perms:
-        for bits in itertools.product((False, True), repeat=len(flippable)):
-            flip = [False] * nd
-            for d, b in zip(flippable, bits, strict=True):
-                flip[d] = b
-            out.append((p, tuple(flip)))
-    return out
+    return torus_point_maps(dims, wrap)
 
 
 def _group(coll: Collective, usable: np.ndarray, translations_only: bool) -> Symmetry:
