@@ -104,7 +104,7 @@ def to_units(schedule: Schedule, max_units: int | None = None, split: bool = Fal
         near = _near_form(schedule, max_units)
         if near is not None:
             return near
-        raise ScheduleError(
+        raise UnitsTooLong(
             f"MSCCL needs equal chunks: the gcd of this schedule's chunk sizes and its count "
             f"makes {longest} chunks per buffer, more than the runtime can address "
             f"({max_units}); choose chunk counts that divide the buffer evenly, or fewer chunks")
@@ -153,6 +153,10 @@ def _with_ops(schedule: Schedule, layouts: list[np.ndarray], src_off: np.ndarray
     cols = schedule.ops.columns()
     cols.update(src_off=src_off, dst_off=dst_off, count=count)
     return schedule.replace(layouts=tuple(layouts), ops=Ops(**cols))
+
+
+class UnitsTooLong(ScheduleError):
+    """The schedule in equal units would be longer than ``max_units`` (a runtime's limit)."""
 
 
 #: the longest exact form built only to be refused by the runtime's limit (16M units: 128 MB

@@ -45,7 +45,7 @@ from typing import NamedTuple
 import numpy as np
 
 from backends.msccl.runtimes import Runtime
-from backends.units import UnitFacts, buffer_units, rank_units, to_units, writes_input
+from backends.units import UnitFacts, UnitsTooLong, buffer_units, rank_units, to_units, writes_input
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind, Schedule
 
@@ -336,7 +336,10 @@ def lower_to_fit(schedule: Schedule, rt: Runtime, *, fuse: bool = True,
 
 def _lower_to_fit(schedule: Schedule, rt: Runtime, fuse: bool, nchannels: int | None
                   ) -> tuple[Lowered, Schedule, UnitFacts]:
-    units, facts = to_units(schedule, rt.max_chunks)
+    try:
+        units, facts = to_units(schedule, rt.max_chunks)
+    except UnitsTooLong as err:
+        raise LimitError(err.message) from None
     check_chunks(schedule, units, facts, rt)
     first: LimitError | None = None
     # the local tbs are filled to a share of the step limit, leaving room for the nops of
