@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
 
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import bad_int_param, hint_int
@@ -153,6 +155,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     if coll.kind is CollectiveKind.ALLREDUCE:
         optimal = _allreduce_reference(coll)
     best: tuple[float, HopGraph, TreePacking | None, TreePacking | None] | None = None
+    best_raw = float("inf")       # the kept packing's time before the equal-chunk preference
     # (physical moves, AllGather packing graph, ReduceScatter packing graph, symmetry,
     #  packings -> physical moves, numbers of trees to try)
     ks = [trees] if trees else [1, 2, 3]
@@ -164,18 +167,28 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
             candidates.append(split + ([trees] if trees else _SPLIT_TREES,))
     margin = _BETTER_BY if coll.kind is CollectiveKind.ALLREDUCE else 1e-9
     for phys, g_ag, g_rs, nodes, edges, realize, k_list in candidates:
+        floor = _predict_floor(coll, phys, (g_ag, g_rs), block, rate_ag, rate_rs)
+        if best is not None and floor >= best_raw * (1 - max(margin, _TIE)):
+            # no packing of this graph can be predicted faster than the one kept (its time
+            # rises with the load, at least 1, and the height, at least the eccentricity):
+            # on the 128-GPU fabric example this skips 30 s of packing the split graph
+            continue
         for k in k_list:
-            if best is not None and time.monotonic() > deadline:
+            if time.monotonic() > deadline:
                 break
-            ag = (pack_trees(g_ag, rate_ag, k, nodes, edges, deadline)
-                  if rate_ag is not None else None)
-            rs = (pack_trees(g_rs, rate_rs, k, nodes, edges, deadline)
-                  if rate_rs is not None else None)
+            packed = [pack_trees(pg, rate, k, nodes, edges, deadline) if rate is not None
+                      else None for pg, rate in ((g_ag, rate_ag), (g_rs, rate_rs))]
+            if any(p is None and r is not None for p, r in zip(packed, (rate_ag, rate_rs),
+                                                                 strict=True)):
+                break                       # the deadline passed before a packing was whole
+            ag, rs = packed
             if realize is not None:
                 ag, rs = realize(ag, rs)
             predicted = _predict(coll, phys, ag, rs, block, rate_ag, rate_rs)[0]
             if best is None or predicted < best[0] * (1 - margin):
                 best = (predicted, phys, ag, rs)
+                best_raw = _predict(coll, phys, ag, rs, block, rate_ag, rate_rs,
+                                    equal_chunks=False)[0]
             if all(p is None or p.status == "optimal" for p in (ag, rs)):
                 break
     if best is None:
@@ -193,6 +206,11 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
 #: than three trees per root and simulated 3.4% faster: fewer trees pipeline more chunks
 #: within the op limit)
 _BETTER_BY = 0.02
+
+#: relative difference under which a candidate graph's best possible prediction counts as a
+#: tie with the packing kept (not worth packing: it could win only by the equal-chunk
+#: preference of :func:`_predict`, a tie-break, not speed)
+_TIE = 1e-6
 
 #: trees per root tried on the split graph: its logical edges hold small shares of the
 #: switches, so equal-weight trees need more of them to fit the capacities closely (most
@@ -290,9 +308,43 @@ def _on_links(phys: HopGraph, p: TreePacking, rate: float, moves: np.ndarray,
     return TreePacking(p.parent, edge, load, status, p.solve_s)
 
 
+def _predict_floor(coll: Collective, g: HopGraph, packing_graphs: tuple, block: float,
+                   rate_ag: float | None, rate_rs: float | None) -> float:
+    """A lower bound on :func:`_predict` for every packing of ``packing_graphs`` (AllGather's,
+    ReduceScatter's) whose moves are those of ``g``: every phase at load 1 (no packing beats
+    the optimal rate) and the height of the eccentricity of the farthest root (a spanning
+    tree is at least that deep), with the pipeline depth of one tree per root (the most
+    chunks any ``k`` may pipeline)."""
+    phases = []
+    for pg, rate in ((packing_graphs[1], rate_rs), (packing_graphs[0], rate_ag)):
+        if rate is None:
+            continue
+        hops = shortest_path(csr_matrix((np.ones(pg.m), (pg.src, pg.dst)), shape=(pg.n, pg.n)),
+                             unweighted=True)
+        if not np.isfinite(hops).all():
+            return 0.0                          # no spanning tree: nothing to bound by
+        phases.append((block * (1 - 1e-9) / rate, int(hops.max())))
+    alpha = (float(g.latency.max()) if g.m else 0.0) + step_cost(pricing_model())
+    elems = coll.count // coll.n
+    per_chunk = (2 if rate_rs is not None else 0) + (1 if rate_ag is not None else 0)
+    cap = max(1, min(elems, MAX_OPS // max(1, per_chunk * coll.n * (coll.n - 1))))
+    return float(_pipeline_times(np.arange(1, cap + 1, dtype=float), phases, alpha).min())
+
+
+def _pipeline_times(c: np.ndarray, phases: list[tuple[float, int]], alpha: float) -> np.ndarray:
+    """Lockstep time of pipeline depths ``c`` for phases ``(bandwidth time, height)``; two
+    phases are AllReduce's, overlapped (see :func:`_predict`)."""
+    if len(phases) == 1:
+        beta, height = phases[0]
+        return (c + height - 1) * (alpha + beta / c)
+    return (c - 1) * (alpha + sum(b for b, _ in phases) / c) + sum(
+        h * (alpha + b / c) for b, h in phases)
+
+
 def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
              block: float, rate_ag: float | None, rate_rs: float | None,
-             chunks: int | None = None, max_ops: int = MAX_OPS) -> tuple[float, int]:
+             chunks: int | None = None, max_ops: int = MAX_OPS, equal_chunks: bool = True
+             ) -> tuple[float, int]:
     """Predicted time and pipeline depth ``C`` (lockstep, each step charged the pricing
     model's software cost).
 
@@ -312,18 +364,13 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
     cap = max(1, min(elems // k, max_ops // max(1, per_chunk * coll.n * (coll.n - 1) * k)))
     c = np.arange(1, cap + 1, dtype=float) if chunks is None else \
         np.array([max(1, min(chunks, max(1, elems // k)))], dtype=float)
-    if len(phases) == 1:
-        beta, height = phases[0]
-        t = (c + height - 1) * (alpha + beta / c)
-    else:
-        t = (c - 1) * (alpha + sum(b for b, _ in phases) / c) + sum(
-            h * (alpha + b / c) for b, h in phases)
+    t = _pipeline_times(c, phases, alpha)
     best = int(np.argmin(t))
     # the MSCCL runtimes need equal chunks: prefer a depth whose k * C chunks divide every
     # block when it costs under _EQUAL_CHUNKS_SLACK more predicted time
     blocks = {coll.count // coll.n, -(-coll.count // coll.n)}
     even = np.array([all(b % (k * int(x)) == 0 for b in blocks) for x in c])
-    if even.any() and not even[best]:
+    if equal_chunks and even.any() and not even[best]:
         alt = int(np.flatnonzero(even)[np.argmin(t[even])])
         if t[alt] <= t[best] * (1 + _EQUAL_CHUNKS_SLACK):
             best = alt

@@ -364,12 +364,15 @@ def _tree_links(g: HopGraph, edges: np.ndarray) -> np.ndarray:
 
 
 def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_perm: np.ndarray,
-               deadline: float, rounds: int = 40, seed: int = 0) -> TreePacking:
+               deadline: float, rounds: int = 40, seed: int = 0) -> TreePacking | None:
     """``k`` out-trees per root under negotiated congestion (module docstring).
 
     ``rate`` is the optimal per-root rate ``x*`` that loads are measured against; ``node_perm``
-    and ``edge_perm`` are the symmetry from :func:`translations`; ``deadline`` is a
-    ``time.monotonic()`` instant after which the best packing so far is returned.
+    and ``edge_perm`` are the symmetry from :func:`translations` (or
+    :func:`cclc.synth.fabric_symmetry.fabric_symmetry`); ``deadline`` is a
+    ``time.monotonic()`` instant after which the best packing so far is returned (status
+    ``"budget"``), or ``None`` when the deadline passes before every root has its trees.
+    The clock is read before every tree is grown, so the deadline is overrun by one tree.
     """
     t0 = time.monotonic()
     n, m = g.n, g.m
@@ -434,6 +437,8 @@ def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_per
 
     for r in reps:
         for j in range(k):
+            if time.monotonic() > deadline:
+                return None                       # no complete packing to return
             parent, edge, use = build(r)
             trees[(r, j)], usage[(r, j)] = (parent, edge), use
             load += use * unit
@@ -449,6 +454,10 @@ def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_per
             status = "budget"
             break
         for i in rng.permutation(len(keys)):
+            if time.monotonic() > deadline:
+                # every tree of this round so far replaced one of the last: still a packing
+                status = "budget"
+                break
             key = keys[i]
             load -= usage[key] * unit
             parent, edge, use = build(key[0])
@@ -458,18 +467,26 @@ def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_per
             best_load, best, stale = float(load.max()), dict(trees), 0
         else:
             stale += 1
-            if stale >= _PATIENCE:
+            if stale >= _PATIENCE or status == "budget":
                 break
     if best_load <= 1.0 + 1e-9:
         status = "optimal"
+    parent, edge = _translated(best, n, k, node_perm, edge_perm)
+    return TreePacking(parent, edge, best_load, status, time.monotonic() - t0)
+
+
+def _translated(trees: dict, n: int, k: int, node_perm: np.ndarray, edge_perm: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(parent, edge)`` of every root: the trees of the orbit representatives, moved by
+    every symmetry."""
     parent = np.zeros((n, k, n), dtype=np.int64)
     edge = np.zeros((n, k, n), dtype=np.int64)
-    for (r, j), (p, e) in best.items():
+    for (r, j), (p, e) in trees.items():
         for t in range(len(node_perm)):
             nodes = node_perm[t]
             parent[nodes[r], j, nodes] = nodes[p]
             edge[nodes[r], j, nodes] = edge_perm[t][e]
-    return TreePacking(parent, edge, best_load, status, time.monotonic() - t0)
+    return parent, edge
 
 
 #: price of one level of depth, relative to the median move: keeps trees shallow
