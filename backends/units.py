@@ -25,7 +25,8 @@ from backends.common import entry_count, padded_count
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, Ops, Schedule
 
-__all__ = ["UnitFacts", "buffer_units", "rank_units", "to_units", "writes_input"]
+__all__ = ["UnitFacts", "buffer_units", "rank_units", "to_units", "units_refusal",
+           "writes_input"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +120,20 @@ def to_units(schedule: Schedule, max_units: int | None = None, split: bool = Fal
     if max_units is None or max(buffer_units(exact[0])) <= max_units:
         return exact
     return _near_form(schedule, max_units) or exact
+
+
+def units_refusal(schedule: Schedule, max_units: int) -> str | None:
+    """Why :func:`to_units` with ``max_units`` would refuse ``schedule`` (its exact units too
+    many to address and no near-equal form), or None; cheap when the exact form fits (the
+    gcd of the chunk sizes, nothing built), so a planner can ask it of every winner."""
+    longest = _exact_longest(schedule, False)
+    if longest is None or longest <= max_units:
+        return None
+    if _near_form(schedule, max_units) is not None:
+        return None
+    return (f"MSCCL needs equal chunks: the gcd of this schedule's chunk sizes and its count "
+            f"makes {longest} chunks per buffer, more than the runtime can address "
+            f"({max_units})")
 
 
 def _unit_layout(rank_totals: np.ndarray, unit_elems: np.ndarray) -> np.ndarray:

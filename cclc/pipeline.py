@@ -296,7 +296,29 @@ def _plan(coll: Collective, request: Request, model, events: Events) -> Plan:
 
     with events.stage(f"{coll.name}: planning") as st, synth_budget(request.synth_budget):
         return plan(coll, explain=request.explain, model=model,
-                    on_step=lambda i, total, what: st.update(i, what, total))
+                    on_step=lambda i, total, what: st.update(i, what, total),
+                    refusal=_refusal(request))
+
+
+def _refusal(request: Request):
+    """Why the requested outputs cannot take a schedule (the first that says), or None: the
+    backends that can tell cheaply (a ``refusal`` method) are asked, so ``auto`` does not
+    choose a schedule an output refuses when another one can be written."""
+    from backends import load
+    from backends.contract import EmitOptions
+
+    options = request.options or EmitOptions()
+    checks = [b.refusal for b in map(load, request.emit) if hasattr(b, "refusal")]
+    if not checks:
+        return None
+
+    def refusal(schedule: Schedule) -> str | None:
+        for check in checks:
+            why = check(schedule, options)
+            if why is not None:
+                return why
+        return None
+    return refusal
 
 
 def _compare(coll: Collective, p: Plan) -> str | None:

@@ -55,6 +55,8 @@ class Candidate:
     ``estimate``: the candidate's load bound (:mod:`cclc.estimate`), a lower bound on
     ``time`` computed before building anything; ``pruned`` says why ``auto`` did not build a
     candidate whose bound is above a simulated time (then ``time`` is ``None``).
+    ``refused``: why a requested output cannot take the schedule (``auto`` then chooses
+    the fastest candidate every output takes, when one exists).
     """
 
     name: str
@@ -65,6 +67,7 @@ class Candidate:
     planned_time: float | None = None
     estimate: float | None = None
     pruned: str | None = None
+    refused: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -236,7 +239,8 @@ def _check_applicable(coll: Collective, algo: Algorithm) -> None:
 
 
 def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MODEL,
-         on_step: Callable[[int, int, str], None] | None = None, prune: bool = True) -> Plan:
+         on_step: Callable[[int, int, str], None] | None = None, prune: bool = True,
+         refusal: Callable[[Schedule], str | None] | None = None) -> Plan:
     """Choose, build and check the schedule of ``coll``.
 
     With an explicit algorithm hint, that entry is built and verified (its
@@ -251,6 +255,9 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     is called before each step (the bounds, then each candidate), for progress reports.
     ``prune`` (``auto`` only): skip the candidates whose load bound (:mod:`cclc.estimate`)
     is above an already simulated time; they cannot win, so the choice is the same.
+    ``refusal(schedule)`` (``auto`` only): why the requested outputs cannot take a schedule,
+    or None; asked of each candidate that would become the fastest, it ranks a refused
+    candidate after every one the outputs take (it is chosen only when all are refused).
     """
     step = on_step or (lambda i, total, what: None)
     chosen = _lookup(coll)
@@ -275,6 +282,7 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
 
     found: list[Candidate | None] = [None] * len(chosen)
     best: _Best | None = None
+    refused: _Best | None = None        # the fastest candidate the outputs refuse
     # cheapest bound first, so a good time is known early and prunes the most; the winner is
     # the fastest, the first registered among equals, whatever the order of evaluation
     bounds_of = candidate_bounds(coll, chosen, _params(coll), model) if prune \
@@ -296,9 +304,16 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
             continue
         key = (row.time if row.time is not None else float("inf"), i)
         if best is None or key < best.key:
-            best = _Best(key, schedule, row)
+            why = refusal(schedule) if refusal is not None else None
+            if why is None:
+                best = _Best(key, schedule, row)
+            else:
+                found[i] = row = replace(row, refused=why)
+                if refused is None or key < refused.key:
+                    refused = _Best(key, schedule, row).make_room()
         del schedule
     rows = [r for r in found if r is not None]
+    best = best or refused
     if best is None:
         why = "; ".join(f"{r.name}: {r.reason}" for r in rows) or "no algorithm is registered"
         raise CollectiveError(f"no algorithm can serve collective '{coll.name}' "

@@ -22,7 +22,7 @@ from backends.contract import Backend, Contents, Facts
 from backends.msccl.lower import Lowered, lower_to_fit
 from backends.msccl.runtimes import RUNTIMES, Runtime
 from backends.msccl.xml import xml_pieces
-from backends.units import buffer_units, writes_input
+from backends.units import buffer_units, units_refusal, writes_input
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, Schedule
@@ -195,6 +195,15 @@ class MscclBackend:
 
     def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
         return []
+
+    def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
+        """Why :meth:`render` would refuse ``subject`` for its chunks (the runtime's equal-chunk
+        rule), found without lowering it; None when the chunks fit (the lowering's other
+        limits are checked when it renders)."""
+        rt = RUNTIMES[options.msccl_runtime]
+        if subject.collective.kind not in rt.coll_names:
+            return f"{rt.title} has no {subject.collective.kind.value} collective"
+        return units_refusal(subject, rt.max_chunks)
 
 
 BACKEND: Backend[Collective, Schedule] = MscclBackend()

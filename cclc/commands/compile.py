@@ -155,6 +155,8 @@ def format_candidates(p, pinned_by: str | None = None) -> str:
                     f"planned spines {format_time(c.planned_time)} (a plan)"
             if c.pruned is not None:
                 note = f"pruned: {c.pruned}"
+            if c.refused is not None:
+                note = f"refused by an output: {c.refused}"
         else:
             t, pct, note = "-", "-", f"not applicable: {_suggest_usable(c.reason, usable)}"
         est = format_time(c.estimate) if c.estimate is not None else "-"
