@@ -1,0 +1,70 @@
+"""``auto`` and the outputs' refusals: a candidate the requested outputs refuse is ranked after
+every one they take (issue 17), so a compile writes every output when some candidate fits."""
+
+from __future__ import annotations
+
+from backends.units import UnitsTooLong, buffer_units, to_units, units_refusal
+from cclc.algorithms import get
+from cclc.collective import CollectiveKind, Hint, make_collective
+from cclc.plan import plan
+from cclc.topology import torus
+
+
+def _coll(kind=CollectiveKind.ALLGATHER, n=8, size=None):
+    topo = torus("t", (n,), bandwidth=10e9, latency=1e-6)
+    return make_collective("c", kind, topo, topo.all_ranks(), size=size or 4 * n * 4096,
+                           algorithm=Hint("auto"), schedule=Hint("auto"))
+
+
+def _times(p):
+    return {c.name: c.time for c in p.candidates if c.applicable and c.time is not None}
+
+
+def test_a_refused_winner_gives_way_to_the_fastest_taken():
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER):
+        coll = _coll(kind)
+        free = plan(coll, prune=False)
+        times = _times(free)
+        fastest = free.schedule.algorithm
+
+        p = plan(coll, prune=False,
+                 refusal=lambda s, f=fastest: "no" if s.algorithm == f else None)
+        rest = {name: t for name, t in times.items()
+                if get(name).build(coll).algorithm != fastest}
+        assert p.schedule.algorithm != fastest
+        assert p.time == min(rest.values())          # the fastest of the others
+        refused = [c for c in p.candidates if c.refused is not None]
+        assert refused and all(c.refused == "no" for c in refused)
+
+
+def test_everything_refused_keeps_the_fastest():
+    coll = _coll()
+    free = plan(coll, prune=False)
+    p = plan(coll, prune=False, refusal=lambda s: "never")
+    assert p.time == free.time and p.schedule.algorithm == free.schedule.algorithm
+
+
+def test_no_refusal_same_choice():
+    coll = _coll(CollectiveKind.ALLREDUCE)
+    assert plan(coll).time == plan(coll, refusal=lambda s: None).time
+
+
+def test_units_refusal_agrees_with_to_units():
+    # k * C chunks that do not divide a block: the gcd with the count is one element
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER):
+        coll = _coll(kind, size=4 * 8 * 4096)
+        for chunks in (4, 7):
+            s = get("synth").build(coll, chunks=chunks, trees=1, race=0)
+            for limit in (64, 10**9):
+                why = units_refusal(s, limit)
+                # the reference: the unit form the MSCCL lowering starts from
+                try:
+                    units, _ = to_units(s, limit)
+                    refused = max(buffer_units(units)) > limit
+                except UnitsTooLong:
+                    refused = True
+                assert (why is not None) == refused, (kind, chunks, limit)
+                if chunks == 4:
+                    assert why is None               # 4 chunks divide every block
+    s = get("synth").build(_coll(CollectiveKind.REDUCESCATTER), chunks=7, trees=1, race=0)
+    assert units_refusal(s, 64) is not None          # receive slots of two sizes
