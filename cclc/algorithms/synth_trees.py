@@ -41,6 +41,7 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Schedule
 from cclc.synth import tree_schedule
+from cclc.synth.fabric_symmetry import member_powers
 from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.splitting import split_switches
 from cclc.synth.trees import (
@@ -143,7 +144,14 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     deadline = t0 + budget
     g = hop_graph(coll)
     node_perm, edge_perm = translations(coll, g)
-    reps = sorted({int(node_perm[:, v].min()) for v in range(coll.n)})
+    orbits = node_perm
+    if len(node_perm) == 1 and coll.topology.dims is None:
+        # identical servers: one max-flow per orbit of a free automorphism in the rate
+        # search (the trees are still packed for every root: see cclc.synth.fabric_symmetry)
+        orbits = member_powers(coll)
+        if orbits is None:
+            orbits = node_perm
+    reps = sorted({int(orbits[:, v].min()) for v in range(coll.n)})
     net, members = flow_network(coll)
     probe = [members[v] for v in reps]
     block = _block_bytes(coll)
