@@ -41,7 +41,7 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Schedule
 from cclc.synth import tree_schedule
-from cclc.synth.fabric_symmetry import member_powers
+from cclc.synth.fabric_symmetry import find_free_automorphism, member_powers
 from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.splitting import split_switches
 from cclc.synth.trees import (
@@ -144,14 +144,17 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     deadline = t0 + budget
     g = hop_graph(coll)
     node_perm, edge_perm = translations(coll, g)
-    orbits = node_perm
-    if len(node_perm) == 1 and coll.topology.dims is None:
+    orbits, symmetry = node_perm, None
+    auto = (find_free_automorphism(coll.topology, coll.group)
+            if len(node_perm) == 1 and coll.topology.dims is None else None)
+    if auto is not None:
         # identical servers: one max-flow per orbit of a free automorphism in the rate
-        # search (the trees are still packed for every root: see cclc.synth.fabric_symmetry)
-        orbits = member_powers(coll)
-        if orbits is None:
-            orbits = node_perm
+        # search and the switch splitting (the trees are still packed for every root: see
+        # cclc.synth.fabric_symmetry)
+        orbits = member_powers(coll, auto)
     reps = sorted({int(orbits[:, v].min()) for v in range(coll.n)})
+    if auto is not None:
+        symmetry = (auto, [int(coll.group[v]) for v in reps])
     net, members = flow_network(coll)
     probe = [members[v] for v in reps]
     block = _block_bytes(coll)
@@ -170,7 +173,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     candidates = [(g, g, g.reversed(), node_perm, edge_perm, None, ks)]
     if coll.topology.n_vertices > coll.topology.n_ranks:
         # the switch splitting may take half the budget; the hop graph's packing the rest
-        split = _split_candidate(coll, rate_ag, rate_rs, t0 + budget / 2)
+        split = _split_candidate(coll, rate_ag, rate_rs, t0 + budget / 2, symmetry)
         if split is not None:
             candidates.append(split + ([trees] if trees else _SPLIT_TREES,))
     margin = _BETTER_BY if coll.kind is CollectiveKind.ALLREDUCE else 1e-9
@@ -227,7 +230,7 @@ _SPLIT_TREES = [8, 4, 12, 2, 1]
 
 
 def _split_candidate(coll: Collective, rate_ag: float | None, rate_rs: float | None,
-                     deadline: float):
+                     deadline: float, symmetry=None):
     """ForestColl's construction: pack on the rank-only graphs left by splitting the switches
     off (:mod:`cclc.synth.splitting`), parallel logical edges of a pair merged.
 
@@ -239,7 +242,7 @@ def _split_candidate(coll: Collective, rate_ag: float | None, rate_rs: float | N
     """
     parts = []
     for rate, reverse in ((rate_ag, False), (rate_rs, True)):
-        sg = None if rate is None else split_switches(coll, rate, reverse, deadline)
+        sg = None if rate is None else split_switches(coll, rate, reverse, deadline, symmetry)
         if rate is not None and (sg is None or not len(sg.src)):
             return None
         parts.append(sg)

@@ -25,7 +25,9 @@ Targets ``b`` are tried in index order until one gives such a map (a refinement 
 continue, or a map that fails the check, just moves on to the next target).
 
 What it is used for: the ForestColl rate search runs one max-flow per orbit of members
-(:func:`member_powers`), exact since an automorphism maps cuts onto cuts. Trees are *not*
+(:func:`member_powers`), exact since an automorphism maps cuts onto cuts, and so do the
+switch splitting's tests of whole levels while the graph being split stays invariant
+(:mod:`cclc.synth.splitting`). Trees are *not*
 packed one root per orbit on a fabric, as they are on a torus: on the 128-GPU fabric example
 (16 servers, one failed leaf--spine cable) the packings invariant under the server shift
 reach a load of 2.0 times the optimal share with one tree per root (2.4, 2.5 and 3.7 under
@@ -231,16 +233,18 @@ def find_free_automorphism(topo: Topology, members) -> np.ndarray | None:
     return None
 
 
-def member_powers(coll: Collective) -> np.ndarray | None:
+def member_powers(coll: Collective, perm: np.ndarray | None = None) -> np.ndarray | None:
     """``(L, n)``: member ``v`` (group index) goes to ``out[t, v]`` under the ``t``-th power
     of a free automorphism of the collective's machine (row 0 the identity), or ``None``.
 
     Every power maps the machine, its members and capacities onto themselves, so it maps
     cuts onto cuts of equal capacity: the ForestColl rate search needs one max-flow per
-    orbit (:func:`cclc.synth.trees.forestcoll_rate`'s ``probe_members``).
+    orbit (:func:`cclc.synth.trees.forestcoll_rate`'s ``probe_members``). ``perm``: the
+    automorphism (vertex map) when already found by :func:`find_free_automorphism`.
     """
     group = np.asarray(coll.group, dtype=np.int64)
-    perm = find_free_automorphism(coll.topology, group)
+    if perm is None:
+        perm = find_free_automorphism(coll.topology, group)
     if perm is None:
         return None
     index = np.full(coll.topology.n_vertices, -1, dtype=np.int64)

@@ -148,8 +148,11 @@ class _Graph:
         self.out, self.inc = defaultdict(set, out), defaultdict(set, inc)
 
 
-def _deficit(agg: nx.DiGraph, members: list[int], rate: float) -> float:
-    """The largest shortfall ``N x - maxflow(source -> v)`` over members ``v`` (0 if none).
+def _deficit(agg: nx.DiGraph, members: list[int], rate: float,
+             probe: list[int] | None = None) -> float:
+    """The largest shortfall ``N x - maxflow(source -> v)`` over members ``v`` (0 if none);
+    ``probe``: the members whose max-flows are run (all by default; one per orbit when
+    ``agg`` is invariant under a symmetry, see :func:`_probe`).
 
     The max-flows run in SciPy on capacities in units of ``N x / 10^7``, rounded up: a cut
     of ``E`` edges is overestimated by less than ``E`` units, so a split is never refused
@@ -173,7 +176,7 @@ def _deficit(agg: nx.DiGraph, members: list[int], rate: float) -> float:
     size = len(nodes) + 1
     graph = csr_matrix((units, (np.asarray(src), np.asarray(dst))), shape=(size, size))
     worst = 0
-    for v in members:
+    for v in members if probe is None else probe:
         value = maximum_flow(graph, 0, index[v]).flow_value
         worst = max(worst, _UNITS - value)
     return worst * unit if worst > 0 else 0.0
@@ -181,6 +184,29 @@ def _deficit(agg: nx.DiGraph, members: list[int], rate: float) -> float:
 
 #: units of ``N x`` in the max-flow tests
 _UNITS = 10**7
+
+
+def _probe(agg: nx.DiGraph, symmetry: tuple[np.ndarray, list[int]] | None) -> list[int] | None:
+    """One member per orbit when the graph being split is invariant under ``symmetry``
+    (``(vertex map, one member of each orbit of its powers)``: an automorphism of the
+    machine, :mod:`cclc.synth.fabric_symmetry`), else ``None`` (every member).
+
+    Invariance is checked on the graph as it is, pair capacities to a relative 1e-9: a map
+    that keeps the graph maps every source-side cut of a member onto one of its image of
+    the same capacity, so their max-flows are equal. A whole level split proportionally (or
+    removed) keeps the symmetry of a symmetric graph; a split switch by switch need not.
+    """
+    if symmetry is None:
+        return None
+    perm, reps = symmetry
+    nodes = set(agg.nodes)
+    if any(int(perm[v]) not in nodes for v in nodes):
+        return None
+    for a, b, cap in agg.edges(data="capacity"):
+        image = agg.get_edge_data(int(perm[a]), int(perm[b]))
+        if image is None or abs(image["capacity"] - cap) > 1e-9 * cap:
+            return None
+    return reps
 
 
 def _network(topo: Topology, group: np.ndarray, reverse: bool) -> _Graph:
@@ -268,7 +294,7 @@ def _distance_levels(g: _Graph, ranks: list[int], switches: list[int]) -> dict[i
 
 
 def _prune(g: _Graph, switches: list[int], level: dict[int, int], members: list[int],
-           rate: float) -> list[int]:
+           rate: float, symmetry=None) -> list[int]:
     """Remove the farthest switches, level by level, while the rate survives without them;
     returns the switches left."""
     for d in sorted(set(level.values()), reverse=True):
@@ -278,20 +304,22 @@ def _prune(g: _Graph, switches: list[int], level: dict[int, int], members: list[
         snap = g.snapshot()
         for w in far:
             g.remove_vertex(w)
-        if _deficit(g.agg, members, rate) > 0:
+        if _deficit(g.agg, members, rate, _probe(g.agg, symmetry)) > 0:
             g.restore(snap)
             break
         switches = [w for w in switches if w not in far]
     return switches
 
 
-def split_switches(coll: Collective, rate: float, reverse: bool, deadline: float
-                   ) -> SplitGraph | None:
+def split_switches(coll: Collective, rate: float, reverse: bool, deadline: float,
+                   symmetry: tuple[np.ndarray, list[int]] | None = None) -> SplitGraph | None:
     """The rank-only graph of ``coll``'s machine at per-root rate ``rate`` (module docstring),
     or ``None`` when the deadline passes first or a switch cannot be split.
 
     ``reverse``: split the reversed network (in-trees, ReduceScatter); edges are returned in
-    the direction data moves either way.
+    the direction data moves either way. ``symmetry``: an automorphism of the machine and one
+    member of each orbit of its powers (vertex ids); the tests of whole levels then run one
+    max-flow per orbit while the graph stays invariant (checked each time, :func:`_probe`).
     """
     topo = coll.topology
     group = np.asarray(coll.group, dtype=np.int64)
@@ -300,7 +328,7 @@ def split_switches(coll: Collective, rate: float, reverse: bool, deadline: float
     switches = [w for w in range(topo.n_ranks, topo.n_vertices) if w in g.agg]
     # 1. switches far from every rank that the optimum does not need (spines)
     level = _distance_levels(g, members, switches)
-    switches = _prune(g, switches, level, members, rate)
+    switches = _prune(g, switches, level, members, rate, symmetry)
     # 2. two-neighbour vertices (NICs) by contraction
     for w in switches:
         if len(_neighbours(g, w)) <= 2:
@@ -316,7 +344,7 @@ def split_switches(coll: Collective, rate: float, reverse: bool, deadline: float
         snap = g.snapshot()
         for w in batch:
             _proportional(g, w)
-        if _deficit(g.agg, members, rate) == 0:
+        if _deficit(g.agg, members, rate, _probe(g.agg, symmetry)) == 0:
             continue
         g.restore(snap)
         for w in batch:

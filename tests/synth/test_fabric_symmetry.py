@@ -18,6 +18,7 @@ from cclc.collective import CollectiveKind as K
 from cclc.collective import Hint, make_collective
 from cclc.errors import CollectiveError
 from cclc.synth.fabric_symmetry import find_free_automorphism, is_automorphism, member_powers
+from cclc.synth.splitting import _probe, split_switches
 from cclc.synth.trees import flow_network, forestcoll_rate, hop_graph, pack_trees
 from cclc.topology import NodeType, leaf_spine, with_faults
 from cclc.verify import verify
@@ -168,3 +169,40 @@ def test_a_tiny_budget_still_gives_a_verified_schedule():
     s = build_synth_trees(coll, budget=1e-3)
     assert dict(s.params)["status"] == "fallback"
     verify(s)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(faulty_fabrics(), st.booleans())
+def test_the_split_with_one_probe_per_orbit_is_the_split(topo, reverse):
+    try:
+        coll = make_collective("c", K.ALLGATHER, topo, topo.live_ranks(), size=2**20,
+                               algorithm=Hint("auto"), schedule=Hint("auto"))
+    except CollectiveError:
+        return
+    perm = find_free_automorphism(topo, coll.group)
+    if perm is None or not _reachable(coll):
+        return
+    powers = member_powers(coll, perm)
+    reps = sorted({int(powers[:, v].min()) for v in range(coll.n)})
+    symmetry = (perm, [int(coll.group[v]) for v in reps])
+    net, members = flow_network(coll)
+    rate = forestcoll_rate(net.reverse(copy=True) if reverse else net, members)
+    plain = split_switches(coll, rate, reverse, time.monotonic() + 60)
+    probed = split_switches(coll, rate, reverse, time.monotonic() + 60, symmetry)
+    assert (plain is None) == (probed is None)
+    if plain is not None:
+        assert plain.paths == probed.paths and plain.rate == probed.rate
+        assert np.array_equal(plain.capacity, probed.capacity)
+
+
+def test_an_invariant_graph_is_probed_once_per_orbit():
+    topo = _fabric(4, 2, 2)
+    coll = make_collective("c", K.ALLGATHER, topo, topo.all_ranks(), size=2**20,
+                           algorithm=Hint("auto"), schedule=Hint("auto"))
+    perm = find_free_automorphism(topo, coll.group)
+    net, _ = flow_network(coll)
+    assert _probe(net, (perm, [0])) == [0]
+    # one capacity changed: no longer invariant, every member is probed
+    a, b = next(iter(net.edges))
+    net[a][b]["capacity"] *= 2
+    assert _probe(net, (perm, [0])) is None
