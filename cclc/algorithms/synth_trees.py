@@ -6,7 +6,10 @@ The packing and its optimum are in :mod:`cclc.synth.trees`, the ops in
 off (:mod:`cclc.synth.splitting`); the packing with the lower predicted time wins.
 
 This module chooses the number of trees per root ``k`` and
-of chunks per tree ``C``, keeps to the time budget and records what it did in the schedule's
+of chunks per tree ``C``, keeps to the time budget (the packer reads the clock before every
+tree it grows; a packing not whole at the deadline is dropped, and with none whole a template
+is returned), skips a candidate graph whose best possible prediction (load 1, the height of
+its eccentricity) cannot beat the packing kept, and records what it did in the schedule's
 ``params``: ``solver`` (``"forestcoll-maxflow+congestion-trees"``), ``status``
 (``optimal`` when the packing reaches the ForestColl rate, ``feasible`` when it does not,
 ``budget`` when the budget cut the search short, ``fallback`` when a template was returned

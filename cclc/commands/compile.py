@@ -21,8 +21,11 @@ Writes topology-<name>.json (the elaborated topology) and <collective>.schedule.
 collective into DIR, plus whatever the other emitters produce. Every schedule is verified before
 anything is written for it; one that fails verification is never written (the command says why
 and exits 1). An output a schedule cannot take (e.g. a runtime limit of MSCCL) is reported and
-the other outputs are still written; the command then exits 1. Files cclc did not write are
-never overwritten without --force (cclc keeps a list of its files in DIR/.cclc-manifest.json).
+the other outputs are still written; the command then exits 1. With algorithm auto a
+candidate that an output refuses for its chunks (MSCCL's equal chunks) ranks after every
+candidate all outputs take (--explain says "refused by an output"). Files cclc did not write
+are never overwritten without --force (cclc keeps a list of its files in
+DIR/.cclc-manifest.json).
 
 Times are predicted under the execution model of the first code-emitting backend in --emit
 (nccl: dataflow lanes with a per-group cost; msccl: dataflow with a per-op cost; json
