@@ -3,9 +3,13 @@ every one they take (issue 17), so a compile writes every output when some candi
 
 from __future__ import annotations
 
+import pytest
+
+from backends.msccl import render_xml
 from backends.units import UnitsTooLong, buffer_units, to_units, units_refusal
 from cclc.algorithms import get
 from cclc.collective import CollectiveKind, Hint, make_collective
+from cclc.errors import ScheduleError
 from cclc.plan import plan
 from cclc.topology import torus
 
@@ -68,3 +72,31 @@ def test_units_refusal_agrees_with_to_units():
                     assert why is None               # 4 chunks divide every block
     s = get("synth").build(_coll(CollectiveKind.REDUCESCATTER), chunks=7, trees=1, race=0)
     assert units_refusal(s, 64) is not None          # receive slots of two sizes
+
+
+def test_the_pipeline_asks_the_requested_outputs():
+    from cclc.pipeline import Request, _refusal
+
+    coll = _coll(CollectiveKind.REDUCESCATTER)
+    uneven = get("synth").build(coll, chunks=7, trees=1, race=0)
+    even = get("synth").build(coll, chunks=4, trees=1, race=0)
+    assert _refusal(Request(emit=("json",))) is None          # json takes every schedule
+    ask = _refusal(Request(emit=("json", "msccl")))
+    assert ask is not None
+    assert ask(even) is None
+    assert render_xml(even)                                    # the writer takes it too
+    # 7 chunks of 4096 elements: receive slots of two sizes, gcd 1, 42136 chunks per buffer
+    assert "42136" in ask(uneven)
+    with pytest.raises(ScheduleError, match="equal chunks"):
+        render_xml(uneven)                                     # what the refusal foretells
+
+
+def test_auto_asked_for_msccl_chooses_what_msccl_writes():
+    from cclc.pipeline import Request, _refusal
+
+    ask = _refusal(Request(emit=("json", "msccl")))
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
+                 CollectiveKind.ALLREDUCE):
+        p = plan(_coll(kind, size=4 * 8 * 4099), refusal=ask)   # blocks of 4099 elements
+        assert ask(p.schedule) is None
+        assert render_xml(p.schedule)
