@@ -206,3 +206,38 @@ def test_an_invariant_graph_is_probed_once_per_orbit():
     a, b = next(iter(net.edges))
     net[a][b]["capacity"] *= 2
     assert _probe(net, (perm, [0])) is None
+
+
+def test_a_deadline_inside_the_rounds_returns_whole_trees(monkeypatch):
+    # a clock that moves one second per reading: the deadline falls inside the rip-up rounds
+    # (a 3x3 torus with a failed link is not packed optimally by the first trees)
+    from cclc.synth import trees as trees_module
+    from cclc.topology import torus
+
+    topo = torus("t", (3, 3), bandwidth=10e9, latency=1e-6)
+    topo = with_faults(topo, links=[(0, 1), (1, 0)])
+    coll = make_collective("c", K.ALLGATHER, topo, topo.all_ranks(), size=36 * 1024,
+                           algorithm=Hint("auto"), schedule=Hint("auto"))
+    g = hop_graph(coll)
+    net, members = flow_network(coll)
+    rate = forestcoll_rate(net, members)
+    ident = np.arange(g.n)[None, :], np.arange(g.m)[None, :]
+    free = pack_trees(g, rate, 2, *ident, time.monotonic() + 60)
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(trees_module.time, "monotonic", lambda: float(next(ticks)))
+    cut = pack_trees(g, rate, 2, *ident, 9 * 2 + 5)    # 18 trees, then 5 more readings
+    assert cut is not None
+    assert cut.status in ("budget", "optimal")
+    if free.status != "optimal":
+        assert cut.status == "budget"
+    # every tree spans: each member reaches its root by parents, over moves of the graph
+    n, k, _ = cut.parent.shape
+    for r in range(n):
+        for j in range(k):
+            for v in range(n):
+                x, hops = v, 0
+                while x != r and hops <= n:
+                    h = cut.edge[r, j, x]
+                    assert g.src[h] == cut.parent[r, j, x] and g.dst[h] == x
+                    x, hops = int(cut.parent[r, j, x]), hops + 1
+                assert x == r
