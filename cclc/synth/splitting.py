@@ -254,15 +254,34 @@ def _proportional(g: _Graph, w: int) -> None:
         scale = min(a.sum(), b.sum())
         rows, cols = a * scale / a.sum(), b * scale / b.sum()
         for _ in range(200):
-            gamma *= (rows / np.maximum(gamma.sum(axis=1), 1e-300))[:, None]
-            gamma *= (cols / np.maximum(gamma.sum(axis=0), 1e-300))[None, :]
+            gamma *= _ratio(rows, gamma.sum(axis=1))[:, None]
+            gamma *= _ratio(cols, gamma.sum(axis=0))[None, :]
         over = max((gamma.sum(axis=1) / a).max(), (gamma.sum(axis=0) / b).max(), 1.0)
-        gamma /= over
+        if over > 1 + 1e-9:
+            gamma = _clipped(gamma, a, b, over)
         for i, ea in enumerate(ins):
             for o, eb in enumerate(outs):
                 if ok[i, o] and gamma[i, o] > 0:
                     g.split(ea, eb, float(gamma[i, o]))
     g.remove_vertex(w)
+
+
+def _ratio(want: np.ndarray, have: np.ndarray) -> np.ndarray:
+    """``want / have``, 0 where ``have`` is 0 (a row or column with no allowed pair, or one
+    scaled to nothing: it stays empty; dividing would make inf * 0 = NaN of the whole
+    matrix)."""
+    return np.divide(want, have, out=np.zeros_like(want), where=have > 0)
+
+
+def _clipped(gamma: np.ndarray, a: np.ndarray, b: np.ndarray, over: float) -> np.ndarray:
+    """``gamma`` brought within the row capacities ``a`` and column capacities ``b``: divided
+    by its worst excess ``over``, or clipped row by row then column by column, whichever
+    splits more. Sinkhorn does not converge when the allowed pairs fall into blocks whose
+    capacities differ (a PCIe switch: GPU-to-NIC pairs and NIC-to-GPU pairs, never NIC to
+    NIC): one block's excess would then shrink every block."""
+    rows = gamma * np.minimum(1.0, _ratio(a, gamma.sum(axis=1)))[:, None]
+    both = rows * np.minimum(1.0, _ratio(b, rows.sum(axis=0)))[None, :]
+    return both if both.sum() > gamma.sum() / over else gamma / over
 
 
 def _pairwise(g: _Graph, w: int, members: list[int], rate: float, deadline: float) -> bool:

@@ -27,15 +27,19 @@ from cclc.topology import NodeType, leaf_spine, single_switch, with_faults
 from cclc.verify import verify
 
 
-def _check_split(coll, reverse: bool):
-    """The split graph's edges are carried rank-to-rank paths whose capacities fit the links;
-    its rate is that of its own edges and never above the machine's."""
-    topo = coll.topology
+def _split(coll, reverse: bool):
     net, members = flow_network(coll)
     if reverse:
         net = net.reverse(copy=True)
     rate = forestcoll_rate(net, members)
-    sg = split_switches(coll, rate, reverse, time.monotonic() + 120)
+    return split_switches(coll, rate, reverse, time.monotonic() + 120), rate
+
+
+def _check_split(coll, reverse: bool):
+    """The split graph's edges are carried rank-to-rank paths whose capacities fit the links;
+    its rate is that of its own edges and never above the machine's."""
+    topo = coll.topology
+    sg, rate = _split(coll, reverse)
     assert sg is not None
     group = np.asarray(coll.group)
     used = np.zeros(topo.n_links)
@@ -112,6 +116,16 @@ def test_split_graph_fits_the_links_on_random_fabrics(topo, reverse):
     if len(group) < 2:
         return
     coll = make_collective("ag", K.ALLGATHER, topo, group, size=len(group) * 4)
+    if _split(coll, reverse)[0] is None:
+        # only fewest-hop pairs may be split, so a complete split need not exist (the
+        # splitting theorem allows every pair; a PCIe switch may not turn NIC to NIC): the
+        # trees then grow on the hop graph, and synth still gives a correct schedule
+        kind = K.REDUCESCATTER if reverse else K.ALLGATHER
+        s = get("synth").build(make_collective("x", kind, topo, group, size=len(group) * 64),
+                               race=0, chunks=1)
+        verify(s)
+        check_numeric(s)
+        return
     _check_split(coll, reverse)
 
 
