@@ -30,6 +30,7 @@ model (the ``nccl`` execution model of :mod:`cclc.execution`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -67,9 +68,13 @@ class DataflowPlan:
     Lanes ``0 .. n_lanes - 1`` carry messages (a communicator each, the same lane on both
     ranks of a message); ``n_lanes .. n_lanes + n_local - 1`` are each rank's local lanes (a
     stream each, no communicator), where local ops run (-1 until :func:`place_local_ops`).
+
+    ``item_tuple``: the items, or None for a plan that has them as ``columns`` only
+    (:func:`lower`'s: timing it needs no tuples, and millions of them take seconds and GiBs);
+    :attr:`items` makes them when asked (the emitters ask).
     """
 
-    items: tuple[Item, ...]
+    item_tuple: tuple[Item, ...] | None
     lane: np.ndarray
     n_lanes: int
     n_local: int
@@ -82,6 +87,14 @@ class DataflowPlan:
     placed_overhead: float | None = None
     #: the items as columns (:func:`lower` makes them; None: read them from ``items``)
     columns: _Columns | None = None
+
+    @cached_property
+    def items(self) -> tuple[Item, ...]:
+        """The items in issue order."""
+        if self.item_tuple is not None:
+            return self.item_tuple
+        assert self.columns is not None, "a plan has its items as a tuple or as columns"
+        return self.columns.items()
 
 
 def _colour(src: np.ndarray, dst: np.ndarray, path: np.ndarray, n: int, cap: int
@@ -300,16 +313,9 @@ def _plan(ids: _ItemIds, snapped, red, count, edges, lane, n_lanes) -> DataflowP
         new = np.concatenate([[True], (np.diff(item) != 0) | (np.diff(dep) != 0)
                               | (np.diff(rank) != 0)])
         item, dep, rank = item[new], dep[new], rank[new]
-    cut_at = np.searchsorted(item, np.arange(n_items + 1))
-    cut = cut_at.tolist()
-    pairs = list(zip(dep.tolist(), rank.tolist(), strict=True))
-    deps = map(tuple, map(pairs.__getitem__, map(slice, cut[:-1], cut[1:])))
-    none = np.array(None, dtype=object)
-    stage_o = np.where(stage < 0, none, stage.astype(object)).tolist()
-    land_o = np.where(land < 0, none, land.astype(object)).tolist()
-    items = tuple(map(Item, o.tolist(), ids.item_snap.tolist(), deps, stage_o, land_o))
-    columns = _Columns(o, ids.item_snap, cut_at.astype(np.int64), dep)
-    return DataflowPlan(items, lane, n_lanes, 0, int(uses.sum()), columns=columns)
+    cut = np.searchsorted(item, np.arange(n_items + 1)).astype(np.int64)
+    columns = _Columns(o, ids.item_snap, cut, dep, rank, stage, land)
+    return DataflowPlan(None, lane, n_lanes, 0, int(uses.sum()), columns=columns)
 
 
 #: at most this many local lanes (streams) per rank
@@ -343,8 +349,8 @@ def place_local_ops(s: Schedule, plan: DataflowPlan, op_overhead: float = 0.0
     the group starts: then it waits for nothing more and the group pays one launch."""
     time, lanes, group = _run(s, plan, op_overhead, place=True)
     n_local = int(lanes.max()) + 1 - plan.n_lanes if len(lanes) else 0
-    return DataflowPlan(plan.items, lanes, plan.n_lanes, max(n_local, 0), plan.staging, group,
-                        time, op_overhead, plan.columns)
+    return DataflowPlan(plan.item_tuple, lanes, plan.n_lanes, max(n_local, 0), plan.staging,
+                        group, time, op_overhead, plan.columns)
 
 
 def dataflow_time(s: Schedule, op_overhead: float = 0.0, plan: DataflowPlan | None = None
@@ -363,13 +369,28 @@ def dataflow_time(s: Schedule, op_overhead: float = 0.0, plan: DataflowPlan | No
 
 @dataclass(frozen=True, slots=True)
 class _Columns:
-    """The items as columns: each item's op and snapshot flag, and its edges' items
-    (``dep_item[dep_ptr[k]:dep_ptr[k + 1]]`` for item ``k``)."""
+    """The items as columns: each item's op and snapshot flag, its edges' items and ranks
+    (``dep_item[dep_ptr[k]:dep_ptr[k + 1]]`` for item ``k``), and (from :func:`lower`) its
+    staging and landing slots (-1: none)."""
 
     op: np.ndarray
     snap: np.ndarray
     dep_ptr: np.ndarray
     dep_item: np.ndarray
+    dep_rank: np.ndarray | None = None
+    stage: np.ndarray | None = None
+    land: np.ndarray | None = None
+
+    def items(self) -> tuple[Item, ...]:
+        """The items as tuples (what the emitters walk)."""
+        assert self.dep_rank is not None and self.stage is not None and self.land is not None
+        cut = self.dep_ptr.tolist()
+        pairs = list(zip(self.dep_item.tolist(), self.dep_rank.tolist(), strict=True))
+        deps = map(tuple, map(pairs.__getitem__, map(slice, cut[:-1], cut[1:])))
+        none = np.array(None, dtype=object)
+        stage = np.where(self.stage < 0, none, self.stage.astype(object)).tolist()
+        land = np.where(self.land < 0, none, self.land.astype(object)).tolist()
+        return tuple(map(Item, self.op.tolist(), self.snap.tolist(), deps, stage, land))
 
 
 def _columns_of(items) -> _Columns:
@@ -411,30 +432,38 @@ def _next_on_key(key: np.ndarray, item: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class _Succ:
-    """Who waits for whom: per item the items that may not start before it, from three
-    sources: the next item on each of its lane slots (``slot_ptr`` rows into ``slot_next``),
-    on each link of its route (``pair_ptr`` rows into ``pair_next``), and the items whose
-    edges name it (``dep_ptr`` into ``dep_then``); -1 where there is none."""
+    """Who waits for whom: per item, the items that may not start before it (the next item
+    on each of its lane slots and on each link of its route, and the items whose edges name
+    it), as CSR: ``item[ptr[k]:ptr[k + 1]]``, with repeats."""
 
-    slot_ptr: np.ndarray
-    slot_next: np.ndarray
-    pair_ptr: np.ndarray
-    pair_next: np.ndarray
-    dep_ptr: np.ndarray
-    dep_then: np.ndarray
+    ptr: np.ndarray
+    item: np.ndarray
+
+    @classmethod
+    def merge(cls, n_items: int, parts) -> _Succ:
+        """One CSR of several, ``(ptr, item)`` each with -1 for "none", placed item by item
+        (no sort: each part's rows of an item go after the previous parts' rows)."""
+        counts = sum(np.diff(ptr) for ptr, _ in parts)
+        ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        out = np.empty(int(ptr[-1]), dtype=np.int64)
+        at = ptr[:-1].copy()
+        for p, v in parts:
+            c = np.diff(p)
+            owner = np.repeat(np.arange(n_items, dtype=np.int64), c)
+            out[at[owner] + np.arange(len(v)) - p[:-1][owner]] = v
+            at += c
+        keep = out >= 0
+        owner = np.repeat(np.arange(n_items, dtype=np.int64), counts)[keep]
+        ptr = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=n_items))])
+        return cls(ptr.astype(np.int64), out[keep])
 
     def indegree(self, n_items: int) -> np.ndarray:
         """How many of these edges end at each item."""
-        ends = np.concatenate([self.slot_next, self.pair_next, self.dep_then])
-        return np.bincount(ends[ends >= 0], minlength=n_items)
+        return np.bincount(self.item, minlength=n_items)
 
     def after(self, w: np.ndarray) -> np.ndarray:
         """The edges out of items ``w`` (their ends, with repeats)."""
-        out = np.concatenate([
-            self.slot_next[_expand(self.slot_ptr[w], self.slot_ptr[w + 1]).slot],
-            self.pair_next[_expand(self.pair_ptr[w], self.pair_ptr[w + 1]).slot],
-            self.dep_then[_expand(self.dep_ptr[w], self.dep_ptr[w + 1]).slot]])
-        return out[out >= 0]
+        return self.item[_expand(self.ptr[w], self.ptr[w + 1]).slot]
 
 
 def _successors(cols: _Columns) -> tuple[np.ndarray, np.ndarray]:
@@ -572,8 +601,9 @@ class _RunState:
         slot_next = _next_on_key(key, np.repeat(items, per))
         pair_item = np.repeat(items, np.diff(self.pair_ptr))
         dep_ptr, dep_then = _successors(cols)
-        return _Succ(slot_ptr, slot_next, self.pair_ptr, _next_on_key(self.pair_link, pair_item),
-                     dep_ptr, dep_then)
+        return _Succ.merge(n_items, [(slot_ptr, slot_next),
+                                     (self.pair_ptr, _next_on_key(self.pair_link, pair_item)),
+                                     (dep_ptr, dep_then)])
 
     def wave(self, w: np.ndarray, op_overhead: float, lane: np.ndarray, group: np.ndarray
              ) -> None:

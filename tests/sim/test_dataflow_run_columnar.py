@@ -57,7 +57,7 @@ def _same_run(s, plan, overhead, place, what):
     np.testing.assert_array_equal(got[1], want[1], err_msg=what)
     np.testing.assert_array_equal(got[2], want[2], err_msg=what)
     # a plan made elsewhere has no columns: they are read from its items
-    bare = _run(s, replace(plan, columns=None), overhead, place)
+    bare = _run(s, replace(plan, item_tuple=plan.items, columns=None), overhead, place)
     assert bare[0] == want[0], what
 
 
