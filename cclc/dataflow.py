@@ -107,8 +107,17 @@ def _colour(src: np.ndarray, dst: np.ndarray, path: np.ndarray, n: int, cap: int
     net = np.flatnonzero(src != dst)
     if not len(net):
         return lane
-    keys = np.stack([src[net], dst[net], np.asarray(path, dtype=np.int64)[net]], axis=1)
-    conns, first, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    path = np.asarray(path, dtype=np.int64)[net]
+    paths = int(path.max()) + 1
+    if n * n * paths < _ONE_KEY_LIMIT:
+        # (src, dst, path) as one number: the same order as rows, and numpy's unique of
+        # rows (a sort of a structured view) takes seconds at millions of ops
+        key, first, inv = np.unique((src[net] * n + dst[net]) * paths + path,
+                                    return_index=True, return_inverse=True)
+        conns = np.stack([key // paths // n, key // paths % n], axis=1)
+    else:
+        keys = np.stack([src[net], dst[net], path], axis=1)
+        conns, first, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
     used = [[0] * cap for _ in range(n)]
     colour = np.zeros(len(conns), dtype=np.int64)
@@ -432,38 +441,30 @@ def _next_on_key(key: np.ndarray, item: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class _Succ:
-    """Who waits for whom: per item, the items that may not start before it (the next item
-    on each of its lane slots and on each link of its route, and the items whose edges name
-    it), as CSR: ``item[ptr[k]:ptr[k + 1]]``, with repeats."""
+    """Who waits for whom: per item the items that may not start before it, from three
+    sources: the next item on each of its lane slots (``slot_ptr`` rows into ``slot_next``),
+    on each link of its route (``pair_ptr`` rows into ``pair_next``), and the items whose
+    edges name it (``dep_ptr`` into ``dep_then``); -1 where there is none."""
 
-    ptr: np.ndarray
-    item: np.ndarray
-
-    @classmethod
-    def merge(cls, n_items: int, parts) -> _Succ:
-        """One CSR of several, ``(ptr, item)`` each with -1 for "none", placed item by item
-        (no sort: each part's rows of an item go after the previous parts' rows)."""
-        counts = sum(np.diff(ptr) for ptr, _ in parts)
-        ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        out = np.empty(int(ptr[-1]), dtype=np.int64)
-        at = ptr[:-1].copy()
-        for p, v in parts:
-            c = np.diff(p)
-            owner = np.repeat(np.arange(n_items, dtype=np.int64), c)
-            out[at[owner] + np.arange(len(v)) - p[:-1][owner]] = v
-            at += c
-        keep = out >= 0
-        owner = np.repeat(np.arange(n_items, dtype=np.int64), counts)[keep]
-        ptr = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=n_items))])
-        return cls(ptr.astype(np.int64), out[keep])
+    slot_ptr: np.ndarray
+    slot_next: np.ndarray
+    pair_ptr: np.ndarray
+    pair_next: np.ndarray
+    dep_ptr: np.ndarray
+    dep_then: np.ndarray
 
     def indegree(self, n_items: int) -> np.ndarray:
         """How many of these edges end at each item."""
-        return np.bincount(self.item, minlength=n_items)
+        ends = np.concatenate([self.slot_next, self.pair_next, self.dep_then])
+        return np.bincount(ends[ends >= 0], minlength=n_items)
 
     def after(self, w: np.ndarray) -> np.ndarray:
         """The edges out of items ``w`` (their ends, with repeats)."""
-        return self.item[_expand(self.ptr[w], self.ptr[w + 1]).slot]
+        out = np.concatenate([
+            self.slot_next[_expand(self.slot_ptr[w], self.slot_ptr[w + 1]).slot],
+            self.pair_next[_expand(self.pair_ptr[w], self.pair_ptr[w + 1]).slot],
+            self.dep_then[_expand(self.dep_ptr[w], self.dep_ptr[w + 1]).slot]])
+        return out[out >= 0]
 
 
 def _successors(cols: _Columns) -> tuple[np.ndarray, np.ndarray]:
@@ -501,14 +502,18 @@ def _run(s: Schedule, plan: DataflowPlan, op_overhead: float, place: bool = Fals
     succ = st.successors(cols, place, lane)
     indegree = succ.indegree(n_items)
     wave = np.flatnonzero(indegree == 0)
+    mark = np.zeros(n_items, dtype=np.int64)
     while len(wave):
         st.wave(wave, op_overhead, lane, group)
         after = succ.after(wave)
-        if not len(after):
-            break
-        after, times = np.unique(after, return_counts=True)
-        indegree[after] -= times
-        wave = after[indegree[after] == 0]
+        np.subtract.at(indegree, after, 1)
+        free = after[indegree[after] == 0]
+        # each item once (an item may end several edges of the wave): the one position of it
+        # that the scatter below kept; a wave's order does not matter (its items share
+        # nothing)
+        at = np.arange(len(free))
+        mark[free] = at
+        wave = free[mark[free] == at]
     return float(st.finish.max()), lane, group
 
 
@@ -601,9 +606,8 @@ class _RunState:
         slot_next = _next_on_key(key, np.repeat(items, per))
         pair_item = np.repeat(items, np.diff(self.pair_ptr))
         dep_ptr, dep_then = _successors(cols)
-        return _Succ.merge(n_items, [(slot_ptr, slot_next),
-                                     (self.pair_ptr, _next_on_key(self.pair_link, pair_item)),
-                                     (dep_ptr, dep_then)])
+        return _Succ(slot_ptr, slot_next, self.pair_ptr, _next_on_key(self.pair_link, pair_item),
+                     dep_ptr, dep_then)
 
     def wave(self, w: np.ndarray, op_overhead: float, lane: np.ndarray, group: np.ndarray
              ) -> None:
