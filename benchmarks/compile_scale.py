@@ -10,15 +10,22 @@ Absolute figures (each in a child process, so that its peak resident memory is i
   lowering and XML of its ``shards`` schedule alone (CPU time);
 * the LP bound (``cclc.bounds.bounds``) of AllToAll on 5x5x5 and 8x8x8 tori, healthy and with
   one failed link (target <= 60 s each);
-* event-mode simulation of a schedule of about 5M ops (target <= 60 s).
+* event-mode simulation of a schedule of about 5M ops (target <= 60 s);
+* ``auto`` on a 5x5x5x5 torus (625 ranks, 50 GB/s, 100 ns links, link (2,2,2,2)-(3,2,2,2)
+  failed): AllToAll of 536,870,000 B (512 MiB rounded down to a multiple of 625 ranks x 4 B)
+  and AllReduce of 1 GiB, ``cclc compile --emit json`` (the IR model), and the AllToAll's
+  planning under the ``nccl`` model (the model that runs :func:`cclc.dataflow.dataflow_time`;
+  planning only: the ``nccl`` emitter's output for 4.9M ops is not part of this row).
 
 Ratios, measured one after the other in the same run (so machine load affects both sides
 alike): the columnar event simulator against the op-by-op loop it replaced, the columnar
 relay lowering against its loop, the columnar dataflow lowering (the ``nccl`` model's plan)
-against its loop, the ``nccl`` backend's per-rank tables and their C text (a ring AllGather
-of 1.05M ops) against the op-by-op loop, and ``auto`` with and without pruning by lower
-bounds. The loops are the references the tests keep (``tests/sim/event_reference.py``,
-``tests/ir/relay_reference.py``, ``tests/sim/dataflow_reference.py``,
+against its loop, the columnar dataflow run (``cclc.dataflow._run``, what the ``nccl`` model
+times) against its loop on the 625-rank MATE schedule, the ``nccl`` backend's per-rank
+tables and their C text (a ring AllGather of 1.05M ops) against the op-by-op loop, and
+``auto`` with and without pruning by lower bounds. The loops are the references the tests
+keep (``tests/sim/event_reference.py``, ``tests/ir/relay_reference.py``,
+``tests/sim/dataflow_reference.py``, ``tests/sim/dataflow_run_reference.py``,
 ``tests/backends/nccl_tables_reference.py``).
 
     python benchmarks/compile_scale.py                 # everything (several minutes)
@@ -26,6 +33,7 @@ bounds. The loops are the references the tests keep (``tests/sim/event_reference
     python benchmarks/compile_scale.py --markdown      # also print the README table
     python benchmarks/compile_scale.py --auto-only     # only the 8x8x8 auto compile
     python benchmarks/compile_scale.py --emit-only     # only the emitting rows (hgx16, tables)
+    python benchmarks/compile_scale.py --ranks625      # only the 625-rank rows (10 minutes)
 """
 
 from __future__ import annotations
@@ -108,6 +116,45 @@ def auto_8x8x8(tmp: Path, timeout: float) -> dict:
         code = main(["compile", {str(src)!r}, "-o", {str(tmp / "out8")!r}, "--emit", "json",
                      "--force"])
         print(json.dumps({{"exit": code}}))
+        """, timeout)
+
+
+def torus625_text(kind: str) -> str:
+    size = "1 GiB" if kind == "allreduce" else "536870000 B"
+    return ("topology torus = torus(5, 5, 5, 5) {\n    link  50 GB/s, 100 ns\n"
+            "    fault link (2,2,2,2) -- (3,2,2,2)\n}\n"
+            f"collective c = {kind} on torus {{ size {size} }}\n")
+
+
+def auto_625(tmp: Path, kind: str, timeout: float) -> dict:
+    """``cclc compile --emit json`` of the 625-rank ``kind``: the IR model's ``auto``."""
+    src = tmp / f"torus625_{kind}.ccl"
+    src.write_text(torus625_text(kind))
+    return _child(f"""
+        import json, sys
+        from cclc.cli import main
+        code = main(["compile", {str(src)!r}, "-o", {str(tmp / ("out625" + kind))!r},
+                     "--emit", "json", "--force"])
+        print(json.dumps({{"exit": code}}))
+        """, timeout)
+
+
+def plan_625_nccl(tmp: Path, timeout: float) -> dict:
+    """``auto``'s planning of the 625-rank AllToAll under the ``nccl`` model (what ``cclc
+    compile --emit json,nccl`` does before it emits): every candidate its load bound cannot
+    prune is built, verified and timed by the dataflow run."""
+    src = tmp / "torus625_nccl.ccl"
+    src.write_text(torus625_text("alltoall"))
+    return _child(f"""
+        import json
+        import dsl
+        from cclc.execution import BACKEND_MODELS
+        from cclc.plan import plan
+        c = dsl.load({str(src)!r}).collectives[0]
+        p = plan(c, model=BACKEND_MODELS["nccl"])
+        print(json.dumps({{"chosen": p.name, "time": p.time,
+                          "built": sum(r.time is not None for r in p.candidates),
+                          "pruned": sum(r.pruned is not None for r in p.candidates)}}))
         """, timeout)
 
 
@@ -239,6 +286,7 @@ def side_by_side() -> list[dict]:
                          f"torus, one failed link ({n_items:,} items)",
                  "new": new_s, "old": old_s})
 
+    rows.append(_dataflow_run_side_by_side())
     rows.append(_nccl_tables_side_by_side())
 
     t4 = faulty((4, 4, 4))
@@ -283,6 +331,39 @@ def _dataflow_side_by_side() -> tuple[float, float, int]:
     end = time.perf_counter()
     assert new.items == old.items and new.staging == old.staging
     return mid - start, end - mid, len(new.items)
+
+
+def _dataflow_run_side_by_side() -> dict:
+    """The columnar dataflow run against the loop it replaced (``tests/sim``), both placing
+    the plan of the 625-rank MATE schedule (``auto``'s choice there) at the ``nccl`` model's
+    overhead; they must give the same time, lanes and groups. CPU seconds of this process."""
+    sys.path[:0] = [str(ROOT / "tests" / "sim")]
+    from dataflow_run_reference import reference_run
+
+    import dsl
+    from cclc.algorithms import get
+    from cclc.dataflow import _run, lower
+    from cclc.execution import NCCL_GROUP_OVERHEAD
+    from cclc.ir import Buf
+    from cclc.sim import _dest_counts
+
+    c = dsl.loads(torus625_text("alltoall")).collectives[0]
+    s = get("mate").build(c)
+    o = s.ops
+    start = time.process_time()
+    plan = lower(s.n, o.step, o.src, o.dst, o.route, o.kind, o.src_buf, o.src_off, o.dst_buf,
+                 o.dst_off, o.count, _dest_counts(s), tuple(s.n_chunks(b) for b in Buf))
+    lowered = time.process_time() - start
+    start = time.process_time()
+    new = _run(s, plan, NCCL_GROUP_OVERHEAD, place=True)
+    mid = time.process_time()
+    old = reference_run(s, plan, NCCL_GROUP_OVERHEAD, place=True)
+    end = time.process_time()
+    assert new[0] == old[0] and (new[1] == old[1]).all() and (new[2] == old[2]).all()
+    return {"what": f"dataflow run (the nccl model's time, placing lanes and groups), MATE "
+                    f"on the 625-rank torus, one failed link ({len(o):,} items; their plan, "
+                    f"not timed here, took {lowered:.1f} s of CPU)",
+            "new": mid - start, "old": end - mid}
 
 
 def _nccl_tables_side_by_side(ranks: int = 1025) -> dict:
@@ -384,6 +465,38 @@ def _targets(results: dict, quick: bool, emit_only: bool = False) -> None:
         print(results["targets"][-1], flush=True)
 
 
+def _targets_625(results: dict) -> None:
+    """The 625-rank rows, each in a child process."""
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for kind, what in (("alltoall", "AllToAll (536,870,000 B)"),
+                           ("allreduce", "AllReduce (1 GiB)")):
+            row = auto_625(tmp, kind, 1800)
+            results["targets"].append({
+                "target": f"`auto` {what}, 5x5x5x5 GPU torus (625 ranks), one failed link, "
+                          "`--emit json`",
+                "figure": _usage(row), "met": "-"})
+            print(results["targets"][-1], flush=True)
+        row = plan_625_nccl(tmp, 1800)
+        fig = _usage(row) + ("" if "error" in row else
+                             f"; chose {row['chosen']} ({row['time'] * 1e3:.2f} ms), "
+                             f"{row['built']} built, {row['pruned']} pruned")
+        results["targets"].append({
+            "target": "`auto` AllToAll (536,870,000 B), 5x5x5x5 GPU torus, one failed link, "
+                      "planning under the `nccl` model (dataflow run)",
+            "figure": fig, "met": "-"})
+        print(results["targets"][-1], flush=True)
+
+
+def _usage(row: dict) -> str:
+    """Wall, CPU and peak memory of a child's row."""
+    if "error" in row:
+        return _fmt(row)
+    peak = row.get("peak_bytes")
+    return (f"{row['seconds']:.1f} s wall, {row['cpu_seconds']:.1f} s of CPU"
+            + (f", {peak / GiB:.2f} GiB peak" if peak else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -398,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--auto-only", action="store_true",
                         help="only the 8x8x8 auto compile (a minute)")
+    parser.add_argument("--ranks625", action="store_true",
+                        help="only the 625-rank rows: auto and the dataflow run side by side")
     args = parser.parse_args(argv)
 
     where = machine()
@@ -408,9 +523,13 @@ def main(argv: list[str] | None = None) -> int:
             row = auto_8x8x8(Path(tmp_name), 1800)
         print(json.dumps(row), flush=True)
         return 0 if "error" not in row else 1
-    if not args.ratios_only:
+    if args.ranks625:
+        _targets_625(results)
+    elif not args.ratios_only:
         _targets(results, args.quick, args.emit_only)
-    for row in [_nccl_tables_side_by_side()] if args.emit_only else side_by_side():
+    ratios = [_nccl_tables_side_by_side()] if args.emit_only else \
+        [_dataflow_run_side_by_side()] if args.ranks625 else side_by_side()
+    for row in ratios:
         ratio = row["old"] / row["new"] if row["new"] > 0 else float("inf")
         row["ratio"] = ratio
         results["ratios"].append(row)

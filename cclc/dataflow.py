@@ -30,6 +30,7 @@ model (the ``nccl`` execution model of :mod:`cclc.execution`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -67,9 +68,13 @@ class DataflowPlan:
     Lanes ``0 .. n_lanes - 1`` carry messages (a communicator each, the same lane on both
     ranks of a message); ``n_lanes .. n_lanes + n_local - 1`` are each rank's local lanes (a
     stream each, no communicator), where local ops run (-1 until :func:`place_local_ops`).
+
+    ``item_tuple``: the items, or None for a plan that has them as ``columns`` only
+    (:func:`lower`'s: timing it needs no tuples, and millions of them take seconds and GiBs);
+    :attr:`items` makes them when asked (the emitters ask).
     """
 
-    items: tuple[Item, ...]
+    item_tuple: tuple[Item, ...] | None
     lane: np.ndarray
     n_lanes: int
     n_local: int
@@ -80,6 +85,16 @@ class DataflowPlan:
     #: :func:`dataflow_time` does) and the ``op_overhead`` it used; None when not placed
     placed_time: float | None = None
     placed_overhead: float | None = None
+    #: the items as columns (:func:`lower` makes them; None: read them from ``items``)
+    columns: _Columns | None = None
+
+    @cached_property
+    def items(self) -> tuple[Item, ...]:
+        """The items in issue order."""
+        if self.item_tuple is not None:
+            return self.item_tuple
+        assert self.columns is not None, "a plan has its items as a tuple or as columns"
+        return self.columns.items()
 
 
 def _colour(src: np.ndarray, dst: np.ndarray, path: np.ndarray, n: int, cap: int
@@ -92,8 +107,17 @@ def _colour(src: np.ndarray, dst: np.ndarray, path: np.ndarray, n: int, cap: int
     net = np.flatnonzero(src != dst)
     if not len(net):
         return lane
-    keys = np.stack([src[net], dst[net], np.asarray(path, dtype=np.int64)[net]], axis=1)
-    conns, first, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    path = np.asarray(path, dtype=np.int64)[net]
+    paths = int(path.max()) + 1
+    if n * n * paths < _ONE_KEY_LIMIT:
+        # (src, dst, path) as one number: the same order as rows, and numpy's unique of
+        # rows (a sort of a structured view) takes seconds at millions of ops
+        key, first, inv = np.unique((src[net] * n + dst[net]) * paths + path,
+                                    return_index=True, return_inverse=True)
+        conns = np.stack([key // paths // n, key // paths % n], axis=1)
+    else:
+        keys = np.stack([src[net], dst[net], path], axis=1)
+        conns, first, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
     used = [[0] * cap for _ in range(n)]
     colour = np.zeros(len(conns), dtype=np.int64)
@@ -298,14 +322,9 @@ def _plan(ids: _ItemIds, snapped, red, count, edges, lane, n_lanes) -> DataflowP
         new = np.concatenate([[True], (np.diff(item) != 0) | (np.diff(dep) != 0)
                               | (np.diff(rank) != 0)])
         item, dep, rank = item[new], dep[new], rank[new]
-    cut = np.searchsorted(item, np.arange(n_items + 1)).tolist()
-    pairs = list(zip(dep.tolist(), rank.tolist(), strict=True))
-    deps = map(tuple, map(pairs.__getitem__, map(slice, cut[:-1], cut[1:])))
-    none = np.array(None, dtype=object)
-    stage_o = np.where(stage < 0, none, stage.astype(object)).tolist()
-    land_o = np.where(land < 0, none, land.astype(object)).tolist()
-    items = tuple(map(Item, o.tolist(), ids.item_snap.tolist(), deps, stage_o, land_o))
-    return DataflowPlan(items, lane, n_lanes, 0, int(uses.sum()))
+    cut = np.searchsorted(item, np.arange(n_items + 1)).astype(np.int64)
+    columns = _Columns(o, ids.item_snap, cut, dep, rank, stage, land)
+    return DataflowPlan(None, lane, n_lanes, 0, int(uses.sum()), columns=columns)
 
 
 #: at most this many local lanes (streams) per rank
@@ -339,8 +358,8 @@ def place_local_ops(s: Schedule, plan: DataflowPlan, op_overhead: float = 0.0
     the group starts: then it waits for nothing more and the group pays one launch."""
     time, lanes, group = _run(s, plan, op_overhead, place=True)
     n_local = int(lanes.max()) + 1 - plan.n_lanes if len(lanes) else 0
-    return DataflowPlan(plan.items, lanes, plan.n_lanes, max(n_local, 0), plan.staging, group,
-                        time, op_overhead)
+    return DataflowPlan(plan.item_tuple, lanes, plan.n_lanes, max(n_local, 0), plan.staging,
+                        group, time, op_overhead, plan.columns)
 
 
 def dataflow_time(s: Schedule, op_overhead: float = 0.0, plan: DataflowPlan | None = None
@@ -357,77 +376,350 @@ def dataflow_time(s: Schedule, op_overhead: float = 0.0, plan: DataflowPlan | No
     return _run(s, plan, op_overhead)[0]
 
 
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """The items as columns: each item's op and snapshot flag, its edges' items and ranks
+    (``dep_item[dep_ptr[k]:dep_ptr[k + 1]]`` for item ``k``), and (from :func:`lower`) its
+    staging and landing slots (-1: none)."""
+
+    op: np.ndarray
+    snap: np.ndarray
+    dep_ptr: np.ndarray
+    dep_item: np.ndarray
+    dep_rank: np.ndarray | None = None
+    stage: np.ndarray | None = None
+    land: np.ndarray | None = None
+
+    def items(self) -> tuple[Item, ...]:
+        """The items as tuples (what the emitters walk)."""
+        assert self.dep_rank is not None and self.stage is not None and self.land is not None
+        cut = self.dep_ptr.tolist()
+        pairs = list(zip(self.dep_item.tolist(), self.dep_rank.tolist(), strict=True))
+        deps = map(tuple, map(pairs.__getitem__, map(slice, cut[:-1], cut[1:])))
+        none = np.array(None, dtype=object)
+        stage = np.where(self.stage < 0, none, self.stage.astype(object)).tolist()
+        land = np.where(self.land < 0, none, self.land.astype(object)).tolist()
+        return tuple(map(Item, self.op.tolist(), self.snap.tolist(), deps, stage, land))
+
+
+def _columns_of(items) -> _Columns:
+    """The columns of a plan made elsewhere (a plan from :func:`lower` carries its own)."""
+    n = len(items)
+    counts = np.fromiter((len(it.deps) for it in items), dtype=np.int64, count=n)
+    return _Columns(np.fromiter((it.op for it in items), dtype=np.int64, count=n),
+                    np.fromiter((it.snap for it in items), dtype=bool, count=n),
+                    np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                    np.fromiter((d for it in items for d, _ in it.deps), dtype=np.int64,
+                                count=int(counts.sum())))
+
+
+def _stable_order(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` for keys ``>= 0``, by 16-bit radix passes where the
+    keys fit in 32 bits (numpy radix-sorts 16-bit keys, several times faster than its merge
+    sort of 64-bit ones)."""
+    top = int(key.max()) if len(key) else 0
+    if top < 2 ** 16:
+        return np.argsort(key.astype(np.uint16), kind="stable")
+    if top >= 2 ** 32:
+        return np.argsort(key, kind="stable")
+    order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+    return order[np.argsort((key[order] >> 16).astype(np.uint16), kind="stable")]
+
+
+def _next_on_key(key: np.ndarray, item: np.ndarray) -> np.ndarray:
+    """Per row (rows in issue order), the item of the next row with the same key (-1 for
+    none, or when it is the same item: a route through one link twice)."""
+    nxt = np.full(len(key), -1, dtype=np.int64)
+    if len(key):
+        order = _stable_order(key)
+        ks = key[order]
+        same = np.flatnonzero(ks[1:] == ks[:-1])
+        then = item[order[same + 1]]
+        nxt[order[same]] = np.where(then != item[order[same]], then, -1)
+    return nxt
+
+
+@dataclass(frozen=True, slots=True)
+class _Succ:
+    """Who waits for whom: per item the items that may not start before it, from three
+    sources: the next item on each of its lane slots (``slot_ptr`` rows into ``slot_next``),
+    on each link of its route (``pair_ptr`` rows into ``pair_next``), and the items whose
+    edges name it (``dep_ptr`` into ``dep_then``); -1 where there is none."""
+
+    slot_ptr: np.ndarray
+    slot_next: np.ndarray
+    pair_ptr: np.ndarray
+    pair_next: np.ndarray
+    dep_ptr: np.ndarray
+    dep_then: np.ndarray
+
+    def indegree(self, n_items: int) -> np.ndarray:
+        """How many of these edges end at each item."""
+        ends = np.concatenate([self.slot_next, self.pair_next, self.dep_then])
+        return np.bincount(ends[ends >= 0], minlength=n_items)
+
+    def after(self, w: np.ndarray) -> np.ndarray:
+        """The edges out of items ``w`` (their ends, with repeats)."""
+        out = np.concatenate([
+            self.slot_next[_expand(self.slot_ptr[w], self.slot_ptr[w + 1]).slot],
+            self.pair_next[_expand(self.pair_ptr[w], self.pair_ptr[w + 1]).slot],
+            self.dep_then[_expand(self.dep_ptr[w], self.dep_ptr[w + 1]).slot]])
+        return out[out >= 0]
+
+
+def _successors(cols: _Columns) -> tuple[np.ndarray, np.ndarray]:
+    """The edges of the columns reversed: per item, the items whose edges name it (CSR)."""
+    n_items = len(cols.op)
+    order = _stable_order(cols.dep_item)
+    then = np.repeat(np.arange(n_items, dtype=np.int64), np.diff(cols.dep_ptr))[order]
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(cols.dep_item, minlength=n_items))])
+    return ptr.astype(np.int64), then
+
+
 def _run(s: Schedule, plan: DataflowPlan, op_overhead: float, place: bool = False
          ) -> tuple[float, np.ndarray, np.ndarray]:
+    """The plan's items in issue order under the simulator's link model (see
+    :func:`dataflow_time` and :func:`place_local_ops`): the time, every op's lane and group.
+
+    Columnar: an item depends on its edges, the item before it on each of its lane slots and
+    links (which serve in issue order), and, while placing, the rank's previous local item (a
+    rank's local lanes are chosen in order); no other state. So the items run in waves, each
+    the items whose predecessors have all run (Kahn's order), all at once, with exactly the
+    loop's arithmetic (the same maxima and sums of the same numbers), so the times are the
+    same to the last bit (``tests/sim/dataflow_run_reference.py`` keeps the loop)."""
     from cclc.sim import _prepare
 
     p = _prepare(s)
     o = s.ops
-    src, dst = o.src.tolist(), o.dst.tolist()
-    lane = plan.lane.tolist()
-    group = list(range(len(src))) if place else plan.group.tolist()
-    n_lanes = plan.n_lanes
-    width = n_lanes + (MAX_LOCAL_LANES if place else plan.n_local)
-    offsets, route, links = s.routes.offsets.tolist(), o.route.tolist(), s.routes.links.tolist()
-    nbytes, lat = p.op_bytes.tolist(), p.route_latency.tolist()
-    bw = s.topology.link_bandwidth.tolist()
-    link_free = [0.0] * s.topology.n_links
-    lane_free = [0.0] * (s.n * width)
-    lane_last = [-1] * (s.n * width)          # the item that used the lane last
-    local_last: list[list[float]] = [[] for _ in range(s.n)]   # per rank: last ready per lane
-    g_first: dict[int, int] = {}               # group (its first op) -> first item
-    g_start: dict[int, float] = {}             # group -> when its members start
-    finish = [0.0] * len(plan.items)
-    for k, it in enumerate(plan.items):
-        op = it.op
-        ready = max((finish[d] for d, _ in it.deps), default=0.0)
-        net = not it.snap and src[op] != dst[op]
-        ends = (src[op], dst[op]) if net else (src[op],)
-        if place and src[op] == dst[op] and lane[op] < 0:
-            pool = local_last[src[op]]
-            fits = [i for i, t in enumerate(pool) if t <= ready]
-            if fits:
-                c = max(fits, key=lambda i: pool[i])
-            elif len(pool) < MAX_LOCAL_LANES:
-                c = len(pool)
-                pool.append(0.0)
-            else:
-                c = min(range(len(pool)), key=lambda i: pool[i])
-            lane[op] = n_lanes + c
+    cols = plan.columns if plan.columns is not None else _columns_of(plan.items)
+    lane = plan.lane.astype(np.int64, copy=True)
+    group = np.arange(len(o), dtype=np.int64) if place else \
+        plan.group.astype(np.int64, copy=True)
+    n_items = len(cols.op)
+    if not n_items:
+        return 0.0, lane, group
+    st = _RunState.start(s, p, plan, cols, place, lane)
+    succ = st.successors(cols, place, lane)
+    indegree = succ.indegree(n_items)
+    wave = np.flatnonzero(indegree == 0)
+    mark = np.zeros(n_items, dtype=np.int64)
+    while len(wave):
+        st.wave(wave, op_overhead, lane, group)
+        after = succ.after(wave)
+        np.subtract.at(indegree, after, 1)
+        free = after[indegree[after] == 0]
+        # each item once (an item may end several edges of the wave): the one position of it
+        # that the scatter below kept; a wave's order does not matter (its items share
+        # nothing)
+        at = np.arange(len(free))
+        mark[free] = at
+        wave = free[mark[free] == at]
+    return float(st.finish.max()), lane, group
+
+
+@dataclass(eq=False)
+class _RunState:
+    """What the run keeps between waves: per item its finish; per lane slot its free time and
+    last item; per link its free time; per group its start and first item; while placing,
+    every rank's local lanes and when each was last ready. Mutable on purpose: one run's
+    scratch, never seen outside :func:`_run`."""
+
+    place: bool
+    n: int
+    n_lanes: int
+    width: int
+    op: np.ndarray
+    snap: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    net: np.ndarray
+    local: np.ndarray
+    dep_ptr: np.ndarray
+    dep_item: np.ndarray
+    max_dep: np.ndarray
+    pair_ptr: np.ndarray
+    pair_link: np.ndarray
+    pair_cost: np.ndarray
+    pair_round: np.ndarray | None
+    latency: np.ndarray
+    finish: np.ndarray
+    link_free: np.ndarray
+    lane_free: np.ndarray
+    lane_last: np.ndarray
+    g_start: np.ndarray
+    g_first: np.ndarray
+    pool_ready: np.ndarray
+    pool_size: np.ndarray
+
+    @classmethod
+    def start(cls, s: Schedule, p, plan: DataflowPlan, cols: _Columns, place: bool,
+              lane: np.ndarray) -> _RunState:
+        o = s.ops
+        io = cols.op
+        n_items, n_ops = len(io), len(o)
+        src, dst = o.src.astype(np.int64)[io], o.dst.astype(np.int64)[io]
+        local = src == dst
+        net = ~cols.snap & ~local
+        # each network item's (item, link) pairs, in route order
+        offsets = s.routes.offsets.astype(np.int64)
+        route = o.route.astype(np.int64)[io]
+        lo = offsets[route]
+        n_pairs = np.where(net, offsets[route + 1] - lo, 0)
+        pairs = _expand(lo, lo + n_pairs)
+        pair_link = s.routes.links.astype(np.int64)[pairs.slot]
+        bw = s.topology.link_bandwidth.astype(np.float64)
+        pair_cost = p.op_bytes[io[pairs.op]] / bw[pair_link]
+        counts = np.diff(cols.dep_ptr)
+        max_dep = np.full(n_items, -1, dtype=np.int64)
+        has = np.flatnonzero(counts)
+        if len(has):
+            max_dep[has] = np.maximum.reduceat(cols.dep_item, cols.dep_ptr[has])
+        width = plan.n_lanes + (MAX_LOCAL_LANES if place else plan.n_local)
+        return cls(place, s.n, plan.n_lanes, width, io, cols.snap, src, dst, net, local,
+                   cols.dep_ptr, cols.dep_item, max_dep,
+                   np.concatenate([[0], np.cumsum(n_pairs)]).astype(np.int64), pair_link,
+                   pair_cost, _rounds(pairs.op, pair_link, s.topology.n_links),
+                   p.route_latency[io].astype(np.float64), np.zeros(n_items),
+                   np.zeros(s.topology.n_links), np.zeros(s.n * width),
+                   np.full(s.n * width, -1, dtype=np.int64), np.full(n_ops, -1.0),
+                   np.full(n_ops, -1, dtype=np.int64),
+                   np.zeros((s.n, MAX_LOCAL_LANES)), np.zeros(s.n, dtype=np.int64))
+
+    def successors(self, cols: _Columns, place: bool, lane: np.ndarray) -> _Succ:
+        """The next item on each lane slot of every item, on each link of its route and
+        (placing) on its rank's local lanes, and the items whose edges name it."""
+        n_items = len(self.op)
+        ln = lane[self.op]
+        # every item's lane slot at its source (a message's, a snapshot's, a local op's); a
+        # message's second at its destination. Placing, a rank's local items share one key
+        # (its lanes are chosen in order) past the slots
+        key0 = self.src * self.width + ln
+        if place:
+            key0 = np.where(self.local, self.n * self.width + self.src, key0)
+        per = 1 + self.net.astype(np.int64)
+        slot_ptr = np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
+        key = np.empty(int(slot_ptr[-1]), dtype=np.int64)
+        key[slot_ptr[:-1]] = key0
+        two = np.flatnonzero(self.net)
+        key[slot_ptr[two] + 1] = self.dst[two] * self.width + ln[two]
+        items = np.arange(n_items, dtype=np.int64)
+        slot_next = _next_on_key(key, np.repeat(items, per))
+        pair_item = np.repeat(items, np.diff(self.pair_ptr))
+        dep_ptr, dep_then = _successors(cols)
+        return _Succ(slot_ptr, slot_next, self.pair_ptr, _next_on_key(self.pair_link, pair_item),
+                     dep_ptr, dep_then)
+
+    def wave(self, w: np.ndarray, op_overhead: float, lane: np.ndarray, group: np.ndarray
+             ) -> None:
+        """Run items ``w``: no two share a lane slot, a link or (placing) a rank's local
+        lanes, and everything they wait for has run."""
+        ready = self._dep_ready(w)
+        op, src, net = self.op[w], self.src[w], self.net[w]
+        if self.place:
+            self._choose_local_lanes(w, ready, lane)
         ln = lane[op]
-        slots = [r * width + ln for r in ends]
-        if place and net:
-            prev = lane_last[slots[0]]
-            if prev >= 0 and all(lane_last[x] == prev for x in slots) and \
-                    not plan.items[prev].snap:
-                g = group[plan.items[prev].op]
-                if g_start.get(g, -1.0) >= ready and \
-                        all(d < g_first[g] for d, _ in it.deps):
-                    group[op] = g
-        member = net and group[op] != op
-        if member:
-            ready = g_start[group[op]]
-        else:
-            for x in slots:
-                ready = max(ready, lane_free[x])
-        if place and src[op] == dst[op] and not it.snap:
-            local_last[src[op]][ln - n_lanes] = ready
-        if not net or offsets[route[op]] == offsets[route[op] + 1]:
-            end = ready
-        else:
-            if not member:
-                g_start[op] = ready = ready + op_overhead
-                g_first[op] = k
-            last = ready
-            for q in range(offsets[route[op]], offsets[route[op] + 1]):
-                li = links[q]
-                begin = max(ready, link_free[li])
-                link_free[li] = begin + nbytes[op] / bw[li]
-                last = max(last, link_free[li])
-            end = last + lat[op]
-        finish[k] = end
-        for x in slots:
-            lane_free[x] = max(lane_free[x], end) if member else end
-            lane_last[x] = k
-    return (max(finish, default=0.0), np.array(lane, dtype=np.int64),
-            np.array(group, dtype=np.int64))
+        x0 = src * self.width + ln
+        x1 = np.where(net, self.dst[w] * self.width + ln, x0)
+        if self.place:
+            self._join_groups(w, ready, x0, x1, group)
+        member = net & (group[op] != op)
+        ready = np.where(member, self.g_start[group[op]],
+                         np.maximum(np.maximum(ready, self.lane_free[x0]), self.lane_free[x1]))
+        if self.place:
+            mine = np.flatnonzero(self.local[w] & ~self.snap[w])
+            self.pool_ready[src[mine], ln[mine] - self.n_lanes] = ready[mine]
+        end = self._links(w, ready, member, op, op_overhead)
+        self.finish[w] = end
+        free0 = self.lane_free[x0]
+        self.lane_free[x0] = np.where(member, np.maximum(free0, end), end)
+        self.lane_last[x0] = w
+        x1n, en, mn = x1[net], end[net], member[net]
+        self.lane_free[x1n] = np.where(mn, np.maximum(self.lane_free[x1n], en), en)
+        self.lane_last[x1n] = w[net]
+
+    def _dep_ready(self, w: np.ndarray) -> np.ndarray:
+        """The latest finish of each item's edges (0 without any)."""
+        lo, hi = self.dep_ptr[w], self.dep_ptr[w + 1]
+        ready = np.zeros(len(w))
+        has = np.flatnonzero(hi > lo)
+        if len(has):
+            d = _expand(lo[has], hi[has])
+            first = np.cumsum(hi[has] - lo[has]) - (hi[has] - lo[has])
+            ready[has] = np.maximum.reduceat(self.finish[self.dep_item[d.slot]], first)
+        return ready
+
+    def _choose_local_lanes(self, w: np.ndarray, ready: np.ndarray, lane: np.ndarray) -> None:
+        """A local op's lane, at its first item: the lane of its rank ready latest but no later
+        than the item, else a new one (up to :data:`MAX_LOCAL_LANES`), else the one ready
+        earliest; the first such lane on a tie."""
+        sel = np.flatnonzero(self.local[w] & (lane[self.op[w]] < 0))
+        if not len(sel):
+            return
+        r = self.src[w[sel]]
+        rows, size = self.pool_ready[r], self.pool_size[r]
+        fits = (np.arange(MAX_LOCAL_LANES) < size[:, None]) & (rows <= ready[sel][:, None])
+        fit = fits.any(axis=1)
+        c = np.argmax(np.where(fits, rows, -np.inf), axis=1)
+        grow = ~fit & (size < MAX_LOCAL_LANES)
+        c[grow] = size[grow]
+        full = ~fit & ~grow
+        c[full] = np.argmin(rows[full], axis=1)
+        self.pool_ready[r[grow], c[grow]] = 0.0
+        self.pool_size[r[grow]] += 1
+        lane[self.op[w[sel]]] = self.n_lanes + c
+
+    def _join_groups(self, w, ready, x0, x1, group) -> None:
+        """A message joins the open group of its lane when the lane's last item on both ranks
+        is that group's message, the group starts no earlier than the message is ready, and
+        every edge of the message comes before the group's first item."""
+        m = np.flatnonzero(self.net[w])
+        prev = self.lane_last[x0[m]]
+        at = np.maximum(prev, 0)
+        g = group[self.op[at]]
+        ok = (prev >= 0) & (self.lane_last[x1[m]] == prev) & ~self.snap[at] \
+            & (self.g_start[g] >= ready[m]) & (self.max_dep[w[m]] < self.g_first[g])
+        group[self.op[w[m[ok]]]] = g[ok]
+
+    def _links(self, w, ready, member, op, op_overhead: float) -> np.ndarray:
+        """Each item's end: a group's first message pays ``op_overhead`` and opens the
+        group; a message takes each link of its route when the link is free, first come,
+        first served, and ends its route's latency after its last link."""
+        lo, hi = self.pair_ptr[w], self.pair_ptr[w + 1]
+        has = np.flatnonzero(hi > lo)
+        lead = has[~member[has]]
+        ready[lead] = ready[lead] + op_overhead
+        self.g_start[op[lead]] = ready[lead]
+        self.g_first[op[lead]] = w[lead]
+        end = ready.copy()
+        if not len(has):
+            return end
+        d = _expand(lo[has], hi[has])
+        link, start = self.pair_link[d.slot], ready[has][d.op]
+        done = np.empty(len(link))
+        rounds = [np.arange(len(link))] if self.pair_round is None else \
+            [np.flatnonzero(self.pair_round[d.slot] == q)
+             for q in range(int(self.pair_round[d.slot].max()) + 1)]
+        for i in rounds:      # a route through a link twice takes it again after itself
+            done[i] = np.maximum(start[i], self.link_free[link[i]]) + self.pair_cost[d.slot[i]]
+            self.link_free[link[i]] = done[i]
+        first = np.cumsum(hi[has] - lo[has]) - (hi[has] - lo[has])
+        last = np.maximum(ready[has], np.maximum.reduceat(done, first))
+        end[has] = last + self.latency[w[has]]
+        return end
+
+
+def _rounds(pair_item: np.ndarray, pair_link: np.ndarray, n_links: int) -> np.ndarray | None:
+    """Per (item, link) pair, how many earlier pairs of its item take the same link (routes
+    through a link twice); None when no route does, as in every schedule cclc builds."""
+    longest = int(np.bincount(pair_item).max()) if len(pair_item) else 0
+    # an item's pairs are consecutive: a repeat is d apart for some d below the longest route
+    if not any(((pair_item[d:] == pair_item[:-d]) & (pair_link[d:] == pair_link[:-d])).any()
+               for d in range(1, longest)):
+        return None
+    key = pair_item * max(n_links, 1) + pair_link
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    from cclc.sim import _rank_in
+    out = np.empty(len(key), dtype=np.int64)
+    out[order] = _rank_in(ks)
+    return out
