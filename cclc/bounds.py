@@ -103,12 +103,13 @@ from cclc.flow_lp import (
     CertifiedLP,
     Symmetry,
     alltoall_lp_certified,
+    alltoall_lp_routed,
     alltoall_lp_time,
     torus_symmetry,
 )
 
 __all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES",
-           "LP_MAX_VARIABLES", "Bound", "Bounds",
+           "LP_MAX_VARIABLES", "LP_PDLP_MAX_VARIABLES", "Bound", "Bounds",
            "bounds", "cut_bound", "hop_bytes_bound", "injection_bound", "latency_bound", "lp_bound",
            "lp_size", "lp_skipped_note"]
 
@@ -132,6 +133,14 @@ LP_EXACT_MAX_VARIABLES = 10_000
 #: the tori of ``benchmarks/bounds_scale.py`` (1e-3 left 0.7% on 8x8x8 with one failed link)
 PDLP_TOLERANCE = 1e-4
 PDLP_ITERATION_LIMIT = 20_000
+#: above this many flow variables PDLP is not run: the alltoall LP is pinned by routing
+#: (:func:`cclc.flow_lp.alltoall_lp_routed`: certified prices below, a routed feasible flow
+#: above). PDLP took 54 s on 368 520 variables (8x8x8, one failed link: kept) and 347 s on
+#: 1.57M (8x8x8, four; routed: under 30 s, gap 1.5%; see ``benchmarks/bounds_scale.py``)
+LP_PDLP_MAX_VARIABLES = 400_000
+#: passes of the routing and the gap at which it stops early
+ROUTED_PASSES = 40
+ROUTED_TARGET_GAP = 5e-3
 #: the joint allreduce LP (one HiGHS LP, 2 x families x links flow variables) is replaced by the
 #: larger of the reducescatter and allgather LPs above this many flow variables by default:
 #: tpuv4_4x4x4_ocs has 9120 (4-7 s), a 5x5x5 torus with one failed link 44940 (about a minute)
@@ -539,7 +548,8 @@ def _solve_lp(f: _Facts, sym: Symmetry | None = None) -> float:
 
 def _alltoall_lp(f: _Facts, sym: Symmetry) -> tuple[float, CertifiedLP | None]:
     """The alltoall LP bound (seconds): exact (HiGHS) up to ``LP_EXACT_MAX_VARIABLES`` flow
-    variables, above that the certified lower value of PDLP's solution (and the certificate,
+    variables, above that the certified lower value of PDLP's solution, above
+    ``LP_PDLP_MAX_VARIABLES`` the best certificate of the routed bracket (and the certificate,
     in the LP's scaled units)."""
     cmax = float(f.bw.max())
     pair = f.pair_bytes()
@@ -557,11 +567,16 @@ def _alltoall_lp(f: _Facts, sym: Symmetry) -> tuple[float, CertifiedLP | None]:
     args = (f.topo.n_vertices, f.src, f.dst, f.bw / cmax, g, pair / unit, sym)
     cert = None
     try:
-        if _lp_families(f, sym) * len(f.src) <= LP_EXACT_MAX_VARIABLES:
+        n_variables = _lp_families(f, sym) * len(f.src)
+        if n_variables <= LP_EXACT_MAX_VARIABLES:
             t = alltoall_lp_time(*args)
-        else:
+        elif n_variables <= LP_PDLP_MAX_VARIABLES:
             cert = alltoall_lp_certified(*args, tolerance=PDLP_TOLERANCE,
                                          iteration_limit=PDLP_ITERATION_LIMIT)
+            t = cert.lower
+        else:
+            cert = alltoall_lp_routed(*args[:-1], prices=_cut_prices(f), passes=ROUTED_PASSES,
+                                      target_gap=ROUTED_TARGET_GAP)
             t = cert.lower
     except CclError as e:
         raise CclError(f"collective '{f.coll.name}': {e}") from None
@@ -569,6 +584,22 @@ def _alltoall_lp(f: _Facts, sym: Symmetry) -> tuple[float, CertifiedLP | None]:
         raise CclError(f"collective '{f.coll.name}': no flow routes every pair of the "
                        "alltoall: the group is disconnected")
     return unit * t / cmax, cert
+
+
+def _cut_prices(f: _Facts) -> list[np.ndarray]:
+    """Link prices that certify the best candidate cut: the indicator of its links in each
+    direction (weak duality then gives that cut's bound, so the LP's certified value is never
+    below the cut bound)."""
+    pair = f.pair_bytes() if f.coll.pair_sizes is not None else None
+    best, side = 0.0, None
+    for _, mask in _candidate_cuts(f):
+        t = _cut_time(f, mask, pair)
+        if t > best:
+            best, side = t, mask
+    if side is None:
+        return []
+    return [(side[f.src] & ~side[f.dst]).astype(np.float64),
+            (~side[f.src] & side[f.dst]).astype(np.float64)]
 
 
 class _FlowLP:
@@ -765,7 +796,11 @@ def lp_bound(coll: Collective, max_ranks: int | None = None,
     if sym.order > 1:
         what += (f", reduced by {sym.order} torus symmetries to "
                  f"{_lp_families(f, sym)} commodity families")
-    if cert is not None:
+    if cert is not None and cert.method == "routed":
+        what += ("; certified lower value (weak duality: the best of hop counts, the best cut "
+                 f"and routing's link prices), a routed feasible flow {100 * cert.gap:.3g}% "
+                 "above it")
+    elif cert is not None:
         what += (f"; certified lower value of PDLP's solution (weak duality, link prices), "
                  f"a feasible flow {100 * cert.gap:.3g}% above it")
     return Bound("lp", scaled * f.S, what)
