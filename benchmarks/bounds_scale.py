@@ -8,10 +8,11 @@ row says "no" under "default" when compile skips that LP; the other collectives 
 compile's defaults), and prints the wall time, the
 commodity families and links of the LP after the symmetry reduction, how the alltoall LP was
 solved ("exact": HiGHS; "PDLP": the certified lower value of PDLP's solution, with the gap to
-the feasible flow repaired from it), the LP bound and the strongest closed-form bound, with
-the machine named (CPU model, cores, load).
+the feasible flow repaired from it; "routed", above 400 000 variables: the best certificate of
+hop counts, the best cut and a routing's link prices, with the gap to the routed flow), the
+LP bound and the strongest closed-form bound, with the machine named (CPU model, cores, load).
 
-    python benchmarks/bounds_scale.py              # tori and fabrics (about 10 minutes)
+    python benchmarks/bounds_scale.py              # tori and fabrics (about 5 minutes)
     python benchmarks/bounds_scale.py --quick      # 5x5x5 only
     python benchmarks/bounds_scale.py --json out.json
 

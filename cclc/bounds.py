@@ -49,7 +49,12 @@ nothing).
     flow variables; above, PDLP solves it to a tolerance and the bound is the *certified*
     lower value of its solution (:mod:`cclc.flow_dual`: weak duality turns any link prices
     into a valid bound, so PDLP's accuracy only decides how close it comes), reported with
-    the gap to a feasible flow repaired from PDLP's (an upper value of the LP).
+    the gap to a feasible flow repaired from PDLP's (an upper value of the LP). Above
+    ``LP_PDLP_MAX_VARIABLES`` PDLP is not run (minutes): the bound is the best weak-duality
+    certificate of the hop counts, the best candidate cut's links and the link prices of a
+    routing (:func:`cclc.flow_lp.alltoall_lp_routed`), never below the hop-bytes and cut
+    bounds, and the routing's feasible flow (:mod:`cclc.flow_route`) is the upper value
+    whose gap is printed.
     The optimum over ``S`` does not
     depend on ``S``: it is kept on the topology for the next size or candidate.
 
@@ -117,11 +122,12 @@ __all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES"
 #: many flow variables (commodity families x healthy links, after the symmetry reduction); up
 #: to it, PDLP and a certificate (see ``LP_EXACT_MAX_VARIABLES``) take 1.5-2.6 s on a 5x5x5
 #: torus with one or four failed links and 54 s on an 8x8x8 torus with one (120 x 3071; 2
-#: cores, load 8-9); with four (512 x 3068) 347 s. A healthy torus of any size has one family.
-#: The default keeps every 5x5x5 case (four failed links: 75 x 746) and leaves the faulty
-#: 8x8x8 out, because ``cclc compile`` prints this bound and must not spend a minute on a
-#: report line (the closed forms are within 2e-5 of the LP there);
-#: ``cclc bounds --lp-max-variables`` raises it.
+#: cores, load 8-9); with four (512 x 3068, routed: ``LP_PDLP_MAX_VARIABLES``) about 25 s.
+#: A healthy torus of any size has one family. The default keeps every 5x5x5 case (four
+#: failed links: 75 x 746) and leaves the faulty 8x8x8 out, because ``cclc compile`` prints
+#: this bound and must not spend half a minute on a report line (there the certified value
+#: is the cut bound, which compile prints anyway); ``cclc bounds --lp-max-variables`` raises
+#: it.
 LP_MAX_VARIABLES = 60_000
 #: up to this many flow variables the alltoall LP is solved exactly (HiGHS interior point and
 #: crossover, about a second); above it PDLP solves it approximately and the bound is the
@@ -572,7 +578,8 @@ def _alltoall_lp(f: _Facts, sym: Symmetry) -> tuple[float, CertifiedLP | None]:
             t = alltoall_lp_time(*args)
         elif n_variables <= LP_PDLP_MAX_VARIABLES:
             cert = alltoall_lp_certified(*args, tolerance=PDLP_TOLERANCE,
-                                         iteration_limit=PDLP_ITERATION_LIMIT)
+                                         iteration_limit=PDLP_ITERATION_LIMIT,
+                                         prices=_cut_prices(f))
             t = cert.lower
         else:
             cert = alltoall_lp_routed(*args[:-1], prices=_cut_prices(f), passes=ROUTED_PASSES,
@@ -586,7 +593,7 @@ def _alltoall_lp(f: _Facts, sym: Symmetry) -> tuple[float, CertifiedLP | None]:
     return unit * t / cmax, cert
 
 
-def _cut_prices(f: _Facts) -> list[np.ndarray]:
+def _cut_prices(f: _Facts) -> tuple[np.ndarray, ...]:
     """Link prices that certify the best candidate cut: the indicator of its links in each
     direction (weak duality then gives that cut's bound, so the LP's certified value is never
     below the cut bound)."""
@@ -597,9 +604,9 @@ def _cut_prices(f: _Facts) -> list[np.ndarray]:
         if t > best:
             best, side = t, mask
     if side is None:
-        return []
-    return [(side[f.src] & ~side[f.dst]).astype(np.float64),
-            (~side[f.src] & side[f.dst]).astype(np.float64)]
+        return ()
+    return ((side[f.src] & ~side[f.dst]).astype(np.float64),
+            (~side[f.src] & side[f.dst]).astype(np.float64))
 
 
 class _FlowLP:
@@ -801,8 +808,8 @@ def lp_bound(coll: Collective, max_ranks: int | None = None,
                  f"and routing's link prices), a routed feasible flow {100 * cert.gap:.3g}% "
                  "above it")
     elif cert is not None:
-        what += (f"; certified lower value of PDLP's solution (weak duality, link prices), "
-                 f"a feasible flow {100 * cert.gap:.3g}% above it")
+        what += (f"; certified lower value of PDLP's solution (weak duality, link prices; "
+                 f"the best cut's links too), a feasible flow {100 * cert.gap:.3g}% above it")
     return Bound("lp", scaled * f.S, what)
 
 

@@ -19,6 +19,8 @@ crossover to a vertex); :func:`alltoall_lp_certified` solves it approximately wi
 scales further, and pins the optimum between a certified lower value (weak duality, from
 PDLP's link prices) and the time of a feasible flow (PDLP's, repaired to conserve exactly,
 extended to every source by averaging over the group, like any reduced flow).
+:func:`alltoall_lp_routed` pins it without solving it, for LPs too large for PDLP: certified
+link prices below, a routed feasible flow (:mod:`cclc.flow_route`) above.
 """
 
 from __future__ import annotations
@@ -245,14 +247,15 @@ class CertifiedLP:
 
 def alltoall_lp_certified(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray,
                           group: np.ndarray, pair: np.ndarray, sym: Symmetry,
-                          tolerance: float, iteration_limit: int) -> CertifiedLP:
+                          tolerance: float, iteration_limit: int,
+                          prices: tuple[np.ndarray, ...] = ()) -> CertifiedLP:
     """The same LP as :func:`alltoall_lp_time`, solved approximately by PDLP (a first-order
     method: no factorization, so it scales to millions of variables) and then certified:
     the capacity rows' duals price the links and :func:`cclc.flow_dual.certified_time` turns
     the prices into a lower bound that holds whatever PDLP's accuracy; PDLP's flows, repaired
     to conserve flow exactly (:func:`_repair`), give an upper value. A fixed thread count
     (``PDLP_THREADS``: PDLP shards its sums by it) and iteration limit: the same input gives
-    the same numbers on every run."""
+    the same numbers on every run. ``prices``: more link lengths to certify (a cut's links)."""
     from ortools.pdlp import solvers_pb2
     from ortools.pdlp.python import pdlp
 
@@ -287,8 +290,9 @@ def alltoall_lp_certified(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap
     price = np.maximum(-dual, 0.0)[sym.link_orbit] / sym.link_orbit_size[sym.link_orbit]
     lower = certified_time(n_vertices, src, dst, cap, group, pair, price)
     # the prices of a first-order method can be poor on a hard LP; hop counts (the hop-bytes
-    # bound) are a certificate too
-    lower = max(lower, certified_time(n_vertices, src, dst, cap, group, pair, np.ones(len(src))))
+    # bound) are a certificate too, and so are the caller's (a cut's links: its cut bound)
+    for length in (np.ones(len(src)), *prices):
+        lower = max(lower, certified_time(n_vertices, src, dst, cap, group, pair, length))
     if not np.isfinite(lower):           # a pair with bytes and no path between them
         raise CclError("no flow routes every pair of the alltoall: the group is disconnected")
     flow = np.maximum(np.asarray(result.primal_solution)[:-1], 0.0).reshape(len(lp.reps), -1)
@@ -302,7 +306,7 @@ def alltoall_lp_certified(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap
 
 
 def alltoall_lp_routed(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray,
-                       group: np.ndarray, pair: np.ndarray, prices: list[np.ndarray],
+                       group: np.ndarray, pair: np.ndarray, prices: tuple[np.ndarray, ...],
                        passes: int, target_gap: float) -> CertifiedLP:
     """The same LP as :func:`alltoall_lp_time`, pinned without solving it: the lower value is
     the best weak-duality certificate (:func:`cclc.flow_dual.certified_time`) of the hop

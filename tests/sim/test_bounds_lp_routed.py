@@ -64,7 +64,7 @@ def test_the_routed_bracket_holds_the_exact_lp(topo, seed, uniform):
     group, pair = _uniform(topo, None if uniform else seed)
     exact = _exact_or_skip(topo, group, pair)
     src, dst, bw = _links(topo)
-    cert = alltoall_lp_routed(topo.n_vertices, src, dst, bw / bw.max(), group, pair, [],
+    cert = alltoall_lp_routed(topo.n_vertices, src, dst, bw / bw.max(), group, pair, (),
                               passes=10, target_gap=5e-3)
     assert cert.lower <= exact * (1 + 1e-9)
     assert cert.upper >= exact * (1 - 1e-9)
@@ -120,3 +120,17 @@ def test_bounds_above_the_pdlp_limit_route_and_keep_the_cut_bound(monkeypatch):
     assert "routed feasible flow" in routed.description
     assert cut_bound(coll).seconds * (1 - 1e-12) <= routed.seconds
     assert routed.seconds <= exact * (1 + 1e-9)
+
+
+def test_the_pdlp_certificate_is_never_below_the_cut_bound(monkeypatch):
+    """The best cut's links are one of PDLP's certificates too (PDLP's own prices may land a
+    hair below the cut bound when the cut is the optimum)."""
+    topo = with_faults(torus("t", (5, 5), bandwidth=B), links=[(0, 1), (1, 0), (12, 13)])
+    group, pair = _uniform(topo)
+    n = len(group)
+    coll = make_collective("a", K.ALLTOALL, topo, tuple(group), size=n * n, dtype=DType.UINT8)
+    monkeypatch.setattr(bounds_module, "LP_EXACT_MAX_VARIABLES", 0)
+    b = lp_bound(coll)
+    assert "certified lower value of PDLP" in b.description
+    assert b.seconds >= cut_bound(coll).seconds * (1 - 1e-12)
+    assert b.seconds <= full_lp(topo, group, pair) * n / B * (1 + 1e-9)
