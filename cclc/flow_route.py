@@ -20,6 +20,8 @@ printed, not a replacement for it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import shortest_path
@@ -98,7 +100,7 @@ def tree_loads(n_vertices: int, src: np.ndarray, dst: np.ndarray, roots: np.ndar
     for level in range(int(depth.max()), 0, -1):          # leaves first
         m = (depth == level).ravel()
         flat += np.bincount(at_parent[m], weights=flat[m], minlength=k * V)
-    link_of = np.full(V * V, -1, dtype=np.int64) if V <= 4096 else None
+    link_of = np.full(V * V, -1, dtype=np.int64) if V <= 2048 else None
     r, v = np.nonzero(pred >= 0)
     if link_of is not None:
         link_of[key[keep]] = keep
@@ -119,7 +121,7 @@ def _smooth_max(u: np.ndarray, a: float) -> float:
 
 def route_alltoall(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray,
                    group: np.ndarray, pair: np.ndarray, lower: float, passes: int,
-                   target_gap: float):
+                   target_gap: float) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Block Frank-Wolfe from :func:`fewest_hop_split` (see the module docstring): at most
     ``passes`` passes over the sources, stopping once the largest ``load / cap`` is within
     ``target_gap`` of ``lower`` (a certified lower value, which also sets how finely the
