@@ -120,12 +120,12 @@ __all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES"
 
 #: the alltoall LP (one multi-commodity LP, capacities shared) is skipped by default above this
 #: many flow variables (commodity families x healthy links, after the symmetry reduction); up
-#: to it, PDLP and a certificate (see ``LP_EXACT_MAX_VARIABLES``) take 1.5-2.6 s on a 5x5x5
-#: torus with one or four failed links and 54 s on an 8x8x8 torus with one (120 x 3071; 2
-#: cores, load 8-9); with four (512 x 3068, routed: ``LP_PDLP_MAX_VARIABLES``) about 25 s.
+#: to it, PDLP and a certificate (see ``LP_EXACT_MAX_VARIABLES``) take about 2 s on a 5x5x5
+#: torus with one or four failed links and 53 s on an 8x8x8 torus with one (120 x 3071; 2
+#: cores, load 7); with four (512 x 3068, routed: ``LP_PDLP_MAX_VARIABLES``) 21 s.
 #: A healthy torus of any size has one family. The default keeps every 5x5x5 case (four
 #: failed links: 75 x 746) and leaves the faulty 8x8x8 out, because ``cclc compile`` prints
-#: this bound and must not spend half a minute on a report line (there the certified value
+#: this bound and must not spend 20-55 s on a report line (there the certified value
 #: is the cut bound, which compile prints anyway); ``cclc bounds --lp-max-variables`` raises
 #: it.
 LP_MAX_VARIABLES = 60_000
@@ -135,14 +135,15 @@ LP_MAX_VARIABLES = 60_000
 #: HiGHS took 30 s on 56 000 variables and failed on 368 000
 LP_EXACT_MAX_VARIABLES = 10_000
 #: PDLP's relative tolerance and iteration limit for the certified alltoall LP: the
-#: certificate holds whatever they are; at 1e-4 it came within 0.03% of a feasible flow on
-#: the tori of ``benchmarks/bounds_scale.py`` (1e-3 left 0.7% on 8x8x8 with one failed link)
-PDLP_TOLERANCE = 1e-4
+#: certificate holds whatever they are. On 8x8x8 with one failed link (120 x 3071, 2 cores,
+#: load 7) 1e-4 took 63 s for a gap of 0.0035% to a feasible flow, 3e-4 50 s for 0.26% and
+#: 1e-3 15 s for 9.7%: 3e-4 keeps the bound within a minute and the gap under 0.5%
+PDLP_TOLERANCE = 3e-4
 PDLP_ITERATION_LIMIT = 20_000
 #: above this many flow variables PDLP is not run: the alltoall LP is pinned by routing
 #: (:func:`cclc.flow_lp.alltoall_lp_routed`: certified prices below, a routed feasible flow
-#: above). PDLP took 54 s on 368 520 variables (8x8x8, one failed link: kept) and 347 s on
-#: 1.57M (8x8x8, four; routed: under 30 s, gap 1.5%; see ``benchmarks/bounds_scale.py``)
+#: above). PDLP took 53 s on 368 520 variables (8x8x8, one failed link: kept, gap 0.26%) and
+#: 347 s on 1.57M (8x8x8, four; routed: 21 s, gap 1.4%; see ``benchmarks/bounds_scale.py``)
 LP_PDLP_MAX_VARIABLES = 400_000
 #: passes of the routing and the gap at which it stops early
 ROUTED_PASSES = 40
