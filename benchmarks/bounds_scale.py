@@ -8,10 +8,11 @@ row says "no" under "default" when compile skips that LP; the other collectives 
 compile's defaults), and prints the wall time, the
 commodity families and links of the LP after the symmetry reduction, how the alltoall LP was
 solved ("exact": HiGHS; "PDLP": the certified lower value of PDLP's solution, with the gap to
-the feasible flow repaired from it), the LP bound and the strongest closed-form bound, with
-the machine named (CPU model, cores, load).
+the feasible flow repaired from it; "routed", above 400 000 variables: the best certificate of
+hop counts, the best cut and a routing's link prices, with the gap to the routed flow), the
+LP bound and the strongest closed-form bound, with the machine named (CPU model, cores, load).
 
-    python benchmarks/bounds_scale.py              # tori and fabrics (about 10 minutes)
+    python benchmarks/bounds_scale.py              # tori and fabrics (about 5 minutes)
     python benchmarks/bounds_scale.py --quick      # 5x5x5 only
     python benchmarks/bounds_scale.py --json out.json
 
@@ -31,7 +32,13 @@ from dataclasses import replace
 from compile_scale import machine  # one description of the machine for both benchmarks
 
 import dsl
-from cclc.bounds import LP_EXACT_MAX_VARIABLES, LP_MAX_VARIABLES, bounds, lp_size
+from cclc.bounds import (
+    LP_EXACT_MAX_VARIABLES,
+    LP_MAX_VARIABLES,
+    LP_PDLP_MAX_VARIABLES,
+    bounds,
+    lp_size,
+)
 from cclc.collective import CollectiveKind, DType, make_collective
 from cclc.topology import Topology, torus, with_faults
 
@@ -82,8 +89,9 @@ def measure(label: str, topo: Topology, kind: CollectiveKind,
     by_default = kind is not K.ALLTOALL or families * links <= LP_MAX_VARIABLES
     method = "-"
     if lp is not None and kind is K.ALLTOALL:
-        method = "PDLP" if families * links > LP_EXACT_MAX_VARIABLES else "exact"
-    gap = re.search(r"a feasible flow ([0-9.e+-]+)% above", lp.description) if lp else None
+        method = ("routed" if families * links > LP_PDLP_MAX_VARIABLES
+                  else "PDLP" if families * links > LP_EXACT_MAX_VARIABLES else "exact")
+    gap = re.search(r"feasible flow ([0-9.e+-]+)% above", lp.description) if lp else None
     return {"case": label, "collective": kind.value, "ranks": coll.n, "families": families,
             "links": links, "by_default": by_default, "bounds_s": seconds, "method": method,
             "gap_pct": float(gap.group(1)) if gap else None,

@@ -49,7 +49,12 @@ nothing).
     flow variables; above, PDLP solves it to a tolerance and the bound is the *certified*
     lower value of its solution (:mod:`cclc.flow_dual`: weak duality turns any link prices
     into a valid bound, so PDLP's accuracy only decides how close it comes), reported with
-    the gap to a feasible flow repaired from PDLP's (an upper value of the LP).
+    the gap to a feasible flow repaired from PDLP's (an upper value of the LP). Above
+    ``LP_PDLP_MAX_VARIABLES`` PDLP is not run (minutes): the bound is the best weak-duality
+    certificate of the hop counts, the best candidate cut's links and the link prices of a
+    routing (:func:`cclc.flow_lp.alltoall_lp_routed`), never below the hop-bytes and cut
+    bounds, and the routing's feasible flow (:mod:`cclc.flow_route`) is the upper value
+    whose gap is printed.
     The optimum over ``S`` does not
     depend on ``S``: it is kept on the topology for the next size or candidate.
 
@@ -103,24 +108,26 @@ from cclc.flow_lp import (
     CertifiedLP,
     Symmetry,
     alltoall_lp_certified,
+    alltoall_lp_routed,
     alltoall_lp_time,
     torus_symmetry,
 )
 
 __all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES",
-           "LP_MAX_VARIABLES", "Bound", "Bounds",
+           "LP_MAX_VARIABLES", "LP_PDLP_MAX_VARIABLES", "Bound", "Bounds",
            "bounds", "cut_bound", "hop_bytes_bound", "injection_bound", "latency_bound", "lp_bound",
            "lp_size", "lp_skipped_note"]
 
 #: the alltoall LP (one multi-commodity LP, capacities shared) is skipped by default above this
 #: many flow variables (commodity families x healthy links, after the symmetry reduction); up
-#: to it, PDLP and a certificate (see ``LP_EXACT_MAX_VARIABLES``) take 1.5-2.6 s on a 5x5x5
-#: torus with one or four failed links and 54 s on an 8x8x8 torus with one (120 x 3071; 2
-#: cores, load 8-9); with four (512 x 3068) 347 s. A healthy torus of any size has one family.
-#: The default keeps every 5x5x5 case (four failed links: 75 x 746) and leaves the faulty
-#: 8x8x8 out, because ``cclc compile`` prints this bound and must not spend a minute on a
-#: report line (the closed forms are within 2e-5 of the LP there);
-#: ``cclc bounds --lp-max-variables`` raises it.
+#: to it, PDLP and a certificate (see ``LP_EXACT_MAX_VARIABLES``) take about 2 s on a 5x5x5
+#: torus with one or four failed links and 53 s on an 8x8x8 torus with one (120 x 3071; 2
+#: cores, load 7); with four (512 x 3068, routed: ``LP_PDLP_MAX_VARIABLES``) 21 s.
+#: A healthy torus of any size has one family. The default keeps every 5x5x5 case (four
+#: failed links: 75 x 746) and leaves the faulty 8x8x8 out, because ``cclc compile`` prints
+#: this bound and must not spend 20-55 s on a report line (there the certified value
+#: is the cut bound, which compile prints anyway); ``cclc bounds --lp-max-variables`` raises
+#: it.
 LP_MAX_VARIABLES = 60_000
 #: up to this many flow variables the alltoall LP is solved exactly (HiGHS interior point and
 #: crossover, about a second); above it PDLP solves it approximately and the bound is the
@@ -128,10 +135,19 @@ LP_MAX_VARIABLES = 60_000
 #: HiGHS took 30 s on 56 000 variables and failed on 368 000
 LP_EXACT_MAX_VARIABLES = 10_000
 #: PDLP's relative tolerance and iteration limit for the certified alltoall LP: the
-#: certificate holds whatever they are; at 1e-4 it came within 0.03% of a feasible flow on
-#: the tori of ``benchmarks/bounds_scale.py`` (1e-3 left 0.7% on 8x8x8 with one failed link)
-PDLP_TOLERANCE = 1e-4
+#: certificate holds whatever they are. On 8x8x8 with one failed link (120 x 3071, 2 cores,
+#: load 7) 1e-4 took 63 s for a gap of 0.0035% to a feasible flow, 3e-4 50 s for 0.26% and
+#: 1e-3 15 s for 9.7%: 3e-4 keeps the bound within a minute and the gap under 0.5%
+PDLP_TOLERANCE = 3e-4
 PDLP_ITERATION_LIMIT = 20_000
+#: above this many flow variables PDLP is not run: the alltoall LP is pinned by routing
+#: (:func:`cclc.flow_lp.alltoall_lp_routed`: certified prices below, a routed feasible flow
+#: above). PDLP took 53 s on 368 520 variables (8x8x8, one failed link: kept, gap 0.26%) and
+#: 347 s on 1.57M (8x8x8, four; routed: 21 s, gap 1.4%; see ``benchmarks/bounds_scale.py``)
+LP_PDLP_MAX_VARIABLES = 400_000
+#: passes of the routing and the gap at which it stops early
+ROUTED_PASSES = 40
+ROUTED_TARGET_GAP = 5e-3
 #: the joint allreduce LP (one HiGHS LP, 2 x families x links flow variables) is replaced by the
 #: larger of the reducescatter and allgather LPs above this many flow variables by default:
 #: tpuv4_4x4x4_ocs has 9120 (4-7 s), a 5x5x5 torus with one failed link 44940 (about a minute)
@@ -539,7 +555,8 @@ def _solve_lp(f: _Facts, sym: Symmetry | None = None) -> float:
 
 def _alltoall_lp(f: _Facts, sym: Symmetry) -> tuple[float, CertifiedLP | None]:
     """The alltoall LP bound (seconds): exact (HiGHS) up to ``LP_EXACT_MAX_VARIABLES`` flow
-    variables, above that the certified lower value of PDLP's solution (and the certificate,
+    variables, above that the certified lower value of PDLP's solution, above
+    ``LP_PDLP_MAX_VARIABLES`` the best certificate of the routed bracket (and the certificate,
     in the LP's scaled units)."""
     cmax = float(f.bw.max())
     pair = f.pair_bytes()
@@ -557,11 +574,17 @@ def _alltoall_lp(f: _Facts, sym: Symmetry) -> tuple[float, CertifiedLP | None]:
     args = (f.topo.n_vertices, f.src, f.dst, f.bw / cmax, g, pair / unit, sym)
     cert = None
     try:
-        if _lp_families(f, sym) * len(f.src) <= LP_EXACT_MAX_VARIABLES:
+        n_variables = _lp_families(f, sym) * len(f.src)
+        if n_variables <= LP_EXACT_MAX_VARIABLES:
             t = alltoall_lp_time(*args)
-        else:
+        elif n_variables <= LP_PDLP_MAX_VARIABLES:
             cert = alltoall_lp_certified(*args, tolerance=PDLP_TOLERANCE,
-                                         iteration_limit=PDLP_ITERATION_LIMIT)
+                                         iteration_limit=PDLP_ITERATION_LIMIT,
+                                         prices=_cut_prices(f))
+            t = cert.lower
+        else:
+            cert = alltoall_lp_routed(*args[:-1], prices=_cut_prices(f), passes=ROUTED_PASSES,
+                                      target_gap=ROUTED_TARGET_GAP)
             t = cert.lower
     except CclError as e:
         raise CclError(f"collective '{f.coll.name}': {e}") from None
@@ -569,6 +592,22 @@ def _alltoall_lp(f: _Facts, sym: Symmetry) -> tuple[float, CertifiedLP | None]:
         raise CclError(f"collective '{f.coll.name}': no flow routes every pair of the "
                        "alltoall: the group is disconnected")
     return unit * t / cmax, cert
+
+
+def _cut_prices(f: _Facts) -> tuple[np.ndarray, ...]:
+    """Link prices that certify the best candidate cut: the indicator of its links in each
+    direction (weak duality then gives that cut's bound, so the LP's certified value is never
+    below the cut bound)."""
+    pair = f.pair_bytes() if f.coll.pair_sizes is not None else None
+    best, side = 0.0, None
+    for _, mask in _candidate_cuts(f):
+        t = _cut_time(f, mask, pair)
+        if t > best:
+            best, side = t, mask
+    if side is None:
+        return ()
+    return ((side[f.src] & ~side[f.dst]).astype(np.float64),
+            (~side[f.src] & side[f.dst]).astype(np.float64))
 
 
 class _FlowLP:
@@ -765,9 +804,13 @@ def lp_bound(coll: Collective, max_ranks: int | None = None,
     if sym.order > 1:
         what += (f", reduced by {sym.order} torus symmetries to "
                  f"{_lp_families(f, sym)} commodity families")
-    if cert is not None:
-        what += (f"; certified lower value of PDLP's solution (weak duality, link prices), "
-                 f"a feasible flow {100 * cert.gap:.3g}% above it")
+    if cert is not None and cert.method == "routed":
+        what += ("; certified lower value (weak duality: the best of hop counts, the best cut "
+                 f"and routing's link prices), a routed feasible flow {100 * cert.gap:.3g}% "
+                 "above it")
+    elif cert is not None:
+        what += (f"; certified lower value of PDLP's solution (weak duality, link prices; "
+                 f"the best cut's links too), a feasible flow {100 * cert.gap:.3g}% above it")
     return Bound("lp", scaled * f.S, what)
 
 

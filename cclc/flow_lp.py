@@ -19,6 +19,8 @@ crossover to a vertex); :func:`alltoall_lp_certified` solves it approximately wi
 scales further, and pins the optimum between a certified lower value (weak duality, from
 PDLP's link prices) and the time of a feasible flow (PDLP's, repaired to conserve exactly,
 extended to every source by averaging over the group, like any reduced flow).
+:func:`alltoall_lp_routed` pins it without solving it, for LPs too large for PDLP: certified
+link prices below, a routed feasible flow (:mod:`cclc.flow_route`) above.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from scipy.optimize import linprog
 from cclc.errors import CclError
 from cclc.topology import Topology
 
-__all__ = ["CertifiedLP", "Symmetry", "alltoall_lp_certified", "alltoall_lp_time",
+__all__ = ["CertifiedLP", "Symmetry", "alltoall_lp_certified", "alltoall_lp_routed",
+           "alltoall_lp_time",
            "torus_point_maps", "torus_symmetry"]
 
 
@@ -227,11 +230,14 @@ class CertifiedLP:
     """The alltoall LP's optimum pinned between two certified values (units of
     :func:`alltoall_lp_time`): ``lower`` from link prices by weak duality
     (:func:`cclc.flow_dual.certified_time`), ``upper`` the time of a feasible flow;
-    ``iterations`` of PDLP."""
+    ``iterations`` of PDLP (passes of the routing)."""
 
     lower: float
     upper: float
     iterations: int
+    #: how the upper value was found: "PDLP" (its flows, repaired) or "routed"
+    #: (:func:`alltoall_lp_routed`)
+    method: str = "PDLP"
 
     @property
     def gap(self) -> float:
@@ -241,14 +247,15 @@ class CertifiedLP:
 
 def alltoall_lp_certified(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray,
                           group: np.ndarray, pair: np.ndarray, sym: Symmetry,
-                          tolerance: float, iteration_limit: int) -> CertifiedLP:
+                          tolerance: float, iteration_limit: int,
+                          prices: tuple[np.ndarray, ...] = ()) -> CertifiedLP:
     """The same LP as :func:`alltoall_lp_time`, solved approximately by PDLP (a first-order
     method: no factorization, so it scales to millions of variables) and then certified:
     the capacity rows' duals price the links and :func:`cclc.flow_dual.certified_time` turns
     the prices into a lower bound that holds whatever PDLP's accuracy; PDLP's flows, repaired
     to conserve flow exactly (:func:`_repair`), give an upper value. A fixed thread count
     (``PDLP_THREADS``: PDLP shards its sums by it) and iteration limit: the same input gives
-    the same numbers on every run."""
+    the same numbers on every run. ``prices``: more link lengths to certify (a cut's links)."""
     from ortools.pdlp import solvers_pb2
     from ortools.pdlp.python import pdlp
 
@@ -283,8 +290,9 @@ def alltoall_lp_certified(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap
     price = np.maximum(-dual, 0.0)[sym.link_orbit] / sym.link_orbit_size[sym.link_orbit]
     lower = certified_time(n_vertices, src, dst, cap, group, pair, price)
     # the prices of a first-order method can be poor on a hard LP; hop counts (the hop-bytes
-    # bound) are a certificate too
-    lower = max(lower, certified_time(n_vertices, src, dst, cap, group, pair, np.ones(len(src))))
+    # bound) are a certificate too, and so are the caller's (a cut's links: its cut bound)
+    for length in (np.ones(len(src)), *prices):
+        lower = max(lower, certified_time(n_vertices, src, dst, cap, group, pair, length))
     if not np.isfinite(lower):           # a pair with bytes and no path between them
         raise CclError("no flow routes every pair of the alltoall: the group is disconnected")
     flow = np.maximum(np.asarray(result.primal_solution)[:-1], 0.0).reshape(len(lp.reps), -1)
@@ -295,6 +303,33 @@ def alltoall_lp_certified(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap
     orbit_cap[sym.link_orbit] = cap
     upper = float((load / orbit_cap).max())
     return CertifiedLP(lower, max(upper, lower), int(result.solve_log.iteration_count))
+
+
+def alltoall_lp_routed(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray,
+                       group: np.ndarray, pair: np.ndarray, prices: tuple[np.ndarray, ...],
+                       passes: int, target_gap: float) -> CertifiedLP:
+    """The same LP as :func:`alltoall_lp_time`, pinned without solving it: the lower value is
+    the best weak-duality certificate (:func:`cclc.flow_dual.certified_time`) of the hop
+    counts, of the caller's ``prices`` (link lengths; a cut's links give that cut's bound)
+    and of the link prices of every pass of :func:`cclc.flow_route.route_alltoall`, whose
+    feasible flow gives the upper value (at most ``passes`` passes, fewer once within
+    ``target_gap``). Every source is its own family (no symmetry reduction: the routing is
+    cheap per source); deterministic, so the same input gives the same numbers. ``iterations``
+    counts the passes."""
+    from cclc.flow_dual import certified_time
+    from cclc.flow_route import route_alltoall
+
+    args = (n_vertices, src, dst, cap, group, pair)
+    lower = max(certified_time(*args, length) for length in [np.ones(len(src)), *prices])
+    if not np.isfinite(lower):           # a pair with bytes and no path between them
+        raise CclError("no flow routes every pair of the alltoall: the group is disconnected")
+    upper, done = float("inf"), 0
+    for flows, length in route_alltoall(*args, lower=lower, passes=passes,
+                                        target_gap=target_gap):
+        done += 1
+        upper = min(upper, float((flows.sum(axis=0) / cap).max()))
+        lower = max(lower, certified_time(*args, length))
+    return CertifiedLP(lower, max(upper, lower), done, "routed")
 
 
 def _repair(n_vertices: int, src: np.ndarray, dst: np.ndarray, supply: np.ndarray,

@@ -20,10 +20,12 @@ topology with its faults, and which one is strongest:
              symmetries its faults leave intact (one commodity family per orbit; exact).
              Alltoall: solved exactly up to 10000 flow variables; above, PDLP solves it and
              the bound is the certified lower value of its solution (weak duality from its
-             link prices), with the gap to a feasible flow printed; skipped, as the output
-             says, above 60000 flow variables (--lp-max-variables raises it: 8x8x8 with
-             one failed link is 120 families x 3071 links, about a minute; with four
-             512 x 3068, minutes). The others: skipped
+             link prices), with the gap to a feasible flow printed; above 400000 the
+             best certificate of hop counts, the best cut and a routing's link prices,
+             with the gap to the routed flow printed; skipped, as the output says, above
+             60000 flow variables (--lp-max-variables raises it: 8x8x8 with one failed
+             link is 120 families x 3071 links, about a minute; with four 512 x 3068,
+             routed, about half a minute). The others: skipped
              above 1024 max-flow LPs; allreduce: one joint LP of its reduce-scatter and
              allgather flows sharing each link, replaced by the larger of the two phase LPs
              above 10000 flow variables (--lp-max-variables sets that limit too)
