@@ -32,17 +32,21 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError, ScheduleError
 from cclc.ir import Schedule
 
-__all__ = ["AUTO_MAX_RANKS", "DEFAULT_BUDGET", "build_synth_alltoall", "synth_budget"]
+__all__ = ["AUTO_MAX_RANKS", "AUTO_SYMMETRIC_RANKS", "DEFAULT_BUDGET", "build_synth_alltoall",
+           "synth_budget"]
 
 #: seconds the synthesis may take unless told otherwise
 DEFAULT_BUDGET = 60.0
-#: without an explicit budget, synth stays out of groups larger than this. The path LP is no
-#: longer what costs (benchmarks/synth_scale.py: 1 s of CPU time at 64 ranks with two faults,
-#: 6 s at 125 with one), but the whole synthesis, mostly packing and the template race, takes
-#: about 9 s of CPU time at 64 ranks and 17 s at 125, several times that in wall clock on a
-#: shared machine, and ``auto`` would pay it for every alltoall; ``budget=`` or
-#: ``--synth-budget`` lifts it
-AUTO_MAX_RANKS = 32
+#: without an explicit budget, synth stays out of groups larger than this: the whole synthesis
+#: (path LP, basic optimum, packing, writing the ops) takes 10-25 s of CPU time at 125 ranks
+#: (benchmarks/synth_scale.py --quick) and minutes at 512, where ``auto`` must stay within
+#: seconds; ``budget=`` or ``--synth-budget`` lifts it
+AUTO_MAX_RANKS = 125
+#: ``auto`` considers synth in groups larger than this only where the faults (or a mesh, or a
+#: fabric) break the torus translations: where every translation survives, the torus
+#: templates reach the bandwidth bound (5x5x5: halfring+dimrotation at 100.0% of the LP, synth
+#: falls back to it after 15 s), so synth would cost seconds and cannot win
+AUTO_SYMMETRIC_RANKS = 32
 
 _BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar("synth_budget",
                                                                       default=None)
@@ -87,10 +91,19 @@ def _applicable(coll: Collective, **params) -> str | None:
     if not group_connected(coll):
         return ("the group's ranks cannot reach each other through members of the group "
                 "(synth relays only through the group's ranks and switches)")
-    if coll.n > AUTO_MAX_RANKS and _budget(params) is None:
-        return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes ~10 s of CPU time or more "
-                "here (mostly packing the paths into steps); give it a budget "
-                "(synth(budget = 60) or --synth-budget) to run it")
+    if _budget(params) is not None:
+        return None
+    if coll.n > AUTO_MAX_RANKS:
+        return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes minutes of CPU time "
+                "here; give it a budget (synth(budget = 300) or --synth-budget) to run it")
+    if coll.algorithm.name == "auto" and coll.n > AUTO_SYMMETRIC_RANKS:
+        from cclc.synth.flows import usable_links
+        from cclc.synth.symmetry import translations
+
+        if translations(coll, usable_links(coll)).order == coll.n:
+            return (f"{coll.n} ranks on a torus whose translations all survive: the torus "
+                    "templates reach the bandwidth bound there; synth(budget = 60) or "
+                    "--synth-budget runs it")
     return None
 
 
@@ -145,7 +158,10 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
                 ("lp_s", round(flows.solve_s, 3)), ("lp_cpu_s", round(flows.cpu_s, 3)))
     except SynthBudgetError:
         meta = (("solver", "pdlp"),)
-    template = _best_template(coll)
+    # under `algorithm auto` the planner races every candidate itself; a template is built
+    # here only when the synthesis ran out of budget and has nothing to return
+    race = coll.algorithm.name != "auto" or synthesized is None
+    template = _best_template(coll) if race else None
     solve_s = time.monotonic() - t0
     own_time = (float(predict(synthesized, pricing_model()).time)
                 if synthesized is not None else None)

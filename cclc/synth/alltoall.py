@@ -37,8 +37,9 @@ MIN_WEIGHT = 0.01
 #: pieces (paths x split) the greedy packing is given when no split is asked for: finer pieces
 #: balance the steps better (4x4x4 torus with two failed links, 128 MiB: 91.3% of the LP rate
 #: with 2 pieces per path, 95.3% with 4, 96.9% with 8; 5x5x5 with one failed link: 95.2% with
-#: 2, 97.5% with 4) but every piece is an op per hop
-MAX_PIECES = 70_000
+#: 2, 97.5% with 4; 5x5x5 with two failed links, 47 498 paths: 93.0% with 1, 96.2% with 2)
+#: but every piece is an op per hop
+MAX_PIECES = 100_000
 #: the pieces per path tried, finest first
 SPLITS = (8, 4, 2, 1)
 #: seconds one staggering LP may take
