@@ -75,7 +75,8 @@ def default_split(n_paths: int) -> int:
 
 def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None = None,
                         steps: int | None = None, deadline: float | None = None,
-                        model: ExecutionModel | None = None) -> SynthAllToAll:
+                        model: ExecutionModel | None = None,
+                        lp_time_limit: float = LP_TIME_LIMIT) -> SynthAllToAll:
     """Pieces of ``flows`` packed into the step count with the smallest predicted time (or
     into ``steps`` steps when given): by the staggering LP (:mod:`cclc.synth.stagger`) where it
     is small enough, and by greedy list scheduling of ``split`` pieces per path; the better
@@ -87,7 +88,8 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
     execution model the schedule will be priced with: the packing charges every step its
     software cost (:func:`cclc.synth.pricing.step_cost`), and where the model charges any,
     the :data:`PREDICTED` best packings are written and compared by the model's own
-    prediction."""
+    prediction. Each staggering LP may take ``lp_time_limit`` seconds; once one has not
+    finished in that time, the larger ones (more steps) are not tried."""
     model = pricing_model() if model is None else model
     step_overhead = step_cost(model)
     left = LP_TIME_LIMIT if deadline is None else max(deadline - time.monotonic(), 1.0)
@@ -100,13 +102,17 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
                                MAX_PATHS, MIN_WEIGHT, split)
     longest = max((len(p.hops) for p in whole), default=1)
     options: list[SynthAllToAll] = []
+    stagger = True
     for t in ([max(steps, longest)] if steps is not None else step_candidates(longest, coll.n)):
-        if len(whole) * t <= MAX_LP_CELLS and (steps is not None or t <= longest + 2):
+        if stagger and len(whole) * t <= MAX_LP_CELLS and (steps is not None or t <= longest + 2):
             # the LP grows with the steps and gains little past the shortest: try the
-            # shortest few (HiGHS stops at the time limit; the greedy one stands then)
-            left = LP_TIME_LIMIT if deadline is None else min(
-                LP_TIME_LIMIT, max(deadline - time.monotonic(), 1.0))
+            # shortest few (HiGHS stops at the time limit; the greedy one stands then, and
+            # a larger LP would not finish either: tpuv4_4x4x4_ocs, 5 and 7 steps, 22 and
+            # 27 s of CPU time, the second without an optimum)
+            left = lp_time_limit if deadline is None else min(
+                lp_time_limit, max(deadline - time.monotonic(), 1.0))
             found = stagger_lp(coll, whole, t, step_overhead, time_limit=left)
+            stagger = found is not None
             if found is not None:
                 pieces, packing = found
                 options.append(SynthAllToAll(pieces, 1 + max(p.slot for p in pieces), packing))
