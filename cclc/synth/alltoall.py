@@ -44,6 +44,10 @@ MAX_PIECES = 100_000
 SPLITS = (8, 4, 2, 1)
 #: seconds one staggering LP may take
 LP_TIME_LIMIT = 20.0
+#: seconds the basic optimum (:func:`cclc.synth.vertex.basic_paths`) may take; past it PDLP's
+#: paths are packed as they are. It takes 7-8 s of CPU time at 125 ranks (5x5x5 with one or
+#: two failed links); on the healthy 8x8x8 torus (912 896 paths) it did not finish in 300 s
+BASIC_TIME_LIMIT = 60.0
 #: under a model with software costs, this many of the best packings are written and priced
 PREDICTED = 3
 
@@ -92,7 +96,8 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
     finished in that time, the larger ones (more steps) are not tried."""
     model = pricing_model() if model is None else model
     step_overhead = step_cost(model)
-    left = LP_TIME_LIMIT if deadline is None else max(deadline - time.monotonic(), 1.0)
+    left = BASIC_TIME_LIMIT if deadline is None else min(
+        BASIC_TIME_LIMIT, max(deadline - time.monotonic(), 1.0))
     flows = basic_paths(coll, flows, time_limit=left)
     if split is None:
         split = default_split(len(flows.path))
