@@ -111,26 +111,36 @@ def _applicable(coll: Collective, **params) -> str | None:
     return None
 
 
-def _best_template(coll: Collective) -> tuple[str, Schedule, float] | None:
-    """The fastest applicable template under the planner's model (name, schedule, time)."""
+def _best_template(coll: Collective, beat: float | None = None
+                   ) -> tuple[str, Schedule, float] | None:
+    """The fastest applicable template under the planner's model (name, schedule, time), or
+    ``None`` when none applies or none can beat ``beat`` seconds: templates are built in the
+    order of their lower bounds (:mod:`cclc.estimate`, milliseconds each) and one whose bound
+    is above the best time so far (``beat`` included) is not built, as ``auto`` prunes them."""
+    from cclc.estimate import evaluation_order, lower_bound, prune_reason
     from cclc.execution import predict
     from cclc.plan import _as_auto
     from cclc.synth.pricing import pricing_model
     from cclc.verify import verify
 
     plain = _as_auto(coll)
+    model = pricing_model()
+    algos = [a for a in algorithms_for(coll)
+             if a.name != "synth" and a.applicable(plain) is None]
+    bounds = [lower_bound(plain, a.name, {}, model) for a in algos]
     best = None
-    for algo in algorithms_for(coll):
-        if algo.name == "synth" or algo.applicable(plain) is not None:
-            continue
+    for i in evaluation_order(bounds):
+        known = [t for t in (beat, best[2] if best else None) if t is not None]
+        if prune_reason(bounds[i], min(known) if known else None, "") is not None:
+            continue                       # it cannot be faster than what is known
         try:
-            s = algo.build(plain)
+            s = algos[i].build(plain)
             verify(s)
         except (CclError, ScheduleError):
             continue
-        t = float(predict(s, pricing_model()).time)
+        t = float(predict(s, model).time)
         if best is None or t < best[2]:
-            best = (algo.name, s, t)
+            best = (algos[i].name, s, t)
     return best
 
 
@@ -167,10 +177,10 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
     # under `algorithm auto` the planner races every candidate itself; a template is built
     # here only when the synthesis ran out of budget and has nothing to return
     race = coll.algorithm.name != "auto" or synthesized is None
-    template = _best_template(coll) if race else None
-    solve_s = time.monotonic() - t0
     own_time = (float(predict(synthesized, pricing_model()).time)
                 if synthesized is not None else None)
+    template = _best_template(coll, own_time) if race else None
+    solve_s = time.monotonic() - t0
     if synthesized is None or (template is not None and template[2] < own_time):
         if template is None:
             raise ScheduleError(f"synth: no routing within the budget and no template serves "

@@ -224,3 +224,24 @@ def test_a_group_that_only_outsiders_could_join_is_not_applicable():
     t = torus("r", (6,), routing="none")
     coll = make_collective("x", A2A, t, (0, 3), 2 * 4 * 2)
     assert "cannot reach each other" in get("synth").applicable(coll)
+
+
+@pytest.mark.parametrize("per_pair", [4, 1 << 14])
+def test_the_template_race_skips_only_templates_that_cannot_win(per_pair):
+    # brute force: every applicable template built and predicted
+    from cclc.algorithms import algorithms_for
+    from cclc.algorithms.synth_flows import _best_template
+    from cclc.execution import predict
+
+    coll = _a2a(CASES["5x5 two faults in one ring"], per_pair=per_pair, algorithm="synth")
+    auto = _a2a(CASES["5x5 two faults in one ring"], per_pair=per_pair)
+    times = [float(predict(a.build(auto)).time) for a in algorithms_for(auto)
+             if a.name != "synth" and a.applicable(auto) is None]
+    fastest = min(times)
+    # whenever a template beats `beat`, the fastest one is found; otherwise any found
+    # template is no faster than `beat` (synth keeps its own schedule)
+    assert _best_template(coll)[2] == fastest
+    assert _best_template(coll, beat=2 * fastest)[2] == fastest
+    assert _best_template(coll, beat=fastest * (1 + 1e-6))[2] == fastest
+    below = _best_template(coll, beat=0.5 * fastest)
+    assert below is None or below[2] >= fastest
