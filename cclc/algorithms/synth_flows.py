@@ -3,10 +3,12 @@
 The path LP (:mod:`cclc.synth.flows`) routes every pair's bytes at the best rate the usable
 links allow; its weighted paths are cut into pieces and packed into steps
 (:mod:`cclc.synth.pack`, :mod:`cclc.synth.alltoall`). The result is compared with every
-template that serves the collective under the IR's lockstep model, and when a template is faster
-(small sizes, where the templates' fewer steps win) or the time budget ran out, that template's
-schedule is returned instead, labelled ``status fallback`` / ``budget``: synth is never slower
-than the best template.
+template that serves the collective under the planner's model (a template whose lower bound,
+:mod:`cclc.estimate`, is above the synthesized time is not built: it cannot win), and when a
+template is faster (small sizes, where the templates' fewer steps win) or the time budget ran
+out, that template's schedule is returned instead, labelled ``status fallback`` / ``budget``:
+synth is never slower than the best template. Under ``algorithm auto`` the planner races the
+candidates itself, so synth returns its own schedule (a template only when the budget ran out).
 
 Parameters (``algorithm synth(budget = 60, split = 2)``): ``budget`` seconds for the whole
 synthesis (default :data:`DEFAULT_BUDGET`, or ``cclc compile --synth-budget``); ``split`` pieces
