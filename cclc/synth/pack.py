@@ -141,8 +141,9 @@ def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.nda
 def _geometry(coll: Collective, pieces: list[Piece], n_steps: int):
     """Per piece: its flat ``(step, link)`` indices for every start (one row per start), its
     hops' steps for every start, the hop boundaries when a hop has several links (``None``
-    under one link per hop), and the seconds per element on each of its links. Pieces of one
-    path share all but the last (one cache entry per distinct path)."""
+    under one link per hop), and the bandwidth of each of its links. Computed once per
+    distinct path: the pieces of one path share it (a placement then costs a few array
+    operations, not the index arithmetic)."""
     topo = coll.topology
     n_links = topo.n_links
     cache: dict = {}
