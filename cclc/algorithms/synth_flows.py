@@ -34,7 +34,7 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError, ScheduleError
 from cclc.ir import Schedule
 
-__all__ = ["AUTO_LP_TIME_LIMIT", "AUTO_MAX_RANKS", "AUTO_SYMMETRIC_RANKS", "DEFAULT_BUDGET",
+__all__ = ["AUTO_MAX_RANKS", "AUTO_STAGGER", "AUTO_SYMMETRIC_RANKS", "DEFAULT_BUDGET",
            "build_synth_alltoall", "synth_budget"]
 
 #: seconds the synthesis may take unless told otherwise
@@ -49,10 +49,11 @@ AUTO_MAX_RANKS = 125
 #: templates reach the bandwidth bound (5x5x5: halfring+dimrotation at 100.0% of the LP, synth
 #: falls back to it after 15 s), so synth would cost seconds and cannot win
 AUTO_SYMMETRIC_RANKS = 32
-#: under ``auto``, in groups larger than :data:`AUTO_SYMMETRIC_RANKS`, seconds one staggering
-#: LP may take (:mod:`cclc.synth.stagger`; 20 s otherwise): on tpuv4_4x4x4_ocs it reaches 97.8%
-#: of the LP instead of the greedy packing's 94.5% but needs 22 s of CPU time
-AUTO_LP_TIME_LIMIT = 5.0
+#: under ``auto``, in groups larger than :data:`AUTO_SYMMETRIC_RANKS`, no staggering LP
+#: (:mod:`cclc.synth.stagger`) is tried, only the greedy packing: on tpuv4_4x4x4_ocs the LP
+#: reaches 97.8% of the LP bound instead of 94.5% but needs 22 s of CPU time, and a wall-clock
+#: time limit would make ``auto``'s choice depend on the machine's load
+AUTO_STAGGER = False
 
 _BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar("synth_budget",
                                                                       default=None)
@@ -169,7 +170,8 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
         synth = synthesize_alltoall(coll, flows, split=split,
                                     steps=None if steps is None else int(steps),
                                     deadline=deadline,
-                                    lp_time_limit=AUTO_LP_TIME_LIMIT if auto else LP_TIME_LIMIT)
+                                    lp_time_limit=None if auto and not AUTO_STAGGER
+                                    else LP_TIME_LIMIT)
         status = "optimal" if flows.status == "optimal" else "budget"
         synthesized = write_schedule(coll, synth, ())
         meta = (("solver", "pdlp"), ("symmetry", flows.symmetry), ("rounds", flows.rounds),

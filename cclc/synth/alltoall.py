@@ -80,7 +80,7 @@ def default_split(n_paths: int) -> int:
 def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None = None,
                         steps: int | None = None, deadline: float | None = None,
                         model: ExecutionModel | None = None,
-                        lp_time_limit: float = LP_TIME_LIMIT) -> SynthAllToAll:
+                        lp_time_limit: float | None = LP_TIME_LIMIT) -> SynthAllToAll:
     """Pieces of ``flows`` packed into the step count with the smallest predicted time (or
     into ``steps`` steps when given): by the staggering LP (:mod:`cclc.synth.stagger`) where it
     is small enough, and by greedy list scheduling of ``split`` pieces per path; the better
@@ -92,8 +92,9 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
     execution model the schedule will be priced with: the packing charges every step its
     software cost (:func:`cclc.synth.pricing.step_cost`), and where the model charges any,
     the :data:`PREDICTED` best packings are written and compared by the model's own
-    prediction. Each staggering LP may take ``lp_time_limit`` seconds; once one has not
-    finished in that time, the larger ones (more steps) are not tried."""
+    prediction. Each staggering LP may take ``lp_time_limit`` seconds (``None``: no
+    staggering LP, the greedy packing only); once one has not finished in that time, the
+    larger ones (more steps) are not tried."""
     model = pricing_model() if model is None else model
     step_overhead = step_cost(model)
     left = BASIC_TIME_LIMIT if deadline is None else min(
@@ -107,7 +108,7 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
                                MAX_PATHS, MIN_WEIGHT, split)
     longest = max((len(p.hops) for p in whole), default=1)
     options: list[SynthAllToAll] = []
-    stagger = True
+    stagger = lp_time_limit is not None
     for t in ([max(steps, longest)] if steps is not None else step_candidates(longest, coll.n)):
         if stagger and len(whole) * t <= MAX_LP_CELLS and (steps is not None or t <= longest + 2):
             # the LP grows with the steps and gains little past the shortest: try the
