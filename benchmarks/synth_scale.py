@@ -22,6 +22,13 @@ any schedule there) over the schedule's time in the IR's lockstep model (:mod:`c
 
 With ``--lp-only``, "% of LP" is the LP's time over the busiest link's time under the paths
 handed to the packer (at most four per pair), before any packing into steps.
+
+``--phases`` runs the stages of the synthesis one by one and prints each one's CPU and wall
+seconds as it ends (the path LP, the basic optimum, cutting the paths into pieces, the greedy
+packing per step count with its % of the LP, writing the ops, the lockstep simulation), for
+cases too large to finish::
+
+    python benchmarks/synth_scale.py --phases --only "8x8x8 healthy"
 """
 
 from __future__ import annotations
@@ -131,6 +138,41 @@ def run_lp_only(coll) -> dict:
             "pct_of_lp": 100 * flows.lp_time / routed, "template": None}
 
 
+def run_phases(coll) -> None:
+    """The synthesis stage by stage (greedy packing only, no template race), printed as each
+    stage ends."""
+    from cclc.synth import alltoall as synth_a2a
+    from cclc.synth.pack import pack_pieces, pieces_of
+    from cclc.synth.vertex import basic_paths
+
+    last = list(_clock())
+
+    def done(what: str) -> None:
+        w, c = _clock()
+        print(f"  {what}: {c - last[1]:.1f} s CPU, {w - last[0]:.1f} s wall", flush=True)
+        last[:] = [w, c]
+
+    flows = solve_flows(coll, deadline=time.monotonic() + BUDGET)
+    done(f"path LP ({flows.status}, {len(flows.path)} paths)")
+    flows = basic_paths(coll, flows, time_limit=synth_a2a.BASIC_TIME_LIMIT)
+    done(f"basic optimum ({len(flows.path)} paths)")
+    split = synth_a2a.default_split(len(flows.path))
+    cut, width = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
+                           synth_a2a.MAX_PATHS, synth_a2a.MIN_WEIGHT, split)
+    done(f"pieces ({len(cut)}, {split} per path)")
+    longest = max(len(p.hops) for p in cut)
+    best = None
+    for steps in synth_a2a.step_candidates(longest, coll.n):
+        packing = pack_pieces(coll, cut, steps, 0.0, 2 if coll.n <= 64 else 0)
+        done(f"packing into {steps} steps ({100 * flows.lp_time / packing.time:.1f}% of LP)")
+        if best is None or packing.time < best.time:
+            best = packing
+    schedule = synth_a2a.write_schedule(coll, synth_a2a.SynthAllToAll(cut, width, best), ())
+    done(f"writing the ops ({len(schedule.ops)})")
+    t = float(simulate(schedule).time)
+    done(f"simulation ({100 * flows.lp_time / t:.1f}% of LP)")
+
+
 def _s(x) -> str:
     return "-" if x is None else f"{x:.1f}"
 
@@ -141,18 +183,25 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", action="store_true", help="also the LP over the other group")
     ap.add_argument("--lp-only", action="store_true",
                     help="only the path LP and its paths (%% of LP: the busiest link's time)")
+    ap.add_argument("--phases", action="store_true",
+                    help="the stages one by one, each one's time printed as it ends")
     ap.add_argument("--only", help="run only the cases whose name contains this")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
     print("AllToAll synth, 128 MiB per rank; seconds wall / CPU (this process); % of LP = "
           "path LP time / schedule time (IR lockstep model)")
-    print(f"{'case':24} {'row':10} {'group':>12} {'LP wall':>8} {'LP cpu':>7} "
-          f"{'wall':>7} {'cpu':>7} {'status':9} {'rounds':>6} {'% of LP':>8}")
+    if not args.phases:
+        print(f"{'case':24} {'row':10} {'group':>12} {'LP wall':>8} {'LP cpu':>7} "
+              f"{'wall':>7} {'cpu':>7} {'status':9} {'rounds':>6} {'% of LP':>8}")
     rows = []
     for name, make in cases(args.quick).items():
         if args.only and args.only not in name:
             continue
         coll = _collective(make())
+        if args.phases:
+            print(f"{name} ({coll.n} ranks):", flush=True)
+            run_phases(coll)
+            continue
         runs = [run_lp_only] if args.lp_only else [run_default]
         if args.compare and not args.lp_only:
             other = _group_name(coll, None) == "transl."

@@ -20,6 +20,12 @@ algorithm ``synth`` and print ``-`` where no synth entry serves them.
     python benchmarks/synthesis.py --full          # also the 128-GPU fabric
     python benchmarks/synthesis.py --json out.json
     python benchmarks/synthesis.py --kinds alltoall --cases 5x5x5   # one case
+    python benchmarks/synthesis.py --auto --kinds alltoall --sizes 128  # what `auto` picks
+
+With ``--auto`` each case is compiled as a user's ``algorithm auto`` would be (every
+candidate, pruned by lower bounds, no synth budget): the pick, its % of the bound, the reason
+when synth was left out, and the CPU and wall seconds of the whole choice. Besides the tori
+above it runs 5x5x5 with two failed links in different rings.
 """
 
 from __future__ import annotations
@@ -111,6 +117,44 @@ def run_case(topo, kind: CollectiveKind, size: int) -> dict:
     return row
 
 
+def run_auto(topo, kind: CollectiveKind, size: int) -> dict:
+    """``plan`` of the collective with ``algorithm auto``: the pick and what it cost."""
+    group = topo.live_ranks()
+    coll = make_collective("c", kind, topo, tuple(group), size=_size(size, len(group)))
+    w0, c0 = time.monotonic(), time.process_time()
+    p = plan(coll)
+    rows = {c.name: c for c in p.candidates}
+    synth = rows.get("synth")
+    return {"pick": p.name, "pct": p.pct_of_bound, "n": coll.n, "size": coll.size,
+            "cpu_s": time.process_time() - c0, "wall_s": time.monotonic() - w0,
+            "synth_reason": None if synth is None else (synth.reason or synth.pruned)}
+
+
+def main_auto(args, sizes, kinds) -> int:
+    print("auto: the pick and its % of the lower bound (cclc.bounds), IR model; seconds of "
+          "CPU / wall for the whole choice")
+    every = cases(args.full, args.quick)
+    every["5x5x5, 2 failed links in different rings"] = lambda: _torus(
+        (5, 5, 5), [((0, 0, 0), (1, 0, 0)), ((2, 0, 1), (2, 1, 1))])
+    results = []
+    for name, make in every.items():
+        if args.cases not in name:
+            continue
+        topo = make()
+        for kind in kinds:
+            for size in sizes:
+                row = run_auto(topo, kind, size)
+                row.update(case=name, kind=kind.value, nominal=size)
+                results.append(row)
+                why = f"  (synth: {row['synth_reason']})" if row["synth_reason"] else ""
+                print(f"{name:44} {kind.value:13} {size // MiB:>6}Mi  {row['pick']:>24} "
+                      f"{_pct(row['pct']):>7}  {row['cpu_s']:6.1f} / {row['wall_s']:6.1f} s"
+                      f"{why}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=float))
+    return 0
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{x:.1f}%"
 
@@ -123,9 +167,17 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", metavar="TEXT", default="",
                     help="only the cases whose name contains TEXT (e.g. 5x5x5)")
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--auto", action="store_true",
+                    help="what algorithm auto picks per case, and its time")
+    ap.add_argument("--sizes", metavar="MIB", default="",
+                    help="comma-separated sizes per rank in MiB (default 1,128,1024)")
     args = ap.parse_args(argv)
     sizes = [128 * MiB] if args.quick else SIZES
+    if args.sizes:
+        sizes = [int(x) * MiB for x in args.sizes.split(",")]
     kinds = [CollectiveKind(k) for k in args.kinds.split(",")]
+    if args.auto:
+        return main_auto(args, sizes, kinds)
     results = []
     print("% of the lower bound (cclc.bounds), IR model (lockstep, no software cost), "
           "routing as declared; synth status, solve time, synth's LP rate / its time")

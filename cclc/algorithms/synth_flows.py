@@ -3,10 +3,12 @@
 The path LP (:mod:`cclc.synth.flows`) routes every pair's bytes at the best rate the usable
 links allow; its weighted paths are cut into pieces and packed into steps
 (:mod:`cclc.synth.pack`, :mod:`cclc.synth.alltoall`). The result is compared with every
-template that serves the collective under the IR's lockstep model, and when a template is faster
-(small sizes, where the templates' fewer steps win) or the time budget ran out, that template's
-schedule is returned instead, labelled ``status fallback`` / ``budget``: synth is never slower
-than the best template.
+template that serves the collective under the planner's model (a template whose lower bound,
+:mod:`cclc.estimate`, is above the synthesized time is not built: it cannot win), and when a
+template is faster (small sizes, where the templates' fewer steps win) or the time budget ran
+out, that template's schedule is returned instead, labelled ``status fallback`` / ``budget``:
+synth is never slower than the best template. Under ``algorithm auto`` the planner races the
+candidates itself, so synth returns its own schedule (a template only when the budget ran out).
 
 Parameters (``algorithm synth(budget = 60, split = 2)``): ``budget`` seconds for the whole
 synthesis (default :data:`DEFAULT_BUDGET`, or ``cclc compile --synth-budget``); ``split`` pieces
@@ -32,17 +34,26 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError, ScheduleError
 from cclc.ir import Schedule
 
-__all__ = ["AUTO_MAX_RANKS", "DEFAULT_BUDGET", "build_synth_alltoall", "synth_budget"]
+__all__ = ["AUTO_MAX_RANKS", "AUTO_STAGGER", "AUTO_SYMMETRIC_RANKS", "DEFAULT_BUDGET",
+           "build_synth_alltoall", "synth_budget"]
 
 #: seconds the synthesis may take unless told otherwise
 DEFAULT_BUDGET = 60.0
-#: without an explicit budget, synth stays out of groups larger than this. The path LP is no
-#: longer what costs (benchmarks/synth_scale.py: 1 s of CPU time at 64 ranks with two faults,
-#: 6 s at 125 with one), but the whole synthesis, mostly packing and the template race, takes
-#: about 9 s of CPU time at 64 ranks and 17 s at 125, several times that in wall clock on a
-#: shared machine, and ``auto`` would pay it for every alltoall; ``budget=`` or
-#: ``--synth-budget`` lifts it
-AUTO_MAX_RANKS = 32
+#: without an explicit budget, synth stays out of groups larger than this: the whole synthesis
+#: (path LP, basic optimum, packing, writing the ops) takes 10-25 s of CPU time at 125 ranks
+#: (benchmarks/synth_scale.py --quick) and minutes at 512, where ``auto`` must stay within
+#: seconds; ``budget=`` or ``--synth-budget`` lifts it
+AUTO_MAX_RANKS = 125
+#: ``auto`` considers synth in groups larger than this only where the faults (or a mesh, or a
+#: fabric) break the torus translations: where every translation survives, the torus
+#: templates reach the bandwidth bound (5x5x5: halfring+dimrotation at 100.0% of the LP, synth
+#: falls back to it after 15 s), so synth would cost seconds and cannot win
+AUTO_SYMMETRIC_RANKS = 32
+#: under ``auto``, in groups larger than :data:`AUTO_SYMMETRIC_RANKS`, no staggering LP
+#: (:mod:`cclc.synth.stagger`) is tried, only the greedy packing: on tpuv4_4x4x4_ocs the LP
+#: reaches 97.8% of the LP bound instead of 94.5% but needs 22 s of CPU time, and a wall-clock
+#: time limit would make ``auto``'s choice depend on the machine's load
+AUTO_STAGGER = False
 
 _BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar("synth_budget",
                                                                       default=None)
@@ -87,33 +98,52 @@ def _applicable(coll: Collective, **params) -> str | None:
     if not group_connected(coll):
         return ("the group's ranks cannot reach each other through members of the group "
                 "(synth relays only through the group's ranks and switches)")
-    if coll.n > AUTO_MAX_RANKS and _budget(params) is None:
-        return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes ~10 s of CPU time or more "
-                "here (mostly packing the paths into steps); give it a budget "
-                "(synth(budget = 60) or --synth-budget) to run it")
+    if _budget(params) is not None:
+        return None
+    if coll.n > AUTO_MAX_RANKS:
+        return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes minutes of CPU time "
+                "here; give it a budget (synth(budget = 300) or --synth-budget) to run it")
+    if coll.algorithm.name == "auto" and coll.n > AUTO_SYMMETRIC_RANKS:
+        from cclc.synth.flows import usable_links
+        from cclc.synth.symmetry import translations
+
+        if translations(coll, usable_links(coll)).order == coll.n:
+            return (f"{coll.n} ranks on a torus whose translations all survive: the torus "
+                    "templates reach the bandwidth bound there; synth(budget = 60) or "
+                    "--synth-budget runs it")
     return None
 
 
-def _best_template(coll: Collective) -> tuple[str, Schedule, float] | None:
-    """The fastest applicable template under the planner's model (name, schedule, time)."""
+def _best_template(coll: Collective, beat: float | None = None
+                   ) -> tuple[str, Schedule, float] | None:
+    """The fastest applicable template under the planner's model (name, schedule, time), or
+    ``None`` when none applies or none can beat ``beat`` seconds: templates are built in the
+    order of their lower bounds (:mod:`cclc.estimate`, milliseconds each) and one whose bound
+    is above the best time so far (``beat`` included) is not built, as ``auto`` prunes them."""
+    from cclc.estimate import evaluation_order, lower_bound, prune_reason
     from cclc.execution import predict
     from cclc.plan import _as_auto
     from cclc.synth.pricing import pricing_model
     from cclc.verify import verify
 
     plain = _as_auto(coll)
+    model = pricing_model()
+    algos = [a for a in algorithms_for(coll)
+             if a.name != "synth" and a.applicable(plain) is None]
+    bounds = [lower_bound(plain, a.name, {}, model) for a in algos]
     best = None
-    for algo in algorithms_for(coll):
-        if algo.name == "synth" or algo.applicable(plain) is not None:
-            continue
+    for i in evaluation_order(bounds):
+        known = [t for t in (beat, best[2] if best else None) if t is not None]
+        if prune_reason(bounds[i], min(known) if known else None, "") is not None:
+            continue                       # it cannot be faster than what is known
         try:
-            s = algo.build(plain)
+            s = algos[i].build(plain)
             verify(s)
         except (CclError, ScheduleError):
             continue
-        t = float(predict(s, pricing_model()).time)
+        t = float(predict(s, model).time)
         if best is None or t < best[2]:
-            best = (algo.name, s, t)
+            best = (algos[i].name, s, t)
     return best
 
 
@@ -121,7 +151,7 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
     """The synthesized alltoall of ``coll``, or the best template when it is faster."""
     from cclc.execution import predict
     from cclc.sim import simulate
-    from cclc.synth.alltoall import synthesize_alltoall, write_schedule
+    from cclc.synth.alltoall import LP_TIME_LIMIT, synthesize_alltoall, write_schedule
     from cclc.synth.flows import SynthBudgetError, solve_flows
     from cclc.synth.pricing import pricing_model
 
@@ -136,19 +166,25 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
     try:
         flows = solve_flows(coll, deadline=deadline)
         lp_time = flows.lp_time
+        auto = coll.algorithm.name == "auto" and coll.n > AUTO_SYMMETRIC_RANKS
         synth = synthesize_alltoall(coll, flows, split=split,
                                     steps=None if steps is None else int(steps),
-                                    deadline=deadline)
+                                    deadline=deadline,
+                                    lp_time_limit=None if auto and not AUTO_STAGGER
+                                    else LP_TIME_LIMIT)
         status = "optimal" if flows.status == "optimal" else "budget"
         synthesized = write_schedule(coll, synth, ())
         meta = (("solver", "pdlp"), ("symmetry", flows.symmetry), ("rounds", flows.rounds),
                 ("lp_s", round(flows.solve_s, 3)), ("lp_cpu_s", round(flows.cpu_s, 3)))
     except SynthBudgetError:
         meta = (("solver", "pdlp"),)
-    template = _best_template(coll)
-    solve_s = time.monotonic() - t0
+    # under `algorithm auto` the planner races every candidate itself; a template is built
+    # here only when the synthesis ran out of budget and has nothing to return
+    race = coll.algorithm.name != "auto" or synthesized is None
     own_time = (float(predict(synthesized, pricing_model()).time)
                 if synthesized is not None else None)
+    template = _best_template(coll, own_time) if race else None
+    solve_s = time.monotonic() - t0
     if synthesized is None or (template is not None and template[2] < own_time):
         if template is None:
             raise ScheduleError(f"synth: no routing within the budget and no template serves "

@@ -37,12 +37,17 @@ MIN_WEIGHT = 0.01
 #: pieces (paths x split) the greedy packing is given when no split is asked for: finer pieces
 #: balance the steps better (4x4x4 torus with two failed links, 128 MiB: 91.3% of the LP rate
 #: with 2 pieces per path, 95.3% with 4, 96.9% with 8; 5x5x5 with one failed link: 95.2% with
-#: 2, 97.5% with 4) but every piece is an op per hop
-MAX_PIECES = 70_000
+#: 2, 97.5% with 4; 5x5x5 with two failed links, 47 498 paths: 93.0% with 1, 96.2% with 2)
+#: but every piece is an op per hop
+MAX_PIECES = 100_000
 #: the pieces per path tried, finest first
 SPLITS = (8, 4, 2, 1)
 #: seconds one staggering LP may take
 LP_TIME_LIMIT = 20.0
+#: seconds the basic optimum (:func:`cclc.synth.vertex.basic_paths`) may take; past it PDLP's
+#: paths are packed as they are. It takes 7-8 s of CPU time at 125 ranks (5x5x5 with one or
+#: two failed links); on the healthy 8x8x8 torus (912 896 paths) it did not finish in 300 s
+BASIC_TIME_LIMIT = 60.0
 #: under a model with software costs, this many of the best packings are written and priced
 PREDICTED = 3
 
@@ -74,7 +79,8 @@ def default_split(n_paths: int) -> int:
 
 def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None = None,
                         steps: int | None = None, deadline: float | None = None,
-                        model: ExecutionModel | None = None) -> SynthAllToAll:
+                        model: ExecutionModel | None = None,
+                        lp_time_limit: float | None = LP_TIME_LIMIT) -> SynthAllToAll:
     """Pieces of ``flows`` packed into the step count with the smallest predicted time (or
     into ``steps`` steps when given): by the staggering LP (:mod:`cclc.synth.stagger`) where it
     is small enough, and by greedy list scheduling of ``split`` pieces per path; the better
@@ -86,10 +92,13 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
     execution model the schedule will be priced with: the packing charges every step its
     software cost (:func:`cclc.synth.pricing.step_cost`), and where the model charges any,
     the :data:`PREDICTED` best packings are written and compared by the model's own
-    prediction."""
+    prediction. Each staggering LP may take ``lp_time_limit`` seconds (``None``: no
+    staggering LP, the greedy packing only); once one has not finished in that time, the
+    larger ones (more steps) are not tried."""
     model = pricing_model() if model is None else model
     step_overhead = step_cost(model)
-    left = LP_TIME_LIMIT if deadline is None else max(deadline - time.monotonic(), 1.0)
+    left = BASIC_TIME_LIMIT if deadline is None else min(
+        BASIC_TIME_LIMIT, max(deadline - time.monotonic(), 1.0))
     flows = basic_paths(coll, flows, time_limit=left)
     if split is None:
         split = default_split(len(flows.path))
@@ -99,13 +108,17 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
                                MAX_PATHS, MIN_WEIGHT, split)
     longest = max((len(p.hops) for p in whole), default=1)
     options: list[SynthAllToAll] = []
+    stagger = lp_time_limit is not None
     for t in ([max(steps, longest)] if steps is not None else step_candidates(longest, coll.n)):
-        if len(whole) * t <= MAX_LP_CELLS and (steps is not None or t <= longest + 2):
+        if stagger and len(whole) * t <= MAX_LP_CELLS and (steps is not None or t <= longest + 2):
             # the LP grows with the steps and gains little past the shortest: try the
-            # shortest few (HiGHS stops at the time limit; the greedy one stands then)
-            left = LP_TIME_LIMIT if deadline is None else min(
-                LP_TIME_LIMIT, max(deadline - time.monotonic(), 1.0))
+            # shortest few (HiGHS stops at the time limit; the greedy one stands then, and
+            # a larger LP would not finish either: tpuv4_4x4x4_ocs, 5 and 7 steps, 22 and
+            # 27 s of CPU time, the second without an optimum)
+            left = lp_time_limit if deadline is None else min(
+                lp_time_limit, max(deadline - time.monotonic(), 1.0))
             found = stagger_lp(coll, whole, t, step_overhead, time_limit=left)
+            stagger = found is not None
             if found is not None:
                 pieces, packing = found
                 options.append(SynthAllToAll(pieces, 1 + max(p.slot for p in pieces), packing))

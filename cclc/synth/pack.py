@@ -138,51 +138,78 @@ def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.nda
     return pieces, widest
 
 
+def _geometry(coll: Collective, pieces: list[Piece], n_steps: int):
+    """Per piece: its flat ``(step, link)`` indices for every start (one row per start), its
+    hops' steps for every start, the hop boundaries when a hop has several links (``None``
+    under one link per hop), and the bandwidth of each of its links. Computed once per
+    distinct path: the pieces of one path share it (a placement then costs a few array
+    operations, not the index arithmetic)."""
+    topo = coll.topology
+    n_links = topo.n_links
+    cache: dict = {}
+    out = []
+    for p in pieces:
+        g = cache.get(p.hops)
+        if g is None:
+            sizes = [len(hop) for hop in p.hops]
+            links = np.fromiter((e for hop in p.hops for e in hop), dtype=np.int64,
+                                count=sum(sizes))
+            h = len(p.hops)
+            hop_of = np.repeat(np.arange(h), sizes)
+            firsts = (None if len(links) == h else
+                      np.concatenate([[0], np.cumsum(sizes)[:-1]]))
+            sig = np.arange(n_steps - h + 1)[:, None]
+            steps = sig + np.arange(h)[None, :]
+            g = cache[p.hops] = ((sig + hop_of[None, :]) * n_links + links[None, :],
+                                 steps, firsts, topo.link_bandwidth[links])
+        out.append(g)
+    return out
+
+
 def pack_pieces(coll: Collective, pieces: list[Piece], n_steps: int,
                 step_overhead: float = 0.0, passes: int = 2) -> Packing:
     """List-schedule ``pieces`` into ``n_steps`` steps (see the module docstring), then
     ``passes`` rounds of local search: each piece in turn is taken out and put back where it
     raises the step maxima least (never worse than where it was)."""
-    topo = coll.topology
-    item = coll.dtype.itemsize
-    bw = topo.link_bandwidth
-    L = np.zeros((n_steps, topo.n_links))
+    n_links = coll.topology.n_links
+    L = np.zeros((n_steps, n_links))
+    flat = L.reshape(-1)                 # a view: (step, link) by one index
     M = np.zeros(n_steps)
     start = np.zeros(len(pieces), dtype=np.int64)
-    shape = []
-    for p in pieces:
-        links = np.array([e for hop in p.hops for e in hop], dtype=np.int64)
-        hop_of = np.repeat(np.arange(len(p.hops)), [len(hop) for hop in p.hops])
-        firsts = (None if len(links) == len(p.hops) else
-                  np.concatenate([[0], np.cumsum([len(hop) for hop in p.hops])[:-1]]))
-        shape.append((links, hop_of, p.elems * item / bw[links], firsts))
+    geometry = _geometry(coll, pieces, n_steps)
+    item = coll.dtype.itemsize
+    adds = [p.elems * item / g[3] for p, g in zip(pieces, geometry, strict=True)]
 
     def place(i: int) -> None:
-        links, hop_of, add, firsts = shape[i]
-        h = len(pieces[i].hops)
-        sig = np.arange(n_steps - h + 1)
-        new = L[sig[:, None] + hop_of[None, :], links[None, :]] + add[None, :]
+        index, steps, firsts, _ = geometry[i]
+        add = adds[i]
+        new = flat[index]
+        new += add
         if firsts is not None:
             new = np.maximum.reduceat(new, firsts, axis=1)
-        ts = sig[:, None] + np.arange(h)[None, :]
-        inc = np.maximum(new - M[ts], 0.0).sum(axis=1)
+        before = M[steps]
+        rise = new - before
+        np.maximum(rise, 0.0, out=rise)
+        inc = rise.sum(axis=1)
         if step_overhead:
             # a step that moves nothing yet costs its software overhead once it is opened
-            inc = inc + step_overhead * (M[ts] == 0).sum(axis=1)
-        best = int(np.argmin(inc + 1e-6 * new.sum(axis=1)))
+            inc += step_overhead * (before == 0).sum(axis=1)
+        inc += 1e-6 * new.sum(axis=1)
+        best = int(inc.argmin())
         start[i] = best
-        L[best + hop_of, links] += add
+        flat[index[best]] += add
+        h = steps.shape[1]
         M[best:best + h] = np.maximum(M[best:best + h], new[best])
 
-    order = np.argsort(-np.array([a.sum() for _, _, a, _ in shape]), kind="stable").tolist()
+    order = np.argsort(-np.array([a.sum() for a in adds]), kind="stable").tolist()
     for i in order:
         place(i)
     for _ in range(passes):
         for i in order:
-            links, hop_of, add, _ = shape[i]
-            h = len(pieces[i].hops)
+            index, steps, _, _ = geometry[i]
             sigma = int(start[i])
-            L[sigma + hop_of, links] -= add
+            flat[index[sigma]] -= adds[i]
+            h = steps.shape[1]
             M[sigma:sigma + h] = L[sigma:sigma + h].max(axis=1)
             place(i)
     return Packing(start=start, n_steps=n_steps,
@@ -195,13 +222,29 @@ def packing_time(coll: Collective, pieces: list[Piece], start: np.ndarray, n_ste
     its longest hop latency (and ``step_overhead``), summed over the steps that move data."""
     topo = coll.topology
     item = coll.dtype.itemsize
-    L = np.zeros((n_steps, topo.n_links))
-    lat = np.zeros(n_steps)
+    steps, links, secs, hop_steps, hop_lat = [], [], [], [], []
+    lat_of: dict = {}
     for p, sigma in zip(pieces, start.tolist(), strict=True):
-        for k, hop in enumerate(p.hops):
-            links = list(hop)
-            L[sigma + k, links] += p.elems * item / topo.link_bandwidth[links]
-            lat[sigma + k] = max(lat[sigma + k], float(topo.link_latency[links].sum()))
+        g = lat_of.get(p.hops)
+        if g is None:
+            sizes = [len(hop) for hop in p.hops]
+            flat = np.fromiter((e for hop in p.hops for e in hop), dtype=np.int64,
+                               count=sum(sizes))
+            g = lat_of[p.hops] = (flat, np.repeat(np.arange(len(sizes)), sizes),
+                                  topo.link_bandwidth[flat],
+                                  np.array([topo.link_latency[list(hop)].sum()
+                                            for hop in p.hops]))
+        flat, hop_of, bw, lat = g
+        steps.append(sigma + hop_of)
+        links.append(flat)
+        secs.append(p.elems * item / bw)
+        hop_steps.append(sigma + np.arange(len(lat)))
+        hop_lat.append(lat)
+    L = np.zeros((n_steps, topo.n_links))
+    latency = np.zeros(n_steps)
+    if pieces:
+        np.add.at(L, (np.concatenate(steps), np.concatenate(links)), np.concatenate(secs))
+        np.maximum.at(latency, np.concatenate(hop_steps), np.concatenate(hop_lat))
     M = L.max(axis=1)
     used = M > 0
-    return float((M + lat)[used].sum() + step_overhead * used.sum())
+    return float((M + latency)[used].sum() + step_overhead * used.sum())

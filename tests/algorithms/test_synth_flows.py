@@ -114,12 +114,25 @@ def test_synth_schedules_are_correct_and_near_the_lp(name):
 
 @pytest.mark.parametrize("per_pair", [4, 240, 1 << 16])
 def test_never_slower_than_the_best_template(per_pair):
-    coll = _a2a(CASES["5x5 two faults in one ring"], per_pair=per_pair)
-    # every template simulated: pruning would skip those that cannot beat synth
+    # `algorithm synth`, with every other entry evaluated beside it (explain)
+    coll = _a2a(CASES["5x5 two faults in one ring"], per_pair=per_pair, algorithm="synth")
     p = plan(coll, explain=True, prune=False)
     times = {c.name: c.time for c in p.candidates if c.time is not None}
     best_template = min(t for name, t in times.items() if name != "synth")
     assert times["synth"] <= best_template * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("per_pair", [4, 1 << 16])
+def test_under_auto_the_planner_races_the_synthesized_schedule(per_pair):
+    # under `auto` synth returns its own schedule (no template inside it) and the planner
+    # keeps the fastest candidate: synth at large sizes, a template at tiny ones
+    coll = _a2a(CASES["5x5 two faults in one ring"], per_pair=per_pair)
+    p = plan(coll, prune=False)
+    assert any(c.name == "synth" and c.time is not None for c in p.candidates)
+    assert p.time == min(c.time for c in p.candidates if c.time is not None)
+    if per_pair == 1 << 16:
+        params = dict(p.schedule.params)
+        assert p.name == "synth" and params["status"] == "optimal" and "template" not in params
 
 
 def test_large_sizes_approach_the_lp_rate():
@@ -166,9 +179,20 @@ def test_parameters_are_checked():
     coll = _a2a(CASES["3x3x3 one fault"])
     assert "budget" in synth.applicable(coll, budget=-1)
     assert "takes budget" in synth.applicable(coll, chunks=3)
-    big = _a2a(_faulty((5, 5, 3)))
-    assert "give it a budget" in synth.applicable(big)
-    assert synth.applicable(big, budget=30) is None
+    huge = _a2a(_faulty((6, 6, 4)))
+    assert "give it a budget" in synth.applicable(huge)
+    assert synth.applicable(huge, budget=30) is None
+
+
+def test_auto_considers_synth_where_the_faults_break_the_torus_symmetry():
+    synth = get("synth")
+    healthy = _faulty((5, 5, 3))
+    assert "translations all survive" in synth.applicable(_a2a(healthy))
+    assert synth.applicable(_a2a(healthy, algorithm="synth")) is None   # asked for by name
+    assert synth.applicable(_a2a(healthy), budget=30) is None
+    assert synth.applicable(_a2a(_faulty((5, 5, 3), [(0, 1)]))) is None
+    assert synth.applicable(_a2a(_faulty((6, 6), wrap=(False, False)))) is None   # a mesh
+    assert synth.applicable(_a2a(_faulty((4, 4)))) is None           # 16 ranks: always
 
 
 @st.composite
@@ -200,3 +224,24 @@ def test_a_group_that_only_outsiders_could_join_is_not_applicable():
     t = torus("r", (6,), routing="none")
     coll = make_collective("x", A2A, t, (0, 3), 2 * 4 * 2)
     assert "cannot reach each other" in get("synth").applicable(coll)
+
+
+@pytest.mark.parametrize("per_pair", [4, 1 << 14])
+def test_the_template_race_skips_only_templates_that_cannot_win(per_pair):
+    # brute force: every applicable template built and predicted
+    from cclc.algorithms import algorithms_for
+    from cclc.algorithms.synth_flows import _best_template
+    from cclc.execution import predict
+
+    coll = _a2a(CASES["5x5 two faults in one ring"], per_pair=per_pair, algorithm="synth")
+    auto = _a2a(CASES["5x5 two faults in one ring"], per_pair=per_pair)
+    times = [float(predict(a.build(auto)).time) for a in algorithms_for(auto)
+             if a.name != "synth" and a.applicable(auto) is None]
+    fastest = min(times)
+    # whenever a template beats `beat`, the fastest one is found; otherwise any found
+    # template is no faster than `beat` (synth keeps its own schedule)
+    assert _best_template(coll)[2] == fastest
+    assert _best_template(coll, beat=2 * fastest)[2] == fastest
+    assert _best_template(coll, beat=fastest * (1 + 1e-6))[2] == fastest
+    below = _best_template(coll, beat=0.5 * fastest)
+    assert below is None or below[2] >= fastest

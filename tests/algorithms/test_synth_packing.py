@@ -114,12 +114,9 @@ def test_basic_paths_property_random_faulty_tori(dims, seed, n_faults):
              if topo.link_src[e] < topo.link_dst[e]]
     picked = [cands[i] for i in rng.choice(len(cands), size=n_faults, replace=False)]
     faulty = with_faults(topo, links=picked + [(b, a) for a, b in picked])
-    coll = _a2a(faulty, size_per_pair=1 << 12)
-    from cclc.synth.flows import group_connected
-
-    if not group_connected(coll):
-        return
-    _check_basic(coll)
+    if not faulty.is_connected(faulty.live_ranks()):
+        return                    # two faults in a ring of 5 can cut it: no collective there
+    _check_basic(_a2a(faulty, size_per_pair=1 << 12))
 
 
 def test_default_split_stays_within_the_pieces_budget():
