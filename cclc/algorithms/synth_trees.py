@@ -29,7 +29,7 @@ and bandwidth time ``beta``, with at most :data:`MAX_OPS` ops, :data:`MAX_OPS_AU
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Schedule
 from cclc.synth import tree_schedule
+from cclc.synth.joint_trees import link_use, pack_allreduce_trees
 from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.splitting import split_switches
 from cclc.synth.trees import (
@@ -84,14 +85,16 @@ class TreeSynthesis:
     solve_s: float
 
 
-def _allreduce_reference(coll: Collective) -> float:
+def _allreduce_reference(coll: Collective) -> tuple[float, float]:
     """AllReduce's reference time: the bound of :mod:`cclc.bounds` (its joint reduce-scatter +
     allgather LP, where it runs; else the closed forms). Not the sum of the two phases'
-    optima: overlapping the phases on full-duplex links beats that sum."""
+    optima: overlapping the phases on full-duplex links beats that sum. Also returns the
+    strongest bandwidth bound (all but the latency bound), the joint packing's target."""
     from cclc.bounds import bounds
 
     # the best of all: the LP prices bandwidth only, the closed forms include latency
-    return bounds(coll).best
+    b = bounds(coll)
+    return b.best, max(x.seconds for x in b.items if x.name != "latency")
 
 
 def _applicable(coll: Collective, **params) -> str | None:
@@ -150,9 +153,13 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     rate_ag = forestcoll_rate(net, members, probe) if need_ag else None
     rate_rs = forestcoll_rate(net.reverse(copy=True), members, probe) if need_rs else None
     optimal = sum(block / r for r in (rate_ag, rate_rs) if r is not None)
-    if coll.kind is CollectiveKind.ALLREDUCE:
-        optimal = _allreduce_reference(coll)
     best: tuple[float, HopGraph, TreePacking | None, TreePacking | None] | None = None
+    if coll.kind is CollectiveKind.ALLREDUCE:
+        optimal, bandwidth_time = _allreduce_reference(coll)
+        # both phases' trees under one set of link prices (cclc.synth.joint_trees), within
+        # half the budget; the separately packed phases below race it
+        best = _joint_allreduce(coll, g, node_perm, edge_perm, [trees] if trees else [1, 2, 3],
+                                block, bandwidth_time, rate_ag, rate_rs, t0 + budget / 2)
     # (physical moves, AllGather packing graph, ReduceScatter packing graph, symmetry,
     #  packings -> physical moves, numbers of trees to try)
     ks = [trees] if trees else [1, 2, 3]
@@ -290,6 +297,34 @@ def _on_links(phys: HopGraph, p: TreePacking, rate: float, moves: np.ndarray,
     return TreePacking(p.parent, edge, load, status, p.solve_s)
 
 
+def _joint_allreduce(coll: Collective, g: HopGraph, node_perm: np.ndarray,
+                     edge_perm: np.ndarray, ks: list[int], block: float,
+                     bandwidth_time: float, rate_ag: float, rate_rs: float, deadline: float):
+    """The best joint AllReduce packing over ``ks`` trees per root by predicted time:
+    ``(predicted, g, ag, rs)``, or ``None`` when the deadline came before the first."""
+    best = None
+    for k in ks:
+        if best is not None and time.monotonic() > deadline:
+            break
+        rs, ag = pack_allreduce_trees(g, block / bandwidth_time, k, node_perm, edge_perm,
+                                      deadline)
+        # each packing's load relative to its own phase's optimum, as TreePacking says
+        rs, ag = (replace(p, load=_phase_load(g, p, rate)) for p, rate in
+                  ((rs, rate_rs), (ag, rate_ag)))
+        predicted = _predict(coll, g, ag, rs, block, None, None)[0]
+        if best is None or predicted < best[0] * (1 - _BETTER_BY):
+            best = (predicted, g, ag, rs)
+        if ag.status == "optimal":
+            break
+    return best
+
+
+def _phase_load(g: HopGraph, p: TreePacking, rate: float) -> float:
+    """The busiest link's load of one phase's trees relative to its share at ``rate``."""
+    ok = g.capacity > 0
+    return float((link_use(g, p)[ok] * rate / p.k / g.capacity[ok]).max())
+
+
 def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
              block: float, rate_ag: float | None, rate_rs: float | None,
              chunks: int | None = None, max_ops: int = MAX_OPS) -> tuple[float, int]:
@@ -300,9 +335,22 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
     beta / C)``. AllReduce's phases overlap: its first ``H_rs`` steps carry only reductions,
     its last ``H_ag`` only the broadcast, the ``C - 1`` between both.
     """
-    phases = [(block * p.load / rate, int(p.depth().max()))
-              for p, rate in ((rs, rate_rs), (ag, rate_ag)) if p is not None]
     k = (ag or rs).k
+    if rs is not None and ag is not None:
+        # per phase and for both at once, from the trees crossing each link (the joint
+        # packings' loads are relative to the AllReduce bound, not to a phase's optimum)
+        use_rs, use_ag = link_use(g, rs), link_use(g, ag)
+        ok = g.capacity > 0
+
+        def busiest(use: np.ndarray) -> float:
+            return block / k * float((use[ok] / g.capacity[ok]).max())
+
+        phases = [(busiest(use_rs), int(rs.depth().max())),
+                  (busiest(use_ag), int(ag.depth().max()))]
+        both = busiest(use_rs + use_ag)
+    else:
+        phases = [(block * p.load / rate, int(p.depth().max()))
+                  for p, rate in ((rs, rate_rs), (ag, rate_ag)) if p is not None]
     # a step costs its latency plus the software cost of the model the planner prices with
     # (nothing under the IR's lockstep model; see cclc.synth.pricing)
     alpha = (float(g.latency.max()) if g.m else 0.0) + step_cost(pricing_model())
@@ -316,8 +364,7 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
         beta, height = phases[0]
         t = (c + height - 1) * (alpha + beta / c)
     else:
-        t = (c - 1) * (alpha + sum(b for b, _ in phases) / c) + sum(
-            h * (alpha + b / c) for b, h in phases)
+        t = (c - 1) * (alpha + both / c) + sum(h * (alpha + b / c) for b, h in phases)
     best = int(np.argmin(t))
     # the MSCCL runtimes need equal chunks: prefer a depth whose k * C chunks divide every
     # block when it costs under _EQUAL_CHUNKS_SLACK more predicted time
