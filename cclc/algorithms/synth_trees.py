@@ -42,6 +42,7 @@ from cclc.synth import tree_schedule
 from cclc.synth.joint_trees import link_use, pack_allreduce_trees
 from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.splitting import split_switches
+from cclc.synth.tree_time import allreduce_lockstep_time
 from cclc.synth.trees import (
     HopGraph,
     TreePacking,
@@ -325,6 +326,20 @@ def _phase_load(g: HopGraph, p: TreePacking, rate: float) -> float:
     return float((link_use(g, p)[ok] * rate / p.k / g.capacity[ok]).max())
 
 
+def _ops_per_chunk(p: TreePacking, folds: bool) -> int:
+    """Ops one chunk of every tree of ``p`` adds: a send per tree edge and, for in-trees, a
+    local fold per child that is not its parent's first."""
+    n, k, _ = p.parent.shape
+    edges = n * (n - 1) * k
+    if not folds:
+        return edges
+    nonroot = np.ones((n, k, n), dtype=bool)
+    nonroot[np.arange(n), :, np.arange(n)] = False
+    r, j, _ = np.nonzero(nonroot)
+    parents = len(np.unique((r * k + j) * n + p.parent[nonroot]))
+    return 2 * edges - parents
+
+
 def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
              block: float, rate_ag: float | None, rate_rs: float | None,
              chunks: int | None = None, max_ops: int = MAX_OPS) -> tuple[float, int]:
@@ -355,9 +370,11 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
     # (nothing under the IR's lockstep model; see cclc.synth.pricing)
     alpha = (float(g.latency.max()) if g.m else 0.0) + step_cost(pricing_model())
     elems = coll.count // coll.n                      # the smallest block, in elements
-    # an in-tree edge is a send and, for all but a first child, a local fold
-    per_chunk = (2 if rs is not None else 0) + (1 if ag is not None else 0)
-    cap = max(1, min(elems // k, max_ops // max(1, per_chunk * coll.n * (coll.n - 1) * k)))
+    # an in-tree edge is a send and, for all but a first child, a local fold: ops per chunk
+    # of every tree, counted
+    per_chunk = sum(_ops_per_chunk(p, folds) for p, folds in ((rs, True), (ag, False))
+                    if p is not None)
+    cap = max(1, min(elems // k, max_ops // max(1, per_chunk)))
     c = np.arange(1, cap + 1, dtype=float) if chunks is None else \
         np.array([max(1, min(chunks, max(1, elems // k)))], dtype=float)
     if len(phases) == 1:
@@ -374,7 +391,19 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
         alt = int(np.flatnonzero(even)[np.argmin(t[even])])
         if t[alt] <= t[best] * (1 + _EQUAL_CHUNKS_SLACK):
             best = alt
-    return float(t[best]), int(c[best])
+    if rs is None or ag is None:
+        return float(t[best]), int(c[best])
+    # AllReduce: the closed form charges every fill and drain step a whole phase's load, so
+    # it overstates the fill and deeper pipelines; the lockstep time of the packings
+    # (cclc.synth.tree_time) decides between the depth it chose and deeper ones
+    options = {int(c[best])}
+    if chunks is None:
+        for x in (min(cap, int(c[best] * 1.5)), cap):
+            if even[x - 1] or not even[best]:
+                options.add(x)
+    exact = {x: allreduce_lockstep_time(g, rs, ag, block, x, alpha) for x in sorted(options)}
+    chosen = min(exact, key=exact.get)
+    return exact[chosen], chosen
 
 
 #: the predicted time a pipeline depth with equal chunks may cost over the best depth

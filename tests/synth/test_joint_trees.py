@@ -19,7 +19,9 @@ from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.numeric import check_numeric
 from cclc.sim import simulate
+from cclc.synth import tree_schedule
 from cclc.synth.joint_trees import link_use, pack_allreduce_trees
+from cclc.synth.tree_time import allreduce_lockstep_time
 from cclc.synth.trees import hop_graph, translations
 from cclc.topology import torus, with_faults
 from cclc.verify import verify
@@ -129,3 +131,21 @@ def test_joint_allreduce_verifies_and_matches_numpy(dims, links, ranks):
     verify(s)
     check_numeric(s)
     assert float(simulate(s).time) >= bounds(coll).best * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("dims, links, ranks, k, chunks", [((5, 5), [0], (), 1, 4),
+                                                           ((4, 4), [], (6,), 2, 3),
+                                                           ((3, 4), [0, 17], (), 3, 2),
+                                                           ((2, 3, 2), [5], (), 1, 5)])
+def test_lockstep_time_of_the_packings_is_the_simulated_time(dims, links, ranks, k, chunks):
+    """allreduce_lockstep_time against cclc.sim on the built schedule (equal chunks, equal
+    latencies: the two must agree to rounding)."""
+    topo = _faulty_torus(dims, links, ranks)
+    group = topo.live_ranks()
+    n = len(group)
+    coll = make_collective("ar", K.ALLREDUCE, topo, group, size=n * 4 * k * chunks * 7)
+    syn = synthesize_trees(coll, budget=30, trees=k)
+    s = tree_schedule.allreduce_ops(coll, syn.graph, syn.rs, syn.ag, chunks, ())
+    alpha = float(syn.graph.latency.max())
+    predicted = allreduce_lockstep_time(syn.graph, syn.rs, syn.ag, coll.size / n, chunks, alpha)
+    assert predicted == pytest.approx(float(simulate(s).time), rel=1e-9)
