@@ -195,12 +195,10 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
 
 
 #: how much lower a later AllReduce candidate's predicted time must be to replace the one
-#: kept: the prediction of the overlapped phases charges every step the busiest link's load,
-#: which overstates a packing slightly above its optimum (on the 6x6 torus with three faults
-#: the AllReduce of one tree per root, 2.9% above the optimum, was predicted 0.5% slower
-#: than three trees per root and simulated 3.4% faster: fewer trees pipeline more chunks
-#: within the op limit)
-_BETTER_BY = 0.02
+#: kept: the prediction is the lockstep time of the packings (cclc.synth.tree_time), equal to
+#: the simulated time up to the chunks' rounding to whole elements (a closed form that charged
+#: the fill and drain steps whole loads needed 2% here)
+_BETTER_BY = 0.002
 
 #: trees per root tried on the split graph: its logical edges hold small shares of the
 #: switches, so equal-weight trees need more of them to fit the capacities closely (most
