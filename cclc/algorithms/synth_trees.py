@@ -157,8 +157,12 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     best: tuple[float, HopGraph, TreePacking | None, TreePacking | None] | None = None
     if coll.kind is CollectiveKind.ALLREDUCE:
         optimal, bandwidth_time = _allreduce_reference(coll)
+    if coll.kind is CollectiveKind.ALLREDUCE and coll.topology.n_vertices == coll.topology.n_ranks:
         # both phases' trees under one set of link prices (cclc.synth.joint_trees), within
-        # half the budget; the separately packed phases below race it
+        # half the budget; the separately packed phases below race it. Not through switches:
+        # there the shallow trees over fewest-hop paths overload the roots' uplinks (34% of
+        # the bound on hgx16_leafspine, 31% on pcie_oversubscribed; on the split graph's
+        # paths 75% and 91% against 81% and 93% for the phases packed apart)
         best = _joint_allreduce(coll, g, node_perm, edge_perm, [trees] if trees else [1, 2, 3],
                                 block, bandwidth_time, rate_ag, rate_rs, t0 + budget / 2)
     # (physical moves, AllGather packing graph, ReduceScatter packing graph, symmetry,
@@ -391,14 +395,18 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
             best = alt
     if rs is None or ag is None:
         return float(t[best]), int(c[best])
-    # AllReduce: the closed form charges every fill and drain step a whole phase's load, so
-    # it overstates the fill and deeper pipelines; the lockstep time of the packings
-    # (cclc.synth.tree_time) decides between the depth it chose and deeper ones
+    # AllReduce: the closed form charges every fill and drain step a whole phase's load and
+    # the slowest move's latency, so it can be off either way; the lockstep time of the
+    # packings (cclc.synth.tree_time) decides between the depth it chose and a few others
     options = {int(c[best])}
     if chunks is None:
-        for x in (min(cap, int(c[best] * 1.5)), cap):
-            if even[x - 1] or not even[best]:
-                options.add(x)
+        for x in (max(1, int(c[best] / 1.5)), min(cap, int(c[best] * 1.5)), cap):
+            if even[best] and not even[x - 1]:
+                shallower = np.flatnonzero(even[:x])
+                if not len(shallower):
+                    continue
+                x = int(shallower[-1]) + 1                  # the deepest equal-chunk one
+            options.add(x)
     exact = {x: allreduce_lockstep_time(g, rs, ag, block, x, alpha) for x in sorted(options)}
     chosen = min(exact, key=exact.get)
     return exact[chosen], chosen

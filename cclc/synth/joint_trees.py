@@ -35,6 +35,8 @@ _DEPTH_WEIGHT = 0.25
 _DEPTH_SLACK = 1
 #: rounds without a lower peak load after which the search stops
 _PATIENCE = 4
+#: how much a growing tree's own uses of a link raise its price (its translates always count)
+_SELF_WEIGHT = 0.0
 #: steepness of the link prices in the load (prices ``exp(alpha * load)``)
 _ALPHA = 12.0
 
@@ -101,7 +103,7 @@ def pack_allreduce_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray
             np.add.at(own_self, fam.edge_links[h], 1.0)
             # the tree's own uses do not count (a root's few links carry all of its trees),
             # its translates' do: they stand for other roots' trees
-            felt = own[touched] - own_self[touched]
+            felt = own[touched] - (1.0 - _SELF_WEIGHT) * own_self[touched]
             p[touched] = np.exp(np.minimum(_ALPHA * (load[touched] + felt * unit[touched]),
                                            600.0)) * unit[touched]
         return parent, edge, own
