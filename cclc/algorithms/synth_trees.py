@@ -376,7 +376,9 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
     # of every tree, counted
     per_chunk = sum(_ops_per_chunk(p, folds) for p, folds in ((rs, True), (ag, False))
                     if p is not None)
-    cap = max(1, min(elems // k, max_ops // max(1, per_chunk)))
+    # besides: a local copy per rank and a seed copy per inner member of every tree
+    fixed = coll.n * (1 + (coll.n * k if rs is not None else 0))
+    cap = max(1, min(elems // k, max(0, max_ops - fixed) // max(1, per_chunk)))
     c = np.arange(1, cap + 1, dtype=float) if chunks is None else \
         np.array([max(1, min(chunks, max(1, elems // k)))], dtype=float)
     if len(phases) == 1:

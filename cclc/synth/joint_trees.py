@@ -31,8 +31,10 @@ __all__ = ["link_use", "pack_allreduce_trees"]
 
 #: price of one level of depth relative to the median move (as in pack_trees): shallow trees
 _DEPTH_WEIGHT = 0.25
-#: levels a tree may grow beyond the hop distance to its farthest member
-_DEPTH_SLACK = 1
+#: levels a tree may grow beyond the hop distance to its farthest member: none (pack_trees
+#: allows one); on the faulty tori of benchmarks/synth_trees.py the joint packings were as
+#: balanced without it and a level shallower (4x4x4 with two faults: 6 instead of 7)
+_DEPTH_SLACK = 0
 #: rounds without a lower peak load after which the search stops
 _PATIENCE = 4
 #: how much a growing tree's own uses of a link raise its price (its translates always count)
