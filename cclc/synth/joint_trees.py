@@ -31,10 +31,6 @@ __all__ = ["link_use", "pack_allreduce_trees"]
 
 #: price of one level of depth relative to the median move (as in pack_trees): shallow trees
 _DEPTH_WEIGHT = 0.25
-#: levels a tree may grow beyond the hop distance to its farthest member: none (pack_trees
-#: allows one); on the faulty tori of benchmarks/synth_trees.py the joint packings were as
-#: balanced without it and a level shallower (4x4x4 with two faults: 6 instead of 7)
-_DEPTH_SLACK = 0
 #: rounds without a lower peak load after which the search stops
 _PATIENCE = 4
 #: how much a growing tree's own uses of a link raise its price (its translates always count)
@@ -53,8 +49,8 @@ def link_use(g: HopGraph, p: TreePacking) -> np.ndarray:
 
 
 def pack_allreduce_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray,
-                         edge_perm: np.ndarray, deadline: float, rounds: int = 40,
-                         seed: int = 0) -> tuple[TreePacking, TreePacking]:
+                         edge_perm: np.ndarray, deadline: float, depth_slack: int = 1,
+                         rounds: int = 40, seed: int = 0) -> tuple[TreePacking, TreePacking]:
     """``k`` in-trees (returned as out-trees of ``g.reversed()``) and ``k`` out-trees of ``g``
     per root, under one set of link prices.
 
@@ -62,6 +58,8 @@ def pack_allreduce_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray
     block over the bound's time); a tree carries ``rate / k``. Returns ``(rs, ag)``, both with
     ``load`` the peak of the two phases together (1.0: the bound is met) and ``status``
     ``optimal`` / ``feasible`` / ``budget`` as :func:`cclc.synth.trees.pack_trees`.
+    ``depth_slack``: levels a tree may grow beyond the hop distance from its root to the
+    farthest member (depth is pipeline fill; fewer levels also leave fewer ways to balance).
     """
     t0 = time.monotonic()
     n = g.n
@@ -71,7 +69,7 @@ def pack_allreduce_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray
     share = rate / k
     unit = np.where(cap > 0, share / np.where(cap > 0, cap, 1.0), 0.0)
     symmetric = len(link_perm) > 1
-    families = [_Family(g.reversed()), _Family(g)]
+    families = [_Family(g.reversed(), depth_slack), _Family(g, depth_slack)]
     base = families[0].inc @ unit
     depth_price = _DEPTH_WEIGHT * float(np.median(base[base > 0])) if (base > 0).any() else 1.0
     load = np.zeros(len(cap))
@@ -163,12 +161,12 @@ def _translate(trees: dict, n: int, k: int, node_perm: np.ndarray, edge_perm: np
 class _Family:
     """One phase's move graph and what growing its trees reads often."""
 
-    def __init__(self, g: HopGraph):
+    def __init__(self, g: HopGraph, depth_slack: int):
         self.g = g
         self.inc = g.incidence()
         # on a torus every move is one link: its price is that link's
         self.single = g.links if np.all(np.diff(g.offsets) == 1) else None
         hops = shortest_path(csr_matrix((np.ones(g.m), (g.src, g.dst)), shape=(g.n, g.n)),
                              unweighted=True)
-        self.limit = np.where(np.isfinite(hops), hops, 0).max(axis=1) + _DEPTH_SLACK
+        self.limit = np.where(np.isfinite(hops), hops, 0).max(axis=1) + depth_slack
         self.edge_links = [g.links[g.offsets[h]:g.offsets[h + 1]] for h in range(g.m)]
