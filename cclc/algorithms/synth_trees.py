@@ -3,7 +3,10 @@
 The packing and its optimum are in :mod:`cclc.synth.trees`, the ops in
 :mod:`cclc.synth.tree_schedule`. On a machine with switches two graphs compete: the hop graph
 (fewest-hop rank-to-rank paths) and ForestColl's rank-only graph left by splitting the switches
-off (:mod:`cclc.synth.splitting`); the packing with the lower predicted time wins.
+off (:mod:`cclc.synth.splitting`); the packing with the lower predicted time wins. An
+AllReduce on a machine without switches first packs its in-trees and out-trees jointly
+(:mod:`cclc.synth.joint_trees`; ``status`` ``optimal`` there means the trees meet the
+AllReduce bandwidth bound), raced against the phases packed apart.
 
 This module chooses the number of trees per root ``k`` and
 of chunks per tree ``C``, keeps to the time budget and records what it did in the schedule's
@@ -360,7 +363,10 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
 
     One phase of height ``H`` and bandwidth time ``beta`` takes ``(C + H - 1) * (alpha +
     beta / C)``. AllReduce's phases overlap: its first ``H_rs`` steps carry only reductions,
-    its last ``H_ag`` only the broadcast, the ``C - 1`` between both.
+    its last ``H_ag`` only the broadcast, the ``C - 1`` between both; that closed form picks a
+    depth, and the AllReduce's time is the lockstep time of the packings
+    (:func:`cclc.synth.tree_time.allreduce_lockstep_time`) at the best of that depth and a
+    few around it.
     """
     k = (ag or rs).k
     if rs is not None and ag is not None:
