@@ -10,6 +10,7 @@ software cost) under each topology's declared routing; none is a measurement on 
 
     python benchmarks/synth_trees.py                 # 1 GiB and 128 MiB, every case
     python benchmarks/synth_trees.py --quick         # 128 MiB, the small cases
+    python benchmarks/synth_trees.py --only mesh4x4 --kinds allreduce --sizes 1024,128
 """
 
 from __future__ import annotations
@@ -114,16 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-templates", action="store_true", help="skip the template column")
     ap.add_argument("--only", default="", help="only cases whose name contains this text")
     ap.add_argument("--sizes", default="", help="comma-separated sizes in MiB")
+    ap.add_argument("--kinds", default="",
+                    help="comma-separated collectives (allgather, reducescatter, allreduce)")
     args = ap.parse_args(argv)
     sizes = [128 << 20] if args.quick else [1 << 30, 128 << 20]
     if args.sizes:
         sizes = [int(float(x) * (1 << 20)) for x in args.sizes.split(",")]
     print("predicted by the ir model: lockstep steps, no software cost; % of the best "
           "lower bound of cclc.bounds")
+    kinds = [CollectiveKind(x) for x in args.kinds.split(",")] if args.kinds else KINDS
     for label, topo in _machines(args.quick):
         if args.only not in label:
             continue
-        for kind in KINDS:
+        for kind in kinds:
             for size in sizes:
                 _print(run_case(label, topo, kind, size, not args.no_templates))
     return 0

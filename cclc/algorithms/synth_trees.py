@@ -3,7 +3,10 @@
 The packing and its optimum are in :mod:`cclc.synth.trees`, the ops in
 :mod:`cclc.synth.tree_schedule`. On a machine with switches two graphs compete: the hop graph
 (fewest-hop rank-to-rank paths) and ForestColl's rank-only graph left by splitting the switches
-off (:mod:`cclc.synth.splitting`); the packing with the lower predicted time wins.
+off (:mod:`cclc.synth.splitting`); the packing with the lower predicted time wins. An
+AllReduce on a machine without switches first packs its in-trees and out-trees jointly
+(:mod:`cclc.synth.joint_trees`; ``status`` ``optimal`` there means the trees meet the
+AllReduce bandwidth bound), raced against the phases packed apart.
 
 This module chooses the number of trees per root ``k`` and
 of chunks per tree ``C``, keeps to the time budget (the packer reads the clock before every
@@ -32,7 +35,7 @@ and bandwidth time ``beta``, with at most :data:`MAX_OPS` ops, :data:`MAX_OPS_AU
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -45,8 +48,10 @@ from cclc.errors import CollectiveError
 from cclc.ir import Schedule
 from cclc.synth import tree_schedule
 from cclc.synth.fabric_symmetry import find_free_automorphism, member_powers
+from cclc.synth.joint_trees import link_use, pack_allreduce_trees
 from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.splitting import split_switches
+from cclc.synth.tree_time import allreduce_lockstep_time
 from cclc.synth.trees import (
     HopGraph,
     TreePacking,
@@ -90,14 +95,16 @@ class TreeSynthesis:
     solve_s: float
 
 
-def _allreduce_reference(coll: Collective) -> float:
+def _allreduce_reference(coll: Collective) -> tuple[float, float]:
     """AllReduce's reference time: the bound of :mod:`cclc.bounds` (its joint reduce-scatter +
     allgather LP, where it runs; else the closed forms). Not the sum of the two phases'
-    optima: overlapping the phases on full-duplex links beats that sum."""
+    optima: overlapping the phases on full-duplex links beats that sum. Also returns the
+    strongest bandwidth bound (all but the latency bound), the joint packing's target."""
     from cclc.bounds import bounds
 
     # the best of all: the LP prices bandwidth only, the closed forms include latency
-    return bounds(coll).best
+    b = bounds(coll)
+    return b.best, max(x.seconds for x in b.items if x.name != "latency")
 
 
 def _applicable(coll: Collective, **params) -> str | None:
@@ -166,10 +173,11 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     rate_ag = forestcoll_rate(net, members, probe) if need_ag else None
     rate_rs = forestcoll_rate(net.reverse(copy=True), members, probe) if need_rs else None
     optimal = sum(block / r for r in (rate_ag, rate_rs) if r is not None)
-    if coll.kind is CollectiveKind.ALLREDUCE:
-        optimal = _allreduce_reference(coll)
     best: tuple[float, HopGraph, TreePacking | None, TreePacking | None] | None = None
-    best_raw = float("inf")       # the kept packing's time before the equal-chunk preference
+    kept = None        # the kept separate packing's phase times (see _cannot_win)
+    if coll.kind is CollectiveKind.ALLREDUCE:
+        optimal, best = _allreduce_start(coll, g, node_perm, edge_perm, trees, block, rate_ag,
+                                         rate_rs, t0 + budget * _JOINT_SHARE)
     # (physical moves, AllGather packing graph, ReduceScatter packing graph, symmetry,
     #  packings -> physical moves, numbers of trees to try)
     ks = [trees] if trees else [1, 2, 3]
@@ -181,10 +189,8 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
             candidates.append(split + ([trees] if trees else _SPLIT_TREES,))
     margin = _BETTER_BY if coll.kind is CollectiveKind.ALLREDUCE else 1e-9
     for phys, g_ag, g_rs, nodes, edges, realize, k_list in candidates:
-        floor = _predict_floor(coll, phys, (g_ag, g_rs), block, rate_ag, rate_rs)
-        if best is not None and floor >= best_raw * (1 - max(margin, _TIE)):
-            # no packing of this graph can be predicted faster than the one kept (its time
-            # rises with the load, at least 1, and the height, at least the eccentricity):
+        if kept is not None and _cannot_win(coll, phys, (g_ag, g_rs), block, rate_ag,
+                                            rate_rs, kept, max(margin, _TIE)):
             # on the 128-GPU fabric example this skips 30 s of packing the split graph
             continue
         for k in k_list:
@@ -201,8 +207,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
             predicted = _predict(coll, phys, ag, rs, block, rate_ag, rate_rs)[0]
             if best is None or predicted < best[0] * (1 - margin):
                 best = (predicted, phys, ag, rs)
-                best_raw = _predict(coll, phys, ag, rs, block, rate_ag, rate_rs,
-                                    equal_chunks=False)[0]
+                kept = _phase_times(coll, phys, ag, rs, block, rate_ag, rate_rs)
             if all(p is None or p.status == "optimal" for p in (ag, rs)):
                 break
     if best is None:
@@ -214,12 +219,14 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
 
 
 #: how much lower a later AllReduce candidate's predicted time must be to replace the one
-#: kept: the prediction of the overlapped phases charges every step the busiest link's load,
-#: which overstates a packing slightly above its optimum (on the 6x6 torus with three faults
-#: the AllReduce of one tree per root, 2.9% above the optimum, was predicted 0.5% slower
-#: than three trees per root and simulated 3.4% faster: fewer trees pipeline more chunks
-#: within the op limit)
-_BETTER_BY = 0.02
+#: kept: the prediction is the lockstep time of the packings (cclc.synth.tree_time), equal to
+#: the simulated time up to the chunks' rounding to whole elements (a closed form that charged
+#: the fill and drain steps whole loads needed 2% here)
+_BETTER_BY = 0.002
+
+#: the share of the budget the joint AllReduce packing may take (more trees per root pack
+#: closer to the bound: 96.5%, 98.7%, 99.5% for 1, 2, 3 on the 4x4x4 torus with two faults)
+_JOINT_SHARE = 0.8
 
 #: relative difference under which a candidate graph's best possible prediction counts as a
 #: tie with the packing kept (not worth packing: it could win only by the equal-chunk
@@ -322,6 +329,34 @@ def _on_links(phys: HopGraph, p: TreePacking, rate: float, moves: np.ndarray,
     return TreePacking(p.parent, edge, load, status, p.solve_s)
 
 
+def _phase_times(coll: Collective, g: HopGraph, ag: TreePacking | None,
+                 rs: TreePacking | None, block: float, rate_ag: float | None,
+                 rate_rs: float | None) -> tuple[float, ...]:
+    """The predicted time of each phase of a packing alone (AllGather's, ReduceScatter's),
+    before the equal-chunk preference."""
+    return tuple(_predict(coll, g, a, r, block, ra, rr, equal_chunks=False)[0]
+                 for a, r, ra, rr in ((ag, None, rate_ag, None), (None, rs, None, rate_rs))
+                 if (a or r) is not None)
+
+
+def _cannot_win(coll: Collective, g: HopGraph, packing_graphs: tuple, block: float,
+                rate_ag: float | None, rate_rs: float | None, kept: tuple[float, ...],
+                tie: float) -> bool:
+    """Whether to skip packing the candidate graph ``g``: no packing of it can make any
+    phase faster than the kept packing's phase times ``kept`` (:func:`_phase_times`).
+
+    For AllGather and ReduceScatter (one phase) that is a proof that the candidate cannot
+    win: :func:`_predict_floor` is a lower bound on its prediction. For AllReduce it is a
+    heuristic: the overlapped phases' lockstep time of a packing no phase of which is faster
+    could still be lower, where its phases crowd different links (no floor of the overlapped
+    time would skip anything: the phases' floors added are not one, and what is one, the
+    AllReduce bound, is below every packing found on the fabric examples)."""
+    rates = [(rate_ag, None), (None, rate_rs)]
+    floors = [_predict_floor(coll, g, packing_graphs, block, ra, rr) for ra, rr in rates
+              if (ra or rr) is not None]
+    return all(f >= t * (1 - tie) for f, t in zip(floors, kept, strict=True))
+
+
 def _predict_floor(coll: Collective, g: HopGraph, packing_graphs: tuple, block: float,
                    rate_ag: float | None, rate_rs: float | None) -> float:
     """A lower bound on :func:`_predict` for every packing of ``packing_graphs`` (AllGather's,
@@ -355,6 +390,70 @@ def _pipeline_times(c: np.ndarray, phases: list[tuple[float, int]], alpha: float
         h * (alpha + b / c) for b, h in phases)
 
 
+def _allreduce_start(coll: Collective, g: HopGraph, node_perm, edge_perm, trees: int | None,
+                     block: float, rate_ag: float, rate_rs: float, deadline: float):
+    """AllReduce's reference time and, on a machine without switches, the best joint packing
+    of its in-trees and out-trees (``(predicted, g, ag, rs)`` or ``None``)."""
+    optimal, bandwidth_time = _allreduce_reference(coll)
+    if coll.topology.n_vertices != coll.topology.n_ranks:
+        # not through switches: there the shallow trees over fewest-hop paths overload the
+        # roots' uplinks (34% of the bound on hgx16_leafspine, 31% on pcie_oversubscribed; on
+        # the split graph's paths 75% and 91% against 81% and 93% for the phases packed apart)
+        return optimal, None
+    # both phases' trees under one set of link prices (cclc.synth.joint_trees), within
+    # _JOINT_SHARE of the budget; the separately packed phases race it in what is left (on
+    # the faulty tori of benchmarks/synth_trees.py each of them fills the links at its own
+    # optimum: 76-84% of the bound)
+    return optimal, _joint_allreduce(coll, g, node_perm, edge_perm,
+                                     [trees] if trees else [1, 2, 3], block, bandwidth_time,
+                                     rate_ag, rate_rs, deadline)
+
+
+def _joint_allreduce(coll: Collective, g: HopGraph, node_perm: np.ndarray,
+                     edge_perm: np.ndarray, ks: list[int], block: float,
+                     bandwidth_time: float, rate_ag: float, rate_rs: float, deadline: float):
+    """The best joint AllReduce packing over ``ks`` trees per root by predicted time:
+    ``(predicted, g, ag, rs)``, or ``None`` when the deadline came before the first."""
+    best = None
+    # trees as deep as the farthest member's hop distance, then a level deeper: neither wins
+    # everywhere (the faulty 4x4x4 torus balances as well a level shallower; the 4x4 mesh
+    # and the 4x4 torus with a failed rank balance better with the extra level)
+    for k, slack in ((k, slack) for k in ks for slack in (0, 1)):
+        if best is not None and time.monotonic() > deadline:
+            break
+        rs, ag = pack_allreduce_trees(g, block / bandwidth_time, k, node_perm, edge_perm,
+                                      deadline, depth_slack=slack)
+        # each packing's load relative to its own phase's optimum, as TreePacking says
+        rs, ag = (replace(p, load=_phase_load(g, p, rate)) for p, rate in
+                  ((rs, rate_rs), (ag, rate_ag)))
+        predicted = _predict(coll, g, ag, rs, block, None, None)[0]
+        if best is None or predicted < best[0] * (1 - _BETTER_BY):
+            best = (predicted, g, ag, rs)
+        if ag.status == "optimal":
+            break
+    return best
+
+
+def _phase_load(g: HopGraph, p: TreePacking, rate: float) -> float:
+    """The busiest link's load of one phase's trees relative to its share at ``rate``."""
+    ok = g.capacity > 0
+    return float((link_use(g, p)[ok] * rate / p.k / g.capacity[ok]).max())
+
+
+def _ops_per_chunk(p: TreePacking, folds: bool) -> int:
+    """Ops one chunk of every tree of ``p`` adds: a send per tree edge and, for in-trees, a
+    local fold per child that is not its parent's first."""
+    n, k, _ = p.parent.shape
+    edges = n * (n - 1) * k
+    if not folds:
+        return edges
+    nonroot = np.ones((n, k, n), dtype=bool)
+    nonroot[np.arange(n), :, np.arange(n)] = False
+    r, j, _ = np.nonzero(nonroot)
+    parents = len(np.unique((r * k + j) * n + p.parent[nonroot]))
+    return 2 * edges - parents
+
+
 def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
              block: float, rate_ag: float | None, rate_rs: float | None,
              chunks: int | None = None, max_ops: int = MAX_OPS, equal_chunks: bool = True
@@ -364,21 +463,45 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
 
     One phase of height ``H`` and bandwidth time ``beta`` takes ``(C + H - 1) * (alpha +
     beta / C)``. AllReduce's phases overlap: its first ``H_rs`` steps carry only reductions,
-    its last ``H_ag`` only the broadcast, the ``C - 1`` between both.
+    its last ``H_ag`` only the broadcast, the ``C - 1`` between both; that closed form picks a
+    depth, and the AllReduce's time is the lockstep time of the packings
+    (:func:`cclc.synth.tree_time.allreduce_lockstep_time`) at the best of that depth and a
+    few around it.
     """
-    phases = [(block * p.load / rate, int(p.depth().max()))
-              for p, rate in ((rs, rate_rs), (ag, rate_ag)) if p is not None]
     k = (ag or rs).k
+    if rs is not None and ag is not None:
+        # per phase and for both at once, from the trees crossing each link (the joint
+        # packings' loads are relative to the AllReduce bound, not to a phase's optimum)
+        use_rs, use_ag = link_use(g, rs), link_use(g, ag)
+        ok = g.capacity > 0
+
+        def busiest(use: np.ndarray) -> float:
+            return block / k * float((use[ok] / g.capacity[ok]).max())
+
+        phases = [(busiest(use_rs), int(rs.depth().max())),
+                  (busiest(use_ag), int(ag.depth().max()))]
+        both = busiest(use_rs + use_ag)
+    else:
+        phases = [(block * p.load / rate, int(p.depth().max()))
+                  for p, rate in ((rs, rate_rs), (ag, rate_ag)) if p is not None]
     # a step costs its latency plus the software cost of the model the planner prices with
     # (nothing under the IR's lockstep model; see cclc.synth.pricing)
     alpha = (float(g.latency.max()) if g.m else 0.0) + step_cost(pricing_model())
     elems = coll.count // coll.n                      # the smallest block, in elements
-    # an in-tree edge is a send and, for all but a first child, a local fold
-    per_chunk = (2 if rs is not None else 0) + (1 if ag is not None else 0)
-    cap = max(1, min(elems // k, max_ops // max(1, per_chunk * coll.n * (coll.n - 1) * k)))
+    # an in-tree edge is a send and, for all but a first child, a local fold: ops per chunk
+    # of every tree, counted
+    per_chunk = sum(_ops_per_chunk(p, folds) for p, folds in ((rs, True), (ag, False))
+                    if p is not None)
+    # besides: a local copy per rank and a seed copy per inner member of every tree
+    fixed = coll.n * (1 + (coll.n * k if rs is not None else 0))
+    cap = max(1, min(elems // k, max(0, max_ops - fixed) // max(1, per_chunk)))
     c = np.arange(1, cap + 1, dtype=float) if chunks is None else \
         np.array([max(1, min(chunks, max(1, elems // k)))], dtype=float)
-    t = _pipeline_times(c, phases, alpha)
+    if len(phases) == 1:
+        beta, height = phases[0]
+        t = (c + height - 1) * (alpha + beta / c)
+    else:
+        t = (c - 1) * (alpha + both / c) + sum(h * (alpha + b / c) for b, h in phases)
     best = int(np.argmin(t))
     # the MSCCL runtimes need equal chunks: prefer a depth whose k * C chunks divide every
     # block when it costs under _EQUAL_CHUNKS_SLACK more predicted time
@@ -388,7 +511,23 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
         alt = int(np.flatnonzero(even)[np.argmin(t[even])])
         if t[alt] <= t[best] * (1 + _EQUAL_CHUNKS_SLACK):
             best = alt
-    return float(t[best]), int(c[best])
+    if rs is None or ag is None:
+        return float(t[best]), int(c[best])
+    # AllReduce: the closed form charges every fill and drain step a whole phase's load and
+    # the slowest move's latency, so it can be off either way; the lockstep time of the
+    # packings (cclc.synth.tree_time) decides between the depth it chose and a few others
+    options = {int(c[best])}
+    if chunks is None:
+        for x in (max(1, int(c[best] / 1.5)), min(cap, int(c[best] * 1.5)), cap):
+            if even[best] and not even[x - 1]:
+                shallower = np.flatnonzero(even[:x])
+                if not len(shallower):
+                    continue
+                x = int(shallower[-1]) + 1                  # the deepest equal-chunk one
+            options.add(x)
+    exact = {x: allreduce_lockstep_time(g, rs, ag, block, x, alpha) for x in sorted(options)}
+    chosen = min(exact, key=exact.get)
+    return exact[chosen], chosen
 
 
 #: the predicted time a pipeline depth with equal chunks may cost over the best depth
