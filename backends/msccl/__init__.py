@@ -19,7 +19,7 @@ from backends.common import (
     render_template,
 )
 from backends.contract import Backend, Contents, Facts
-from backends.msccl.lower import Lowered, lower_to_fit
+from backends.msccl.lower import Lowered, counted_refusal, lower_to_fit
 from backends.msccl.runtimes import RUNTIMES, Runtime
 from backends.msccl.xml import xml_pieces
 from backends.units import buffer_units, units_refusal, writes_input
@@ -197,13 +197,14 @@ class MscclBackend:
         return []
 
     def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
-        """Why :meth:`render` would refuse ``subject`` for its chunks (the runtime's equal-chunk
-        rule), found without lowering it; None when the chunks fit (the lowering's other
-        limits are checked when it renders)."""
+        """Why :meth:`render` would refuse ``subject``, found without lowering it: the
+        runtime's equal-chunk rule, then the limits that counting the schedule in units shows
+        (:func:`backends.msccl.lower.counted_refusal`); None when those fit (limits found only
+        while lowering are reported when it renders)."""
         rt = RUNTIMES[options.msccl_runtime]
         if subject.collective.kind not in rt.coll_names:
             return f"{rt.title} has no {subject.collective.kind.value} collective"
-        return units_refusal(subject, rt.max_chunks)
+        return units_refusal(subject, rt.max_chunks) or counted_refusal(subject, rt)
 
 
 BACKEND: Backend[Collective, Schedule] = MscclBackend()

@@ -334,6 +334,22 @@ def lower_to_fit(schedule: Schedule, rt: Runtime, *, fuse: bool = True,
         return _lower_to_fit(schedule, rt, fuse, nchannels)
 
 
+def counted_refusal(schedule: Schedule, rt: Runtime) -> str | None:
+    """Why lowering ``schedule`` for ``rt`` would fail on a limit that counting shows (the
+    chunks per buffer, a GPU's local steps, peers, <step> nodes, one pair's messages), or
+    None; the schedule in units is built, nothing is lowered. Limits found only while lowering
+    (threadblock waits) are not seen."""
+    try:
+        units, facts = to_units(schedule, rt.max_chunks)
+        check_chunks(schedule, units, facts, rt)
+        _quick_limits(units, rt)
+    except UnitsTooLong as err:
+        return err.message
+    except LimitError as err:
+        return err.message
+    return None
+
+
 def _lower_to_fit(schedule: Schedule, rt: Runtime, fuse: bool, nchannels: int | None
                   ) -> tuple[Lowered, Schedule, UnitFacts]:
     try:

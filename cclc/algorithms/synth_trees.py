@@ -447,11 +447,16 @@ def _ops_per_chunk(p: TreePacking, folds: bool) -> int:
     edges = n * (n - 1) * k
     if not folds:
         return edges
+    return 2 * edges - _parents(p)
+
+
+def _parents(p: TreePacking) -> int:
+    """How many members of the trees of ``p`` have a child (each tree counted apart)."""
+    n, k, _ = p.parent.shape
     nonroot = np.ones((n, k, n), dtype=bool)
     nonroot[np.arange(n), :, np.arange(n)] = False
     r, j, _ = np.nonzero(nonroot)
-    parents = len(np.unique((r * k + j) * n + p.parent[nonroot]))
-    return 2 * edges - parents
+    return len(np.unique((r * k + j) * n + p.parent[nonroot]))
 
 
 def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
@@ -492,8 +497,10 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
     # of every tree, counted
     per_chunk = sum(_ops_per_chunk(p, folds) for p, folds in ((rs, True), (ag, False))
                     if p is not None)
-    # besides: a local copy per rank and a seed copy per inner member of every tree
-    fixed = coll.n * (1 + (coll.n * k if rs is not None else 0))
+    # besides: at most a local copy per rank and a seed copy per inner member of every in-tree
+    # (n * (1 + n * k), the most trees can have, left 14% of the 128-GPU fabric's AllReduce
+    # depth unused: 3 chunks instead of 4, unequal ones)
+    fixed = coll.n + (_parents(rs) if rs is not None else 0)
     cap = max(1, min(elems // k, max(0, max_ops - fixed) // max(1, per_chunk)))
     c = np.arange(1, cap + 1, dtype=float) if chunks is None else \
         np.array([max(1, min(chunks, max(1, elems // k)))], dtype=float)
@@ -525,8 +532,17 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
                     continue
                 x = int(shallower[-1]) + 1                  # the deepest equal-chunk one
             options.add(x)
+    is_even = {int(x): bool(e) for x, e in zip(c, even, strict=True)}
+    if equal_chunks and even.any():
+        options.add(int(c[np.flatnonzero(even)[np.argmin(t[even])]]))   # the best equal one
     exact = {x: allreduce_lockstep_time(g, rs, ag, block, x, alpha) for x in sorted(options)}
     chosen = min(exact, key=exact.get)
+    equal = [x for x in exact if is_even.get(x, False)]
+    if equal_chunks and equal and not is_even.get(chosen, False):
+        # the same preference for chunks the MSCCL runtimes can address, on the exact times
+        alt = min(equal, key=exact.get)
+        if exact[alt] <= exact[chosen] * (1 + _EQUAL_CHUNKS_SLACK):
+            chosen = alt
     return exact[chosen], chosen
 
 
