@@ -100,3 +100,21 @@ def test_auto_asked_for_msccl_chooses_what_msccl_writes():
         p = plan(_coll(kind, size=4 * 8 * 4099), refusal=ask)   # blocks of 4099 elements
         assert ask(p.schedule) is None
         assert render_xml(p.schedule)
+
+
+def test_counted_refusal_foretells_the_lowering():
+    # 1024 chunks per block: every GPU sends and receives thousands of messages, more <step>
+    # nodes than the runtimes' parsers read; counting says so without lowering
+    from backends.contract import EmitOptions
+    from backends.msccl import BACKEND
+    from backends.msccl.lower import LimitError
+
+    coll = _coll(CollectiveKind.ALLGATHER, size=4 * 8 * 8192)
+    big = get("synth").build(coll, chunks=1024, trees=1, race=0)
+    why = BACKEND.refusal(big, EmitOptions())
+    assert why is not None and "<step> nodes" in why
+    with pytest.raises(LimitError, match="<step> nodes"):
+        render_xml(big)
+    small = get("synth").build(coll, chunks=4, trees=1, race=0)
+    assert BACKEND.refusal(small, EmitOptions()) is None
+    assert render_xml(small)
