@@ -118,3 +118,21 @@ def test_counted_refusal_foretells_the_lowering():
     small = get("synth").build(coll, chunks=4, trees=1, race=0)
     assert BACKEND.refusal(small, EmitOptions()) is None
     assert render_xml(small)
+
+
+def test_a_small_schedule_is_lowered_to_ask(monkeypatch):
+    # limits only the lowering finds (threadblock waits) refuse a schedule of up to
+    # LOWER_TO_REFUSE_OPS ops too; larger ones are only counted
+    import backends.msccl as M
+    from backends.contract import EmitOptions
+    from backends.msccl.lower import LimitError
+
+    s = get("synth").build(_coll(CollectiveKind.ALLGATHER), chunks=4, trees=1, race=0)
+    assert M.BACKEND.refusal(s, EmitOptions()) is None
+
+    def refuse(*args, **kwargs):
+        raise LimitError("waits on threadblock 132")
+    monkeypatch.setattr(M, "lower_to_fit", refuse)
+    assert M.BACKEND.refusal(s, EmitOptions()) == "waits on threadblock 132"
+    monkeypatch.setattr(M, "LOWER_TO_REFUSE_OPS", len(s.ops) - 1)
+    assert M.BACKEND.refusal(s, EmitOptions()) is None
