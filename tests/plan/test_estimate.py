@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from faulty_tori import faulty_torus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,16 +24,6 @@ from cclc.sim import simulate
 from cclc.topology import torus, with_faults
 
 MODELS = [IR_MODEL, LOCKSTEP_NCCL_MODEL, BACKEND_MODELS["nccl"], BACKEND_MODELS["msccl"]]
-
-
-def _torus(dims, fault_seed: int | None, routing="none"):
-    t = torus("t", dims, bandwidth=25e9, latency=1e-7, routing=routing)
-    if fault_seed is not None and t.n_links:
-        k = fault_seed % t.n_links
-        u, v = int(t.link_src[k]), int(t.link_dst[k])
-        t2 = with_faults(t, links=[(u, v), (v, u)])
-        t = t2 if t2.is_connected(t2.all_ranks()) else t
-    return t
 
 
 def _coll(t, kind=CollectiveKind.ALLTOALL, mult=1):
@@ -62,7 +53,7 @@ def _busiest(schedule) -> float:
                         CollectiveKind.REDUCESCATTER]),
        st.integers(1, 3))
 def test_the_bound_is_the_busiest_link_of_the_built_schedule(dims, fault, kind, mult):
-    c = _coll(_torus(dims, fault), kind, mult)
+    c = _coll(faulty_torus(dims, fault), kind, mult)
     for algo in _ruled(c):
         try:
             s = algo.build(c)
@@ -85,7 +76,7 @@ def test_the_bound_is_the_busiest_link_of_the_built_schedule(dims, fault, kind, 
        st.sampled_from([1, 7, 11]))
 def test_rounding_keeps_the_bound_below_the_load(dims, fault, elems):
     # sizes that do not split evenly: the bound uses the smallest piece-lane
-    t = _torus(dims, fault)
+    t = faulty_torus(dims, fault)
     c = make_collective("c", CollectiveKind.ALLTOALL, t, t.all_ranks(),
                         size=t.n_ranks * t.n_ranks * 4 * elems)
     for algo in _ruled(c):
@@ -106,7 +97,7 @@ def test_rounding_keeps_the_bound_below_the_load(dims, fault, elems):
        st.sampled_from([1, 64, 4096]), st.sampled_from(MODELS),
        st.sampled_from(["none", "source"]))
 def test_pruned_auto_picks_what_unpruned_auto_picks(dims, fault, kind, mult, model, routing):
-    c = _coll(_torus(dims, fault, routing), kind, mult)
+    c = _coll(faulty_torus(dims, fault, routing), kind, mult)
     fast = plan(c, model=model)
     full = plan(c, model=model, prune=False)
     assert fast.name == full.name
@@ -144,7 +135,7 @@ def test_the_stated_accuracy_under_the_ir_model():
     # runs within 1% of its load bound, Pipeline(6 chunks) at most 1.34x above it, direct and
     # Bruck (relayed hop by hop) at most 2.4x and 2.8x
     for dims in ((4, 4), (5, 5), (4, 4, 4)):
-        c = _coll(_torus(dims, None), mult=4096)
+        c = _coll(faulty_torus(dims, None), mult=4096)
         for algo in _ruled(c):
             ratio = predict(algo.build(c)).time / estimate(c, algo.name, {}).time
             top = {"halfring+dimrotation": 1.01, "ring+dimrotation": 1.01, "direct": 2.4,
@@ -169,7 +160,7 @@ def test_explain_shows_bound_time_and_why_pruned():
     from cclc.commands.compile import format_candidates
     from cclc.plan import Candidate
 
-    c = _coll(_torus((4,), None), CollectiveKind.ALLGATHER, mult=64)
+    c = _coll(faulty_torus((4,), None), CollectiveKind.ALLGATHER, mult=64)
     p = plan(c)
     extra = Candidate("slowpoke", True, None, estimate=1.0,
                       pruned="its load bound is above direct's simulated time: it cannot win")

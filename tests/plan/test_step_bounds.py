@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from faulty_tori import faulty_torus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,16 +29,6 @@ from cclc.topology import torus, with_faults
 MODELS = [IR_MODEL, LOCKSTEP_NCCL_MODEL, BACKEND_MODELS["nccl"], BACKEND_MODELS["msccl"]]
 
 
-def _torus(dims, fault_seed, routing="none"):
-    t = torus("t", dims, bandwidth=25e9, latency=1e-7, routing=routing)
-    if fault_seed is not None and t.n_links:
-        k = fault_seed % t.n_links
-        u, v = int(t.link_src[k]), int(t.link_dst[k])
-        t2 = with_faults(t, links=[(u, v), (v, u)])
-        t = t2 if t2.is_connected(t2.all_ranks()) else t
-    return t
-
-
 def _cell_bytes(n_links, step, link, nbytes) -> dict[tuple[int, int], float]:
     key = np.asarray(step, dtype=np.int64) * n_links + np.asarray(link, dtype=np.int64)
     keys, inv = np.unique(key, return_inverse=True)
@@ -53,7 +44,7 @@ def _cell_bytes(n_links, step, link, nbytes) -> dict[tuple[int, int], float]:
                         "ring+dimrotation", "halfring+mate", "halfring+matee"]),
        st.integers(1, 40))
 def test_layout_traffic_is_the_built_schedules_traffic(dims, fault, entry, elems):
-    t = _torus(dims, fault)
+    t = faulty_torus(dims, fault)
     c = make_collective("c", CollectiveKind.ALLTOALL, t, t.all_ranks(),
                         size=t.n_ranks * t.n_ranks * 4 * elems)
     algorithm, schedule = entry.split("+")
@@ -77,7 +68,7 @@ def test_layout_traffic_is_the_built_schedules_traffic(dims, fault, entry, elems
        st.sampled_from(["none", "source", "dimension_order"]),
        st.sampled_from([1, 3, 64, 4096]))
 def test_every_bound_is_below_the_simulated_time_under_every_model(dims, fault, routing, mult):
-    t = _torus(dims, fault, routing)
+    t = faulty_torus(dims, fault, routing)
     for kind in (CollectiveKind.ALLTOALL, CollectiveKind.ALLGATHER):
         c = make_collective("c", kind, t, t.all_ranks(), size=t.n_ranks * 4 * 24 * mult)
         for algo in algorithms_for(c):
@@ -100,7 +91,7 @@ def test_every_bound_is_below_the_simulated_time_under_every_model(dims, fault, 
 def test_single_hop_schedules_and_direct_are_bounded_exactly(dims, fault):
     # the module docstring: under the ir model the step bound is the simulated time of Line
     # and HalfRing (either schedule) and of direct on a GPU torus
-    t = _torus(dims, fault)
+    t = faulty_torus(dims, fault)
     c = make_collective("c", CollectiveKind.ALLTOALL, t, t.all_ranks(),
                         size=t.n_ranks * t.n_ranks * 4 * 96)
     exact = {"halfring+pipeline", "halfring+dimrotation", "line+pipeline", "line+dimrotation",

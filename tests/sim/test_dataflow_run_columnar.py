@@ -11,38 +11,13 @@ from dataclasses import replace
 
 import numpy as np
 from dataflow_run_reference import reference_run
+from drawn_schedules import KINDS, schedules
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cclc.algorithms import algorithms_for
-from cclc.collective import CollectiveKind, make_collective
 from cclc.dataflow import _run, lower, place_local_ops
-from cclc.errors import CclError
 from cclc.ir import Buf, Ops, Routes
 from cclc.sim import _dest_counts
-from cclc.topology import torus, with_faults
-
-KINDS = [CollectiveKind.ALLTOALL, CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE,
-         CollectiveKind.REDUCESCATTER, CollectiveKind.BROADCAST, CollectiveKind.REDUCE]
-
-
-def _schedules(dims, seed, kind, routing, fault, mult):
-    t = torus("t", dims, bandwidth=10e9 + seed, latency=1e-7 * (1 + seed % 3), routing=routing)
-    if fault and t.n_links:
-        k = seed % t.n_links
-        u, v = int(t.link_src[k]), int(t.link_dst[k])
-        t2 = with_faults(t, links=[(u, v), (v, u)])
-        t = t2 if t2.is_connected(t2.all_ranks()) else t
-    n = t.n_ranks
-    root = 0 if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) else None
-    c = make_collective("c", kind, t, t.all_ranks(), size=n * n * 4 * mult, root=root)
-    for algo in algorithms_for(c):
-        if algo.applicable(c) is not None:
-            continue
-        try:
-            yield algo.name, algo.build(c)
-        except CclError:
-            continue
 
 
 def _raw_plan(s, lanes):
@@ -77,7 +52,7 @@ def _check(s, overhead, lanes, what):
        st.sampled_from([1, 3, 32]))
 def test_columnar_run_matches_the_loop(dims, seed, kind, routing, fault, mult, overhead,
                                        lanes):
-    for name, s in _schedules(dims, seed, kind, routing, fault, mult):
+    for name, s in schedules(dims, seed, kind, routing, fault, mult):
         _check(s, overhead, lanes, name)
 
 
@@ -91,7 +66,7 @@ def test_columnar_run_matches_the_loop_on_scrambled_steps(dims, seed, kind, n_st
     of a slot in one step, local ops behind snapshots; ``twice``: every route takes each of
     its links twice (a link served twice by one item)."""
     rng = np.random.default_rng(seed)
-    for name, s in _schedules(dims, seed, kind, "source", seed % 2 == 0, 1):
+    for name, s in schedules(dims, seed, kind, "source", seed % 2 == 0, 1):
         cols = s.ops.columns()
         cols["step"] = rng.integers(0, n_steps, len(s.ops)).astype(cols["step"].dtype)
         s2 = s.replace(ops=Ops(**cols))
