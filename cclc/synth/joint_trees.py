@@ -22,10 +22,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
 
-from cclc.synth.trees import HopGraph, TreePacking, _link_perm, _orbit_reps
+from cclc.synth.tree_grow import TreeFamily, depth_price, grow_tree, tree_family
+from cclc.synth.trees import HopGraph, TreePacking, _link_perm, _orbit_reps, _translated
 
 __all__ = ["link_use", "pack_allreduce_trees"]
 
@@ -33,10 +32,6 @@ __all__ = ["link_use", "pack_allreduce_trees"]
 _DEPTH_WEIGHT = 0.25
 #: rounds without a lower peak load after which the search stops
 _PATIENCE = 4
-#: how much a growing tree's own uses of a link raise its price (its translates always count)
-_SELF_WEIGHT = 0.0
-#: steepness of the link prices in the load (prices ``exp(alpha * load)``)
-_ALPHA = 12.0
 
 
 def link_use(g: HopGraph, p: TreePacking) -> np.ndarray:
@@ -68,45 +63,13 @@ def pack_allreduce_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray
     reps = _orbit_reps(node_perm)
     share = rate / k
     unit = np.where(cap > 0, share / np.where(cap > 0, cap, 1.0), 0.0)
-    symmetric = len(link_perm) > 1
-    families = [_Family(g.reversed(), depth_slack), _Family(g, depth_slack)]
-    base = families[0].inc @ unit
-    depth_price = _DEPTH_WEIGHT * float(np.median(base[base > 0])) if (base > 0).any() else 1.0
+    families = [tree_family(g.reversed(), depth_slack), tree_family(g, depth_slack)]
+    price_depth = depth_price(families[0], unit, _DEPTH_WEIGHT)
     load = np.zeros(len(cap))
     rng = np.random.default_rng(seed)
 
-    def build(fam: _Family, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # grow the tree one member at a time over the cheapest move out of it; its own
-        # translates (other roots' trees) raise the prices as it grows
-        parent = np.full(n, r, dtype=np.int64)
-        edge = np.zeros(n, dtype=np.int64)
-        depth = np.zeros(n, dtype=np.int64)
-        reached = np.zeros(n, dtype=bool)
-        reached[r] = True
-        own = np.zeros(len(cap))
-        own_self = np.zeros(len(cap))           # the untranslated tree's own uses
-        p = np.exp(np.minimum(_ALPHA * load, 600.0)) * unit
-        for _ in range(n - 1):
-            frontier = reached[fam.g.src] & ~reached[fam.g.dst]
-            cand = np.flatnonzero(frontier & (depth[fam.g.src] < fam.limit[r]))
-            if not len(cand):
-                cand = np.flatnonzero(frontier)
-            price = p[link_perm].sum(axis=0) if symmetric else p
-            move = (price[fam.single[cand]] if fam.single is not None
-                    else (fam.inc @ price)[cand])
-            h = int(cand[int(np.argmin(move + depth_price * (depth[fam.g.src[cand]] + 1)))])
-            v = int(fam.g.dst[h])
-            parent[v], edge[v], depth[v] = fam.g.src[h], h, depth[fam.g.src[h]] + 1
-            reached[v] = True
-            touched = link_perm[:, fam.edge_links[h]].ravel()
-            np.add.at(own, touched, 1.0)
-            np.add.at(own_self, fam.edge_links[h], 1.0)
-            # the tree's own uses do not count (a root's few links carry all of its trees),
-            # its translates' do: they stand for other roots' trees
-            felt = own[touched] - (1.0 - _SELF_WEIGHT) * own_self[touched]
-            p[touched] = np.exp(np.minimum(_ALPHA * (load[touched] + felt * unit[touched]),
-                                           600.0)) * unit[touched]
-        return parent, edge, own
+    def build(fam: TreeFamily, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return grow_tree(fam, r, load, unit, link_perm, price_depth)
 
     trees: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
     usage: dict[tuple[int, int, int], np.ndarray] = {}
@@ -125,6 +88,10 @@ def pack_allreduce_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray
             status = "budget"
             break
         for i in rng.permutation(len(keys)):
+            if time.monotonic() > deadline:
+                # every tree regrown so far replaced one of the last round: still a packing
+                status = "budget"
+                break
             key = keys[i]
             load -= usage[key] * unit
             parent, edge, use = build(families[key[0]], key[1])
@@ -134,39 +101,13 @@ def pack_allreduce_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray
             best_load, best, stale = float(load.max()), dict(trees), 0
         else:
             stale += 1
-            if stale >= _PATIENCE:
+            if stale >= _PATIENCE or status == "budget":
                 break
     if best_load <= 1.0 + 1e-9:
         status = "optimal"
     solve_s = time.monotonic() - t0
-    rs, ag = (_translate({(r, j): tree for (fam, r, j), tree in best.items() if fam == f},
-                         n, k, node_perm, edge_perm) for f in (0, 1))
+    rs, ag = (_translated({(r, j): tree for (fam, r, j), tree in best.items() if fam == f},
+                          n, k, node_perm, edge_perm) for f in (0, 1))
     return (TreePacking(*rs, best_load, status, solve_s),
             TreePacking(*ag, best_load, status, solve_s))
 
-
-def _translate(trees: dict, n: int, k: int, node_perm: np.ndarray, edge_perm: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """``(parent, edge)`` of every root from the trees of one root per orbit."""
-    parent = np.zeros((n, k, n), dtype=np.int64)
-    edge = np.zeros((n, k, n), dtype=np.int64)
-    for (r, j), (p, e) in trees.items():
-        for t in range(len(node_perm)):
-            nodes = node_perm[t]
-            parent[nodes[r], j, nodes] = nodes[p]
-            edge[nodes[r], j, nodes] = edge_perm[t][e]
-    return parent, edge
-
-
-class _Family:
-    """One phase's move graph and what growing its trees reads often."""
-
-    def __init__(self, g: HopGraph, depth_slack: int):
-        self.g = g
-        self.inc = g.incidence()
-        # on a torus every move is one link: its price is that link's
-        self.single = g.links if np.all(np.diff(g.offsets) == 1) else None
-        hops = shortest_path(csr_matrix((np.ones(g.m), (g.src, g.dst)), shape=(g.n, g.n)),
-                             unweighted=True)
-        self.limit = np.where(np.isfinite(hops), hops, 0).max(axis=1) + depth_slack
-        self.edge_links = [g.links[g.offsets[h]:g.offsets[h + 1]] for h in range(g.m)]

@@ -37,9 +37,10 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra, shortest_path
+from scipy.sparse.csgraph import dijkstra
 
 from cclc.collective import Collective
+from cclc.synth.tree_grow import depth_price, grow_tree, tree_family
 from cclc.topology import Topology
 
 __all__ = ["HopGraph", "TreePacking", "flow_network", "forestcoll_rate", "hop_graph", "pack_trees",
@@ -375,11 +376,10 @@ def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_per
     The clock is read before every tree is grown, so the deadline is overrun by one tree.
     """
     t0 = time.monotonic()
-    n, m = g.n, g.m
+    n = g.n
     cap = g.capacity
     link_perm = _link_perm(g, edge_perm)
     reps = _orbit_reps(node_perm)
-    inc = g.incidence()
     share = rate / k                                   # bytes/s of one tree
     with np.errstate(divide="ignore"):
         unit = np.where(cap > 0, share / np.where(cap > 0, cap, 1.0), 0.0)  # util per tree use
@@ -387,53 +387,11 @@ def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_per
     usage: dict[tuple[int, int], np.ndarray] = {}
     trees: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     rng = np.random.default_rng(seed)
-    alpha = 12.0
-
-    base = inc @ unit
-    # one level of depth costs a share of the typical move: on a fabric the typical move
-    # crosses the network, so trees do not grow long chains of cheap NVLink hops
-    depth_price = _DEPTH_WEIGHT * float(np.median(base[base > 0])) if (base > 0).any() else 1.0
-    symmetric = len(link_perm) > 1
-    # on a torus every move is one link: its price is that link's, no sparse product needed
-    single = g.links if np.all(np.diff(g.offsets) == 1) else None
-    # a tree may be at most _DEPTH_SLACK levels deeper than the hop distance to its farthest
-    # member: depth is pipeline fill, paid in steps
-    hops = shortest_path(csr_matrix((np.ones(m), (g.src, g.dst)), shape=(n, n)),
-                         unweighted=True)
-    limit = np.where(np.isfinite(hops), hops, 0).max(axis=1) + _DEPTH_SLACK
-    edge_links = [g.links[g.offsets[h]:g.offsets[h + 1]] for h in range(m)]
+    fam = tree_family(g, _DEPTH_SLACK)
+    price_depth = depth_price(fam, unit, _DEPTH_WEIGHT)
 
     def build(r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # grow the tree one member at a time over the cheapest move out of it; the tree's own
-        # moves (and their translates) count in the prices as it grows
-        parent = np.full(n, r, dtype=np.int64)
-        edge = np.zeros(n, dtype=np.int64)
-        depth = np.zeros(n, dtype=np.int64)
-        reached = np.zeros(n, dtype=bool)
-        reached[r] = True
-        own = np.zeros(len(cap))
-        own_self = np.zeros(len(cap))           # the untranslated tree's own uses
-        p = np.exp(np.minimum(alpha * load, 600.0)) * unit
-        for _ in range(n - 1):
-            frontier = reached[g.src] & ~reached[g.dst]
-            cand = np.flatnonzero(frontier & (depth[g.src] < limit[r]))
-            if not len(cand):
-                cand = np.flatnonzero(frontier)
-            orbit_price = p[link_perm].sum(axis=0) if symmetric else p
-            move = (orbit_price[single[cand]] if single is not None
-                    else (inc @ orbit_price)[cand])
-            cost = move + depth_price * (depth[g.src[cand]] + 1)
-            h = int(cand[int(np.argmin(cost))])
-            v = int(g.dst[h])
-            parent[v], edge[v], depth[v] = g.src[h], h, depth[g.src[h]] + 1
-            reached[v] = True
-            touched = link_perm[:, edge_links[h]].ravel()
-            np.add.at(own, touched, 1.0)
-            np.add.at(own_self, edge_links[h], 1.0)
-            felt = own[touched] - (1.0 - _SELF_WEIGHT) * own_self[touched]
-            p[touched] = np.exp(np.minimum(alpha * (load[touched] + felt * unit[touched]),
-                                           600.0)) * unit[touched]
-        return parent, edge, own
+        return grow_tree(fam, r, load, unit, link_perm, price_depth)
 
     for r in reps:
         for j in range(k):
@@ -491,10 +449,6 @@ def _translated(trees: dict, n: int, k: int, node_perm: np.ndarray, edge_perm: n
 
 #: price of one level of depth, relative to the median move: keeps trees shallow
 _DEPTH_WEIGHT = 0.25
-#: how much a growing tree's own uses of a link raise its price (its translates, which stand
-#: for other roots' trees, always count fully): a root's own link to the network is meant to
-#: carry its tree many times
-_SELF_WEIGHT = 0.0
 #: levels a tree may grow beyond the hop distance to its farthest member
 _DEPTH_SLACK = 1
 #: rounds without improvement after which the search stops
