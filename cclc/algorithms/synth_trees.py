@@ -43,6 +43,7 @@ from scipy.sparse.csgraph import shortest_path
 
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import bad_int_param, hint_int
+from cclc.algorithms.synth_flows import _budget
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Schedule
@@ -62,12 +63,13 @@ from cclc.synth.trees import (
     translations,
 )
 
-__all__ = ["MAX_OPS", "MAX_OPS_AUTO", "TreeSynthesis", "build_synth_trees", "synthesize_trees"]
+__all__ = ["MAX_OPS", "MAX_OPS_AUTO", "TreeSynthesis", "build_reserve", "build_synth_trees",
+           "synthesize_trees"]
 
 _KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
                     CollectiveKind.ALLREDUCE})
 #: the most ops a default pipeline depth may produce (bounds compile, verify and emit time)
-MAX_OPS = 2_000_000
+MAX_OPS = 6_000_000
 #: the same under ``algorithm auto``
 MAX_OPS_AUTO = 200_000
 #: default time budget of the search, seconds
@@ -143,15 +145,18 @@ def _block_bytes(coll: Collective) -> float:
 
 
 def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
-                     trees: int | None = None) -> TreeSynthesis | None:
+                     trees: int | None = None, reserve: float = 0.0) -> TreeSynthesis | None:
     """Packings for ``coll`` within ``budget`` seconds, or ``None`` when none was finished.
 
     The function 14a's benchmark (and anyone) can call to get the optimum and the packing
     without building ops. ``trees`` fixes ``k``; otherwise 1..3 are tried while time is left
-    and the one with the lowest predicted time wins.
+    and the one with the lowest predicted time wins. ``reserve``: seconds of the budget kept
+    for what comes after the packing (building the ops: see :func:`build_reserve`); the
+    packers stop that long before the budget ends, and the ForestColl rate counts in the
+    budget too.
     """
     t0 = time.monotonic()
-    deadline = t0 + budget
+    deadline = t0 + budget - min(reserve, budget * _MAX_RESERVE)
     g = hop_graph(coll)
     node_perm, edge_perm = translations(coll, g)
     orbits, symmetry = node_perm, None
@@ -177,14 +182,15 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     kept = None        # the kept separate packing's phase times (see _cannot_win)
     if coll.kind is CollectiveKind.ALLREDUCE:
         optimal, best = _allreduce_start(coll, g, node_perm, edge_perm, trees, block, rate_ag,
-                                         rate_rs, t0 + budget * _JOINT_SHARE)
+                                         rate_rs, _share(deadline, _JOINT_SHARE))
     # (physical moves, AllGather packing graph, ReduceScatter packing graph, symmetry,
     #  packings -> physical moves, numbers of trees to try)
     ks = [trees] if trees else [1, 2, 3]
     candidates = [(g, g, g.reversed(), node_perm, edge_perm, None, ks)]
     if coll.topology.n_vertices > coll.topology.n_ranks:
         # the switch splitting may take half the budget; the hop graph's packing the rest
-        split = _split_candidate(coll, rate_ag, rate_rs, t0 + budget / 2, symmetry)
+        split = _split_candidate(coll, rate_ag, rate_rs, min(t0 + budget / 2, deadline),
+                                 symmetry)
         if split is not None:
             candidates.append(split + ([trees] if trees else _SPLIT_TREES,))
     margin = _BETTER_BY if coll.kind is CollectiveKind.ALLREDUCE else 1e-9
@@ -227,6 +233,32 @@ _BETTER_BY = 0.002
 #: the share of the budget the joint AllReduce packing may take (more trees per root pack
 #: closer to the bound: 96.5%, 98.7%, 99.5% for 1, 2, 3 on the 4x4x4 torus with two faults)
 _JOINT_SHARE = 0.8
+
+#: the most of the budget kept for building the ops (the packers need the rest)
+_MAX_RESERVE = 0.5
+
+#: seconds per op of what follows the packing as a user gets it: choosing the pipeline depth,
+#: building the ops, racing the templates, the lockstep simulation that reports
+#: ``lp_fraction``, and the compile's verification, prediction and JSON output (11.6 s after
+#: the packing for the 6.0M ops of the faulty 5x5x5 torus's AllReduce, `cclc compile` on a
+#: loaded two-core machine: 1.9 us per op)
+_SECONDS_PER_OP = 2e-6
+
+
+def _share(deadline: float, share: float) -> float:
+    """The instant ``share`` of the time left until ``deadline`` from now."""
+    now = time.monotonic()
+    return now + max(0.0, deadline - now) * share
+
+
+def build_reserve(coll: Collective, max_ops: int) -> float:
+    """Seconds to keep for building ``coll``'s ops after the packing: the most ops a default
+    pipeline depth may give (every member sends each chunk once per phase and, in an
+    in-tree, folds it at most once more) at :data:`_SECONDS_PER_OP`."""
+    per_elem = {CollectiveKind.ALLGATHER: 1, CollectiveKind.REDUCESCATTER: 2,
+                CollectiveKind.ALLREDUCE: 3}[coll.kind] * coll.n * (coll.n - 1)
+    return min(max_ops, per_elem * max(1, coll.count // coll.n)) * _SECONDS_PER_OP
+
 
 #: relative difference under which a candidate graph's best possible prediction counts as a
 #: tie with the packing kept (not worth packing: it could win only by the equal-chunk
@@ -588,11 +620,19 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
     """
     from cclc.sim import simulate
 
-    budget = float(params.get("budget", DEFAULT_BUDGET))
+    # the collective's own budget, else `cclc compile --synth-budget`, else the default
+    budget = _budget(params)
+    budget = DEFAULT_BUDGET if budget is None else budget
     # under `algorithm auto` the planner races every candidate itself
     race = bool(hint_int(params, "race", 0 if coll.algorithm.name == "auto" else 1, low=0))
     t0 = time.monotonic()
-    syn = synthesize_trees(coll, budget, hint_int(params, "trees", None))
+    # `auto` builds, verifies, simulates (and, for the nccl backend, lowers) every candidate:
+    # its synth candidate pipelines fewer chunks so that it costs what a template costs
+    max_ops = MAX_OPS_AUTO if coll.algorithm.name == "auto" else MAX_OPS
+    # the budget is a deadline for the whole synthesis: the packers stop early enough that
+    # the ops are built (and verified) within it
+    syn = synthesize_trees(coll, budget, hint_int(params, "trees", None),
+                           build_reserve(coll, max_ops))
     if syn is None:
         template = _best_template(coll)
         if template is None:
@@ -600,9 +640,6 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
                                   f"of {budget:g} s and no template applies")
         return _as_fallback(template, None, t0)
     chunks = hint_int(params, "chunks", None)
-    # `auto` builds, verifies, simulates (and, for the nccl backend, lowers) every candidate:
-    # its synth candidate pipelines fewer chunks so that it costs what a template costs
-    max_ops = MAX_OPS_AUTO if coll.algorithm.name == "auto" else MAX_OPS
     _, chunks = _predict(coll, syn.graph, syn.ag, syn.rs, _block_bytes(coll), syn.rate_ag,
                          syn.rate_rs, chunks, max_ops)
     meta = (("solver", SOLVER), ("status", syn.status), ("solve_s", round(syn.solve_s, 3)),

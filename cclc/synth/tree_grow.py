@@ -37,7 +37,10 @@ class TreeFamily:
 
     ``limit[r]``: the depth a tree of root ``r`` may reach before it must take a deeper move
     only when no other is left; ``single``: the one link of every move when each move is one
-    link (a torus), else ``None``; ``edge_links[h]``: the links of move ``h``.
+    link (a torus), else ``None``; ``edge_links[h]``: the links of move ``h``; ``out[v]`` and
+    ``into[v]``: the moves leaving and entering member ``v``; ``link_moves``: the transposed
+    incidence (which moves use each link); ``move_of[l]``: with ``single``, the move of link
+    ``l`` (a link is one move at most: moves join distinct pairs), -1 for none.
     """
 
     g: HopGraph
@@ -45,6 +48,10 @@ class TreeFamily:
     single: np.ndarray | None
     limit: np.ndarray
     edge_links: list
+    out: list
+    into: list
+    link_moves: csr_matrix
+    move_of: np.ndarray | None
 
 
 def tree_family(g: HopGraph, depth_slack: int) -> TreeFamily:
@@ -56,7 +63,19 @@ def tree_family(g: HopGraph, depth_slack: int) -> TreeFamily:
     # on a torus every move is one link: its price is that link's, no sparse product needed
     single = g.links if np.all(np.diff(g.offsets) == 1) else None
     edge_links = [g.links[g.offsets[h]:g.offsets[h + 1]] for h in range(g.m)]
-    return TreeFamily(g, g.incidence(), single, limit.astype(np.int64), edge_links)
+    inc = g.incidence()
+    move_of = None
+    if single is not None:
+        move_of = np.full(len(g.capacity), -1, dtype=np.int64)
+        move_of[single] = np.arange(g.m)
+    return TreeFamily(g, inc, single, limit.astype(np.int64), edge_links,
+                      _by(g.src, g.n), _by(g.dst, g.n), inc.T.tocsr(), move_of)
+
+
+def _by(ends: np.ndarray, n: int) -> list:
+    """The moves of each member, ascending, grouped by the member at ``ends``."""
+    order = np.argsort(ends, kind="stable")
+    return np.split(order, np.searchsorted(ends[order], np.arange(1, n)))
 
 
 def grow_tree(fam: TreeFamily, r: int, load: np.ndarray, unit: np.ndarray,
@@ -69,39 +88,85 @@ def grow_tree(fam: TreeFamily, r: int, load: np.ndarray, unit: np.ndarray,
     tree's translates stand for other roots' trees, so their uses raise the prices as the
     tree grows). Returns ``(parent, edge, uses)``: the member each member receives from, the
     move it arrives by, and the uses of every link by the tree and its translates.
+
+    Every step takes the cheapest move from a member to a non-member (a move's price is its
+    links' prices summed over the symmetry, plus ``depth_price`` per level of the member it
+    reaches), among the moves from members above the depth limit while there are any; ties go
+    to the lowest move. The prices of the frontier's moves are kept up to date as links' loads
+    change, rather than recomputed over every move in every step.
     """
     g = fam.g
-    n = g.n
+    n, m = g.n, g.m
     nl = len(unit)
     parent = np.full(n, r, dtype=np.int64)
     edge = np.zeros(n, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int64)
     reached = np.zeros(n, dtype=bool)
-    reached[r] = True
     own = np.zeros(nl)
     own_self = np.zeros(nl)                 # the untranslated tree's own uses
     p = np.exp(np.minimum(ALPHA * load, 600.0)) * unit
     symmetric = len(link_perm) > 1
+    price = _orbit_sum(p, link_perm) if symmetric else p.copy()     # summed over the orbit
+    move = price[fam.single] if fam.single is not None else fam.inc @ price
+    # the frontier's costs: moves from members within the depth limit, and beyond it
+    near = np.full(m, np.inf)
+    far = np.full(m, np.inf)
+    limit = fam.limit[r]
+
+    def reach(v: int) -> None:
+        reached[v] = True
+        near[fam.into[v]] = np.inf
+        far[fam.into[v]] = np.inf
+        hs = fam.out[v]
+        hs = hs[~reached[g.dst[hs]]]
+        (near if depth[v] < limit else far)[hs] = move[hs] + depth_price * (depth[v] + 1)
+
+    reach(r)
     for _ in range(n - 1):
-        frontier = reached[g.src] & ~reached[g.dst]
-        cand = np.flatnonzero(frontier & (depth[g.src] < fam.limit[r]))
-        if not len(cand):
-            cand = np.flatnonzero(frontier)
-        price = p[link_perm].sum(axis=0) if symmetric else p
-        move = price[fam.single[cand]] if fam.single is not None else (fam.inc @ price)[cand]
-        h = int(cand[int(np.argmin(move + depth_price * (depth[g.src[cand]] + 1)))])
+        h = int(np.argmin(near))
+        if near[h] == np.inf:
+            h = int(np.argmin(far))
         v = int(g.dst[h])
         parent[v], edge[v], depth[v] = g.src[h], h, depth[g.src[h]] + 1
-        reached[v] = True
-        touched = link_perm[:, fam.edge_links[h]].ravel()
-        np.add.at(own, touched, 1.0)
-        np.add.at(own_self, fam.edge_links[h], 1.0)
+        mine = fam.edge_links[h]                 # distinct links: a path does not repeat one
+        own_self[mine] += 1.0
+        if symmetric:
+            touched = link_perm[:, mine].ravel()     # translates may meet on a link
+            np.add.at(own, touched, 1.0)
+        else:
+            touched = mine
+            own[touched] += 1.0
         # the tree's own uses count SELF_WEIGHT (a root's few links carry all of its trees),
         # its translates' fully: they stand for other roots' trees
         felt = own[touched] - (1.0 - SELF_WEIGHT) * own_self[touched]
         p[touched] = np.exp(np.minimum(ALPHA * (load[touched] + felt * unit[touched]),
                                        600.0)) * unit[touched]
+        # the orbit of a link is the orbit of its translates: only touched links' sums change
+        if symmetric:
+            links = np.unique(touched)
+            price[links] = _orbit_sum(p, link_perm[:, links])
+        else:
+            links = touched
+            price[links] = p[links]
+        if fam.single is not None:
+            hs = fam.move_of[links]
+            hs = hs[hs >= 0]
+            move[hs] = price[fam.single[hs]]
+        else:
+            hs = np.unique(fam.link_moves[links].indices)
+            move[hs] = fam.inc[hs] @ price
+        for cost in (near, far):
+            live = hs[np.isfinite(cost[hs])]
+            cost[live] = move[live] + depth_price * (depth[g.src[live]] + 1)
+        reach(v)
     return parent, edge, own
+
+
+def _orbit_sum(p: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """``p[perm].sum(axis=0)``, added in the order of the rows whatever the shape (a plain
+    sum may add a column pairwise or in order depending on the shape; prices updated a few
+    links at a time must equal prices computed for every link, or ties break otherwise)."""
+    return np.cumsum(p[perm], axis=0)[-1]
 
 
 def depth_price(fam: TreeFamily, unit: np.ndarray, weight: float) -> float:
