@@ -63,7 +63,7 @@ from cclc.synth.trees import (
     translations,
 )
 
-__all__ = ["MAX_OPS", "MAX_OPS_AUTO", "TreeSynthesis", "build_reserve", "build_synth_trees",
+__all__ = ["MAX_OPS", "MAX_OPS_AUTO", "TreeSynthesis", "build_synth_trees", "op_limit",
            "synthesize_trees"]
 
 _KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
@@ -145,18 +145,19 @@ def _block_bytes(coll: Collective) -> float:
 
 
 def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
-                     trees: int | None = None, reserve: float = 0.0) -> TreeSynthesis | None:
+                     trees: int | None = None, reserve: float = 0.0,
+                     max_ops: int | None = None) -> TreeSynthesis | None:
     """Packings for ``coll`` within ``budget`` seconds, or ``None`` when none was finished.
 
     The function 14a's benchmark (and anyone) can call to get the optimum and the packing
     without building ops. ``trees`` fixes ``k``; otherwise 1..3 are tried while time is left
     and the one with the lowest predicted time wins. ``reserve``: seconds of the budget kept
-    for what comes after the packing (building the ops: see :func:`build_reserve`); the
-    packers stop that long before the budget ends, and the ForestColl rate counts in the
-    budget too.
+    for what comes after the packing (building the ops); with ``max_ops`` (the op limit of
+    the build) at least the time the ops of the pipeline depth the bound suggests take (see
+    :func:`_expected_build`). The packers stop that long before the budget ends (at most
+    half of it is kept), and the ForestColl rate counts in the budget too.
     """
     t0 = time.monotonic()
-    deadline = t0 + budget - min(reserve, budget * _MAX_RESERVE)
     g = hop_graph(coll)
     node_perm, edge_perm = translations(coll, g)
     orbits, symmetry = node_perm, None
@@ -178,6 +179,9 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     rate_ag = forestcoll_rate(net, members, probe) if need_ag else None
     rate_rs = forestcoll_rate(net.reverse(copy=True), members, probe) if need_rs else None
     optimal = sum(block / r for r in (rate_ag, rate_rs) if r is not None)
+    expected = 0.0 if max_ops is None else _expected_build(coll, g, block, rate_ag, rate_rs,
+                                                           max_ops)
+    deadline = t0 + budget - min(max(reserve, expected), budget * _MAX_RESERVE)
     best: tuple[float, HopGraph, TreePacking | None, TreePacking | None] | None = None
     kept = None        # the kept separate packing's phase times (see _cannot_win)
     if coll.kind is CollectiveKind.ALLREDUCE:
@@ -245,19 +249,62 @@ _MAX_RESERVE = 0.5
 _SECONDS_PER_OP = 2e-6
 
 
+#: what predicting the schedule under the emitting backend's model adds per op (the planner
+#: predicts every candidate under it): the nccl backend's dataflow over lanes 4.7 us, the
+#: msccl backend's event simulation 0.9 us (CPU seconds on the faulty 5x5x5 torus's
+#: AllReduce of 0.77M ops; the IR's lockstep model is part of _SECONDS_PER_OP)
+_PREDICT_SECONDS_PER_OP = {"dataflow": 4.7e-6, "event": 0.9e-6}
+
+
+def _seconds_per_op() -> float:
+    return _SECONDS_PER_OP + _PREDICT_SECONDS_PER_OP.get(pricing_model().mode, 0.0)
+
+
+def op_limit(budget: float, max_ops: int) -> int:
+    """The most ops a default pipeline depth may give: ``max_ops``, fewer when building and
+    predicting them would take more than :data:`_MAX_RESERVE` of the budget (under the
+    model the planner prices with: the nccl backend's dataflow prediction costs 3x the
+    rest)."""
+    return max(1, min(max_ops, int(budget * _MAX_RESERVE / _seconds_per_op())))
+
+
 def _share(deadline: float, share: float) -> float:
     """The instant ``share`` of the time left until ``deadline`` from now."""
     now = time.monotonic()
     return now + max(0.0, deadline - now) * share
 
 
-def build_reserve(coll: Collective, max_ops: int) -> float:
-    """Seconds to keep for building ``coll``'s ops after the packing: the most ops a default
-    pipeline depth may give (every member sends each chunk once per phase and, in an
-    in-tree, folds it at most once more) at :data:`_SECONDS_PER_OP`."""
-    per_elem = {CollectiveKind.ALLGATHER: 1, CollectiveKind.REDUCESCATTER: 2,
-                CollectiveKind.ALLREDUCE: 3}[coll.kind] * coll.n * (coll.n - 1)
-    return min(max_ops, per_elem * max(1, coll.count // coll.n)) * _SECONDS_PER_OP
+def _expected_build(coll: Collective, g: HopGraph, block: float, rate_ag: float | None,
+                    rate_rs: float | None, max_ops: int) -> float:
+    """Seconds the ops will likely take to build after the packing: one tree per root (the
+    usual choice) at the pipeline depth the closed form picks for phases at the ForestColl
+    rates, a level deeper than the farthest member (the trees' depth limit), each member
+    sending a chunk once per phase and, in an in-tree, folding it at most once more. Only an
+    estimate: the build caps the ops by the time left (:func:`_ops_left`)."""
+    phases = []
+    for rate, moves in ((rate_rs, g.reversed()), (rate_ag, g)):
+        if rate is None:
+            continue
+        hops = shortest_path(csr_matrix((np.ones(moves.m), (moves.src, moves.dst)),
+                                        shape=(moves.n, moves.n)), unweighted=True)
+        height = int(np.where(np.isfinite(hops), hops, 0).max()) + 1
+        phases.append((block / rate, height))
+    per_chunk = (1 if rate_ag is not None else 0) + (2 if rate_rs is not None else 0)
+    per_chunk *= coll.n * (coll.n - 1)
+    cap = max(1, min(max(1, coll.count // coll.n), max_ops // per_chunk))
+    alpha = (float(g.latency.max()) if g.m else 0.0) + step_cost(pricing_model())
+    times = _pipeline_times(np.arange(1, cap + 1, dtype=float), phases, alpha)
+    chunks = int(np.argmin(times)) + 1
+    return min(max_ops, per_chunk * chunks + coll.n) * _seconds_per_op()
+
+
+def _ops_left(end: float, max_ops: int) -> int:
+    """The op limit that builds by ``end`` (a ``time.monotonic()`` instant) at
+    :func:`_seconds_per_op`: ``max_ops`` when time allows, never under
+    :data:`MAX_OPS_AUTO` (a schedule as small as `auto`'s is built even when the packing
+    overran)."""
+    left = end - time.monotonic()
+    return min(max_ops, max(MAX_OPS_AUTO, int(left / _seconds_per_op())))
 
 
 #: relative difference under which a candidate graph's best possible prediction counts as a
@@ -628,20 +675,22 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
     t0 = time.monotonic()
     # `auto` builds, verifies, simulates (and, for the nccl backend, lowers) every candidate:
     # its synth candidate pipelines fewer chunks so that it costs what a template costs
-    max_ops = MAX_OPS_AUTO if coll.algorithm.name == "auto" else MAX_OPS
-    # the budget is a deadline for the whole synthesis: the packers stop early enough that
-    # the ops are built (and verified) within it
-    syn = synthesize_trees(coll, budget, hint_int(params, "trees", None),
-                           build_reserve(coll, max_ops))
+    max_ops = op_limit(budget, MAX_OPS_AUTO if coll.algorithm.name == "auto" else MAX_OPS)
+    # the budget is a deadline for the whole synthesis: the templates are raced first (at
+    # 512 ranks building them takes tens of seconds), the packers stop early enough that the
+    # ops are built (and verified) within what is left, and the pipeline depth fits it
+    template = _best_template(coll) if race else None
+    left = max(budget - (time.monotonic() - t0), 1e-3)
+    syn = synthesize_trees(coll, left, hint_int(params, "trees", None), max_ops=max_ops)
     if syn is None:
-        template = _best_template(coll)
+        template = template if race else _best_template(coll)
         if template is None:
             raise CollectiveError(f"synth found no packing for '{coll.name}' within its budget "
                                   f"of {budget:g} s and no template applies")
         return _as_fallback(template, None, t0)
     chunks = hint_int(params, "chunks", None)
     _, chunks = _predict(coll, syn.graph, syn.ag, syn.rs, _block_bytes(coll), syn.rate_ag,
-                         syn.rate_rs, chunks, max_ops)
+                         syn.rate_rs, chunks, _ops_left(t0 + budget, max_ops))
     meta = (("solver", SOLVER), ("status", syn.status), ("solve_s", round(syn.solve_s, 3)),
             ("k", (syn.ag or syn.rs).k), ("chunks", chunks))
     if coll.kind is CollectiveKind.ALLGATHER:
@@ -653,7 +702,6 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
     t = float(simulate(s).time)
     s = s.replace(params=meta + (("lp_fraction", round(syn.optimal_time / t, 4)),))
     if race:
-        template = _best_template(coll)
         if template is not None and template[0] < t * (1 - 1e-9):
             return _as_fallback(template, syn.optimal_time, t0)
     return s
