@@ -157,7 +157,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     :func:`_expected_build`). The packers stop that long before the budget ends (at most
     half of it is kept), and the ForestColl rate counts in the budget too.
     """
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     g = hop_graph(coll)
     node_perm, edge_perm = translations(coll, g)
     orbits, symmetry = node_perm, None
@@ -180,7 +180,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     rate_rs = forestcoll_rate(net.reverse(copy=True), members, probe) if need_rs else None
     optimal = sum(block / r for r in (rate_ag, rate_rs) if r is not None)
     expected = 0.0 if max_ops is None else _expected_build(coll, g, block, rate_ag, rate_rs,
-                                                           max_ops)
+                                                           max_ops) * _slowdown(t0, cpu0)
     deadline = t0 + budget - min(max(reserve, expected), budget * _MAX_RESERVE)
     best: tuple[float, HopGraph, TreePacking | None, TreePacking | None] | None = None
     kept = None        # the kept separate packing's phase times (see _cannot_win)
@@ -242,10 +242,10 @@ _JOINT_SHARE = 0.8
 _MAX_RESERVE = 0.5
 
 #: seconds per op of what follows the packing as a user gets it: choosing the pipeline depth,
-#: building the ops, racing the templates, the lockstep simulation that reports
-#: ``lp_fraction``, and the compile's verification, prediction and JSON output (11.6 s after
-#: the packing for the 6.0M ops of the faulty 5x5x5 torus's AllReduce, `cclc compile` on a
-#: loaded two-core machine: 1.9 us per op)
+#: building the ops, the lockstep simulation that reports ``lp_fraction``, and the compile's
+#: verification, prediction and JSON output (11.6 s after the packing for the 6.0M ops of
+#: the faulty 5x5x5 torus's AllReduce, `cclc compile` under cProfile: 1.9 us per op); on a
+#: machine shared with other work, stretched by :func:`_slowdown`
 _SECONDS_PER_OP = 2e-6
 
 
@@ -298,13 +298,29 @@ def _expected_build(coll: Collective, g: HopGraph, block: float, rate_ag: float 
     return min(max_ops, per_chunk * chunks + coll.n) * _seconds_per_op()
 
 
-def _ops_left(end: float, max_ops: int) -> int:
+def _ops_left(end: float, max_ops: int, slowdown: float = 1.0) -> int:
     """The op limit that builds by ``end`` (a ``time.monotonic()`` instant) at
-    :func:`_seconds_per_op`: ``max_ops`` when time allows, never under
+    :func:`_seconds_per_op` times ``slowdown``: ``max_ops`` when time allows, never under
     :data:`MAX_OPS_AUTO` (a schedule as small as `auto`'s is built even when the packing
     overran)."""
     left = end - time.monotonic()
-    return min(max_ops, max(MAX_OPS_AUTO, int(left / _seconds_per_op())))
+    return min(max_ops, max(MAX_OPS_AUTO, int(left / (_seconds_per_op() * slowdown))))
+
+
+def _slowdown(t0: float, cpu0: float) -> float:
+    """Wall-clock seconds per CPU second of this process since ``(t0, cpu0)`` (from
+    ``time.monotonic()`` and ``time.process_time()``), between 1 and :data:`_MAX_SLOWDOWN`:
+    how much a machine shared with other work stretches the per-op times, which were measured
+    on a machine this process had to itself. 1 when too little has run to tell."""
+    cpu = time.process_time() - cpu0
+    if cpu < 0.2:
+        return 1.0
+    return min(_MAX_SLOWDOWN, max(1.0, (time.monotonic() - t0) / cpu))
+
+
+#: the most a shared machine is taken to stretch the build (beyond it, the op limit would
+#: leave too few chunks to pipeline)
+_MAX_SLOWDOWN = 4.0
 
 
 #: relative difference under which a candidate graph's best possible prediction counts as a
@@ -672,7 +688,7 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
     budget = DEFAULT_BUDGET if budget is None else budget
     # under `algorithm auto` the planner races every candidate itself
     race = bool(hint_int(params, "race", 0 if coll.algorithm.name == "auto" else 1, low=0))
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     # `auto` builds, verifies, simulates (and, for the nccl backend, lowers) every candidate:
     # its synth candidate pipelines fewer chunks so that it costs what a template costs
     max_ops = op_limit(budget, MAX_OPS_AUTO if coll.algorithm.name == "auto" else MAX_OPS)
@@ -690,7 +706,8 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
         return _as_fallback(template, None, t0)
     chunks = hint_int(params, "chunks", None)
     _, chunks = _predict(coll, syn.graph, syn.ag, syn.rs, _block_bytes(coll), syn.rate_ag,
-                         syn.rate_rs, chunks, _ops_left(t0 + budget, max_ops))
+                         syn.rate_rs, chunks,
+                         _ops_left(t0 + budget, max_ops, _slowdown(t0, cpu0)))
     meta = (("solver", SOLVER), ("status", syn.status), ("solve_s", round(syn.solve_s, 3)),
             ("k", (syn.ag or syn.rs).k), ("chunks", chunks))
     if coll.kind is CollectiveKind.ALLGATHER:
