@@ -49,6 +49,10 @@ def test_packers_stop_before_the_reserve(monkeypatch, kind):
         @staticmethod
         def monotonic():
             return t0
+
+        @staticmethod
+        def process_time():
+            return 0.0
     monkeypatch.setattr(st_mod, "time", Frozen)
     coll = _coll(kind)
     syn = synthesize_trees(coll, budget=20.0, reserve=6.0)
@@ -70,6 +74,10 @@ def test_ops_left_fit_the_time_left(monkeypatch):
         @staticmethod
         def monotonic():
             return t0
+
+        @staticmethod
+        def process_time():
+            return 0.0
     monkeypatch.setattr(st_mod, "time", Frozen)
     per_op = st_mod._seconds_per_op()
     assert st_mod._ops_left(t0 + 1.0, MAX_OPS) == int(1.0 / per_op)
@@ -157,3 +165,29 @@ def test_op_limit_keeps_the_build_within_half_the_budget():
     with priced_with(BACKEND_MODELS["nccl"]):                # its prediction costs per op too
         assert op_limit(30, MAX_OPS) < MAX_OPS / 2
         assert op_limit(30, MAX_OPS) * st_mod._seconds_per_op() <= 15.0
+
+
+def test_slowdown_is_wall_over_cpu_seconds(monkeypatch):
+    clock = {"wall": 100.0, "cpu": 10.0}
+
+    class Fake:
+        @staticmethod
+        def monotonic():
+            return clock["wall"]
+
+        @staticmethod
+        def process_time():
+            return clock["cpu"]
+    monkeypatch.setattr(st_mod, "time", Fake)
+    clock.update(wall=103.0, cpu=11.0)           # 3 s of wall for 1 s of CPU: a shared machine
+    assert st_mod._slowdown(100.0, 10.0) == pytest.approx(3.0)
+    clock.update(wall=150.0)                     # capped
+    assert st_mod._slowdown(100.0, 10.0) == st_mod._MAX_SLOWDOWN
+    clock.update(wall=100.5, cpu=11.0)           # more CPU than wall (threads): never below 1
+    assert st_mod._slowdown(100.0, 10.0) == 1.0
+    clock.update(wall=105.0, cpu=10.1)           # too little CPU to tell
+    assert st_mod._slowdown(100.0, 10.0) == 1.0
+    # the op limit of the time left shrinks with it
+    clock.update(wall=100.0)
+    per_op = st_mod._seconds_per_op()
+    assert st_mod._ops_left(101.0, MAX_OPS, 2.0) == int(1.0 / (2 * per_op))
