@@ -9,9 +9,11 @@ AllReduce on a machine without switches first packs its in-trees and out-trees j
 AllReduce bandwidth bound), raced against the phases packed apart.
 
 This module chooses the number of trees per root ``k`` and
-of chunks per tree ``C``, keeps to the time budget (the packer reads the clock before every
-tree it grows; a packing not whole at the deadline is dropped, and with none whole a template
-is returned), skips a candidate graph whose best possible prediction (load 1, the height of
+of chunks per tree ``C``, keeps to the time budget as a deadline for the whole synthesis (the
+templates are raced first; the packers read the clock before every tree they grow and stop
+early enough for the ops to be built in what is left, see :func:`_expected_build`; a packing
+not whole at the deadline is dropped, and with none whole a template is returned), skips a
+candidate graph whose best possible prediction (load 1, the height of
 its eccentricity) cannot beat the packing kept, and records what it did in the schedule's
 ``params``: ``solver`` (``"forestcoll-maxflow+congestion-trees"``), ``status``
 (``optimal`` when the packing reaches the ForestColl rate, ``feasible`` when it does not,
@@ -29,7 +31,8 @@ whose planner races every candidate anyway: always the synthesized one); ``trees
 (``k``; default: the best of 1..3 by predicted time); ``chunks`` (``C``; default: the pipeline
 depth that minimizes ``(C + D) * (alpha + beta / C)`` for tree depth ``D``, latency ``alpha``
 and bandwidth time ``beta``, with at most :data:`MAX_OPS` ops, :data:`MAX_OPS_AUTO` under
-``algorithm auto`` so that the candidate costs the planner what a template does).
+``algorithm auto`` so that the candidate costs the planner what a template does, fewer when
+the time left would not build them: :func:`op_limit`, :func:`_ops_left`).
 """
 
 from __future__ import annotations
