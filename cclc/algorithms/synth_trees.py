@@ -519,8 +519,11 @@ def _joint_allreduce(coll: Collective, g: HopGraph, node_perm: np.ndarray,
     for k, slack in ((k, slack) for k in ks for slack in (0, 1)):
         if best is not None and time.monotonic() > deadline:
             break
-        rs, ag = pack_allreduce_trees(g, block / bandwidth_time, k, node_perm, edge_perm,
+        packed = pack_allreduce_trees(g, block / bandwidth_time, k, node_perm, edge_perm,
                                       deadline, depth_slack=slack)
+        if packed is None:
+            break                       # the deadline passed before every root had its trees
+        rs, ag = packed
         # each packing's load relative to its own phase's optimum, as TreePacking says
         rs, ag = (replace(p, load=_phase_load(g, p, rate)) for p, rate in
                   ((rs, rate_rs), (ag, rate_ag)))

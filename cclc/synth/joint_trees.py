@@ -45,14 +45,17 @@ def link_use(g: HopGraph, p: TreePacking) -> np.ndarray:
 
 def pack_allreduce_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray,
                          edge_perm: np.ndarray, deadline: float, depth_slack: int = 1,
-                         rounds: int = 40, seed: int = 0) -> tuple[TreePacking, TreePacking]:
+                         rounds: int = 40, seed: int = 0
+                         ) -> tuple[TreePacking, TreePacking] | None:
     """``k`` in-trees (returned as out-trees of ``g.reversed()``) and ``k`` out-trees of ``g``
     per root, under one set of link prices.
 
     ``rate`` is the per-root rate at which the AllReduce meets its bandwidth bound (a root's
     block over the bound's time); a tree carries ``rate / k``. Returns ``(rs, ag)``, both with
     ``load`` the peak of the two phases together (1.0: the bound is met) and ``status``
-    ``optimal`` / ``feasible`` / ``budget`` as :func:`cclc.synth.trees.pack_trees`.
+    ``optimal`` / ``feasible`` / ``budget`` as :func:`cclc.synth.trees.pack_trees`; ``None``
+    when ``deadline`` passes before every root has its trees (the clock is read before every
+    tree is grown).
     ``depth_slack``: levels a tree may grow beyond the hop distance from its root to the
     farthest member (depth is pipeline fill; fewer levels also leave fewer ways to balance).
     """
@@ -76,6 +79,8 @@ def pack_allreduce_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray
     # interleave the phases so that neither takes the cheap links first
     keys = [(f, r, j) for r in reps for j in range(k) for f in (0, 1)]
     for key in keys:
+        if time.monotonic() > deadline:
+            return None                          # no complete packing to return
         parent, edge, use = build(families[key[0]], key[1])
         trees[key], usage[key] = (parent, edge), use
         load += use * unit

@@ -137,12 +137,29 @@ def test_compile_budget_reaches_the_trees(monkeypatch):
     assert got == pytest.approx([7.5, 3.0, st_mod.DEFAULT_BUDGET], abs=0.5)
 
 
-def test_joint_packing_past_its_deadline_is_whole():
+def test_joint_packing_past_its_deadline_is_whole_or_none(monkeypatch):
+    import cclc.synth.joint_trees as jt
+    from cclc.synth.trees import _orbit_reps
+
     coll = _coll(K.ALLREDUCE, (5, 5), 3)
     g = hop_graph(coll)
     nodes, edges = translations(coll, g)
-    # a rate no packing meets: the rounds would go on, but the deadline has passed
-    rs, ag = pack_allreduce_trees(g, 1e12, 2, nodes, edges, time.monotonic() - 1.0)
+    # a clock that moves a second every time it is read: the packer reads it before every tree
+    clock = iter(range(10**6))
+
+    class Ticking:
+        @staticmethod
+        def monotonic():
+            return float(next(clock))
+    monkeypatch.setattr(jt, "time", Ticking)
+    # the deadline passes before every root has its trees: no packing
+    assert pack_allreduce_trees(g, 1e12, 2, nodes, edges, 5.0) is None
+    # it passes in the rounds after the first trees: the trees regrown so far replaced
+    # trees of the last round, so the packing is whole (a rate no packing meets: the rounds
+    # would go on)
+    clock = iter(range(10**6))
+    first = 2 * 2 * len(_orbit_reps(nodes))
+    rs, ag = pack_allreduce_trees(g, 1e12, 2, nodes, edges, first + 30.0)
     assert rs.status == ag.status == "budget"
     for p, graph in ((rs, g.reversed()), (ag, g)):
         for r in range(g.n):
@@ -153,18 +170,6 @@ def test_joint_packing_past_its_deadline_is_whole():
                         assert (graph.src[e[v]], graph.dst[e[v]]) == (par[v], v)
                 assert p.depth()[r, j].max() < g.n          # reaches the root: no cycle
         assert np.all(p.depth()[np.arange(g.n), :, np.arange(g.n)] == 0)
-
-
-def test_op_limit_keeps_the_build_within_half_the_budget():
-    from cclc.execution import BACKEND_MODELS
-    from cclc.synth.pricing import priced_with
-
-    assert op_limit(30, MAX_OPS) == MAX_OPS                  # 6M ops: 12 s of 30
-    assert op_limit(5, MAX_OPS) == int(5 * 0.5 / st_mod._SECONDS_PER_OP)
-    assert op_limit(1e-9, MAX_OPS) == 1
-    with priced_with(BACKEND_MODELS["nccl"]):                # its prediction costs per op too
-        assert op_limit(30, MAX_OPS) < MAX_OPS / 2
-        assert op_limit(30, MAX_OPS) * st_mod._seconds_per_op() <= 15.0
 
 
 def test_slowdown_is_wall_over_cpu_seconds(monkeypatch):
@@ -191,3 +196,15 @@ def test_slowdown_is_wall_over_cpu_seconds(monkeypatch):
     clock.update(wall=100.0)
     per_op = st_mod._seconds_per_op()
     assert st_mod._ops_left(101.0, MAX_OPS, 2.0) == int(1.0 / (2 * per_op))
+
+
+def test_op_limit_keeps_the_build_within_half_the_budget():
+    from cclc.execution import BACKEND_MODELS
+    from cclc.synth.pricing import priced_with
+
+    assert op_limit(30, MAX_OPS) == MAX_OPS                  # 6M ops: 12 s of 30
+    assert op_limit(5, MAX_OPS) == int(5 * 0.5 / st_mod._SECONDS_PER_OP)
+    assert op_limit(1e-9, MAX_OPS) == 1
+    with priced_with(BACKEND_MODELS["nccl"]):                # its prediction costs per op too
+        assert op_limit(30, MAX_OPS) < MAX_OPS / 2
+        assert op_limit(30, MAX_OPS) * st_mod._seconds_per_op() <= 15.0
