@@ -266,8 +266,8 @@ def _seconds_per_op() -> float:
 def op_limit(budget: float, max_ops: int) -> int:
     """The most ops a default pipeline depth may give: ``max_ops``, fewer when building and
     predicting them would take more than :data:`_MAX_RESERVE` of the budget (under the
-    model the planner prices with: the nccl backend's dataflow prediction costs 3x the
-    rest)."""
+    model the planner prices with: the nccl backend's dataflow prediction costs more than
+    twice the rest)."""
     return max(1, min(max_ops, int(budget * _MAX_RESERVE / _seconds_per_op())))
 
 
