@@ -11,6 +11,7 @@ out-trees, the reversed moves for in-trees.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,7 +41,8 @@ class TreeFamily:
     link (a torus), else ``None``; ``edge_links[h]``: the links of move ``h``; ``out[v]`` and
     ``into[v]``: the moves leaving and entering member ``v``; ``link_moves``: the transposed
     incidence (which moves use each link); ``move_of[l]``: with ``single``, the move of link
-    ``l`` (a link is one move at most: moves join distinct pairs), -1 for none.
+    ``l`` (a link is one move at most: moves join distinct pairs), -1 for none;
+    ``out_lists``: ``out`` as Python lists (the heap of :func:`_grow_static` reads them).
     """
 
     g: HopGraph
@@ -52,6 +54,7 @@ class TreeFamily:
     into: list
     link_moves: csr_matrix
     move_of: np.ndarray | None
+    out_lists: list
 
 
 def tree_family(g: HopGraph, depth_slack: int) -> TreeFamily:
@@ -68,8 +71,9 @@ def tree_family(g: HopGraph, depth_slack: int) -> TreeFamily:
     if single is not None:
         move_of = np.full(len(g.capacity), -1, dtype=np.int64)
         move_of[single] = np.arange(g.m)
-    return TreeFamily(g, inc, single, limit.astype(np.int64), edge_links,
-                      _by(g.src, g.n), _by(g.dst, g.n), inc.T.tocsr(), move_of)
+    out = _by(g.src, g.n)
+    return TreeFamily(g, inc, single, limit.astype(np.int64), edge_links, out,
+                      _by(g.dst, g.n), inc.T.tocsr(), move_of, [o.tolist() for o in out])
 
 
 def _by(ends: np.ndarray, n: int) -> list:
@@ -95,6 +99,8 @@ def grow_tree(fam: TreeFamily, r: int, load: np.ndarray, unit: np.ndarray,
     to the lowest move. The prices of the frontier's moves are kept up to date as links' loads
     change, rather than recomputed over every move in every step.
     """
+    if len(link_perm) == 1 and SELF_WEIGHT == 0.0:
+        return _grow_static(fam, r, load, unit, depth_price)
     g = fam.g
     n, m = g.n, g.m
     nl = len(unit)
@@ -160,6 +166,60 @@ def grow_tree(fam: TreeFamily, r: int, load: np.ndarray, unit: np.ndarray,
             cost[live] = move[live] + depth_price * (depth[g.src[live]] + 1)
         reach(v)
     return parent, edge, own
+
+
+def _grow_static(fam: TreeFamily, r: int, load: np.ndarray, unit: np.ndarray,
+                 depth_price: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`grow_tree` without a symmetry: the tree's own uses do not count in its prices
+    (``SELF_WEIGHT`` 0) and it has no translates, so every move keeps its price while the
+    tree grows, and the rule is Prim's algorithm under a depth limit: a heap of the
+    frontier's moves per side of the limit, keyed by (cost, move) for the same ties."""
+    g = fam.g
+    n = g.n
+    p = np.exp(np.minimum(ALPHA * load, 600.0)) * unit
+    move = (p[fam.single] if fam.single is not None else fam.inc @ p).tolist()
+    dst = g.dst.tolist()
+    out = fam.out_lists
+    limit = int(fam.limit[r])
+    parent = [r] * n
+    edge = [0] * n
+    depth = [0] * n
+    reached = [False] * n
+    near: list = []
+    far: list = []
+
+    def reach(v: int) -> None:
+        reached[v] = True
+        d = depth[v]
+        heap = near if d < limit else far
+        step = depth_price * (d + 1)
+        for h in out[v]:
+            if not reached[dst[h]]:
+                heapq.heappush(heap, (move[h] + step, h))
+
+    reach(r)
+    for _ in range(n - 1):
+        while near and reached[dst[near[0][1]]]:
+            heapq.heappop(near)
+        if near:
+            h = heapq.heappop(near)[1]
+        else:
+            while reached[dst[far[0][1]]]:
+                heapq.heappop(far)
+            h = heapq.heappop(far)[1]
+        v, u = dst[h], int(g.src[h])
+        parent[v], edge[v], depth[v] = u, h, depth[u] + 1
+        reach(v)
+    parent_a = np.array(parent, dtype=np.int64)
+    edge_a = np.array(edge, dtype=np.int64)
+    own = np.zeros(len(unit))
+    members = np.arange(n) != r
+    for_links = edge_a[members]
+    lengths = np.diff(g.offsets)[for_links]
+    starts = np.repeat(g.offsets[for_links], lengths)
+    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    np.add.at(own, g.links[starts + within], 1.0)
+    return parent_a, edge_a, own
 
 
 def _orbit_sum(p: np.ndarray, perm: np.ndarray) -> np.ndarray:

@@ -125,3 +125,30 @@ def test_same_trees_on_a_fabric():
     g = hop_graph(coll)
     assert np.diff(g.offsets).max() > 1           # moves of several links
     _same_trees(coll, 3)
+
+
+def test_same_trees_on_the_faulty_5x5x5_torus_at_the_packers_depth_price():
+    from cclc.synth.tree_grow import depth_price
+
+    topo = torus("t", (5, 5, 5), bandwidth=32e9, latency=1e-7)
+    pairs = []
+    for a, b in (((0, 0, 0), (1, 0, 0)), ((2, 3, 4), (2, 3, 0))):
+        u, v = topo.rank_at(a), topo.rank_at(b)
+        pairs += [(u, v), (v, u)]
+    topo = with_faults(topo, pairs)
+    coll = make_collective("ar", K.ALLREDUCE, topo, list(range(125)), size=4 * 125 * 64)
+    g = hop_graph(coll)
+    _, edge_perm = translations(coll, g)
+    link_perm = _link_perm(g, edge_perm)
+    assert len(link_perm) == 1                   # the faults leave no translation
+    rng = np.random.default_rng(5)
+    unit = np.where(g.capacity > 0, 0.01, 0.0)
+    load = rng.uniform(0.0, 1.1, len(g.capacity)) * (g.capacity > 0)
+    for graph in (g, g.reversed()):
+        fam = tree_family(graph, 0)
+        price = depth_price(fam, unit, 0.25)
+        for r in (0, 1, 77):
+            got = grow_tree(fam, r, load, unit, link_perm, price)
+            want = _reference(fam, r, load, unit, link_perm, price)
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_array_equal(a, b)
