@@ -11,17 +11,25 @@ software cost) under each topology's declared routing; none is a measurement on 
     python benchmarks/synth_trees.py                 # 1 GiB and 128 MiB, every case
     python benchmarks/synth_trees.py --quick         # 128 MiB, the small cases
     python benchmarks/synth_trees.py --only mesh4x4 --kinds allreduce --sizes 1024,128
+    python benchmarks/synth_trees.py --only 5x5x5 --kinds allreduce --budget 300
+
+``--budget`` sets synth's time budget (30 s by default), as ``cclc compile --synth-budget``
+does: on a machine shared with other jobs a larger one keeps the load from cutting the
+packing short (the budget is wall-clock seconds, and the packers stop by themselves when no
+round improves).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
 
 import dsl
 from cclc.algorithms import algorithms_for, get
+from cclc.algorithms.synth_flows import synth_budget
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.execution import IR_MODEL, predict
@@ -115,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-templates", action="store_true", help="skip the template column")
     ap.add_argument("--only", default="", help="only cases whose name contains this text")
     ap.add_argument("--sizes", default="", help="comma-separated sizes in MiB")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="synth's time budget in seconds (default: its own, 30)")
     ap.add_argument("--kinds", default="",
                     help="comma-separated collectives (allgather, reducescatter, allreduce)")
     args = ap.parse_args(argv)
@@ -124,12 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     print("predicted by the ir model: lockstep steps, no software cost; % of the best "
           "lower bound of cclc.bounds")
     kinds = [CollectiveKind(x) for x in args.kinds.split(",")] if args.kinds else KINDS
-    for label, topo in _machines(args.quick):
-        if args.only not in label:
-            continue
-        for kind in kinds:
-            for size in sizes:
-                _print(run_case(label, topo, kind, size, not args.no_templates))
+    with synth_budget(args.budget) if args.budget else contextlib.nullcontext():
+        for label, topo in _machines(args.quick):
+            if args.only not in label:
+                continue
+            for kind in kinds:
+                for size in sizes:
+                    _print(run_case(label, topo, kind, size, not args.no_templates))
     return 0
 
 
