@@ -49,9 +49,16 @@ from cclc.ir import Schedule
 from cclc.synth import tree_schedule
 from cclc.synth.fabric_symmetry import find_free_automorphism, member_powers
 from cclc.synth.joint_trees import link_use, pack_allreduce_trees
+from cclc.synth.phase_time import phase_lockstep_time
 from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.splitting import split_switches
-from cclc.synth.tree_lp import fractional_packing, rounded_packing
+from cclc.synth.tree_lp import (
+    ALL_LEVELS,
+    depth_limit,
+    fractional_packing,
+    rounded_packing,
+    windows,
+)
 from cclc.synth.tree_time import allreduce_lockstep_time
 from cclc.synth.trees import (
     HopGraph,
@@ -309,38 +316,39 @@ def _split_candidate(coll: Collective, rate_ag: float | None, rate_rs: float | N
 #: the weights, 2.1% to 0.6% above x* from 8 to 32 on the PCIe fabric example, but pipeline
 #: fewer chunks under the op cap: the prediction picks)
 _EXACT_TREES = (8, 16, 24, 32)
+#: the same for level-synchronous trees (one chunk per tree: many trees cost few ops; 95.5%,
+#: 96.3% and 96.6% of the bound for 32, 64 and 128 on the PCIe fabric's 128 MiB AllGather)
+_LEVEL_TREES = (32, 64, 128)
 
 
 def _exact_packings(phys: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
                     rate_ag: float | None, rate_rs: float | None, deadline: float
                     ) -> list[tuple[TreePacking | None, TreePacking | None]]:
-    """Packings of ``phys``'s moves from the fractional optimum of
-    :func:`cclc.synth.tree_lp.fractional_packing` (seeded with ``ag`` and ``rs``), rounded to
-    each of :data:`_EXACT_TREES` trees per root; empty when the deadline comes first."""
+    """Packings of ``phys``'s moves from the fractional optima of
+    :func:`cclc.synth.tree_lp.fractional_packing` (seeded with ``ag`` and ``rs``): the least
+    busiest-link load rounded to each of :data:`_EXACT_TREES` trees per root and, for one
+    phase, the least sum of each level's busiest link (the lockstep time of one chunk per
+    tree, :func:`cclc.synth.tree_lp.windows`) rounded to :data:`_LEVEL_TREES`."""
     t0 = time.monotonic()
-    fracs = []
-    for p, rate, graph in ((ag, rate_ag, phys), (rs, rate_rs, phys.reversed())):
-        if p is None:
-            fracs.append(None)
-            continue
-        frac = fractional_packing(graph, rate, deadline, p)
-        if frac is None:
-            return []
-        fracs.append((frac, p, rate, graph))
+    phases = [(p, rate, graph, graph is not phys) for p, rate, graph in
+              ((ag, rate_ag, phys), (rs, rate_rs, phys.reversed())) if p is not None]
+    plans = [(ALL_LEVELS, _EXACT_TREES)]
+    if len(phases) == 1:
+        plans.append((windows(depth_limit(phys), 1), _LEVEL_TREES))
     out = []
-    for k in _EXACT_TREES:
-        pair = []
-        for item in fracs:
-            if item is None:
-                pair.append(None)
-                continue
-            frac, seed, rate, graph = item
-            pair.append(rounded_packing(graph, frac, rate, k, deadline,
-                                        seed if seed.k == k else None,
-                                        time.monotonic() - t0))
-        if any(p is None and item is not None for p, item in zip(pair, fracs, strict=True)):
+    for wins, ks in plans:
+        fracs = [fractional_packing(graph, rate, deadline, p, wins, reduce)
+                 for p, rate, graph, reduce in phases]
+        if any(f is None for f in fracs):
             break
-        out.append(tuple(pair))
+        for k in ks:
+            pair = [rounded_packing(graph, frac, rate, k, deadline, p if p.k == k else None,
+                                    time.monotonic() - t0, wins, reduce)
+                    for frac, (p, rate, graph, reduce) in zip(fracs, phases, strict=True)]
+            if any(p is None for p in pair):
+                break
+            out.append((pair[0] if ag is not None else None,
+                        pair[-1] if rs is not None else None))
     return out
 
 
@@ -568,6 +576,9 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
         if t[alt] <= t[best] * (1 + _EQUAL_CHUNKS_SLACK):
             best = alt
     if rs is None or ag is None:
+        if coll.topology.n_vertices > coll.topology.n_ranks:
+            return _phase_exact(coll, g, ag or rs, rs is not None, block, alpha, c, best,
+                                even, chunks is None, equal_chunks)
         return float(t[best]), int(c[best])
     # AllReduce: the closed form charges every fill and drain step a whole phase's load and
     # the slowest move's latency, so it can be off either way; the lockstep time of the
@@ -589,6 +600,28 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
     equal = [x for x in exact if is_even.get(x, False)]
     if equal_chunks and equal and not is_even.get(chosen, False):
         # the same preference for chunks the MSCCL runtimes can address, on the exact times
+        alt = min(equal, key=exact.get)
+        if exact[alt] <= exact[chosen] * (1 + _EQUAL_CHUNKS_SLACK):
+            chosen = alt
+    return exact[chosen], chosen
+
+
+def _phase_exact(coll: Collective, g: HopGraph, p: TreePacking, reduce: bool, block: float,
+                 alpha: float, c: np.ndarray, best: int, even: np.ndarray,
+                 free: bool, equal_chunks: bool) -> tuple[float, int]:
+    """One phase on a machine with switches: the lockstep time of the packing itself
+    (:func:`cclc.synth.phase_time.phase_lockstep_time`) at the closed form's depth ``c[best]``
+    and, unless the depth was given (``free`` false), the shallowest ones and a few around
+    it. The closed form charges every fill and drain step a whole step; trees whose levels
+    share the busiest links evenly fill for less (the level-synchronous packings of
+    :func:`_exact_packings`, one chunk per tree)."""
+    options = {int(c[best])}
+    if free:
+        options |= {int(x) for x in (1, 2, 3, 4, c[best] / 2, c[best] * 2) if 1 <= x <= len(c)}
+    exact = {x: phase_lockstep_time(g, p, block, x, alpha, reduce) for x in sorted(options)}
+    chosen = min(exact, key=exact.get)
+    equal = [x for x in exact if even[x - 1]] if len(c) == len(even) and free else []
+    if equal_chunks and equal and not even[chosen - 1]:
         alt = min(equal, key=exact.get)
         if exact[alt] <= exact[chosen] * (1 + _EQUAL_CHUNKS_SLACK):
             chosen = alt
