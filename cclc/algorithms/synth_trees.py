@@ -209,23 +209,13 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
             if any(p is None and r is not None for p, r in zip(packed, (rate_ag, rate_rs),
                                                                  strict=True)):
                 break                       # the deadline passed before a packing was whole
-            ag, rs = packed
-            if realize is not None:
-                ag, rs = realize(ag, rs)
-            options = [(ag, rs)]
-            exact = realize is not None and not all(p is None or p.status == "optimal"
-                                                    for p in (ag, rs))
-            if exact:
-                # the heuristic stopped above x*: weighted trees by column generation,
-                # rounded to whole trees (cclc.synth.tree_lp), seeded with its trees
-                options += _exact_packings(phys, ag, rs, rate_ag, rate_rs, deadline)
+            options = _options(phys, realize, *packed, rate_ag, rate_rs, deadline, trees)
             for ag, rs in options:
                 predicted = _predict(coll, phys, ag, rs, block, rate_ag, rate_rs)[0]
                 if best is None or predicted < best[0] * (1 - margin):
                     best = (predicted, phys, ag, rs)
                     kept = _phase_times(coll, phys, ag, rs, block, rate_ag, rate_rs)
-            if exact and len(options) > 1 or all(p is None or p.status == "optimal"
-                                                 for p in (ag, rs)):
+            if len(options) > 1 or all(p is None or p.status == "optimal" for p in (ag, rs)):
                 break
     if best is None:
         return None
@@ -312,6 +302,20 @@ def _split_candidate(coll: Collective, rate_ag: float | None, rate_rs: float | N
     return phys, g_ag, g_rs, ident, edge_ident, realize
 
 
+def _options(phys: HopGraph, realize, ag: TreePacking | None, rs: TreePacking | None,
+             rate_ag: float | None, rate_rs: float | None, deadline: float,
+             trees: int | None) -> list[tuple[TreePacking | None, TreePacking | None]]:
+    """The heuristic's packings (as moves of ``phys``) and, on the split graph when they stop
+    above x*, the column generation's (:func:`_exact_packings`, seeded with them)."""
+    if realize is None:
+        return [(ag, rs)]
+    ag, rs = realize(ag, rs)
+    if all(p is None or p.status == "optimal" for p in (ag, rs)):
+        return [(ag, rs)]
+    return [(ag, rs)] + _exact_packings(phys, ag, rs, rate_ag, rate_rs, deadline,
+                                        (trees,) if trees else None)
+
+
 #: trees per root the column generation's weights are rounded to (more trees round closer to
 #: the weights, 2.1% to 0.6% above x* from 8 to 32 on the PCIe fabric example, but pipeline
 #: fewer chunks under the op cap: the prediction picks)
@@ -322,19 +326,21 @@ _LEVEL_TREES = (32, 64, 128)
 
 
 def _exact_packings(phys: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
-                    rate_ag: float | None, rate_rs: float | None, deadline: float
+                    rate_ag: float | None, rate_rs: float | None, deadline: float,
+                    ks: tuple[int, ...] | None = None
                     ) -> list[tuple[TreePacking | None, TreePacking | None]]:
     """Packings of ``phys``'s moves from the fractional optima of
     :func:`cclc.synth.tree_lp.fractional_packing` (seeded with ``ag`` and ``rs``): the least
     busiest-link load rounded to each of :data:`_EXACT_TREES` trees per root and, for one
     phase, the least sum of each level's busiest link (the lockstep time of one chunk per
-    tree, :func:`cclc.synth.tree_lp.windows`) rounded to :data:`_LEVEL_TREES`."""
+    tree, :func:`cclc.synth.tree_lp.windows`) rounded to :data:`_LEVEL_TREES`; ``ks``: the
+    numbers of trees per root instead of both (the user's ``trees``)."""
     t0 = time.monotonic()
     phases = [(p, rate, graph, graph is not phys) for p, rate, graph in
               ((ag, rate_ag, phys), (rs, rate_rs, phys.reversed())) if p is not None]
-    plans = [(ALL_LEVELS, _EXACT_TREES)]
+    plans = [(ALL_LEVELS, ks or _EXACT_TREES)]
     if len(phases) == 1:
-        plans.append((windows(depth_limit(phys), 1), _LEVEL_TREES))
+        plans.append((windows(depth_limit(phys), 1), ks or _LEVEL_TREES))
     out = []
     for wins, ks in plans:
         fracs = [fractional_packing(graph, rate, deadline, p, wins, reduce)
@@ -420,7 +426,8 @@ def _predict_floor(coll: Collective, g: HopGraph, packing_graphs: tuple, block: 
     ReduceScatter's) whose moves are those of ``g``: every phase at load 1 (no packing beats
     the optimal rate) and the height of the eccentricity of the farthest root (a spanning
     tree is at least that deep), with the pipeline depth of one tree per root (the most
-    chunks any ``k`` may pipeline)."""
+    chunks any ``k`` may pipeline); for one phase on a machine with switches, whose time is
+    its packing's exact lockstep time, the bandwidth time plus a latency per level."""
     phases = []
     for pg, rate in ((packing_graphs[1], rate_rs), (packing_graphs[0], rate_ag)):
         if rate is None:
@@ -431,6 +438,11 @@ def _predict_floor(coll: Collective, g: HopGraph, packing_graphs: tuple, block: 
             return 0.0                          # no spanning tree: nothing to bound by
         phases.append((block * (1 - 1e-9) / rate, int(hops.max())))
     alpha = (float(g.latency.max()) if g.m else 0.0) + step_cost(pricing_model())
+    if len(phases) == 1 and coll.topology.n_vertices > coll.topology.n_ranks:
+        # one phase on a machine with switches is predicted by its exact lockstep time
+        # (_phase_exact), which fills for less than the closed form: its floor is the
+        # busiest link's bytes at load 1 plus a latency per level
+        return phases[0][0] + phases[0][1] * alpha
     elems = coll.count // coll.n
     per_chunk = (2 if rate_rs is not None else 0) + (1 if rate_ag is not None else 0)
     cap = max(1, min(elems, MAX_OPS // max(1, per_chunk * coll.n * (coll.n - 1))))

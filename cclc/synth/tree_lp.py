@@ -238,6 +238,27 @@ def _level_prices(g: HopGraph, wins, duals: np.ndarray, height: int) -> np.ndarr
     return out
 
 
+def _first_columns(cols: _Columns, seeds: TreePacking | None, cap_share: np.ndarray,
+                   tie: np.ndarray, limit: np.ndarray, height: int) -> bool:
+    """The seeds' trees, and for a root without any the cheapest tree by bandwidth time;
+    ``False`` when some root spans nothing."""
+    g = cols.g
+    if seeds is not None:
+        for r in range(g.n):
+            for j in range(seeds.k):
+                cols.add(r, _tree_of(seeds.edge[r, j], r))
+    unit = np.asarray(g.incidence() @ np.where(cap_share > 0, 1.0 / np.maximum(cap_share,
+                                                                             1e-300), 0.0))
+    for r in range(g.n):
+        if not any(c[0] == r for c in cols.trees):
+            t = _cheapest_tree(g, r, np.tile(unit + 1e-6 * np.median(unit) * tie[r],
+                                             (height, 1)), int(limit[r]), cols.reduce)
+            if t is None:
+                return False
+            cols.add(r, t)
+    return True
+
+
 def fractional_packing(g: HopGraph, rate: float, deadline: float,
                        seeds: TreePacking | None = None, wins=ALL_LEVELS,
                        reduce: bool = False) -> FractionalPacking | None:
@@ -253,19 +274,8 @@ def fractional_packing(g: HopGraph, rate: float, deadline: float,
     height = int(limit.max())
     # among trees of equal price, moves whose tail is nearer the root (shallower trees)
     tie = np.where(np.isfinite(hops), hops, n)[:, g.src]
-    if seeds is not None:
-        for r in range(n):
-            for j in range(seeds.k):
-                cols.add(r, _tree_of(seeds.edge[r, j], r))
-    unit = np.asarray(g.incidence() @ np.where(cap_share > 0, 1.0 / np.maximum(cap_share,
-                                                                             1e-300), 0.0))
-    for r in range(n):
-        if not any(c[0] == r for c in cols.trees):
-            t = _cheapest_tree(g, r, np.tile(unit + 1e-6 * np.median(unit) * tie[r],
-                                             (height, 1)), int(limit[r]), reduce)
-            if t is None:
-                return None
-            cols.add(r, t)
+    if not _first_columns(cols, seeds, cap_share, tie, limit, height):
+        return None
     status = "budget"
     solved = None
     for _ in range(_MAX_ROUNDS):
@@ -368,10 +378,21 @@ def rounded_packing(g: HopGraph, frac: FractionalPacking, rate: float, k: int,
         mult[out] -= 1
         mult[into] += 1
         load += a[:, into] - a[:, out]
+    parent, edge = _assemble(g, cols.trees, mult, k)
+    total = (np.stack(cols.totals, axis=1) * per_use[:, None]) @ mult
+    worst = float(total.max()) if len(total) else 0.0
+    status = "optimal" if worst <= 1 + 1e-9 else "feasible"
+    return TreePacking(parent, edge, worst, status, solve_s)
+
+
+def _assemble(g: HopGraph, trees, mult: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(parent, edge)`` arrays of :class:`cclc.synth.trees.TreePacking`: every tree as many
+    times as its multiplicity."""
+    n = g.n
     parent = np.zeros((n, k, n), dtype=np.int64)
     edge = np.zeros((n, k, n), dtype=np.int64)
     slot = np.zeros(n, dtype=np.int64)
-    for (r, moves), times in zip(cols.trees, mult.tolist(), strict=True):
+    for (r, moves), times in zip(trees, mult.tolist(), strict=True):
         others = np.delete(np.arange(n), r)
         full = np.zeros(n, dtype=np.int64)
         full[others] = moves
@@ -380,10 +401,7 @@ def rounded_packing(g: HopGraph, frac: FractionalPacking, rate: float, k: int,
         for _ in range(times):
             parent[r, slot[r]], edge[r, slot[r]] = par, full
             slot[r] += 1
-    total = (np.stack(cols.totals, axis=1) * per_use[:, None]) @ mult
-    worst = float(total.max()) if len(total) else 0.0
-    status = "optimal" if worst <= 1 + 1e-9 else "feasible"
-    return TreePacking(parent, edge, worst, status, solve_s)
+    return parent, edge
 
 
 #: sharpness of the swaps' tie-break potential (a link 0.025 below the busiest counts e^-1)
