@@ -396,8 +396,9 @@ def _phase_times(coll: Collective, g: HopGraph, ag: TreePacking | None,
                  rs: TreePacking | None, block: float, rate_ag: float | None,
                  rate_rs: float | None) -> tuple[float, ...]:
     """The predicted time of each phase of a packing alone (AllGather's, ReduceScatter's),
-    before the equal-chunk preference."""
-    return tuple(_predict(coll, g, a, r, block, ra, rr, equal_chunks=False)[0]
+    before the equal-chunk preference, by the closed form (what :func:`_predict_floor`
+    bounds)."""
+    return tuple(_predict(coll, g, a, r, block, ra, rr, equal_chunks=False, exact=False)[0]
                  for a, r, ra, rr in ((ag, None, rate_ag, None), (None, rs, None, rate_rs))
                  if (a or r) is not None)
 
@@ -426,8 +427,9 @@ def _predict_floor(coll: Collective, g: HopGraph, packing_graphs: tuple, block: 
     ReduceScatter's) whose moves are those of ``g``: every phase at load 1 (no packing beats
     the optimal rate) and the height of the eccentricity of the farthest root (a spanning
     tree is at least that deep), with the pipeline depth of one tree per root (the most
-    chunks any ``k`` may pipeline); for one phase on a machine with switches, whose time is
-    its packing's exact lockstep time, the bandwidth time plus a latency per level."""
+    chunks any ``k`` may pipeline). The closed form's floor: one phase on a machine with
+    switches is finally predicted by its exact lockstep time, which can be lower
+    (:func:`_phase_exact`), so the skip is a proof only under the closed form there."""
     phases = []
     for pg, rate in ((packing_graphs[1], rate_rs), (packing_graphs[0], rate_ag)):
         if rate is None:
@@ -438,11 +440,6 @@ def _predict_floor(coll: Collective, g: HopGraph, packing_graphs: tuple, block: 
             return 0.0                          # no spanning tree: nothing to bound by
         phases.append((block * (1 - 1e-9) / rate, int(hops.max())))
     alpha = (float(g.latency.max()) if g.m else 0.0) + step_cost(pricing_model())
-    if len(phases) == 1 and coll.topology.n_vertices > coll.topology.n_ranks:
-        # one phase on a machine with switches is predicted by its exact lockstep time
-        # (_phase_exact), which fills for less than the closed form: its floor is the
-        # busiest link's bytes at load 1 plus a latency per level
-        return phases[0][0] + phases[0][1] * alpha
     elems = coll.count // coll.n
     per_chunk = (2 if rate_rs is not None else 0) + (1 if rate_ag is not None else 0)
     cap = max(1, min(elems, MAX_OPS // max(1, per_chunk * coll.n * (coll.n - 1))))
@@ -530,8 +527,8 @@ def _parents(p: TreePacking) -> int:
 
 def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
              block: float, rate_ag: float | None, rate_rs: float | None,
-             chunks: int | None = None, max_ops: int = MAX_OPS, equal_chunks: bool = True
-             ) -> tuple[float, int]:
+             chunks: int | None = None, max_ops: int = MAX_OPS, equal_chunks: bool = True,
+             exact: bool = True) -> tuple[float, int]:
     """Predicted time and pipeline depth ``C`` (lockstep, each step charged the pricing
     model's software cost).
 
@@ -540,7 +537,8 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
     its last ``H_ag`` only the broadcast, the ``C - 1`` between both; that closed form picks a
     depth, and the AllReduce's time is the lockstep time of the packings
     (:func:`cclc.synth.tree_time.allreduce_lockstep_time`) at the best of that depth and a
-    few around it.
+    few around it. One phase on a machine with switches is, unless ``exact`` is false, the
+    lockstep time of its packing too (:func:`_phase_exact`).
     """
     k = (ag or rs).k
     if rs is not None and ag is not None:
@@ -588,7 +586,7 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
         if t[alt] <= t[best] * (1 + _EQUAL_CHUNKS_SLACK):
             best = alt
     if rs is None or ag is None:
-        if coll.topology.n_vertices > coll.topology.n_ranks:
+        if exact and coll.topology.n_vertices > coll.topology.n_ranks:
             return _phase_exact(coll, g, ag or rs, rs is not None, block, alpha, c, best,
                                 even, chunks is None, equal_chunks)
         return float(t[best]), int(c[best])
