@@ -320,9 +320,13 @@ def _options(phys: HopGraph, realize, ag: TreePacking | None, rs: TreePacking | 
 #: the weights, 2.1% to 0.6% above x* from 8 to 32 on the PCIe fabric example, but pipeline
 #: fewer chunks under the op cap: the prediction picks)
 _EXACT_TREES = (8, 16, 24, 32)
-#: the same for level-synchronous trees (one chunk per tree: many trees cost few ops; 95.5%,
-#: 96.3% and 96.6% of the bound for 32, 64 and 128 on the PCIe fabric's 128 MiB AllGather)
-_LEVEL_TREES = (32, 64, 128)
+#: the same for the trees whose levels share the busy links evenly (97.8% and 98.2% of the
+#: bound for 32 and 64 on the PCIe fabric's 128 MiB AllGather, at 6 chunks per tree)
+_LEVEL_TREES = (32, 64)
+#: the pipeline depth those trees are balanced for (:func:`cclc.synth.tree_lp.windows`): on
+#: the PCIe fabric's AllGather, balanced for one chunk they reach 96.6% at 128 MiB, for four
+#: 98.2% (at 6 chunks) and 99.1% at 1 GiB (at 16)
+_LEVEL_CHUNKS = 4
 
 
 def _exact_packings(phys: HopGraph, ag: TreePacking | None, rs: TreePacking | None,
@@ -332,19 +336,28 @@ def _exact_packings(phys: HopGraph, ag: TreePacking | None, rs: TreePacking | No
     """Packings of ``phys``'s moves from the fractional optima of
     :func:`cclc.synth.tree_lp.fractional_packing` (seeded with ``ag`` and ``rs``): the least
     busiest-link load rounded to each of :data:`_EXACT_TREES` trees per root and, for one
-    phase, the least sum of each level's busiest link (the lockstep time of one chunk per
-    tree, :func:`cclc.synth.tree_lp.windows`) rounded to :data:`_LEVEL_TREES`; ``ks``: the
+    phase, the least lockstep bandwidth time of a pipeline of :data:`_LEVEL_CHUNKS` chunks
+    (the sum over its steps of the busiest link among the levels they move,
+    :func:`cclc.synth.tree_lp.windows`) rounded to :data:`_LEVEL_TREES`; ``ks``: the
     numbers of trees per root instead of both (the user's ``trees``)."""
     t0 = time.monotonic()
     phases = [(p, rate, graph, graph is not phys) for p, rate, graph in
               ((ag, rate_ag, phys), (rs, rate_rs, phys.reversed())) if p is not None]
     plans = [(ALL_LEVELS, ks or _EXACT_TREES)]
     if len(phases) == 1:
-        plans.append((windows(depth_limit(phys), 1), ks or _LEVEL_TREES))
+        plans.append((windows(depth_limit(phys), _LEVEL_CHUNKS), ks or _LEVEL_TREES))
     out = []
-    for wins, ks in plans:
-        fracs = [fractional_packing(graph, rate, deadline, p, wins, reduce)
-                 for p, rate, graph, reduce in phases]
+    fracs = [None] * len(phases)
+    for i, (wins, ks) in enumerate(plans):
+        # the column generation stops with time left for the rounding; a later LP starts
+        # from the earlier one's trees
+        stop = time.monotonic() + (deadline - time.monotonic()) * (0.4 if i + 1 < len(plans)
+                                                                  else 0.8)
+        fracs = [fractional_packing(graph, rate, stop, p, wins, reduce,
+                                    [] if f is None else [t for t, w in
+                                                          zip(f.trees, f.weight, strict=True)
+                                                          if w > 1e-9])
+                 for (p, rate, graph, reduce), f in zip(phases, fracs, strict=True)]
         if any(f is None for f in fracs):
             break
         for k in ks:
@@ -621,13 +634,14 @@ def _phase_exact(coll: Collective, g: HopGraph, p: TreePacking, reduce: bool, bl
                  free: bool, equal_chunks: bool) -> tuple[float, int]:
     """One phase on a machine with switches: the lockstep time of the packing itself
     (:func:`cclc.synth.phase_time.phase_lockstep_time`) at the closed form's depth ``c[best]``
-    and, unless the depth was given (``free`` false), the shallowest ones and a few around
-    it. The closed form charges every fill and drain step a whole step; trees whose levels
-    share the busiest links evenly fill for less (the level-synchronous packings of
-    :func:`_exact_packings`, one chunk per tree)."""
+    and, unless the depth was given (``free`` false), shallow ones and a few around it. The
+    closed form charges every fill and drain step a whole step; trees whose levels share the
+    busiest links evenly fill for less (the packings balanced per level of
+    :func:`_exact_packings`)."""
     options = {int(c[best])}
     if free:
-        options |= {int(x) for x in (1, 2, 3, 4, c[best] / 2, c[best] * 2) if 1 <= x <= len(c)}
+        options |= {int(x) for x in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, c[best] / 2, c[best] * 2)
+                    if 1 <= x <= len(c)}
     exact = {x: phase_lockstep_time(g, p, block, x, alpha, reduce) for x in sorted(options)}
     chosen = min(exact, key=exact.get)
     equal = [x for x in exact if even[x - 1]] if len(c) == len(even) and free else []

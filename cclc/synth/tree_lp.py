@@ -261,11 +261,12 @@ def _first_columns(cols: _Columns, seeds: TreePacking | None, cap_share: np.ndar
 
 def fractional_packing(g: HopGraph, rate: float, deadline: float,
                        seeds: TreePacking | None = None, wins=ALL_LEVELS,
-                       reduce: bool = False) -> FractionalPacking | None:
+                       reduce: bool = False, columns=()) -> FractionalPacking | None:
     """Column generation for the LP of the module docstring on the moves of ``g`` at per-root
     rate ``rate`` over the windows ``wins`` (:func:`windows`; levels of in-trees when
-    ``reduce``); ``seeds`` (a packing of ``g``) gives the first columns. ``None`` when some
-    root spans nothing or the master LP fails."""
+    ``reduce``); ``seeds`` (a packing of ``g``) and ``columns`` (``(root, moves)`` trees, such
+    as another LP's) give the first columns. ``None`` when some root spans nothing or the
+    master LP fails."""
     n = g.n
     cap_share = np.where(g.capacity > 0, g.capacity / rate, 0.0)
     cols = _Columns(g, wins, reduce)
@@ -274,6 +275,8 @@ def fractional_packing(g: HopGraph, rate: float, deadline: float,
     height = int(limit.max())
     # among trees of equal price, moves whose tail is nearer the root (shallower trees)
     tie = np.where(np.isfinite(hops), hops, n)[:, g.src]
+    for r, moves in columns:
+        cols.add(r, moves)
     if not _first_columns(cols, seeds, cap_share, tie, limit, height):
         return None
     status = "budget"
