@@ -209,9 +209,15 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
             if any(p is None and r is not None for p, r in zip(packed, (rate_ag, rate_rs),
                                                                  strict=True)):
                 break                       # the deadline passed before a packing was whole
-            options = _options(phys, realize, *packed, rate_ag, rate_rs, deadline, trees)
+            # the column generation only where no packing kept reaches the optimum
+            improve = best is None or any(p is not None and p.status != "optimal"
+                                          for p in best[2:])
+            options = _options(phys, realize if improve else None, *packed, rate_ag, rate_rs,
+                               deadline, trees, realize)
             for ag, rs in options:
-                predicted = _predict(coll, phys, ag, rs, block, rate_ag, rate_rs)[0]
+                # the op cap the build will use (fewer chunks under `auto`)
+                predicted = _predict(coll, phys, ag, rs, block, rate_ag, rate_rs,
+                                     max_ops=_op_cap(coll))[0]
                 if best is None or predicted < best[0] * (1 - margin):
                     best = (predicted, phys, ag, rs)
                     kept = _phase_times(coll, phys, ag, rs, block, rate_ag, rate_rs)
@@ -302,15 +308,21 @@ def _split_candidate(coll: Collective, rate_ag: float | None, rate_rs: float | N
     return phys, g_ag, g_rs, ident, edge_ident, realize
 
 
-def _options(phys: HopGraph, realize, ag: TreePacking | None, rs: TreePacking | None,
+def _op_cap(coll: Collective) -> int:
+    """The most ops the built schedule may have (:data:`MAX_OPS_AUTO` under `auto`)."""
+    return MAX_OPS_AUTO if coll.algorithm.name == "auto" else MAX_OPS
+
+
+def _options(phys: HopGraph, exact_on, ag: TreePacking | None, rs: TreePacking | None,
              rate_ag: float | None, rate_rs: float | None, deadline: float,
-             trees: int | None) -> list[tuple[TreePacking | None, TreePacking | None]]:
-    """The heuristic's packings (as moves of ``phys``) and, on the split graph when they stop
-    above x*, the column generation's (:func:`_exact_packings`, seeded with them)."""
+             trees: int | None, realize) -> list[tuple[TreePacking | None, TreePacking | None]]:
+    """The heuristic's packings (as moves of ``phys``, through ``realize`` on the split graph)
+    and, when ``exact_on`` (the split graph's ``realize``: no packing kept is optimal) and
+    they stop above x*, the column generation's (:func:`_exact_packings`, seeded with them)."""
     if realize is None:
         return [(ag, rs)]
     ag, rs = realize(ag, rs)
-    if all(p is None or p.status == "optimal" for p in (ag, rs)):
+    if exact_on is None or all(p is None or p.status == "optimal" for p in (ag, rs)):
         return [(ag, rs)]
     return [(ag, rs)] + _exact_packings(phys, ag, rs, rate_ag, rate_rs, deadline,
                                         (trees,) if trees else None)

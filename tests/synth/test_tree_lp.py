@@ -18,7 +18,7 @@ import dsl
 from cclc.algorithms import get
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind as K
-from cclc.collective import make_collective
+from cclc.collective import Hint, make_collective
 from cclc.numeric import check_numeric
 from cclc.sim import simulate
 from cclc.synth import tree_lp
@@ -186,7 +186,8 @@ def test_pcie_fabric_trees_reach_95_percent_at_128_mib():
     group = topo.live_ranks()
     n = len(group)
     for kind in (K.ALLGATHER, K.REDUCESCATTER):
-        coll = make_collective("c", kind, topo, group, size=(128 << 20) // (4 * n) * 4 * n)
+        coll = make_collective("c", kind, topo, group, size=(128 << 20) // (4 * n) * 4 * n,
+                               algorithm=Hint("synth"))
         s = get("synth").build(coll, race=0, budget=120)
         assert bounds(coll).best / float(simulate(s).time) >= 0.95
         verify(s)
