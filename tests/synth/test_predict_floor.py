@@ -2,7 +2,9 @@
 phase predicted faster than that phase's floor, for any number of trees, on random faulty tori
 and fabrics.
 
-For AllGather and ReduceScatter (one phase) this makes the skip exact. AllReduce skips a graph
+For AllGather and ReduceScatter (one phase) this makes the skip exact under the closed-form
+prediction (on machines with switches the kept packing is then timed by its exact lockstep time,
+which can be lower: there the skip is exact for the closed form only). AllReduce skips a graph
 when neither phase can beat the kept packing's, a heuristic (see
 ``cclc.algorithms.synth_trees._cannot_win``) whose premise is what is checked here."""
 
@@ -67,5 +69,5 @@ def test_no_packing_is_predicted_below_the_floor(topo, kind, size):
         assert all(t >= f * (1 - 1e-12) for t, f in zip(times, floors, strict=True)), k
         # the equal-chunk preference only ever lengthens a phase
         if kind is not K.ALLREDUCE:
-            predicted = S._predict(coll, g, ag, rs, block, rate_ag, rate_rs)[0]
+            predicted = S._predict(coll, g, ag, rs, block, rate_ag, rate_rs, exact=False)[0]
             assert predicted >= floors[0] * (1 - 1e-12), k
