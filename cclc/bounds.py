@@ -6,6 +6,14 @@ collective's ``size`` (nccl-tests convention, see :class:`cclc.collective.Collec
 the group size, ``B`` bandwidths of healthy links only (a failed link or rank carries
 nothing).
 
+"Links" below are only those a schedule of the group can use (:mod:`cclc.group_links`): on a
+route the declared routing carries between two members. A GPU outside the group runs nothing
+and relays nothing (the relay lowering refuses it), so a member of a sub-group never reaches
+the NIC of another GPU of its server unless a fewest-hop route to a member goes that way. Each
+bound below is a bound for flows on some subgraph; every schedule's flows live on these links,
+so each stays a lower bound for every schedule the declared machine runs, and for a group of
+every rank they are every healthy link (nothing changes).
+
 ``hop_bytes``
     Bytes times the fewest links they must cross, over the total healthy link bandwidth.
     Alltoall: every pair's bytes times its shortest hop distance (tight on tori with minimal
@@ -112,6 +120,7 @@ from cclc.flow_lp import (
     alltoall_lp_time,
     torus_symmetry,
 )
+from cclc.group_links import group_links
 
 __all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES",
            "LP_MAX_VARIABLES", "LP_PDLP_MAX_VARIABLES", "Bound", "Bounds",
@@ -223,8 +232,12 @@ class _Facts:
         self.n = coll.n
         self.S = float(coll.size)
         self.group = np.asarray(coll.group, dtype=np.int64)
-        ok = ~topo.link_failed
+        # only the links some schedule of this group can use (cclc.group_links): a bound
+        # over them holds for every schedule the declared machine runs
+        ok = group_links(topo, self.group)
         self.ok = ok
+        #: whether those are every healthy link (then the torus shortcuts apply)
+        self.all_healthy = bool((ok == ~topo.link_failed).all())
         self.src = topo.link_src.astype(np.int64)[ok]
         self.dst = topo.link_dst.astype(np.int64)[ok]
         self.bw = topo.link_bandwidth[ok]
@@ -277,7 +290,7 @@ def hop_bytes_bound(coll: Collective) -> Bound:
 def _pair_hop_bytes(f: _Facts) -> float:
     """Sum over pairs of alltoall bytes x fewest hops."""
     topo = f.topo
-    healthy = not topo.link_failed.any() and not topo.failed_ranks
+    healthy = not topo.link_failed.any() and not topo.failed_ranks and f.all_healthy
     if topo.dims is None or not healthy or f.coll.pair_sizes is not None:
         return float((f.pair_bytes() * _hop_matrix(f)).sum())
     # a healthy torus or mesh: hops add up per dimension (ring or line distance), so the sum
@@ -419,7 +432,8 @@ def _cut_time(f: _Facts, side: np.ndarray, pair: np.ndarray | None) -> float:
         if need > 0:
             if cap <= 0:
                 raise CclError(f"collective '{f.coll.name}': a cut of its group has no healthy "
-                               "link; the group is disconnected")
+                               "link its schedules can use (routes the declared routing "
+                               "carries, relayed only by members); the group is disconnected")
             t = max(t, need / cap)
     return t
 
@@ -439,21 +453,42 @@ def cut_bound(coll: Collective) -> Bound:
 
 
 def latency_bound(coll: Collective) -> Bound:
-    """The slowest pair that must communicate: diameter latency (root eccentricity)."""
-    topo = coll.topology
+    """The slowest pair that must communicate: diameter latency (root eccentricity), over the
+    links the group can use (a route relayed by members is a chain of those links, and its
+    latency at least their sum)."""
     if coll.n < 2:
         return Bound("latency", 0.0, "a single rank")
-    if coll.kind in (K.BROADCAST, K.REDUCE):
-        g = topo.healthy_graph()
-        if coll.kind is K.REDUCE:
-            g = g.reverse(copy=False)
-        root = coll.group[coll.root]
-        dist = nx.single_source_dijkstra_path_length(g, root, weight="latency")
-        t = max(dist[r] for r in coll.group)
-        return Bound("latency", float(t), "latency from the root to the farthest rank"
-                     if coll.kind is K.BROADCAST else "latency from the farthest rank to the root")
-    return Bound("latency", float(topo.diameter_latency(coll.group)),
-                 "diameter latency of the group")
+    from scipy.sparse.csgraph import dijkstra
+
+    f = _Facts(coll)
+    V = f.topo.n_vertices
+    lat = f.topo.link_latency[f.ok]
+    # csr_matrix sums duplicate entries: keep the fastest of parallel links; zero latencies
+    # stay edges because they are stored explicitly
+    order = np.lexsort((lat, f.dst, f.src))
+    src, dst, lat = f.src[order], f.dst[order], lat[order]
+    first = np.ones(len(src), dtype=bool)
+    first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    adj = sp.csr_matrix((lat[first], (src[first], dst[first])), shape=(V, V))
+    g = f.group
+    if f.kind in (K.BROADCAST, K.REDUCE):
+        root = g[f.root]
+        if f.kind is K.BROADCAST:
+            dist = dijkstra(adj, directed=True, indices=[root])[0, g]
+        else:
+            dist = dijkstra(adj.T.tocsr(), directed=True, indices=[root])[0, g]
+        return Bound("latency", float(dist[np.isfinite(dist)].max(initial=0.0)),
+                     "latency from the root to the farthest rank"
+                     if f.kind is K.BROADCAST else "latency from the farthest rank to the root")
+    # exact up to 64 sources; beyond, an evenly spaced sample (still a lower bound)
+    sources = g[::max(1, len(g) // 64)]
+    best = 0.0
+    for lo in range(0, len(sources), 8):
+        dist = dijkstra(adj, directed=True, indices=sources[lo:lo + 8])[:, g]
+        reached = dist[np.isfinite(dist)]
+        if reached.size:
+            best = max(best, float(reached.max()))
+    return Bound("latency", best, "diameter latency of the group")
 
 
 # --------------------------------------------------------------------------------------------
