@@ -334,6 +334,8 @@ def injection_bound(coll: Collective) -> Bound:
         send[:], recv[:] = (n - 1) / n * S, S / n
     elif f.kind is K.ALLREDUCE:
         # some rank must send 2(n-1)/n S: charge it the best outgoing bandwidth of any rank
+        if (out_bw <= 0).any() or (in_bw <= 0).any():
+            _cut_off(f, g[int(np.argmin(np.minimum(out_bw, in_bw)))])
         t = 2 * (n - 1) / n * S / float(out_bw.max())
         return Bound("injection", t, f"2(n-1)/n S sent by some rank at the best rank "
                                      f"outgoing bandwidth {_describe_rate(float(out_bw.max()))}")
@@ -343,6 +345,9 @@ def injection_bound(coll: Collective) -> Bound:
     else:  # REDUCE
         send[:], recv[f.root] = S, S
         send[f.root] = 0.0
+    stuck = ((send > 0) & (out_bw <= 0)) | ((recv > 0) & (in_bw <= 0))
+    if stuck.any():
+        _cut_off(f, g[int(np.argmax(stuck))])
     with np.errstate(divide="ignore", invalid="ignore"):
         t_send = np.where(send > 0, send / out_bw, 0.0)
         t_recv = np.where(recv > 0, recv / in_bw, 0.0)
@@ -353,6 +358,13 @@ def injection_bound(coll: Collective) -> Bound:
                      f"{names[g[i_s]]} sends {send[i_s]:.6g} B at {_describe_rate(out_bw[i_s])}")
     return Bound("injection", float(t_recv[i_r]),
                  f"{names[g[i_r]]} receives {recv[i_r]:.6g} B at {_describe_rate(in_bw[i_r])}")
+
+
+def _cut_off(f: _Facts, v: int) -> None:
+    """Raise: member ``v`` has no link its group's schedules can use in some direction."""
+    raise CclError(f"collective '{f.coll.name}': {f.topo.vertex_names[v]} has no healthy link "
+                   "its schedules can use (routes the declared routing carries, relayed only "
+                   "by members); the group is disconnected")
 
 
 def _candidate_cuts(f: _Facts) -> Iterator[tuple[str, np.ndarray]]:
