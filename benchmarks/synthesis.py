@@ -198,7 +198,7 @@ def _print_row(row: dict) -> None:
               and row["synth"] < top * (1 - 1e-9) else "")
     print(f"{row['case']:44} {row['kind']:13} {row['nominal'] // MiB:>6}Mi  "
           f"{_pct(cands.get('direct')):>7} {best_s:>30} {_pct(row['synth']):>7}  "
-          f"{status:9} {solve:>7} {frac:>7}{slower}", flush=True)
+          f"{status:26} {solve:>7} {frac:>7}{slower}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -227,7 +227,7 @@ def main(argv=None) -> int:
     print("% of the lower bound (cclc.bounds), IR model (lockstep, no software cost), "
           "routing as declared; synth status, solve time, synth's LP rate / its time")
     print(f"{'case':44} {'kind':13} {'size':>8}  {'direct':>7} {'best template':>30} "
-          f"{'synth':>7}  {'status':9} {'solve':>7} {'LP frac':>7}")
+          f"{'synth':>7}  {'status':26} {'solve':>7} {'LP frac':>7}")
     for name, make in cases(args.full, args.quick, args.examples).items():
         if args.cases not in name:
             continue
