@@ -44,7 +44,7 @@ every rank they are every healthy link (nothing changes).
     The latency of the slowest pair that must communicate: the group's diameter latency (via
     :meth:`Topology.diameter_latency`); broadcast / reduce: the root's eccentricity.
 ``lp``
-    The max-concurrent-flow LP, for any graph: failed links are left out and switches relay
+    The max-concurrent-flow LP, for any graph: only the usable links (above); switches relay
     flow. Variables are one flow per (commodity family, link). On a torus or mesh the LP keeps
     one family per orbit of the automorphisms (translations, reflections, permutations of alike
     dimensions) that the faults, the group and the sizes leave intact (:mod:`cclc.flow_lp`;
