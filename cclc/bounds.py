@@ -363,8 +363,13 @@ def injection_bound(coll: Collective) -> Bound:
 def _cut_off(f: _Facts, v: int) -> None:
     """Raise: member ``v`` has no link its group's schedules can use in some direction."""
     raise CclError(f"collective '{f.coll.name}': {f.topo.vertex_names[v]} has no healthy link "
-                   "its schedules can use (routes the declared routing carries, relayed only "
-                   "by members); the group is disconnected")
+                   "its schedules can use: " + _unreachable_hint(f))
+
+
+def _unreachable_hint(f: _Facts) -> str:
+    return (f"its members do not reach each other over routes the declared routing "
+            f"'{f.topo.routing}' carries, relayed only by members (add the ranks on the way to "
+            "the group, or declare the routing the network has)")
 
 
 def _candidate_cuts(f: _Facts) -> Iterator[tuple[str, np.ndarray]]:
@@ -444,8 +449,7 @@ def _cut_time(f: _Facts, side: np.ndarray, pair: np.ndarray | None) -> float:
         if need > 0:
             if cap <= 0:
                 raise CclError(f"collective '{f.coll.name}': a cut of its group has no healthy "
-                               "link its schedules can use (routes the declared routing "
-                               "carries, relayed only by members); the group is disconnected")
+                               "link its schedules can use: " + _unreachable_hint(f))
             t = max(t, need / cap)
     return t
 
@@ -920,6 +924,17 @@ def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int | None = None,
     ...                            tuple(range(8)), size=8 << 20))                # doctest: +SKIP
     >>> b.name, b.best                                                           # doctest: +SKIP
     """
+    try:
+        return _bounds(coll, lp, lp_max_ranks, lp_max_variables)
+    except CclError as e:
+        # a group no schedule can join: point at the collective in the file
+        if coll.span is not None:
+            e.with_span(coll.span)
+        raise
+
+
+def _bounds(coll: Collective, lp: bool, lp_max_ranks: int | None,
+            lp_max_variables: int | None) -> Bounds:
     items = [hop_bytes_bound(coll), injection_bound(coll), cut_bound(coll), latency_bound(coll)]
     notes: list[str] = []
     if lp:

@@ -201,3 +201,18 @@ def test_no_schedule_of_any_algorithm_beats_the_bound(which, kind, mult, data):
     # on the fabrics some algorithm always serves the group (a torus sub-group may have none:
     # on a failed link no dimension-order route joins two neighbours, and none relays)
     assert built >= 1 or t.kind != "fabric"
+
+
+# ---- a group no schedule can join --------------------------------------------------------------
+
+def test_a_group_the_routing_cannot_join_is_a_located_error(tmp_path, capsys):
+    from cclc import cli
+
+    src = tmp_path / "diag.ccl"
+    src.write_text("topology pod = torus(4, 4) {\n    link 50 GB/s, 100 ns\n}\n"
+                   "collective diag = allgather on pod.ranks[0, 5] { size 1 MiB }\n")
+    for argv in (["bounds", src], ["compile", src, "-o", tmp_path / "out"]):
+        assert cli.main([str(a) for a in argv]) == 2
+        err = capsys.readouterr().err
+        assert f"{src}:4:1: error: collective 'diag'" in err and "routing 'none'" in err
+        assert "^~~" in err and "Traceback" not in err
