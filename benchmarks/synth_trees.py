@@ -66,12 +66,17 @@ def _tori():
     ]
 
 
-def _machines(quick: bool):
+def machines_of(names):
+    """``(file:topology, topology)`` of every topology of the named examples."""
     here = os.path.join(os.path.dirname(__file__), "..", "examples")
-    for name in (QUICK if quick else EXAMPLES):
+    for name in names:
         program = dsl.load(os.path.join(here, f"{name}.ccl"))
         for tname, topo in program.topologies.items():
             yield f"{name}:{tname}", topo
+
+
+def _machines(quick: bool):
+    yield from machines_of(QUICK if quick else EXAMPLES)
     if not quick:
         yield from _tori()
 

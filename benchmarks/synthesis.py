@@ -11,14 +11,19 @@ For every case, kind and size the planner's table under the IR model (lockstep s
 software cost; the declared routing): every template that applies, ``direct`` and ``synth``,
 each as % of the lower bound (:mod:`cclc.bounds`: the LP max-concurrent-flow bound up to 64
 ranks for alltoall, 256 for the others, else the best closed form), and synth's status, solve
-time (wall clock) and ``lp_fraction`` (its own path LP's time / its time). AllToAll is
-synthesized by :mod:`cclc.algorithms.synth_flows`; the other kinds go through ``plan`` with
-algorithm ``synth`` and print ``-`` where no synth entry serves them.
+time (wall clock) and ``lp_fraction`` (its own LP's time / its time). Every kind goes through
+``plan`` with algorithm ``synth`` (as a user's file would ask for it): AllToAll is synthesized
+by :mod:`cclc.algorithms.synth_flows`, AllGather / ReduceScatter / AllReduce by
+:mod:`cclc.algorithms.synth_trees`; either returns the fastest template instead (``status
+fallback (name)``) when that one is faster, so the synth column is what a user gets. A row says
+``slower than a template`` where it is not. ``--examples`` adds the example machines of
+``benchmarks/synth_trees.py`` (its small ones; all of them with ``--full``).
 
     python benchmarks/synthesis.py                 # tori and the small fabrics (~10 min)
     python benchmarks/synthesis.py --quick         # 128 MiB only, no 5x5x5
     python benchmarks/synthesis.py --full          # also the 128-GPU fabric
     python benchmarks/synthesis.py --json out.json
+    python benchmarks/synthesis.py --quick --examples --kinds allgather,reducescatter,allreduce
     python benchmarks/synthesis.py --kinds alltoall --cases 5x5x5   # one case
     python benchmarks/synthesis.py --auto --kinds alltoall --sizes 128  # what `auto` picks
 
@@ -63,7 +68,22 @@ def _example(name: str, topology: str):
     return dict(load(ROOT / "examples" / name).topologies)[topology]
 
 
-def cases(full: bool, quick: bool) -> dict:
+def _tree_examples(quick: bool) -> dict:
+    """The example machines of the trees benchmark (``benchmarks/synth_trees.py``, its small
+    ones with ``quick``) that this table does not already have, named by file:topology."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import synth_trees
+
+    have = ("pcie_oversubscribed", "fabric6_single_gpu", "hgx16_leafspine")
+    names = [e for e in (synth_trees.QUICK if quick else synth_trees.EXAMPLES)
+             if e not in have]
+    out = {}
+    for label, topo in synth_trees.machines_of(names):
+        out[label] = lambda topo=topo: topo
+    return out
+
+
+def cases(full: bool, quick: bool, examples: bool = False) -> dict:
     out = {
         "4x4x4, 2 failed links in different rings": lambda: _torus(
             (4, 4, 4), [((0, 0, 0), (1, 0, 0)), ((2, 0, 1), (2, 1, 1))]),
@@ -83,6 +103,8 @@ def cases(full: bool, quick: bool) -> dict:
     if full:
         out["hgx16_leafspine (128 GPUs, failed cable)"] = lambda: _example(
             "hgx16_leafspine.ccl", "cluster")
+    if examples:
+        out.update(_tree_examples(quick=not full))
     return out
 
 
@@ -133,7 +155,7 @@ def run_auto(topo, kind: CollectiveKind, size: int) -> dict:
 def main_auto(args, sizes, kinds) -> int:
     print("auto: the pick and its % of the lower bound (cclc.bounds), IR model; seconds of "
           "CPU / wall for the whole choice")
-    every = cases(args.full, args.quick)
+    every = cases(args.full, args.quick, args.examples)
     every["5x5x5, 2 failed links in different rings"] = lambda: _torus(
         (5, 5, 5), [((0, 0, 0), (1, 0, 0)), ((2, 0, 1), (2, 1, 1))])
     results = []
@@ -159,10 +181,33 @@ def _pct(x) -> str:
     return "-" if x is None else f"{x:.1f}%"
 
 
+def _print_row(row: dict) -> None:
+    """One line of the table: direct, the best template and synth, each % of the bound;
+    ``slower`` where synth's schedule is slower than a template."""
+    cands = row["candidates"]
+    templates = {k: v for k, v in cands.items() if k != "direct"}
+    best = max(templates.items(), key=lambda kv: kv[1]) if templates else None
+    best_s = f"{best[0]} {_pct(best[1])}" if best else "-"
+    solve = "-" if row.get("solve_s") is None else f"{row['solve_s']:.1f}s"
+    frac = "-" if not row.get("lp_fraction") else f"{100 * row['lp_fraction']:.1f}%"
+    status = row.get("status") or row.get("synth_note") or "-"
+    if row.get("template"):
+        status += f" ({row['template']})"
+    top = max(cands.values(), default=None)
+    slower = ("  slower than a template" if row["synth"] is not None and top is not None
+              and row["synth"] < top * (1 - 1e-9) else "")
+    print(f"{row['case']:44} {row['kind']:13} {row['nominal'] // MiB:>6}Mi  "
+          f"{_pct(cands.get('direct')):>7} {best_s:>30} {_pct(row['synth']):>7}  "
+          f"{status:26} {solve:>7} {frac:>7}{slower}", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="128 MiB only, no 5x5x5")
     ap.add_argument("--full", action="store_true", help="also the 128-GPU fabric")
+    ap.add_argument("--examples", action="store_true",
+                    help="also the example machines of benchmarks/synth_trees.py (its small "
+                         "ones; every one with --full)")
     ap.add_argument("--kinds", default="alltoall,allgather,reducescatter,allreduce")
     ap.add_argument("--cases", metavar="TEXT", default="",
                     help="only the cases whose name contains TEXT (e.g. 5x5x5)")
@@ -182,8 +227,8 @@ def main(argv=None) -> int:
     print("% of the lower bound (cclc.bounds), IR model (lockstep, no software cost), "
           "routing as declared; synth status, solve time, synth's LP rate / its time")
     print(f"{'case':44} {'kind':13} {'size':>8}  {'direct':>7} {'best template':>30} "
-          f"{'synth':>7}  {'status':9} {'solve':>7} {'LP frac':>7}")
-    for name, make in cases(args.full, args.quick).items():
+          f"{'synth':>7}  {'status':26} {'solve':>7} {'LP frac':>7}")
+    for name, make in cases(args.full, args.quick, args.examples).items():
         if args.cases not in name:
             continue
         topo = make()
@@ -192,18 +237,7 @@ def main(argv=None) -> int:
                 row = run_case(topo, kind, size)
                 row.update(case=name, kind=kind.value, nominal=size)
                 results.append(row)
-                cands = row["candidates"]
-                templates = {k: v for k, v in cands.items() if k != "direct"}
-                best = max(templates.items(), key=lambda kv: kv[1]) if templates else None
-                best_s = f"{best[0]} {_pct(best[1])}" if best else "-"
-                solve = "-" if row.get("solve_s") is None else f"{row['solve_s']:.1f}s"
-                frac = "-" if not row.get("lp_fraction") else f"{100 * row['lp_fraction']:.1f}%"
-                status = row.get("status") or "-"
-                if row.get("template"):
-                    status += f" ({row['template']})"
-                print(f"{name:44} {kind.value:13} {size // MiB:>6}Mi  "
-                      f"{_pct(cands.get('direct')):>7} {best_s:>30} {_pct(row['synth']):>7}  "
-                      f"{status:9} {solve:>7} {frac:>7}", flush=True)
+                _print_row(row)
     print("\nevery template, % of bound (same runs):")
     for row in results:
         cells = ", ".join(f"{k} {_pct(v)}" for k, v in sorted(row["candidates"].items(),

@@ -6,6 +6,14 @@ collective's ``size`` (nccl-tests convention, see :class:`cclc.collective.Collec
 the group size, ``B`` bandwidths of healthy links only (a failed link or rank carries
 nothing).
 
+"Links" below are only those a schedule of the group can use (:mod:`cclc.group_links`): on a
+route the declared routing carries between two members. A GPU outside the group runs nothing
+and relays nothing (the relay lowering refuses it), so a member of a sub-group never reaches
+the NIC of another GPU of its server unless a fewest-hop route to a member goes that way. Each
+bound below is a bound for flows on some subgraph; every schedule's flows live on these links,
+so each stays a lower bound for every schedule the declared machine runs, and for a group of
+every rank they are every healthy link (nothing changes).
+
 ``hop_bytes``
     Bytes times the fewest links they must cross, over the total healthy link bandwidth.
     Alltoall: every pair's bytes times its shortest hop distance (tight on tori with minimal
@@ -36,7 +44,7 @@ nothing).
     The latency of the slowest pair that must communicate: the group's diameter latency (via
     :meth:`Topology.diameter_latency`); broadcast / reduce: the root's eccentricity.
 ``lp``
-    The max-concurrent-flow LP, for any graph: failed links are left out and switches relay
+    The max-concurrent-flow LP, for any graph: only the usable links (above); switches relay
     flow. Variables are one flow per (commodity family, link). On a torus or mesh the LP keeps
     one family per orbit of the automorphisms (translations, reflections, permutations of alike
     dimensions) that the faults, the group and the sizes leave intact (:mod:`cclc.flow_lp`;
@@ -112,6 +120,7 @@ from cclc.flow_lp import (
     alltoall_lp_time,
     torus_symmetry,
 )
+from cclc.group_links import group_links
 
 __all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES",
            "LP_MAX_VARIABLES", "LP_PDLP_MAX_VARIABLES", "Bound", "Bounds",
@@ -223,8 +232,12 @@ class _Facts:
         self.n = coll.n
         self.S = float(coll.size)
         self.group = np.asarray(coll.group, dtype=np.int64)
-        ok = ~topo.link_failed
+        # only the links some schedule of this group can use (cclc.group_links): a bound
+        # over them holds for every schedule the declared machine runs
+        ok = group_links(topo, self.group)
         self.ok = ok
+        #: whether those are every healthy link (then the torus shortcuts apply)
+        self.all_healthy = bool((ok == ~topo.link_failed).all())
         self.src = topo.link_src.astype(np.int64)[ok]
         self.dst = topo.link_dst.astype(np.int64)[ok]
         self.bw = topo.link_bandwidth[ok]
@@ -277,7 +290,7 @@ def hop_bytes_bound(coll: Collective) -> Bound:
 def _pair_hop_bytes(f: _Facts) -> float:
     """Sum over pairs of alltoall bytes x fewest hops."""
     topo = f.topo
-    healthy = not topo.link_failed.any() and not topo.failed_ranks
+    healthy = not topo.link_failed.any() and not topo.failed_ranks and f.all_healthy
     if topo.dims is None or not healthy or f.coll.pair_sizes is not None:
         return float((f.pair_bytes() * _hop_matrix(f)).sum())
     # a healthy torus or mesh: hops add up per dimension (ring or line distance), so the sum
@@ -321,6 +334,8 @@ def injection_bound(coll: Collective) -> Bound:
         send[:], recv[:] = (n - 1) / n * S, S / n
     elif f.kind is K.ALLREDUCE:
         # some rank must send 2(n-1)/n S: charge it the best outgoing bandwidth of any rank
+        if (out_bw <= 0).any() or (in_bw <= 0).any():
+            _cut_off(f, g[int(np.argmin(np.minimum(out_bw, in_bw)))])
         t = 2 * (n - 1) / n * S / float(out_bw.max())
         return Bound("injection", t, f"2(n-1)/n S sent by some rank at the best rank "
                                      f"outgoing bandwidth {_describe_rate(float(out_bw.max()))}")
@@ -330,6 +345,9 @@ def injection_bound(coll: Collective) -> Bound:
     else:  # REDUCE
         send[:], recv[f.root] = S, S
         send[f.root] = 0.0
+    stuck = ((send > 0) & (out_bw <= 0)) | ((recv > 0) & (in_bw <= 0))
+    if stuck.any():
+        _cut_off(f, g[int(np.argmax(stuck))])
     with np.errstate(divide="ignore", invalid="ignore"):
         t_send = np.where(send > 0, send / out_bw, 0.0)
         t_recv = np.where(recv > 0, recv / in_bw, 0.0)
@@ -340,6 +358,18 @@ def injection_bound(coll: Collective) -> Bound:
                      f"{names[g[i_s]]} sends {send[i_s]:.6g} B at {_describe_rate(out_bw[i_s])}")
     return Bound("injection", float(t_recv[i_r]),
                  f"{names[g[i_r]]} receives {recv[i_r]:.6g} B at {_describe_rate(in_bw[i_r])}")
+
+
+def _cut_off(f: _Facts, v: int) -> None:
+    """Raise: member ``v`` has no link its group's schedules can use in some direction."""
+    raise CclError(f"collective '{f.coll.name}': {f.topo.vertex_names[v]} has no healthy link "
+                   "its schedules can use: " + _unreachable_hint(f))
+
+
+def _unreachable_hint(f: _Facts) -> str:
+    return (f"its members do not reach each other over routes the declared routing "
+            f"'{f.topo.routing}' carries, relayed only by members (add the ranks on the way to "
+            "the group, or declare the routing the network has)")
 
 
 def _candidate_cuts(f: _Facts) -> Iterator[tuple[str, np.ndarray]]:
@@ -419,7 +449,7 @@ def _cut_time(f: _Facts, side: np.ndarray, pair: np.ndarray | None) -> float:
         if need > 0:
             if cap <= 0:
                 raise CclError(f"collective '{f.coll.name}': a cut of its group has no healthy "
-                               "link; the group is disconnected")
+                               "link its schedules can use: " + _unreachable_hint(f))
             t = max(t, need / cap)
     return t
 
@@ -439,21 +469,42 @@ def cut_bound(coll: Collective) -> Bound:
 
 
 def latency_bound(coll: Collective) -> Bound:
-    """The slowest pair that must communicate: diameter latency (root eccentricity)."""
-    topo = coll.topology
+    """The slowest pair that must communicate: diameter latency (root eccentricity), over the
+    links the group can use (a route relayed by members is a chain of those links, and its
+    latency at least their sum)."""
     if coll.n < 2:
         return Bound("latency", 0.0, "a single rank")
-    if coll.kind in (K.BROADCAST, K.REDUCE):
-        g = topo.healthy_graph()
-        if coll.kind is K.REDUCE:
-            g = g.reverse(copy=False)
-        root = coll.group[coll.root]
-        dist = nx.single_source_dijkstra_path_length(g, root, weight="latency")
-        t = max(dist[r] for r in coll.group)
-        return Bound("latency", float(t), "latency from the root to the farthest rank"
-                     if coll.kind is K.BROADCAST else "latency from the farthest rank to the root")
-    return Bound("latency", float(topo.diameter_latency(coll.group)),
-                 "diameter latency of the group")
+    from scipy.sparse.csgraph import dijkstra
+
+    f = _Facts(coll)
+    V = f.topo.n_vertices
+    lat = f.topo.link_latency[f.ok]
+    # csr_matrix sums duplicate entries: keep the fastest of parallel links; zero latencies
+    # stay edges because they are stored explicitly
+    order = np.lexsort((lat, f.dst, f.src))
+    src, dst, lat = f.src[order], f.dst[order], lat[order]
+    first = np.ones(len(src), dtype=bool)
+    first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    adj = sp.csr_matrix((lat[first], (src[first], dst[first])), shape=(V, V))
+    g = f.group
+    if f.kind in (K.BROADCAST, K.REDUCE):
+        root = g[f.root]
+        if f.kind is K.BROADCAST:
+            dist = dijkstra(adj, directed=True, indices=[root])[0, g]
+        else:
+            dist = dijkstra(adj.T.tocsr(), directed=True, indices=[root])[0, g]
+        return Bound("latency", float(dist[np.isfinite(dist)].max(initial=0.0)),
+                     "latency from the root to the farthest rank"
+                     if f.kind is K.BROADCAST else "latency from the farthest rank to the root")
+    # exact up to 64 sources; beyond, an evenly spaced sample (still a lower bound)
+    sources = g[::max(1, len(g) // 64)]
+    best = 0.0
+    for lo in range(0, len(sources), 8):
+        dist = dijkstra(adj, directed=True, indices=sources[lo:lo + 8])[:, g]
+        reached = dist[np.isfinite(dist)]
+        if reached.size:
+            best = max(best, float(reached.max()))
+    return Bound("latency", best, "diameter latency of the group")
 
 
 # --------------------------------------------------------------------------------------------
@@ -873,6 +924,17 @@ def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int | None = None,
     ...                            tuple(range(8)), size=8 << 20))                # doctest: +SKIP
     >>> b.name, b.best                                                           # doctest: +SKIP
     """
+    try:
+        return _bounds(coll, lp, lp_max_ranks, lp_max_variables)
+    except CclError as e:
+        # a group no schedule can join: point at the collective in the file
+        if coll.span is not None:
+            e.with_span(coll.span)
+        raise
+
+
+def _bounds(coll: Collective, lp: bool, lp_max_ranks: int | None,
+            lp_max_variables: int | None) -> Bounds:
     items = [hop_bytes_bound(coll), injection_bound(coll), cut_bound(coll), latency_bound(coll)]
     notes: list[str] = []
     if lp:

@@ -22,7 +22,7 @@ import numpy as np
 from cclc.algorithms import REGISTRY, Algorithm, algorithms_for, get
 from cclc.bounds import Bounds, bounds
 from cclc.collective import Collective, make_collective
-from cclc.errors import CollectiveError, ScheduleError
+from cclc.errors import CclError, CollectiveError, ScheduleError
 from cclc.estimate import candidate_bounds, evaluation_order, prune_reason
 from cclc.execution import IR_MODEL, ExecutionModel, predict
 from cclc.ir import OP_COLUMNS, Buf, Ops, Routes, Schedule
@@ -265,13 +265,20 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         if isinstance(chosen, Algorithm) and explain else []
     total = 1 + (len(chosen) if isinstance(chosen, list) else 1 + len(others))
     step(0, total, "lower bounds")
-    all_bounds = _bounds(coll)
-    bound = float(all_bounds.best)
+    try:
+        all_bounds, unjoinable = _bounds(coll), None
+    except CclError as err:
+        # no route the routing carries joins the group: each candidate's failure says why
+        # better; the bounds' error stands if one builds all the same
+        all_bounds, unjoinable = None, err
+    bound = None if all_bounds is None else float(all_bounds.best)
     if isinstance(chosen, Algorithm):
         _check_applicable(coll, chosen)
         step(1, total, chosen.name)
         with priced_with(model):   # synthesis packs for the model it is priced with
             schedule = chosen.build(coll, **_params(coll))
+        if unjoinable is not None:
+            raise unjoinable
         verify(schedule)
         time, planned = _simulate(schedule, model)
         rows = [Candidate(chosen.name, True, None, time, _pct(bound, time), planned)]
@@ -319,6 +326,8 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         raise CollectiveError(f"no algorithm can serve collective '{coll.name}' "
                               f"({coll.kind.value} on {coll.n} ranks): {why}",
                               coll.algorithm.span or coll.span)
+    if unjoinable is not None:
+        raise unjoinable
     schedule, row = best.restored(), best.row
     return Plan(schedule, row.time, bound, tuple(rows), model, row.planned_time, all_bounds)
 

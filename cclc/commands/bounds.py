@@ -10,13 +10,15 @@ from cclc.progress import Progress
 __all__ = ["add_parser", "run"]
 
 HELP = """Print the lower bounds on the time of every collective of a .ccl file, on its
-topology with its faults, and which one is strongest:
+topology with its faults, and which one is strongest. Every bound counts only the links
+a schedule of the group can use: healthy, and on a route the declared routing carries
+between two members (GPUs outside the group relay nothing):
 
   hop_bytes  bytes x the fewest links they must cross / total healthy link bandwidth
   injection  what the worst rank must send (receive) / its healthy link bandwidth
   cut        data that must cross a cut (torus bisection, a node, a leaf pod) / its capacity
   latency    the latency of the farthest pair that must communicate
-  lp         the max-concurrent-flow LP over the healthy graph, reduced on a torus by the
+  lp         the max-concurrent-flow LP over those links, reduced on a torus by the
              symmetries its faults leave intact (one commodity family per orbit; exact).
              Alltoall: solved exactly up to 10000 flow variables; above, PDLP solves it and
              the bound is the certified lower value of its solution (weak duality from its

@@ -146,7 +146,8 @@ def _fabric_hops(coll: Collective, group, index, ok) -> HopGraph:
     srcs, dsts, paths = _nearest_member_moves(coll, srcs, dsts, paths)
     lengths = np.array([len(p) for p in paths], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    links = np.concatenate([np.asarray(p, dtype=np.int64) for p in paths])
+    # no moves at all: members reach each other only through ranks outside the group
+    links = np.concatenate([np.asarray(p, dtype=np.int64) for p in paths] or [np.zeros(0, int)])
     lat = np.add.reduceat(topo.link_latency[links], offsets[:-1]) if len(links) else lengths
     return HopGraph(coll.n, np.asarray(srcs, dtype=np.int64), np.asarray(dsts, dtype=np.int64),
                     offsets, links, np.where(topo.link_failed, 0.0, topo.link_bandwidth),
@@ -159,7 +160,7 @@ def _nearest_member_moves(coll: Collective, srcs, dsts, paths):
     NVLink moves, without the cross-rail paths over spines that a rail move plus an NVLink
     move replaces. Keeps the graph (and the search) small."""
     node = coll.topology.node_of_rank
-    if node is None:
+    if node is None or not srcs:
         return srcs, dsts, paths
     group = np.asarray(coll.group)
     length = np.array([len(p) for p in paths])
