@@ -21,8 +21,8 @@ from cclc.collective import Collective
 from cclc.execution import ExecutionModel, predict
 from cclc.ir import Buf, Schedule, ScheduleBuilder
 from cclc.synth.flows import FlowSolution, choose_symmetry, usable_links
-from cclc.synth.pack import Packing, Piece, pack_pieces, pieces_of
 from cclc.synth.orbit_pack import PieceOrbits, pack_orbits, piece_orbits
+from cclc.synth.pack import Packing, Piece, pack_pieces, pieces_of
 from cclc.synth.piece_table import HopTable, hop_table
 from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.stagger import MAX_LP_CELLS, stagger_lp

@@ -197,7 +197,8 @@ def pack_pieces(coll: Collective, pieces: list[Piece], n_steps: int,
 
     ``link_row`` and ``mult`` pack orbit representatives (:mod:`cclc.synth.orbit_pack`): the
     loads are kept per row (a link orbit) and piece ``i`` adds ``mult[i] * row_scale[row]``
-    times its seconds to each of its rows. ``timed=False`` leaves the time to the caller (``nan``)."""
+    times its seconds to each of its rows. ``timed=False`` leaves the time to the caller
+    (``nan``)."""
     n_rows = coll.topology.n_links if link_row is None else int(link_row.max()) + 1
     L = np.zeros((n_steps, n_rows))
     flat = L.reshape(-1)                 # a view: (step, row) by one index
