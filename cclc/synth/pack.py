@@ -116,12 +116,11 @@ def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.nda
     even: dict[int, list[int]] = {}
     pieces: list[Piece] = []
     widest = 1
-    i = 0
-    while i < len(order):
-        j = i
-        s, d = int(src[order[i]]), int(dst[order[i]])
-        while j < len(order) and src[order[j]] == s and dst[order[j]] == d:
-            j += 1
+    # the pairs' runs in ``order`` found at once, the loop below is one pass per pair
+    so, do = src[order], dst[order]
+    bounds = np.flatnonzero(np.r_[True, (so[1:] != so[:-1]) | (do[1:] != do[:-1]), True])
+    for i, j, s, d in zip(bounds[:-1].tolist(), bounds[1:].tolist(), so[bounds[:-1]].tolist(),
+                          do[bounds[:-1]].tolist(), strict=True):
         rows = order[i:j]
         if j - i == 1:
             keep = rows             # one path: no shares to compare (most pairs at scale)
@@ -148,7 +147,6 @@ def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.nda
                     rest = 0
                     slot += 1
         widest = max(widest, slot)
-        i = j
     return pieces, widest
 
 
