@@ -143,8 +143,9 @@ def run_phases(coll) -> None:
     """The synthesis stage by stage (greedy packing only, no template race), printed as each
     stage ends."""
     from cclc.synth import alltoall as synth_a2a
-    from cclc.synth.orbit_pack import pack_orbits
+    from cclc.synth.orbit_pack import pack_orbits, piece_orbits
     from cclc.synth.pack import pack_pieces, pieces_of
+    from cclc.synth.piece_table import hop_table
     from cclc.synth.vertex import basic_paths
 
     last = list(_clock())
@@ -159,18 +160,23 @@ def run_phases(coll) -> None:
     if len(flows.path) <= synth_a2a.BASIC_MAX_PATHS:
         flows = basic_paths(coll, flows, time_limit=synth_a2a.BASIC_TIME_LIMIT)
         done(f"basic optimum ({len(flows.path)} paths)")
-    split = synth_a2a.default_split(len(flows.path))
+    sym = synth_a2a.orbit_group(coll, len(flows.path))
+    split = (synth_a2a.default_split(len(flows.path)) if sym is None
+             else synth_a2a.orbit_split(len(flows.path)))
     cut, width = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
                            synth_a2a.MAX_PATHS, synth_a2a.MIN_WEIGHT, split)
     done(f"pieces ({len(cut)}, {split} per path)")
     longest = max(len(p.hops) for p in cut)
-    orbits, table = synth_a2a._orbits(coll, cut)
-    if orbits is not None:
-        done(f"piece orbits ({len(orbits.reps)})")
+    if sym is not None:
+        table = hop_table(coll.topology, cut)
+        orbits = piece_orbits(coll, cut, sym, usable_links(coll), table)
+        done(f"piece orbits ({len(orbits.reps)}, group of {sym.order})")
     best = None
-    for steps in synth_a2a.step_candidates(longest, coll.n):
+    for steps in (synth_a2a.step_candidates(longest, coll.n) if sym is None
+                  else synth_a2a.orbit_steps(longest)):
         packing = (pack_pieces(coll, cut, steps, 0.0, 2 if coll.n <= 64 else 0)
-                   if orbits is None else pack_orbits(coll, cut, orbits, steps, 0.0, table))
+                   if sym is None else pack_orbits(coll, cut, orbits, steps, 0.0, table,
+                                                   synth_a2a.ORBIT_PASSES))
         done(f"packing into {steps} steps ({100 * flows.lp_time / packing.time:.1f}% of LP)")
         if best is None or packing.time < best.time:
             best = packing

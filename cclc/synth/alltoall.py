@@ -21,11 +21,12 @@ from cclc.collective import Collective
 from cclc.execution import ExecutionModel, predict
 from cclc.ir import Buf, Schedule, ScheduleBuilder
 from cclc.synth.flows import FlowSolution, choose_symmetry, usable_links
-from cclc.synth.orbit_pack import PieceOrbits, pack_orbits, piece_orbits
+from cclc.synth.orbit_pack import pack_orbits, piece_orbits
 from cclc.synth.pack import Packing, Piece, pack_pieces, pieces_of
-from cclc.synth.piece_table import HopTable, hop_table
+from cclc.synth.piece_table import hop_table
 from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.stagger import MAX_LP_CELLS, stagger_lp
+from cclc.synth.symmetry import Symmetry
 from cclc.synth.vertex import basic_paths
 
 __all__ = ["SynthAllToAll", "default_split", "step_candidates", "synthesize_alltoall",
@@ -58,6 +59,11 @@ BASIC_MAX_PATHS = 200_000
 #: (:mod:`cclc.synth.orbit_pack`); below it the greedy packing of every piece takes seconds
 #: and its finer choices are kept
 ORBIT_PACK_ABOVE = 100_000
+#: pieces under the orbit packing (8x8x8 torus with one failed link: 436 356 paths, 2 pieces
+#: each, 57 006 representatives)
+ORBIT_MAX_PIECES = 1_000_000
+#: local-search passes of the orbit packing (+0.2-0.5% of the LP there, 1.5 s each)
+ORBIT_PASSES = 2
 #: under a model with software costs, this many of the best packings are written and priced
 PREDICTED = 3
 
@@ -87,18 +93,27 @@ def default_split(n_paths: int) -> int:
     return next((s for s in SPLITS if s * n_paths <= MAX_PIECES), 1)
 
 
-def _orbits(coll: Collective, pieces: list[Piece]) -> tuple[PieceOrbits | None,
-                                                             HopTable | None]:
-    """The orbits of ``pieces`` under the group the path LP was solved over, when there are
-    more than :data:`ORBIT_PACK_ABOVE` pieces and the group is not trivial."""
-    if len(pieces) <= ORBIT_PACK_ABOVE:
-        return None, None
-    usable = usable_links(coll)
-    sym = choose_symmetry(coll, usable)
-    if sym.order == 1:
-        return None, None
-    table = hop_table(coll.topology, pieces)
-    return piece_orbits(coll, pieces, sym, usable, table), table
+def orbit_group(coll: Collective, n_paths: int) -> Symmetry | None:
+    """The group the path LP was solved over, when the pieces are packed by orbits: more than
+    :data:`ORBIT_PACK_ABOVE` paths and a group that is not trivial; else ``None``."""
+    if n_paths <= ORBIT_PACK_ABOVE:
+        return None
+    sym = choose_symmetry(coll, usable_links(coll))
+    return sym if sym.order > 1 else None
+
+
+def orbit_split(n_paths: int) -> int:
+    """Pieces per path under the orbit packing: the finest of :data:`SPLITS` within
+    :data:`ORBIT_MAX_PIECES` pieces (the packing's cost is the representatives'; writing,
+    verifying and simulating grow with every piece)."""
+    return next((s for s in SPLITS if s * n_paths <= ORBIT_MAX_PIECES), 1)
+
+
+def orbit_steps(longest: int) -> list[int]:
+    """Step counts tried under the orbit packing: each costs a few seconds there, and room to
+    stagger pays (8x8x8 torus, one failed link, 2 pieces per path: 93.6% of the LP in 14
+    steps, 93.3% in 16, 94.1% in 20, 93.8% in 28)."""
+    return [longest, longest + 2, longest + 4, longest + 6]
 
 
 def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None = None,
@@ -125,18 +140,30 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
         BASIC_TIME_LIMIT, max(deadline - time.monotonic(), 1.0))
     if len(flows.path) <= BASIC_MAX_PATHS:
         flows = basic_paths(coll, flows, time_limit=left)
+    sym = orbit_group(coll, len(flows.path))
     if split is None:
-        split = default_split(len(flows.path))
-    whole, _ = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
-                         MAX_PATHS, MIN_WEIGHT, 1)
+        split = default_split(len(flows.path)) if sym is None else orbit_split(len(flows.path))
     cut, cut_width = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
                                MAX_PATHS, MIN_WEIGHT, split)
-    longest = max((len(p.hops) for p in whole), default=1)
-    orbits, table = _orbits(coll, cut)
+    # whole paths, for the staggering LP only (and only where it can be small enough)
+    whole = cut if split == 1 else (
+        pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path, MAX_PATHS,
+                  MIN_WEIGHT, 1)[0] if lp_time_limit is not None and
+        len(flows.path) <= MAX_LP_CELLS else [])
+    longest = max((len(p.hops) for p in cut), default=1)
+    orbits = table = None
+    if sym is not None:
+        table = hop_table(coll.topology, cut)
+        orbits = piece_orbits(coll, cut, sym, usable_links(coll), table)
     options: list[SynthAllToAll] = []
     stagger = lp_time_limit is not None
-    for t in ([max(steps, longest)] if steps is not None else step_candidates(longest, coll.n)):
-        if stagger and len(whole) * t <= MAX_LP_CELLS and (steps is not None or t <= longest + 2):
+    if steps is not None:
+        tries = [max(steps, longest)]
+    else:
+        tries = step_candidates(longest, coll.n) if orbits is None else orbit_steps(longest)
+    for t in tries:
+        small = bool(whole) and len(whole) * t <= MAX_LP_CELLS
+        if stagger and small and (steps is not None or t <= longest + 2):
             # the LP grows with the steps and gains little past the shortest: try the
             # shortest few (HiGHS stops at the time limit; the greedy one stands then, and
             # a larger LP would not finish either: tpuv4_4x4x4_ocs, 5 and 7 steps, 22 and
@@ -151,7 +178,7 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
         # local search pays where the group is small enough to afford it
         passes = 2 if coll.n <= 64 else 0
         packing = (pack_pieces(coll, cut, t, step_overhead, passes) if orbits is None
-                   else pack_orbits(coll, cut, orbits, t, step_overhead, table))
+                   else pack_orbits(coll, cut, orbits, t, step_overhead, table, ORBIT_PASSES))
         options.append(SynthAllToAll(cut, cut_width, packing))
     options.sort(key=lambda o: o.packing.time)
     if not model.charges_software:

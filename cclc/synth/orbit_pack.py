@@ -22,17 +22,14 @@ vertex of the source's orbit (one element under translations) and keeping the sm
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from cclc.collective import Collective
-from cclc.synth.pack import Packing, Piece, _split, pack_pieces, packing_time
+from cclc.synth.pack import Packing, Piece, pack_pieces, packing_time
 from cclc.synth.piece_table import HopTable
-from cclc.synth.stagger import stagger_fractions
 from cclc.synth.symmetry import Symmetry
 
-__all__ = ["PieceOrbits", "pack_orbits", "piece_orbits", "stagger_orbits"]
+__all__ = ["PieceOrbits", "pack_orbits", "piece_orbits"]
 
 
 class PieceOrbits:
@@ -127,51 +124,3 @@ def pack_orbits(coll: Collective, pieces: list[Piece], orbits: PieceOrbits, n_st
                    time=packing_time(coll, pieces, start, n_steps, step_overhead, table))
 
 
-
-def stagger_orbits(coll: Collective, pieces: list[Piece], orbits: PieceOrbits, n_steps: int,
-                   step_overhead: float = 0.0, time_limit: float | None = None
-                   ) -> tuple[list[Piece], Packing] | None:
-    """The staggering LP (:mod:`cclc.synth.stagger`) over the orbit representatives, on
-    link-orbit rows; every piece is then cut in whole units by its representative's fractions
-    per start step. ``None`` when HiGHS finds no optimum within ``time_limit`` seconds."""
-    reps = [pieces[i] for i in orbits.reps.tolist()]
-    fractions = stagger_fractions(coll, reps, n_steps, time_limit, orbits.link_row,
-                                  orbits.size.astype(np.float64), 1.0 / orbits.row_size)
-    if fractions is None:
-        return None
-    # the cut depends on the orbit and the piece's size only: computed once per such pair
-    cuts: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    out: list[Piece] = []
-    start: list[int] = []
-    for p, o in zip(pieces, orbits.orbit.tolist(), strict=True):
-        parts = cuts.get((o, p.elems))
-        if parts is None:
-            parts = cuts[(o, p.elems)] = _cut(p.elems, p.unit, fractions[o])
-        for elems, sigma in parts:
-            out.append(replace(p, elems=elems))
-            start.append(sigma)
-    slot: dict[tuple[int, int], int] = {}
-    for j, p in enumerate(out):
-        k = slot.get((p.src, p.dst), 0)
-        slot[(p.src, p.dst)] = k + 1
-        out[j] = replace(p, slot=k)
-    starts = np.array(start, dtype=np.int64)
-    return out, Packing(start=starts, n_steps=n_steps,
-                        time=packing_time(coll, out, starts, n_steps, step_overhead))
-
-
-def _cut(elems: int, unit: int, frac: np.ndarray) -> list[tuple[int, int]]:
-    """``(elements, start)`` parts of a piece: whole units by ``frac`` (largest remainders),
-    a remainder under one unit riding with the first part."""
-    units = elems // unit
-    if frac.sum() <= 0:
-        frac = np.ones_like(frac)
-    share = _split(units, frac)
-    rest = elems - units * unit
-    out = []
-    for sigma in np.flatnonzero(share).tolist():
-        out.append((int(share[sigma]) * unit + rest, sigma))
-        rest = 0
-    if rest:
-        out.append((rest, int(np.argmax(frac))))
-    return out

@@ -26,7 +26,7 @@ from scipy.optimize import linprog
 from cclc.collective import Collective
 from cclc.synth.pack import Packing, Piece, _split, packing_time
 
-__all__ = ["MAX_LP_CELLS", "stagger_fractions", "stagger_lp"]
+__all__ = ["MAX_LP_CELLS", "stagger_lp"]
 
 #: the LP is used while pieces x steps stays below this (HiGHS takes a few seconds there)
 MAX_LP_CELLS = 60_000
@@ -37,23 +37,8 @@ def stagger_lp(coll: Collective, pieces: list[Piece], n_steps: int,
                ) -> tuple[list[Piece], Packing] | None:
     """Pieces cut by start step and their packing, or ``None`` when HiGHS finds no optimum
     in ``time_limit`` seconds."""
-    y = stagger_fractions(coll, pieces, n_steps, time_limit=time_limit)
-    if y is None:
-        return None
-    return _cut_by_start(coll, pieces, y, n_steps, step_overhead)
-
-
-def stagger_fractions(coll: Collective, pieces: list[Piece], n_steps: int,
-                      time_limit: float | None = None, link_row: np.ndarray | None = None,
-                      mult: np.ndarray | None = None, row_scale: np.ndarray | None = None
-                      ) -> list[np.ndarray] | None:
-    """Per piece, the fraction of it that starts in each step it can start in (the LP's
-    optimum), or ``None`` when HiGHS finds none in ``time_limit`` seconds. ``link_row``,
-    ``mult`` and ``row_scale`` constrain link-orbit rows instead of links, as in
-    :func:`cclc.synth.pack.pack_pieces` (:mod:`cclc.synth.orbit_pack`)."""
     topo = coll.topology
     item = coll.dtype.itemsize
-    n_rows_all = topo.n_links if link_row is None else int(link_row.max()) + 1
     hops = np.array([len(p.hops) for p in pieces], dtype=np.int64)
     T = n_steps
     n_sig = T - hops + 1                                   # starts per piece
@@ -62,25 +47,21 @@ def stagger_fractions(coll: Collective, pieces: list[Piece], n_steps: int,
     # one entry per (piece, start, hop, link): row (step, link), value bytes / bandwidth
     rows, cols, vals = [], [], []
     bw = topo.link_bandwidth
-    m = np.ones(len(pieces)) if mult is None else np.asarray(mult, dtype=np.float64)
+    scale = 0.0
     for i, p in enumerate(pieces):
         sig = np.arange(n_sig[i])
         for k, hop in enumerate(p.hops):
             for e in hop:
-                r = e if link_row is None else int(link_row[e])
-                rows.append((sig + k) * n_rows_all + r)
+                rows.append((sig + k) * topo.n_links + e)
                 cols.append(var0[i] + sig)
-                v = p.elems * item / bw[e] * m[i]
-                if row_scale is not None:
-                    v *= row_scale[r]
+                v = p.elems * item / bw[e]
+                scale = max(scale, v)
                 vals.append(np.full(len(sig), v))
     r = np.concatenate(rows)
     c = np.concatenate(cols)
-    v = np.concatenate(vals)
-    scale = float(v.max())
-    v = v / scale
+    v = np.concatenate(vals) / scale
     used_rows, r = np.unique(r, return_inverse=True)
-    step_of_row = used_rows // n_rows_all
+    step_of_row = used_rows // topo.n_links
     n_rows = len(used_rows)
     # columns: y (n_y) then tau (T); load - tau[t] <= 0
     a_ub = sp.csr_matrix((np.concatenate([v, -np.ones(n_rows)]),
@@ -96,16 +77,10 @@ def stagger_fractions(coll: Collective, pieces: list[Piece], n_steps: int,
     if res.status != 0:
         return None
     y = res.x[:n_y]
-    return [np.maximum(y[var0[i]:var0[i + 1]], 0.0) for i in range(len(pieces))]
-
-
-def _cut_by_start(coll: Collective, pieces: list[Piece], fractions: list[np.ndarray],
-                  n_steps: int, step_overhead: float) -> tuple[list[Piece], Packing]:
-    """Every piece cut in whole units by the fractions of it starting in each step."""
-    T = n_steps
     out: list[Piece] = []
     start: list[int] = []
-    for p, frac in zip(pieces, fractions, strict=True):
+    for i, p in enumerate(pieces):
+        frac = np.maximum(y[var0[i]:var0[i + 1]], 0.0)
         units = p.elems // p.unit
         if frac.sum() <= 0:
             frac = np.ones_like(frac)
