@@ -146,7 +146,7 @@ def run_phases(coll) -> None:
     from cclc.synth.orbit_pack import pack_orbits, piece_orbits
     from cclc.synth.pack import pack_pieces, pieces_of
     from cclc.synth.piece_table import hop_table
-    from cclc.synth.vertex import basic_paths
+    from cclc.synth.vertex import basic_orbit_paths, basic_paths
 
     last = list(_clock())
 
@@ -157,10 +157,13 @@ def run_phases(coll) -> None:
 
     flows = solve_flows(coll, deadline=time.monotonic() + BUDGET)
     done(f"path LP ({flows.status}, {len(flows.path)} paths)")
-    if len(flows.path) <= synth_a2a.BASIC_MAX_PATHS:
+    sym = synth_a2a.orbit_group(coll, len(flows.path))
+    if sym is not None:
+        flows = basic_orbit_paths(coll, flows, sym, time_limit=synth_a2a.BASIC_TIME_LIMIT)
+        done(f"basic optimum over path orbits ({len(flows.path)} paths)")
+    elif len(flows.path) <= synth_a2a.BASIC_MAX_PATHS:
         flows = basic_paths(coll, flows, time_limit=synth_a2a.BASIC_TIME_LIMIT)
         done(f"basic optimum ({len(flows.path)} paths)")
-    sym = synth_a2a.orbit_group(coll, len(flows.path))
     split = (synth_a2a.default_split(len(flows.path)) if sym is None
              else synth_a2a.orbit_split(len(flows.path)))
     cut, width = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,

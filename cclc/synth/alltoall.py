@@ -27,7 +27,7 @@ from cclc.synth.piece_table import hop_table
 from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.stagger import MAX_LP_CELLS, stagger_lp
 from cclc.synth.symmetry import Symmetry
-from cclc.synth.vertex import basic_paths
+from cclc.synth.vertex import basic_orbit_paths, basic_paths
 
 __all__ = ["SynthAllToAll", "default_split", "step_candidates", "synthesize_alltoall",
            "write_schedule"]
@@ -51,16 +51,17 @@ LP_TIME_LIMIT = 20.0
 #: paths are packed as they are. It takes 7-8 s of CPU time at 125 ranks (5x5x5 with one or
 #: two failed links); on the healthy 8x8x8 torus (912 896 paths) it did not finish in 300 s
 BASIC_TIME_LIMIT = 60.0
-#: above this many paths the basic optimum is not tried: on the healthy 8x8x8 torus (912 896
-#: paths) it did not finish within 300 s, and the packing of orbits needs the LP's symmetric
-#: paths (a vertex optimum picks one path of a mirror pair, not both)
+#: above this many paths, without a group to pack by orbits, the basic optimum is not tried:
+#: on the healthy 8x8x8 torus (912 896 paths) it did not finish within 300 s. With a group,
+#: the basic optimum over path orbits is solved instead (:func:`cclc.synth.vertex.
+#: basic_orbit_paths`: 10 s of CPU time on 8x8x8 with one failed link, and symmetric)
 BASIC_MAX_PATHS = 200_000
 #: above this many pieces, a collective with a symmetry packs one piece per orbit
 #: (:mod:`cclc.synth.orbit_pack`); below it the greedy packing of every piece takes seconds
 #: and its finer choices are kept
 ORBIT_PACK_ABOVE = 100_000
-#: pieces under the orbit packing (8x8x8 torus with one failed link: 436 356 paths, 2 pieces
-#: each, 57 006 representatives)
+#: pieces under the orbit packing (8x8x8 torus with one failed link: 287 980 paths after the
+#: basic optimum over orbits, 2 pieces each, 38 308 representatives)
 ORBIT_MAX_PIECES = 1_000_000
 #: local-search passes of the orbit packing (+0.2-0.5% of the LP there, 1.5 s each)
 ORBIT_PASSES = 2
@@ -111,8 +112,8 @@ def orbit_split(n_paths: int) -> int:
 
 def orbit_steps(longest: int) -> list[int]:
     """Step counts tried under the orbit packing: each costs a few seconds there, and room to
-    stagger pays (8x8x8 torus, one failed link, 2 pieces per path: 93.6% of the LP in 14
-    steps, 93.3% in 16, 94.1% in 20, 93.8% in 28)."""
+    stagger pays (8x8x8 torus, one failed link, 2 pieces per path: 94.0% of the LP in 14
+    steps, 95.2% in 16, 95.1% in 18, 94.6% in 20)."""
     return [longest, longest + 2, longest + 4, longest + 6]
 
 
@@ -138,9 +139,11 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
     step_overhead = step_cost(model)
     left = BASIC_TIME_LIMIT if deadline is None else min(
         BASIC_TIME_LIMIT, max(deadline - time.monotonic(), 1.0))
-    if len(flows.path) <= BASIC_MAX_PATHS:
-        flows = basic_paths(coll, flows, time_limit=left)
     sym = orbit_group(coll, len(flows.path))
+    if sym is not None:
+        flows = basic_orbit_paths(coll, flows, sym, time_limit=left)
+    elif len(flows.path) <= BASIC_MAX_PATHS:
+        flows = basic_paths(coll, flows, time_limit=left)
     if split is None:
         split = default_split(len(flows.path)) if sym is None else orbit_split(len(flows.path))
     cut, cut_width = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,

@@ -35,13 +35,14 @@ __all__ = ["PieceOrbits", "pack_orbits", "piece_orbits"]
 class PieceOrbits:
     """``orbit[i]``: the orbit of piece ``i``; ``reps[o]``: the index of orbit ``o``'s
     representative (its first piece); ``size[o]``: its pieces present; ``link_row``: per link,
-    the row of its link orbit (0 for links no piece uses); ``row_size``: links per row."""
+    the row of its link orbit (0 for links no piece uses); ``row_size``: links per row;
+    ``pair_orbit[i]``: the orbit of piece ``i``'s pair."""
 
-    __slots__ = ("link_row", "orbit", "reps", "row_size", "size")
+    __slots__ = ("link_row", "orbit", "pair_orbit", "reps", "row_size", "size")
 
-    def __init__(self, orbit, reps, size, link_row, row_size):
+    def __init__(self, orbit, reps, size, link_row, row_size, pair_orbit):
         self.orbit, self.reps, self.size = orbit, reps, size
-        self.link_row, self.row_size = link_row, row_size
+        self.link_row, self.row_size, self.pair_orbit = link_row, row_size, pair_orbit
 
 
 def _lex_min(best: np.ndarray, cand: np.ndarray) -> np.ndarray:
@@ -101,12 +102,14 @@ def piece_orbits(coll: Collective, pieces: list[Piece], sym: Symmetry, usable: n
         canon[rows, 2] = smallest[s]
     _, reps, orbit, size = np.unique(canon, axis=0, return_index=True, return_inverse=True,
                                      return_counts=True)
+    # a pair's canonical form is its least image (source and destination lead the key)
+    pair_orbit = np.unique(canon[:, [2, 0]], axis=0, return_inverse=True)[1].ravel()
     link_orbit = sym.link_orbits(usable)
     ids, link_row = np.unique(np.where(link_orbit >= 0, link_orbit, -1), return_inverse=True)
     row_size = np.bincount(link_row.ravel())
     if ids[0] < 0:                 # the unusable links: a row of their own, never loaded
         row_size[0] = 1
-    return PieceOrbits(orbit.ravel(), reps, size, link_row.ravel(), row_size)
+    return PieceOrbits(orbit.ravel(), reps, size, link_row.ravel(), row_size, pair_orbit)
 
 
 def pack_orbits(coll: Collective, pieces: list[Piece], orbits: PieceOrbits, n_steps: int,

@@ -191,3 +191,51 @@ def test_orbit_packing_writes_a_verified_schedule(monkeypatch):
     s = write_schedule(coll, synth, ())
     verify(s)
     assert float(simulate(s).time) == pytest.approx(synth.packing.time, rel=1e-9)
+
+
+def _busiest(coll, flows) -> float:
+    """Brute force: the busiest link's seconds under the weighted paths."""
+    topo = coll.topology
+    load = np.zeros(topo.n_links)
+    for x, path in zip(flows.weight.tolist(), flows.path, strict=True):
+        for e in path:
+            load[e] += x * coll.size / coll.n / topo.link_bandwidth[e]
+    return float(load.max())
+
+
+@pytest.mark.parametrize("dims, links", [
+    ((4, 4), ()),                                       # 128 elements
+    ((3, 3, 3), [((0, 0, 0), (1, 0, 0))]),              # 16 elements, stabilizers
+    ((5, 5), [((0, 2), (1, 2))]),                       # reflections only
+])
+def test_basic_orbit_paths_keep_the_lp_time_and_the_symmetry(dims, links):
+    from cclc.synth.vertex import basic_orbit_paths
+
+    coll = _a2a(dims, links, per_pair=1024)
+    flows = solve_flows(coll, full_group=True)
+    sym = automorphisms(coll, usable_links(coll))
+    basic = basic_orbit_paths(coll, flows, sym)
+    assert len(basic.path) <= len(flows.path)
+    # every pair keeps shares summing to one
+    total: dict[tuple[int, int], float] = {}
+    for s, t, x in zip(basic.src.tolist(), basic.dst.tolist(), basic.weight.tolist(),
+                       strict=True):
+        total[(s, t)] = total.get((s, t), 0.0) + x
+    assert len(total) == coll.n * (coll.n - 1)
+    assert all(abs(v - 1.0) < 1e-9 for v in total.values())
+    # the LP's time, recomputed from the paths (the PDLP optimum is within 1e-4)
+    assert _busiest(coll, basic) == pytest.approx(flows.lp_time, rel=1e-3)
+    # one share per orbit: every element maps a path onto a path of the same share, wherever
+    # the image was among the LP's paths (the LP's cut to four paths per pair can leave an
+    # orbit incomplete)
+    given = set(zip(flows.src.tolist(), flows.dst.tolist(), flows.path, strict=True))
+    group = np.asarray(coll.group)
+    index = {int(v): i for i, v in enumerate(group)}
+    share = {(s, t, p): x for s, t, p, x in zip(basic.src.tolist(), basic.dst.tolist(),
+                                                basic.path, basic.weight.tolist(), strict=True)}
+    for g in range(sym.order):
+        for (s, t, p), x in share.items():
+            img = (index[int(sym.vertex[g, group[s]])], index[int(sym.vertex[g, group[t]])],
+                   tuple(sym.link_image(g, np.array(p)).tolist()))
+            if img in given:
+                assert share.get(img, 0.0) == pytest.approx(x, rel=1e-6, abs=1e-9)
