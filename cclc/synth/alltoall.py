@@ -56,7 +56,7 @@ BASIC_TIME_LIMIT = 60.0
 #: the basic optimum over path orbits is solved instead (:func:`cclc.synth.vertex.
 #: basic_orbit_paths`: 10 s of CPU time on 8x8x8 with one failed link, and symmetric)
 BASIC_MAX_PATHS = 200_000
-#: above this many pieces, a collective with a symmetry packs one piece per orbit
+#: above this many paths, a collective with a symmetry packs one piece per orbit
 #: (:mod:`cclc.synth.orbit_pack`); below it the greedy packing of every piece takes seconds
 #: and its finer choices are kept
 ORBIT_PACK_ABOVE = 100_000
@@ -126,7 +126,11 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
     is small enough, and by greedy list scheduling of ``split`` pieces per path; the better
     one is kept. ``flows`` is first re-weighted to a basic optimum
     (:func:`cclc.synth.vertex.basic_paths`), and ``split`` defaults to
-    :func:`default_split`.
+    :func:`default_split`. Past :data:`ORBIT_PACK_ABOVE` paths on a symmetric machine
+    (:func:`orbit_group`), the basic optimum is taken over path orbits
+    (:func:`cclc.synth.vertex.basic_orbit_paths`), the pieces are packed one per orbit
+    (:mod:`cclc.synth.orbit_pack`) into :func:`orbit_steps` steps, and ``split`` defaults to
+    :func:`orbit_split`.
 
     ``model`` (default: the planner's, :func:`cclc.synth.pricing.pricing_model`) is the
     execution model the schedule will be priced with: the packing charges every step its
