@@ -48,6 +48,7 @@ from cclc.synth.alltoall import synthesize_alltoall, write_schedule
 from cclc.synth.flows import choose_symmetry, pair_bytes, solve_flows, usable_links
 from cclc.synth.symmetry import translations
 from cclc.topology import torus, with_faults
+from cclc.verify import verify
 
 MiB = 2**20
 SIZE = 128 * MiB
@@ -142,8 +143,10 @@ def run_phases(coll) -> None:
     """The synthesis stage by stage (greedy packing only, no template race), printed as each
     stage ends."""
     from cclc.synth import alltoall as synth_a2a
+    from cclc.synth.orbit_pack import pack_orbits, piece_orbits
     from cclc.synth.pack import pack_pieces, pieces_of
-    from cclc.synth.vertex import basic_paths
+    from cclc.synth.piece_table import hop_table
+    from cclc.synth.vertex import basic_orbit_paths, basic_paths
 
     last = list(_clock())
 
@@ -154,21 +157,36 @@ def run_phases(coll) -> None:
 
     flows = solve_flows(coll, deadline=time.monotonic() + BUDGET)
     done(f"path LP ({flows.status}, {len(flows.path)} paths)")
-    flows = basic_paths(coll, flows, time_limit=synth_a2a.BASIC_TIME_LIMIT)
-    done(f"basic optimum ({len(flows.path)} paths)")
-    split = synth_a2a.default_split(len(flows.path))
+    sym = synth_a2a.orbit_group(coll, len(flows.path))
+    if sym is not None:
+        flows = basic_orbit_paths(coll, flows, sym, time_limit=synth_a2a.BASIC_TIME_LIMIT)
+        done(f"basic optimum over path orbits ({len(flows.path)} paths)")
+    elif len(flows.path) <= synth_a2a.BASIC_MAX_PATHS:
+        flows = basic_paths(coll, flows, time_limit=synth_a2a.BASIC_TIME_LIMIT)
+        done(f"basic optimum ({len(flows.path)} paths)")
+    split = (synth_a2a.default_split(len(flows.path)) if sym is None
+             else synth_a2a.orbit_split(len(flows.path)))
     cut, width = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
                            synth_a2a.MAX_PATHS, synth_a2a.MIN_WEIGHT, split)
     done(f"pieces ({len(cut)}, {split} per path)")
     longest = max(len(p.hops) for p in cut)
+    if sym is not None:
+        table = hop_table(coll.topology, cut)
+        orbits = piece_orbits(coll, cut, sym, usable_links(coll), table)
+        done(f"piece orbits ({len(orbits.reps)}, group of {sym.order})")
     best = None
-    for steps in synth_a2a.step_candidates(longest, coll.n):
-        packing = pack_pieces(coll, cut, steps, 0.0, 2 if coll.n <= 64 else 0)
+    for steps in (synth_a2a.step_candidates(longest, coll.n) if sym is None
+                  else synth_a2a.orbit_steps(longest)):
+        packing = (pack_pieces(coll, cut, steps, 0.0, 2 if coll.n <= 64 else 0)
+                   if sym is None else pack_orbits(coll, cut, orbits, steps, 0.0, table,
+                                                   synth_a2a.ORBIT_PASSES))
         done(f"packing into {steps} steps ({100 * flows.lp_time / packing.time:.1f}% of LP)")
         if best is None or packing.time < best.time:
             best = packing
     schedule = synth_a2a.write_schedule(coll, synth_a2a.SynthAllToAll(cut, width, best), ())
     done(f"writing the ops ({len(schedule.ops)})")
+    verify(schedule)
+    done("verifier")
     t = float(simulate(schedule).time)
     done(f"simulation ({100 * flows.lp_time / t:.1f}% of LP)")
 

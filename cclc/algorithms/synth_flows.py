@@ -41,8 +41,8 @@ __all__ = ["AUTO_MAX_RANKS", "AUTO_STAGGER", "AUTO_SYMMETRIC_RANKS", "DEFAULT_BU
 DEFAULT_BUDGET = 60.0
 #: without an explicit budget, synth stays out of groups larger than this: the whole synthesis
 #: (path LP, basic optimum, packing, writing the ops) takes 10-25 s of CPU time at 125 ranks
-#: (benchmarks/synth_scale.py --quick) and minutes at 512, where ``auto`` must stay within
-#: seconds; ``budget=`` or ``--synth-budget`` lifts it
+#: (benchmarks/synth_scale.py --quick) and 30-100 s at 512 (8x8x8, healthy and one failed
+#: link), where ``auto`` must stay within seconds; ``budget=`` or ``--synth-budget`` lifts it
 AUTO_MAX_RANKS = 125
 #: ``auto`` considers synth in groups larger than this only where the faults (or a mesh, or a
 #: fabric) break the torus translations: where every translation survives, the torus

@@ -6,13 +6,13 @@ most pieces any pair has; unused ones have 0 elements), so input chunk ``j P + k
 ``s`` and output chunk ``s P + k`` of rank ``j`` hold piece ``k``; layouts are per rank (the
 shares differ by pair). A piece waiting at a relaying rank sits in a scratch chunk of that rank
 of its size; a chunk is reused by a later piece of the same size once it has been forwarded
-(written in step ``t``, read in ``t + 1``, free from ``t + 2``).
+(written in step ``t``, read in ``t + 1``, free from ``t + 2``; :func:`_scratch_chunks`).
+The ops are written as columns (:mod:`cclc.synth.piece_table`).
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,11 +20,14 @@ import numpy as np
 from cclc.collective import Collective
 from cclc.execution import ExecutionModel, predict
 from cclc.ir import Buf, Schedule, ScheduleBuilder
-from cclc.synth.flows import FlowSolution
+from cclc.synth.flows import FlowSolution, choose_symmetry, usable_links
+from cclc.synth.orbit_pack import pack_orbits, piece_orbits
 from cclc.synth.pack import Packing, Piece, pack_pieces, pieces_of
+from cclc.synth.piece_table import hop_table
 from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.stagger import MAX_LP_CELLS, stagger_lp
-from cclc.synth.vertex import basic_paths
+from cclc.synth.symmetry import Symmetry
+from cclc.synth.vertex import basic_orbit_paths, basic_paths
 
 __all__ = ["SynthAllToAll", "default_split", "step_candidates", "synthesize_alltoall",
            "write_schedule"]
@@ -48,6 +51,20 @@ LP_TIME_LIMIT = 20.0
 #: paths are packed as they are. It takes 7-8 s of CPU time at 125 ranks (5x5x5 with one or
 #: two failed links); on the healthy 8x8x8 torus (912 896 paths) it did not finish in 300 s
 BASIC_TIME_LIMIT = 60.0
+#: above this many paths, without a group to pack by orbits, the basic optimum is not tried:
+#: on the healthy 8x8x8 torus (912 896 paths) it did not finish within 300 s. With a group,
+#: the basic optimum over path orbits is solved instead (:func:`cclc.synth.vertex.
+#: basic_orbit_paths`: 10 s of CPU time on 8x8x8 with one failed link, and symmetric)
+BASIC_MAX_PATHS = 200_000
+#: above this many paths, a collective with a symmetry packs one piece per orbit
+#: (:mod:`cclc.synth.orbit_pack`); below it the greedy packing of every piece takes seconds
+#: and its finer choices are kept
+ORBIT_PACK_ABOVE = 100_000
+#: pieces under the orbit packing (8x8x8 torus with one failed link: 287 980 paths after the
+#: basic optimum over orbits, 2 pieces each, 38 308 representatives)
+ORBIT_MAX_PIECES = 1_000_000
+#: local-search passes of the orbit packing (+0.2-0.5% of the LP there, 1.5 s each)
+ORBIT_PASSES = 2
 #: under a model with software costs, this many of the best packings are written and priced
 PREDICTED = 3
 
@@ -77,6 +94,29 @@ def default_split(n_paths: int) -> int:
     return next((s for s in SPLITS if s * n_paths <= MAX_PIECES), 1)
 
 
+def orbit_group(coll: Collective, n_paths: int) -> Symmetry | None:
+    """The group the path LP was solved over, when the pieces are packed by orbits: more than
+    :data:`ORBIT_PACK_ABOVE` paths and a group that is not trivial; else ``None``."""
+    if n_paths <= ORBIT_PACK_ABOVE:
+        return None
+    sym = choose_symmetry(coll, usable_links(coll))
+    return sym if sym.order > 1 else None
+
+
+def orbit_split(n_paths: int) -> int:
+    """Pieces per path under the orbit packing: the finest of :data:`SPLITS` within
+    :data:`ORBIT_MAX_PIECES` pieces (the packing's cost is the representatives'; writing,
+    verifying and simulating grow with every piece)."""
+    return next((s for s in SPLITS if s * n_paths <= ORBIT_MAX_PIECES), 1)
+
+
+def orbit_steps(longest: int) -> list[int]:
+    """Step counts tried under the orbit packing: each costs a few seconds there, and room to
+    stagger pays (8x8x8 torus, one failed link, 2 pieces per path: 94.0% of the LP in 14
+    steps, 95.2% in 16, 95.1% in 18, 94.6% in 20)."""
+    return [longest, longest + 2, longest + 4, longest + 6]
+
+
 def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None = None,
                         steps: int | None = None, deadline: float | None = None,
                         model: ExecutionModel | None = None,
@@ -86,7 +126,11 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
     is small enough, and by greedy list scheduling of ``split`` pieces per path; the better
     one is kept. ``flows`` is first re-weighted to a basic optimum
     (:func:`cclc.synth.vertex.basic_paths`), and ``split`` defaults to
-    :func:`default_split`.
+    :func:`default_split`. Past :data:`ORBIT_PACK_ABOVE` paths on a symmetric machine
+    (:func:`orbit_group`), the basic optimum is taken over path orbits
+    (:func:`cclc.synth.vertex.basic_orbit_paths`), the pieces are packed one per orbit
+    (:mod:`cclc.synth.orbit_pack`) into :func:`orbit_steps` steps, and ``split`` defaults to
+    :func:`orbit_split`.
 
     ``model`` (default: the planner's, :func:`cclc.synth.pricing.pricing_model`) is the
     execution model the schedule will be priced with: the packing charges every step its
@@ -99,18 +143,34 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
     step_overhead = step_cost(model)
     left = BASIC_TIME_LIMIT if deadline is None else min(
         BASIC_TIME_LIMIT, max(deadline - time.monotonic(), 1.0))
-    flows = basic_paths(coll, flows, time_limit=left)
+    sym = orbit_group(coll, len(flows.path))
+    if sym is not None:
+        flows = basic_orbit_paths(coll, flows, sym, time_limit=left)
+    elif len(flows.path) <= BASIC_MAX_PATHS:
+        flows = basic_paths(coll, flows, time_limit=left)
     if split is None:
-        split = default_split(len(flows.path))
-    whole, _ = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
-                         MAX_PATHS, MIN_WEIGHT, 1)
+        split = default_split(len(flows.path)) if sym is None else orbit_split(len(flows.path))
     cut, cut_width = pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path,
                                MAX_PATHS, MIN_WEIGHT, split)
-    longest = max((len(p.hops) for p in whole), default=1)
+    # whole paths, for the staggering LP only (and only where it can be small enough)
+    whole = cut if split == 1 else (
+        pieces_of(coll, flows.src, flows.dst, flows.weight, flows.path, MAX_PATHS,
+                  MIN_WEIGHT, 1)[0] if lp_time_limit is not None and
+        len(flows.path) <= MAX_LP_CELLS else [])
+    longest = max((len(p.hops) for p in cut), default=1)
+    orbits = table = None
+    if sym is not None:
+        table = hop_table(coll.topology, cut)
+        orbits = piece_orbits(coll, cut, sym, usable_links(coll), table)
     options: list[SynthAllToAll] = []
     stagger = lp_time_limit is not None
-    for t in ([max(steps, longest)] if steps is not None else step_candidates(longest, coll.n)):
-        if stagger and len(whole) * t <= MAX_LP_CELLS and (steps is not None or t <= longest + 2):
+    if steps is not None:
+        tries = [max(steps, longest)]
+    else:
+        tries = step_candidates(longest, coll.n) if orbits is None else orbit_steps(longest)
+    for t in tries:
+        small = bool(whole) and len(whole) * t <= MAX_LP_CELLS
+        if stagger and small and (steps is not None or t <= longest + 2):
             # the LP grows with the steps and gains little past the shortest: try the
             # shortest few (HiGHS stops at the time limit; the greedy one stands then, and
             # a larger LP would not finish either: tpuv4_4x4x4_ocs, 5 and 7 steps, 22 and
@@ -124,8 +184,9 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
                 options.append(SynthAllToAll(pieces, 1 + max(p.slot for p in pieces), packing))
         # local search pays where the group is small enough to afford it
         passes = 2 if coll.n <= 64 else 0
-        options.append(SynthAllToAll(cut, cut_width,
-                                     pack_pieces(coll, cut, t, step_overhead, passes)))
+        packing = (pack_pieces(coll, cut, t, step_overhead, passes) if orbits is None
+                   else pack_orbits(coll, cut, orbits, t, step_overhead, table, ORBIT_PASSES))
+        options.append(SynthAllToAll(cut, cut_width, packing))
     options.sort(key=lambda o: o.packing.time)
     if not model.charges_software:
         return options[0]       # the packing's time is the lockstep simulator's, exactly
@@ -135,15 +196,64 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
     return min(timed, key=lambda x: x[:2])[2]
 
 
+def _scratch_chunks(n: int, rank: np.ndarray, elems: np.ndarray, step: np.ndarray,
+                    relay: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Scratch chunks for the hops that land at a relay (``relay``; other entries get 0) and
+    the scratch layout (elements per chunk, one row per rank).
+
+    A chunk written in step ``t`` is read in ``t + 1`` and free again from ``t + 2``: chunks
+    of one size at one rank come in two sets, one written in even steps and one in odd, each
+    as large as the most writes of that size any step of its parity has there. This is one
+    sort, not a loop per op (six million at 512 ranks)."""
+    out = np.zeros(len(rank), dtype=np.int64)
+    idx = np.flatnonzero(relay)
+    if not len(idx):
+        return out, np.zeros((n, 0), dtype=np.int64)
+    r, e, t = rank[idx], elems[idx], step[idx]
+    order = np.lexsort((t, e, r))
+    r, e, t, idx = r[order], e[order], t[order], idx[order]
+    # the index of each write among the writes of its (rank, size, step)
+    cell = np.r_[True, (r[1:] != r[:-1]) | (e[1:] != e[:-1]) | (t[1:] != t[:-1])]
+    cell_start = np.flatnonzero(cell)
+    cell_of = np.cumsum(cell) - 1
+    within = np.arange(len(r)) - cell_start[cell_of]
+    # per (rank, size, parity): the most writes in one step
+    cls = np.r_[True, (r[1:] != r[:-1]) | (e[1:] != e[:-1])]
+    cls_of = np.cumsum(cls) - 1
+    parity = t % 2
+    key = cls_of * 2 + parity
+    most = np.zeros(2 * (int(cls_of[-1]) + 1), dtype=np.int64)
+    np.maximum.at(most, key, within + 1)
+    per_cls = most.reshape(-1, 2)
+    # chunks of a rank: its classes in order, each its even set then its odd set
+    cls_rank = r[cls]
+    cls_elems = e[cls]
+    size = per_cls.sum(axis=1)
+    rank_first = np.r_[True, cls_rank[1:] != cls_rank[:-1]]
+    ends = np.cumsum(size)
+    base = ends - size
+    base = base - np.repeat(base[rank_first], np.diff(np.r_[np.flatnonzero(rank_first),
+                                                          len(size)]))
+    out[idx] = base[cls_of] + parity * per_cls[cls_of, 0] + within
+    width = np.zeros(n, dtype=np.int64)
+    np.add.at(width, cls_rank, size)
+    lay = np.zeros((n, int(width.max())), dtype=np.int64)
+    chunk_rank = np.repeat(cls_rank, size)
+    chunk_pos = np.repeat(base, size) + (np.arange(int(size.sum())) -
+                                         np.repeat(ends - size, size))
+    lay[chunk_rank, chunk_pos] = np.repeat(cls_elems, size)
+    return out, lay
+
+
 def write_schedule(coll: Collective, synth: SynthAllToAll,
                    params: tuple[tuple[str, int | float | str], ...]) -> Schedule:
     """The ops of ``synth`` as a :class:`~cclc.ir.Schedule` (see the module docstring)."""
     n, P = coll.n, synth.width
+    h = hop_table(coll.topology, synth.pieces)
     lay_in = np.zeros((n, n * P), dtype=np.int64)
     lay_out = np.zeros((n, n * P), dtype=np.int64)
-    for p in synth.pieces:
-        lay_in[p.src, p.dst * P + p.slot] = p.elems
-        lay_out[p.dst, p.src * P + p.slot] = p.elems
+    lay_in[h.src, h.dst * P + h.slot] = h.elems
+    lay_out[h.dst, h.src * P + h.slot] = h.elems
     # the block a rank keeps for itself: one local copy of all its chunks (the diagonal pairs
     # have no pieces, so give their first chunk the whole block)
     item = coll.dtype.itemsize
@@ -153,58 +263,29 @@ def write_schedule(coll: Collective, synth: SynthAllToAll,
     lay_in[ranks, ranks * P] = own
     lay_out[ranks, ranks * P] = own
 
-    cols: dict[str, list[int]] = {k: [] for k in ("step", "src", "dst", "route", "src_buf",
-                                                  "src_off", "dst_buf", "dst_off")}
-    scratch_sizes: list[list[int]] = [[] for _ in range(n)]
-    free: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)  # (rank, elems)
-    # the builder needs the scratch layout, known only at the end: collect routes meanwhile
-    b_routes: dict[tuple[int, ...], int] = {}
-    route_list: list[tuple[int, ...]] = []
-
-    def route_id(links: tuple[int, ...]) -> int:
-        rid = b_routes.get(links)
-        if rid is None:
-            rid = b_routes[links] = len(route_list)
-            route_list.append(links)
-        return rid
-
-    def take(rank: int, elems: int, written: int) -> int:
-        slots = free[(rank, elems)]
-        for i, (chunk, free_at) in enumerate(slots):
-            if free_at <= written:
-                slots[i] = (chunk, written + 2)
-                return chunk
-        chunk = len(scratch_sizes[rank])
-        scratch_sizes[rank].append(elems)
-        slots.append((chunk, written + 2))
-        return chunk
-
-    order = np.argsort(synth.packing.start, kind="stable")
-    for i in order.tolist():
-        p = synth.pieces[i]
-        sigma = int(synth.packing.start[i])
-        at, buf, off = p.src, Buf.INPUT, p.dst * P + p.slot
-        for k, (hop, lands) in enumerate(zip(p.hops, p.via, strict=True)):
-            t = sigma + k
-            if k == len(p.hops) - 1:
-                dbuf, doff = Buf.OUTPUT, p.src * P + p.slot
-            else:
-                dbuf, doff = Buf.SCRATCH, take(lands, p.elems, t)
-            row = (t, at, lands, route_id(hop), buf, off, dbuf, doff)
-            for key, v in zip(cols, row, strict=True):
-                cols[key].append(int(v))
-            at, buf, off = lands, dbuf, doff
-    width = max((len(x) for x in scratch_sizes), default=0)
-    lay_scr = np.zeros((n, width), dtype=np.int64)
-    for r, sizes in enumerate(scratch_sizes):
-        lay_scr[r, :len(sizes)] = sizes
-    b = ScheduleBuilder(coll, input=lay_in, output=lay_out, scratch=lay_scr)
-    ids = np.array([b.route(path) for path in route_list], dtype=np.int32)
-    c = {k: np.array(v, dtype=np.int64) for k, v in cols.items()}
-    if len(c["step"]):
-        b.add(step=c["step"], src=c["src"], dst=c["dst"], route=ids[c["route"]],
-              src_buf=c["src_buf"], src_off=c["src_off"], dst_buf=c["dst_buf"],
-              dst_off=c["dst_off"])
+    start = np.asarray(synth.packing.start, dtype=np.int64)
+    step = start[h.piece] + h.k
+    # every hop lands in scratch at its relay, the last in the output; every hop but the first
+    # reads where the one before landed
+    first = h.k == 0
+    prev = np.maximum(np.arange(len(step)) - 1, 0)
+    src = np.where(first, h.src[h.piece], h.lands[prev])
+    dst_buf = np.where(h.last, int(Buf.OUTPUT), int(Buf.SCRATCH))
+    chunk, scratch = _scratch_chunks(n, h.lands, h.elems[h.piece], step, ~h.last)
+    dst_off = np.where(h.last, h.src[h.piece] * P + h.slot[h.piece], chunk)
+    src_buf = np.where(first, int(Buf.INPUT), dst_buf[prev])
+    src_off = np.where(first, h.dst[h.piece] * P + h.slot[h.piece], dst_off[prev])
+    b = ScheduleBuilder(coll, input=lay_in, output=lay_out, scratch=scratch)
+    lengths = np.array([len(r) for r in h.runs], dtype=np.int64)
+    ids = b.add_routes(np.concatenate([[0], np.cumsum(lengths)]),
+                       np.fromiter((e for r in h.runs for e in r), dtype=np.int32,
+                                   count=int(lengths.sum())))
+    # ops in the order of the pieces' starts (then piece, then hop), as the runtimes get them
+    order = np.lexsort((np.arange(len(step)), start[h.piece], step))
+    if len(step):
+        b.add(step=step[order], src=src[order], dst=h.lands[order], route=ids[h.route[order]],
+              src_buf=src_buf[order], src_off=src_off[order], dst_buf=dst_buf[order],
+              dst_off=dst_off[order])
     b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=ranks * P,
           dst_buf=Buf.OUTPUT, dst_off=ranks * P)
     return b.build("synth", "-", params)

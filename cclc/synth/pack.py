@@ -25,6 +25,7 @@ import numpy as np
 
 from cclc.collective import Collective
 from cclc.routing import carried_segments
+from cclc.synth.piece_table import HopTable, hop_table
 
 __all__ = ["Packing", "Piece", "pack_pieces", "packing_time", "pieces_of"]
 
@@ -109,43 +110,57 @@ def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.nda
             seg_cache[path] = (segs, via)
         return seg_cache[path]
 
+    # per block size its quantum, per share its cut into ``split``: computed once (at 512
+    # ranks there are a million paths and a handful of distinct values)
+    quanta: dict[int, tuple[int, int]] = {}
+    even: dict[int, list[int]] = {}
     pieces: list[Piece] = []
     widest = 1
-    i = 0
-    while i < len(order):
-        j = i
-        s, d = int(src[order[i]]), int(dst[order[i]])
-        while j < len(order) and src[order[j]] == s and dst[order[j]] == d:
-            j += 1
+    # the pairs' runs in ``order`` found at once, the loop below is one pass per pair
+    so, do = src[order], dst[order]
+    bounds = np.flatnonzero(np.r_[True, (so[1:] != so[:-1]) | (do[1:] != do[:-1]), True])
+    for i, j, s, d in zip(bounds[:-1].tolist(), bounds[1:].tolist(), so[bounds[:-1]].tolist(),
+                          do[bounds[:-1]].tolist(), strict=True):
         rows = order[i:j]
-        w = weight[rows]
-        keep = rows[(w >= min_weight * w.max())][:max_paths]
+        if j - i == 1:
+            keep = rows             # one path: no shares to compare (most pairs at scale)
+        else:
+            w = weight[rows]
+            keep = rows[(w >= min_weight * w.max())][:max_paths]
         block = int(elems[s, d])
-        q, unit = _quantum(block, quantum)
-        units = _split(q, weight[keep])
+        qu = quanta.get(block)
+        if qu is None:
+            qu = quanta[block] = _quantum(block, quantum)
+        q, unit = qu
+        units = [q] if len(keep) == 1 else _split(q, weight[keep]).tolist()
         rest = block - q * unit            # 0 unless the block has no divisor near quantum
         slot = 0
-        for r, u in zip(keep.tolist(), units.tolist(), strict=True):
+        for r, u in zip(keep.tolist(), units, strict=True):
             segs, via = hops_of(paths[r])
-            for part in _split(u, np.ones(split)).tolist():
+            parts = even.get(u)
+            if parts is None:
+                parts = even[u] = _split(u, np.ones(split)).tolist()
+            for part in parts:
                 if part:
                     size = int(part) * unit + rest
                     pieces.append(Piece(s, d, slot, size, segs, via, unit))
                     rest = 0
                     slot += 1
         widest = max(widest, slot)
-        i = j
     return pieces, widest
 
 
-def _geometry(coll: Collective, pieces: list[Piece], n_steps: int):
-    """Per piece: its flat ``(step, link)`` indices for every start (one row per start), its
+def _geometry(coll: Collective, pieces: list[Piece], n_steps: int,
+              link_row: np.ndarray | None = None, row_scale: np.ndarray | None = None):
+    """Per piece: its flat ``(step, row)`` indices for every start (one row per start; a
+    link's row is ``link_row[link]``, the link itself by default), its
     hops' steps for every start, the hop boundaries when a hop has several links (``None``
     under one link per hop), and the bandwidth of each of its links. Computed once per
     distinct path: the pieces of one path share it (a placement then costs a few array
-    operations, not the index arithmetic)."""
+    operations, not the index arithmetic). With ``row_scale``, a link's bandwidth is divided
+    by its row's scale (a load counted ``row_scale`` times per second)."""
     topo = coll.topology
-    n_links = topo.n_links
+    n_links = topo.n_links if link_row is None else int(link_row.max()) + 1
     cache: dict = {}
     out = []
     for p in pieces:
@@ -160,25 +175,38 @@ def _geometry(coll: Collective, pieces: list[Piece], n_steps: int):
                       np.concatenate([[0], np.cumsum(sizes)[:-1]]))
             sig = np.arange(n_steps - h + 1)[:, None]
             steps = sig + np.arange(h)[None, :]
-            g = cache[p.hops] = ((sig + hop_of[None, :]) * n_links + links[None, :],
-                                 steps, firsts, topo.link_bandwidth[links])
+            rows = links if link_row is None else link_row[links]
+            bw = topo.link_bandwidth[links]
+            if row_scale is not None:
+                bw = bw / row_scale[rows]
+            g = cache[p.hops] = ((sig + hop_of[None, :]) * n_links + rows[None, :],
+                                 steps, firsts, bw)
         out.append(g)
     return out
 
 
 def pack_pieces(coll: Collective, pieces: list[Piece], n_steps: int,
-                step_overhead: float = 0.0, passes: int = 2) -> Packing:
+                step_overhead: float = 0.0, passes: int = 2,
+                link_row: np.ndarray | None = None, mult: np.ndarray | None = None,
+                row_scale: np.ndarray | None = None, timed: bool = True) -> Packing:
     """List-schedule ``pieces`` into ``n_steps`` steps (see the module docstring), then
     ``passes`` rounds of local search: each piece in turn is taken out and put back where it
-    raises the step maxima least (never worse than where it was)."""
-    n_links = coll.topology.n_links
-    L = np.zeros((n_steps, n_links))
-    flat = L.reshape(-1)                 # a view: (step, link) by one index
+    raises the step maxima least (never worse than where it was).
+
+    ``link_row`` and ``mult`` pack orbit representatives (:mod:`cclc.synth.orbit_pack`): the
+    loads are kept per row (a link orbit) and piece ``i`` adds ``mult[i] * row_scale[row]``
+    times its seconds to each of its rows. ``timed=False`` leaves the time to the caller
+    (``nan``)."""
+    n_rows = coll.topology.n_links if link_row is None else int(link_row.max()) + 1
+    L = np.zeros((n_steps, n_rows))
+    flat = L.reshape(-1)                 # a view: (step, row) by one index
     M = np.zeros(n_steps)
     start = np.zeros(len(pieces), dtype=np.int64)
-    geometry = _geometry(coll, pieces, n_steps)
+    geometry = _geometry(coll, pieces, n_steps, link_row, row_scale)
     item = coll.dtype.itemsize
-    adds = [p.elems * item / g[3] for p, g in zip(pieces, geometry, strict=True)]
+    scale = np.ones(len(pieces)) if mult is None else np.asarray(mult, dtype=np.float64)
+    adds = [p.elems * item * m / g[3]
+            for p, g, m in zip(pieces, geometry, scale.tolist(), strict=True)]
 
     def place(i: int) -> None:
         index, steps, firsts, _ = geometry[i]
@@ -213,38 +241,28 @@ def pack_pieces(coll: Collective, pieces: list[Piece], n_steps: int,
             M[sigma:sigma + h] = L[sigma:sigma + h].max(axis=1)
             place(i)
     return Packing(start=start, n_steps=n_steps,
-                   time=packing_time(coll, pieces, start, n_steps, step_overhead))
+                   time=packing_time(coll, pieces, start, n_steps, step_overhead)
+                   if timed else float("nan"))
 
 
 def packing_time(coll: Collective, pieces: list[Piece], start: np.ndarray, n_steps: int,
-                 step_overhead: float = 0.0) -> float:
+                 step_overhead: float = 0.0, table: HopTable | None = None) -> float:
     """The lockstep time of ``pieces`` started at ``start``: per step its busiest link plus
-    its longest hop latency (and ``step_overhead``), summed over the steps that move data."""
+    its longest hop latency (and ``step_overhead``), summed over the steps that move data.
+    ``table`` is ``pieces``' :func:`~cclc.synth.piece_table.hop_table` when already built."""
     topo = coll.topology
     item = coll.dtype.itemsize
-    steps, links, secs, hop_steps, hop_lat = [], [], [], [], []
-    lat_of: dict = {}
-    for p, sigma in zip(pieces, start.tolist(), strict=True):
-        g = lat_of.get(p.hops)
-        if g is None:
-            sizes = [len(hop) for hop in p.hops]
-            flat = np.fromiter((e for hop in p.hops for e in hop), dtype=np.int64,
-                               count=sum(sizes))
-            g = lat_of[p.hops] = (flat, np.repeat(np.arange(len(sizes)), sizes),
-                                  topo.link_bandwidth[flat],
-                                  np.array([topo.link_latency[list(hop)].sum()
-                                            for hop in p.hops]))
-        flat, hop_of, bw, lat = g
-        steps.append(sigma + hop_of)
-        links.append(flat)
-        secs.append(p.elems * item / bw)
-        hop_steps.append(sigma + np.arange(len(lat)))
-        hop_lat.append(lat)
     L = np.zeros((n_steps, topo.n_links))
     latency = np.zeros(n_steps)
     if pieces:
-        np.add.at(L, (np.concatenate(steps), np.concatenate(links)), np.concatenate(secs))
-        np.maximum.at(latency, np.concatenate(hop_steps), np.concatenate(hop_lat))
+        h = hop_table(topo, pieces) if table is None else table
+        hop_step = np.asarray(start, dtype=np.int64)[h.piece] + h.k
+        link = h.entry_link
+        piece = h.piece[h.entry_hop]
+        L = np.bincount(hop_step[h.entry_hop] * topo.n_links + link,
+                        weights=h.elems[piece] * item / topo.link_bandwidth[link],
+                        minlength=n_steps * topo.n_links).reshape(n_steps, topo.n_links)
+        np.maximum.at(latency, hop_step, h.latency)
     M = L.max(axis=1)
     used = M > 0
     return float((M + latency)[used].sum() + step_overhead * used.sum())

@@ -26,8 +26,9 @@ from scipy.optimize import linprog
 
 from cclc.collective import Collective
 from cclc.synth.flows import FlowSolution, pair_bytes
+from cclc.synth.symmetry import Symmetry
 
-__all__ = ["basic_paths"]
+__all__ = ["basic_orbit_paths", "basic_paths"]
 
 #: below this share of its pair a path is dropped (the vertex's round-off, not a real share)
 ZERO_SHARE = 1e-7
@@ -80,6 +81,74 @@ def basic_paths(coll: Collective, flows: FlowSolution,
     if res.status != 0 or res.x[-1] * scale > flows.lp_time * (1 + TIME_SLACK):
         return flows
     share = np.maximum(res.x[:n_paths], 0.0)
+    total = np.bincount(pair_of, weights=share, minlength=len(pairs))
+    share = share / total[pair_of]
+    keep = np.flatnonzero(share > ZERO_SHARE)
+    return replace(flows, src=flows.src[keep], dst=flows.dst[keep], weight=share[keep],
+                   path=tuple(flows.path[i] for i in keep.tolist()),
+                   solve_s=flows.solve_s + time.monotonic() - t0)
+
+
+def basic_orbit_paths(coll: Collective, flows: FlowSolution, sym: Symmetry,
+                      time_limit: float | None = None) -> FlowSolution:
+    """:func:`basic_paths` over one share per orbit of paths under ``sym`` (the group the LP
+    was solved over), for path sets too large to re-solve whole: a vertex of the LP whose
+    paths of one orbit carry equal shares, so the result stays symmetric (the orbit packing
+    of :mod:`cclc.synth.orbit_pack` needs that). ``flows`` itself when HiGHS does not reach an
+    optimum within ``time_limit`` seconds or its time is not within :data:`TIME_SLACK` of
+    ``flows.lp_time``.
+
+    Variable ``x[o]`` is the share of each path of orbit ``o``. A pair of pair orbit ``P``
+    has ``size[o] / |P|`` paths of ``o``, so its shares sum to ``sum_o x[o] size[o] / |P|``
+    (one row per pair orbit). With every orbit's paths at one share, all links of a link orbit
+    ``O`` carry the same load: the orbit's bytes over the links' bandwidth, divided by |O|
+    (one row per link orbit)."""
+    from cclc.synth.flows import usable_links
+    from cclc.synth.orbit_pack import piece_orbits
+    from cclc.synth.pack import Piece
+    from cclc.synth.piece_table import hop_table
+
+    if len(flows.path) == 0:
+        return flows
+    t0 = time.monotonic()
+    topo = coll.topology
+    src, dst = flows.src.tolist(), flows.dst.tolist()
+    # one unit piece per path: its orbit is the path's orbit
+    pieces = [Piece(s, d, 0, 1, tuple((e,) for e in p), (0,) * len(p))
+              for s, d, p in zip(src, dst, flows.path, strict=True)]
+    table = hop_table(topo, pieces)
+    orbits = piece_orbits(coll, pieces, sym, usable_links(coll), table)
+    n_orb = len(orbits.reps)
+    pair_key = flows.src.astype(np.int64) * coll.n + flows.dst.astype(np.int64)
+    pairs, pair_of = np.unique(pair_key, return_inverse=True)
+    # pairs per pair orbit, and each path orbit's pair orbit
+    pair_orbit_of_pair = np.zeros(len(pairs), dtype=np.int64)
+    pair_orbit_of_pair[pair_of] = orbits.pair_orbit
+    n_porb = int(orbits.pair_orbit.max()) + 1
+    pairs_in = np.bincount(pair_orbit_of_pair, minlength=n_porb)
+    col_porb = orbits.pair_orbit[orbits.reps]
+    eq_val = orbits.size / pairs_in[col_porb]
+    d = pair_bytes(coll)
+    entry_path = table.piece[table.entry_hop]
+    link = table.entry_link
+    row = orbits.link_row[link]
+    secs = (d[flows.src[entry_path], flows.dst[entry_path]] / topo.link_bandwidth[link]
+            / orbits.row_size[row])
+    n_rows = len(orbits.row_size)
+    load = sp.coo_matrix((secs, (row, orbits.orbit[entry_path])), shape=(n_rows, n_orb)).tocsr()
+    used = np.flatnonzero(np.diff(load.indptr))
+    load = load[used]
+    scale = float(load.data.max())
+    a_ub = sp.hstack([load / scale, sp.csr_matrix(-np.ones((len(used), 1)))], format="csr")
+    a_eq = sp.csr_matrix((eq_val, (col_porb, np.arange(n_orb))), shape=(n_porb, n_orb + 1))
+    cost = np.zeros(n_orb + 1)
+    cost[-1] = 1.0
+    options = {} if time_limit is None else {"time_limit": max(float(time_limit), 1.0)}
+    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(len(used)), A_eq=a_eq, b_eq=np.ones(n_porb),
+                  bounds=(0, None), method="highs-ipm", options=options)
+    if res.status != 0 or res.x[-1] * scale > flows.lp_time * (1 + TIME_SLACK):
+        return flows
+    share = np.maximum(res.x[:n_orb], 0.0)[orbits.orbit]
     total = np.bincount(pair_of, weights=share, minlength=len(pairs))
     share = share / total[pair_of]
     keep = np.flatnonzero(share > ZERO_SHARE)
