@@ -93,7 +93,7 @@ def _check_valid(coll, sol) -> float:
         assert s != d and w > 0 and len(p) >= 1
         assert all(ok[e] for e in p)
         assert int(topo.link_src[p[0]]) == group[s] and int(topo.link_dst[p[-1]]) == group[d]
-        for a, b in zip(p, p[1:]):
+        for a, b in zip(p[:-1], p[1:], strict=True):
             assert int(topo.link_dst[a]) == int(topo.link_src[b])
         visited = [int(topo.link_src[e]) for e in p] + [group[d]]
         assert len(set(visited)) == len(visited)            # a simple path
