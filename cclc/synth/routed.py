@@ -12,17 +12,19 @@ three stages:
    lower value by weak duality (:func:`cclc.flow_dual.certified_time`), with the hop counts
    and the closed-form bounds of :mod:`cclc.bounds`: that certified value is the solution's
    ``lp_time``, a lower bound on any schedule over the usable links.
-2. **Candidates**: per pair, the path the routed flow favours most (its heaviest path when
-   every vertex splits what it passes on in proportion to its in-links' flow, one Dijkstra
-   per source over ``-log`` of those proportions), and the shortest path under the link prices
-   of the last passes (one Dijkstra per source and price vector). Each candidate starts with
-   its weight under that proportional decomposition of the routed flow.
-3. **Re-balance**: pairwise Frank-Wolfe over the candidates only, on the same smoothed
-   maximum the routing uses: each pair moves the share of its dearest used path to its
-   cheapest under the potential's gradient, all pairs by one step found by a line search
-   (away steps empty a path when the step is one, so the shares stay sparse). Then every pair
-   keeps at most :data:`cclc.synth.flows.MAX_PATHS` paths, none under ``MIN_SHARE`` of its
-   largest (the packer's limits), and the kept paths are re-balanced once more.
+2. **Candidates**: the routing's trace spells every source's flow out as the fewest-hop start
+   plus the trees of its block moves, each weighted by its step and the later ``1 - step``
+   factors. Every tree gives each pair one path; equal paths merge, up to :data:`SLOTS` per
+   pair (:func:`_tree_paths`). The steps are small, so most of the weight is still the
+   fewest-hop start's (87% on a 4x4x4 torus with two failed links): it goes to
+   :data:`FEWEST_HOP_SEEDS` fewest-hop paths per pair. Candidates more than
+   :data:`MAX_DETOUR` hops longer than their pair's fewest are dropped (:func:`_candidates`).
+3. **Re-balance**: Frank-Wolfe over the candidates' shares only, on the smoothed maximum the
+   routing uses, block by block of pairs, each pair moving toward a soft minimum of its
+   candidates' costs under the potential's gradient (:meth:`_Paths.rebalance`), aiming at the
+   certified value. Then every pair keeps at most :data:`cclc.synth.flows.MAX_PATHS` paths,
+   none under ``MIN_SHARE`` of its largest (the packer's limits, :func:`_cut`), and the kept
+   paths are re-balanced once more and cut again.
 
 The result has the shape of :func:`cclc.synth.flows.solve_flows`'s (status ``"routed"``, the
 number of routing passes as ``rounds``, no symmetry); :func:`routed_flows` is its entry point.
@@ -66,15 +68,16 @@ FEWEST_HOP_SEEDS = 3
 MAX_DETOUR = 2
 #: the re-balancing moves this many blocks of pairs per iteration, one line search each
 REBALANCE_BLOCKS = 8
-#: pairwise Frank-Wolfe iterations over the candidates, then over the kept paths; each stops
-#: early once the busiest link is within REBALANCE_GAP of the routed flow's
+#: Frank-Wolfe iterations over the candidates, then over the kept paths; each stops early once
+#: the busiest link is within REBALANCE_GAP of the certified value
 REBALANCE_ITERATIONS = 150
 KEPT_ITERATIONS = 100
+REBALANCE_GAP = 2e-3
 #: the temperatures of the soft minimum (over a pair's candidates, on their cost above the
 #: cheapest relative to it): on a 4x4x4 torus with two failed links, 100 iterations with
-#: 10-100 left the busiest link 5.5% above the bound, with 30-1000 7.9%, pairwise steps 7.9%
+#: 10-100 left the busiest link 5.5% above the bound, with 30-1000 7.9%, and pairwise steps
+#: (a pair's dearest path's share to its cheapest) 7.9%
 BETAS = (3.0, 10.0, 30.0)
-REBALANCE_GAP = 2e-3
 #: the smoothing of the maximum: within this share of it (the routing's finest)
 SMOOTHING = 1e-3
 
@@ -86,7 +89,7 @@ def routed_flows(coll: Collective, deadline: float | None = None) -> FlowSolutio
     links), ``status`` ``"routed"``. Raises :class:`~cclc.errors.CclError` when a pair has no
     usable path."""
     t0, c0 = time.monotonic(), time.process_time()
-    net = _Network.of(coll)
+    net = _Network(coll)
     route_until = None if deadline is None else t0 + ROUTE_SHARE * max(deadline - t0, 0.0)
     flows, lower, passes, moves = _route(net, route_until)
     lp_time = max(lower * net.unit / net.cmax, _closed_form_bound(coll))
@@ -132,10 +135,6 @@ class _Network:
         self.pair = pair / self.unit
         self.ks, self.kt = np.nonzero(self.pair > 0)
         self.d = self.pair[self.ks, self.kt]
-
-    @classmethod
-    def of(cls, coll: Collective) -> _Network:
-        return cls(coll)
 
     def args(self) -> tuple:
         return (self.V, self.src, self.dst, self.cap, self.group, self.pair)
@@ -337,8 +336,8 @@ class _Paths:
 
     def rebalance(self, x: np.ndarray, target: float, deadline: float | None,
                   iterations: int) -> np.ndarray:
-        """Pairwise Frank-Wolfe on the smoothed busiest link over the shares ``x`` (see the
-        module docstring), block by block of pairs, until the busiest link is within
+        """Frank-Wolfe on the smoothed busiest link over the shares ``x`` (see the module
+        docstring), block by block of pairs, until the busiest link is within
         :data:`REBALANCE_GAP` of ``target``, :data:`REBALANCE_ITERATIONS` or the deadline; the
         best shares seen."""
         cap = self.net.cap
