@@ -134,7 +134,8 @@ def run_lp_only(coll) -> dict:
                           flows.path, strict=True):
         load[list(p)] += x * demand[s, d]
     routed = float((load / topo.link_bandwidth).max())
-    return {"mode": "LP only", "group": _group_name(coll, None), "order": flows.symmetry,
+    group = "none" if flows.status == "routed" else _group_name(coll, None)
+    return {"mode": "LP only", "group": group, "order": flows.symmetry,
             "lp_wall_s": w1 - w0, "lp_cpu_s": c1 - c0, "wall_s": None, "cpu_s": None,
             "status": flows.status, "rounds": flows.rounds,
             "pct_of_lp": 100 * flows.lp_time / routed, "template": None}
