@@ -19,6 +19,7 @@ any schedule there) over the schedule's time in the IR's lockstep model (:mod:`c
     python benchmarks/synth_scale.py --quick --compare
     python benchmarks/synth_scale.py --json out.json
     python benchmarks/synth_scale.py --lp-only        # the LP and its paths only
+    python benchmarks/synth_scale.py --route          # paths from a routed flow everywhere
 
 With ``--lp-only``, "% of LP" is the LP's time over the busiest link's time under the paths
 handed to the packer (at most four per pair), before any packing into steps.
@@ -44,6 +45,7 @@ from cclc.algorithms.synth_flows import build_synth_alltoall
 from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.errors import CclError
 from cclc.sim import simulate
+from cclc.synth import flows as flows_mod
 from cclc.synth.alltoall import synthesize_alltoall, write_schedule
 from cclc.synth.flows import choose_symmetry, pair_bytes, solve_flows, usable_links
 from cclc.synth.symmetry import translations
@@ -133,7 +135,8 @@ def run_lp_only(coll) -> dict:
                           flows.path, strict=True):
         load[list(p)] += x * demand[s, d]
     routed = float((load / topo.link_bandwidth).max())
-    return {"mode": "LP only", "group": _group_name(coll, None), "order": flows.symmetry,
+    group = "none" if flows.status == "routed" else _group_name(coll, None)
+    return {"mode": "LP only", "group": group, "order": flows.symmetry,
             "lp_wall_s": w1 - w0, "lp_cpu_s": c1 - c0, "wall_s": None, "cpu_s": None,
             "status": flows.status, "rounds": flows.rounds,
             "pct_of_lp": 100 * flows.lp_time / routed, "template": None}
@@ -204,8 +207,13 @@ def main(argv=None) -> int:
     ap.add_argument("--phases", action="store_true",
                     help="the stages one by one, each one's time printed as it ends")
     ap.add_argument("--only", help="run only the cases whose name contains this")
+    ap.add_argument("--route", action="store_true",
+                    help="paths from a routed flow (cclc.synth.routed) at every size, not "
+                         "only above the path LP's limit (cclc.synth.flows.ROUTE_ABOVE)")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
+    if args.route:
+        flows_mod.ROUTE_ABOVE = 0
     print("AllToAll synth, 128 MiB per rank; seconds wall / CPU (this process); % of LP = "
           "path LP time / schedule time (IR lockstep model)")
     if not args.phases:

@@ -74,6 +74,14 @@ def tree_loads(n_vertices: int, src: np.ndarray, dst: np.ndarray, roots: np.ndar
     """Per root ``r``, the loads ``(k, links)`` of sending ``demand[r, v]`` from ``roots[r]``
     to every ``v`` down its shortest-path tree under ``length`` (floored at ``_FLOOR`` of the
     longest), and the lengths used. Parallel links: the shortest carries the load."""
+    loads, length, _ = _tree(n_vertices, src, dst, roots, demand, length)
+    return loads, length
+
+
+def _tree(n_vertices: int, src: np.ndarray, dst: np.ndarray, roots: np.ndarray,
+          demand: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`tree_loads`, and each tree as the link into every vertex ``(k, V)`` (-1 at the
+    root and where unreachable)."""
     V, E, k = n_vertices, len(src), len(roots)
     length = np.maximum(length, _FLOOR * float(length.max()))
     key = src.astype(np.int64) * V + dst
@@ -111,7 +119,9 @@ def tree_loads(n_vertices: int, src: np.ndarray, dst: np.ndarray, roots: np.ndar
         links = keep[srt[np.searchsorted(kk[srt], pred[r, v].astype(np.int64) * V + v)]]
     loads = np.zeros((k, E))
     loads[r, links] = acc[r, v]
-    return loads, length
+    into = np.full((k, V), -1, dtype=np.int64)
+    into[r, v] = links
+    return loads, length, into
 
 
 def _smooth_max(u: np.ndarray, a: float) -> float:
@@ -121,12 +131,19 @@ def _smooth_max(u: np.ndarray, a: float) -> float:
 
 def route_alltoall(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray,
                    group: np.ndarray, pair: np.ndarray, lower: float, passes: int,
-                   target_gap: float) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+                   target_gap: float, trace: list | None = None
+                   ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Block Frank-Wolfe from :func:`fewest_hop_split` (see the module docstring): at most
     ``passes`` passes over the sources, stopping once the largest ``load / cap`` is within
     ``target_gap`` of ``lower`` (a certified lower value, which also sets how finely the
     maximum is smoothed). Yields ``(flows, lengths)`` after every pass: the flows ``(k,
-    links)`` conserve exactly; the lengths are the last block's link prices."""
+    links)`` conserve exactly; the lengths are the last block's link prices.
+
+    ``trace``, when given, receives ``(first, last, step, into)`` for every block move: sources
+    ``first:last`` moved by ``step`` toward the trees ``into`` (the link into every vertex,
+    ``(last - first, V)``, -1 at the root). With the start (:func:`fewest_hop_split`) that
+    spells out every flow as a weighted sum of trees, which :mod:`cclc.synth.routed` cuts into
+    paths per pair."""
     k, E = len(group), len(src)
     demand = np.zeros((k, n_vertices))
     demand[:, group] = pair
@@ -148,11 +165,13 @@ def route_alltoall(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.nd
             a = log_links / (eps * top)
             w = np.exp(a * (u - top))
             length = w / w.sum() / cap
-            tree, length = tree_loads(n_vertices, src, dst, group[block], demand[block],
-                                      length)
+            tree, length, into = _tree(n_vertices, src, dst, group[block], demand[block],
+                                       length)
             old = flows[block].sum(axis=0)
             step = _line_search(u, (tree.sum(axis=0) - old) / cap, a)
             flows[block] += step * (tree - flows[block])
+            if trace is not None:
+                trace.append((block.start, block.stop, step, into))
             load = load - old + flows[block].sum(axis=0)
         yield flows, length
         if lower > 0 and float((load / cap).max()) <= lower * (1.0 + target_gap):

@@ -172,9 +172,10 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
                                     deadline=deadline,
                                     lp_time_limit=None if auto and not AUTO_STAGGER
                                     else LP_TIME_LIMIT)
-        status = "optimal" if flows.status == "optimal" else "budget"
+        status = flows.status if flows.status in ("optimal", "routed") else "budget"
         synthesized = write_schedule(coll, synth, ())
-        meta = (("solver", "pdlp"), ("symmetry", flows.symmetry), ("rounds", flows.rounds),
+        solver = "routed" if flows.status == "routed" else "pdlp"
+        meta = (("solver", solver), ("symmetry", flows.symmetry), ("rounds", flows.rounds),
                 ("lp_s", round(flows.solve_s, 3)), ("lp_cpu_s", round(flows.cpu_s, 3)))
     except SynthBudgetError:
         meta = (("solver", "pdlp"),)

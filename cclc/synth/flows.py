@@ -68,6 +68,11 @@ FULL_GROUP_ABOVE = 20_000
 LONG_SHARE = 0.5
 #: PDLP's relative and absolute optimality tolerance (on the LP scaled to numbers near one)
 TOLERANCE = 1e-4
+#: above this many commodities (after the symmetry reduction) the paths come from a routed flow
+#: (:mod:`cclc.synth.routed`) instead of this LP: PDLP did not reach its tolerance within 600 s
+#: on 261 632 (8x8x8 with two failed links in different rings, no symmetry left), and solved
+#: 16 352 (8x8x8 with one failed link, over its 16 automorphisms) in about a minute of CPU time
+ROUTE_ABOVE = 100_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,7 +83,9 @@ class FlowSolution:
     (global link ids) per path; ``lp_time`` the LP optimum in seconds (a lower bound on any
     schedule over the usable links when ``status == "optimal"``); ``status`` "optimal" or
     "budget" (pricing stopped by the time budget: the paths are feasible, the time may not be
-    the optimum); ``rounds`` pricing rounds; ``symmetry`` the order of the group solved over;
+    the optimum) or "routed" (the paths of a routed flow, :mod:`cclc.synth.routed`, and
+    ``lp_time`` a certified lower bound on the LP's optimum); ``rounds`` pricing rounds (routing
+    passes); ``symmetry`` the order of the group solved over;
     ``solve_s``/``cpu_s`` the wall clock and CPU time (this process) of the solve.
     """
 
@@ -458,13 +465,16 @@ def choose_symmetry(coll: Collective, usable: np.ndarray,
 
 
 def solve_flows(coll: Collective, deadline: float | None = None,
-                use_symmetry: bool = True, full_group: bool | None = None) -> FlowSolution:
+                use_symmetry: bool = True, full_group: bool | None = None,
+                route: bool | None = None) -> FlowSolution:
     """Solve the path LP of ``coll`` (an alltoall) by column generation.
 
     ``deadline`` (a ``time.monotonic()`` value) stops pricing early (status "budget").
     ``use_symmetry`` solves one commodity per orbit of the torus translations the faults leave
     intact, or of all the automorphisms they leave intact (``full_group``, see
-    :func:`choose_symmetry`). Raises
+    :func:`choose_symmetry`). ``route`` takes the paths from a routed flow instead
+    (:func:`cclc.synth.routed.routed_flows`, status "routed"; ``None``: above
+    :data:`ROUTE_ABOVE` commodities). Raises
     :class:`~cclc.errors.CclError` when a pair has no usable path, :class:`SynthBudgetError`
     when the LP solver stops without a point.
     """
@@ -473,6 +483,13 @@ def solve_flows(coll: Collective, deadline: float | None = None,
     usable = usable_links(coll)
     sym = (choose_symmetry(coll, usable, full_group) if use_symmetry
            else identity_symmetry(topo, usable))
+    if route is None:
+        has = pair_bytes(coll) > 0
+        route = (int(has.sum()) - int(np.trace(has))) / sym.order > ROUTE_ABOVE
+    if route:
+        from cclc.synth.routed import routed_flows
+
+        return routed_flows(coll, deadline)
     data = _FlowData.build(coll, usable, sym)
     lp = _PathLP(coll, data, _LinkGraph(topo, usable, data.orbit_row))
     # start from fewest-hop paths, several per pair: hop counts with a small random jitter

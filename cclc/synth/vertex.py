@@ -48,7 +48,9 @@ def basic_paths(coll: Collective, flows: FlowSolution,
     ``T`` such that every pair's shares sum to 1 and every link's bytes over its bandwidth
     stay below ``T``.
     """
-    if len(flows.path) == 0:
+    if len(flows.path) == 0 or flows.status == "routed":
+        # routed paths (cclc.synth.routed) carry a certified lower value, not the LP's optimum:
+        # no vertex would be within TIME_SLACK of it, and the LP is the size PDLP gave up on
         return flows
     topo = coll.topology
     d = pair_bytes(coll)
