@@ -134,3 +134,8 @@ def _load_all() -> None:
 _MODULES: list[str] = ["direct", "ring", "tree", "torus_collectives", "recursive", "bruck", "pat",
                        "hierarchical", "direct_switch", "torus_alltoall", "synth_flows",
                        "synth_trees"]
+
+# Loaded now, not on first use: importing any one module (``from cclc.algorithms import
+# synth_flows``) runs this package first, so the catalogue's order, which breaks the planner's
+# ties between equally fast schedules, never depends on which module someone imported first.
+_load_all()
