@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from cclc.synth.tree_schedule import reduce_offsets, tree_edges
+from cclc.synth.tree_time import lockstep_time_of_starts
 from cclc.synth.trees import HopGraph, TreePacking
 
 __all__ = ["edge_levels", "phase_lockstep_time"]
@@ -40,21 +41,4 @@ def phase_lockstep_time(g: HopGraph, p: TreePacking, block: float, chunks: int, 
     element) and ``alpha`` is charged whole to every step that moves data.
     """
     start, move = edge_levels(p, reduce)
-    lengths = np.diff(g.offsets)[move]
-    first = np.repeat(g.offsets[move], lengths)
-    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    link = g.links[first + within]
-    step = np.repeat(start, lengths)
-    used, link = np.unique(link, return_inverse=True)
-    span = int(step.max()) + 1
-    hist = np.zeros((len(used), span))
-    np.add.at(hist, (link, step), 1.0)
-    prefix = np.concatenate([np.zeros((len(used), 1)), np.cumsum(hist, axis=1)], axis=1)
-    t = np.arange(span + chunks - 1)
-    window = prefix[:, np.minimum(t, span - 1) + 1] - prefix[:, np.clip(t - chunks + 1, 0, span)]
-    cap = g.capacity[used]
-    ok = cap > 0
-    chunk = block / (p.k * chunks)
-    busy = (window[ok] / cap[ok, None]).max(axis=0) * chunk
-    moving = window.sum(axis=0) > 0
-    return float((busy + alpha * moving).sum())
+    return lockstep_time_of_starts(g, start, move, p.k, block, chunks, alpha)

@@ -40,6 +40,14 @@ def allreduce_lockstep_time(g: HopGraph, rs: TreePacking, ag: TreePacking, block
     one element) and ``alpha`` is charged whole to every step that moves data.
     """
     start, move = edge_starts(rs, ag)
+    return lockstep_time_of_starts(g, start, move, ag.k, block, chunks, alpha)
+
+
+def lockstep_time_of_starts(g: HopGraph, start: np.ndarray, move: np.ndarray, k: int, block: float,
+                            chunks: int, alpha: float) -> float:
+    """Seconds of a lockstep pipeline in which edge ``move[i]`` of ``g`` carries chunk ``c`` in
+    step ``c + start[i]``, ``k`` trees per root and ``chunks`` equal chunks per tree: each
+    link's load per step is a sliding window over the histogram of its edges' starts."""
     lengths = np.diff(g.offsets)[move]
     first = np.repeat(g.offsets[move], lengths)
     within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
@@ -54,7 +62,7 @@ def allreduce_lockstep_time(g: HopGraph, rs: TreePacking, ag: TreePacking, block
     window = prefix[:, np.minimum(t, span - 1) + 1] - prefix[:, np.clip(t - chunks + 1, 0, span)]
     cap = g.capacity[used]
     ok = cap > 0
-    chunk = block / (ag.k * chunks)
+    chunk = block / (k * chunks)
     busy = (window[ok] / cap[ok, None]).max(axis=0) * chunk
     moving = window.sum(axis=0) > 0
     return float((busy + alpha * moving).sum())
