@@ -15,7 +15,8 @@ a schedule of the group can use: healthy, and on a route the declared routing ca
 between two members (GPUs outside the group relay nothing):
 
   hop_bytes  bytes x the fewest links they must cross / total healthy link bandwidth
-  injection  what the worst rank must send (receive) / its healthy link bandwidth
+  injection  what the worst rank must send (receive) / its healthy link bandwidth;
+             allreduce across N nodes also 2(N-1) S / the nodes' total NIC bandwidth
   cut        data that must cross a cut (torus bisection, a node, a leaf pod) / its capacity
   latency    the latency of the farthest pair that must communicate
   lp         the max-concurrent-flow LP over those links, reduced on a torus by the
