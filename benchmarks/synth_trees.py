@@ -12,6 +12,13 @@ software cost) under each topology's declared routing; none is a measurement on 
     python benchmarks/synth_trees.py --quick         # 128 MiB, the small cases
     python benchmarks/synth_trees.py --only mesh4x4 --kinds allreduce --sizes 1024,128
     python benchmarks/synth_trees.py --only 5x5x5 --kinds allreduce --budget 300
+    python benchmarks/synth_trees.py --only hgx16 --kinds allgather --sizes 128 \
+        --no-templates --chunks 4,8,16,32,64 --models ir,event,msccl
+
+``--chunks`` builds synth with each given pipeline depth instead of its own choice, and
+``--models`` prints synth's % of the bound under each named execution model (``ir``, ``msccl``,
+``nccl`` of :mod:`cclc.execution`, and ``event``: the event-driven simulator without any
+software cost, the dataflow limit of a schedule).
 
 ``--budget`` sets synth's time budget (30 s by default), as ``cclc compile --synth-budget``
 does: on a machine shared with other jobs a larger one keeps the load from cutting the
@@ -32,13 +39,16 @@ from cclc.algorithms import algorithms_for, get
 from cclc.algorithms.synth_flows import synth_budget
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, Hint, make_collective
-from cclc.execution import IR_MODEL, predict
+from cclc.execution import BACKEND_MODELS, IR_MODEL, ExecutionModel, predict
 from cclc.topology import torus, with_faults
 
 KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 EXAMPLES = ["torus4x4_failed_rank", "torus5x5_fault", "mesh4x4", "torus5x5x5",
             "tpuv4_4x4x4_ocs", "hgx_node", "fabric6_single_gpu", "pcie_oversubscribed",
             "hgx16_leafspine", "tpuv4_8x4x4"]
+#: the models --models can name
+MODELS = {"ir": IR_MODEL, **BACKEND_MODELS,
+          "event": ExecutionModel("event", "event", description="event mode, no software cost")}
 QUICK = ["torus4x4_failed_rank", "torus5x5_fault", "mesh4x4", "hgx_node", "fabric6_single_gpu"]
 
 
@@ -82,8 +92,9 @@ def _machines(quick: bool):
 
 
 def run_case(label: str, topo, kind: CollectiveKind, nominal: int,
-             templates: bool = True) -> dict:
-    """One row: bound, synth and the best template at ``nominal`` bytes."""
+             templates: bool = True, chunks: int | None = None, models=()) -> dict:
+    """One row: bound, synth and the best template at ``nominal`` bytes; synth with
+    ``chunks`` chunks per tree when given, and its time under each of ``models``."""
     group = topo.live_ranks()
     n = len(group)
     unit = 4 * n
@@ -92,12 +103,14 @@ def run_case(label: str, topo, kind: CollectiveKind, nominal: int,
     coll = make_collective(kind.value, kind, topo, group, size=size, algorithm=Hint("synth"))
     bound = bounds(coll)
     t0 = time.monotonic()
-    s = get("synth").build(coll, race=0)          # the synthesized schedule itself
+    # the synthesized schedule itself
+    s = get("synth").build(coll, race=0, **({} if chunks is None else {"chunks": chunks}))
     build_s = time.monotonic() - t0
     synth_t = predict(s, IR_MODEL).time
     row = {"case": label, "kind": kind.value, "n": n, "bytes": size, "bound_s": bound.best,
            "bound": bound.name, "synth_s": synth_t, "ops": len(s.ops), "build_s": build_s,
-           **{k: v for k, v in s.params}, "template": None, "template_s": None}
+           **{k: v for k, v in s.params}, "template": None, "template_s": None,
+           "models": {m: predict(s, MODELS[m]).time for m in models}}
     if templates:
         for algo in algorithms_for(coll):
             if algo.name == "synth" or algo.applicable(coll) is not None:
@@ -118,7 +131,8 @@ def _print(row: dict) -> None:
         row["synth_s"] > row["template_s"] * (1 + 1e-9) else ""
     print(f"{row['case']:<34} {row['kind']:<13} n={row['n']:<4} {row['bytes'] >> 20:>5} MiB  "
           f"bound {row['bound']:<10} synth {pct(row['synth_s'])} ({row['status']}, solve "
-          f"{row['solve_s']:.1f} s, {row['ops']} ops)  best template {tmpl}{slower}",
+          f"{row['solve_s']:.1f} s, {row['ops']} ops, {row['chunks']} chunks)  best template "
+          f"{tmpl}{slower}" + "".join(f"  {m} {pct(t).strip()}" for m, t in row["models"].items()),
           flush=True)
 
 
@@ -132,7 +146,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="synth's time budget in seconds (default: its own, 30)")
     ap.add_argument("--kinds", default="",
                     help="comma-separated collectives (allgather, reducescatter, allreduce)")
+    ap.add_argument("--chunks", default="",
+                    help="comma-separated pipeline depths to build synth with (default: its own)")
+    ap.add_argument("--models", default="",
+                    help=f"comma-separated execution models to predict synth under too "
+                         f"({', '.join(MODELS)})")
     args = ap.parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    for m in models:
+        if m not in MODELS:
+            ap.error(f"unknown model '{m}': use one of {', '.join(MODELS)}")
+    depths = [int(x) for x in args.chunks.split(",")] if args.chunks else [None]
     sizes = [128 << 20] if args.quick else [1 << 30, 128 << 20]
     if args.sizes:
         sizes = [int(float(x) * (1 << 20)) for x in args.sizes.split(",")]
@@ -145,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for kind in kinds:
                 for size in sizes:
-                    _print(run_case(label, topo, kind, size, not args.no_templates))
+                    for chunks in depths:
+                        _print(run_case(label, topo, kind, size, not args.no_templates,
+                                        chunks, models))
     return 0
 
 
