@@ -23,8 +23,15 @@ import time
 
 import numpy as np
 
-from cclc.synth.tree_grow import TreeFamily, depth_price, grow_tree, tree_family
-from cclc.synth.trees import HopGraph, TreePacking, _link_perm, _orbit_reps, _translated
+from cclc.synth.tree_grow import depth_price, grow_tree, tree_family
+from cclc.synth.trees import (
+    HopGraph,
+    TreePacking,
+    _link_perm,
+    _orbit_reps,
+    _translated,
+    negotiate,
+)
 
 __all__ = ["link_use", "pack_allreduce_trees"]
 
@@ -69,47 +76,14 @@ def pack_allreduce_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray
     families = [tree_family(g.reversed(), depth_slack), tree_family(g, depth_slack)]
     price_depth = depth_price(families[0], unit, _DEPTH_WEIGHT)
     load = np.zeros(len(cap))
-    rng = np.random.default_rng(seed)
-
-    def build(fam: TreeFamily, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return grow_tree(fam, r, load, unit, link_perm, price_depth)
-
-    trees: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
-    usage: dict[tuple[int, int, int], np.ndarray] = {}
     # interleave the phases so that neither takes the cheap links first
     keys = [(f, r, j) for r in reps for j in range(k) for f in (0, 1)]
-    for key in keys:
-        if time.monotonic() > deadline:
-            return None                          # no complete packing to return
-        parent, edge, use = build(families[key[0]], key[1])
-        trees[key], usage[key] = (parent, edge), use
-        load += use * unit
-    best_load, best = float(load.max()), dict(trees)
-    status, stale = "feasible", 0
-    for _ in range(rounds):
-        if best_load <= 1.0 + 1e-9:
-            break
-        if time.monotonic() > deadline:
-            status = "budget"
-            break
-        for i in rng.permutation(len(keys)):
-            if time.monotonic() > deadline:
-                # every tree regrown so far replaced one of the last round: still a packing
-                status = "budget"
-                break
-            key = keys[i]
-            load -= usage[key] * unit
-            parent, edge, use = build(families[key[0]], key[1])
-            trees[key], usage[key] = (parent, edge), use
-            load += use * unit
-        if load.max() < best_load - 1e-12:
-            best_load, best, stale = float(load.max()), dict(trees), 0
-        else:
-            stale += 1
-            if stale >= _PATIENCE or status == "budget":
-                break
-    if best_load <= 1.0 + 1e-9:
-        status = "optimal"
+    found = negotiate(keys, lambda key: grow_tree(families[key[0]], key[1], load, unit,
+                                                  link_perm, price_depth),
+                      load, unit, rounds, _PATIENCE, np.random.default_rng(seed), deadline)
+    if found is None:
+        return None                               # no complete packing to return
+    best, best_load, status = found
     solve_s = time.monotonic() - t0
     rs, ag = (_translated({(r, j): tree for (fam, r, j), tree in best.items() if fam == f},
                           n, k, node_perm, edge_perm) for f in (0, 1))

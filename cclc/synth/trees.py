@@ -385,53 +385,68 @@ def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_per
     with np.errstate(divide="ignore"):
         unit = np.where(cap > 0, share / np.where(cap > 0, cap, 1.0), 0.0)  # util per tree use
     load = np.zeros(len(cap))
-    usage: dict[tuple[int, int], np.ndarray] = {}
-    trees: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-    rng = np.random.default_rng(seed)
     fam = tree_family(g, _DEPTH_SLACK)
     price_depth = depth_price(fam, unit, _DEPTH_WEIGHT)
+    keys = [(r, j) for r in reps for j in range(k)]
+    found = negotiate(keys, lambda key: grow_tree(fam, key[0], load, unit, link_perm,
+                                                  price_depth),
+                      load, unit, rounds, _PATIENCE, np.random.default_rng(seed), deadline)
+    if found is None:
+        return None                               # no complete packing to return
+    best, best_load, status = found
+    parent, edge = _translated(best, n, k, node_perm, edge_perm)
+    return TreePacking(parent, edge, best_load, status, time.monotonic() - t0)
 
-    def build(r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return grow_tree(fam, r, load, unit, link_perm, price_depth)
 
-    for r in reps:
-        for j in range(k):
-            if time.monotonic() > deadline:
-                return None                       # no complete packing to return
-            parent, edge, use = build(r)
-            trees[(r, j)], usage[(r, j)] = (parent, edge), use
-            load += use * unit
+def negotiate(keys: list, grow, load: np.ndarray, unit: np.ndarray, rounds: int,
+              patience: int, rng: np.random.Generator, deadline: float
+              ) -> tuple[dict, float, str] | None:
+    """Negotiated congestion over the trees named by ``keys``: grow one per key, then rip up
+    and regrow them in random order, each under the loads the others leave.
+
+    ``grow(key)`` returns ``(parent, edge, use)`` with ``use`` the tree's uses of each link;
+    ``load`` (links' load, in shares) is updated in place by ``use * unit``, which is how
+    ``grow`` sees the other trees. Stops when no link is above its share, after ``rounds``
+    rounds, ``patience`` rounds without a lower peak, or at ``deadline`` (``time.monotonic()``;
+    read before every tree). Returns the trees of the lowest peak, that peak and a status
+    (``optimal``, ``feasible``, ``budget``), or ``None`` when the deadline passes before every
+    key has a tree.
+    """
+    trees: dict = {}
+    usage: dict = {}
+    for key in keys:
+        if time.monotonic() > deadline:
+            return None
+        parent, edge, use = grow(key)
+        trees[key], usage[key] = (parent, edge), use
+        load += use * unit
     best_load, best = float(load.max()), dict(trees)
-    status = "feasible"
-    keys = list(trees)
-    stale = 0
+    status, stale = "feasible", 0
     for _ in range(rounds):
         if best_load <= 1.0 + 1e-9:
-            status = "optimal"
             break
         if time.monotonic() > deadline:
             status = "budget"
             break
         for i in rng.permutation(len(keys)):
             if time.monotonic() > deadline:
-                # every tree of this round so far replaced one of the last: still a packing
+                # every tree regrown so far replaced one of the last round: still a packing
                 status = "budget"
                 break
             key = keys[i]
             load -= usage[key] * unit
-            parent, edge, use = build(key[0])
+            parent, edge, use = grow(key)
             trees[key], usage[key] = (parent, edge), use
             load += use * unit
         if load.max() < best_load - 1e-12:
             best_load, best, stale = float(load.max()), dict(trees), 0
         else:
             stale += 1
-            if stale >= _PATIENCE or status == "budget":
+            if stale >= patience or status == "budget":
                 break
     if best_load <= 1.0 + 1e-9:
         status = "optimal"
-    parent, edge = _translated(best, n, k, node_perm, edge_perm)
-    return TreePacking(parent, edge, best_load, status, time.monotonic() - t0)
+    return best, best_load, status
 
 
 def _translated(trees: dict, n: int, k: int, node_perm: np.ndarray, edge_perm: np.ndarray

@@ -139,6 +139,7 @@ def test_compile_budget_reaches_the_trees(monkeypatch):
 
 def test_joint_packing_past_its_deadline_is_whole_or_none(monkeypatch):
     import cclc.synth.joint_trees as jt
+    import cclc.synth.trees as trees_mod
     from cclc.synth.trees import _orbit_reps
 
     coll = _coll(K.ALLREDUCE, (5, 5), 3)
@@ -151,7 +152,9 @@ def test_joint_packing_past_its_deadline_is_whole_or_none(monkeypatch):
         @staticmethod
         def monotonic():
             return float(next(clock))
+    # the packer's own clock and that of the negotiation it runs (cclc.synth.trees)
     monkeypatch.setattr(jt, "time", Ticking)
+    monkeypatch.setattr(trees_mod, "time", Ticking)
     # the deadline passes before every root has its trees: no packing
     assert pack_allreduce_trees(g, 1e12, 2, nodes, edges, 5.0) is None
     # it passes in the rounds after the first trees: the trees regrown so far replaced
