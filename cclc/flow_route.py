@@ -28,7 +28,7 @@ from scipy.sparse.csgraph import shortest_path
 
 from cclc.errors import CclError
 
-__all__ = ["fewest_hop_split", "route_alltoall", "tree_loads"]
+__all__ = ["fewest_hop_split", "line_search", "route_alltoall", "smooth_max", "tree_loads"]
 
 #: sources whose trees move together (one line search per block)
 _BLOCK = 32
@@ -124,7 +124,9 @@ def _tree(n_vertices: int, src: np.ndarray, dst: np.ndarray, roots: np.ndarray,
     return loads, length, into
 
 
-def _smooth_max(u: np.ndarray, a: float) -> float:
+def smooth_max(u: np.ndarray, a: float) -> float:
+    """``log(sum(exp(a u))) / a``: a smooth upper bound on ``max(u)``, at most
+    ``log(len(u)) / a`` above it (computed from the largest term, so it cannot overflow)."""
     top = float(u.max())
     return top + float(np.log(np.exp(a * (u - top)).sum())) / a
 
@@ -168,7 +170,7 @@ def route_alltoall(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.nd
             tree, length, into = _tree(n_vertices, src, dst, group[block], demand[block],
                                        length)
             old = flows[block].sum(axis=0)
-            step = _line_search(u, (tree.sum(axis=0) - old) / cap, a)
+            step = line_search(u, (tree.sum(axis=0) - old) / cap, a)
             flows[block] += step * (tree - flows[block])
             if trace is not None:
                 trace.append((block.start, block.stop, step, into))
@@ -178,13 +180,13 @@ def route_alltoall(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: np.nd
             return
 
 
-def _line_search(u: np.ndarray, d: np.ndarray, a: float) -> float:
+def line_search(u: np.ndarray, d: np.ndarray, a: float) -> float:
     """The step in [0, 1] minimizing the smoothed maximum of ``u + step d`` (convex: a
     ternary search to 1e-6)."""
     lo, hi = 0.0, 1.0
     while hi - lo > 1e-6:
         m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
-        if _smooth_max(u + m1 * d, a) < _smooth_max(u + m2 * d, a):
+        if smooth_max(u + m1 * d, a) < smooth_max(u + m2 * d, a):
             hi = m2
         else:
             lo = m1

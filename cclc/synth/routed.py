@@ -41,7 +41,7 @@ from scipy.sparse.csgraph import shortest_path
 from cclc.collective import Collective
 from cclc.errors import CclError
 from cclc.flow_dual import certified_time
-from cclc.flow_route import route_alltoall
+from cclc.flow_route import line_search, route_alltoall, smooth_max
 from cclc.synth.flows import (
     LONG_SHARE,
     MAX_PATHS,
@@ -377,8 +377,8 @@ class _Paths:
                     y /= y.sum(axis=1, keepdims=True)
                     d_try = y - xb
                     du_try = inc_t @ (d_try * self.d[blk, None]).ravel() / cap
-                    st = _line_search(u, du_try, a)
-                    val = _smooth_max(u + st * du_try, a)
+                    st = line_search(u, du_try, a)
+                    val = smooth_max(u + st * du_try, a)
                     if best_try is None or val < best_try[0]:
                         best_try = (val, st, d_try, du_try)
                 _, step, delta, du = best_try
@@ -388,11 +388,6 @@ class _Paths:
             if float(u.max()) < best_top:
                 best, best_top = x.copy(), float(u.max())
         return best
-
-
-def _smooth_max(v: np.ndarray, a: float) -> float:
-    top = float(v.max())
-    return top + float(np.log(np.exp(a * (v - top)).sum())) / a
 
 
 def _cut(x: np.ndarray, hops: np.ndarray) -> np.ndarray:
@@ -411,19 +406,6 @@ def _cut(x: np.ndarray, hops: np.ndarray) -> np.ndarray:
     rank = np.argsort(np.argsort(-x, axis=1, kind="stable"), axis=1)
     x[rank >= MAX_PATHS] = 0.0
     return x / x.sum(axis=1, keepdims=True)
-
-
-def _line_search(u: np.ndarray, du: np.ndarray, a: float) -> float:
-    """The step in [0, 1] minimizing the smoothed maximum of ``u + step du`` (convex: a
-    ternary search to 1e-6)."""
-    lo, hi = 0.0, 1.0
-    while hi - lo > 1e-6:
-        m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
-        if _smooth_max(u + m1 * du, a) < _smooth_max(u + m2 * du, a):
-            hi = m2
-        else:
-            lo = m1
-    return (lo + hi) / 2
 
 
 def _closed_form_bound(coll: Collective) -> float:
