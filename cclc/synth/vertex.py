@@ -59,36 +59,20 @@ def basic_paths(coll: Collective, flows: FlowSolution,
     pairs, pair_of = np.unique(pair_key, return_inverse=True)
     if len(pairs) == n_paths:
         return flows                        # one path per pair already: nothing to choose
+    t0 = time.monotonic()
     lengths = np.fromiter((len(p) for p in flows.path), dtype=np.int64, count=n_paths)
     links = np.fromiter((e for p in flows.path for e in p), dtype=np.int64,
                         count=int(lengths.sum()))
     col = np.repeat(np.arange(n_paths), lengths)
     seconds = d[flows.src, flows.dst][col] / topo.link_bandwidth[links]
-    scale = float(seconds.max())
     used, row = np.unique(links, return_inverse=True)
-    n_rows = len(used)
-    # columns: the path shares, then T (in units of ``scale`` seconds); load - T <= 0
-    a_ub = sp.csr_matrix((np.concatenate([seconds / scale, -np.ones(n_rows)]),
-                          (np.concatenate([row, np.arange(n_rows)]),
-                           np.concatenate([col, np.full(n_rows, n_paths)]))),
-                         shape=(n_rows, n_paths + 1))
-    a_eq = sp.csr_matrix((np.ones(n_paths), (pair_of, np.arange(n_paths))),
-                         shape=(len(pairs), n_paths + 1))
-    cost = np.zeros(n_paths + 1)
-    cost[-1] = 1.0
-    options = {} if time_limit is None else {"time_limit": max(float(time_limit), 1.0)}
-    t0 = time.monotonic()
-    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(n_rows), A_eq=a_eq, b_eq=np.ones(len(pairs)),
-                  bounds=(0, None), method="highs-ipm", options=options)
-    if res.status != 0 or res.x[-1] * scale > flows.lp_time * (1 + TIME_SLACK):
+    load = sp.csr_matrix((seconds, (row, col)), shape=(len(used), n_paths))
+    shares = sp.csr_matrix((np.ones(n_paths), (pair_of, np.arange(n_paths))),
+                           shape=(len(pairs), n_paths))
+    found = _min_peak(load, shares, flows.lp_time, time_limit)
+    if found is None:
         return flows
-    share = np.maximum(res.x[:n_paths], 0.0)
-    total = np.bincount(pair_of, weights=share, minlength=len(pairs))
-    share = share / total[pair_of]
-    keep = np.flatnonzero(share > ZERO_SHARE)
-    return replace(flows, src=flows.src[keep], dst=flows.dst[keep], weight=share[keep],
-                   path=tuple(flows.path[i] for i in keep.tolist()),
-                   solve_s=flows.solve_s + time.monotonic() - t0)
+    return _reweighted(flows, found, pair_of, len(pairs), t0)
 
 
 def basic_orbit_paths(coll: Collective, flows: FlowSolution, sym: Symmetry,
@@ -138,20 +122,42 @@ def basic_orbit_paths(coll: Collective, flows: FlowSolution, sym: Symmetry,
             / orbits.row_size[row])
     n_rows = len(orbits.row_size)
     load = sp.coo_matrix((secs, (row, orbits.orbit[entry_path])), shape=(n_rows, n_orb)).tocsr()
-    used = np.flatnonzero(np.diff(load.indptr))
-    load = load[used]
+    load = load[np.flatnonzero(np.diff(load.indptr))]
+    shares = sp.csr_matrix((eq_val, (col_porb, np.arange(n_orb))), shape=(n_porb, n_orb))
+    found = _min_peak(load, shares, flows.lp_time, time_limit)
+    if found is None:
+        return flows
+    return _reweighted(flows, found[orbits.orbit], pair_of, len(pairs), t0)
+
+
+def _min_peak(load: sp.csr_matrix, shares: sp.csr_matrix, lp_time: float,
+              time_limit: float | None) -> np.ndarray | None:
+    """The columns' values ``x >= 0`` minimizing ``T`` with ``load @ x <= T`` (seconds, one
+    row per link or link orbit) and ``shares @ x = 1`` (one row per pair or pair orbit), at a
+    basic optimum (HiGHS interior point and crossover); ``None`` when HiGHS stops before an
+    optimum within ``time_limit`` seconds or ``T`` is not within :data:`TIME_SLACK` of
+    ``lp_time``."""
+    n_rows, n_cols = load.shape
     scale = float(load.data.max())
-    a_ub = sp.hstack([load / scale, sp.csr_matrix(-np.ones((len(used), 1)))], format="csr")
-    a_eq = sp.csr_matrix((eq_val, (col_porb, np.arange(n_orb))), shape=(n_porb, n_orb + 1))
-    cost = np.zeros(n_orb + 1)
+    # columns: the values, then T in units of ``scale`` seconds; load - T <= 0
+    a_ub = sp.hstack([load / scale, sp.csr_matrix(-np.ones((n_rows, 1)))], format="csr")
+    a_eq = sp.hstack([shares, sp.csr_matrix((shares.shape[0], 1))], format="csr")
+    cost = np.zeros(n_cols + 1)
     cost[-1] = 1.0
     options = {} if time_limit is None else {"time_limit": max(float(time_limit), 1.0)}
-    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(len(used)), A_eq=a_eq, b_eq=np.ones(n_porb),
-                  bounds=(0, None), method="highs-ipm", options=options)
-    if res.status != 0 or res.x[-1] * scale > flows.lp_time * (1 + TIME_SLACK):
-        return flows
-    share = np.maximum(res.x[:n_orb], 0.0)[orbits.orbit]
-    total = np.bincount(pair_of, weights=share, minlength=len(pairs))
+    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(n_rows), A_eq=a_eq,
+                  b_eq=np.ones(shares.shape[0]), bounds=(0, None), method="highs-ipm",
+                  options=options)
+    if res.status != 0 or res.x[-1] * scale > lp_time * (1 + TIME_SLACK):
+        return None
+    return np.maximum(res.x[:n_cols], 0.0)
+
+
+def _reweighted(flows: FlowSolution, share: np.ndarray, pair_of: np.ndarray, n_pairs: int,
+                t0: float) -> FlowSolution:
+    """``flows`` with every path at ``share`` renormalized per pair, the paths left at
+    (nearly) nothing dropped, and the seconds since ``t0`` added to its solve time."""
+    total = np.bincount(pair_of, weights=share, minlength=n_pairs)
     share = share / total[pair_of]
     keep = np.flatnonzero(share > ZERO_SHARE)
     return replace(flows, src=flows.src[keep], dst=flows.dst[keep], weight=share[keep],
