@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from synth_tori import faulty_torus
 
 from cclc.algorithms import get
 from cclc.algorithms.synth_trees import synthesize_trees
@@ -23,18 +24,7 @@ from cclc.synth import tree_schedule
 from cclc.synth.joint_trees import link_use, pack_allreduce_trees
 from cclc.synth.tree_time import allreduce_lockstep_time
 from cclc.synth.trees import hop_graph, translations
-from cclc.topology import torus, with_faults
 from cclc.verify import verify
-
-
-def _faulty_torus(dims, links, ranks=()):
-    topo = torus("t", dims, bandwidth=20e9, latency=1e-7)
-    pairs = []
-    for i in links:
-        i %= topo.n_links
-        u, v = int(topo.link_src[i]), int(topo.link_dst[i])
-        pairs += [(u, v), (v, u)]
-    return with_faults(topo, pairs, ranks=list(ranks))
 
 
 def _is_arborescence(src, dst, parent, edge, root) -> bool:
@@ -68,9 +58,9 @@ def _brute_force_use(g, packing) -> np.ndarray:
 def faulty_tori(draw):
     dims = tuple(draw(st.lists(st.integers(2, 5), min_size=1, max_size=3)))
     links = draw(st.lists(st.integers(0, 10_000), max_size=3))
-    topo = _faulty_torus(dims, links)
+    topo = faulty_torus(dims, links)
     if not topo.is_connected(topo.live_ranks()):
-        topo = _faulty_torus(dims, [])
+        topo = faulty_torus(dims, [])
     return topo, draw(st.integers(1, 3))
 
 
@@ -103,7 +93,7 @@ def test_joint_packing_is_trees_and_never_beats_the_allreduce_bound(machine):
 
 
 def test_faulty_5x5_allreduce_meets_the_bound_where_separate_phases_cannot():
-    topo = _faulty_torus((5, 5), [0])
+    topo = faulty_torus((5, 5), [0])
     group = topo.live_ranks()
     coll = make_collective("ar", K.ALLREDUCE, topo, group, size=25 * 4 * 4096)
     syn = synthesize_trees(coll, budget=60)
@@ -123,7 +113,7 @@ def test_faulty_5x5_allreduce_meets_the_bound_where_separate_phases_cannot():
 @pytest.mark.parametrize("dims, links, ranks", [((5, 5), [0], ()), ((4, 4), [], (6,)),
                                                 ((3, 4), [0, 17], ())])
 def test_joint_allreduce_verifies_and_matches_numpy(dims, links, ranks):
-    topo = _faulty_torus(dims, links, ranks)
+    topo = faulty_torus(dims, links, ranks)
     group = topo.live_ranks()
     n = len(group)
     coll = make_collective("ar", K.ALLREDUCE, topo, group, size=n * 4 * 24)
@@ -140,7 +130,7 @@ def test_joint_allreduce_verifies_and_matches_numpy(dims, links, ranks):
 def test_lockstep_time_of_the_packings_is_the_simulated_time(dims, links, ranks, k, chunks):
     """allreduce_lockstep_time against cclc.sim on the built schedule (equal chunks, equal
     latencies: the two must agree to rounding)."""
-    topo = _faulty_torus(dims, links, ranks)
+    topo = faulty_torus(dims, links, ranks)
     group = topo.live_ranks()
     n = len(group)
     coll = make_collective("ar", K.ALLREDUCE, topo, group, size=n * 4 * k * chunks * 7)

@@ -5,12 +5,11 @@ fits the time left (a verified schedule even when the packing spent it all); `cc
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from synth_tori import FAULTY_5X5X5, faulty_torus, torus_with_cuts
 
 import cclc.algorithms.synth_trees as st_mod
 from cclc.algorithms import get
@@ -20,20 +19,17 @@ from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.synth.joint_trees import pack_allreduce_trees
 from cclc.synth.trees import hop_graph, translations
-from cclc.topology import torus, with_faults
 from cclc.verify import verify
 
 
 def _coll(kind, dims=(4, 4), cut=0, elems=64):
-    topo = torus("t", dims, bandwidth=20e9, latency=1e-7)
-    u, v = int(topo.link_src[cut]), int(topo.link_dst[cut])
-    topo = with_faults(topo, [(u, v), (v, u)])
+    topo = faulty_torus(dims, [cut])
     n = topo.n_ranks
     return make_collective(kind.value, kind, topo, list(range(n)), size=4 * n * elems)
 
 
 @pytest.mark.parametrize("kind", [K.ALLGATHER, K.ALLREDUCE])
-def test_packers_stop_before_the_reserve(monkeypatch, kind):
+def test_packers_stop_before_the_reserve(monkeypatch, frozen_clock, kind):
     seen = []
     for name in ("pack_trees", "pack_allreduce_trees"):
         real = getattr(st_mod, name)
@@ -42,18 +38,7 @@ def test_packers_stop_before_the_reserve(monkeypatch, kind):
             seen.append(args[5] if len(args) > 5 else kw["deadline"])
             return _real(*args, **kw)
         monkeypatch.setattr(st_mod, name, spy)
-    # the synthesis reads a clock that stands still: its deadlines are exact
-    t0 = time.monotonic()
-
-    class Frozen:
-        @staticmethod
-        def monotonic():
-            return t0
-
-        @staticmethod
-        def process_time():
-            return 0.0
-    monkeypatch.setattr(st_mod, "time", Frozen)
+    t0 = frozen_clock
     coll = _coll(kind)
     syn = synthesize_trees(coll, budget=20.0, reserve=6.0)
     assert syn is not None and seen
@@ -67,18 +52,8 @@ def test_packers_stop_before_the_reserve(monkeypatch, kind):
         assert min(seen) == pytest.approx(t0 + 10.0 * st_mod._JOINT_SHARE, abs=1e-9)
 
 
-def test_ops_left_fit_the_time_left(monkeypatch):
-    t0 = time.monotonic()
-
-    class Frozen:
-        @staticmethod
-        def monotonic():
-            return t0
-
-        @staticmethod
-        def process_time():
-            return 0.0
-    monkeypatch.setattr(st_mod, "time", Frozen)
+def test_ops_left_fit_the_time_left(frozen_clock):
+    t0 = frozen_clock
     per_op = st_mod._seconds_per_op()
     assert st_mod._ops_left(t0 + 1.0, MAX_OPS) == int(1.0 / per_op)
     assert st_mod._ops_left(t0 + 1e6, MAX_OPS) == MAX_OPS
@@ -103,12 +78,7 @@ def test_a_budget_spent_in_packing_still_builds_a_verified_schedule(kind, dims, 
 def test_expected_build_of_the_faulty_5x5x5_allreduce():
     # the measured case the reserve is calibrated on: at 128 MiB the closed form wants more
     # than the 6M-op limit, so the reserve is the limit's time
-    topo = torus("t", (5, 5, 5), bandwidth=32e9, latency=1e-7)
-    pairs = []
-    for a, b in (((0, 0, 0), (1, 0, 0)), ((2, 3, 4), (2, 3, 0))):
-        u, v = topo.rank_at(a), topo.rank_at(b)
-        pairs += [(u, v), (v, u)]
-    topo = with_faults(topo, pairs)
+    topo = torus_with_cuts((5, 5, 5), FAULTY_5X5X5)
     coll = make_collective("ar", K.ALLREDUCE, topo, list(range(125)), size=(128 << 20) // 500 * 500)
     g = hop_graph(coll)
     t = st_mod._expected_build(coll, g, coll.size / 125, 1e9, 1e9, MAX_OPS)

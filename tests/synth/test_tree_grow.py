@@ -16,13 +16,13 @@ import os
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from synth_tori import FAULTY_5X5X5, faulty_torus, torus_with_cuts
 
 import dsl
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.synth.tree_grow import ALPHA, SELF_WEIGHT, grow_tree, tree_family
 from cclc.synth.trees import _link_perm, hop_graph, translations
-from cclc.topology import torus, with_faults
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 
@@ -79,13 +79,7 @@ def _same_trees(coll, seed: int, slack: int = 1) -> None:
 
 
 def _faulty(dims, links, ranks=()):
-    topo = torus("t", dims, bandwidth=20e9, latency=1e-7)
-    pairs = []
-    for i in links:
-        i %= topo.n_links
-        u, v = int(topo.link_src[i]), int(topo.link_dst[i])
-        pairs += [(u, v), (v, u)]
-    topo = with_faults(topo, pairs, ranks=list(ranks))
+    topo = faulty_torus(dims, links, ranks)
     group = topo.live_ranks()
     return make_collective("ar", K.ALLREDUCE, topo, group, size=4 * len(group) * 64)
 
@@ -130,12 +124,7 @@ def test_same_trees_on_a_fabric():
 def test_same_trees_on_the_faulty_5x5x5_torus_at_the_packers_depth_price():
     from cclc.synth.tree_grow import depth_price
 
-    topo = torus("t", (5, 5, 5), bandwidth=32e9, latency=1e-7)
-    pairs = []
-    for a, b in (((0, 0, 0), (1, 0, 0)), ((2, 3, 4), (2, 3, 0))):
-        u, v = topo.rank_at(a), topo.rank_at(b)
-        pairs += [(u, v), (v, u)]
-    topo = with_faults(topo, pairs)
+    topo = torus_with_cuts((5, 5, 5), FAULTY_5X5X5)
     coll = make_collective("ar", K.ALLREDUCE, topo, list(range(125)), size=4 * 125 * 64)
     g = hop_graph(coll)
     _, edge_perm = translations(coll, g)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from synth_tori import faulty_torus
 
 import dsl
 from cclc.algorithms import get
@@ -91,14 +92,7 @@ def _check_arborescences(g, packing, reverse: bool = False) -> None:
 
 
 def _torus_with_faults(dims, fault_links, fault_rank=None):
-    topo = torus("t", dims, bandwidth=20e9, latency=1e-7)
-    links = []
-    for i in fault_links:
-        i %= topo.n_links
-        u, v = int(topo.link_src[i]), int(topo.link_dst[i])
-        links += [(u, v), (v, u)]
-    ranks = [] if fault_rank is None else [fault_rank % topo.n_ranks]
-    return with_faults(topo, links, ranks=ranks)
+    return faulty_torus(dims, fault_links, [] if fault_rank is None else [fault_rank])
 
 
 @st.composite
