@@ -594,8 +594,9 @@ def _allreduce_start(coll: Collective, g: HopGraph, node_perm, edge_perm, trees:
     optimal, bandwidth_time = _allreduce_reference(coll)
     if coll.topology.n_vertices != coll.topology.n_ranks:
         # not through switches: there the shallow trees over fewest-hop paths overload the
-        # roots' uplinks (34% of the bound on hgx16_leafspine, 31% on pcie_oversubscribed; on
-        # the split graph's paths 75% and 91% against 81% and 93% for the phases packed apart)
+        # roots' uplinks (34% of the per-rank bound on hgx16_leafspine, 31% on
+        # pcie_oversubscribed; on the split graph's paths 75% and 91% against 81% and 93% for
+        # the phases packed apart)
         return optimal, None
     # both phases' trees under one set of link prices (cclc.synth.joint_trees), within
     # _JOINT_SHARE of the budget; the separately packed phases race it in what is left (on
