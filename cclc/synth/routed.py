@@ -17,8 +17,10 @@ three stages:
    factors. Every tree gives each pair one path; equal paths merge, up to :data:`SLOTS` per
    pair (:func:`_tree_paths`). The steps are small, so most of the weight is still the
    fewest-hop start's (87% on a 4x4x4 torus with two failed links): it goes to
-   :data:`FEWEST_HOP_SEEDS` fewest-hop paths per pair. Candidates more than
-   :data:`MAX_DETOUR` hops longer than their pair's fewest are dropped (:func:`_candidates`).
+   :data:`FEWEST_HOP_SEEDS` fewest-hop paths per pair. Up to :data:`SMALL_COMMODITIES`
+   commodities both are larger (:data:`SLOTS_SMALL`, :data:`FEWEST_HOP_SEEDS_SMALL`).
+   Candidates more than :data:`MAX_DETOUR` hops longer than their pair's fewest are dropped
+   (:func:`_candidates`).
 3. **Re-balance**: Frank-Wolfe over the candidates' shares only, on the smoothed maximum the
    routing uses, block by block of pairs, each pair moving toward a soft minimum of its
    candidates' costs under the potential's gradient (:meth:`_Paths.rebalance`), aiming at the
@@ -64,6 +66,12 @@ ROUTE_SHARE = 0.5
 SLOTS = 6
 #: fewest-hop paths per pair (jittered hop counts) for the routing's fewest-hop start
 FEWEST_HOP_SEEDS = 3
+#: up to this many commodities, more of both (a candidate set sized for 512 ranks misses paths
+#: the LP uses on small tori: a 4x4 torus with three one-way faults 10.6% above the LP with 6
+#: and 3, 0.2% with 10 and 6)
+SMALL_COMMODITIES = 10_000
+SLOTS_SMALL = 10
+FEWEST_HOP_SEEDS_SMALL = 6
 #: hops a candidate may take beyond its pair's fewest
 MAX_DETOUR = 2
 #: the re-balancing moves this many blocks of pairs per iteration, one line search each
@@ -223,7 +231,8 @@ def _tree_paths(net: _Network, moves: list) -> tuple[np.ndarray, np.ndarray]:
     when that one is lighter. What no slot holds (the fewest-hop start, which splits a pair
     over all its fewest-hop paths, and overflow) is left out: the weights then sum to less
     than one and are renormalized by the caller."""
-    K, M = len(net.ks), SLOTS
+    K = len(net.ks)
+    M = SLOTS_SMALL if K <= SMALL_COMMODITIES else SLOTS
     key = np.random.default_rng(0).integers(1, 2**62, size=len(net.src), dtype=np.int64)
     slot_hash = np.zeros((K, M), dtype=np.int64)
     weight = np.zeros((K, M))
@@ -270,7 +279,8 @@ def _tree_paths(net: _Network, moves: list) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _candidates(net: _Network, moves: list) -> tuple[np.ndarray, np.ndarray]:
-    """The paths of :func:`_tree_paths` and :data:`FEWEST_HOP_SEEDS` fewest-hop paths per pair
+    """The paths of :func:`_tree_paths` and :data:`FEWEST_HOP_SEEDS` (or
+    :data:`FEWEST_HOP_SEEDS_SMALL`) fewest-hop paths per pair
     (hop counts with a small random jitter, so equally short paths in different directions
     come in), which share the weight the trees leave (the fewest-hop start's); repeated
     paths merged. ``(K, M, hops)`` and weights ``(K, M)`` summing to one per pair."""
@@ -278,7 +288,8 @@ def _candidates(net: _Network, moves: list) -> tuple[np.ndarray, np.ndarray]:
     rest = np.maximum(1.0 - weight.sum(axis=1), 0.0)
     rng = np.random.default_rng(0)
     more = []
-    for _ in range(FEWEST_HOP_SEEDS):
+    seeds = FEWEST_HOP_SEEDS_SMALL if len(net.ks) <= SMALL_COMMODITIES else FEWEST_HOP_SEEDS
+    for _ in range(seeds):
         length = 1.0 + 0.2 * rng.random(len(net.src))
         more.append(net.walk(net.trees(length, net.group), np.arange(len(net.ks)), length))
     width = max(cand.shape[2], *(m.shape[1] for m in more))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
@@ -139,6 +139,8 @@ def _faults(draw):
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_faults())
+@example(links=[(14, 15), (5, 4), (0, 4)])
+@example(links=[(14, 13), (2, 3), (10, 14)])
 def test_routed_paths_over_fault_positions(links):
     coll = _a2a((4, 4), links)
     assume(group_connected(coll))
@@ -146,9 +148,10 @@ def test_routed_paths_over_fault_positions(links):
     busiest = _check_valid(coll, sol)
     lp = _node_arc_lp(coll)
     assert sol.lp_time <= lp * (1 + 1e-6) <= busiest * (1 + 2e-6)
-    # the worst case found: 9.3% above on a 4x4 with three one-way faults [(14, 13), (2, 3),
-    # (10, 14)], where the candidates (3 fewest-hop seeds, 6 slots per pair) miss paths the LP
-    # uses (10 slots and 6 seeds: 0.8%); the defaults are sized for 512 ranks
+    # with the candidates sized for 512 ranks (3 fewest-hop seeds, 6 slots per pair) the two
+    # examples above were 10.6% and 9.3% above the LP (missing paths the LP uses); with the
+    # small groups' 6 seeds and 10 slots 0.2% and 0.8%, and the worst of 120 random draws
+    # 6.6% ([(13, 1), (5, 4), (5, 6)]; the re-balancing is a heuristic)
     assert busiest <= 1.10 * lp
 
 
