@@ -33,7 +33,8 @@ whose planner races every candidate anyway: always the synthesized one); ``trees
 depth ``D``, latency ``alpha`` and bandwidth time ``beta``, with at most :data:`MAX_OPS`
 ops, :data:`MAX_OPS_AUTO` under ``algorithm auto`` so that the candidate costs the planner
 what a template does, fewer when the time left would not build them: :func:`op_limit`,
-:func:`_ops_left`).
+:func:`_ops_left`); ``taper`` (1 by default: chunks that shrink down the pipeline where the
+lockstep model says they drain it sooner, :func:`_taper`; 0: equal chunks).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from cclc.algorithms import Algorithm, register
-from cclc.algorithms.common import bad_int_param, hint_int
+from cclc.algorithms.common import bad_int_param, even_split, hint_int
 from cclc.algorithms.synth_flows import _budget
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
@@ -54,9 +55,10 @@ from cclc.ir import Schedule
 from cclc.synth import tree_schedule
 from cclc.synth.fabric_symmetry import find_free_automorphism, member_powers
 from cclc.synth.joint_trees import link_use, pack_allreduce_trees
-from cclc.synth.phase_time import phase_lockstep_time
+from cclc.synth.phase_time import edge_levels, phase_lockstep_time
 from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.splitting import split_switches
+from cclc.synth.taper import link_loads, pipeline_time, tapered_units
 from cclc.synth.tree_lp import (
     ALL_LEVELS,
     depth_limit,
@@ -64,7 +66,7 @@ from cclc.synth.tree_lp import (
     rounded_packing,
     windows,
 )
-from cclc.synth.tree_time import allreduce_lockstep_time
+from cclc.synth.tree_time import allreduce_lockstep_time, edge_starts
 from cclc.synth.trees import (
     HopGraph,
     TreePacking,
@@ -124,10 +126,10 @@ def _allreduce_reference(coll: Collective) -> tuple[float, float]:
 def _applicable(coll: Collective, **params) -> str | None:
     if coll.kind not in _KINDS:
         return f"synth trees do not serve {coll.kind.value}"
-    unknown = sorted(set(params) - {"budget", "trees", "chunks", "race"})
+    unknown = sorted(set(params) - {"budget", "trees", "chunks", "race", "taper"})
     if unknown:
-        return f"synth takes budget, trees, chunks and race (got {', '.join(unknown)})"
-    for key, low in (("trees", 1), ("chunks", 1), ("race", 0)):
+        return f"synth takes budget, trees, chunks, race and taper (got {', '.join(unknown)})"
+    for key, low in (("trees", 1), ("chunks", 1), ("race", 0), ("taper", 0)):
         why = bad_int_param(params, key, low)
         if why:
             return why
@@ -694,17 +696,9 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
                   for p, rate in ((rs, rate_rs), (ag, rate_ag)) if p is not None]
     # a step costs its latency plus the software cost of the model the planner prices with
     # (nothing under the IR's lockstep model; see cclc.synth.pricing)
-    alpha = (float(g.latency.max()) if g.m else 0.0) + step_cost(pricing_model())
+    alpha = _step_alpha(g)
     elems = coll.count // coll.n                      # the smallest block, in elements
-    # an in-tree edge is a send and, for all but a first child, a local fold: ops per chunk
-    # of every tree, counted
-    per_chunk = sum(_ops_per_chunk(p, folds) for p, folds in ((rs, True), (ag, False))
-                    if p is not None)
-    # besides: at most a local copy per rank and a seed copy per inner member of every in-tree
-    # (n * (1 + n * k), the most trees can have, left 14% of the 128-GPU fabric's AllReduce
-    # depth unused: 3 chunks instead of 4, unequal ones)
-    fixed = coll.n + (_parents(rs) if rs is not None else 0)
-    cap = max(1, min(elems // k, max(0, max_ops - fixed) // max(1, per_chunk)))
+    cap = _depth_cap(coll, ag, rs, max_ops)
     c = np.arange(1, cap + 1, dtype=float) if chunks is None else \
         np.array([max(1, min(chunks, max(1, elems // k)))], dtype=float)
     if len(phases) == 1:
@@ -750,6 +744,81 @@ def _predict(coll: Collective, g: HopGraph, ag: TreePacking | None, rs: TreePack
         if exact[alt] <= exact[chosen] * (1 + _EQUAL_CHUNKS_SLACK):
             chosen = alt
     return exact[chosen], chosen
+
+
+def _step_alpha(g: HopGraph) -> float:
+    """What a network step costs besides its busiest link: the slowest move's latency plus
+    the software cost of the model the planner prices with (nothing under the IR's lockstep
+    model; see :mod:`cclc.synth.pricing`)."""
+    return (float(g.latency.max()) if g.m else 0.0) + step_cost(pricing_model())
+
+
+def _depth_cap(coll: Collective, ag: TreePacking | None, rs: TreePacking | None,
+               max_ops: int) -> int:
+    """The deepest pipeline (chunks per tree) within ``max_ops`` ops and one element a chunk."""
+    k = (ag or rs).k
+    elems = coll.count // coll.n                      # the smallest block, in elements
+    # an in-tree edge is a send and, for all but a first child, a local fold: ops per chunk
+    # of every tree, counted
+    per_chunk = sum(_ops_per_chunk(p, folds) for p, folds in ((rs, True), (ag, False))
+                    if p is not None)
+    # besides: at most a local copy per rank and a seed copy per inner member of every in-tree
+    # (n * (1 + n * k), the most trees can have, left 14% of the 128-GPU fabric's AllReduce
+    # depth unused: 3 chunks instead of 4, unequal ones)
+    fixed = coll.n + (_parents(rs) if rs is not None else 0)
+    return max(1, min(elems // k, max(0, max_ops - fixed) // max(1, per_chunk)))
+
+
+def _taper(coll: Collective, syn: TreeSynthesis, chunks: int, fixed: bool, max_ops: int,
+           deadline: float) -> tuple[int, np.ndarray | None]:
+    """The pipeline's depth and units per chunk (``None``: equal chunks): a tapered pipeline
+    (:mod:`cclc.synth.taper`) of ``chunks``, or (unless ``fixed``) of a deeper one, where it is
+    :data:`_TAPER_GAIN` faster in the lockstep model than equal chunks at ``chunks``.
+
+    Tapering needs every block cut into whole equal units (2 to :data:`_TAPER_UNITS` times the
+    depth per tree, the finest that divides the blocks): the runtimes move whole units, and
+    a tree's receive slots then hold its largest chunk.
+    """
+    ag, rs, g = syn.ag, syn.rs, syn.graph
+    k = (ag or rs).k
+    if ag is not None and rs is not None:
+        start, move = edge_starts(rs, ag)
+        blocks = set(even_split(coll.count, coll.n).tolist())
+    else:
+        start, move = edge_levels(ag or rs, ag is None)
+        blocks = {coll.count // coll.n}
+    loads = link_loads(g, start, move, prune=True)
+    tree_bytes, alpha = _block_bytes(coll) / k, _step_alpha(g)
+    equal = pipeline_time(loads, np.full(chunks, 1.0 / chunks), tree_bytes, alpha)
+    cap = _depth_cap(coll, ag, rs, max_ops)
+    depths = [chunks] if fixed else sorted({chunks, min(cap, -(-3 * chunks // 2)),
+                                           min(cap, 2 * chunks)})
+    best: tuple[float, int, np.ndarray | None] = (equal * (1 - _TAPER_GAIN), chunks, None)
+    for c in depths:
+        per_tree = next((u for u in range(_TAPER_UNITS * c, 2 * c - 1, -1)
+                         if all(b % (k * u) == 0 for b in blocks)), None)
+        if not 2 <= c <= _TAPER_MAX_DEPTH or per_tree is None or time.monotonic() > deadline:
+            continue
+        units = tapered_units(loads, c, per_tree, tree_bytes, alpha, deadline)
+        if units is None:
+            continue
+        t = pipeline_time(loads, units / per_tree, tree_bytes, alpha)
+        if t < best[0]:
+            best = (t, c, units)
+    return best[1], best[2]
+
+
+#: how much faster (lockstep model) a tapered pipeline must be than equal chunks to be used
+_TAPER_GAIN = 0.005
+#: the deepest pipeline tapered: the drain a taper shortens is about a chunk per level below
+#: the first, under 2% of the time past 64 chunks with trees two levels deep, and the LP and
+#: its polish grow with the depth (a 221-chunk ReduceScatter on a 4x4 torus: 30 s)
+_TAPER_MAX_DEPTH = 64
+#: a tapered pipeline of depth ``C`` cuts a tree's bytes into at most this many times ``C``
+#: units (the most that divides every block, at least 2 C): 16 C takes the 128-GPU fabric's
+#: 1 GiB AllGather to 96.6% of its bound (8 C: 95.1%; the LP's fractions: 96.7%) and keeps its
+#: largest chunk (48 units) under the MSCCL runtimes' ``cnt`` limit (71)
+_TAPER_UNITS = 16
 
 
 def _phase_exact(coll: Collective, g: HopGraph, p: TreePacking, reduce: bool, block: float,
@@ -838,18 +907,27 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
             raise CollectiveError(f"synth found no packing for '{coll.name}' within its budget "
                                   f"of {budget:g} s and no template applies")
         return _as_fallback(template, None, t0)
-    chunks = hint_int(params, "chunks", None)
+    given = hint_int(params, "chunks", None)
+    ops_left = _ops_left(t0 + budget, max_ops, _slowdown(t0, cpu0))
     _, chunks = _predict(coll, syn.graph, syn.ag, syn.rs, _block_bytes(coll), syn.rate_ag,
-                         syn.rate_rs, chunks,
-                         _ops_left(t0 + budget, max_ops, _slowdown(t0, cpu0)))
+                         syn.rate_rs, given, ops_left)
+    units = None
+    # a lockstep step waits for its slowest link, so a deep level drains the last chunk a
+    # whole step; under the dataflow models (msccl, nccl) it does not, and the tail's small
+    # chunks only add per-op cost (msccl model, 128-GPU fabric's 128 MiB ReduceScatter: 78.5%
+    # of the bound with equal chunks, 74.5% tapered)
+    if hint_int(params, "taper", 1, low=0) and pricing_model().mode == "lockstep":
+        chunks, units = _taper(coll, syn, chunks, given is not None, ops_left, t0 + budget)
     meta = (("solver", SOLVER), ("status", syn.status), ("solve_s", round(syn.solve_s, 3)),
             ("k", (syn.ag or syn.rs).k), ("chunks", chunks))
+    if units is not None:
+        meta += (("units", int(units.sum())),)
     if coll.kind is CollectiveKind.ALLGATHER:
-        s = tree_schedule.allgather_ops(coll, syn.graph, syn.ag, chunks, meta)
+        s = tree_schedule.allgather_ops(coll, syn.graph, syn.ag, chunks, meta, units)
     elif coll.kind is CollectiveKind.REDUCESCATTER:
-        s = tree_schedule.reducescatter_ops(coll, syn.graph, syn.rs, chunks, meta)
+        s = tree_schedule.reducescatter_ops(coll, syn.graph, syn.rs, chunks, meta, units)
     else:
-        s = tree_schedule.allreduce_ops(coll, syn.graph, syn.rs, syn.ag, chunks, meta)
+        s = tree_schedule.allreduce_ops(coll, syn.graph, syn.rs, syn.ag, chunks, meta, units)
     t = float(simulate(s).time)
     s = s.replace(params=meta + (("lp_fraction", round(syn.optimal_time / t, 4)),))
     if race:

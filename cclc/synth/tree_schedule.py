@@ -14,6 +14,10 @@ full (list scheduling with a fixed order: chunk ``c`` leaves the root in step ``
   step, so siblings reducing into one slot would otherwise wait for each other: a star of
   ``s`` leaves would fill in ``s`` steps instead of one). Inner members accumulate in scratch
   (seeded from their input by a local copy in step 0), the root in its output.
+* Chunk sizes: equal by default; with ``units`` (whole units per chunk, see
+  :mod:`cclc.synth.taper`) a block is cut into ``k * sum(units)`` equal units and chunk ``c``
+  of a tree is ``units[c]`` of them (an op of ``count`` units): chunks that shrink down the
+  pipeline drain it sooner. Receive slots then hold the largest chunk.
 * AllReduce: ReduceScatter into each root's output block, then AllGather of that block down
   the out-trees; chunk ``c`` of a tree starts down the moment its reduction is complete, so
   the two phases overlap.
@@ -28,7 +32,7 @@ from cclc.collective import Collective
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 from cclc.synth.trees import HopGraph, TreePacking
 
-__all__ = ["allgather_ops", "allreduce_ops", "reduce_offsets", "reduce_plan",
+__all__ = ["Pieces", "allgather_ops", "allreduce_ops", "reduce_offsets", "reduce_plan",
            "reducescatter_ops", "tree_edges"]
 
 
@@ -67,6 +71,30 @@ def _routes(b: ScheduleBuilder, g: HopGraph, moves: np.ndarray) -> np.ndarray:
     return b.add_routes(offs, links)[inverse.reshape(-1)]
 
 
+class Pieces:
+    """How a tree's share of a block is cut: chunk ``c`` is ``count[c]`` consecutive units
+    from unit ``first[c]`` on; ``per_tree`` units in all (equal chunks: one unit each)."""
+
+    __slots__ = ("count", "first", "per_tree")
+
+    def __init__(self, chunks: int, units: np.ndarray | None = None) -> None:
+        count = np.ones(chunks, dtype=np.int64) if units is None else \
+            np.asarray(units, dtype=np.int64)
+        if len(count) != chunks or (count < 1).any():
+            raise ValueError(f"units {count.tolist()} for {chunks} chunks")
+        self.count = count
+        self.first = np.cumsum(count) - count
+        self.per_tree = int(count.sum())
+
+    @property
+    def tapered(self) -> bool:
+        return self.per_tree > len(self.count)
+
+    def slot(self, tree: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+        """The first unit of chunk ``chunk`` of tree ``tree`` within a root's block."""
+        return tree * self.per_tree + self.first[chunk]
+
+
 def _expand(e: dict[str, np.ndarray], chunks: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Repeat every tree edge once per chunk; returns the edges and the chunk index."""
     rep = {key: np.repeat(val, chunks) for key, val in e.items()}
@@ -74,23 +102,25 @@ def _expand(e: dict[str, np.ndarray], chunks: int) -> tuple[dict[str, np.ndarray
 
 
 def allgather_ops(coll: Collective, g: HopGraph, p: TreePacking, chunks: int,
-                  params: tuple) -> Schedule:
-    """The AllGather schedule of packing ``p`` with ``chunks`` chunks per tree."""
+                  params: tuple, units: np.ndarray | None = None) -> Schedule:
+    """The AllGather schedule of packing ``p`` with ``chunks`` chunks per tree (of ``units``
+    units each, see :class:`Pieces`)."""
     n, k = coll.n, p.k
-    q = k * chunks
+    pieces = Pieces(chunks, units)
+    q = k * pieces.per_tree
     lay = even_split(coll.count // n, q)
     b = ScheduleBuilder(coll, input=lay, output=np.tile(lay, n))
     ranks = np.arange(n)
     b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
           dst_off=ranks * q, count=q)
     e, c = _expand(tree_edges(p), chunks)
-    slot = e["tree"] * chunks + c
+    slot = pieces.slot(e["tree"], c)
     from_root = e["parent"] == e["root"]
     b.add(step=c + e["depth"] - 1, src=e["parent"], dst=e["member"],
           route=_routes(b, g, e["move"]),
           src_buf=np.where(from_root, Buf.INPUT, Buf.OUTPUT),
           src_off=np.where(from_root, slot, e["root"] * q + slot), dst_buf=Buf.OUTPUT,
-          dst_off=e["root"] * q + slot)
+          dst_off=e["root"] * q + slot, count=pieces.count[c])
     return b.build("synth", params=params)
 
 
@@ -114,26 +144,35 @@ def _lowbit_round(sib: np.ndarray) -> np.ndarray:
     return np.log2(np.maximum(low, 1)).astype(np.int64) + 1
 
 
-def reduce_plan(p: TreePacking, chunk_elems: np.ndarray, scratch_base: int
-                ) -> tuple[int, np.ndarray, np.ndarray]:
+def reduce_plan(p: TreePacking, chunk_elems: np.ndarray, scratch_base: int,
+                pieces: Pieces | None = None) -> tuple[int, np.ndarray, np.ndarray]:
     """The receive slots of the in-trees of ``p``.
 
-    ``chunk_elems[r, slot]``: elements of slot ``slot`` of root ``r``'s block. Returns
-    ``(rounds, recv_sizes, recv_slot)``: local rounds after each network step (0 when no
-    member has two children in a tree), the element counts of the receive slots appended to
-    scratch from chunk ``scratch_base`` on, and per tree edge (the order of
-    :func:`tree_edges`) and slot of its tree ``recv_slot[edge, c]``: the scratch chunk the
-    edge's copy lands in (-1 for the first child, which reduces into its parent directly).
+    ``chunk_elems[r, u]``: elements of unit ``u`` of root ``r``'s block (equal chunks: a unit
+    is a chunk). Returns ``(rounds, recv_sizes, recv_slot)``: local rounds after each network
+    step (0 when no member has two children in a tree), the element counts of the receive
+    units appended to scratch from unit ``scratch_base`` on, and per tree edge (the order of
+    :func:`tree_edges`) and chunk of its tree ``recv_slot[edge, c]``: the first scratch unit
+    the edge's copy lands in (-1 for the first child, which reduces into its parent directly).
     """
     n, k, _ = p.parent.shape
     e = tree_edges(p)
     sib = _siblings(e, n, k)
     rounds = int(_lowbit_round(sib[sib > 0]).max(initial=0))
+    extra = sib > 0
+    if pieces is not None and pieces.tapered:
+        # equal units (the taper needs them): one slot of the largest chunk per (root, tree,
+        # sibling), which every chunk of the tree reuses from its first unit
+        chunks, width = len(pieces.count), int(pieces.count.max())
+        recv = np.full((len(sib), chunks), -1, dtype=np.int64)
+        if not extra.any():
+            return rounds, np.zeros(0, dtype=np.int64), recv
+        recv[extra] = scratch_base + width * np.arange(int(extra.sum()))[:, None]
+        return rounds, np.full(width * int(extra.sum()), chunk_elems.flat[0]), recv
     chunks = chunk_elems.shape[1] // k
     slots = e["tree"][:, None] * chunks + np.arange(chunks)[None, :]
     size = chunk_elems[e["root"][:, None], slots]
     recv = np.full(size.shape, -1, dtype=np.int64)
-    extra = sib > 0
     if not extra.any():
         return rounds, np.zeros(0, dtype=np.int64), recv
     # one receive slot per (root, tree, sibling, chunk size): a slot is emptied by the local
@@ -147,12 +186,12 @@ def reduce_plan(p: TreePacking, chunk_elems: np.ndarray, scratch_base: int
     return rounds, sizes[uniq % len(sizes)], recv
 
 
-def _reduce_phase(b: ScheduleBuilder, g: HopGraph, p: TreePacking, chunks: int, root_off,
+def _reduce_phase(b: ScheduleBuilder, g: HopGraph, p: TreePacking, pieces: Pieces, root_off,
                   rounds: int, recv: np.ndarray) -> np.ndarray:
     """Add the in-tree ops (seed copies in step 0, then the sends up the trees and the local
     folds of the receive slots) to ``b``.
 
-    ``root_off(root, slot)``: the output chunk a root accumulates slot ``slot`` of its block
+    ``root_off(root, slot)``: the output unit a root accumulates unit ``slot`` of its block
     in. Network step ``t`` is IR step ``t * (rounds + 1)``; the ``rounds`` steps after it hold
     only local reductions. The first child of a member reduces into the member's partial sum
     over the network; its other children copy into receive slots in the same step, which
@@ -161,7 +200,8 @@ def _reduce_phase(b: ScheduleBuilder, g: HopGraph, p: TreePacking, chunks: int, 
     Returns the reduce offsets.
     """
     n, k = p.parent.shape[:2]
-    q = k * chunks
+    chunks, per_tree = len(pieces.count), pieces.per_tree
+    q = k * per_tree
     stride = rounds + 1
     off = reduce_offsets(p)
     e = tree_edges(p)
@@ -171,12 +211,13 @@ def _reduce_phase(b: ScheduleBuilder, g: HopGraph, p: TreePacking, chunks: int, 
     r, j, v = np.nonzero(inner)
     nonroot = v != r
     r, j, v = r[nonroot], j[nonroot], v[nonroot]
-    b.add(step=0, src=v, dst=v, src_buf=Buf.INPUT, src_off=r * q + j * chunks,
-          dst_buf=Buf.SCRATCH, dst_off=r * q + j * chunks, count=chunks)
+    b.add(step=0, src=v, dst=v, src_buf=Buf.INPUT, src_off=r * q + j * per_tree,
+          dst_buf=Buf.SCRATCH, dst_off=r * q + j * per_tree, count=per_tree)
     sib = np.repeat(sib, chunks)
     e, c = _expand(e, chunks)
     recv = recv.reshape(-1)
-    slot = e["tree"] * chunks + c
+    slot = pieces.slot(e["tree"], c)
+    cnt = pieces.count[c]
     to_root = e["parent"] == e["root"]
     has_kids = inner[e["root"], e["tree"], e["member"]]
     acc_buf = np.where(to_root, Buf.OUTPUT, Buf.SCRATCH)
@@ -186,7 +227,8 @@ def _reduce_phase(b: ScheduleBuilder, g: HopGraph, p: TreePacking, chunks: int, 
     b.add(step=net * stride, src=e["member"], dst=e["parent"],
           route=_routes(b, g, e["move"]), kind=np.where(first, OpKind.REDUCE, OpKind.COPY),
           src_buf=np.where(has_kids, Buf.SCRATCH, Buf.INPUT), src_off=e["root"] * q + slot,
-          dst_buf=np.where(first, acc_buf, Buf.SCRATCH), dst_off=np.where(first, acc_off, recv))
+          dst_buf=np.where(first, acc_buf, Buf.SCRATCH), dst_off=np.where(first, acc_off, recv),
+          count=cnt)
     # fold receive position s into position s - lowbit(s) (position 0 is the partial sum)
     x = np.flatnonzero(~first)
     if len(x):
@@ -202,47 +244,51 @@ def _reduce_phase(b: ScheduleBuilder, g: HopGraph, p: TreePacking, chunks: int, 
         b.add(step=net[x] * stride + _lowbit_round(s), src=e["parent"][x], dst=e["parent"][x],
               kind=OpKind.REDUCE, src_buf=Buf.SCRATCH, src_off=recv[x],
               dst_buf=np.where(to_acc, acc_buf[x], Buf.SCRATCH),
-              dst_off=np.where(to_acc, acc_off[x], recv[where]))
+              dst_off=np.where(to_acc, acc_off[x], recv[where]), count=cnt[x])
     return off
 
 
-def _scratch_and_plan(p: TreePacking, chunk_elems: np.ndarray, base: np.ndarray):
-    rounds, sizes, recv = reduce_plan(p, chunk_elems, len(base))
+def _scratch_and_plan(p: TreePacking, chunk_elems: np.ndarray, base: np.ndarray,
+                      pieces: Pieces):
+    rounds, sizes, recv = reduce_plan(p, chunk_elems, len(base), pieces)
     return np.concatenate([base, sizes]).astype(np.int64), rounds, recv
 
 
 def reducescatter_ops(coll: Collective, g: HopGraph, p: TreePacking, chunks: int,
-                      params: tuple) -> Schedule:
+                      params: tuple, units: np.ndarray | None = None) -> Schedule:
     """The ReduceScatter schedule of in-tree packing ``p`` (trees of the reversed moves)."""
     n, k = coll.n, p.k
-    q = k * chunks
+    pieces = Pieces(chunks, units)
+    q = k * pieces.per_tree
     lay = even_split(coll.count // n, q)
-    scratch, rounds, recv = _scratch_and_plan(p, np.tile(lay, (n, 1)), np.tile(lay, n))
+    scratch, rounds, recv = _scratch_and_plan(p, np.tile(lay, (n, 1)), np.tile(lay, n),
+                                              pieces)
     b = ScheduleBuilder(coll, input=np.tile(lay, n), output=lay, scratch=scratch)
     ranks = np.arange(n)
     b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=ranks * q,
           dst_buf=Buf.OUTPUT, dst_off=0, count=q)
-    _reduce_phase(b, g, p, chunks, lambda root, slot: slot, rounds, recv)
+    _reduce_phase(b, g, p, pieces, lambda root, slot: slot, rounds, recv)
     return b.build("synth", params=params)
 
 
 def allreduce_ops(coll: Collective, g: HopGraph, rs: TreePacking, ag: TreePacking,
-                  chunks: int, params: tuple) -> Schedule:
+                  chunks: int, params: tuple, units: np.ndarray | None = None) -> Schedule:
     """ReduceScatter over ``rs`` into each root's output block, then AllGather over ``ag``
     (same ``k``), overlapped chunk by chunk."""
     n, k = coll.n, ag.k
-    q = k * chunks
+    pieces = Pieces(chunks, units)
+    q = k * pieces.per_tree
     lay = _chunk_layout(even_split(coll.count, n), q)
-    scratch, rounds, recv = _scratch_and_plan(rs, lay.reshape(n, q), lay)
+    scratch, rounds, recv = _scratch_and_plan(rs, lay.reshape(n, q), lay, pieces)
     b = ScheduleBuilder(coll, input=lay, output=lay, scratch=scratch)
     ranks = np.arange(n)
     b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=ranks * q,
           dst_buf=Buf.OUTPUT, dst_off=ranks * q, count=q)
-    off = _reduce_phase(b, g, rs, chunks, lambda root, slot: root * q + slot, rounds, recv)
+    off = _reduce_phase(b, g, rs, pieces, lambda root, slot: root * q + slot, rounds, recv)
     e, c = _expand(tree_edges(ag), chunks)
-    slot = e["tree"] * chunks + c
+    slot = pieces.slot(e["tree"], c)
     done = off[e["root"], e["tree"], e["root"]]          # last reduce into the root: c + done
     b.add(step=(c + done + e["depth"]) * (rounds + 1), src=e["parent"], dst=e["member"],
           route=_routes(b, g, e["move"]), src_buf=Buf.OUTPUT, src_off=e["root"] * q + slot,
-          dst_buf=Buf.OUTPUT, dst_off=e["root"] * q + slot)
+          dst_buf=Buf.OUTPUT, dst_off=e["root"] * q + slot, count=pieces.count[c])
     return b.build("synth", params=params)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cclc.synth.taper import link_loads, pipeline_time
 from cclc.synth.tree_schedule import reduce_offsets, tree_edges
 from cclc.synth.trees import HopGraph, TreePacking
 
@@ -48,21 +49,5 @@ def lockstep_time_of_starts(g: HopGraph, start: np.ndarray, move: np.ndarray, k:
     """Seconds of a lockstep pipeline in which edge ``move[i]`` of ``g`` carries chunk ``c`` in
     step ``c + start[i]``, ``k`` trees per root and ``chunks`` equal chunks per tree: each
     link's load per step is a sliding window over the histogram of its edges' starts."""
-    lengths = np.diff(g.offsets)[move]
-    first = np.repeat(g.offsets[move], lengths)
-    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    link = g.links[first + within]
-    step = np.repeat(start, lengths)
-    used, link = np.unique(link, return_inverse=True)
-    span = int(step.max()) + 1
-    hist = np.zeros((len(used), span))
-    np.add.at(hist, (link, step), 1.0)
-    prefix = np.concatenate([np.zeros((len(used), 1)), np.cumsum(hist, axis=1)], axis=1)
-    t = np.arange(span + chunks - 1)
-    window = prefix[:, np.minimum(t, span - 1) + 1] - prefix[:, np.clip(t - chunks + 1, 0, span)]
-    cap = g.capacity[used]
-    ok = cap > 0
-    chunk = block / (k * chunks)
-    busy = (window[ok] / cap[ok, None]).max(axis=0) * chunk
-    moving = window.sum(axis=0) > 0
-    return float((busy + alpha * moving).sum())
+    loads = link_loads(g, start, move)
+    return pipeline_time(loads, np.full(chunks, 1.0 / chunks), block / k, alpha)
