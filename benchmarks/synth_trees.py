@@ -13,9 +13,10 @@ software cost) under each topology's declared routing; none is a measurement on 
     python benchmarks/synth_trees.py --only mesh4x4 --kinds allreduce --sizes 1024,128
     python benchmarks/synth_trees.py --only 5x5x5 --kinds allreduce --budget 300
     python benchmarks/synth_trees.py --only hgx16 --kinds allgather --sizes 128 \
-        --no-templates --chunks 4,8,16,32,64 --models ir,event,msccl
+        --no-templates --chunks 4,8,16,32,64 --models ir,event,msccl --equal-chunks
 
-``--chunks`` builds synth with each given pipeline depth instead of its own choice, and
+``--chunks`` builds synth with each given pipeline depth instead of its own choice
+(``--equal-chunks``: with chunks of one size, no tapered pipeline), and
 ``--models`` prints synth's % of the bound under each named execution model (``ir``, ``msccl``,
 ``nccl`` of :mod:`cclc.execution`, and ``event``: the event-driven simulator without any
 software cost, the dataflow limit of a schedule).
@@ -92,9 +93,11 @@ def _machines(quick: bool):
 
 
 def run_case(label: str, topo, kind: CollectiveKind, nominal: int,
-             templates: bool = True, chunks: int | None = None, models=()) -> dict:
+             templates: bool = True, chunks: int | None = None, models=(),
+             taper: bool = True) -> dict:
     """One row: bound, synth and the best template at ``nominal`` bytes; synth with
-    ``chunks`` chunks per tree when given, and its time under each of ``models``."""
+    ``chunks`` chunks per tree when given (equal ones unless ``taper``), and its time under
+    each of ``models``."""
     group = topo.live_ranks()
     n = len(group)
     unit = 4 * n
@@ -104,7 +107,8 @@ def run_case(label: str, topo, kind: CollectiveKind, nominal: int,
     bound = bounds(coll)
     t0 = time.monotonic()
     # the synthesized schedule itself
-    s = get("synth").build(coll, race=0, **({} if chunks is None else {"chunks": chunks}))
+    s = get("synth").build(coll, race=0, taper=int(taper),
+                           **({} if chunks is None else {"chunks": chunks}))
     build_s = time.monotonic() - t0
     synth_t = predict(s, IR_MODEL).time
     row = {"case": label, "kind": kind.value, "n": n, "bytes": size, "bound_s": bound.best,
@@ -131,7 +135,9 @@ def _print(row: dict) -> None:
         row["synth_s"] > row["template_s"] * (1 + 1e-9) else ""
     print(f"{row['case']:<34} {row['kind']:<13} n={row['n']:<4} {row['bytes'] >> 20:>5} MiB  "
           f"bound {row['bound']:<10} synth {pct(row['synth_s'])} ({row['status']}, solve "
-          f"{row['solve_s']:.1f} s, {row['ops']} ops, {row['chunks']} chunks)  best template "
+          f"{row['solve_s']:.1f} s, {row['ops']} ops, {row['chunks']} chunks"
+          f"{' tapered, ' + str(row['units']) + ' units per tree' if 'units' in row else ''})"
+          f"  best template "
           f"{tmpl}{slower}" + "".join(f"  {m} {pct(t).strip()}" for m, t in row["models"].items()),
           flush=True)
 
@@ -148,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated collectives (allgather, reducescatter, allreduce)")
     ap.add_argument("--chunks", default="",
                     help="comma-separated pipeline depths to build synth with (default: its own)")
+    ap.add_argument("--equal-chunks", action="store_true",
+                    help="no tapered pipelines (synth's taper = 0): chunks of one size")
     ap.add_argument("--models", default="",
                     help=f"comma-separated execution models to predict synth under too "
                          f"({', '.join(MODELS)})")
@@ -171,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 for size in sizes:
                     for chunks in depths:
                         _print(run_case(label, topo, kind, size, not args.no_templates,
-                                        chunks, models))
+                                        chunks, models, not args.equal_chunks))
     return 0
 
 
