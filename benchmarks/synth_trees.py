@@ -19,7 +19,9 @@ software cost) under each topology's declared routing; none is a measurement on 
 (``--equal-chunks``: with chunks of one size, no tapered pipeline), and
 ``--models`` prints synth's % of the bound under each named execution model (``ir``, ``msccl``,
 ``nccl`` of :mod:`cclc.execution`, and ``event``: the event-driven simulator without any
-software cost, the dataflow limit of a schedule).
+software cost, the dataflow limit of a schedule). AllGather and ReduceScatter rows on
+machines made of nodes add synth's % of the lockstep bound (:mod:`cclc.lockstep_bound`)
+where it is above the bandwidth bound: what no schedule in the IR's lockstep model beats.
 
 ``--budget`` sets synth's time budget (30 s by default), as ``cclc compile --synth-budget``
 does: on a machine shared with other jobs a larger one keeps the load from cutting the
@@ -41,6 +43,7 @@ from cclc.algorithms.synth_flows import synth_budget
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.execution import BACKEND_MODELS, IR_MODEL, ExecutionModel, predict
+from cclc.lockstep_bound import lockstep_bound
 from cclc.topology import torus, with_faults
 
 KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
@@ -115,6 +118,9 @@ def run_case(label: str, topo, kind: CollectiveKind, nominal: int,
            "bound": bound.name, "synth_s": synth_t, "ops": len(s.ops), "build_s": build_s,
            **{k: v for k, v in s.params}, "template": None, "template_s": None,
            "models": {m: predict(s, MODELS[m]).time for m in models}}
+    lockstep = lockstep_bound(coll)
+    if lockstep is not None and lockstep.seconds > bound.best:
+        row["lockstep_bound_s"] = lockstep.seconds
     if templates:
         for algo in algorithms_for(coll):
             if algo.name == "synth" or algo.applicable(coll) is not None:
@@ -138,7 +144,10 @@ def _print(row: dict) -> None:
           f"{row['solve_s']:.1f} s, {row['ops']} ops, {row['chunks']} chunks"
           f"{' tapered, ' + str(row['units']) + ' units per tree' if 'units' in row else ''})"
           f"  best template "
-          f"{tmpl}{slower}" + "".join(f"  {m} {pct(t).strip()}" for m, t in row["models"].items()),
+          f"{tmpl}{slower}"
+          + (f"  lockstep bound {100 * row['lockstep_bound_s'] / row['synth_s']:.1f}%"
+             if "lockstep_bound_s" in row else "")
+          + "".join(f"  {m} {pct(t).strip()}" for m, t in row["models"].items()),
           flush=True)
 
 

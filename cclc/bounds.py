@@ -129,7 +129,8 @@ from cclc.group_links import group_links
 
 __all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES",
            "LP_MAX_VARIABLES", "LP_PDLP_MAX_VARIABLES", "Bound", "Bounds",
-           "bounds", "cut_bound", "hop_bytes_bound", "injection_bound", "latency_bound", "lp_bound",
+           "bounds", "cut_bound", "hop_bytes_bound", "injection_bound", "latency_bound",
+           "latency_graph", "lp_bound",
            "lp_size", "lp_skipped_note"]
 
 #: the alltoall LP (one multi-commodity LP, capacities shared) is skipped by default above this
@@ -517,6 +518,18 @@ def cut_bound(coll: Collective) -> Bound:
     return Bound("cut", best, what)
 
 
+def latency_graph(src: np.ndarray, dst: np.ndarray, lat: np.ndarray, n_vertices: int
+                  ) -> sp.csr_matrix:
+    """The links as a sparse matrix of latencies for ``scipy.sparse.csgraph``: csr_matrix sums
+    duplicate entries, so the fastest of parallel links is kept; zero latencies stay edges
+    because they are stored explicitly."""
+    order = np.lexsort((lat, dst, src))
+    src, dst, lat = src[order], dst[order], lat[order]
+    first = np.ones(len(src), dtype=bool)
+    first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    return sp.csr_matrix((lat[first], (src[first], dst[first])), shape=(n_vertices, n_vertices))
+
+
 def latency_bound(coll: Collective) -> Bound:
     """The slowest pair that must communicate: diameter latency (root eccentricity), over the
     links the group can use (a route relayed by members is a chain of those links, and its
@@ -526,15 +539,7 @@ def latency_bound(coll: Collective) -> Bound:
     from scipy.sparse.csgraph import dijkstra
 
     f = _Facts(coll)
-    V = f.topo.n_vertices
-    lat = f.topo.link_latency[f.ok]
-    # csr_matrix sums duplicate entries: keep the fastest of parallel links; zero latencies
-    # stay edges because they are stored explicitly
-    order = np.lexsort((lat, f.dst, f.src))
-    src, dst, lat = f.src[order], f.dst[order], lat[order]
-    first = np.ones(len(src), dtype=bool)
-    first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
-    adj = sp.csr_matrix((lat[first], (src[first], dst[first])), shape=(V, V))
+    adj = latency_graph(f.src, f.dst, f.topo.link_latency[f.ok], f.topo.n_vertices)
     g = f.group
     if f.kind in (K.BROADCAST, K.REDUCE):
         root = g[f.root]

@@ -1,0 +1,155 @@
+"""A lower bound on an AllGather's or ReduceScatter's time in the IR's lockstep model, on a
+machine made of nodes.
+
+The bounds of :mod:`cclc.bounds` count bandwidth only, and hold in every execution model. In
+the lockstep model (:mod:`cclc.sim`) every step lasts at least its slowest op, the op's route
+latency plus the busiest link on its route, and data received in a step is forwarded in a
+later one. On a machine made of nodes (servers of GPUs behind NICs) that costs a pipeline its
+fill and drain: every byte that enters a node reaches the node's other GPUs a step later at
+the earliest. This module bounds it, per node ``p`` of the group, by an LP over the steps:
+
+* ``x_t``: bytes that cross into ``p`` in step ``t`` (over the links into ``p``'s vertices,
+  total capacity ``C_in``), ``a_t <= x_t`` of them new to ``p``, ``sum a = F`` (the blocks of
+  the members outside ``p``, which every member in ``p`` needs);
+* ``D_t``: the members of ``p``'s first receipts of foreign bytes, ``L_t`` of their own node's
+  bytes (over the links into the members, total capacity ``C_gpu``): ``sum D = G F``,
+  ``sum L = G (G - 1) b`` for ``G`` members in ``p`` and blocks of ``b`` bytes;
+* causality: up to step ``t``, ``sum D <= sum x + (G - 1) sum_{s < t} a_s`` (a byte present
+  in ``p`` reaches each of the other members at most once, and only from a step after it
+  entered);
+* a step in which bytes cross into ``p`` lasts at least ``alpha_in + x_t / C_in``, and every
+  step that delivers at least ``alpha_gpu + (D_t + L_t) / C_gpu`` (``alpha``: the least
+  latency of a route that ends on such a link, from any member).
+
+Any lockstep schedule gives a solution: a step in which nothing crosses into ``p`` merges
+into the step after it (the merged step is no longer than both together, and no byte becomes
+available earlier), so its steps are ``K`` that cross into ``p`` and at most one after them.
+The bound is the least over ``K`` of the LP's value (``K`` stops where ``K alpha_in + F /
+C_in`` alone exceeds the best found), the most over the nodes. Where a step that crosses into
+a node could deliver nothing to it (``alpha_gpu > alpha_in``) the argument does not hold and
+no bound is given.
+
+ReduceScatter is the same count on the reversed links: reverse a lockstep ReduceScatter's
+steps and its ops' directions, and a member's contribution reaches a root exactly when, in
+the reversed schedule, the root's block reaches the member over steps in order; every op
+crosses the reverse of its links with the same bytes, so every step lasts as long as before.
+The reversed schedule is an AllGather's flow of information on the reversed machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cclc.bounds import Bound, _vertex_nodes, latency_graph
+from cclc.collective import Collective, CollectiveKind
+from cclc.group_links import group_links
+
+__all__ = ["lockstep_bound"]
+
+
+def lockstep_bound(coll: Collective) -> Bound | None:
+    """The lockstep lower bound of AllGather or ReduceScatter ``coll`` (see the module
+    docstring), or ``None`` where it does not apply: another collective, a machine not made of
+    nodes, a group in one node, or a node whose members' links are slower to reach than its
+    own."""
+    topo = coll.topology
+    kinds = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER)
+    if coll.kind not in kinds or topo.node_of_rank is None:
+        return None
+    group = np.asarray(coll.group, dtype=np.int64)
+    vnode = _vertex_nodes(topo)
+    nodes = np.unique(vnode[group])
+    if len(nodes) < 2:
+        return None
+    ok = group_links(topo, group)
+    src, dst = topo.link_src[ok].astype(np.int64), topo.link_dst[ok].astype(np.int64)
+    if coll.kind is CollectiveKind.REDUCESCATTER:
+        src, dst = dst, src                               # the reversed schedule's links
+    bw, lat = topo.link_bandwidth[ok], topo.link_latency[ok]
+    reach = _least_latency_from(group, src, dst, lat, topo.n_vertices)
+    block = float(coll.size) / coll.n
+    best, where = 0.0, ""
+    for p in nodes.tolist():
+        members = group[vnode[group] == p]
+        into_p = (vnode[dst] == p) & (vnode[src] != p)
+        into_gpu = np.isin(dst, members)
+        if not into_p.any() or not into_gpu.any():
+            return None
+        alpha_in = float((reach[src[into_p]] + lat[into_p]).min())
+        alpha_gpu = float((reach[src[into_gpu]] + lat[into_gpu]).min())
+        if alpha_gpu > alpha_in:
+            return None
+        G = len(members)
+        t = _node_bound(G, block * (coll.n - G), G * (G - 1) * block, float(bw[into_p].sum()),
+                        float(bw[into_gpu].sum()), alpha_in, alpha_gpu)
+        if t > best:
+            best, where = t, topo.vertex_names[int(members[0])].split(".")[0]
+    if coll.kind is CollectiveKind.ALLGATHER:
+        how = f"into node {where}: what enters reaches its other GPUs a step later"
+    else:
+        how = f"out of node {where}: what leaves was summed from its other GPUs a step earlier"
+    return Bound("lockstep", best, f"lockstep steps {how}, and each step pays a route's "
+                                   "latency")
+
+
+def _least_latency_from(group: np.ndarray, src, dst, lat, n_vertices: int) -> np.ndarray:
+    """Per vertex: the least latency of a path to it from any member (0 at the members)."""
+    from scipy.sparse.csgraph import dijkstra
+
+    return dijkstra(latency_graph(src, dst, lat, n_vertices), directed=True, indices=group,
+                    min_only=True)
+
+
+def _node_bound(G: int, foreign: float, local: float, c_in: float, c_gpu: float,
+                alpha_in: float, alpha_gpu: float) -> float:
+    """The least over ``K`` of :func:`_steps_lp` (see the module docstring): ``K`` up to
+    :data:`MAX_STEPS`, past which ``K alpha_in + F / C_in`` stands for every deeper one. The
+    LP's optimum is taken 1e-6 lower (the solver's tolerance)."""
+    best = np.inf
+    K = 1
+    while K * alpha_in + foreign / c_in < best:
+        if K > MAX_STEPS:
+            best = K * alpha_in + foreign / c_in
+            break
+        for drain in (False, True):
+            best = min(best, _steps_lp(K, drain, G, foreign, local, c_in, c_gpu, alpha_in,
+                                       alpha_gpu) * (1 - 1e-6))
+        K += 1
+    return float(best)
+
+
+#: the most steps into a node solved for (beyond, the steps' latency alone bounds them)
+MAX_STEPS = 48
+
+
+def _steps_lp(K: int, drain: bool, G: int, foreign: float, local: float, c_in: float,
+              c_gpu: float, alpha_in: float, alpha_gpu: float) -> float:
+    """The least time of ``K`` steps that cross into the node and, with ``drain``, one step
+    after them (microseconds inside, to keep the LP well scaled)."""
+    from ortools.linear_solver import pywraplp
+
+    us, MB = 1e6, 1e-6            # seconds -> us, bytes -> MB: rates in MB/us
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    inf = solver.infinity()
+    steps = K + int(drain)
+    d = [solver.NumVar(0, inf, f"d{t}") for t in range(steps)]
+    x = [solver.NumVar(0, inf, f"x{t}") for t in range(K)]
+    a = [solver.NumVar(0, inf, f"a{t}") for t in range(K)]
+    D = [solver.NumVar(0, inf, f"D{t}") for t in range(steps)]
+    L = [solver.NumVar(0, inf, f"L{t}") for t in range(steps)]
+    rate_in, rate_gpu = c_in * MB / us, c_gpu * MB / us
+    for t in range(steps):
+        if t < K:
+            solver.Add(d[t] >= alpha_in * us + x[t] * (1 / rate_in))
+            solver.Add(a[t] <= x[t])
+        solver.Add(d[t] >= alpha_gpu * us + (D[t] + L[t]) * (1 / rate_gpu))
+        entered = solver.Sum(x[:min(t + 1, K)])
+        before = solver.Sum(a[:min(t, K)]) if t else 0
+        solver.Add(solver.Sum(D[:t + 1]) <= entered + (G - 1) * before)
+    solver.Add(solver.Sum(a) == foreign * MB)
+    solver.Add(solver.Sum(D) == G * foreign * MB)
+    solver.Add(solver.Sum(L) == local * MB)
+    solver.Minimize(solver.Sum(d))
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return np.inf
+    return solver.Objective().Value() / us

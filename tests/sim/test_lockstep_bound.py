@@ -1,0 +1,82 @@
+"""The lockstep AllGather and ReduceScatter bound (cclc.lockstep_bound): tight where one step
+is optimal (nodes of one GPU on a switch: `direct`'s simulated time), never above the lockstep
+time of any schedule any algorithm builds on random machines of nodes (synth tapered or not,
+every template), and on the 128-GPU fabric at 128 MiB above the bandwidth bound / 0.95: no
+lockstep schedule reaches 95% of the bandwidth bound there."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dsl
+from cclc.algorithms import algorithms_for, get
+from cclc.bounds import bounds
+from cclc.collective import CollectiveKind as K
+from cclc.collective import make_collective
+from cclc.lockstep_bound import lockstep_bound
+from cclc.sim import simulate
+from cclc.topology import NodeType, single_switch
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+
+def _machine(nodes: int, gpus: int, nics: int, nvlink_latency: float = 1e-6):
+    node = NodeType("box", "nvswitch", gpus, 450e9, nvlink_latency, nics=nics,
+                    nic_bandwidth=50e9)
+    return single_switch("s", nodes, node, 25e9, 2e-6)
+
+
+def _collective(topo, block_bytes: int, kind=K.ALLGATHER):
+    group = topo.live_ranks()
+    return make_collective(kind.value, kind, topo, group, size=block_bytes * len(group))
+
+
+@pytest.mark.parametrize("kind", [K.ALLGATHER, K.REDUCESCATTER])
+@pytest.mark.parametrize("nodes", [2, 3, 5])
+def test_tight_on_nodes_of_one_gpu(nodes, kind):
+    # one step: GPU -> NIC -> switch -> NIC -> GPU is 4 us, and the switch's link into each
+    # NIC (out of it, for ReduceScatter) carries the other nodes' blocks at 25 GB/s
+    coll = _collective(_machine(nodes, 1, 1), 1 << 20, kind)
+    bound = lockstep_bound(coll)
+    assert bound.seconds == pytest.approx(4e-6 + (nodes - 1) * (1 << 20) / 25e9, rel=2e-6)
+    assert float(simulate(get("direct").build(coll)).time) == pytest.approx(bound.seconds,
+                                                                             rel=2e-6)
+
+
+def test_none_where_it_does_not_apply():
+    topo = _machine(2, 2, 2)
+    group = topo.live_ranks()
+    one_node = make_collective("ag", K.ALLGATHER, topo, group[:2], size=4 << 20)
+    allreduce = make_collective("ar", K.ALLREDUCE, topo, group, size=4 << 20)
+    assert lockstep_bound(one_node) is None
+    assert lockstep_bound(allreduce) is None
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(2, 4), st.integers(1, 4), st.data(),
+       st.sampled_from([1 << 14, 1 << 20, 1 << 23]),
+       st.sampled_from([K.ALLGATHER, K.REDUCESCATTER]))
+def test_no_schedule_beats_it(nodes, gpus, data, block, kind):
+    nics = data.draw(st.integers(1, gpus))
+    coll = _collective(_machine(nodes, gpus, nics), block, kind)
+    bound = lockstep_bound(coll)
+    assert bound is not None
+    built = [get("synth").build(coll, race=0, taper=taper) for taper in (0, 1)]
+    built += [a.build(coll) for a in algorithms_for(coll)
+              if a.name != "synth" and a.applicable(coll) is None]
+    for s in built:
+        assert float(simulate(s).time) >= bound.seconds * (1 - 1e-9), s.algorithm
+
+
+@pytest.mark.parametrize("kind", [K.ALLGATHER, K.REDUCESCATTER])
+def test_the_128_gpu_fabric_cannot_reach_95_percent_at_128_mib(kind):
+    topo = dsl.load(os.path.join(EXAMPLES, "hgx16_leafspine.ccl")).topologies["cluster"]
+    coll = _collective(topo, (128 << 20) // 128, kind)
+    bound = lockstep_bound(coll)
+    assert bounds(coll).best / bound.seconds < 0.95
+    synth = float(simulate(get("synth").build(coll, race=0)).time)
+    assert bound.seconds <= synth
