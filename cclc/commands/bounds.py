@@ -35,6 +35,11 @@ between two members (GPUs outside the group relay nothing):
 
 "% of bound" in 'cclc sim' is the strongest bound over the simulated time.
 
+Allgather and reducescatter across the nodes of a machine made of nodes also get a bound
+that holds only in the IR's lockstep model (barriers between steps), printed where it is
+above the best: every step that crosses into (out of) a node pays a route's latency, and
+what enters a node reaches its other GPUs a step later (an LP over the steps per node).
+
 examples:
   cclc bounds examples/torus5x5.ccl
   cclc bounds --no-lp examples/hgx16_leafspine.ccl
@@ -65,6 +70,7 @@ def _positive(text: str) -> int:
 def run(args) -> int:
     import dsl
     from cclc.bounds import bounds
+    from cclc.lockstep_bound import lockstep_bound
 
     program = dsl.load(args.file)       # errors carry spans: the CLI renders them
     progress = Progress(lambda line: print(line, file=sys.stderr, flush=True))
@@ -82,6 +88,10 @@ def run(args) -> int:
         for note in b.notes:
             print(f"   note: {note}")
         print(f"   best: {b.name}, {b.best * 1e6:.3f} us")
+        lockstep = lockstep_bound(coll)
+        if lockstep is not None and lockstep.seconds > b.best:
+            print(f"   in the lockstep model: {lockstep.seconds * 1e6:.3f} us (the best is "
+                  f"{100 * b.best / lockstep.seconds:.1f}% of it), {lockstep.description}")
     if not program.collectives:
         print(f"{args.file}: no collectives")
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from sim_builders import ring_allgather
 
@@ -67,3 +69,14 @@ def test_bounds_of_a_bad_file_exits_2(tmp_path, capsys):
     src.write_text("topology ring = torus(8) { link 10 GB/s 1 us }\n")
     assert main(["bounds", str(src)]) == 2
     assert "bad.ccl:1:" in capsys.readouterr().err
+
+
+def test_bounds_prints_the_lockstep_bound_on_machines_of_nodes(capsys):
+    examples = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+    assert main(["bounds", "--no-lp", os.path.join(examples, "hgx16_leafspine.ccl")]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith("   in the lockstep model:")]
+    # `acts` and `shards`; not the allreduce `grads`
+    assert len(lines) == 2
+    # acts: one GPU per node, so one step: the 4 us route and 60 MiB into NIC 0 at 50 GB/s
+    assert lines[0].startswith("   in the lockstep model: 1262.29")
