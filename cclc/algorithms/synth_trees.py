@@ -781,6 +781,12 @@ def _taper(coll: Collective, syn: TreeSynthesis, chunks: int, fixed: bool, max_o
     """
     ag, rs, g = syn.ag, syn.rs, syn.graph
     k = (ag or rs).k
+    cap = _depth_cap(coll, ag, rs, max_ops)
+    depths = [chunks] if fixed else sorted({chunks, min(cap, -(-3 * chunks // 2)),
+                                           min(cap, 2 * chunks)})
+    depths = [c for c in depths if 2 <= c <= _TAPER_MAX_DEPTH]
+    if not depths:
+        return chunks, None
     if ag is not None and rs is not None:
         start, move = edge_starts(rs, ag)
         blocks = set(even_split(coll.count, coll.n).tolist())
@@ -790,14 +796,11 @@ def _taper(coll: Collective, syn: TreeSynthesis, chunks: int, fixed: bool, max_o
     loads = link_loads(g, start, move, prune=True)
     tree_bytes, alpha = _block_bytes(coll) / k, _step_alpha(g)
     equal = pipeline_time(loads, np.full(chunks, 1.0 / chunks), tree_bytes, alpha)
-    cap = _depth_cap(coll, ag, rs, max_ops)
-    depths = [chunks] if fixed else sorted({chunks, min(cap, -(-3 * chunks // 2)),
-                                           min(cap, 2 * chunks)})
     best: tuple[float, int, np.ndarray | None] = (equal * (1 - _TAPER_GAIN), chunks, None)
     for c in depths:
         per_tree = next((u for u in range(_TAPER_UNITS * c, 2 * c - 1, -1)
                          if all(b % (k * u) == 0 for b in blocks)), None)
-        if not 2 <= c <= _TAPER_MAX_DEPTH or per_tree is None or time.monotonic() > deadline:
+        if per_tree is None or time.monotonic() > deadline:
             continue
         units = tapered_units(loads, c, per_tree, tree_bytes, alpha, deadline)
         if units is None:
