@@ -25,7 +25,8 @@ Any lockstep schedule gives a solution: a step in which nothing crosses into ``p
 into the step after it (the merged step is no longer than both together, and no byte becomes
 available earlier), so its steps are ``K`` that cross into ``p`` and at most one after them.
 The bound is the least over ``K`` of the LP's value (``K`` stops where ``K alpha_in + F /
-C_in`` alone exceeds the best found), the most over the nodes. Where a step that crosses into
+C_in`` alone exceeds the best found; past :data:`MAX_STEPS` that sum stands for every deeper
+``K``), the most over the nodes. Where a step that crosses into
 a node could deliver nothing to it (``alpha_gpu > alpha_in``) the argument does not hold and
 no bound is given.
 
@@ -69,6 +70,7 @@ def lockstep_bound(coll: Collective) -> Bound | None:
     reach = _least_latency_from(group, src, dst, lat, topo.n_vertices)
     block = float(coll.size) / coll.n
     best, where = 0.0, ""
+    solved: dict[tuple, float] = {}       # alike nodes (one per server type): one LP search
     for p in nodes.tolist():
         members = group[vnode[group] == p]
         into_p = (vnode[dst] == p) & (vnode[src] != p)
@@ -80,8 +82,11 @@ def lockstep_bound(coll: Collective) -> Bound | None:
         if alpha_gpu > alpha_in:
             return None
         G = len(members)
-        t = _node_bound(G, block * (coll.n - G), G * (G - 1) * block, float(bw[into_p].sum()),
-                        float(bw[into_gpu].sum()), alpha_in, alpha_gpu)
+        key = (G, block * (coll.n - G), G * (G - 1) * block, float(bw[into_p].sum()),
+               float(bw[into_gpu].sum()), alpha_in, alpha_gpu)
+        if key not in solved:
+            solved[key] = _node_bound(*key)
+        t = solved[key]
         if t > best:
             best, where = t, topo.vertex_names[int(members[0])].split(".")[0]
     if coll.kind is CollectiveKind.ALLGATHER:

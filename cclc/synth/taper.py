@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,16 +31,15 @@ from cclc.synth.trees import HopGraph
 __all__ = ["LinkLoads", "link_loads", "pipeline_time", "tapered_units"]
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class LinkLoads:
     """``rates[l, s]``: tree edges through link ``l`` that carry their first chunk in step
-    ``s``, over the link's capacity (one row per distinct row of the links used, dominated
-    rows dropped); ``active[s]``: some edge carries its first chunk in step ``s``."""
+    ``s``, over the link's capacity (with :func:`link_loads`' ``prune``, one row per distinct
+    row and no dominated row); ``active[s]``: some edge carries its first chunk in step
+    ``s``."""
 
-    __slots__ = ("rates", "active")
-
-    def __init__(self, rates: np.ndarray, active: np.ndarray) -> None:
-        self.rates = rates
-        self.active = active
+    rates: np.ndarray
+    active: np.ndarray
 
     def moving(self, chunks: int) -> np.ndarray:
         """Steps (of ``span + chunks - 1``) in which some edge carries a chunk."""
