@@ -1,6 +1,7 @@
 """Synthesized tree schedules (issue 14) run for real: the MPI build of the generated library on
-a faulty torus, a torus with a failed rank and a two-node fabric, and the independent MSCCL
-executor on every runtime's XML; outputs must equal the numpy reference."""
+a faulty torus, a torus with a failed rank and a two-node fabric (equal chunks, and the tapered
+chunks the planner builds on the fabric at a large size), and the independent MSCCL executor on
+every runtime's XML; outputs must equal the numpy reference."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from backends.msccl import render_xml
 from backends.msccl.executor import execute
 from cclc.algorithms import get
 from cclc.collective import CollectiveKind as K
-from cclc.collective import make_collective
+from cclc.collective import Hint, make_collective
 from cclc.errors import ScheduleError
 from cclc.topology import torus, with_faults
 from cclc.verify import verify
@@ -42,6 +43,23 @@ def _synth(make, kind):
 @pytest.mark.parametrize("make, kind", CASES, ids=lambda x: getattr(x, "__name__", str(x)))
 def test_synth_runs_under_mpi(tmp_path, make, kind):
     run_mpi(_synth(make, kind), tmp_path, inplace=kind is K.ALLREDUCE)
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun is not installed")
+@pytest.mark.parametrize("kind", [K.ALLGATHER, K.REDUCESCATTER, K.ALLREDUCE])
+def test_tapered_synth_runs_under_mpi(tmp_path, kind):
+    # 16 MiB blocks: the lockstep pricing shrinks the chunks towards the pipeline's end, so ops
+    # move unequal numbers of units (the run moves one element a unit)
+    topo = fabric_2x3()
+    group = topo.live_ranks()
+    coll = make_collective(kind.value, kind, topo, group, size=len(group) * (16 << 20),
+                           algorithm=Hint("synth"))
+    s = get("synth").build(coll, race=0)
+    assert "units" in dict(s.params)
+    counts = s.ops.count[s.ops.route != 0]
+    assert counts.min() < counts.max()
+    verify(s)
+    run_mpi(s, tmp_path, inplace=kind is K.ALLREDUCE)
 
 
 @pytest.mark.parametrize("make, kind", CASES, ids=lambda x: getattr(x, "__name__", str(x)))
