@@ -25,6 +25,8 @@ full (list scheduling with a fixed order: chunk ``c`` leaves the root in step ``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from cclc.algorithms.common import even_split
@@ -71,20 +73,23 @@ def _routes(b: ScheduleBuilder, g: HopGraph, moves: np.ndarray) -> np.ndarray:
     return b.add_routes(offs, links)[inverse.reshape(-1)]
 
 
+@dataclass(frozen=True)
 class Pieces:
     """How a tree's share of a block is cut: chunk ``c`` is ``count[c]`` consecutive units
     from unit ``first[c]`` on; ``per_tree`` units in all (equal chunks: one unit each)."""
 
-    __slots__ = ("count", "first", "per_tree")
+    count: np.ndarray
+    first: np.ndarray
+    per_tree: int
 
-    def __init__(self, chunks: int, units: np.ndarray | None = None) -> None:
+    @classmethod
+    def of(cls, chunks: int, units: np.ndarray | None = None) -> Pieces:
+        """``chunks`` chunks of ``units[c]`` units each (one unit each without ``units``)."""
         count = np.ones(chunks, dtype=np.int64) if units is None else \
             np.asarray(units, dtype=np.int64)
         if len(count) != chunks or (count < 1).any():
             raise ValueError(f"units {count.tolist()} for {chunks} chunks")
-        self.count = count
-        self.first = np.cumsum(count) - count
-        self.per_tree = int(count.sum())
+        return cls(count, np.cumsum(count) - count, int(count.sum()))
 
     @property
     def tapered(self) -> bool:
@@ -106,7 +111,7 @@ def allgather_ops(coll: Collective, g: HopGraph, p: TreePacking, chunks: int,
     """The AllGather schedule of packing ``p`` with ``chunks`` chunks per tree (of ``units``
     units each, see :class:`Pieces`)."""
     n, k = coll.n, p.k
-    pieces = Pieces(chunks, units)
+    pieces = Pieces.of(chunks, units)
     q = k * pieces.per_tree
     lay = even_split(coll.count // n, q)
     b = ScheduleBuilder(coll, input=lay, output=np.tile(lay, n))
@@ -258,7 +263,7 @@ def reducescatter_ops(coll: Collective, g: HopGraph, p: TreePacking, chunks: int
                       params: tuple, units: np.ndarray | None = None) -> Schedule:
     """The ReduceScatter schedule of in-tree packing ``p`` (trees of the reversed moves)."""
     n, k = coll.n, p.k
-    pieces = Pieces(chunks, units)
+    pieces = Pieces.of(chunks, units)
     q = k * pieces.per_tree
     lay = even_split(coll.count // n, q)
     scratch, rounds, recv = _scratch_and_plan(p, np.tile(lay, (n, 1)), np.tile(lay, n),
@@ -276,7 +281,7 @@ def allreduce_ops(coll: Collective, g: HopGraph, rs: TreePacking, ag: TreePackin
     """ReduceScatter over ``rs`` into each root's output block, then AllGather over ``ag``
     (same ``k``), overlapped chunk by chunk."""
     n, k = coll.n, ag.k
-    pieces = Pieces(chunks, units)
+    pieces = Pieces.of(chunks, units)
     q = k * pieces.per_tree
     lay = _chunk_layout(even_split(coll.count, n), q)
     scratch, rounds, recv = _scratch_and_plan(rs, lay.reshape(n, q), lay, pieces)
