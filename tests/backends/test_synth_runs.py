@@ -49,7 +49,7 @@ def test_synth_runs_under_mpi(tmp_path, make, kind):
 @pytest.mark.parametrize("kind", [K.ALLGATHER, K.REDUCESCATTER, K.ALLREDUCE])
 def test_tapered_synth_runs_under_mpi(tmp_path, kind):
     # 16 MiB blocks: the lockstep pricing shrinks the chunks towards the pipeline's end, so ops
-    # move unequal numbers of units (the run moves one element a unit)
+    # move unequal numbers of units
     topo = fabric_2x3()
     group = topo.live_ranks()
     coll = make_collective(kind.value, kind, topo, group, size=len(group) * (16 << 20),
