@@ -145,7 +145,7 @@ def _print(row: dict) -> None:
           f"{' tapered, ' + str(row['units']) + ' units per tree' if 'units' in row else ''})"
           f"  best template "
           f"{tmpl}{slower}"
-          + (f"  lockstep bound {100 * row['lockstep_bound_s'] / row['synth_s']:.1f}%"
+          + (f"  {100 * row['lockstep_bound_s'] / row['synth_s']:.1f}% of the lockstep bound"
              if "lockstep_bound_s" in row else "")
           + "".join(f"  {m} {pct(t).strip()}" for m, t in row["models"].items()),
           flush=True)

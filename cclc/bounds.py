@@ -131,7 +131,7 @@ __all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES"
            "LP_MAX_VARIABLES", "LP_PDLP_MAX_VARIABLES", "Bound", "Bounds",
            "bounds", "cut_bound", "hop_bytes_bound", "injection_bound", "latency_bound",
            "latency_graph", "lp_bound",
-           "lp_size", "lp_skipped_note"]
+           "lp_size", "lp_skipped_note", "vertex_nodes"]
 
 #: the alltoall LP (one multi-commodity LP, capacities shared) is skipped by default above this
 #: many flow variables (commodity families x healthy links, after the symmetry reduction); up
@@ -368,7 +368,7 @@ def injection_bound(coll: Collective) -> Bound:
                  f"{names[g[i_r]]} receives {recv[i_r]:.6g} B at {_describe_rate(in_bw[i_r])}")
 
 
-def _vertex_nodes(topo) -> np.ndarray:
+def vertex_nodes(topo) -> np.ndarray:
     """The node of every vertex (-1 outside every node) on a machine made of nodes: a rank's
     own, and node ``i`` for a switch or NIC whose name starts with ``node<i>.``."""
     vnode = np.full(topo.n_vertices, -1)
@@ -397,7 +397,7 @@ def _allreduce_parties(f: _Facts) -> Bound | None:
     topo = f.topo
     if topo.node_of_rank is None:
         return None
-    vnode = _vertex_nodes(topo)
+    vnode = vertex_nodes(topo)
     parties = np.unique(vnode[f.group])
     N = len(parties)
     if N < 2:
@@ -450,7 +450,7 @@ def _candidate_cuts(f: _Facts) -> Iterator[tuple[str, np.ndarray]]:
                 for k in range(1, m):
                     yield f"cut of dimension {d} between coordinates {k - 1} and {k}", c < k
     if topo.node_of_rank is not None:
-        vnode = _vertex_nodes(topo)
+        vnode = vertex_nodes(topo)
         if topo.n_nodes > 1:
             for i in range(topo.n_nodes):
                 yield f"node {i}", vnode == i

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cclc.bounds import Bound, _vertex_nodes, latency_graph
+from cclc.bounds import Bound, latency_graph, vertex_nodes
 from cclc.collective import Collective, CollectiveKind
 from cclc.group_links import group_links
 
@@ -58,7 +58,7 @@ def lockstep_bound(coll: Collective) -> Bound | None:
     if coll.kind not in kinds or topo.node_of_rank is None:
         return None
     group = np.asarray(coll.group, dtype=np.int64)
-    vnode = _vertex_nodes(topo)
+    vnode = vertex_nodes(topo)
     nodes = np.unique(vnode[group])
     if len(nodes) < 2:
         return None
