@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(DATA_FILE), help="calibration CSV")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    ap.add_argument("--json", metavar="PATH", help="also write every point as JSON")
     args = ap.parse_args(argv)
     rows = [predict(p) for p in load_points(args.data)]
     if args.markdown:
@@ -56,7 +57,30 @@ def main(argv: list[str] | None = None) -> int:
     drift = [r.point.id for r in checked if not r.within]
     print(f"\n{len(checked)} large-size points checked at +-{TOLERANCE:.0%}: "
           + ("all within" if not drift else "drifting: " + ", ".join(drift)))
+    if args.json:
+        _write_json(args.json, rows, argv)
     return 1 if drift else 0
+
+
+def _write_json(path: str, rows, argv: list[str] | None) -> None:
+    import json
+
+    from meta import run_meta  # benchmarks/meta.py, beside this script
+
+    points = []
+    for r in rows:
+        p = r.point
+        points.append({
+            "id": p.id, "nodes": p.nodes, "gpus": p.gpus, "arch": p.arch,
+            "interconnect": p.interconnect, "nics": p.nics, "nic_gbps": p.nic_gbps,
+            "collective": FUNC_NAMES[p.func],
+            "forced": p.algorithm.name.lower() if p.algorithm is not None else None,
+            "bytes": p.size, "metric": p.metric, "published": p.value,
+            "predicted": r.predicted, "error": r.error, "choice": r.choice, "check": p.check,
+            "scale": p.scale, "within": bool(r.within), "source": p.source})
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"meta": run_meta(argv), "tolerance": TOLERANCE, "points": points}, f,
+                  indent=1)
 
 
 if __name__ == "__main__":

@@ -204,8 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print(f"\n{len(rows)} rows in {time.perf_counter() - start:.0f} s")
     if args.json:
+        from meta import run_meta  # benchmarks/meta.py, beside this script
+
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rows": rows, "summary_markdown": table}, f, indent=1)
+            json.dump({"meta": run_meta(argv), "model": model.label, "rows": rows,
+                       "summary_markdown": table}, f, indent=1)
     return 0
 
 

@@ -178,8 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     slowest = max(r["diagnose_s_max"] for r in rows)
     print(f"slowest diagnosis (routes cached after the first): {slowest:.2f} s")
     if args.json:
+        from meta import run_meta  # benchmarks/meta.py, beside this script
+
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"meta": run_meta(argv), "trials": trials, "rows": rows}, f,
+                      indent=1)
     return 0
 
 

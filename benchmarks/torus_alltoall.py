@@ -266,8 +266,11 @@ def main(argv=None) -> int:
                 cells.append(f"{v[0]['time'] * 1e6:.4g} us ({v[0]['speedup']:.2f}x)" if v else "-")
             print(f"| {t} | {_fmt_size(size)} | " + " | ".join(cells) + " |")
     if args.json:
+        from meta import run_meta  # benchmarks/meta.py, beside this script
+
         with open(args.json, "w") as fh:
-            json.dump({"average_speedup": {k: v for k, v in averages(rows).items()
+            json.dump({"meta": run_meta(argv), "quick": args.quick,
+                       "average_speedup": {k: v for k, v in averages(rows).items()
                                            if k in SERIES},
                        "average_speedup_rho_artifact": {k: v for k, v in averages(rows).items()
                                                         if k in RHO_SERIES},

@@ -102,8 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"predicted gain over NCCL's default: geometric mean {geo:.2f}x, median "
           f"{gains[len(gains) // 2]:.2f}x, range {gains[0]:.2f}x .. {gains[-1]:.2f}x")
     if args.json:
+        from meta import run_meta  # benchmarks/meta.py, beside this script
+
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"meta": run_meta(argv), "nccl_version": str(version),
+                       "rows": rows}, f, indent=1)
     return 0 if met == len(rows) else 1
 
 

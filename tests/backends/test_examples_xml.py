@@ -4,11 +4,10 @@ XML is within every limit the runtime's loader checks (counted here from the XML
 limit and its source. Collectives small enough also run in the independent executor.
 
 Lowering the few largest schedules (hundreds of thousands of ops) takes minutes each; they are
-checked when ``CCLC_SLOW_TESTS=1``."""
+checked in the slow tier (``pytest -m slow``)."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 
@@ -24,14 +23,15 @@ from cclc.errors import ScheduleError
 EXAMPLES = sorted((pathlib.Path(__file__).parents[2] / "examples").glob("*.ccl"))
 #: the executor keeps a vector clock per threadblock: fine for thousands of ops, not millions
 MAX_OPS = 6000
-#: above this the lowering takes minutes (plain Python); run with CCLC_SLOW_TESTS=1
+#: above this the lowering takes minutes (plain Python): such collectives are the slow tier's
 SLOW_OPS = 16_000
-SLOW = os.environ.get("CCLC_SLOW_TESTS") == "1"
 CITED = re.compile(r"in (microsoft/msccl|Azure/msccl-executor-nccl|ROCm/rccl) \S+ @ [0-9a-f]{7}")
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_example_xml_loads_under_every_runtime(path):
+@pytest.mark.parametrize("path, large", [
+    *(pytest.param(p, False, id=p.stem) for p in EXAMPLES),
+    *(pytest.param(p, True, id=f"{p.stem}-large", marks=pytest.mark.slow) for p in EXAMPLES)])
+def test_example_xml_loads_under_every_runtime(path, large):
     import dsl
     from cclc.plan import plan
 
@@ -39,7 +39,7 @@ def test_example_xml_loads_under_every_runtime(path):
     ran = 0
     for coll in program.collectives:
         schedule = plan(coll).schedule
-        if len(schedule.ops) > SLOW_OPS and not SLOW:
+        if (len(schedule.ops) > SLOW_OPS) != large:
             continue
         for runtime in ("msccl", "msccl-executor", "rccl"):
             try:
@@ -55,5 +55,6 @@ def test_example_xml_loads_under_every_runtime(path):
                 execute(xml, op=coll.op.value, root=coll.root or 0)
             ran += 1
     if not ran:
-        pytest.skip(f"no collective of {path.name} fits a runtime or is small enough to lower "
-                    "here")
+        pytest.skip(f"no {'large ' if large else ''}collective of {path.name} fits a runtime"
+                    + ("" if large else f" with at most {SLOW_OPS} ops (the slow tier lowers "
+                                        "the larger ones)"))

@@ -5,14 +5,13 @@ schedule the lowering refuses must be refused with the same message.
 
 ``CCLC_REGEN=1`` rewrites the digest file (review the diff: a changed digest is a changed
 XML file). Collectives of more than 16 000 ops are left out, except hgx16's two largest for
-microsoft/msccl, checked when ``CCLC_SLOW_TESTS=1``.
+microsoft/msccl, checked in the slow tier (``pytest -m slow``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
 
 import pytest
@@ -38,7 +37,6 @@ from cclc.topology import torus
 DIGESTS = GOLDEN / "msccl_digests.json"
 EXAMPLES = sorted((pathlib.Path(__file__).parents[2] / "examples").glob("*.ccl"))
 SLOW_OPS = 16_000
-SLOW = os.environ.get("CCLC_SLOW_TESTS") == "1"
 RUNTIMES = ("msccl", "msccl-executor", "rccl")
 #: option sets every schedule is lowered with (runtime is added per case)
 VARIANTS = {"default": {}, "nofuse": {"fuse": False}, "ch2": {"nchannels": 2},
@@ -118,7 +116,7 @@ def test_lowering_matches_saved_digests():
     _check(_cases())
 
 
-@pytest.mark.skipif(not SLOW, reason="a minute or more per collective; CCLC_SLOW_TESTS=1 runs it")
+@pytest.mark.slow  # a minute or more per collective
 def test_hgx16_matches_saved_digests():
     # the old lowering took a quarter of an hour of CPU per large case, so only hgx16's two
     # 128-rank collectives for microsoft/msccl were saved: 262 272 ops lowered, and 522 368

@@ -21,6 +21,9 @@ from hypothesis import strategies as st
 
 from cclc.cli import main
 
+#: hypothesis's budget takes minutes: the slow tier
+pytestmark = pytest.mark.slow
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BUDGET = int(os.environ.get("CCLC_FUZZ_EXAMPLES", "30"))
 FUZZ = settings(max_examples=BUDGET, deadline=None, derandomize=BUDGET <= 30,

@@ -44,6 +44,7 @@ def _fresh_clone(dest: Path) -> None:
             shutil.copy2(src, dest / name)
 
 
+@pytest.mark.slow  # a fresh virtualenv and its install: minutes
 def test_readme_commands_work_in_a_fresh_virtualenv(tmp_path):
     first_line, test_line = _readme_commands()
     # the first line makes and enters a virtualenv, then installs and compiles
@@ -51,7 +52,7 @@ def test_readme_commands_work_in_a_fresh_virtualenv(tmp_path):
     install_line = "pip install" + install_line
     assert venv_line == "python3 -m venv .venv && . .venv/bin/activate"
     assert install_line.startswith("pip install -e '.[test]' && cclc compile")
-    assert test_line == "python3 -m pytest -q"
+    assert test_line == "python3 -m pytest -q -rs"
     repo = tmp_path / "cclc"
     _fresh_clone(repo)
     # the README's python3, as a newcomer's shell finds it (not this test's virtualenv)
