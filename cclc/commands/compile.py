@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from cclc.commands.argtypes import path_named
 from cclc.errors import CclError
 from cclc.pipeline import Compiled, Events, Request, compile_program
 from cclc.progress import Progress
@@ -56,6 +57,7 @@ def add_parser(sub) -> None:
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", metavar="FILE.ccl", help="the file to compile")
     p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   type=path_named,
                    help="output folder (created if missing)")
     p.add_argument("--emit", default="json", metavar="LIST",
                    help=f"comma-separated outputs: {', '.join(_outputs())} (default: json)")

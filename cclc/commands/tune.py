@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from cclc.collective import CollectiveKind
-from cclc.commands.argtypes import int_at_least
+from cclc.commands.argtypes import int_at_least, path_named
 from cclc.errors import CclError, SemanticError
 from cclc.outdir import OutputDir
 from cclc.tune.space import MAX_CHANNELS
@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("tune", help="tune NCCL parameters and build a tuner plugin",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", metavar="FILE.ccl", help="topologies and collectives to tune")
-    p.add_argument("-o", "--output", required=True, metavar="DIR",
+    p.add_argument("-o", "--output", required=True, metavar="DIR", type=path_named,
                    help="output folder")
     p.add_argument("--collectives", metavar="LIST",
                    help="tune these kinds on all ranks of every topology in the file instead "

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cclc.commands.argtypes import path_named
 from cclc.errors import CclError
 
 HELP = """Draw one or more schedules (JSON written by 'cclc compile') as a single offline HTML
@@ -24,7 +25,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("viz", help="draw schedules as an offline HTML page", description=HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("schedules", nargs="+", metavar="SCHED.json", help="schedule files")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="page to write")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.html",
+                   type=path_named, help="page to write")
     p.add_argument("--force", action="store_true",
                    help="overwrite OUT.html even if it exists")
     p.set_defaults(run=run)

@@ -154,3 +154,14 @@ def test_hierarchical_note_does_not_claim_nvlink_only(tmp_path, capsys):
     note = next(line for line in capsys.readouterr().out.splitlines() if "hierarchical" in line)
     assert "NVLink or PCIe" in note
 
+
+
+@pytest.mark.parametrize("command", [["compile"], ["tune"]])
+def test_empty_output_folder_name_is_a_bad_flag(tmp_path, capsys, monkeypatch, command):
+    # Path("") is the current folder: writing there was never what -o '' meant
+    source = _write(tmp_path, AG)
+    monkeypatch.chdir(tmp_path)
+    _fails([*command, source, "-o", ""], capsys, "argument -o/--output: expected a path, got an "
+           "empty name")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.ccl"]
+
