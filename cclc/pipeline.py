@@ -164,6 +164,10 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
     backends = [load(name) for name in request.emit]
 
     # 1. resolve: the collectives asked for, each checked against the algorithm table
+    if not program.topologies:
+        # node types alone compile into nothing: refused before the folder is made
+        raise CclError(f"{request.source} declares no topology, so there is nothing to compile "
+                       "(add 'topology NAME = torus(4, 4) { link 50 GB/s, 1 us }')")
     collectives = _select(program, request)
     if not collectives:
         events.note(f"{request.source} declares no collective: only its topologies are "

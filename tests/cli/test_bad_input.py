@@ -165,3 +165,12 @@ def test_empty_output_folder_name_is_a_bad_flag(tmp_path, capsys, monkeypatch, c
            "empty name")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.ccl"]
 
+
+@pytest.mark.parametrize("text", ["", "  \n# nothing yet\n"])
+def test_a_file_that_declares_nothing_is_an_error(tmp_path, capsys, text):
+    source = _write(tmp_path, text)
+    _errors(["check", source], capsys, f"{source}:1:1: error: the file declares nothing")
+    _errors(["compile", source, "-o", str(tmp_path / "out")], capsys,
+            f"{source}:1:1: error: the file declares nothing")
+    assert not (tmp_path / "out").exists()
+
