@@ -174,3 +174,10 @@ def test_a_file_that_declares_nothing_is_an_error(tmp_path, capsys, text):
             f"{source}:1:1: error: the file declares nothing")
     assert not (tmp_path / "out").exists()
 
+
+def test_a_number_of_100000_digits(tmp_path, capsys):
+    source = _write(tmp_path, "topology t = torus(" + "9" * 100_000 + ") { link 1 GB/s, 1 us }")
+    for argv in (["check", source], ["compile", source, "-o", str(tmp_path / "out")]):
+        err = _errors(argv, capsys, f"{source}:1:20: error: number too large")
+        assert "\n" + " " * 19 + "^~~" in err
+    assert not (tmp_path / "out").exists()
