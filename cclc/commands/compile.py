@@ -26,7 +26,8 @@ the other outputs are still written; the command then exits 1. With algorithm au
 candidate that an output refuses for its chunks (MSCCL's equal chunks) ranks after every
 candidate all outputs take (--explain says "refused by an output"). Files cclc did not write
 are never overwritten without --force (cclc keeps a list of its files in
-DIR/.cclc-manifest.json).
+DIR/.cclc-manifest.json). A run locks DIR while it writes: a second compile or tune into DIR
+meanwhile is refused at once (exit 2) and writes nothing.
 
 Times are predicted under the execution model of the first code-emitting backend in --emit
 (nccl: dataflow lanes with a per-group cost; msccl: dataflow with a per-op cost; json
