@@ -226,6 +226,11 @@ class _FolderLock:
             if _same_file(fd, path):
                 break
             os.close(fd)
+        if os.fstat(fd).st_size and not _read_pid(fd):
+            # not a lock file cclc made (cclc's hold a process id): never truncate the user's
+            os.close(fd)
+            raise CclError(f"'{path}' is not cclc's lock file; move it away to write into "
+                           f"'{folder}'")
         try:
             # who holds it, for the message of a refused run; the lock works without it
             os.ftruncate(fd, 0)

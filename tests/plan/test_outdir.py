@@ -103,3 +103,11 @@ def test_a_stale_lock_file_blocks_nothing(tmp_path):
     with OutputDir(tmp_path) as out:
         out.write_text("a.json", "{}")
     assert sorted(os.listdir(tmp_path)) == [MANIFEST, "a.json"]
+
+
+def test_a_user_file_named_like_the_lock_is_left_alone(tmp_path):
+    (tmp_path / LOCK).write_text("my notes")
+    with pytest.raises(CclError, match="is not cclc's lock file"):
+        OutputDir(tmp_path).write_text("a.json", "{}")
+    assert (tmp_path / LOCK).read_text() == "my notes"
+    assert sorted(os.listdir(tmp_path)) == [LOCK]
