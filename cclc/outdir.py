@@ -77,9 +77,14 @@ class OutputDir:
     # -- the lock ----------------------------------------------------------------------------
     def __enter__(self) -> OutputDir:
         if self._depth == 0:
-            self._lock = _FolderLock.acquire(self.path)
-            # the manifest as the previous run left it: read under the lock
-            self._files = self._read_manifest()
+            lock = _FolderLock.acquire(self.path)
+            try:
+                # the manifest as the previous run left it: read under the lock
+                self._files = self._read_manifest()
+            except BaseException:
+                lock.release()
+                raise
+            self._lock = lock
         self._depth += 1
         return self
 

@@ -111,3 +111,11 @@ def test_a_user_file_named_like_the_lock_is_left_alone(tmp_path):
         OutputDir(tmp_path).write_text("a.json", "{}")
     assert (tmp_path / LOCK).read_text() == "my notes"
     assert sorted(os.listdir(tmp_path)) == [LOCK]
+
+
+def test_a_manifest_spoiled_meanwhile_releases_the_lock(tmp_path):
+    out = OutputDir(tmp_path)
+    (tmp_path / MANIFEST).write_text("not json")
+    with pytest.raises(CclError, match="cannot read the manifest"):
+        out.__enter__()
+    assert not out.locked and not (tmp_path / LOCK).exists()
