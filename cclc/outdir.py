@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 
 from cclc.errors import CclError
 
-__all__ = ["LOCK", "MANIFEST", "OutputDir"]
+__all__ = ["LOCK", "MANIFEST", "OutputDir", "write_atomically"]
 
 #: the manifest's file name inside an output folder
 MANIFEST = ".cclc-manifest.json"
@@ -156,7 +156,7 @@ class OutputDir:
         if rel not in self._files:
             self._files.add(rel)
             self._save_manifest()
-        _atomic_write(target, data)
+        write_atomically(target, data)
         return rel
 
     def write_text(self, name: str, text: str | Iterable[str | bytes]) -> str:
@@ -194,7 +194,7 @@ class OutputDir:
         # read the manifest: keep them
         self._files |= self._read_manifest()
         doc = {"format": _FORMAT, "version": _VERSION, "files": sorted(self._files)}
-        _atomic_write(self.path / MANIFEST, (json.dumps(doc, indent=1) + "\n").encode("utf-8"))
+        write_atomically(self.path / MANIFEST, (json.dumps(doc, indent=1) + "\n").encode("utf-8"))
 
 
 class _FolderLock:
@@ -277,7 +277,12 @@ def _umask() -> int:
     return mask
 
 
-def _atomic_write(target: Path, data: bytes | Iterable[bytes]) -> None:
+def write_atomically(target: str | os.PathLike, data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` to ``target`` through a temporary file beside it moved into place, so
+    a reader (or a second writer) never sees half a file; :class:`~cclc.errors.CclError` when
+    the file system refuses. For a single file the user names; folders go through
+    :class:`OutputDir`."""
+    target = Path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

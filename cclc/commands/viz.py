@@ -35,6 +35,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from backends.html import render
     from cclc.errors import ScheduleError
+    from cclc.outdir import write_atomically
     from cclc.pipeline import measure
     from cclc.serialize import load
     from cclc.verify import verify
@@ -58,9 +59,6 @@ def run(args) -> int:
         schedules.append(schedule)
     print("viz: simulating and drawing", file=sys.stderr)
     page = render([(s, measure(s)) for s in schedules])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
+    write_atomically(out, page.encode("utf-8"))
     print(f"wrote {out} ({len(page) / 1e6:.2f} MB)")
     return 0

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from cclc.errors import CclError
-from cclc.outdir import LOCK, MANIFEST, OutputDir
+from cclc.outdir import LOCK, MANIFEST, OutputDir, write_atomically
 
 
 def test_creates_folder_and_manifest(tmp_path):
@@ -119,3 +119,13 @@ def test_a_manifest_spoiled_meanwhile_releases_the_lock(tmp_path):
     with pytest.raises(CclError, match="cannot read the manifest"):
         out.__enter__()
     assert not out.locked and not (tmp_path / LOCK).exists()
+
+
+def test_write_atomically_replaces_a_single_file_whole(tmp_path):
+    target = tmp_path / "sub" / "page.html"
+    write_atomically(target, b"first")
+    write_atomically(target, [b"sec", b"ond"])
+    assert target.read_bytes() == b"second"
+    assert os.listdir(tmp_path / "sub") == ["page.html"]
+    with pytest.raises(CclError, match="cannot write"):
+        write_atomically(tmp_path / "sub" / "page.html" / "x", b"")
