@@ -589,6 +589,10 @@ def load(path: str | os.PathLike) -> Schedule:
     except json.JSONDecodeError as e:
         raise ScheduleError(f"{p} is not valid JSON: line {e.lineno}, column {e.colno}: "
                             f"{e.msg}") from None
+    except ValueError:
+        # the one other ValueError of json.load: Python's limit on the digits of an integer
+        raise ScheduleError(f"{p} holds a number too large to be read (an integer of more "
+                            "than 4300 digits)") from None
     except RecursionError:
         raise ScheduleError(f"{p} nests lists or objects too deeply to be a schedule "
                             "document") from None

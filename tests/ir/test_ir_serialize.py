@@ -218,3 +218,11 @@ def test_a_key_given_twice_is_refused(tmp_path, where):
     with pytest.raises(ScheduleError, match=rf"dup\.json: the key '{key}' appears twice in one "
                                             "object"):
         load(p)
+
+
+def test_a_number_of_100000_digits_is_refused(tmp_path):
+    p = tmp_path / "big.json"
+    save(build(coll(K.ALLGATHER, torus("t", (3,)))), p)
+    p.write_text(p.read_text().replace("{", '{"pad": ' + "9" * 100_000 + ", ", 1))
+    with pytest.raises(ScheduleError, match=r"big\.json holds a number too large to be read"):
+        load(p)
