@@ -3,16 +3,22 @@
 The only place that prints, exits, and wires dsl/, cclc/ and backends/ together. Each
 subcommand lives in ``cclc/commands/<name>.py`` with ``add_parser(subparsers)`` and
 ``run(args) -> int``.
+
+This module imports nothing but :mod:`sys` at its top: it is the console entry point, and a
+Ctrl-C during the seconds the commands spend importing numpy, lark or OR-Tools must end in
+"interrupted" and exit status 130, not a traceback, so every import happens inside
+:func:`main`'s handler.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
 
-from cclc import __version__
-from cclc.errors import CclError, render_error
+TYPE_CHECKING = False       # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:
+    import argparse
+
+    from cclc.errors import CclError
 
 __all__ = ["main"]
 
@@ -29,6 +35,11 @@ Run 'cclc COMMAND --help' for the details of one command."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+    import importlib
+
+    from cclc import __version__
+
     parser = argparse.ArgumentParser(
         prog="cclc",
         description="cclc compiles a machine and a collective, written in a .ccl file, into a "
@@ -42,7 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        # a second Ctrl-C while we say so must not print a traceback either
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(argv: list[str] | None) -> int:
     from cclc.allocator import reuse_freed_memory
+    from cclc.errors import CclError, render_error
 
     reuse_freed_memory()        # fewer page faults on large compiles (see cclc.allocator)
     parser = build_parser()
@@ -60,9 +85,6 @@ def main(argv: list[str] | None = None) -> int:
         where = f" '{err.filename}'" if err.filename else ""
         print(f"error: cannot use{where}: {err.strerror or err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
 
 
 def _source_of(err: CclError) -> str | None:

@@ -146,7 +146,9 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
                     request: Request = Request(), events: Events | None = None
                     ) -> tuple[Compiled, ...]:
     """Compile every collective of ``program`` that ``request`` asks for into the folder
-    ``output`` (created after the names are checked; ``request.force`` applies to a path).
+    ``output`` (created after the names are checked; ``request.force`` applies to a path),
+    holding the folder's lock (:class:`~cclc.outdir.OutputDir`) from the foreign-file check to
+    the last file written.
 
     Raises :class:`~cclc.errors.CclError` for what stops the whole run before anything is
     written (a bad name, a file cclc would have to overwrite); a collective whose schedule
@@ -162,6 +164,10 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
     backends = [load(name) for name in request.emit]
 
     # 1. resolve: the collectives asked for, each checked against the algorithm table
+    if not program.topologies:
+        # node types alone compile into nothing: refused before the folder is made
+        raise CclError(f"{request.source} declares no topology, so there is nothing to compile "
+                       "(add 'topology NAME = torus(4, 4) { link 50 GB/s, 1 us }')")
     collectives = _select(program, request)
     if not collectives:
         events.note(f"{request.source} declares no collective: only its topologies are "
@@ -171,50 +177,54 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
     if request.size_check:
         _check_sizes(collectives)
 
-    # refuse before any work a file this run would write that cclc did not write: the
-    # topologies, and every file each backend declares for each collective
+    # the folder stays locked until every file of this run is written: a second run into it
+    # is refused at once instead of mixing its files with this one's
     out = output if isinstance(output, OutputDir) else OutputDir(output, force=request.force)
-    topologies = _topologies(program, collectives, request)
-    out.refuse_foreign([topology_file(name) for name in topologies]
-                       + [f for c in collectives for b in backends for f in b.files(c, options)])
-    for name, topo in topologies.items():
-        with events.stage(f"writing {topology_file(name)}"):
-            events.wrote(out.write_text(topology_file(name), _topology_text(topo)))
+    with out:
+        # refuse before any work a file this run would write that cclc did not write: the
+        # topologies, and every file each backend declares for each collective
+        topologies = _topologies(program, collectives, request)
+        out.refuse_foreign([topology_file(name) for name in topologies]
+                           + [f for c in collectives for b in backends
+                              for f in b.files(c, options)])
+        for name, topo in topologies.items():
+            with events.stage(f"writing {topology_file(name)}"):
+                events.wrote(out.write_text(topology_file(name), _topology_text(topo)))
 
-    model = model_for(request.emit)
-    results = []
-    for coll in collectives:
-        events.start(coll)
-        try:
-            # 2-5. build, route, verify and measure every candidate; keep the fastest
-            p = _plan(coll, request, model, events)
-        except ScheduleError as err:
-            events.failed(coll, err.message)
-            results.append(Compiled(coll, None, err.message))
-            continue
-        # 6. compare with what NCCL would take on the same machine
-        nccl = _compare(coll, p)
-        events.planned(coll, p, nccl)
-        # 7. render and write every output (the facts the renderers show are measured once)
-        facts = measure(p.schedule, p, simulate=any(b.wants_simulation for b in backends))
-        files: list[str] = []
-        missing: list[tuple[str, str]] = []
-        for k, backend in enumerate(backends):
+        model = model_for(request.emit)
+        results = []
+        for coll in collectives:
+            events.start(coll)
             try:
-                with events.stage(f"{coll.name}: {backend.name} output of "
-                                  f"{len(p.schedule.ops)} ops ({k + 1} of {len(backends)} "
-                                  "outputs)"):
-                    files += write_outputs(backend, coll, p.schedule, out, options, facts)
-            except CclError as err:
-                # one output the schedule cannot take (a runtime limit, a failed build) must
-                # not cost the user the others
-                missing.append((backend.name, err.message))
-                events.missing(coll, backend.name, err.message)
-        for name in files:
-            events.wrote(name)
-        events.done(coll)
-        results.append(Compiled(coll, p, None, nccl, tuple(files), tuple(missing)))
-    return tuple(results)
+                # 2-5. build, route, verify and measure every candidate; keep the fastest
+                p = _plan(coll, request, model, events)
+            except ScheduleError as err:
+                events.failed(coll, err.message)
+                results.append(Compiled(coll, None, err.message))
+                continue
+            # 6. compare with what NCCL would take on the same machine
+            nccl = _compare(coll, p)
+            events.planned(coll, p, nccl)
+            # 7. render and write every output (the facts the renderers show are measured once)
+            facts = measure(p.schedule, p, simulate=any(b.wants_simulation for b in backends))
+            files: list[str] = []
+            missing: list[tuple[str, str]] = []
+            for k, backend in enumerate(backends):
+                try:
+                    with events.stage(f"{coll.name}: {backend.name} output of "
+                                      f"{len(p.schedule.ops)} ops ({k + 1} of {len(backends)} "
+                                      "outputs)"):
+                        files += write_outputs(backend, coll, p.schedule, out, options, facts)
+                except CclError as err:
+                    # one output the schedule cannot take (a runtime limit, a failed build) must
+                    # not cost the user the others
+                    missing.append((backend.name, err.message))
+                    events.missing(coll, backend.name, err.message)
+            for name in files:
+                events.wrote(name)
+            events.done(coll)
+            results.append(Compiled(coll, p, None, nccl, tuple(files), tuple(missing)))
+        return tuple(results)
 
 
 # -- the stages --------------------------------------------------------------------------------
@@ -373,6 +383,7 @@ def write_backend(backend: Backend[Any, Any], key: Any, subject: Any,
 
     options = options or EmitOptions()
     out = outdir if isinstance(outdir, OutputDir) else OutputDir(outdir)
-    out.refuse_foreign(list(backend.files(key, options)))
-    names = write_outputs(backend, key, subject, out, options, facts or Facts())
+    with out:
+        out.refuse_foreign(list(backend.files(key, options)))
+        names = write_outputs(backend, key, subject, out, options, facts or Facts())
     return [out.path / name for name in names]

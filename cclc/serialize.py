@@ -563,13 +563,25 @@ def _int32(a: np.ndarray, where: str) -> np.ndarray:
     return a
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of a schedule document; a key given twice is an error (plain JSON readers
+    keep the last silently, so the document would mean different things to different tools)."""
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc:
+            raise ScheduleError(f"the key '{key}' appears twice in one object; a schedule "
+                                "document gives each key once")
+        doc[key] = value
+    return doc
+
+
 def load(path: str | os.PathLike) -> Schedule:
     """Read a schedule document; :class:`CclError` if the file cannot be read,
     :class:`ScheduleError` if it is not a valid schedule document."""
     p = os.fspath(path)
     try:
         with open(p, encoding="utf-8") as f:
-            doc = json.load(f)
+            doc = json.load(f, object_pairs_hook=_unique_keys)
     except OSError as e:
         raise CclError(f"cannot read {p}: {e.strerror or e}") from None
     except UnicodeDecodeError:
@@ -577,9 +589,15 @@ def load(path: str | os.PathLike) -> Schedule:
     except json.JSONDecodeError as e:
         raise ScheduleError(f"{p} is not valid JSON: line {e.lineno}, column {e.colno}: "
                             f"{e.msg}") from None
+    except ValueError:
+        # the one other ValueError of json.load: Python's limit on the digits of an integer
+        raise ScheduleError(f"{p} holds a number too large to be read (an integer of more "
+                            "than 4300 digits)") from None
     except RecursionError:
         raise ScheduleError(f"{p} nests lists or objects too deeply to be a schedule "
                             "document") from None
+    except ScheduleError as e:
+        raise ScheduleError(f"{p}: {e.message}") from None
     try:
         return from_json(doc)
     except ScheduleError as e:

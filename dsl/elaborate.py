@@ -27,7 +27,7 @@ from cclc.collective import (
     ReduceOp,
     make_collective,
 )
-from cclc.errors import CclError, CollectiveError, SemanticError, TopologyError
+from cclc.errors import CclError, CollectiveError, SemanticError, Span, TopologyError
 from cclc.nccl_topo import read_nccl_topology
 from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
 from cclc.topology import (
@@ -86,6 +86,12 @@ def elaborate(file: ast.File, base_dir: str | Path = ".") -> Program:
         except CclError as err:
             # the last resort: an error nobody placed points at its statement
             raise err.with_span(stmt.span) from None
+    if not file.statements:
+        # an empty file would check clean and compile into an empty folder: almost surely the
+        # wrong file, or one not yet saved
+        raise SemanticError("the file declares nothing: a .ccl file holds a topology "
+                            "('topology NAME = torus(4, 4) { link 50 GB/s, 1 us }') and "
+                            "collectives on it", Span(file.filename, 1, 1))
     return Program(topologies=scope.of_kind("topology"), node_types=scope.of_kind("node type"),
                    collectives=tuple(collectives))
 

@@ -9,12 +9,13 @@ grammar-internal terminal name.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 
-from cclc.errors import Span, SyntaxErr
+from cclc.errors import CclError, Span, SyntaxErr
 from dsl import ast
 
 __all__ = ["PARSER", "describe_terminal", "parse"]
@@ -64,7 +65,13 @@ def parse(text: str, filename: str) -> ast.File:
         tree = PARSER.parse(text)
     except UnexpectedInput as err:
         raise _syntax_error(err, text, filename) from None
-    return _ToAst(filename).transform(tree)
+    try:
+        return _ToAst(filename).transform(tree)
+    except VisitError as err:
+        # lark wraps what a rule raises; a user error (a number too large) is the user's
+        if isinstance(err.orig_exc, CclError):
+            raise err.orig_exc from None
+        raise
 
 
 # ---- syntax errors ------------------------------------------------------------------------------
@@ -180,6 +187,13 @@ def _describe_expected(expected: set[str]) -> str:
 # ---- tree to AST --------------------------------------------------------------------------------
 
 
+def _shorten(number: str) -> str:
+    """A number's text as a message shows it: a long one by its start and its length."""
+    if len(number) <= 24:
+        return number
+    return f"{number[:12]}... ({len(number)} characters)"
+
+
 def _token_span(filename: str, token: Token) -> Span:
     return Span(filename, token.line, token.column, token.end_line, token.end_column)
 
@@ -209,9 +223,16 @@ class _ToAst(Transformer):
 
     def number(self, meta, children):
         text = str(children[0])
+        span = _token_span(self.filename, children[0])
         is_int = re.fullmatch(r"-?\d+", text) is not None
-        return ast.Number(int(text) if is_int else float(text), text,
-                          _token_span(self.filename, children[0]))
+        try:
+            value = int(text) if is_int else float(text)
+        except ValueError:
+            # Python refuses to convert integers of more than a few thousand digits
+            value = math.inf
+        if not math.isfinite(value):
+            raise SyntaxErr(f"number too large: {_shorten(text)}", span)
+        return ast.Number(value, text, span)
 
     def string(self, meta, children):
         return ast.String(str(children[0])[1:-1], _token_span(self.filename, children[0]))

@@ -147,6 +147,23 @@ def test_unknown_collective_in_only_stops_before_anything_is_written(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_node_types_alone_are_refused_before_the_folder_is_made(tmp_path):
+    source = "node g = pcie(gpus = 1) { link 48 GB/s, 1 us }\n"
+    with pytest.raises(CclError, match="declares no topology, so there is nothing to compile"):
+        compile_source(source, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_compile_holds_the_folder_lock_while_it_writes(tmp_path):
+    with OutputDir(tmp_path / "out") as held:
+        with pytest.raises(CclError, match="being written by another cclc run"):
+            compile_source(SOURCE, OutputDir(tmp_path / "out"), Request(only=("ag",)))
+        # the same object, entered again by the pipeline, nests
+        compile_source(SOURCE, held, Request(only=("ag",)))
+        assert held.locked
+    assert "ag.schedule.json" in held.files()
+
+
 GPU1 = NodeType("g1", "pcie", 1, 48e9, 1e-6, nics=1, nic_bandwidth=50e9)
 HGX = NodeType("hgx", "nvswitch", 2, 100e9, 1e-6, nics=2, nic_bandwidth=50e9)
 

@@ -1,10 +1,10 @@
-"""Argument types for numeric flags: argparse reports a bad value as a usage error (exit 2)."""
+"""Argument types for flags: argparse reports a bad value as a usage error (exit 2)."""
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["int_at_least"]
+__all__ = ["int_at_least", "path_named"]
 
 
 def int_at_least(low: int, high: int | None = None):
@@ -22,3 +22,15 @@ def int_at_least(low: int, high: int | None = None):
 
     parse.__name__ = "integer"
     return parse
+
+
+def path_named(text: str) -> str:
+    """An argparse ``type`` for a file or folder the user names: not empty (``-o ''`` would
+    otherwise mean the current folder)."""
+    if text == "":
+        raise argparse.ArgumentTypeError("expected a path, got an empty name (write . for the "
+                                         "current folder)")
+    return text
+
+
+path_named.__name__ = "path"

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from cclc.commands.argtypes import path_named
 from cclc.errors import CclError
 from cclc.pipeline import Compiled, Events, Request, compile_program
 from cclc.progress import Progress
@@ -25,7 +26,8 @@ the other outputs are still written; the command then exits 1. With algorithm au
 candidate that an output refuses for its chunks (MSCCL's equal chunks) ranks after every
 candidate all outputs take (--explain says "refused by an output"). Files cclc did not write
 are never overwritten without --force (cclc keeps a list of its files in
-DIR/.cclc-manifest.json).
+DIR/.cclc-manifest.json). A run locks DIR while it writes: a second compile or tune into DIR
+meanwhile is refused at once (exit 2) and writes nothing.
 
 Times are predicted under the execution model of the first code-emitting backend in --emit
 (nccl: dataflow lanes with a per-group cost; msccl: dataflow with a per-op cost; json
@@ -56,6 +58,7 @@ def add_parser(sub) -> None:
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", metavar="FILE.ccl", help="the file to compile")
     p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   type=path_named,
                    help="output folder (created if missing)")
     p.add_argument("--emit", default="json", metavar="LIST",
                    help=f"comma-separated outputs: {', '.join(_outputs())} (default: json)")

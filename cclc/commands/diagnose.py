@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from cclc.commands.argtypes import path_named
+
 __all__ = ["add_parser", "run"]
 
 HELP = """Read per-pair timings measured on a machine, map every pair onto the links its traffic
@@ -50,8 +52,9 @@ def add_parser(sub) -> None:
     p.add_argument("--hosts", metavar="FILE",
                    help="nccl-tests output: the hosts in node order, one per line (default: "
                         "the order in which they first appear in the files)")
-    p.add_argument("--faults", metavar="FILE", help="write the fault statements to FILE")
-    p.add_argument("--patch", metavar="OUT.ccl",
+    p.add_argument("--faults", metavar="FILE", type=path_named,
+                   help="write the fault statements to FILE")
+    p.add_argument("--patch", metavar="OUT.ccl", type=path_named,
                    help="write the .ccl file with the fault statements added to its topology")
     p.add_argument("--pairwise", action="store_true",
                    help="the pairs were timed one at a time, not all at once")
@@ -68,6 +71,7 @@ def run(args) -> int:
     from cclc.diagnose.localize import DiagnoseOptions, diagnose
     from cclc.diagnose.timings import read_timings_files
     from cclc.errors import CclError
+    from cclc.outdir import write_atomically
 
     program = dsl.load(args.topology)
     topos = program.topologies
@@ -121,14 +125,12 @@ def run(args) -> int:
     for line in statements:
         print(f"  {line}")
     if args.faults:
-        with open(args.faults, "w", encoding="utf-8") as f:
-            f.write("\n".join(statements) + "\n")
+        write_atomically(args.faults, ("\n".join(statements) + "\n").encode("utf-8"))
         print(f"wrote {args.faults}")
     if args.patch:
         with open(args.topology, encoding="utf-8") as f:
             text = f.read()
         patched = patch_source(text, args.topology, topo.name, statements)
-        with open(args.patch, "w", encoding="utf-8") as f:
-            f.write(patched)
+        write_atomically(args.patch, patched.encode("utf-8"))
         print(f"wrote {args.patch}")
     return 1

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from cclc.collective import CollectiveKind
-from cclc.commands.argtypes import int_at_least
+from cclc.commands.argtypes import int_at_least, path_named
 from cclc.errors import CclError, SemanticError
 from cclc.outdir import OutputDir
 from cclc.tune.space import MAX_CHANNELS
@@ -42,7 +42,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("tune", help="tune NCCL parameters and build a tuner plugin",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", metavar="FILE.ccl", help="topologies and collectives to tune")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", type=path_named,
+                   help="output folder")
     p.add_argument("--collectives", metavar="LIST",
                    help="tune these kinds on all ranks of every topology in the file instead "
                         f"of the file's collectives ({', '.join(_KINDS)})")
@@ -119,36 +120,38 @@ def run(args) -> int:
         raise SemanticError("nothing to tune: " + ("; ".join(notes) if notes else
                                                     "the file has no collectives"))
     out = OutputDir(args.output, force=args.force)
-    cache = MeasurementCache(str(out.path_for("tune-cache.json")))
-    profiler = profiler_from_spec(args.profiler)
-    options = TuneOptions(version=version, method=args.search, budget=args.budget)
-    try:
-        result = tune(targets, profiler, options, cache)
-    finally:
-        # what was measured stays measured, even when a later run failed
-        if len(cache):
-            out.write_text("tune-cache.json", cache.dumps())
-    for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
-    written = [out.write_text("tuning.csv", outputs.table_csv(result)),
-               out.write_text("tuning.json", outputs.table_json(result)),
-               out.write_text("nccl.conf", outputs.nccl_conf(result)),
-               out.write_text("nccl_tuner.conf", outputs.example_tuner_csv(result))]
-    try:
-        rows = outputs.plugin_rows(result)
-        written += [p.name for p in write_backend(load_backend("tuner"), rows, rows, out,
-                                                   EmitOptions(build=args.build))]
-    except CclError as err:
-        print(f"error: {err.message}", file=sys.stderr)
-        return 1
-    for e in result.entries:
-        print(describe(e))
-    evaluations = sum(e.evaluations for e in result.entries)
-    measured = sum(e.measured for e in result.entries)
-    print(f"{len(result.entries)} table entries; {evaluations} evaluations "
-          f"({measured} measured, the rest cached) with {args.search} on {profiler.name}")
-    for s in result.settings:
-        print(f"process-wide: {s.name}={s.value} ({s.why})")
-    print("wrote " + ", ".join(written) + f" to {out.path}")
-    return 0
+    # locked for the whole run: a second run into the folder is refused, not mixed in
+    with out:
+        cache = MeasurementCache(str(out.path_for("tune-cache.json")))
+        profiler = profiler_from_spec(args.profiler)
+        options = TuneOptions(version=version, method=args.search, budget=args.budget)
+        try:
+            result = tune(targets, profiler, options, cache)
+        finally:
+            # what was measured stays measured, even when a later run failed
+            if len(cache):
+                out.write_text("tune-cache.json", cache.dumps())
+        for note in result.notes:
+            print(f"note: {note}", file=sys.stderr)
+        written = [out.write_text("tuning.csv", outputs.table_csv(result)),
+                   out.write_text("tuning.json", outputs.table_json(result)),
+                   out.write_text("nccl.conf", outputs.nccl_conf(result)),
+                   out.write_text("nccl_tuner.conf", outputs.example_tuner_csv(result))]
+        try:
+            rows = outputs.plugin_rows(result)
+            written += [p.name for p in write_backend(load_backend("tuner"), rows, rows, out,
+                                                       EmitOptions(build=args.build))]
+        except CclError as err:
+            print(f"error: {err.message}", file=sys.stderr)
+            return 1
+        for e in result.entries:
+            print(describe(e))
+        evaluations = sum(e.evaluations for e in result.entries)
+        measured = sum(e.measured for e in result.entries)
+        print(f"{len(result.entries)} table entries; {evaluations} evaluations "
+              f"({measured} measured, the rest cached) with {args.search} on {profiler.name}")
+        for s in result.settings:
+            print(f"process-wide: {s.name}={s.value} ({s.why})")
+        print("wrote " + ", ".join(written) + f" to {out.path}")
+        return 0
 

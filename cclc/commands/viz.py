@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cclc.commands.argtypes import path_named
 from cclc.errors import CclError
 
 HELP = """Draw one or more schedules (JSON written by 'cclc compile') as a single offline HTML
@@ -24,7 +25,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("viz", help="draw schedules as an offline HTML page", description=HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("schedules", nargs="+", metavar="SCHED.json", help="schedule files")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="page to write")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.html",
+                   type=path_named, help="page to write")
     p.add_argument("--force", action="store_true",
                    help="overwrite OUT.html even if it exists")
     p.set_defaults(run=run)
@@ -33,6 +35,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from backends.html import render
     from cclc.errors import ScheduleError
+    from cclc.outdir import write_atomically
     from cclc.pipeline import measure
     from cclc.serialize import load
     from cclc.verify import verify
@@ -56,9 +59,6 @@ def run(args) -> int:
         schedules.append(schedule)
     print("viz: simulating and drawing", file=sys.stderr)
     page = render([(s, measure(s)) for s in schedules])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
+    write_atomically(out, page.encode("utf-8"))
     print(f"wrote {out} ({len(page) / 1e6:.2f} MB)")
     return 0

@@ -201,6 +201,12 @@ def _json_records(text: str, source: str) -> list:
     except json.JSONDecodeError as err:
         raise TimingsError(f"not valid JSON: {err.msg}",
                            Span(source, err.lineno, err.colno)) from None
+    except ValueError:
+        # the one other ValueError of json.loads: Python's limit on the digits of an integer
+        raise TimingsError("a number too large to be read (an integer of more than 4300 "
+                           "digits)", Span(source, 1, 1)) from None
+    except RecursionError:
+        raise TimingsError("lists or objects nested too deeply", Span(source, 1, 1)) from None
     if not isinstance(doc, dict) or doc.get("format") != "cclc-peer-timings":
         raise TimingsError("expected a JSON object with \"format\": \"cclc-peer-timings\"",
                            Span(source, 1, 1))

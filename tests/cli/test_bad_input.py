@@ -154,3 +154,30 @@ def test_hierarchical_note_does_not_claim_nvlink_only(tmp_path, capsys):
     note = next(line for line in capsys.readouterr().out.splitlines() if "hierarchical" in line)
     assert "NVLink or PCIe" in note
 
+
+
+@pytest.mark.parametrize("command", [["compile"], ["tune"]])
+def test_empty_output_folder_name_is_a_bad_flag(tmp_path, capsys, monkeypatch, command):
+    # Path("") is the current folder: writing there was never what -o '' meant
+    source = _write(tmp_path, AG)
+    monkeypatch.chdir(tmp_path)
+    _fails([*command, source, "-o", ""], capsys, "argument -o/--output: expected a path, got an "
+           "empty name")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.ccl"]
+
+
+@pytest.mark.parametrize("text", ["", "  \n# nothing yet\n"])
+def test_a_file_that_declares_nothing_is_an_error(tmp_path, capsys, text):
+    source = _write(tmp_path, text)
+    _errors(["check", source], capsys, f"{source}:1:1: error: the file declares nothing")
+    _errors(["compile", source, "-o", str(tmp_path / "out")], capsys,
+            f"{source}:1:1: error: the file declares nothing")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_number_of_100000_digits(tmp_path, capsys):
+    source = _write(tmp_path, "topology t = torus(" + "9" * 100_000 + ") { link 1 GB/s, 1 us }")
+    for argv in (["check", source], ["compile", source, "-o", str(tmp_path / "out")]):
+        err = _errors(argv, capsys, f"{source}:1:20: error: number too large")
+        assert "\n" + " " * 19 + "^~~" in err
+    assert not (tmp_path / "out").exists()

@@ -88,3 +88,11 @@ def test_pairs_csv_round_trip_sums_like_numpy(rows):
         secs = np.array([x for _, x in mine])
         expect = np.inf if np.isinf(secs).any() else secs.sum()
         assert t.seconds[k] == pytest.approx(expect)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"format": "cclc-peer-timings", "pad": ' + "9" * 100_000 + "}", "a number too large"),
+    ('{"a": ' + "[" * 100_000, "nested too deeply")], ids=["huge number", "deep nesting"])
+def test_json_that_python_cannot_read_is_a_timings_error(text, message):
+    with pytest.raises(TimingsError, match=message):
+        parse_timings(text, "t.json")

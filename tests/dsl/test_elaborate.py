@@ -221,3 +221,10 @@ def test_model_errors_get_a_span():
                  "collective c = allgather on t { size 6 B }")
     span = info.value.span
     assert (span.line, span.col, span.end_col) == (2, 38, 41)      # "6 B"
+
+
+@pytest.mark.parametrize("text", ["", "# a comment\n\n"])
+def test_a_file_that_declares_nothing_is_an_error(text):
+    with pytest.raises(CclError, match="the file declares nothing") as info:
+        loads(text, "empty.ccl")
+    assert (info.value.span.file, info.value.span.line, info.value.span.col) == ("empty.ccl", 1, 1)

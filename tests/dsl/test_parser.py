@@ -201,3 +201,14 @@ def test_syntax_errors(text, message):
     assert message in info.value.message
     assert info.value.span.file == "t.ccl"
     assert "__ANON" not in info.value.message and "_SEP" not in info.value.message
+
+
+@pytest.mark.parametrize("number", ["9" * 100_000, "-" + "9" * 5000, "1e400", "-2.5e999"])
+def test_number_too_large_is_a_syntax_error_at_the_number(number):
+    # Python refuses int() of more than 4300 digits and float() overflows to inf
+    with pytest.raises(SyntaxErr, match="number too large") as info:
+        parse(f"topology t = torus(4) {{ link {number} GB/s, 1 us }}", "t.ccl")
+    span = info.value.span
+    assert (span.file, span.line, span.col) == ("t.ccl", 1, 30)
+    assert span.end_col == 30 + len(number)
+    assert len(info.value.message) < 80      # never the whole number

@@ -198,3 +198,31 @@ def test_the_documented_example_loads_and_verifies():
     verify(s)
     assert (s.collective.name, len(s.ops), s.n_steps) == ("ag", 4, 2)
     assert to_json(s) == json.loads(block)
+
+
+@pytest.mark.parametrize("where", ["top", "nested"])
+def test_a_key_given_twice_is_refused(tmp_path, where):
+    # json.load keeps the last of two equal keys silently: the document would mean one thing
+    # to cclc and another to a reader that keeps the first
+    p = tmp_path / "dup.json"
+    save(build(coll(K.ALLGATHER, torus("t", (3,)))), p)
+    text = p.read_text()
+    if where == "top":
+        text = text.replace("{", '{"algorithm": "ring", ', 1)
+        key = "algorithm"
+    else:
+        text = text.replace('"collective":{', '"collective":{"size":1,', 1).replace(
+            '"collective": {', '"collective": {"size": 1, ', 1)
+        key = "size"
+    p.write_text(text)
+    with pytest.raises(ScheduleError, match=rf"dup\.json: the key '{key}' appears twice in one "
+                                            "object"):
+        load(p)
+
+
+def test_a_number_of_100000_digits_is_refused(tmp_path):
+    p = tmp_path / "big.json"
+    save(build(coll(K.ALLGATHER, torus("t", (3,)))), p)
+    p.write_text(p.read_text().replace("{", '{"pad": ' + "9" * 100_000 + ", ", 1))
+    with pytest.raises(ScheduleError, match=r"big\.json holds a number too large to be read"):
+        load(p)

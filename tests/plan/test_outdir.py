@@ -1,4 +1,5 @@
-"""OutputDir: a manifest of what cclc wrote, refusal to clobber other files, atomic writes."""
+"""OutputDir: a manifest of what cclc wrote, refusal to clobber other files, atomic writes, and
+the folder's lock (two processes on one folder: tests/cli/test_output_lock.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import pytest
 
 from cclc.errors import CclError
-from cclc.outdir import MANIFEST, OutputDir
+from cclc.outdir import LOCK, MANIFEST, OutputDir, write_atomically
 
 
 def test_creates_folder_and_manifest(tmp_path):
@@ -50,7 +51,7 @@ def _umask() -> int:
     return mask
 
 
-@pytest.mark.parametrize("name", ["../escape.json", "/abs.json", MANIFEST, ""])
+@pytest.mark.parametrize("name", ["../escape.json", "/abs.json", MANIFEST, LOCK, ""])
 def test_rejects_names_outside_the_folder(tmp_path, name):
     with pytest.raises(CclError, match="not a file name"):
         OutputDir(tmp_path).write_text(name, "x")
@@ -66,3 +67,65 @@ def test_bad_manifest_and_bad_folder(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(CclError, match="not a folder"):
         OutputDir(tmp_path / "file")
+
+
+def test_empty_folder_name_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CclError, match="output folder name is empty"):
+        OutputDir("")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_held_folder_refuses_a_second_writer(tmp_path):
+    (tmp_path / "keep.txt").write_text("theirs")
+    with OutputDir(tmp_path) as first:
+        assert first.locked and (tmp_path / LOCK).exists()
+        first.write_text("a.json", "{}")
+        second = OutputDir(tmp_path)
+        with pytest.raises(CclError, match=r"being written by another cclc run \(process "
+                                           rf"{os.getpid()}\)"):
+            second.__enter__()
+        # a write outside a with block takes the lock for itself, so it is refused too
+        with pytest.raises(CclError, match="being written by another cclc run"):
+            second.write_text("b.json", "{}")
+        with first:             # nested in the same object: no deadlock, still held after
+            first.write_text("c.json", "{}")
+        assert first.locked
+    assert not first.locked
+    assert sorted(os.listdir(tmp_path)) == [MANIFEST, "a.json", "c.json", "keep.txt"]
+    with OutputDir(tmp_path) as again:
+        assert again.files() == ("a.json", "c.json")
+
+
+def test_a_stale_lock_file_blocks_nothing(tmp_path):
+    # a run killed while it held the lock leaves the file behind; the OS dropped the lock
+    (tmp_path / LOCK).write_text("999999\n")
+    with OutputDir(tmp_path) as out:
+        out.write_text("a.json", "{}")
+    assert sorted(os.listdir(tmp_path)) == [MANIFEST, "a.json"]
+
+
+def test_a_user_file_named_like_the_lock_is_left_alone(tmp_path):
+    (tmp_path / LOCK).write_text("my notes")
+    with pytest.raises(CclError, match="is not cclc's lock file"):
+        OutputDir(tmp_path).write_text("a.json", "{}")
+    assert (tmp_path / LOCK).read_text() == "my notes"
+    assert sorted(os.listdir(tmp_path)) == [LOCK]
+
+
+def test_a_manifest_spoiled_meanwhile_releases_the_lock(tmp_path):
+    out = OutputDir(tmp_path)
+    (tmp_path / MANIFEST).write_text("not json")
+    with pytest.raises(CclError, match="cannot read the manifest"):
+        out.__enter__()
+    assert not out.locked and not (tmp_path / LOCK).exists()
+
+
+def test_write_atomically_replaces_a_single_file_whole(tmp_path):
+    target = tmp_path / "sub" / "page.html"
+    write_atomically(target, b"first")
+    write_atomically(target, [b"sec", b"ond"])
+    assert target.read_bytes() == b"second"
+    assert os.listdir(tmp_path / "sub") == ["page.html"]
+    with pytest.raises(CclError, match="cannot write"):
+        write_atomically(tmp_path / "sub" / "page.html" / "x", b"")
