@@ -88,3 +88,20 @@ def test_pairs_csv_round_trip_sums_like_numpy(rows):
         secs = np.array([x for _, x in mine])
         expect = np.inf if np.isinf(secs).any() else secs.sum()
         assert t.seconds[k] == pytest.approx(expect)
+
+
+@pytest.mark.parametrize("data", [bytes(range(256)), b"src,dst,bytes,seconds\n0,1,8,\xff\n"])
+def test_cli_binary_timings_exit_2_naming_the_file(tmp_path, capsys, data):
+    binary = tmp_path / "probe.bin"
+    binary.write_bytes(data)
+    rc = cli.main(["diagnose", str(binary), "--topology", "examples/torus5x5.ccl"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert err.startswith(f"{binary}:")
+    assert "not a text file" in err and "expected timings as text" in err
+    # a second file (the plugin's one per rank) and the --hosts file are read the same way
+    good = tmp_path / "ok.csv"
+    good.write_text("src,dst,bytes,seconds\n0,1,8,1\n")
+    assert cli.main(["diagnose", str(good), str(binary), "--topology",
+                     "examples/torus5x5.ccl"]) == 2
+    assert "not a text file" in capsys.readouterr().err
