@@ -141,6 +141,10 @@ def _number(cell: str, what: str, span: Span, hang_ok: bool = False) -> float:
         raise TimingsError(f"expected a number for {what}, got '{cell}'", span) from None
     if math.isnan(x) or x < 0 or (math.isinf(x) and not hang_ok):
         raise TimingsError(f"{what} must be a number >= 0, got '{cell}'", span)
+    if hang_ok and x == 0:
+        # every transfer takes time: a zero is a clock that did not run or a pair not measured
+        raise TimingsError(f"{what} must be > 0, got '{cell}' (a transfer that never "
+                           "finished is 'inf'; leave out a pair that was not measured)", span)
     return x
 
 
@@ -251,7 +255,7 @@ def _aggregate(records: list, source: str) -> Timings:
             raise TimingsError(f"{where} needs integer rank and peer, dir, bytes and seconds "
                                f"({err})", span) from None
         if direction not in ("send", "recv") or rank < 0 or peer < 0 or nbytes <= 0 \
-                or not seconds >= 0:
+                or not seconds > 0:
             raise TimingsError(f"{where} is out of range: {json.dumps(r)}", span)
         pair = (rank, peer) if direction == "send" else (peer, rank)
         acc = sides.setdefault((*pair, direction), [0.0, 0.0])
