@@ -138,7 +138,7 @@ def _print_suspect(i: int, s) -> None:
     print(f"  evidence: {s.slow} of the {s.pairs} pairs it would slow are slow"
           f"{f' ({s.hung} never finished)' if s.hung else ''}, median {slow}; it explains "
           f"{s.explained} of {s.slow_total} unexplained slow pairs; score {s.score:.1f}, "
-          f"p = {s.p_value:.2g} (its pairs no slower than the rest)")
+          f"Mann-Whitney p = {s.p_value:.2g}")
     if s.same_pairs:
         shown = ", ".join(s.same_pairs[:4]) + (" ..." if len(s.same_pairs) > 4 else "")
         print(f"  the timings cannot tell it from: {shown}")

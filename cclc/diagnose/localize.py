@@ -164,7 +164,7 @@ class Diagnosis:
     slow_pairs: int
     hung_pairs: int
     unobserved_links: int
-    best_rejected: tuple[str, float, float] | None
+    best_rejected: tuple[tuple[str, tuple[str, ...]], float, float] | None
     notes: tuple[str, ...]
     z: np.ndarray
     slowdown: np.ndarray
@@ -182,7 +182,7 @@ class Diagnosis:
 @dataclass(frozen=True, slots=True)
 class _Hypotheses:
     kinds: tuple[str, ...]
-    names: tuple[str, ...]
+    names: tuple[tuple[str, tuple[str, ...]], ...]   # (first "kind name", the others)
     links: tuple[tuple[int, ...], ...]
     ranks: tuple[int | None, ...]
     matrix: sp.csc_matrix          # pairs x hypotheses, 1 where the hypothesis slows the pair
@@ -258,6 +258,7 @@ def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOpti
             i = int(np.argmax(scores))
             if best is None or scores[i] > best[2][best[1]]:
                 best = (hyp, i, scores)
+        assert best is not None     # the slow signal is always there
         hyp, i, scores = best
         col = hyp.matrix[:, i]
         cols = col.indices
@@ -380,8 +381,7 @@ def pairs_to_measure(topo: Topology, t: Timings, links: tuple[int, ...], rank: i
     starts or ends at ``rank``: what to time next to confirm or clear that part. Empty when
     every such pair was measured (then more samples of them help: repeated pairs add up)."""
     live = np.asarray(topo.live_ranks(), dtype=np.int64)
-    s, d = np.meshgrid(live, live, indexing="ij")
-    s, d = s.ravel(), d.ravel()
+    s, d = np.repeat(live, len(live)), np.tile(live, len(live))
     keep = s != d
     s, d = s[keep], d[keep]
     measured = set(zip(t.src.tolist(), t.dst.tolist(), strict=True))
