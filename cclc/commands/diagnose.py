@@ -29,15 +29,15 @@ Timings (the format is recognised from the content):
 By default the pairs are taken as timed while all ran at once (one alltoall), so a slow link
 only shows in the pairs it becomes the bottleneck of; --pairwise when each pair was timed alone.
 
-What the evidence must show before a part is named: a baseline of at least {MIN_BASELINE}
-pairs that finished, and at least {MIN_EVIDENCE} slow or hung pairs that the part explains;
-otherwise the candidate is reported as "not enough evidence" with pairs to measure next.
-Confidence = (share of the suspect among all hypotheses) x (1 - p), p the one-sided
-Mann-Whitney test that its pairs are no slower than the others (small with few pairs:
-1/C(n+m, n) at best). Fault statements are printed, and written by --faults and --patch, only
-for suspects with confidence >= --min-confidence ({PATCH_CONFIDENCE:g}). Timings where no pair
-finished, where every pair is off the topology's model alike (a machine-wide problem, or a
-wrong model), or with hangs no part explains get a statement of their own.
+What the evidence must show before a part is named: a baseline of {MIN_BASELINE} or more pairs that
+finished, and {MIN_EVIDENCE} or more slow or hung pairs that the part explains; a weaker candidate
+is reported as "not enough evidence" with the pairs to measure next. Confidence = (the
+suspect's share among all hypotheses) x (1 - p), p the one-sided Mann-Whitney p-value of "its
+pairs are no slower than the others" (with n pairs of its own among n + m it is at least
+1/C(n+m, n): few pairs, little confidence). Fault statements are printed, and written by
+--faults and --patch, only for suspects with confidence >= --min-confidence ({PATCH_CONFIDENCE:g}).
+No pair finished, every pair off the topology's model alike (the whole machine or the model,
+not one part), hangs that no part explains: each gets a statement of its own.
 
 Exit status: 0 when nothing wrong is found, 1 when a suspect is named or the timings show a
 problem (hangs, every pair off the model), 2 on bad input.
