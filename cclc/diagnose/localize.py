@@ -20,10 +20,24 @@
    so the part whose pairs match the slow pairs wins. Clipping keeps one hung pair from
    outvoting many slow ones. Pairs that never finished are scored separately against what
    each part *carries* (a black-holing link stops every pair over it, bottleneck or not).
-4. **Explain greedily.** The best hypothesis is reported when its score and its pairs' median
-   slowdown clear the thresholds; its pairs are then taken as explained (z set to 0) and the
-   search repeats for a second fault. Confidence is the posterior of the winner among all
-   distinct hypotheses under that Gaussian shift model, ``1 / sum_k exp(-(s_1^2 - s_k^2) / 2)``.
+   A finished pair over a part counts against it as a black hole (``-CLIP``).
+4. **Explain greedily.** The best hypothesis is a candidate when its score and its pairs'
+   median slowdown clear the thresholds; it is named only when it explains at least
+   :data:`MIN_EVIDENCE` slow or hung pairs (else it is reported as weak evidence, with pairs
+   to measure next). Its pairs are then taken as explained (z set to 0) and the search repeats
+   for a second fault. Slowness counts only against a baseline of :data:`MIN_BASELINE` finished
+   pairs.
+5. **Confidence** is ``posterior * (1 - p)``. ``posterior`` is the winner's share among all
+   distinct hypotheses under that Gaussian shift model, ``1 / sum_k exp(-(s_1^2 - s_k^2) / 2)``;
+   it compares hypotheses but takes the MAD as exact, so alone it reads 1.00 on one slow pair
+   among three. ``p`` is the one-sided Mann-Whitney p-value of "the suspect's pairs are no
+   slower than the other finished pairs": rank-based, exact where it matters (all its ``n``
+   pairs slower than the ``m`` others: ``1 / C(n + m, n)``), and large when there are few pairs.
+   Fault statements are written only for suspects at :data:`PATCH_CONFIDENCE` or above.
+6. **The evidence as a whole** gets statements of its own (:class:`Finding`): no pair finished
+   (nothing to compare with), too few pairs for a baseline, the median pair off the model by
+   :data:`MODEL_MISMATCH` or more (the whole machine or the model, not one part), and hangs
+   that no named part explains.
 
 The C4D paper's reading (hot row: sender; hot column: receiver; hot cell: link) is the special
 case of rows, columns and one-hop links; the reference for the method is the C4 paper (Alibaba,
