@@ -153,6 +153,8 @@ class Finding:
     ``kind``: ``all-hung`` (no pair finished), ``too-few-pairs`` (no baseline to compare
     with), ``slow-everywhere`` / ``fast-everywhere`` (the pairs are off the model alike),
     ``hung-pairs`` (pairs that never finished and that no named part explains),
+    ``slow-pairs`` (pairs :data:`MODEL_MISMATCH` times slower than their peers that no part
+    explains),
     ``weak-evidence`` (a candidate with fewer than :data:`MIN_EVIDENCE` pairs),
     ``low-confidence`` (a named suspect below the confidence for a fault statement).
     ``measure_next``: pairs (``"a -> b"``, rank ids) whose timing would settle it; ``problem``:
@@ -265,7 +267,11 @@ def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOpti
     rejected = None
     open_slow = slow.copy()
     taken = np.zeros(len(keep), dtype=bool)     # pairs explained by an earlier candidate
-    while len(suspects) < options.max_suspects and len(weak) < _MAX_WEAK:
+    # weak candidates are set aside and the search goes on, so a few of them cannot hide a
+    # real fault that scores below them
+    for _ in range(options.max_suspects + 2 * _MAX_WEAK):
+        if len(suspects) == options.max_suspects:
+            break
         best = None
         for hyp, signal in signals:
             scores = _scores(hyp, signal)
@@ -292,8 +298,8 @@ def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOpti
         taken[cols] = True
     if not baseline and not hung.any():
         rejected = None         # nothing was scored: the too-few-pairs finding says why
-    findings += _search_findings(topo, t, src, dst, routes, hung, baseline, suspects, weak,
-                                 options.min_confidence)
+    findings += _search_findings(topo, t, src, dst, routes, hung, z, slowdown, baseline,
+                                 suspects, weak, options.min_confidence)
     return Diagnosis(suspects=tuple(suspects), findings=findings,
                      min_confidence=options.min_confidence, n_pairs=len(keep),
                      slow_pairs=int(slow.sum()), hung_pairs=int(hung.sum()),
@@ -348,11 +354,11 @@ def _evidence_findings(topo: Topology, src, dst, secs, expected, concurrent: boo
     return tuple(out)
 
 
-def _search_findings(topo: Topology, t: Timings, src, dst, routes, hung, baseline: bool,
-                     suspects: list[Suspect], weak, min_confidence: float
+def _search_findings(topo: Topology, t: Timings, src, dst, routes, hung, z, slowdown,
+                     baseline: bool, suspects: list[Suspect], weak, min_confidence: float
                      ) -> tuple[Finding, ...]:
     """What the search could not settle: candidates with too few pairs, suspects below the
-    confidence for a fault statement, and hangs no named part explains."""
+    confidence for a fault statement, and hung or far too slow pairs no part explains."""
     out = []
     covered = np.zeros(len(src), dtype=bool)
     for s in suspects:
@@ -362,7 +368,7 @@ def _search_findings(topo: Topology, t: Timings, src, dst, routes, hung, baselin
                                f"{s.confidence:.2f}, below the {min_confidence:g} a fault "
                                "statement needs",
                                pairs_to_measure(topo, t, s.links, s.rank) or (_REPEAT,)))
-    for hyp, i, pairs in weak:
+    for hyp, i, pairs in weak[:_MAX_WEAK]:
         if hung[pairs].all():
             continue        # hangs: stated below
         name = f"{hyp.kinds[i]} {hyp.names[i][0].split(' ', 1)[1]}"
@@ -372,21 +378,39 @@ def _search_findings(topo: Topology, t: Timings, src, dst, routes, hung, baselin
                            f"and naming a part needs at least {MIN_EVIDENCE}",
                            pairs_to_measure(topo, t, hyp.links[i], hyp.ranks[i])
                            or (_REPEAT,)))
-    lone = np.flatnonzero(hung & ~covered)
-    if len(lone):
-        shown = ", ".join(f"{int(src[k])} -> {int(dst[k])}" for k in lone[:4])
-        more = f" and {len(lone) - 4} more" if len(lone) > 4 else ""
-        k = int(lone[0])
-        route = routes.links[routes.offsets[k]:routes.offsets[k + 1]]
-        why = (f"one pair cannot say which part hangs it: its sender, its receiver or any of "
-               f"the {len(route)} links of its route" if len(lone) == 1 else
-               f"no part explains {MIN_EVIDENCE} or more of them while the pairs over it finish")
-        again = f"{int(src[k])} -> {int(dst[k])} again, alone (a hang that stays with the " \
-            "pair is in its route or its ends; one that moves is not)"
-        out.append(Finding("hung-pairs", f"{len(lone)} pair{'s' if len(lone) > 1 else ''} "
-                           f"never finished ({shown}{more}): {why}",
-                           pairs_to_measure(topo, t, tuple(route.tolist()), None) or (again,)))
+    for _, _, pairs in weak:
+        if not hung[pairs].all():
+            covered[pairs] = True
+    out += _lone_pairs(topo, t, src, dst, routes, hung & ~covered, "hung-pairs",
+                       "never finished", "hangs it")
+    if baseline:
+        # far slower than their peers (noise does not double a time) yet no part explains them
+        stray = (slowdown >= MODEL_MISMATCH) & (z > _SLOW_Z) & ~hung & ~covered
+        out += _lone_pairs(topo, t, src, dst, routes, stray, "slow-pairs",
+                           f"ran {MODEL_MISMATCH:g}x or more slower than the median pair",
+                           "slows it")
     return tuple(out)
+
+
+def _lone_pairs(topo: Topology, t: Timings, src, dst, routes, mask: np.ndarray, kind: str,
+                what: str, does: str) -> tuple[Finding, ...]:
+    """The statement for pairs in ``mask`` that no part explains (hung or far too slow)."""
+    lone = np.flatnonzero(mask)
+    if not len(lone):
+        return ()
+    shown = ", ".join(f"{int(src[k])} -> {int(dst[k])}" for k in lone[:4])
+    more = f" and {len(lone) - 4} more" if len(lone) > 4 else ""
+    k = int(lone[0])
+    route = routes.links[routes.offsets[k]:routes.offsets[k + 1]]
+    why = (f"one pair cannot say which part {does}: its sender, its receiver or any of the "
+           f"{len(route)} links of its route" if len(lone) == 1 else
+           f"no part explains {MIN_EVIDENCE} or more of them while the other pairs over it "
+           "look healthy")
+    again = f"{int(src[k])} -> {int(dst[k])} again, alone (a fault that stays with the pair " \
+        "is in its route or its ends; one that moves is not)"
+    return (Finding(kind, f"{len(lone)} pair{'s' if len(lone) > 1 else ''} {what} ({shown}"
+                    f"{more}): {why}",
+                    pairs_to_measure(topo, t, tuple(route.tolist()), None) or (again,)),)
 
 
 def pairs_to_measure(topo: Topology, t: Timings, links: tuple[int, ...], rank: int | None,

@@ -263,4 +263,27 @@ def test_noise_alone_never_reaches_the_patch_confidence(side, noise, seed, share
         t = probe_timings(topo, noise=noise, seed=seed, ranks=tuple(ranks.tolist()))
     d = diagnose(topo, t, DiagnoseOptions(concurrent=not pairwise))
     assert d.confident == ()
+    assert all(s.explained >= MIN_EVIDENCE for s in d.suspects)
     assert "slow-everywhere" not in _kinds(d) and "fast-everywhere" not in _kinds(d)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), count=st.integers(1, MIN_EVIDENCE - 1),
+       factor=st.one_of(st.floats(2.5, 1e4), st.just(np.inf)))
+def test_fewer_slow_pairs_than_the_minimum_name_no_part(data, count, factor):
+    """However slow (or hung), fewer than MIN_EVIDENCE bad pairs in a clean probe never name
+    a part: they are stated (weak evidence, or hangs no part explains) instead."""
+    topo = torus("t", (4, 4), None, 32e9, 1e-7)
+    t = probe_timings(topo)
+    bad = data.draw(st.lists(st.integers(0, len(t) - 1), min_size=count, max_size=count,
+                             unique=True))
+    secs = t.seconds.copy()
+    secs[bad] *= factor
+    d = diagnose(topo, make_timings(t.src, t.dst, t.nbytes, secs))
+    assert d.suspects == ()
+    kinds = _kinds(d)
+    if np.isinf(factor):
+        assert kinds == ["hung-pairs"] and f"{count} pair" in d.findings[0].message
+    else:
+        assert kinds in (["weak-evidence"], ["slow-pairs"])
+    assert d.problem
