@@ -339,19 +339,24 @@ def _evidence_findings(topo: Topology, src, dst, secs, expected, concurrent: boo
            "its bytes over its slowest link")
     if ratio > MODEL_MISMATCH:
         out.append(Finding("slow-everywhere", f"the pairs are slow alike: the median pair took "
-                           f"{ratio:.3g}x the time the topology's links predict ({how}), and "
+                           f"{_times(ratio)} the time the topology's links predict ({how}), and "
                            f"{over:.0%} of them more than {MODEL_MISMATCH:g}x. That is the "
                            "machine as a whole (another job, throttled links, a slow software "
                            "path) or the model (the .ccl's link bandwidths, the bytes in the "
                            "timings" + (", pairs timed one at a time: --pairwise" if concurrent
-                                       else "") + ") being off, not one part; the search for "
-                           "one part compares the pairs with each other"))
+                                       else "") + ") being off, not one part (the search for "
+                           "one faulty part compares pairs with each other and cannot see it)"))
     elif ratio < 1.0 / MODEL_MISMATCH:
         out.append(Finding("fast-everywhere", f"the pairs are faster than the topology allows: "
-                           f"the median pair took {ratio:.3g}x the time its links predict "
+                           f"the median pair took {_times(ratio)} the time its links predict "
                            f"({how}): the .ccl's link bandwidths or the bytes in the timings do "
                            "not describe what was measured"))
     return tuple(out)
+
+
+def _times(ratio: float) -> str:
+    """A ratio for people: ``1,487x``, ``31.2x``, ``0.104x``."""
+    return f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.3g}x"
 
 
 def _search_findings(topo: Topology, t: Timings, src, dst, routes, hung, z, slowdown,

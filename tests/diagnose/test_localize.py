@@ -177,7 +177,7 @@ def test_uniform_slowness_is_the_machine_not_a_part():
     t = probe_timings(topo, noise=0.05, seed=1)
     slow = diagnose(topo, make_timings(t.src, t.dst, t.nbytes, t.seconds * 1500))
     assert slow.suspects == () and _kinds(slow) == ["slow-everywhere"]
-    assert "1.5e+03x the time the topology's links predict" in slow.findings[0].message
+    assert "1,500x the time the topology's links predict" in slow.findings[0].message
     fast = diagnose(topo, make_timings(t.src, t.dst, t.nbytes, t.seconds / 10))
     assert fast.suspects == () and _kinds(fast) == ["fast-everywhere"]
     # the same timings at the model's speed: nothing to say
