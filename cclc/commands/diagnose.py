@@ -150,6 +150,8 @@ def _write_statements(args, topo, d) -> None:
 
     targets = [x for x in (args.faults, args.patch) if x]
     if not d.suspects:
+        if targets:
+            print(f"no fault statement: nothing written to {', '.join(targets)}")
         return
     if not d.confident:
         print(f"no fault statement: no suspect reaches confidence {d.min_confidence:g} "

@@ -245,15 +245,7 @@ def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOpti
                          slow_pairs=0, hung_pairs=int(hung.sum()),
                          unobserved_links=_unobserved(topo, routes), best_rejected=None,
                          notes=tuple(notes), z=z, slowdown=slowdown)
-    key = ("diagnose.hypotheses", options.concurrent,
-           hashlib.sha1(src.tobytes() + dst.tobytes() + nbytes.tobytes()).hexdigest())
-    if key not in topo._cache:
-        weight = _weights(topo, routes, nbytes) if options.concurrent else None
-        # slow pairs: what a slow part would slow (weighted); hung pairs: everything a
-        # black-holing part carries, bottleneck or not
-        topo._cache[key] = (_hypotheses(topo, routes, src, dst, weight),
-                            _hypotheses(topo, routes, src, dst, None))
-    slow_hyp, hang_hyp = topo._cache[key]
+    slow_hyp, hang_hyp = _cached_hypotheses(topo, routes, src, dst, nbytes, options.concurrent)
     # too few finished pairs for a baseline: slowness is no evidence (only hangs are)
     baseline = int((~hung).sum()) >= MIN_BASELINE
     signals = [(slow_hyp, np.where(hung | (not baseline), 0.0, np.clip(z, -CLIP, CLIP)))]
@@ -305,6 +297,20 @@ def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOpti
                      slow_pairs=int(slow.sum()), hung_pairs=int(hung.sum()),
                      unobserved_links=_unobserved(topo, routes), best_rejected=rejected,
                      notes=tuple(notes), z=z, slowdown=slowdown)
+
+
+def _cached_hypotheses(topo: Topology, routes, src, dst, nbytes, concurrent: bool
+                       ) -> tuple[_Hypotheses, _Hypotheses]:
+    """The hypotheses against slow pairs (what a slow part would slow, weighted) and against
+    hung pairs (everything a black-holing part carries, bottleneck or not), kept on the
+    topology for later diagnoses of the same pairs."""
+    key = ("diagnose.hypotheses", concurrent,
+           hashlib.sha1(src.tobytes() + dst.tobytes() + nbytes.tobytes()).hexdigest())
+    if key not in topo._cache:
+        weight = _weights(topo, routes, nbytes) if concurrent else None
+        topo._cache[key] = (_hypotheses(topo, routes, src, dst, weight),
+                            _hypotheses(topo, routes, src, dst, None))
+    return topo._cache[key]
 
 
 def _unobserved(topo: Topology, routes) -> int:

@@ -84,6 +84,7 @@ def test_too_little_evidence_writes_no_patch(tmp_path, capsys):
     fixed = tmp_path / "fixed.ccl"
     rc, out = _run(capsys, probe, "--topology", "examples/torus5x5.ccl", "--patch", fixed)
     assert "suspect" not in out and "fault link" not in out and not fixed.exists()
+    assert f"no fault statement: nothing written to {fixed}" in out
     assert "only 3 measured pairs finished" in out and "measure next: an all-pairs probe" in out
 
 
