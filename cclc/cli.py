@@ -93,7 +93,8 @@ def _source_of(err: CclError) -> str | None:
     try:
         with open(err.span.file, encoding="utf-8") as f:
             return f.read()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
+        # not there any more, or not text (the error then says so): no line to show
         return None
 
 

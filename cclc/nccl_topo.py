@@ -222,6 +222,22 @@ def _nics(root: _Element, gpus: list[_Element], interconnect: str, fail
     return nets, speeds, nearest
 
 
+def _binary(data: bytes | str) -> bool:
+    """Whether ``data`` looks like a binary file rather than XML text: NUL bytes, or bytes
+    that are not UTF-8 where no XML declaration names another encoding."""
+    if isinstance(data, str):
+        return "\0" in data
+    if b"\0" in data:
+        return True
+    if data.lstrip().startswith(b"<?xml") and b"encoding" in data.split(b"?>", 1)[0]:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
 def _parse(data: bytes | str, file: str) -> _Element:
     """A tree of :class:`_Element` with positions; XML errors become a TopologyError."""
     parser = xml.parsers.expat.ParserCreate()
@@ -240,6 +256,10 @@ def _parse(data: bytes | str, file: str) -> _Element:
         parser.Parse(data, True)
     except xml.parsers.expat.ExpatError as err:
         message = xml.parsers.expat.ErrorString(err.code)
+        if _binary(data):
+            raise TopologyError("not an NCCL topology file: a binary file, expected the XML "
+                                "text that NCCL_TOPO_DUMP_FILE writes",
+                                Span(file, err.lineno, err.offset + 1)) from None
         raise TopologyError(f"not an NCCL topology file: XML error: {message}",
                             Span(file, err.lineno, err.offset + 1)) from None
     return roots[0]

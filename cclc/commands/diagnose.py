@@ -6,10 +6,11 @@ import argparse
 import math
 
 from cclc.commands.argtypes import path_named
+from cclc.diagnose.localize import MIN_BASELINE, MIN_EVIDENCE, PATCH_CONFIDENCE
 
 __all__ = ["add_parser", "run"]
 
-HELP = """Read per-pair timings measured on a machine, map every pair onto the links its traffic
+HELP = f"""Read per-pair timings measured on a machine, map every pair onto the links its traffic
 crosses (the topology's routing: shortest healthy paths on tori, ECMP spines on leaf/spine
 fabrics), find the pairs that are robustly slower than their peers (median/MAD per group of
 alike routes) and the link, cable, NIC, switch or GPU whose pairs are the slow ones (a hot row
@@ -29,10 +30,21 @@ Timings (the format is recognised from the content):
 By default the pairs are taken as timed while all ran at once (one alltoall), so a slow link
 only shows in the pairs it becomes the bottleneck of; --pairwise when each pair was timed alone.
 
-Exit status: 0 when no fault is found, 1 when suspects are reported, 2 on bad input.
+What the evidence must show before a part is named: a baseline of {MIN_BASELINE} or more pairs that
+finished, and {MIN_EVIDENCE} or more slow or hung pairs that the part explains; a weaker candidate
+is reported as "not enough evidence" with the pairs to measure next. Confidence = (the
+suspect's share among all hypotheses) x (1 - p), p the one-sided Mann-Whitney p-value of "its
+pairs are no slower than the others" (with n pairs of its own among n + m it is at least
+1/C(n+m, n): few pairs, little confidence). Fault statements are printed, and written by
+--faults and --patch, only for suspects with confidence >= --min-confidence ({PATCH_CONFIDENCE:g}).
+No pair finished, every pair off the topology's model alike (the whole machine or the model,
+not one part), hangs that no part explains: each gets a statement of its own.
+
+Exit status: 0 when nothing wrong is found, 1 when a suspect is named or the timings show a
+problem (hangs, every pair off the model), 2 on bad input.
 
 examples:
-  cclc diagnose probe.csv --topology examples/torus5x5.ccl
+  cclc diagnose examples/probe_torus5x5.csv --topology examples/torus5x5.ccl
   cclc diagnose probe.csv --topology examples/torus5x5.ccl --patch fixed.ccl
   cclc diagnose peers.*.rank*.json --topology cluster.ccl
   cclc diagnose sendrecv.*.log --topology cluster.ccl --hosts hosts.txt
@@ -62,16 +74,17 @@ def add_parser(sub) -> None:
                    help="evidence a suspect needs, in standard deviations (default 8)")
     p.add_argument("--min-slowdown", type=float, default=1.1, metavar="X",
                    help="median slowdown of its pairs a suspect needs (default 1.1)")
+    p.add_argument("--min-confidence", type=float, default=PATCH_CONFIDENCE, metavar="P",
+                   help="confidence a suspect needs for its fault statement to be printed and "
+                        f"written by --faults/--patch (default {PATCH_CONFIDENCE:g})")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     import dsl
-    from cclc.diagnose.faults import fault_statements, patch_source
     from cclc.diagnose.localize import DiagnoseOptions, diagnose
     from cclc.diagnose.timings import read_timings_files
     from cclc.errors import CclError
-    from cclc.outdir import write_atomically
 
     program = dsl.load(args.topology)
     topos = program.topologies
@@ -85,13 +98,14 @@ def run(args) -> int:
     else:
         raise CclError(f"{args.topology} defines {len(topos)} topologies "
                        f"({', '.join(topos) or 'none'}): choose one with --name")
-    if args.min_score <= 0 or not args.min_slowdown >= 1.0:
-        raise CclError("--min-score must be > 0 and --min-slowdown >= 1")
+    if args.min_score <= 0 or not args.min_slowdown >= 1.0 or not 0 < args.min_confidence <= 1:
+        raise CclError("--min-score must be > 0, --min-slowdown >= 1 and --min-confidence in "
+                       "(0, 1]")
     timings = read_timings_files(args.timings, topo, args.hosts)
     # the file knows how it was timed (nccl-tests runs: one at a time); --pairwise overrides
     concurrent = not args.pairwise and timings.concurrent is not False
     opts = DiagnoseOptions(min_score=args.min_score, min_slowdown=args.min_slowdown,
-                           concurrent=concurrent)
+                           concurrent=concurrent, min_confidence=args.min_confidence)
     d = diagnose(topo, timings, opts)
     print(f"{timings.source}: {d.n_pairs} pairs on '{topo.name}' ({topo.n_ranks} ranks): "
           f"{d.slow_pairs} slow (z > 3), {d.hung_pairs} never finished")
@@ -103,25 +117,53 @@ def run(args) -> int:
         print(f"note: {d.unobserved_links} healthy links carry no measured pair; a fault on "
               "them cannot show in these timings")
     for i, s in enumerate(d.suspects, 1):
-        slow = "hung" if math.isinf(s.slowdown) else f"{s.slowdown:.2f}x"
-        print(f"suspect {i}: {s.kind} {s.name}  confidence {s.confidence:.2f}")
-        print(f"  evidence: {s.slow} of the {s.pairs} pairs it would slow are slow"
-              f"{f' ({s.hung} never finished)' if s.hung else ''}, median {slow}; it explains "
-              f"{s.explained} of {s.slow_total} unexplained slow pairs; score {s.score:.1f}")
-        if s.same_pairs:
-            shown = ", ".join(s.same_pairs[:4]) + (" ..." if len(s.same_pairs) > 4 else "")
-            print(f"  the timings cannot tell it from: {shown}")
+        _print_suspect(i, s)
+    for f in d.findings:
+        print(f"{'finding' if f.problem else 'note'}: {f.message}")
+        if f.measure_next:
+            print(f"  measure next: {', '.join(f.measure_next)}")
     if not d.suspects:
-        msg = "no fault found"
+        msg = "no fault found" if not d.problem else "no part named"
         if d.best_rejected is not None:
             (kind_name, _), score, med = d.best_rejected
             msg += (f": the strongest candidate, {kind_name}, scores {score:.1f} (needs "
                     f"{opts.min_score:g}) with median slowdown {med:.2f}x (needs "
                     f"{opts.min_slowdown:g}x)")
         print(msg)
-        return 0
-    statements = fault_statements(topo, d.suspects)
-    print("fault statements (add them to the topology, or use --patch):")
+    _write_statements(args, topo, d)
+    return 1 if d.problem else 0
+
+
+def _print_suspect(i: int, s) -> None:
+    slow = "hung" if math.isinf(s.slowdown) else f"{s.slowdown:.2f}x"
+    print(f"suspect {i}: {s.kind} {s.name}  confidence {s.confidence:.2f}")
+    print(f"  evidence: {s.slow} of the {s.pairs} pairs it would slow are slow"
+          f"{f' ({s.hung} never finished)' if s.hung else ''}, median {slow}; it explains "
+          f"{s.explained} of {s.slow_total} unexplained slow pairs; score {s.score:.1f}, "
+          f"Mann-Whitney p = {s.p_value:.2g}")
+    if s.same_pairs:
+        shown = ", ".join(s.same_pairs[:4]) + (" ..." if len(s.same_pairs) > 4 else "")
+        print(f"  the timings cannot tell it from: {shown}")
+
+
+def _write_statements(args, topo, d) -> None:
+    """The fault statements of the suspects that reach the confidence, printed and written."""
+    from cclc.diagnose.faults import fault_statements, patch_source
+    from cclc.outdir import write_atomically
+
+    targets = [x for x in (args.faults, args.patch) if x]
+    if not d.suspects:
+        if targets:
+            print(f"no fault statement: nothing written to {', '.join(targets)}")
+        return
+    if not d.confident:
+        print(f"no fault statement: no suspect reaches confidence {d.min_confidence:g} "
+              "(--min-confidence)" + (f"; nothing written to {', '.join(targets)}"
+                                      if targets else ""))
+        return
+    statements = fault_statements(topo, d.confident)
+    print(f"fault statements (suspects with confidence >= {d.min_confidence:g}; add them to "
+          "the topology, or use --patch):")
     for line in statements:
         print(f"  {line}")
     if args.faults:
@@ -133,4 +175,3 @@ def run(args) -> int:
         patched = patch_source(text, args.topology, topo.name, statements)
         write_atomically(args.patch, patched.encode("utf-8"))
         print(f"wrote {args.patch}")
-    return 1

@@ -20,10 +20,24 @@
    so the part whose pairs match the slow pairs wins. Clipping keeps one hung pair from
    outvoting many slow ones. Pairs that never finished are scored separately against what
    each part *carries* (a black-holing link stops every pair over it, bottleneck or not).
-4. **Explain greedily.** The best hypothesis is reported when its score and its pairs' median
-   slowdown clear the thresholds; its pairs are then taken as explained (z set to 0) and the
-   search repeats for a second fault. Confidence is the posterior of the winner among all
-   distinct hypotheses under that Gaussian shift model, ``1 / sum_k exp(-(s_1^2 - s_k^2) / 2)``.
+   A finished pair over a part counts against it as a black hole (``-CLIP``).
+4. **Explain greedily.** The best hypothesis is a candidate when its score and its pairs'
+   median slowdown clear the thresholds; it is named only when it explains at least
+   :data:`MIN_EVIDENCE` slow or hung pairs (else it is reported as weak evidence, with pairs
+   to measure next). Its pairs are then taken as explained (z set to 0) and the search repeats
+   for a second fault. Slowness counts only against a baseline of :data:`MIN_BASELINE` finished
+   pairs.
+5. **Confidence** is ``posterior * (1 - p)``. ``posterior`` is the winner's share among all
+   distinct hypotheses under that Gaussian shift model, ``1 / sum_k exp(-(s_1^2 - s_k^2) / 2)``;
+   it compares hypotheses but takes the MAD as exact, so alone it reads 1.00 on one slow pair
+   among three. ``p`` is the one-sided Mann-Whitney p-value of "the suspect's pairs are no
+   slower than the other finished pairs": rank-based, exact where it matters (all its ``n``
+   pairs slower than the ``m`` others: ``1 / C(n + m, n)``), and large when there are few pairs.
+   Fault statements are written only for suspects at :data:`PATCH_CONFIDENCE` or above.
+6. **The evidence as a whole** gets statements of its own (:class:`Finding`): no pair finished
+   (nothing to compare with), too few pairs for a baseline, the median pair off the model by
+   :data:`MODEL_MISMATCH` or more (the whole machine or the model, not one part), and hangs
+   that no named part explains.
 
 The C4D paper's reading (hot row: sender; hot column: receiver; hot cell: link) is the special
 case of rows, columns and one-hop links; the reference for the method is the C4 paper (Alibaba,
@@ -33,6 +47,7 @@ HPCA 2025) and its C4D component.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,10 +57,33 @@ from cclc.diagnose.routes import pair_routes
 from cclc.diagnose.timings import Timings, TimingsError
 from cclc.topology import LinkKind, Topology
 
-__all__ = ["CLIP", "Diagnosis", "DiagnoseOptions", "Suspect", "diagnose"]
+__all__ = ["CLIP", "MIN_BASELINE", "MIN_EVIDENCE", "MODEL_MISMATCH", "PATCH_CONFIDENCE",
+           "Diagnosis", "DiagnoseOptions", "Finding", "Suspect", "diagnose", "pairs_to_measure"]
 
 #: largest |z| a single pair contributes (a hang counts as this)
 CLIP = 10.0
+#: slow or hung pairs a part must explain before it is named. One slow pair is one cell of the
+#: matrix: its sender, its receiver and every link of its route explain it equally well, and
+#: the merged hypothesis "any of these" is no finding; two pairs can share a part by chance.
+#: Three pairs that meet in one part are the fewest that point at it.
+MIN_EVIDENCE = 3
+#: finished pairs the healthy baseline (median and MAD) needs. With fewer, the spread of
+#: healthy pairs is unknown: of three pairs within 4% of each other one is always the
+#: "slowest", and the MAD of three numbers can be as small as the noise floor.
+MIN_BASELINE = 8
+#: confidence a suspect needs before its ``fault`` statement is written (``--patch``,
+#: ``--faults``): a wrong fault statement takes a healthy part out of every schedule
+PATCH_CONFIDENCE = 0.95
+#: median of measured over modelled time beyond which (either way) the pairs are off alike:
+#: the machine as a whole or the model, not one part (the robust z-scores compare pairs with
+#: each other and cannot see it)
+MODEL_MISMATCH = 2.0
+#: at most this many pairs are suggested to measure next
+_MEASURE_NEXT = 6
+#: what to measure next when every pair over a part was measured already
+_REPEAT = "the same probe again (every pair over it was measured; repeated pairs add up)"
+#: at most this many candidates with too little evidence are reported
+_MAX_WEAK = 3
 #: a group of pairs smaller than this borrows the global median (too few for its own)
 _MIN_CLASS = 5
 #: z above which a pair is called slow in the evidence
@@ -57,8 +95,9 @@ _KIND_ORDER = ("link", "cable", "sender", "receiver", "nic", "switch", "rank")
 
 @dataclass(frozen=True, slots=True)
 class DiagnoseOptions:
-    """Thresholds: a suspect needs ``score >= min_score`` (sigmas, see the module docstring)
-    and a median slowdown of its pairs ``>= min_slowdown``; at most ``max_suspects``. The noise
+    """Thresholds: a suspect needs ``score >= min_score`` (sigmas, see the module docstring),
+    a median slowdown of its pairs ``>= min_slowdown`` and :data:`MIN_EVIDENCE` slow or hung
+    pairs; at most ``max_suspects``. The noise
     floor ``min_sigma`` stops a perfectly quiet measurement from making tiny differences
     significant. ``concurrent``: the pairs were timed while all of them ran at once (one
     alltoall), so a slow link can only slow the pairs for which it becomes the bottleneck
@@ -70,6 +109,8 @@ class DiagnoseOptions:
     max_suspects: int = 5
     min_sigma: float = 0.01
     concurrent: bool = True
+    #: suspects below this confidence are reported but get no fault statement
+    min_confidence: float = PATCH_CONFIDENCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +123,9 @@ class Suspect:
     ``rank`` is set for sender/receiver/rank. Evidence: ``pairs`` routed over it, ``slow``
     of them slow (z > 3), ``hung`` never finished, ``slowdown`` the median of their time over
     the baseline, ``explained`` of the ``slow_total`` slow pairs still unexplained when it was
-    chosen.
+    chosen. ``confidence`` is ``posterior * (1 - p_value)``: ``posterior`` its share among all
+    hypotheses, ``p_value`` the one-sided Mann-Whitney test that its pairs are no slower than
+    the other finished pairs (see the module docstring).
     """
 
     kind: str
@@ -92,6 +135,8 @@ class Suspect:
     rank: int | None
     score: float
     confidence: float
+    posterior: float
+    p_value: float
     pairs: int
     slow: int
     hung: int
@@ -101,26 +146,59 @@ class Suspect:
     pair_index: np.ndarray
 
 
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A statement about the evidence itself, apart from the suspects.
+
+    ``kind``: ``all-hung`` (no pair finished), ``too-few-pairs`` (no baseline to compare
+    with), ``slow-everywhere`` / ``fast-everywhere`` (the pairs are off the model alike),
+    ``hung-pairs`` (pairs that never finished and that no named part explains),
+    ``slow-pairs`` (pairs :data:`MODEL_MISMATCH` times slower than their peers that no part
+    explains),
+    ``weak-evidence`` (a candidate with fewer than :data:`MIN_EVIDENCE` pairs),
+    ``low-confidence`` (a named suspect below the confidence for a fault statement).
+    ``measure_next``: pairs (``"a -> b"``, rank ids) whose timing would settle it; ``problem``:
+    the timings show something wrong (as opposed to too little to tell).
+    """
+
+    kind: str
+    message: str
+    measure_next: tuple[str, ...] = ()
+    problem: bool = True
+
+
 @dataclass(frozen=True, eq=False)
 class Diagnosis:
-    """Everything :func:`diagnose` found: suspects (best first), the slow and hung pairs, the
-    links no measured pair crosses (where a fault would be invisible), and notes."""
+    """Everything :func:`diagnose` found: suspects (best first), findings about the evidence,
+    the slow and hung pairs, the links no measured pair crosses (where a fault would be
+    invisible), and notes. ``confident`` are the suspects that reach ``min_confidence``."""
 
     suspects: tuple[Suspect, ...]
+    findings: tuple[Finding, ...]
+    min_confidence: float
     n_pairs: int
     slow_pairs: int
     hung_pairs: int
     unobserved_links: int
-    best_rejected: tuple[str, float, float] | None
+    best_rejected: tuple[tuple[str, tuple[str, ...]], float, float] | None
     notes: tuple[str, ...]
     z: np.ndarray
     slowdown: np.ndarray
+
+    @property
+    def confident(self) -> tuple[Suspect, ...]:
+        return tuple(s for s in self.suspects if s.confidence >= self.min_confidence)
+
+    @property
+    def problem(self) -> bool:
+        """Whether the timings show something wrong: a suspect, or a finding of a problem."""
+        return bool(self.suspects) or any(f.problem for f in self.findings)
 
 
 @dataclass(frozen=True, slots=True)
 class _Hypotheses:
     kinds: tuple[str, ...]
-    names: tuple[str, ...]
+    names: tuple[tuple[str, tuple[str, ...]], ...]   # (first "kind name", the others)
     links: tuple[tuple[int, ...], ...]
     ranks: tuple[int | None, ...]
     matrix: sp.csc_matrix          # pairs x hypotheses, 1 where the hypothesis slows the pair
@@ -128,7 +206,8 @@ class _Hypotheses:
 
 def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOptions()
              ) -> Diagnosis:
-    """Locate the parts of ``topo`` that explain the slow pairs of ``t``.
+    """Locate the parts of ``topo`` that explain the slow pairs of ``t``, and say what the
+    evidence cannot support (:class:`Finding`).
 
     >>> d = diagnose(topo, read_timings("probe.csv"))          # doctest: +SKIP
     >>> d.suspects[0].name, d.suspects[0].confidence            # doctest: +SKIP
@@ -140,6 +219,11 @@ def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOpti
         k = int(bad[0])
         raise TimingsError(f"{t.source}: pair {int(t.src[k])} -> {int(t.dst[k])} names a rank "
                            f"that '{topo.name}' does not have (ranks 0..{topo.n_ranks - 1})")
+    bad = np.flatnonzero(~(t.seconds > 0))
+    if len(bad):
+        k = int(bad[0])
+        raise TimingsError(f"{t.source}: pair {int(t.src[k])} -> {int(t.dst[k])} took "
+                           f"{float(t.seconds[k])!r} seconds (a time must be > 0; a hang is inf)")
     dead = np.isin(t.src, list(topo.failed_ranks)) | np.isin(t.dst, list(topo.failed_ranks))
     if dead.any():
         notes.append(f"{int(dead.sum())} pairs with a rank the topology declares failed were "
@@ -152,30 +236,41 @@ def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOpti
     routes = pair_routes(topo, src, dst)
     expected = _expected(topo, routes, nbytes, options.concurrent)
     z, slowdown = _zscores(topo, routes, secs, expected, options.min_sigma)
-    key = ("diagnose.hypotheses", options.concurrent,
-           hashlib.sha1(src.tobytes() + dst.tobytes() + nbytes.tobytes()).hexdigest())
-    if key not in topo._cache:
-        weight = _weights(topo, routes, nbytes) if options.concurrent else None
-        # slow pairs: what a slow part would slow (weighted); hung pairs: everything a
-        # black-holing part carries, bottleneck or not
-        topo._cache[key] = (_hypotheses(topo, routes, src, dst, weight),
-                            _hypotheses(topo, routes, src, dst, None))
-    slow_hyp, hang_hyp = topo._cache[key]
     hung = ~np.isfinite(secs)
-    signals = [(slow_hyp, np.where(hung, 0.0, np.clip(z, -CLIP, CLIP)))]
+    findings = _evidence_findings(topo, src, dst, secs, expected, options.concurrent)
+    if hung.all():
+        # nothing finished: no part can be told from the rest (see _evidence_findings)
+        return Diagnosis(suspects=(), findings=findings,
+                         min_confidence=options.min_confidence, n_pairs=len(keep),
+                         slow_pairs=0, hung_pairs=int(hung.sum()),
+                         unobserved_links=_unobserved(topo, routes), best_rejected=None,
+                         notes=tuple(notes), z=z, slowdown=slowdown)
+    slow_hyp, hang_hyp = _cached_hypotheses(topo, routes, src, dst, nbytes, options.concurrent)
+    # too few finished pairs for a baseline: slowness is no evidence (only hangs are)
+    baseline = int((~hung).sum()) >= MIN_BASELINE
+    signals = [(slow_hyp, np.where(hung | (not baseline), 0.0, np.clip(z, -CLIP, CLIP)))]
     if hung.any():
-        signals.append((hang_hyp, np.where(hung, CLIP, 0.0)))
-    slow = z > _SLOW_Z
+        # a black-holing part stops every pair it carries: a pair over it that finished
+        # speaks against it as strongly as a hung one for it
+        signals.append((hang_hyp, np.where(hung, CLIP, -CLIP)))
+    slow = (z > _SLOW_Z) & (baseline | hung)
     suspects: list[Suspect] = []
+    weak: list[tuple[_Hypotheses, int, np.ndarray]] = []
     rejected = None
     open_slow = slow.copy()
-    for _ in range(options.max_suspects):
+    taken = np.zeros(len(keep), dtype=bool)     # pairs explained by an earlier candidate
+    # weak candidates are set aside and the search goes on, so a few of them cannot hide a
+    # real fault that scores below them
+    for _ in range(options.max_suspects + 2 * _MAX_WEAK):
+        if len(suspects) == options.max_suspects:
+            break
         best = None
         for hyp, signal in signals:
             scores = _scores(hyp, signal)
             i = int(np.argmax(scores))
             if best is None or scores[i] > best[2][best[1]]:
                 best = (hyp, i, scores)
+        assert best is not None     # the slow signal is always there
         hyp, i, scores = best
         col = hyp.matrix[:, i]
         cols = col.indices
@@ -184,15 +279,175 @@ def diagnose(topo: Topology, t: Timings, options: DiagnoseOptions = DiagnoseOpti
         if scores[i] < options.min_score or med < options.min_slowdown:
             rejected = (hyp.names[i], float(scores[i]), med)
             break
-        suspects.append(_suspect(hyp, i, scores, cols, strong, z, slowdown, open_slow))
+        if int(open_slow[cols].sum()) >= MIN_EVIDENCE:
+            suspects.append(_suspect(hyp, i, scores, cols, strong, z, slowdown, open_slow,
+                                     taken))
+        else:
+            weak.append((hyp, i, cols[open_slow[cols]]))
         signals = [(h, np.where(np.isin(np.arange(len(sig)), cols), 0.0, sig))
                    for h, sig in signals]
         open_slow[cols] = False
-    unobserved = topo.n_links - len(np.unique(routes.links)) - int(topo.link_failed.sum())
-    return Diagnosis(suspects=tuple(suspects), n_pairs=len(keep), slow_pairs=int(slow.sum()),
-                     hung_pairs=int((~np.isfinite(secs)).sum()),
-                     unobserved_links=max(unobserved, 0), best_rejected=rejected,
+        taken[cols] = True
+    if not baseline and not hung.any():
+        rejected = None         # nothing was scored: the too-few-pairs finding says why
+    findings += _search_findings(topo, t, src, dst, routes, hung, z, slowdown, baseline,
+                                 suspects, weak, options.min_confidence)
+    return Diagnosis(suspects=tuple(suspects), findings=findings,
+                     min_confidence=options.min_confidence, n_pairs=len(keep),
+                     slow_pairs=int(slow.sum()), hung_pairs=int(hung.sum()),
+                     unobserved_links=_unobserved(topo, routes), best_rejected=rejected,
                      notes=tuple(notes), z=z, slowdown=slowdown)
+
+
+def _cached_hypotheses(topo: Topology, routes, src, dst, nbytes, concurrent: bool
+                       ) -> tuple[_Hypotheses, _Hypotheses]:
+    """The hypotheses against slow pairs (what a slow part would slow, weighted) and against
+    hung pairs (everything a black-holing part carries, bottleneck or not), kept on the
+    topology for later diagnoses of the same pairs."""
+    key = ("diagnose.hypotheses", concurrent,
+           hashlib.sha1(src.tobytes() + dst.tobytes() + nbytes.tobytes()).hexdigest())
+    if key not in topo._cache:
+        weight = _weights(topo, routes, nbytes) if concurrent else None
+        topo._cache[key] = (_hypotheses(topo, routes, src, dst, weight),
+                            _hypotheses(topo, routes, src, dst, None))
+    return topo._cache[key]
+
+
+def _unobserved(topo: Topology, routes) -> int:
+    """Healthy links that no measured pair crosses."""
+    return max(topo.n_links - len(np.unique(routes.links)) - int(topo.link_failed.sum()), 0)
+
+
+def _evidence_findings(topo: Topology, src, dst, secs, expected, concurrent: bool
+                       ) -> tuple[Finding, ...]:
+    """What the timings as a whole say before any part is compared: nothing finished, too few
+    pairs for a baseline, or every pair off the model alike."""
+    finite = np.isfinite(secs)
+    n, done = len(secs), int(finite.sum())
+    live = len(topo.live_ranks())
+    probe = f"an all-pairs probe ({live * (live - 1)} pairs of the {live} live ranks)"
+    if done == 0:
+        return (Finding("all-hung", f"all {n} measured pairs never finished: with no pair that "
+                        "finished there is nothing to tell a faulty part from (a part is found "
+                        "by the pairs over it hanging while the others finish), so none is "
+                        "named; the probe, the job or the whole machine did not run",
+                        (f"one pair alone (e.g. {int(src[0])} -> {int(dst[0])}) to check that "
+                         "the probe runs at all", probe)),)
+    out = []
+    if done < MIN_BASELINE:
+        out.append(Finding("too-few-pairs", f"only {done} measured pairs finished: telling a "
+                           "slow pair from the spread of healthy ones needs a baseline of at "
+                           f"least {MIN_BASELINE}, so no part is named for being slow",
+                           (probe,), problem=False))
+    ratio = float(np.median(secs[finite] / expected[finite]))
+    over = float((secs[finite] > MODEL_MISMATCH * expected[finite]).mean())
+    how = ("its busiest link's busy time with all pairs running at once" if concurrent else
+           "its bytes over its slowest link")
+    if ratio > MODEL_MISMATCH:
+        out.append(Finding("slow-everywhere", f"the pairs are slow alike: the median pair took "
+                           f"{_times(ratio)} the time the topology's links predict ({how}), and "
+                           f"{over:.0%} of them more than {MODEL_MISMATCH:g}x. That is the "
+                           "machine as a whole (another job, throttled links, a slow software "
+                           "path) or the model (the .ccl's link bandwidths, the bytes in the "
+                           "timings" + (", pairs timed one at a time: --pairwise" if concurrent
+                                       else "") + ") being off, not one part (the search for "
+                           "one faulty part compares pairs with each other and cannot see it)"))
+    elif ratio < 1.0 / MODEL_MISMATCH:
+        out.append(Finding("fast-everywhere", f"the pairs are faster than the topology allows: "
+                           f"the median pair took {_times(ratio)} the time its links predict "
+                           f"({how}): the .ccl's link bandwidths or the bytes in the timings do "
+                           "not describe what was measured"))
+    return tuple(out)
+
+
+def _times(ratio: float) -> str:
+    """A ratio for people: ``1,487x``, ``31.2x``, ``0.104x``."""
+    return f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.3g}x"
+
+
+def _search_findings(topo: Topology, t: Timings, src, dst, routes, hung, z, slowdown,
+                     baseline: bool, suspects: list[Suspect], weak, min_confidence: float
+                     ) -> tuple[Finding, ...]:
+    """What the search could not settle: candidates with too few pairs, suspects below the
+    confidence for a fault statement, and hung or far too slow pairs no part explains."""
+    out = []
+    covered = np.zeros(len(src), dtype=bool)
+    for s in suspects:
+        covered[s.pair_index] = True
+        if s.confidence < min_confidence:
+            out.append(Finding("low-confidence", f"{s.kind} {s.name} has confidence "
+                               f"{s.confidence:.2f}, below the {min_confidence:g} a fault "
+                               "statement needs",
+                               pairs_to_measure(topo, t, s.links, s.rank) or (_REPEAT,)))
+    for hyp, i, pairs in weak[:_MAX_WEAK]:
+        if hung[pairs].all():
+            continue        # hangs: stated below
+        name = f"{hyp.kinds[i]} {hyp.names[i][0].split(' ', 1)[1]}"
+        shown = ", ".join(f"{int(src[k])} -> {int(dst[k])}" for k in pairs[:4])
+        out.append(Finding("weak-evidence", f"not enough evidence: {name} would explain "
+                           f"{len(pairs)} slow pair{'s' if len(pairs) != 1 else ''} ({shown}), "
+                           f"and naming a part needs at least {MIN_EVIDENCE}",
+                           pairs_to_measure(topo, t, hyp.links[i], hyp.ranks[i])
+                           or (_REPEAT,)))
+    for _, _, pairs in weak:
+        if not hung[pairs].all():
+            covered[pairs] = True
+    out += _lone_pairs(topo, t, src, dst, routes, hung & ~covered, "hung-pairs",
+                       "never finished", "hangs it")
+    if baseline:
+        # far slower than their peers (noise does not double a time) yet no part explains them
+        stray = (slowdown >= MODEL_MISMATCH) & (z > _SLOW_Z) & ~hung & ~covered
+        out += _lone_pairs(topo, t, src, dst, routes, stray, "slow-pairs",
+                           f"ran {MODEL_MISMATCH:g}x or more slower than the median pair",
+                           "slows it")
+    return tuple(out)
+
+
+def _lone_pairs(topo: Topology, t: Timings, src, dst, routes, mask: np.ndarray, kind: str,
+                what: str, does: str) -> tuple[Finding, ...]:
+    """The statement for pairs in ``mask`` that no part explains (hung or far too slow)."""
+    lone = np.flatnonzero(mask)
+    if not len(lone):
+        return ()
+    shown = ", ".join(f"{int(src[k])} -> {int(dst[k])}" for k in lone[:4])
+    more = f" and {len(lone) - 4} more" if len(lone) > 4 else ""
+    k = int(lone[0])
+    route = routes.links[routes.offsets[k]:routes.offsets[k + 1]]
+    why = (f"one pair cannot say which part {does}: its sender, its receiver or any of the "
+           f"{len(route)} links of its route" if len(lone) == 1 else
+           f"no part explains {MIN_EVIDENCE} or more of them while the other pairs over it "
+           "look healthy")
+    again = f"{int(src[k])} -> {int(dst[k])} again, alone (a fault that stays with the pair " \
+        "is in its route or its ends; one that moves is not)"
+    return (Finding(kind, f"{len(lone)} pair{'s' if len(lone) > 1 else ''} {what} ({shown}"
+                    f"{more}): {why}",
+                    pairs_to_measure(topo, t, tuple(route.tolist()), None) or (again,)),)
+
+
+def pairs_to_measure(topo: Topology, t: Timings, links: tuple[int, ...], rank: int | None,
+                     limit: int = _MEASURE_NEXT) -> tuple[str, ...]:
+    """Pairs of live ranks (``"a -> b"``) not in ``t`` whose traffic crosses ``links`` or
+    starts or ends at ``rank``: what to time next to confirm or clear that part. Empty when
+    every such pair was measured (then more samples of them help: repeated pairs add up)."""
+    live = np.asarray(topo.live_ranks(), dtype=np.int64)
+    s, d = np.repeat(live, len(live)), np.tile(live, len(live))
+    keep = s != d
+    s, d = s[keep], d[keep]
+    measured = set(zip(t.src.tolist(), t.dst.tolist(), strict=True))
+    new = np.array([(a, b) not in measured for a, b in zip(s.tolist(), d.tolist(),
+                                                            strict=True)], dtype=bool)
+    s, d = s[new], d[new]
+    if not len(s):
+        return ()
+    hit = np.zeros(len(s), dtype=bool)
+    if rank is not None:
+        hit |= (s == rank) | (d == rank)
+    if links:
+        r = pair_routes(topo, s, d)
+        on = np.isin(r.links, list(links))
+        hit |= np.bincount(r.pair_of_entry(), weights=on, minlength=len(s)) > 0
+    return tuple(f"{int(a)} -> {int(b)}" for a, b in zip(s[hit][:limit], d[hit][:limit],
+                                                          strict=True))
 
 
 def _expected(topo: Topology, routes, nbytes: np.ndarray, concurrent: bool) -> np.ndarray:
@@ -395,18 +650,41 @@ def _scores(hyp: _Hypotheses, signal: np.ndarray) -> np.ndarray:
 
 
 def _suspect(hyp: _Hypotheses, best: int, scores: np.ndarray, cols: np.ndarray,
-             strong: np.ndarray, z, slowdown, open_slow) -> Suspect:
+             strong: np.ndarray, z, slowdown, open_slow, taken) -> Suspect:
     s1 = float(scores[best])
     finite = scores[np.isfinite(scores)]
     expo = np.clip(-(s1 ** 2 - np.maximum(finite, 0.0) ** 2) / 2.0, -700.0, 0.0)
-    confidence = float(1.0 / np.exp(expo).sum())
+    posterior = float(1.0 / np.exp(expo).sum())
+    rest = np.ones(len(z), dtype=bool)
+    rest[cols] = False
+    rest &= ~taken & np.isfinite(slowdown)
+    p_value = _mann_whitney_greater(slowdown[strong], slowdown[rest])
     name, same = hyp.names[best]
     return Suspect(kind=hyp.kinds[best], name=name.split(" ", 1)[1],
                    same_pairs=same, links=hyp.links[best], rank=hyp.ranks[best],
-                   score=s1, confidence=confidence, pairs=len(cols),
+                   score=s1, confidence=posterior * (1.0 - p_value), posterior=posterior,
+                   p_value=p_value, pairs=len(cols),
                    slow=int((z[cols] > _SLOW_Z).sum()),
                    hung=int((~np.isfinite(slowdown[cols])).sum()),
                    slowdown=float(np.median(slowdown[strong])),
                    explained=int(open_slow[cols].sum()), slow_total=int(open_slow.sum()),
                    pair_index=cols)
 
+
+def _mann_whitney_greater(mine: np.ndarray, others: np.ndarray) -> float:
+    """One-sided p-value that ``mine`` is no slower than ``others`` (Mann-Whitney U).
+
+    Rank-based, so it assumes nothing about the spread of healthy pairs and is exact where it
+    matters: when every pair of the suspect is slower than every other pair, the chance of
+    that under no fault is ``1 / C(n + m, n)``: 1/3 for one slow pair among three, 1/56 for
+    three among eight, ~1e-7 for three among 200. No pair to compare with: 1.
+    """
+    n, m = len(mine), len(others)
+    if n == 0 or m == 0:
+        return 1.0
+    if float(np.min(mine)) > float(np.max(others)):
+        log_p = math.lgamma(n + 1) + math.lgamma(m + 1) - math.lgamma(n + m + 1)
+        return math.exp(log_p)
+    from scipy.stats import mannwhitneyu
+
+    return float(mannwhitneyu(mine, others, alternative="greater").pvalue)

@@ -31,8 +31,8 @@ import numpy as np
 
 from cclc.errors import CclError, Span
 
-__all__ = ["Timings", "TimingsError", "make_timings", "parse_timings", "read_timings",
-           "read_timings_files", "to_pairs_csv"]
+__all__ = ["Timings", "TimingsError", "make_timings", "parse_timings", "read_text",
+           "read_timings", "read_timings_files", "to_pairs_csv"]
 
 
 class TimingsError(CclError):
@@ -88,12 +88,29 @@ def make_timings(src, dst, nbytes, seconds, source: str = "<timings>",
                    concurrent=concurrent)
 
 
+#: what a timings file may hold, for the error on a file that is not text
+_EXPECTED = ("timings as text: a src,dst,bytes,seconds CSV, an n x n matrix CSV, cclc-peer-timings "
+             "JSON or nccl-tests output")
+
+
+def read_text(path: str, expected: str = _EXPECTED) -> str:
+    """The text of ``path``; a file that is not UTF-8 text (a binary file, a file in another
+    encoding) is a :class:`TimingsError` naming the file, the first bad byte and ``expected``."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise TimingsError(f"not a text file (byte {err.start} is 0x{data[err.start]:02x}, not "
+                           f"UTF-8): expected {expected}", Span(path, line, col)) from None
+
+
 def read_timings(path: str) -> Timings:
     """Read a timings file in any of the module's formats; :class:`TimingsError` says where a
     file goes wrong."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    return parse_timings(text, path)
+    return parse_timings(read_text(path), path)
 
 
 def parse_timings(text: str, source: str = "<timings>") -> Timings:
@@ -124,6 +141,10 @@ def _number(cell: str, what: str, span: Span, hang_ok: bool = False) -> float:
         raise TimingsError(f"expected a number for {what}, got '{cell}'", span) from None
     if math.isnan(x) or x < 0 or (math.isinf(x) and not hang_ok):
         raise TimingsError(f"{what} must be a number >= 0, got '{cell}'", span)
+    if hang_ok and x == 0:
+        # every transfer takes time: a zero is a clock that did not run or a pair not measured
+        raise TimingsError(f"{what} must be > 0, got '{cell}' (a transfer that never "
+                           "finished is 'inf'; leave out a pair that was not measured)", span)
     return x
 
 
@@ -240,7 +261,7 @@ def _aggregate(records: list, source: str) -> Timings:
             raise TimingsError(f"{where} needs integer rank and peer, dir, bytes and seconds "
                                f"({err})", span) from None
         if direction not in ("send", "recv") or rank < 0 or peer < 0 or nbytes <= 0 \
-                or not seconds >= 0:
+                or not seconds > 0:
             raise TimingsError(f"{where} is out of range: {json.dumps(r)}", span)
         pair = (rank, peer) if direction == "send" else (peer, rank)
         acc = sides.setdefault((*pair, direction), [0.0, 0.0])
@@ -266,10 +287,7 @@ def read_timings_files(paths: list[str], topo=None, hosts: str | None = None) ->
     (see :mod:`cclc.diagnose.nccl_tests`)."""
     from cclc.diagnose import nccl_tests
 
-    texts = []
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            texts.append(f.read())
+    texts = [read_text(path) for path in paths]
     is_nt = [nccl_tests.is_nccl_tests(t) for t in texts]
     if any(is_nt):
         if not all(is_nt):
@@ -281,8 +299,8 @@ def read_timings_files(paths: list[str], topo=None, hosts: str | None = None) ->
                                Span(paths[0], 1, 1))
         node_of = None
         if hosts is not None:
-            with open(hosts, encoding="utf-8") as f:
-                node_of = nccl_tests.parse_hosts(f.read(), hosts)
+            node_of = nccl_tests.parse_hosts(
+                read_text(hosts, "a hosts file: one host name per line"), hosts)
         runs = [nccl_tests.parse_nccl_tests(t, p) for p, t in zip(paths, texts, strict=True)]
         return nccl_tests.nccl_tests_timings(runs, topo, node_of)
     if hosts is not None:

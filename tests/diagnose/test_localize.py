@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import networkx as nx
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dsl
 from cclc.diagnose.inject import Fault, probe_timings
-from cclc.diagnose.localize import DiagnoseOptions, diagnose
+from cclc.diagnose.localize import (
+    MIN_BASELINE,
+    MIN_EVIDENCE,
+    PATCH_CONFIDENCE,
+    DiagnoseOptions,
+    diagnose,
+)
 from cclc.diagnose.routes import pair_routes
+from cclc.diagnose.timings import TimingsError, make_timings
 from cclc.topology import torus, with_faults
 
 
@@ -123,3 +131,159 @@ def test_two_slow_links_are_both_found():
     d = diagnose(topo, t)
     assert {s.links for s in d.suspects} == {(a,), (b,)}
     assert all(s.explained == s.pairs for s in d.suspects)
+
+
+# --- what the evidence supports -----------------------------------------------------------
+
+TORUS = "examples/torus5x5.ccl"
+MIB = 1 << 20
+
+
+def _torus5x5():
+    return next(iter(dsl.load(TORUS).topologies.values()))
+
+
+def _timings(pairs, seconds):
+    src = [a for a, _ in pairs]
+    dst = [b for _, b in pairs]
+    return make_timings(src, dst, np.full(len(pairs), float(MIB)), seconds)
+
+
+def _kinds(d):
+    return [f.kind for f in d.findings]
+
+
+@pytest.mark.parametrize("pairs", [[(0, 6), (0, 12), (0, 18)], [(0, 12), (5, 18), (7, 21)]])
+def test_three_pairs_within_4_percent_name_nothing(pairs):
+    topo = _torus5x5()
+    d = diagnose(topo, _timings(pairs, [0.00100, 0.00102, 0.00104]))
+    assert d.suspects == () and d.best_rejected is None
+    too_few = d.findings[_kinds(d).index("too-few-pairs")]
+    assert f"at least {MIN_BASELINE}" in too_few.message and not too_few.problem
+    assert "all-pairs probe (600 pairs" in too_few.measure_next[0]
+
+
+def test_every_pair_hung_names_no_part():
+    topo = _torus5x5()
+    t = probe_timings(topo)
+    d = diagnose(topo, make_timings(t.src, t.dst, t.nbytes, np.full(len(t), np.inf)))
+    assert d.suspects == () and _kinds(d) == ["all-hung"]
+    assert "all 600 measured pairs never finished" in d.findings[0].message
+    assert d.problem
+
+
+def test_uniform_slowness_is_the_machine_not_a_part():
+    topo = _torus5x5()
+    t = probe_timings(topo, noise=0.05, seed=1)
+    slow = diagnose(topo, make_timings(t.src, t.dst, t.nbytes, t.seconds * 1500))
+    assert slow.suspects == () and _kinds(slow) == ["slow-everywhere"]
+    assert "1,500x the time the topology's links predict" in slow.findings[0].message
+    fast = diagnose(topo, make_timings(t.src, t.dst, t.nbytes, t.seconds / 10))
+    assert fast.suspects == () and _kinds(fast) == ["fast-everywhere"]
+    # the same timings at the model's speed: nothing to say
+    healthy = diagnose(topo, t)
+    assert healthy.findings == () and not healthy.problem
+
+
+def test_one_hung_pair_is_stated_not_blamed_on_a_part():
+    topo = _torus5x5()
+    t = probe_timings(topo, noise=0.05, seed=1)
+    secs = t.seconds.copy()
+    secs[7] = np.inf
+    d = diagnose(topo, make_timings(t.src, t.dst, t.nbytes, secs))
+    assert d.suspects == () and _kinds(d) == ["hung-pairs"]
+    pair = f"{int(t.src[7])} -> {int(t.dst[7])}"
+    assert f"1 pair never finished ({pair}): one pair cannot say" in d.findings[0].message
+    assert d.findings[0].measure_next[0].startswith(f"{pair} again, alone")
+
+
+def test_zero_seconds_are_refused():
+    topo = _torus5x5()
+    with pytest.raises(TimingsError, match="pair 0 -> 1 took 0.0 seconds"):
+        diagnose(topo, _timings([(0, 1), (1, 2)], [0.0, 1e-3]))
+
+
+def _pairwise_case(slow):
+    """Pairs timed one at a time: ``slow`` of them (all over the link (0,0)->(0,1) and into
+    rank 1) twice as slow as their model, with nine healthy pairs as the baseline: 5 -> 2 also
+    crosses the link and 6 -> 1 also ends at rank 1, so the link and the receiver explain the
+    slow pairs about equally well."""
+    topo = _torus5x5()
+    healthy = [(5, 2), (6, 1), (12, 13), (17, 18), (22, 23), (7, 8), (13, 14), (18, 19),
+               (23, 24)]
+    pairs = slow + healthy
+    rng = np.random.default_rng(0)
+    secs = MIB / 32e9 * np.exp(rng.normal(0.0, 0.02, len(pairs)))
+    secs[:len(slow)] *= 2
+    return topo, diagnose(topo, _timings(pairs, secs), DiagnoseOptions(concurrent=False))
+
+
+def test_two_slow_pairs_are_not_enough_evidence():
+    topo, d = _pairwise_case([(0, 1), (4, 1)])
+    assert d.suspects == () and _kinds(d) == ["weak-evidence"]
+    f = d.findings[0]
+    assert "not enough evidence" in f.message and f"at least {MIN_EVIDENCE}" in f.message
+    # what to measure next: unmeasured pairs over the candidate
+    r = pair_routes(topo, np.array([0]), np.array([2]))
+    assert "0 -> 2" in f.measure_next and len(r.links)
+
+
+def test_three_slow_pairs_name_the_link_with_a_confidence_below_certainty():
+    _, d = _pairwise_case([(0, 1), (4, 1), (9, 1)])
+    assert [s.name for s in d.suspects] == ["(0,0)->(0,1)"]
+    s = d.suspects[0]
+    # three slow pairs among twelve: the rank test alone cannot be surer than 1/C(12, 3)
+    assert s.p_value >= 1 / 220 - 1e-12
+    assert s.confidence == pytest.approx(s.posterior * (1 - s.p_value))
+    assert s.confidence < PATCH_CONFIDENCE and d.confident == ()
+    assert "low-confidence" in _kinds(d)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(side=st.integers(3, 5), noise=st.floats(0.0, 0.3), seed=st.integers(0, 10_000),
+       share=st.floats(0.0, 1.0), pairwise=st.booleans())
+def test_noise_alone_never_reaches_the_patch_confidence(side, noise, seed, share, pairwise):
+    """Healthy timings with any log-normal noise, on any subset: no fault statement. All at
+    once: the probe among a random subset of the ranks (down to two); one at a time: a random
+    subset of the pairs (down to two), each its bytes over the link plus its hops' latency."""
+    topo = torus("t", (side, side), None, 32e9, 1e-7)
+    rng = np.random.default_rng(seed)
+    if pairwise:
+        n = topo.n_ranks
+        s, d = np.divmod(np.arange(n * n), n)
+        keep = np.flatnonzero((s != d) & (rng.random(n * n) < share))
+        keep = keep if len(keep) >= 2 else np.array([1, 2])
+        s, d = s[keep], d[keep]
+        hops = np.diff(pair_routes(topo, s, d).offsets)
+        secs = (MIB / 32e9 + hops * 1e-7) * np.exp(rng.normal(0.0, noise, len(s)))
+        t = make_timings(s, d, np.full(len(s), float(MIB)), secs)
+    else:
+        ranks = np.flatnonzero(rng.random(topo.n_ranks) < share)
+        ranks = ranks if len(ranks) >= 2 else np.array([0, 1])
+        t = probe_timings(topo, noise=noise, seed=seed, ranks=tuple(ranks.tolist()))
+    d = diagnose(topo, t, DiagnoseOptions(concurrent=not pairwise))
+    assert d.confident == ()
+    assert all(s.explained >= MIN_EVIDENCE for s in d.suspects)
+    assert "slow-everywhere" not in _kinds(d) and "fast-everywhere" not in _kinds(d)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), count=st.integers(1, MIN_EVIDENCE - 1),
+       factor=st.one_of(st.floats(2.5, 1e4), st.just(np.inf)))
+def test_fewer_slow_pairs_than_the_minimum_name_no_part(data, count, factor):
+    """However slow (or hung), fewer than MIN_EVIDENCE bad pairs in a clean probe never name
+    a part: they are stated (weak evidence, or hangs no part explains) instead."""
+    topo = torus("t", (4, 4), None, 32e9, 1e-7)
+    t = probe_timings(topo)
+    bad = data.draw(st.lists(st.integers(0, len(t) - 1), min_size=count, max_size=count,
+                             unique=True))
+    secs = t.seconds.copy()
+    secs[bad] *= factor
+    d = diagnose(topo, make_timings(t.src, t.dst, t.nbytes, secs))
+    assert d.suspects == ()
+    kinds = _kinds(d)
+    if np.isinf(factor):
+        assert kinds == ["hung-pairs"] and f"{count} pair" in d.findings[0].message
+    else:
+        assert kinds in (["weak-evidence"], ["slow-pairs"])
+    assert d.problem

@@ -46,6 +46,9 @@ def test_matrix_and_json_match_pairs_csv():
     ("1,2\n3\n", 2, 1, "needs 2 numbers per row"),
     ("0,1\n-1,0\n", 2, 1, "must be a number >= 0"),
     ('{"format": "other"}', 1, 1, "cclc-peer-timings"),
+    ("src,dst,bytes,seconds\n0,1,100,1\n1,0,100,0\n", 3, 9, "seconds must be > 0, got"),
+    ("src,dst,bytes,seconds\n0,1,100,0.0\n", 2, 9, "a transfer that never finished is 'inf'"),
+    ("0,1\n0,0\n", 2, 1, "the time of 1 -> 0 must be > 0, got"),
 ])
 def test_bad_timings_name_the_place(text, line, col, what):
     with pytest.raises(TimingsError) as err:
@@ -73,7 +76,7 @@ def test_cli_rank_outside_topology(tmp_path, capsys):
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(1, 10**9),
-                          st.one_of(st.floats(0, 1e3), st.just(math.inf))),
+                          st.one_of(st.floats(0, 1e3, exclude_min=True), st.just(math.inf))),
                 min_size=1, max_size=40))
 def test_pairs_csv_round_trip_sums_like_numpy(rows):
     text = "src,dst,bytes,seconds\n" + "".join(f"{s},{d},{b},{x!r}\n" for s, d, b, x in rows)
@@ -96,3 +99,35 @@ def test_pairs_csv_round_trip_sums_like_numpy(rows):
 def test_json_that_python_cannot_read_is_a_timings_error(text, message):
     with pytest.raises(TimingsError, match=message):
         parse_timings(text, "t.json")
+
+
+@pytest.mark.parametrize("data", [bytes(range(256)), b"src,dst,bytes,seconds\n0,1,8,\xff\n"])
+def test_cli_binary_timings_exit_2_naming_the_file(tmp_path, capsys, data):
+    binary = tmp_path / "probe.bin"
+    binary.write_bytes(data)
+    rc = cli.main(["diagnose", str(binary), "--topology", "examples/torus5x5.ccl"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert err.startswith(f"{binary}:")
+    assert "not a text file" in err and "expected timings as text" in err
+    # a second file (the plugin's one per rank) and the --hosts file are read the same way
+    good = tmp_path / "ok.csv"
+    good.write_text("src,dst,bytes,seconds\n0,1,8,1\n")
+    assert cli.main(["diagnose", str(good), str(binary), "--topology",
+                     "examples/torus5x5.ccl"]) == 2
+    assert "not a text file" in capsys.readouterr().err
+
+
+def test_zero_seconds_in_json_is_refused():
+    doc = {"format": "cclc-peer-timings", "version": 1,
+           "records": [{"rank": 0, "peer": 1, "dir": "send", "bytes": 8, "seconds": 0.0}]}
+    with pytest.raises(TimingsError, match="record 0 is out of range"):
+        parse_timings(json.dumps(doc), "t.json")
+
+
+def test_cli_zero_seconds_names_file_and_line(tmp_path, capsys):
+    probe = tmp_path / "zero.csv"
+    probe.write_text("src,dst,bytes,seconds\n0,1,1048576,0.001\n1,2,1048576,0\n")
+    assert cli.main(["diagnose", str(probe), "--topology", "examples/torus5x5.ccl"]) == 2
+    err = capsys.readouterr().err
+    assert f"{probe}:3:13: error: seconds must be > 0, got" in err and "Traceback" not in err

@@ -248,3 +248,14 @@ def test_import_of_a_ccl_file_points_into_it(run_cli):
     assert code == 2
     assert err.startswith(f"{EXAMPLES / 'hgx_node.ccl'}:1:")
     assert "not an NCCL topology file: XML error" in err
+
+
+@pytest.mark.parametrize("data", [bytes(range(256)), b"\x7fELF\x02\x01\x01\x00\x00\x00",
+                                  b"<system>\xff\xfe</system>"])
+def test_import_of_a_binary_file_says_so(run_cli, tmp_path, data):
+    binary = tmp_path / "topo.bin"
+    binary.write_bytes(data)
+    code, out, err = run_cli("import", binary)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.startswith(f"{binary}:1:")
+    assert "a binary file, expected the XML text that NCCL_TOPO_DUMP_FILE writes" in err
