@@ -66,13 +66,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _source_of(err: CclError) -> str | None:
-    if err.span is None:
-        return None
-    try:
-        with open(err.span.file, encoding="utf-8") as f:
-            return f.read()
-    except OSError:
-        return None
+    """The text of the file an error points into, decoded as the parser decoded it."""
+    from dsl import display_source
+
+    return None if err.span is None else display_source(err.span.file)
 
 
 if __name__ == "__main__":

@@ -821,7 +821,7 @@ def _read_matrix(path: ast.String, base_dir: Path) -> np.ndarray:
     """The alltoall size matrix of a CSV file: bytes, row = sender, column = receiver."""
     file = base_dir / path.value
     try:
-        text = file.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8-sig")     # spreadsheets often write a BOM
     except (OSError, UnicodeDecodeError) as err:
         reason = err.strerror if isinstance(err, OSError) else "it is not UTF-8 text"
         raise SemanticError(f"cannot read the size matrix '{path.value}': {reason}",

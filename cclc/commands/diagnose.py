@@ -125,8 +125,7 @@ def run(args) -> int:
             f.write("\n".join(statements) + "\n")
         print(f"wrote {args.faults}")
     if args.patch:
-        with open(args.topology, encoding="utf-8") as f:
-            text = f.read()
+        text = dsl.read_source(args.topology)      # as dsl.load read it: spans match
         patched = patch_source(text, args.topology, topo.name, statements)
         with open(args.patch, "w", encoding="utf-8") as f:
             f.write(patched)
