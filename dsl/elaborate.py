@@ -537,8 +537,8 @@ def _vertex(topo: Topology, endpoint: ast.Endpoint) -> int:
         return topo.rank_at(coords)
     if topo.dims is not None:
         example = "(" + ",".join("0" for _ in topo.dims) + ")"
-        raise SemanticError(f"'{topo.name}' is a torus: name a rank by its coordinates, e.g. "
-                            f"{example}, or by its number", endpoint.span)
+        raise SemanticError(f"'{topo.name}' is a {topo.kind_name}: name a rank by its "
+                            f"coordinates, e.g. {example}, or by its number", endpoint.span)
     parts = []
     for part in endpoint.parts:
         if part.index is None:

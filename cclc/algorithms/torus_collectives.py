@@ -390,7 +390,7 @@ def _foldedring(coll: Collective, **params) -> Schedule:
 def _torus_dims(coll: Collective) -> tuple[list[int], str | None]:
     topo = coll.topology
     if topo.dims is None:
-        return [], f"ring+dimrotation needs a torus; '{topo.name}' is a {topo.kind}"
+        return [], f"ring+dimrotation needs a torus; '{topo.name}' is a {topo.kind_name}"
     if topo.failed_ranks:
         return [], "ring+dimrotation needs every rank of the torus alive"
     if tuple(coll.group) != topo.all_ranks():

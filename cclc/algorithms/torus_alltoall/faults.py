@@ -49,7 +49,7 @@ def torus_dims(topo) -> tuple[int, ...]:
     """The torus's size per dimension (a torus always has them; other topologies are refused
     by :func:`torus_reason` before anything is built)."""
     if topo.dims is None:
-        raise ScheduleError(f"internal: '{topo.name}' is a {topo.kind}, not a torus")
+        raise ScheduleError(f"internal: '{topo.name}' is a {topo.kind}, not a torus or mesh")
     return tuple(topo.dims)
 
 
