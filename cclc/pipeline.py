@@ -330,8 +330,9 @@ def _compare(coll: Collective, p: Plan) -> str | None:
 
 
 def measure(schedule: Schedule, p: Plan | None = None, simulate: bool = True) -> Facts:
-    """The :class:`~backends.contract.Facts` of ``schedule``: its bounds (the plan's, when
-    given), and with ``simulate`` its lockstep and event-driven simulations."""
+    """The :class:`~backends.contract.Facts` of ``schedule``: its bounds, time and execution
+    model (the plan's, when given: what the compile reports, so no output recomputes them
+    differently), and with ``simulate`` its lockstep and event-driven simulations."""
     from backends.contract import Facts
     from cclc.bounds import bounds
     from cclc.sim import simulate as run_sim
@@ -341,6 +342,7 @@ def measure(schedule: Schedule, p: Plan | None = None, simulate: bool = True) ->
                  lockstep=run_sim(schedule, mode="lockstep") if simulate else None,
                  event=run_sim(schedule, mode="event") if simulate else None,
                  time=p.time if p is not None else None,
+                 model=p.model if p is not None else None,
                  candidates=p.candidates if p is not None else ())
 
 
