@@ -45,6 +45,7 @@ from cclc.plan import Plan
 
 if TYPE_CHECKING:
     from backends.contract import Backend, EmitOptions, Facts
+    from cclc.execution import ExecutionModel
     from dsl import Program
 
 __all__ = [
@@ -108,6 +109,10 @@ class Events:
     def note(self, message: str) -> None:
         """Something the user should know that is not an error."""
 
+    def priced(self, model: ExecutionModel, reason: str) -> None:
+        """The outputs asked for chose ``model`` to price every candidate (``reason``: why,
+        and what the model would be without them); told once, before any collective."""
+
     def start(self, coll: Collective) -> None:
         """The pipeline starts on ``coll``."""
 
@@ -155,7 +160,7 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
     """
     from backends import load
     from backends.contract import EmitOptions
-    from cclc.execution import model_for
+    from cclc.execution import model_for, model_reason
 
     events = events or Events()
     options = request.options or EmitOptions()
@@ -181,7 +186,12 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
         with events.stage(f"writing {topology_file(name)}"):
             events.wrote(out.write_text(topology_file(name), _topology_text(topo)))
 
+    # the outputs decide the execution model that prices the candidates (each runtime pays
+    # software costs of its own), so the same file may choose differently: say so
     model = model_for(request.emit)
+    reason = model_reason(request.emit)
+    if reason is not None and collectives:
+        events.priced(model, reason)
     results = []
     for coll in collectives:
         events.start(coll)
