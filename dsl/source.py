@@ -36,7 +36,7 @@ def decode_source(data: bytes, filename: str) -> str:
     >>> decode_source(b"size 1 \\xb5s", "t.ccl")
     Traceback (most recent call last):
     ...
-    cclc.errors.SyntaxErr: the file is not UTF-8 text: byte 0xB5 ... (invalid start byte)
+    cclc.errors.SyntaxErr: the file is not UTF-8 text: byte 0xB5 cannot be read as UTF-8 ...
     """
     try:
         text = data.decode("utf-8")
