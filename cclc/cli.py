@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from cclc.allocator import reuse_freed_memory
 
     reuse_freed_memory()        # fewer page faults on large compiles (see cclc.allocator)
+    _escape_what_the_terminal_cannot_show()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -63,6 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _escape_what_the_terminal_cannot_show() -> None:
+    """Print a character the output's encoding lacks as an escape (``\\u043e``), not as a
+    traceback: a file name or source line may hold any character, the terminal may be ASCII."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass        # not a text stream cclc may change (a test's capture, a closed pipe)
 
 
 def _source_of(err: CclError) -> str | None:

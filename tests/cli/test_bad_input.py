@@ -196,3 +196,18 @@ def test_hierarchical_note_does_not_claim_nvlink_only(tmp_path, capsys):
     note = next(line for line in capsys.readouterr().out.splitlines() if "hierarchical" in line)
     assert "NVLink or PCIe" in note
 
+
+
+def test_an_ascii_terminal_gets_escapes_not_a_traceback(tmp_path, monkeypatch):
+    import io
+    import sys
+
+    src = _write(tmp_path, TORUS + "collective a = allgather on t { size 1 МiB }\n", "тор.ccl")
+    out, err = io.BytesIO(), io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out, encoding="ascii"))
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(err, encoding="ascii"))
+    assert main(["check", src]) == 2
+    sys.stderr.flush()
+    shown = err.getvalue().decode("ascii")
+    assert "\\u0442\\u043e\\u0440.ccl:2:40: error: unexpected character '\\u041c'" in shown
+    assert "Traceback" not in shown
