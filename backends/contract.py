@@ -25,6 +25,7 @@ from cclc.errors import ScheduleError
 
 if TYPE_CHECKING:
     from cclc.bounds import Bounds
+    from cclc.execution import ExecutionModel
     from cclc.sim import SimResult
 
 __all__ = ["Backend", "Contents", "EmitOptions", "Facts", "TunerRows"]
@@ -96,13 +97,15 @@ class Facts:
     """What the pipeline knows about a schedule when a backend renders it, so that no backend
     recomputes it: ``bounds`` (:func:`cclc.bounds.bounds` of its collective), ``lockstep`` and
     ``event`` (:func:`cclc.sim.simulate` in each mode; ``None`` unless a backend asked for them
-    with ``wants_simulation``), ``time`` (the planner's prediction under its execution model)
-    and ``candidates`` (the planner's table)."""
+    with ``wants_simulation``), ``time`` (the planner's prediction under ``model``, the
+    execution model it priced the choice with: what ``cclc compile`` prints) and
+    ``candidates`` (the planner's table)."""
 
     bounds: Bounds | None = None
     lockstep: SimResult | None = None
     event: SimResult | None = None
     time: float | None = None
+    model: ExecutionModel | None = None
     candidates: tuple = ()
 
 

@@ -70,6 +70,7 @@ def _run(argv: list[str] | None) -> int:
     from cclc.errors import CclError, render_error
 
     reuse_freed_memory()        # fewer page faults on large compiles (see cclc.allocator)
+    _escape_what_the_terminal_cannot_show()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -87,15 +88,23 @@ def _run(argv: list[str] | None) -> int:
         return 2
 
 
+def _escape_what_the_terminal_cannot_show() -> None:
+    """Print a character the output's encoding lacks as an escape (``\\u043e``), not as a
+    traceback: a file name or source line may hold any character, the terminal may be ASCII."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass        # not a text stream cclc may change (a test's capture, a closed pipe)
+
+
 def _source_of(err: CclError) -> str | None:
-    if err.span is None:
-        return None
-    try:
-        with open(err.span.file, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
-        # not there any more, or not text (the error then says so): no line to show
-        return None
+    """The text of the file an error points into, decoded as the parser decoded it; ``None``
+    when it cannot be read or is not text (the error then says so), so no line is shown."""
+    from dsl import display_source
+
+    text = None if err.span is None else display_source(err.span.file)
+    return None if text is None or "\x00" in text else text
 
 
 if __name__ == "__main__":

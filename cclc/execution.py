@@ -45,7 +45,7 @@ from cclc.ir import Schedule
 from cclc.sim import simulate
 
 __all__ = ["BACKEND_MODELS", "IR_MODEL", "LOCKSTEP_NCCL_MODEL", "NCCL_GROUP_OVERHEAD",
-           "ExecutionModel", "Prediction", "model_for", "predict"]
+           "ExecutionModel", "Prediction", "model_for", "model_reason", "predict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +98,32 @@ def model_for(emitters) -> ExecutionModel:
         if name in BACKEND_MODELS:
             return BACKEND_MODELS[name]
     return IR_MODEL
+
+
+def model_reason(emitters) -> str | None:
+    """Why :func:`model_for` prices with the model it does, when an output in ``emitters``
+    chose it; ``None`` when none did (the IR's own model, that of ``--emit json``).
+
+    The outputs asked for decide which algorithm ``auto`` keeps: each runtime pays software
+    costs of its own, so the same file can compile to another algorithm with another
+    ``--emit``. This sentence says so where it happens.
+
+    >>> model_reason(["json", "msccl", "html"]).split(" because ")[1]
+    '--emit includes msccl; without msccl: the ir model (lockstep steps, no software cost)'
+    >>> model_reason(["json", "html"]) is None
+    True
+    """
+    emitters = list(emitters)
+    model = model_for(emitters)
+    if model is IR_MODEL:
+        return None
+    coded = [name for name in emitters if name in BACKEND_MODELS]
+    why = f"--emit includes {model.name}"
+    if len(coded) > 1:
+        why += f", the first of {' and '.join(coded)} that --emit lists"
+    other = model_for([name for name in emitters if name != model.name])
+    return (f"priced under the {model.name} execution model ({model.description}) because "
+            f"{why}; without {model.name}: the {other.name} model ({other.description})")
 
 
 @dataclass(frozen=True, slots=True)

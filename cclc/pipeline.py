@@ -45,6 +45,7 @@ from cclc.plan import Plan
 
 if TYPE_CHECKING:
     from backends.contract import Backend, EmitOptions, Facts
+    from cclc.execution import ExecutionModel
     from dsl import Program
 
 __all__ = [
@@ -108,6 +109,10 @@ class Events:
     def note(self, message: str) -> None:
         """Something the user should know that is not an error."""
 
+    def priced(self, model: ExecutionModel, reason: str) -> None:
+        """The outputs asked for chose ``model`` to price every candidate (``reason``: why,
+        and what the model would be without them); told once, before any collective."""
+
     def start(self, coll: Collective) -> None:
         """The pipeline starts on ``coll``."""
 
@@ -157,7 +162,7 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
     """
     from backends import load
     from backends.contract import EmitOptions
-    from cclc.execution import model_for
+    from cclc.execution import model_for, model_reason
 
     events = events or Events()
     options = request.options or EmitOptions()
@@ -191,7 +196,12 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
             with events.stage(f"writing {topology_file(name)}"):
                 events.wrote(out.write_text(topology_file(name), _topology_text(topo)))
 
+        # the outputs decide the execution model that prices the candidates (each runtime
+        # pays software costs of its own), so the same file may choose differently: say so
         model = model_for(request.emit)
+        reason = model_reason(request.emit)
+        if reason is not None and collectives:
+            events.priced(model, reason)
         results = []
         for coll in collectives:
             events.start(coll)
@@ -340,8 +350,9 @@ def _compare(coll: Collective, p: Plan) -> str | None:
 
 
 def measure(schedule: Schedule, p: Plan | None = None, simulate: bool = True) -> Facts:
-    """The :class:`~backends.contract.Facts` of ``schedule``: its bounds (the plan's, when
-    given), and with ``simulate`` its lockstep and event-driven simulations."""
+    """The :class:`~backends.contract.Facts` of ``schedule``: its bounds, time and execution
+    model (the plan's, when given: what the compile reports, so no output recomputes them
+    differently), and with ``simulate`` its lockstep and event-driven simulations."""
     from backends.contract import Facts
     from cclc.bounds import bounds
     from cclc.sim import simulate as run_sim
@@ -351,6 +362,7 @@ def measure(schedule: Schedule, p: Plan | None = None, simulate: bool = True) ->
                  lockstep=run_sim(schedule, mode="lockstep") if simulate else None,
                  event=run_sim(schedule, mode="event") if simulate else None,
                  time=p.time if p is not None else None,
+                 model=p.model if p is not None else None,
                  candidates=p.candidates if p is not None else ())
 
 

@@ -95,6 +95,20 @@ class Topology:
     def n_failed_links(self) -> int:
         return int(self.link_failed.sum())
 
+    @property
+    def kind_name(self) -> str:
+        """What the machine is, for messages: ``kind``, but a torus without wrap-around links
+        is a ``mesh`` and one wrapped in only some dimensions a ``torus/mesh (wrap y,n)``.
+
+        >>> torus("m", (4, 4), wrap=(False, False)).kind_name
+        'mesh'
+        """
+        if self.kind != "torus" or self.wrap is None or all(self.wrap):
+            return self.kind
+        if not any(self.wrap):
+            return "mesh"
+        return "torus/mesh (wrap " + ",".join("y" if w else "n" for w in self.wrap) + ")"
+
     # -- lookups -----------------------------------------------------------------------------
     def _index(self) -> dict[str, int]:
         if "names" not in self._cache:
@@ -252,7 +266,7 @@ class Topology:
     def _require_nodes(self, what: str) -> np.ndarray:
         if self.node_of_rank is None:
             raise TopologyError(f"'{what}' needs a topology made of nodes; "
-                                f"'{self.name}' is a {self.kind}")
+                                f"'{self.name}' is a {self.kind_name}")
         return self.node_of_rank
 
     def node(self, i: int) -> tuple[int, ...]:

@@ -16,26 +16,27 @@ from pathlib import Path
 from cclc.errors import CclError
 from dsl.elaborate import Program, elaborate
 from dsl.parser import parse
+from dsl.source import display_source, read_source
 
-__all__ = ["Program", "elaborate", "load", "loads", "parse"]
+__all__ = ["Program", "display_source", "elaborate", "load", "loads", "parse", "read_source"]
 
 
 def load(path: str | os.PathLike) -> Program:
     """Read, parse and elaborate the ``.ccl`` file at ``path``.
 
     Spans name the file as ``path`` was given; relative file names inside it (``sizes``) are
-    found next to it. An unreadable file is a :class:`CclError` without a span.
+    found next to it. The file is UTF-8 (a leading byte-order mark is dropped); bytes that are
+    not UTF-8 are a :class:`SyntaxErr` at their line and column. An unreadable file is a
+    :class:`CclError` without a span.
     """
     p = Path(path)
     if p.exists() and not p.is_file():
         # a folder, a device such as /dev/zero, a pipe: never read without end
         raise CclError(f"cannot read '{os.fspath(path)}': it is not a regular file")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_source(path)
     except OSError as err:
         raise CclError(f"cannot read '{os.fspath(path)}': {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise CclError(f"cannot read '{os.fspath(path)}': it is not UTF-8 text") from None
     if text.lstrip().startswith("{") and '"format"' in text[:200]:
         raise CclError(f"'{os.fspath(path)}' is a JSON document written by cclc, not a .ccl "
                        "file: read schedules with 'cclc verify', 'cclc sim' or 'cclc viz'")

@@ -543,8 +543,8 @@ def _vertex(topo: Topology, endpoint: ast.Endpoint) -> int:
         return topo.rank_at(coords)
     if topo.dims is not None:
         example = "(" + ",".join("0" for _ in topo.dims) + ")"
-        raise SemanticError(f"'{topo.name}' is a torus: name a rank by its coordinates, e.g. "
-                            f"{example}, or by its number", endpoint.span)
+        raise SemanticError(f"'{topo.name}' is a {topo.kind_name}: name a rank by its "
+                            f"coordinates, e.g. {example}, or by its number", endpoint.span)
     parts = []
     for part in endpoint.parts:
         if part.index is None:
@@ -827,7 +827,7 @@ def _read_matrix(path: ast.String, base_dir: Path) -> np.ndarray:
     """The alltoall size matrix of a CSV file: bytes, row = sender, column = receiver."""
     file = base_dir / path.value
     try:
-        text = file.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8-sig")     # spreadsheets often write a BOM
     except (OSError, UnicodeDecodeError) as err:
         reason = err.strerror if isinstance(err, OSError) else "it is not UTF-8 text"
         raise SemanticError(f"cannot read the size matrix '{path.value}': {reason}",

@@ -17,6 +17,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 
 from cclc.errors import CclError, Span, SyntaxErr
 from dsl import ast
+from dsl.source import BOM, describe_character
 
 __all__ = ["PARSER", "describe_terminal", "parse"]
 
@@ -61,6 +62,7 @@ def parse(text: str, filename: str) -> ast.File:
     >>> f.statements[0].name.text
     't'
     """
+    text = text.removeprefix(BOM)     # as when read from a file: see dsl.source
     try:
         tree = PARSER.parse(text)
     except UnexpectedInput as err:
@@ -84,7 +86,8 @@ def _syntax_error(err: UnexpectedInput, text: str, filename: str) -> SyntaxErr:
         if err.char == '"':
             return SyntaxErr("unterminated string: a quoted name must end with '\"' on the same "
                              "line", Span(filename, line, col, line, col + 1))
-        word = re.match(r"\w+|.", text[err.pos_in_stream:], re.DOTALL).group(0)
+        start: int = err.pos_in_stream or 0
+        word = _word_at(text, start)
         expected = _accepted_before_bad_character(text) or set(err.allowed)
         got = f"'{word}'" if word.isprintable() and not word.isspace() else \
             f"the character U+{ord(word):04X}"
@@ -98,6 +101,7 @@ def _syntax_error(err: UnexpectedInput, text: str, filename: str) -> SyntaxErr:
         expected = expected or set(err.expected)
         if token.type == "$END":
             return _end_of_file_error(expected, text, filename)
+        start = token.start_pos or 0
         word = str(token)
         got = _describe_token(token)
         if token.type == "_SEP" and word.startswith("\n"):
@@ -108,11 +112,35 @@ def _syntax_error(err: UnexpectedInput, text: str, filename: str) -> SyntaxErr:
             return SyntaxErr("a block must start with '{' on the same line as its statement",
                              span)
     message = f"expected {_describe_expected(expected)}, got {got}"
+    foreign = _first_non_ascii(text, start)
+    if foreign is not None:
+        # Only comments and quoted names may hold non-ASCII text. Point at the character
+        # itself (a Cyrillic 'о' inside 'topology' is invisible otherwise) and name it.
+        line = text.count("\n", 0, foreign) + 1
+        col = foreign - (text.rfind("\n", 0, foreign) + 1) + 1
+        span = Span(filename, line, col, line, col + 1)
+        message = (f"unexpected character {describe_character(text[foreign])} where only "
+                   f"ASCII is allowed; expected {_describe_expected(expected)}")
+        word = _word_at(text, start)
     keywords = [_KEYWORDS[t] for t in expected if t in _KEYWORDS]
     close = difflib.get_close_matches(word, keywords, n=1) if word.isidentifier() else []
     if close:
         message += f"; did you mean '{close[0]}'?"
     return SyntaxErr(message, span)
+
+
+def _word_at(text: str, start: int) -> str:
+    """The word (letters, digits, '_' of any script) or else the one character at ``start``."""
+    word = re.match(r"\w+|.", text[start:], re.DOTALL)
+    return word.group(0) if word else ""
+
+
+def _first_non_ascii(text: str, start: int) -> int | None:
+    """Where the first non-ASCII character is in the word (or lone character) at ``start``."""
+    for offset, char in enumerate(_word_at(text, start)):
+        if not char.isascii():
+            return start + offset
+    return None
 
 
 def _accepted_before_bad_character(text: str) -> set[str]:

@@ -35,7 +35,7 @@ def render(panels: Sequence[tuple[Schedule, Facts]]) -> str:
         if facts.bounds is None or facts.lockstep is None or facts.event is None:
             raise CclError(f"the page of '{s.collective.name}' needs its bounds and both "
                            "simulations")
-        data.append(prepare(s, facts.lockstep, facts.event, facts.bounds))
+        data.append(prepare(s, facts))
     title = " vs ".join(f"{d['name']} ({d['algorithm']}"
                         + (f"+{d['schedule']})" if d["schedule"] != "-" else ")") for d in data)
     # JSON inside <script>: '</' must not close the element

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from backends.contract import Facts
 from backends.html.layout import layout_topology
 from cclc.ir import Buf, OpKind, Schedule
+from cclc.sim import bus_factor
+from cclc.units import format_time
 
 __all__ = ["prepare", "MAX_GANTT_LINKS", "MAX_INTERVALS", "BUFFER_VIEW_LIMIT"]
 
@@ -105,8 +108,33 @@ def _buffer_view(s: Schedule) -> dict | None:
     return dict(n=n, out_chunks=n_out, scratch_chunks=s.n_chunks(Buf.SCRATCH), frames=frames)
 
 
-def prepare(s: Schedule, lockstep, event, bound) -> dict:
-    """Everything the page needs for one schedule, as JSON-ready values."""
+def _headline(s: Schedule, facts: Facts) -> dict:
+    """The time, bandwidths and % of bound the page leads with.
+
+    With a plan's facts (``cclc compile --emit html``) these are the plan's own time under the
+    execution model that priced the choice, spelled exactly as the compile prints them; a
+    schedule drawn without a plan (``cclc viz``) shows its lockstep simulation.
+    """
+    lockstep, bound, coll = facts.lockstep, facts.bounds, s.collective
+    assert lockstep is not None and bound is not None
+    if facts.time is not None and facts.model is not None:
+        time, model = facts.time, facts.model.label
+    else:
+        time, model = lockstep.time, "lockstep simulation, no software cost"
+    pct = 100.0 * bound.best / time if time > 0 else 100.0
+    algbw = coll.size / time if time > 0 else float("inf")
+    return dict(time_us=time * 1e6, time_text=format_time(time), model=model,
+                algbw=algbw / 1e9, busbw=algbw * bus_factor(coll.kind, coll.n) / 1e9,
+                bound_us=bound.best * 1e6, bound_text=format_time(bound.best),
+                bound_name=bound.name, pct_bound=pct, pct_text=f"{pct:.1f}%",
+                lockstep_time_text=format_time(lockstep.time))
+
+
+def prepare(s: Schedule, facts: Facts) -> dict:
+    """Everything the page needs for one schedule, as JSON-ready values; ``facts`` must carry
+    the bounds and both simulations."""
+    lockstep, event = facts.lockstep, facts.event
+    assert lockstep is not None and event is not None
     topo = s.topology
     lay = layout_topology(topo)
     op_of, links = s.op_links()
@@ -114,15 +142,13 @@ def prepare(s: Schedule, lockstep, event, bound) -> dict:
     busy = np.asarray(lockstep.link_busy, dtype=float)
     top = np.argsort(-busy, kind="stable")[:8]
     coll = s.collective
-    pct = 100.0 * bound.best / lockstep.time if lockstep.time > 0 else 100.0
+    head = _headline(s, facts)
     live = np.ones(topo.n_vertices, dtype=bool)
     live[list(topo.failed_ranks)] = False
     return dict(
         name=coll.name, kind=coll.kind.value, algorithm=s.algorithm, schedule=s.schedule,
         n_ranks=coll.n, size=coll.size, dtype=coll.dtype.value, steps=s.n_steps, ops=len(s.ops),
-        time_us=lockstep.time * 1e6, event_time_us=event.time * 1e6,
-        algbw=lockstep.algbw / 1e9, busbw=lockstep.busbw / 1e9,
-        bound_us=bound.best * 1e6, bound_name=bound.name, pct_bound=pct,
+        **head, event_time_text=format_time(event.time),
         busiest=[dict(link=topo.link_name(int(k)), busy_us=float(busy[k] * 1e6),
                       util=float(busy[k] / lockstep.time) if lockstep.time else 0.0)
                  for k in top.tolist() if busy[k] > 0],
@@ -133,7 +159,7 @@ def prepare(s: Schedule, lockstep, event, bound) -> dict:
                   live=live.tolist(), src=topo.link_src.tolist(), dst=topo.link_dst.tolist(),
                   bw=_r(topo.link_bandwidth / 1e9, 3), failed=topo.link_failed.tolist(),
                   group=list(coll.group)),
-        nccl=_nccl(coll, lockstep.time),
+        nccl=_nccl(coll, head["time_us"] * 1e-6),
         loads=loads, timeline=_timeline(s, event, op_of, links), buffers=_buffer_view(s))
 
 

@@ -116,7 +116,7 @@ def _torus(topo: Topology) -> Layout:
         seg[out, 3] = y1[out] + sign * 9 * np.sin(ang)
     width = GAP + out_cols * slice_w
     height = GAP + 14 + out_rows * slice_h
-    labels = [dict(x=GAP / 2, y=14, text=f"{topo.kind} {'x'.join(map(str, dims))}"
+    labels = [dict(x=GAP / 2, y=14, text=f"{topo.kind_name} {'x'.join(map(str, dims))}"
                    + ("" if nd <= 2 else "  (slices over the last two dimensions; ticks are "
                       "links to the neighbouring slices)"))]
     return Layout(width, height, vx.astype(float), vy.astype(float), seg, boxes, labels)

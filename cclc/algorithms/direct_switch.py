@@ -61,8 +61,9 @@ def _applicable(coll: Collective, **params) -> str | None:
     if coll.n < 2:
         return "direct allreduce needs at least 2 ranks"
     if coll.topology.dims is not None:
-        return ("direct sends between every pair at once, which on a torus piles the traffic "
-                "onto shared links; use biring or ring+dimrotation")
+        return (f"direct sends between every pair at once, which on a "
+                f"{coll.topology.kind_name} piles the traffic onto shared links; use biring or "
+                "ring+dimrotation")
     return None
 
 

@@ -47,7 +47,7 @@ def node_grid(coll: Collective) -> tuple[np.ndarray | None, str | None]:
     topo = coll.topology
     if topo.kind != "fabric" or topo.node_of_rank is None:
         return None, (f"hierarchical needs multi-GPU nodes (NVLink or PCIe) on a fabric; "
-                      f"'{topo.name}' is a {topo.kind}")
+                      f"'{topo.name}' is a {topo.kind_name}")
     nodes: dict[int, list[tuple[int, int]]] = {}
     for i, r in enumerate(coll.group):
         nodes.setdefault(int(topo.node_of_rank[r]), []).append((int(topo.gpu_of_rank[r]), i))

@@ -230,8 +230,8 @@ def _reason(coll: Collective, name: str, kinds: frozenset, params: dict) -> str 
     if coll.topology.dims is not None and coll.n > 8:
         # a power-of-two partner on a torus is many hops away and shares links with every
         # other pair: biring / ring+dimrotation are strictly better there
-        return (f"{name} pairs ranks 2^k apart, which on a torus of {coll.n} ranks routes "
-                "over many shared links; use biring or ring+dimrotation")
+        return (f"{name} pairs ranks 2^k apart, which on a {coll.topology.kind_name} of "
+                f"{coll.n} ranks routes over many shared links; use biring or ring+dimrotation")
     return None
 
 

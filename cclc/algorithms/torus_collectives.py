@@ -390,11 +390,12 @@ def _foldedring(coll: Collective, **params) -> Schedule:
 def _torus_dims(coll: Collective) -> tuple[list[int], str | None]:
     topo = coll.topology
     if topo.dims is None:
-        return [], f"ring+dimrotation needs a torus; '{topo.name}' is a {topo.kind}"
+        return [], f"ring+dimrotation needs a torus; '{topo.name}' is a {topo.kind_name}"
     if topo.failed_ranks:
-        return [], "ring+dimrotation needs every rank of the torus alive"
+        return [], f"ring+dimrotation needs every rank of the {topo.kind_name} alive"
     if tuple(coll.group) != topo.all_ranks():
-        return [], "ring+dimrotation needs the group to be the whole torus in rank order"
+        return [], (f"ring+dimrotation needs the group to be the whole {topo.kind_name} in rank "
+                    "order")
     big = [d for d, m in enumerate(topo.dims) if m > 1]
     if len(big) < 2:
         return [], ("ring+dimrotation needs at least two dimensions of size > 1 "
@@ -445,11 +446,12 @@ def _swing_dims(coll: Collective) -> tuple[list[int], str | None]:
         dims = [d for d, m in enumerate(topo.dims) if m > 1]
         bad = [topo.dims[d] for d in dims if topo.dims[d] & (topo.dims[d] - 1)]
         if bad:
-            return [], (f"swing needs every torus dimension to be a power of two; this one has "
-                        f"{'x'.join(map(str, topo.dims))}")
+            return [], (f"swing needs every dimension to be a power of two; this "
+                        f"{topo.kind_name} is {'x'.join(map(str, topo.dims))}")
         return dims, None
     if coll.n & (coll.n - 1):
-        return [], f"swing needs a power-of-two group (or a whole torus of such); this has {coll.n}"
+        return [], (f"swing needs a power-of-two group (or a whole torus or mesh of such); this "
+                    f"has {coll.n}")
     return [], None
 
 

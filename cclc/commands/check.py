@@ -53,11 +53,7 @@ def _plural(n: int, word: str, many: str | None = None) -> str:
 def describe_topology(topo: Topology) -> str:
     """A few lines: shape, counts of ranks/switches/links, and the faults."""
     if topo.dims is not None:
-        wraps = set(topo.wrap or ())
-        shape = "x".join(map(str, topo.dims))
-        what = ("torus" if wraps == {True} else "mesh" if wraps == {False} else
-                "torus/mesh (wrap " + ",".join("y" if w else "n" for w in topo.wrap) + ")")
-        kind = f"{what} {shape}"
+        kind = f"{topo.kind_name} {'x'.join(map(str, topo.dims))}"
     elif topo.kind == "fabric":
         kind = f"fabric of {_plural(topo.n_nodes, 'node')}"
     else:

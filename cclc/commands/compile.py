@@ -32,8 +32,9 @@ meanwhile is refused at once (exit 2) and writes nothing.
 Times are predicted under the execution model of the first code-emitting backend in --emit
 (nccl: dataflow lanes with a per-group cost; msccl: dataflow with a per-op cost; json
 only: the IR's plain lockstep) and the topology's declared routing; every printed time names
-its model. On an ECMP fabric the time with cclc's planned spines is printed beside it, as a
-plan.
+its model, and a note says which output chose it (the same file may choose another algorithm
+with another --emit). On an ECMP fabric the time with cclc's planned spines is printed beside
+it, as a plan.
 
 examples:
   cclc compile examples/torus5x5.ccl -o out/
@@ -202,6 +203,9 @@ class _Printer(Events):
 
     def note(self, message: str) -> None:
         _progress(f"note: {message}")
+
+    def priced(self, model, reason: str) -> None:
+        print(f"note: {reason}")
 
     def start(self, coll) -> None:
         self.started = time.perf_counter()

@@ -148,6 +148,7 @@ def _print_suspect(i: int, s) -> None:
 
 def _write_statements(args, topo, d) -> None:
     """The fault statements of the suspects that reach the confidence, printed and written."""
+    import dsl
     from cclc.diagnose.faults import fault_statements, patch_source
     from cclc.outdir import write_atomically
 
@@ -170,8 +171,7 @@ def _write_statements(args, topo, d) -> None:
         write_atomically(args.faults, ("\n".join(statements) + "\n").encode("utf-8"))
         print(f"wrote {args.faults}")
     if args.patch:
-        with open(args.topology, encoding="utf-8") as f:
-            text = f.read()
+        text = dsl.read_source(args.topology)      # as dsl.load read it: spans match
         patched = patch_source(text, args.topology, topo.name, statements)
         write_atomically(args.patch, patched.encode("utf-8"))
         print(f"wrote {args.patch}")

@@ -23,10 +23,11 @@ a .ccl file (AutoCCL's subspace-then-coordinate-descent search), and write:
   plugin.c, Makefile,       the tuner + profiler plugin carrying the table
   libnccl-tuner-cclc.so     (NCCL_TUNER_PLUGIN / NCCL_PROFILER_PLUGIN; see docs/tuning.md)
 
-Measurements come from --profiler: the topology model (default), a CSV of measured results,
-or real nccl-tests runs. Measurements are cached in DIR/tune-cache.json, so a rerun does not
-measure again. A table from the model chooses NCCL's algorithm and protocol only and keeps
-NCCL's own channels, threads and chunk: only measurements may change those.
+Each configuration is evaluated by --profiler: cclc's model of NCCL on the topology (the
+default: a prediction, not a measurement), a CSV of measured results, or real nccl-tests runs.
+Results are cached in DIR/tune-cache.json, so a rerun does not evaluate them again. A table
+from the model chooses NCCL's algorithm and protocol only and keeps NCCL's own channels,
+threads and chunk: only measurements may change those.
 
 examples:
   cclc tune examples/hgx_node.ccl -o out/
@@ -128,7 +129,7 @@ def run(args) -> int:
         try:
             result = tune(targets, profiler, options, cache)
         finally:
-            # what was measured stays measured, even when a later run failed
+            # what was evaluated stays cached, even when a later run failed
             if len(cache):
                 out.write_text("tune-cache.json", cache.dumps())
         for note in result.notes:
@@ -147,9 +148,10 @@ def run(args) -> int:
         for e in result.entries:
             print(describe(e))
         evaluations = sum(e.evaluations for e in result.entries)
-        measured = sum(e.measured for e in result.entries)
+        uncached = sum(e.measured for e in result.entries)
         print(f"{len(result.entries)} table entries; {evaluations} evaluations "
-              f"({measured} measured, the rest cached) with {args.search} on {profiler.name}")
+              f"({uncached} {profiler.evaluated}, the rest cached) with {args.search} on "
+              f"{profiler.name}")
         for s in result.settings:
             print(f"process-wide: {s.name}={s.value} ({s.why})")
         print("wrote " + ", ".join(written) + f" to {out.path}")

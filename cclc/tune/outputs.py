@@ -25,7 +25,7 @@ __all__ = [
 TABLE_COLUMNS = ("target", "collective", "nranks", "nnodes", "nbytes", "min_bytes", "max_bytes",
                  "algorithm", "protocol", "transport", "channels", "threads", "chunk",
                  "busbw_gbps", "nccl_algorithm", "nccl_protocol", "nccl_channels",
-                 "nccl_busbw_gbps", "gain", "evaluations", "measured", "space_size", "source")
+                 "nccl_busbw_gbps", "gain", "evaluations", "uncached", "space_size", "source")
 
 
 def _row(e: TableEntry) -> dict:
@@ -39,7 +39,7 @@ def _row(e: TableEntry) -> dict:
             "nccl_channels": d.channels,
             "nccl_busbw_gbps": None if e.default_busbw is None else round(e.default_busbw, 4),
             "gain": None if e.gain is None else round(e.gain, 4),
-            "evaluations": e.evaluations, "measured": e.measured, "space_size": e.space_size,
+            "evaluations": e.evaluations, "uncached": e.measured, "space_size": e.space_size,
             "source": e.source}
 
 

@@ -84,6 +84,11 @@ class Profiler(ABC):
     name: str = "profiler"
     measured: bool = True
 
+    @property
+    def evaluated(self) -> str:
+        """How reports say this profiler's numbers were obtained (a model's are not measured)."""
+        return "measured" if self.measured else "evaluated under the NCCL model"
+
     @abstractmethod
     def identity(self) -> str:
         """Text that changes whenever the numbers this profiler returns could change."""

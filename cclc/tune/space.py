@@ -252,11 +252,11 @@ def machine_of(topology: Topology, group: Sequence[int] | None = None, arch: str
     """Summarize the ranks ``group`` of ``topology`` (default: all live ranks) for tuning.
 
     Only machines made of GPU nodes (``single_node``, ``single_switch``, ``leaf_spine``) run
-    NCCL; a torus raises :class:`SemanticError`.
+    NCCL; a torus or mesh raises :class:`SemanticError`.
     """
     if topology.kind not in ("node", "fabric") or topology.node_of_rank is None:
-        raise SemanticError(f"topology '{topology.name}' is a {topology.kind}: NCCL tuning needs "
-                            "GPU nodes (a node or a fabric of nodes)")
+        raise SemanticError(f"topology '{topology.name}' is a {topology.kind_name}: NCCL tuning "
+                            "needs GPU nodes (a node or a fabric of nodes)")
     ranks = tuple(group) if group is not None else topology.live_ranks()
     nodes = sorted({int(topology.node_of_rank[r]) for r in ranks})
     per_node = [sum(1 for r in ranks if int(topology.node_of_rank[r]) == nd) for nd in nodes]

@@ -245,7 +245,7 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
     notes: list[str] = []
     raw = _search_every_size(targets, profiler, options, cache, notes)
     if not raw:
-        raise SemanticError("no configuration could be measured for any target")
+        raise SemanticError(f"no configuration could be {profiler.evaluated} for any target")
     if not profiler.measured:
         notes.append("a model, not a measurement: the table chooses NCCL's algorithm and "
                      "protocol only and keeps NCCL's own channels, threads and chunk (AutoCCL's "
@@ -267,7 +267,7 @@ def tune(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions
 
 def _search_every_size(targets: Sequence[TuneTarget], profiler: Profiler, options: TuneOptions,
                        cache: MeasurementCache | None, notes: list[str]) -> list[_Raw]:
-    """Search every size of every target; a size nothing could be measured at gets a note."""
+    """Search every size of every target; a size nothing could be evaluated at gets a note."""
     raw: list[_Raw] = []
     for target in targets:
         space = _space(target, options)
@@ -281,8 +281,8 @@ def _search_every_size(targets: Sequence[TuneTarget], profiler: Profiler, option
                 result = _implementations_only(space, case, profiler, cache)
             default_bw = Evaluator(profiler, case, cache).evaluate([default])[0]
             if result.best is None:
-                notes.append(f"{target.name} at {nbytes} B: no configuration could be measured; "
-                             "NCCL keeps its own choice")
+                notes.append(f"{target.name} at {nbytes} B: no configuration could be "
+                             f"{profiler.evaluated}; NCCL keeps its own choice")
                 continue
             raw.append((target, space, case, rng, result, default, default_bw))
     return raw
@@ -387,8 +387,10 @@ def _settle(raw, configs, members, profiler, cache, change, values, default):
 
 
 def describe(entry: TableEntry) -> str:
-    """One line for reports."""
+    """One line for reports; an entry from the model says so (its busbw is not measured)."""
     g = entry.gain
     gain = "n/a" if not g else f"{g:.2f}x" if g >= 1 else f"{1 / g:.2f}x slower"
+    how = "; evaluated under the NCCL model" if entry.source == "model" else ""
     return (f"{entry.target} {FUNC_NAMES[entry.func]} {entry.nbytes} B: {entry.config.label()} "
-            f"busbw {entry.busbw:.2f} GB/s (NCCL default {entry.default_busbw or 0:.2f}, {gain})")
+            f"busbw {entry.busbw:.2f} GB/s (NCCL default {entry.default_busbw or 0:.2f}, "
+            f"{gain}{how})")

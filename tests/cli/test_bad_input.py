@@ -122,7 +122,49 @@ def test_duplicated_fault_rank(tmp_path, capsys):
 
 def test_full_width_digits(tmp_path, capsys):
     src = _write(tmp_path, TORUS + "collective a = allgather on t { size １６ MiB }\n")
-    _errors(["check", src], capsys, "f.ccl:2:38: error: expected a number, got '１６'")
+    _errors(["check", src], capsys, "f.ccl:2:38: error: unexpected character '１' (U+FF11 "
+            "FULLWIDTH DIGIT ONE) where only ASCII is allowed; expected a number")
+
+
+@pytest.mark.parametrize("command", [["check"], ["bounds", "--no-lp"],
+                                     ["compile", "-o", "{out}"]])
+def test_a_byte_order_mark_is_accepted(tmp_path, capsys, command):
+    path = tmp_path / "bom.ccl"
+    path.write_bytes(b"\xef\xbb\xbf" + AG.encode())
+    argv = [part.format(out=tmp_path / "out") for part in command] + [str(path)]
+    assert main(argv) == 0, capsys.readouterr().err
+
+
+def test_tune_reads_a_file_with_a_byte_order_mark(tmp_path, capsys):
+    path = tmp_path / "bom.ccl"
+    path.write_bytes(b"\xef\xbb\xbf" + AG.encode())
+    # it reads the file and then finds nothing NCCL could tune on a torus
+    _errors(["tune", str(path), "-o", str(tmp_path / "tune"), "--no-build"], capsys,
+            "topology 't' is a torus")
+
+
+def test_an_error_after_a_byte_order_mark_is_placed_and_echoed(tmp_path, capsys):
+    path = tmp_path / "bom.ccl"
+    path.write_bytes(b"\xef\xbb\xbf" + TORUS.replace("32", "3 2").encode())
+    err = _errors(["check", str(path)], capsys, "bom.ccl:1:32: error:")
+    assert err.splitlines()[1:] == [TORUS.replace("32", "3 2").rstrip(), " " * 31 + "^"]
+
+
+def test_a_non_ascii_letter_is_named_and_echoed(tmp_path, capsys):
+    src = _write(tmp_path, TORUS + "collective a = allgather on t { size 1 МiB }\n")
+    err = _errors(["compile", src, "-o", str(tmp_path / "out")], capsys,
+                  "f.ccl:2:40: error: unexpected character 'М' (U+041C CYRILLIC CAPITAL "
+                  "LETTER EM)")
+    assert err.splitlines()[1:] == ["collective a = allgather on t { size 1 МiB }",
+                                    " " * 39 + "^"]
+
+
+def test_bytes_that_are_not_utf8_are_an_error_with_a_place(tmp_path, capsys):
+    path = tmp_path / "latin1.ccl"
+    path.write_bytes(TORUS.replace("100 ns", "1 \xb5s").encode("latin-1"))
+    err = _errors(["check", str(path)], capsys, "latin1.ccl:1:41: error: the file is not UTF-8 "
+                  "text: byte 0xB5")
+    assert err.splitlines()[2] == " " * 40 + "^"
 
 
 def test_a_pinned_algorithm_is_not_called_chosen(tmp_path, capsys):
@@ -181,3 +223,18 @@ def test_a_number_of_100000_digits(tmp_path, capsys):
         err = _errors(argv, capsys, f"{source}:1:20: error: number too large")
         assert "\n" + " " * 19 + "^~~" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_ascii_terminal_gets_escapes_not_a_traceback(tmp_path, monkeypatch):
+    import io
+    import sys
+
+    src = _write(tmp_path, TORUS + "collective a = allgather on t { size 1 МiB }\n", "тор.ccl")
+    out, err = io.BytesIO(), io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out, encoding="ascii"))
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(err, encoding="ascii"))
+    assert main(["check", src]) == 2
+    sys.stderr.flush()
+    shown = err.getvalue().decode("ascii")
+    assert "\\u0442\\u043e\\u0440.ccl:2:40: error: unexpected character '\\u041c'" in shown
+    assert "Traceback" not in shown

@@ -233,3 +233,24 @@ def test_an_output_the_schedule_cannot_take_does_not_cost_the_others(tmp_path, r
     assert "no msccl output: this runtime cannot express the schedule" in err
     assert "outputs not produced (the others were written): a2a: msccl" in err
     assert (out / "a2a.schedule.json").exists() and (out / "bc.schedule.json").exists()
+
+
+@pytest.mark.parametrize("emit, model, without", [
+    ("json,msccl", "msccl", "without msccl: the ir model (lockstep steps, no software cost)"),
+    ("nccl,json,msccl", "nccl", "without nccl: the msccl model"),
+])
+def test_says_which_model_priced_the_choice_and_why(tmp_path, run_cli, emit, model, without):
+    # with software costs charged, a small allgather on this torus chooses another algorithm
+    # than under the IR's lockstep model: the output must say which model priced the choice
+    src = tmp_path / "ag.ccl"
+    src.write_text(SOURCE.split("collective")[0]
+                   + "collective ag = allgather on pod { size 64 KiB }\n")
+    code, plain, err = run_cli("compile", src, "-o", tmp_path / "plain")
+    assert code == 0, err
+    assert "priced under" not in plain + err
+    code, out, err = run_cli("compile", src, "-o", tmp_path / "coded", "--emit", emit)
+    assert code == 0, err
+    note = next(line for line in out.splitlines() if line.startswith("note: priced under"))
+    assert f"priced under the {model} execution model (" in note
+    assert f"because --emit includes {model}" in note and without in note
+    assert out.index(note) < out.index("ag: ")

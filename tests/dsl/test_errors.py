@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cclc.errors import CclError, SyntaxErr, render_error
-from dsl import load
+from dsl import display_source, load
 
 ERRORS = Path(__file__).resolve().parents[1] / "errors"
 CASES = sorted(p.name for p in ERRORS.glob("*.ccl"))
@@ -36,12 +36,12 @@ def test_error_renders_as_expected(name, monkeypatch):
     err = info.value
     assert err.span is not None and err.span.file == name
     assert isinstance(err, SyntaxErr) == name.startswith("syntax_")
-    rendered = render_error(err, Path(name).read_text()) + "\n"
+    rendered = render_error(err, display_source(name)) + "\n"
     assert re.match(rf"{re.escape(name)}:\d+:\d+: error: \S", rendered)
     expected = Path(name).with_suffix(".expected")
     if REGEN:
-        expected.write_text(rendered)
-    assert rendered == expected.read_text()
+        expected.write_text(rendered, encoding="utf-8")
+    assert rendered == expected.read_text(encoding="utf-8")
 
 
 def test_unreadable_file_renders_without_location(tmp_path):

@@ -35,3 +35,9 @@ def test_connectivity_and_diameter_match_networkx(topo):
         dist = nx.single_source_dijkstra_path_length(g, s, weight="latency")
         best = max(best, max(d for t, d in dist.items() if t in set(ranks)))
     assert abs(topo.diameter_latency(ranks) - best) <= 1e-12 * max(best, 1e-9)
+
+
+def test_kind_name_tells_a_mesh_from_a_torus():
+    assert torus("t", (4, 4)).kind_name == "torus"
+    assert torus("m", (4, 4), wrap=(False, False)).kind_name == "mesh"
+    assert torus("h", (4, 4), wrap=(True, False)).kind_name == "torus/mesh (wrap y,n)"

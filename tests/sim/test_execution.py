@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 from cclc.algorithms import get
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
-from cclc.execution import BACKEND_MODELS, IR_MODEL, LOCKSTEP_NCCL_MODEL, model_for, predict
+from cclc.execution import (
+    BACKEND_MODELS,
+    IR_MODEL,
+    LOCKSTEP_NCCL_MODEL,
+    model_for,
+    model_reason,
+    predict,
+)
 from cclc.fabric_routing import ecmp_routes
 from cclc.plan import plan
 from cclc.sim import simulate
@@ -109,3 +116,14 @@ def test_compile_names_the_model_and_routing_of_every_time(tmp_path, capsys):
         assert code == 0
         assert f"time ({model} model)" in out
         assert f"({model} model: " in out and "routing none" in out
+
+
+def test_model_reason_says_which_output_chose_the_model():
+    assert model_reason(["json", "html"]) is None
+    msccl = model_reason(["json", "msccl"])
+    assert msccl.startswith("priced under the msccl execution model (dataflow, 3.4 us per op")
+    assert msccl.endswith("without msccl: the ir model (lockstep steps, no software cost)")
+    both = model_reason(["nccl", "msccl"])
+    assert "because --emit includes nccl, the first of nccl and msccl that --emit lists" in both
+    assert both.endswith("without nccl: the msccl model (dataflow, 3.4 us per op, 8.4 us per "
+                         "call)")

@@ -57,6 +57,9 @@ def test_table_csv_and_json(result):
         assert row["collective"] == FUNC_NAMES[e.func]
         assert float(row["busbw_gbps"]) >= float(row["nccl_busbw_gbps"]) * 0.97
         assert int(row["evaluations"]) < int(row["space_size"])
+        # a model's evaluations are not measurements: the column counts what the cache lacked
+        assert row["source"] == "model" and int(row["uncached"]) <= int(row["evaluations"])
+    assert "measured" not in outputs.TABLE_COLUMNS
     doc = json.loads(outputs.table_json(result))
     assert doc["format"] == "cclc-tune-table" and len(doc["entries"]) == 5
     assert doc["nccl_version"] == "2.30"

@@ -228,7 +228,22 @@ def test_cclc_tune_on_examples(harness, tmp_path, capsys, example, extra):
     # a rerun measures nothing new
     capsys.readouterr()
     assert _tune_cli([str(path), "-o", str(out), *extra, "--no-build"]) == 0
-    assert "(0 measured, the rest cached)" in capsys.readouterr().out
+    assert "(0 evaluated under the NCCL model, the rest cached)" in capsys.readouterr().out
+
+
+def test_cclc_tune_says_a_model_evaluates_and_never_measures(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _tune_cli([str(EXAMPLES / "hgx_node.ccl"), "-o", str(out), "--sizes", "1MiB",
+                      "--no-build"]) == 0
+    printed = capsys.readouterr().out
+    assert "measured" not in printed
+    summary = next(line for line in printed.splitlines() if "table entries" in line)
+    assert "evaluated under the NCCL model, the rest cached) with cd on model" in summary
+    entries = [line for line in printed.splitlines() if " B: " in line]
+    assert entries and all(line.endswith("; evaluated under the NCCL model)")
+                           for line in entries)
+    doc = json.loads((out / "tuning.json").read_text())
+    assert all("measured" not in e and e["source"] == "model" for e in doc["entries"])
 
 
 def test_cclc_tune_replays_a_csv(tmp_path, capsys):
@@ -242,8 +257,12 @@ def test_cclc_tune_replays_a_csv(tmp_path, capsys):
                         "allreduce,1073741824,nvls,simple,16,480\n"
                         "allgather,268435456,ring,simple,16,360\n")
     out = tmp_path / "out"
+    capsys.readouterr()
     assert _tune_cli([str(path), "-o", str(out), "--profiler", f"csv:{csv_path}",
                       "--search", "exhaustive", "--no-build"]) == 0
+    printed = capsys.readouterr().out
+    assert " measured, the rest cached) with exhaustive on csv" in printed
+    assert "NCCL model" not in printed
     entries = {e["target"]: e for e in json.loads((out / "tuning.json").read_text())["entries"]}
     grads = entries["grads"]
     assert (grads["algorithm"], grads["protocol"], grads["channels"]) == ("Ring", "Simple", 8)

@@ -42,6 +42,11 @@ def test_torus_is_not_an_nccl_machine():
         machine_of(torus("t", (4, 4), bandwidth=50e9, latency=1e-7))
 
 
+def test_a_mesh_is_called_a_mesh():
+    with pytest.raises(SemanticError, match="'m' is a mesh: NCCL tuning needs GPU nodes"):
+        machine_of(torus("m", (4, 4), wrap=(False, False), bandwidth=50e9, latency=1e-7))
+
+
 def test_alltoall_has_no_table():
     with pytest.raises(SemanticError, match="alltoall"):
         func_of(CollectiveKind.ALLTOALL)

@@ -65,8 +65,9 @@ def _applicable(coll: Collective, algorithm: str, schedule: str, params: dict) -
         return (f"{f.describe_ring(coll.topology, d, g)} has a failed link; {algorithm} needs "
                 f"whole rings: foldedring+{schedule}, line+{schedule}, mate or matee serve it")
     if algorithm in ("foldedring", "line") and not f.n_broken:
-        return (f"{algorithm} is the fault-tolerant form of halfring and this torus has no "
-                f"failed link: halfring+{schedule} is the same schedule")
+        return (f"{algorithm} is the fault-tolerant form of halfring and this "
+                f"{coll.topology.kind_name} has no failed link: halfring+{schedule} is the same "
+                "schedule")
     return None
 
 

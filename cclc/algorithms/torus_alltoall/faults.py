@@ -49,7 +49,7 @@ def torus_dims(topo) -> tuple[int, ...]:
     """The torus's size per dimension (a torus always has them; other topologies are refused
     by :func:`torus_reason` before anything is built)."""
     if topo.dims is None:
-        raise ScheduleError(f"internal: '{topo.name}' is a {topo.kind}, not a torus")
+        raise ScheduleError(f"internal: '{topo.name}' is a {topo.kind}, not a torus or mesh")
     return tuple(topo.dims)
 
 
@@ -107,12 +107,12 @@ def torus_reason(coll: Collective, what: str) -> str | None:
     if topo.failed_ranks:
         dead = ", ".join(topo.vertex_names[r] for r in sorted(topo.failed_ranks))
         return (f"rank {dead} has failed: the collective runs on the {coll.n} surviving ranks, "
-                f"which are not a full torus, and {what} needs every ring whole; 'direct' "
-                f"serves the surviving group")
+                f"which are not a full {topo.kind_name}, and {what} needs every ring whole; "
+                "'direct' serves the surviving group")
     # any order of the whole torus is fine: blocks are placed by group index
     if sorted(coll.group) != list(range(topo.n_ranks)):
-        return (f"{what} needs the group to be the whole torus ({topo.n_ranks} ranks), not "
-                f"{coll.n} of them; 'direct' serves any group")
+        return (f"{what} needs the group to be the whole {topo.kind_name} ({topo.n_ranks} "
+                f"ranks), not {coll.n} of them; 'direct' serves any group")
     return _broken_ring_reason(topo, torus_faults(topo))
 
 

@@ -175,8 +175,9 @@ def mate_applicable(coll: Collective, enhanced: bool, params: dict) -> str | Non
     f = torus_faults(coll.topology)
     faulty = [(d, g) for d in range(len(f.dims)) for g in f.broken[d]]
     if not faulty:
-        return (f"{what} accelerates a ring with a failed link; this torus has none "
-                f"(halfring+dimrotation is its healthy counterpart)")
+        return (f"{what} accelerates a ring with a failed link; this "
+                f"{coll.topology.kind_name} has none (halfring+dimrotation is its healthy "
+                "counterpart)")
     if len(faulty) > 1:
         where = ", ".join(f"dimension {d}" for d, _ in faulty)
         return (f"{what} accelerates one faulty ring; here {len(faulty)} rings have failed links "
@@ -186,8 +187,9 @@ def mate_applicable(coll: Collective, enhanced: bool, params: dict) -> str | Non
     if not f.wrap[d] or f.dims[d] < 3:
         return f"{what} needs the failed link on a wrapped ring of at least 3 ranks"
     if not _usable_families(coll.topology, f, d, g):
-        return (f"{what} detours through the rings of other dimensions, and this torus has no "
-                f"other dimension of size > 1 around the faulty ring: foldedring+pipeline "
+        return (f"{what} detours through the rings of other dimensions, and this "
+                f"{coll.topology.kind_name} has no other dimension of size > 1 around the faulty "
+                "ring: foldedring+pipeline "
                 f"serves it")
     return _param_reason(what, params)
 
