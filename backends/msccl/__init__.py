@@ -22,7 +22,7 @@ from backends.contract import Backend, Contents, Facts
 from backends.msccl.lower import Lowered, counted_refusal, lower_to_fit
 from backends.msccl.runtimes import RUNTIMES, Runtime
 from backends.msccl.xml import xml_pieces
-from backends.units import buffer_units, units_refusal, writes_input
+from backends.units import UnitFacts, buffer_units, units_refusal, writes_input
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, Schedule
@@ -51,8 +51,7 @@ def _prepared(schedule: Schedule, options: EmitOptions
     coll = schedule.collective
     if coll.kind not in rt.coll_names:
         raise ScheduleError(f"{rt.title} has no {coll.kind.value} collective")
-    low, units, facts = lower_to_fit(schedule, rt, fuse=options.fuse,
-                                     nchannels=options.nchannels)
+    low, units, facts = _lowered(schedule, rt, options)
     nchunks = _nchunksperloop(schedule, buffer_units(units))
     name = _algo_name(coll, rt)
     min_bytes = options.min_bytes or 0
@@ -205,19 +204,32 @@ class MscclBackend:
         if subject.collective.kind not in rt.coll_names:
             return f"{rt.title} has no {subject.collective.kind.value} collective"
         why = units_refusal(subject, rt.max_chunks) or counted_refusal(subject, rt)
-        if why is None and len(subject.ops) <= LOWER_TO_REFUSE_OPS:
-            # the limits only the lowering finds (threadblock waits): lowered here once more
+        if why is None:
+            # the limits only the lowering finds (threadblock waits, the runtimes' int8
+            # dependency ids): lowered whatever its size, and kept for the render that follows
+            # when this candidate wins
             try:
-                lower_to_fit(subject, rt, fuse=options.fuse, nchannels=options.nchannels)
+                _lowered(subject, rt, options)
             except ScheduleError as err:
                 return err.message
         return why
 
 
-#: schedules up to this many ops are lowered when ``auto`` asks whether MSCCL takes them (a
-#: few seconds: the tpuv4 example's synthesized AllToAll, 69k ops, waits on more threadblocks
-#: than the runtimes' int8 ids name, which only the lowering shows); larger ones are counted
-LOWER_TO_REFUSE_OPS = 100_000
+#: the last lowerings, so that the candidate ``auto`` asked about and then chose is lowered
+#: once; two, since the next candidate is asked about before the winner is rendered
+_RECENT_LOWERINGS: list[tuple[Schedule, tuple, tuple[Lowered, Schedule, UnitFacts]]] = []
+
+
+def _lowered(schedule: Schedule, rt: Runtime, options: EmitOptions
+             ) -> tuple[Lowered, Schedule, UnitFacts]:
+    key = (rt.key, options.fuse, options.nchannels)
+    for seen, seen_key, result in _RECENT_LOWERINGS:
+        if seen is schedule and seen_key == key:
+            return result
+    result = lower_to_fit(schedule, rt, fuse=options.fuse, nchannels=options.nchannels)
+    _RECENT_LOWERINGS.insert(0, (schedule, key, result))
+    del _RECENT_LOWERINGS[2:]
+    return result
 
 BACKEND: Backend[Collective, Schedule] = MscclBackend()
 

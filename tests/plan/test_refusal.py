@@ -120,19 +120,33 @@ def test_counted_refusal_foretells_the_lowering():
     assert render_xml(small)
 
 
-def test_a_small_schedule_is_lowered_to_ask(monkeypatch):
-    # limits only the lowering finds (threadblock waits) refuse a schedule of up to
-    # LOWER_TO_REFUSE_OPS ops too; larger ones are only counted
+def test_every_schedule_is_lowered_to_ask(monkeypatch):
+    # limits only the lowering finds (threadblock waits, int8 dependency ids) refuse a
+    # schedule whatever its op count
     import backends.msccl as M
     from backends.contract import EmitOptions
     from backends.msccl.lower import LimitError
 
     s = get("synth").build(_coll(CollectiveKind.ALLGATHER), chunks=4, trees=1, race=0)
-    assert M.BACKEND.refusal(s, EmitOptions()) is None
 
     def refuse(*args, **kwargs):
         raise LimitError("waits on threadblock 132")
     monkeypatch.setattr(M, "lower_to_fit", refuse)
     assert M.BACKEND.refusal(s, EmitOptions()) == "waits on threadblock 132"
-    monkeypatch.setattr(M, "LOWER_TO_REFUSE_OPS", len(s.ops) - 1)
+
+
+def test_the_lowering_asked_about_is_the_one_rendered(monkeypatch):
+    import backends.msccl as M
+    from backends.contract import EmitOptions
+
+    s = get("synth").build(_coll(CollectiveKind.ALLGATHER), chunks=4, trees=1, race=0)
+    calls = []
+    lower = M.lower_to_fit
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return lower(*args, **kwargs)
+    monkeypatch.setattr(M, "lower_to_fit", counted)
     assert M.BACKEND.refusal(s, EmitOptions()) is None
+    assert render_xml(s)
+    assert len(calls) == 1
