@@ -137,8 +137,8 @@ def _simulate(schedule: Schedule, model: ExecutionModel) -> tuple[float, float |
     return p.time, p.planned_time
 
 
-def _bounds(coll: Collective) -> Bounds:
-    return bounds(coll)
+def _bounds(coll: Collective, on_stage: Callable[[str], None]) -> Bounds:
+    return bounds(coll, on_stage=on_stage)
 
 
 # -- planning --------------------------------------------------------------------------------
@@ -266,7 +266,10 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     total = 1 + (len(chosen) if isinstance(chosen, list) else 1 + len(others))
     step(0, total, "lower bounds")
     try:
-        all_bounds, unjoinable = _bounds(coll), None
+        # the bounds report what they wait for (the symmetry search, the LP and its size),
+        # so a long solve shows what it is
+        all_bounds, unjoinable = _bounds(
+            coll, lambda what: step(0, total, f"lower bounds: {what}")), None
     except CclError as err:
         # no route the routing carries joins the group: each candidate's failure says why
         # better; the bounds' error stands if one builds all the same
