@@ -196,8 +196,11 @@ def _lookup(coll: Collective) -> list[Algorithm] | Algorithm:
 
 
 def _evaluate(coll: Collective, algo: Algorithm, bound: float | None,
-              model: ExecutionModel = IR_MODEL) -> tuple[Candidate, Schedule | None]:
-    """Build, verify and simulate one candidate (for ``auto``)."""
+              model: ExecutionModel = IR_MODEL,
+              say: Callable[[str], None] = lambda what: None
+              ) -> tuple[Candidate, Schedule | None]:
+    """Build, verify and simulate one candidate (for ``auto``); ``say(what)`` is told each
+    phase before it starts."""
     params = _params(coll)
     reason = algo.applicable(coll, **params)
     if reason is not None:
@@ -208,11 +211,13 @@ def _evaluate(coll: Collective, algo: Algorithm, bound: float | None,
     except RelayError as err:
         # the routing cannot carry a move and no member of the group can relay it
         return Candidate(algo.name, False, err.message), None
+    say(f"{algo.name}: verifying {len(schedule.ops)} ops")
     try:
         verify(schedule)
     except ScheduleError as err:
         # a bug in the algorithm: never pick it, and say so in the table
         return Candidate(algo.name, False, f"failed verification: {err.message}"), None
+    say(f"{algo.name}: simulating {len(schedule.ops)} ops")
     time, planned = _simulate(schedule, model)
     return Candidate(algo.name, True, None, time, _pct(bound, time), planned), schedule
 
@@ -277,17 +282,20 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     bound = None if all_bounds is None else float(all_bounds.best)
     if isinstance(chosen, Algorithm):
         _check_applicable(coll, chosen)
-        step(1, total, chosen.name)
+        step(1, total, f"{chosen.name}: building")
         with priced_with(model):   # synthesis packs for the model it is priced with
             schedule = chosen.build(coll, **_params(coll))
         if unjoinable is not None:
             raise unjoinable
+        step(1, total, f"{chosen.name}: verifying {len(schedule.ops)} ops")
         verify(schedule)
+        step(1, total, f"{chosen.name}: simulating {len(schedule.ops)} ops")
         time, planned = _simulate(schedule, model)
         rows = [Candidate(chosen.name, True, None, time, _pct(bound, time), planned)]
         for i, algo in enumerate(others):
-            step(2 + i, total, algo.name)
-            rows.append(_evaluate(_as_auto(coll), algo, bound, model)[0])
+            step(2 + i, total, f"{algo.name}: building")
+            rows.append(_evaluate(_as_auto(coll), algo, bound, model,
+                                  lambda what, i=i: step(2 + i, total, what))[0])
         return Plan(schedule, time, bound, tuple(rows), model, planned, all_bounds)
 
     found: list[Candidate | None] = [None] * len(chosen)
@@ -295,6 +303,8 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     refused: _Best | None = None        # the fastest candidate the outputs refuse
     # cheapest bound first, so a good time is known early and prunes the most; the winner is
     # the fastest, the first registered among equals, whatever the order of evaluation
+    if prune:
+        step(0, total, f"load bounds of the {len(chosen)} candidates")
     bounds_of = candidate_bounds(coll, chosen, _params(coll), model) if prune \
         else [None] * len(chosen)
     for n_done, i in enumerate(evaluation_order(bounds_of)):
@@ -308,7 +318,8 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
             continue
         if best is not None:
             best = best.make_room()
-        row, schedule = _evaluate(coll, algo, bound, model)
+        row, schedule = _evaluate(coll, algo, bound, model,
+                                  lambda what, k=1 + n_done: step(k, total, what))
         found[i] = row = replace(row, estimate=est.time if est else None)
         if schedule is None:
             continue
