@@ -14,9 +14,10 @@ included), so a refusal is never caused by an overestimate:
   broadcast chain; ``n`` (every rank receives something) where an entry has no bound.
   ``auto`` builds every applicable candidate and keeps the fastest: its peak is the largest.
 * memory: :data:`BYTES_PER_OP` per op (the IR's ten int32 columns and a route offset, held by
-  the builder and again by the verifier), plus the verifier's contributor bitsets for
-  reductions (one bit per rank per chunk, at least ``n`` chunks) and the hop matrix of the
-  alltoall bounds (``n^2`` float64) where no closed form replaces it.
+  the builder and again by the verifier), :data:`BYTES_PER_LINK` per route link where an
+  entry's routes are longer than its ops (direct's, over a whole torus), plus the verifier's
+  contributor bitsets for reductions (one bit per rank per chunk, at least ``n`` chunks) and
+  the hop matrix of the alltoall bounds (``n^2`` float64) where no closed form replaces it.
 * time: :data:`SECONDS_PER_OP` per op (build, verify, simulate), measured by
   ``benchmarks/ir_scale.py`` at 1.5-4 us per op on 2 cores.
 
@@ -36,11 +37,15 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError
 from cclc.units import format_bytes
 
-__all__ = ["BYTES_PER_OP", "MAX_OPS", "SECONDS_PER_OP", "TIME_LIMIT", "Estimate",
+__all__ = ["BYTES_PER_LINK", "BYTES_PER_OP", "MAX_OPS", "SECONDS_PER_OP", "TIME_LIMIT", "Estimate",
            "available_memory", "check_budget", "estimate", "estimate_ops"]
 
 #: bytes per op at the least: 10 int32 columns + an int64 route offset, twice
 BYTES_PER_OP = 2 * (10 * 4 + 8)
+#: bytes per route link at the least: an int32 held by the builder and the verifier, and the
+#: row of the load bound's traffic (:mod:`cclc.estimate`: int64 step and link, int8 role,
+#: float64 bytes)
+BYTES_PER_LINK = 2 * 4 + 8 + 8 + 1 + 8
 #: seconds per op at the least (benchmarks/ir_scale.py measures 1.5-4 us to build and verify)
 SECONDS_PER_OP = 1e-6
 #: the longest planning time accepted without --no-size-check
@@ -90,10 +95,11 @@ def estimate(coll: Collective, entries: list, params: dict, others: list = ()) -
 
     sized = sorted(((estimate_ops(coll, e, params), i, e) for i, e in enumerate(entries)),
                    key=lambda t: (-t[0], t[1]))
-    ops, largest = 0, "-"
+    ops, links, largest = 0, 0, "-"
     for k, (size, _, entry) in enumerate(sized):
         if applies(entry):
             ops, largest = size, entry.name
+            links = entry.min_links(coll, **params)
             sized = sized[k + 1:]
             break
     # the way out: the smallest applicable alternative (entries here, others without params)
@@ -104,7 +110,7 @@ def estimate(coll: Collective, entries: list, params: dict, others: list = ()) -
     smallest = next(((e.name, size) for size, _, e in sized
                      if size < ops and _applies(coll, e, params if e.name in names else {})),
                     None)
-    memory = float(ops) * BYTES_PER_OP
+    memory = float(ops) * BYTES_PER_OP + float(links) * BYTES_PER_LINK
     if coll.kind in _REDUCING:
         memory += float(n) * 8 * math.ceil(n / 64)
     topo = coll.topology

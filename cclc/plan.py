@@ -22,7 +22,7 @@ import numpy as np
 from cclc.algorithms import REGISTRY, Algorithm, algorithms_for, get
 from cclc.bounds import Bounds, bounds
 from cclc.collective import Collective, make_collective
-from cclc.errors import CclError, CollectiveError, ScheduleError
+from cclc.errors import CclError, CollectiveError, ScheduleError, Span
 from cclc.estimate import candidate_bounds, evaluation_order, prune_reason
 from cclc.execution import IR_MODEL, ExecutionModel, predict
 from cclc.ir import OP_COLUMNS, Buf, Ops, Routes, Schedule
@@ -240,7 +240,22 @@ def _check_applicable(coll: Collective, algo: Algorithm) -> None:
     reason = algo.applicable(coll, **_params(coll))
     if reason is not None:
         raise CollectiveError(f"algorithm '{algo.name}' cannot serve collective "
-                              f"'{coll.name}': {reason}", coll.algorithm.span or coll.span)
+                              f"'{coll.name}': {reason}",
+                              _named_param_span(coll, reason) or coll.algorithm.span
+                              or coll.span)
+
+
+def _named_param_span(coll: Collective, reason: str) -> Span | None:
+    """Where the hint parameter that ``reason`` is about is written (``chunks = ...`` or
+    ``parameter chunks``), so the caret is under it; ``None`` when it names none."""
+    # schedule parameters win over the algorithm's, as in the hint parameters
+    for hint in (coll.schedule, coll.algorithm):
+        for key, _ in hint.params:
+            if f"{key} = " in reason or f"parameter {key} " in reason:
+                span = hint.param_span(key)
+                if span is not None:
+                    return span
+    return None
 
 
 def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MODEL,

@@ -27,7 +27,7 @@ from cclc.collective import (
     ReduceOp,
     make_collective,
 )
-from cclc.errors import CclError, CollectiveError, SemanticError, TopologyError
+from cclc.errors import CclError, CollectiveError, SemanticError, Span, TopologyError
 from cclc.nccl_topo import read_nccl_topology
 from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
 from cclc.topology import (
@@ -791,6 +791,7 @@ def _rank_list(topo: Topology, endpoints: Sequence[ast.Endpoint]) -> tuple[int, 
 def _hint(call: ast.Call) -> Hint:
     """``pat`` or ``pipeline(chunks = 6)`` as a :class:`Hint`; values with units become SI."""
     params: dict[str, int | float | str] = {}
+    spans: dict[str, Span] = {}
     for arg in call.arguments:
         if arg.key is None:
             raise SemanticError(f"parameters of '{call.name.text}' are written name = value, "
@@ -798,7 +799,8 @@ def _hint(call: ast.Call) -> Hint:
         if arg.key.text in params:
             raise SemanticError(f"parameter '{arg.key.text}' is given twice", arg.key.span)
         params[arg.key.text] = _param_value(arg.value)
-    return Hint(call.name.text, tuple(params.items()), call.span)
+        spans[arg.key.text] = arg.span
+    return Hint(call.name.text, tuple(params.items()), call.span, tuple(spans.items()))
 
 
 def _param_value(value: ast.Quantity | ast.Name | ast.String) -> int | float | str:

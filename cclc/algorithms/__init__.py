@@ -54,6 +54,9 @@ class Algorithm:
     (a :data:`CostFn`) and the table hands it one (``build(coll, cost=..., **params)`` on a
     registered entry; :func:`lockstep_time` by default). ``ops`` (an :data:`OpsFn`) bounds
     its schedule's size from below before it is built; without it, :func:`every_rank_ops`.
+    ``links`` (same signature) bounds the links of its routes from below, where they are
+    longer than its ops (an op sent over a route of many links the routing carries); without
+    it, none are counted.
     """
 
     name: str
@@ -63,12 +66,17 @@ class Algorithm:
     description: str = ""
     tunes: bool = False
     ops: OpsFn | None = None
+    links: OpsFn | None = None
 
     def min_ops(self, coll: Collective, **params) -> int:
         """A lower bound on the ops of this entry's schedule of ``coll`` (it must apply)."""
         if self.ops is None:
             return every_rank_ops(coll)
         return max(self.ops(coll, **params), every_rank_ops(coll))
+
+    def min_links(self, coll: Collective, **params) -> int:
+        """A lower bound on the route links of this entry's schedule of ``coll``."""
+        return 0 if self.links is None else self.links(coll, **params)
 
     @property
     def algorithm(self) -> str:
@@ -135,7 +143,8 @@ def _merged(a: Algorithm, b: Algorithm) -> Algorithm:
                      build=lambda coll, **p: pick(coll).build(coll, **p),
                      description="; ".join(d for d in (a.description, b.description) if d),
                      tunes=a.tunes or b.tunes,
-                     ops=lambda coll, **p: pick(coll).min_ops(coll, **p))
+                     ops=lambda coll, **p: pick(coll).min_ops(coll, **p),
+                     links=lambda coll, **p: pick(coll).min_links(coll, **p))
 
 
 def algorithms_for(coll: Collective) -> list[Algorithm]:

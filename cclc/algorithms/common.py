@@ -25,6 +25,7 @@ __all__ = [
     "even_split",
     "group_index",
     "hint_int",
+    "pair_distance",
     "pair_hops",
     "pair_ops",
     "ring_order",
@@ -308,12 +309,22 @@ def pair_ops(coll: Collective) -> int:
 def pair_hops(coll: Collective) -> int:
     """A lower bound on the ops of a schedule that moves every ordered pair's block in ops of
     one block each, once relay lowering (:mod:`cclc.relay`) has cut the moves the routing does
-    not carry into single hops: on a torus of ranks with routing ``none`` and the whole torus
-    in the group, the sum of every pair's hop distance (faults only lengthen routes), in
-    closed form; elsewhere :func:`pair_ops`."""
+    not carry into single hops: :func:`pair_distance` on a torus with routing ``none``,
+    elsewhere :func:`pair_ops`."""
+    if coll.topology.routing != "none":
+        return pair_ops(coll)
+    return pair_distance(coll)
+
+
+def pair_distance(coll: Collective) -> int:
+    """A lower bound on the links that every ordered pair's block crosses, together: on a
+    torus of ranks with the whole torus in the group, the sum of every pair's hop distance
+    (faults only lengthen routes), in closed form; elsewhere :func:`pair_ops` (a link each).
+    It bounds the ops of a schedule that moves blocks hop by hop between neighbours, and the
+    route links of one that sends every pair's block over a route."""
     topo = coll.topology
     n = coll.n
-    if not (topo_is_plain_torus(topo) and topo.routing == "none" and n == topo.n_ranks):
+    if not (topo_is_plain_torus(topo) and n == topo.n_ranks):
         return pair_ops(coll)
     # mean distance between two coordinates drawn independently, summed over the dimensions:
     # on a ring of m, min(x, m - x) averaged over x; on a line, (m^2 - 1) / 3m

@@ -96,7 +96,8 @@ def test_more_broadcast_chunks_than_elements_is_refused_at_the_parameter(tmp_pat
     assert f"chunks = {chunks} is more chunks than the buffer has elements (4194304" \
         in run.stderr
     assert "use at most chunks = 4194304" in run.stderr
-    assert "x.ccl:6:" in run.stderr and "Traceback" not in run.stderr
+    # the caret is under the parameter: `chunks = ...` starts at column 20
+    assert "x.ccl:6:20: error" in run.stderr and "Traceback" not in run.stderr
 
 
 def test_as_many_broadcast_chunks_as_elements_is_refused_by_its_size(tmp_path):
