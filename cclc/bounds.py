@@ -638,7 +638,7 @@ def symmetry_search(topo, n_links: int) -> tuple[bool, int] | None:
     """How the LP's symmetry search runs on ``topo`` with ``n_links`` usable links: (whether
     it checks the point maps too, or the translations alone; the automorphisms it checks),
     or ``None`` when it is skipped (not a torus of ranks, or too many link images)."""
-    if (topo.dims is None or topo.n_vertices != topo.n_ranks
+    if (topo.dims is None or topo.wrap is None or topo.n_vertices != topo.n_ranks
             or topo.n_vertices > SYMMETRY_MAX_VERTICES):
         return None
     point_maps, translations = torus_automorphism_count(topo.dims, topo.wrap)
@@ -990,7 +990,7 @@ def lp_skipped_note(coll: Collective, max_variables: int | None = None) -> str:
     families, links = lp_size(coll)
     topo = coll.topology
     unreduced = ""
-    if (topo.dims is not None and topo.n_vertices == topo.n_ranks
+    if (topo.dims is not None and topo.wrap is not None and topo.n_vertices == topo.n_ranks
             and symmetry_search(topo, links) is None):
         point_maps, translations = torus_automorphism_count(topo.dims, topo.wrap)
         unreduced = (f"; not reduced by symmetry: {point_maps * translations:.3g} torus "

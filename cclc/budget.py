@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cclc.collective import Collective, CollectiveKind
@@ -79,7 +80,8 @@ def estimate_ops(coll: Collective, entry, params: dict | None = None) -> int:
     return entry.min_ops(coll, **(params or {}))
 
 
-def estimate(coll: Collective, entries: list, params: dict, others: list = ()) -> Estimate:
+def estimate(coll: Collective, entries: Sequence, params: dict, others: Sequence = ()
+             ) -> Estimate:
     """The :class:`Estimate` of planning ``coll`` with the registry ``entries`` (one explicit
     entry, or the candidates of ``auto``); ``params`` are the hint parameters. ``others``:
     more entries serving ``coll``, without parameters, only looked at for the smallest (the

@@ -222,6 +222,12 @@ def _evaluate(coll: Collective, algo: Algorithm, bound: float | None,
     return Candidate(algo.name, True, None, time, _pct(bound, time), planned), schedule
 
 
+def _saying(step: Callable[[int, int, str], None], i: int, total: int
+            ) -> Callable[[str], None]:
+    """``say(what)`` for a candidate's phases: step ``i`` of ``total`` doing ``what``."""
+    return lambda what: step(i, total, what)
+
+
 def resolve(coll: Collective) -> list[Algorithm]:
     """The entries ``plan`` would consider for ``coll``, without building anything.
 
@@ -310,7 +316,7 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         for i, algo in enumerate(others):
             step(2 + i, total, f"{algo.name}: building")
             rows.append(_evaluate(_as_auto(coll), algo, bound, model,
-                                  lambda what, i=i: step(2 + i, total, what))[0])
+                                  _saying(step, 2 + i, total))[0])
         return Plan(schedule, time, bound, tuple(rows), model, planned, all_bounds)
 
     found: list[Candidate | None] = [None] * len(chosen)
@@ -333,8 +339,7 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
             continue
         if best is not None:
             best = best.make_room()
-        row, schedule = _evaluate(coll, algo, bound, model,
-                                  lambda what, k=1 + n_done: step(k, total, what))
+        row, schedule = _evaluate(coll, algo, bound, model, _saying(step, 1 + n_done, total))
         found[i] = row = replace(row, estimate=est.time if est else None)
         if schedule is None:
             continue
