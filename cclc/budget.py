@@ -34,6 +34,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cclc.algorithms import every_rank_ops
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError
 from cclc.units import format_bytes
@@ -76,8 +77,12 @@ class Estimate:
 
 def estimate_ops(coll: Collective, entry, params: dict | None = None) -> int:
     """A lower bound on the ops of registry ``entry``'s schedule of ``coll`` with hint
-    ``params`` (:meth:`cclc.algorithms.Algorithm.min_ops`)."""
-    return entry.min_ops(coll, **(params or {}))
+    ``params`` (:meth:`cclc.algorithms.Algorithm.min_ops`); with parameters the entry
+    rejects, what every schedule has (its ``applicable`` says what is wrong with them)."""
+    try:
+        return entry.min_ops(coll, **(params or {}))
+    except CclError:
+        return every_rank_ops(coll)
 
 
 def estimate(coll: Collective, entries: Sequence, params: dict, others: Sequence = ()
