@@ -175,18 +175,26 @@ def check_budget(est: Estimate, memory: int | None) -> None:
         return
     have = f" (this machine has {format_bytes(memory)} available)" if memory is not None else ""
     limit = f" (cclc plans at most {_count(MAX_OPS)})" if too_many else ""
-    cheaper = "a cheaper algorithm"
+    cheaper, none_fits = ", a cheaper algorithm", ""
     if est.smallest is not None:
         name, ops = est.smallest
         algo, _, sched = name.partition("+")
         hint = f"algorithm {algo}" + (f"; schedule {sched}" if sched else "")
-        cheaper = (f"the algorithm with the smallest schedule ({hint}: at least "
-                   f"{_count(ops)} ops)")
+        fits = (ops <= MAX_OPS and ops * SECONDS_PER_OP <= TIME_LIMIT
+                and (memory is None or ops * BYTES_PER_OP <= memory))
+        if fits:
+            cheaper = (f", the algorithm with the smallest schedule ({hint}: at least "
+                       f"{_count(ops)} ops)")
+        else:
+            # no algorithm is a way out: say so rather than send the user to another refusal
+            cheaper = ""
+            none_fits = f" (the smallest, {name}, has at least {_count(ops)} ops)"
     raise CclError(
         f"collective '{est.collective}' is too large to plan here: its {est.largest} schedule "
         f"alone has at least {_count(est.ops)} ops{limit}, needing at least "
         f"{format_bytes(est.memory)} of memory{have} and {_duration(est.seconds)}; use a "
-        f"smaller topology, group, size or chunks, {cheaper}, or --no-size-check to try anyway")
+        f"smaller topology, group, size or chunks{cheaper}, or --no-size-check to try "
+        f"anyway{none_fits}")
 
 
 def _count(ops: int) -> str:

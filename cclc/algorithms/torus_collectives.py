@@ -434,6 +434,8 @@ register(Algorithm(
     description="logical ring folded over a ring with one failed link (evens up, odds down)"))
 register(Algorithm(
     name="ring+dimrotation", collectives=KINDS, applicable=_dimrot_applicable, build=_dimrot,
+    # every piece brings every rank each other rank's part, one op each
+    ops=lambda coll, **params: pair_ops(coll),
     description="two-direction rings dimension by dimension; 2D pieces with rotated "
                 "dimension orders keep every dimension busy"))
 

@@ -71,6 +71,18 @@ def test_refusal_names_the_estimate_and_the_way_to_insist():
     check_budget(est, memory=1 << 40)      # enough memory, and under an hour
 
 
+def test_refusal_names_the_smallest_entry_when_it_fits():
+    from cclc.algorithms import get
+
+    coll = make_collective("big", K.ALLGATHER, torus("t", (64, 64)), tuple(range(4096)),
+                           size=4096 * 4)
+    est = estimate(coll, [get("ring")], {}, algorithms_for(coll))
+    assert est.largest == "ring" and est.smallest is not None
+    name, ops = est.smallest
+    with pytest.raises(CclError, match=rf"smallest schedule \(algorithm {name}: at least"):
+        check_budget(est, memory=1 << 30)
+
+
 def test_compile_refuses_a_million_rank_mesh_before_writing(tmp_path, capsys):
     src = tmp_path / "m.ccl"
     src.write_text("topology t = mesh(1000, 1000) { link 32 GB/s, 100 ns }\n"
