@@ -107,7 +107,7 @@ is ``best / simulated time``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import networkx as nx
@@ -123,6 +123,7 @@ from cclc.flow_lp import (
     alltoall_lp_certified,
     alltoall_lp_routed,
     alltoall_lp_time,
+    torus_automorphism_count,
     torus_symmetry,
 )
 from cclc.group_links import group_links
@@ -173,6 +174,12 @@ LP_MAX_FAMILIES = 1024
 #: the torus symmetry search (every automorphism of the torus checked against the faults) is
 #: skipped above this many vertices
 SYMMETRY_MAX_VERTICES = 4096
+#: the symmetry search maps every healthy link by every automorphism: above this many link
+#: images it searches the translations alone (a subgroup: the reduction stays exact), and
+#: above it for those too it is skipped. About 1e7 images a second: 8x8x8 (24576
+#: automorphisms x 3072 links) takes 8 s; 16x16x16 would be 196608 x 24576 (minutes), and
+#: the twelve alike dimensions of torus(2, ..., 2) have 12! permutations to list
+SYMMETRY_MAX_IMAGES = 80_000_000
 
 K = CollectiveKind
 
@@ -230,9 +237,11 @@ class Bounds:
 class _Facts:
     """Arrays every bound needs: healthy links, the group, per-pair bytes (alltoall)."""
 
-    def __init__(self, coll: Collective):
+    def __init__(self, coll: Collective, say: Callable[[str], None] | None = None):
         topo = coll.topology
         self.coll = coll
+        #: told what a long step waits for (a progress line), before it starts
+        self.say = say or (lambda what: None)
         self.topo = topo
         self.kind = coll.kind
         self.n = coll.n
@@ -607,16 +616,37 @@ def _families(f: _Facts, sym: Symmetry | None = None) -> tuple[list[tuple[int, n
 
 def _symmetry(f: _Facts) -> Symmetry:
     """The torus automorphisms the faults, the group and the sizes leave intact (see
-    :mod:`cclc.flow_lp`); the trivial group beyond ``SYMMETRY_MAX_VERTICES``."""
-    if f.topo.n_vertices > SYMMETRY_MAX_VERTICES:
+    :mod:`cclc.flow_lp`); the translations alone, or the trivial group, where checking them
+    all is over ``SYMMETRY_MAX_IMAGES`` link images (the trivial group beyond
+    ``SYMMETRY_MAX_VERTICES``)."""
+    search = symmetry_search(f.topo, len(f.src))
+    if search is None:
         return Symmetry.trivial(f.topo.n_vertices, f.src, f.dst)
     pair = f.pair_bytes() if f.kind is K.ALLTOALL and f.coll.pair_sizes is not None else None
     # kept on the topology: every kind and size over one group shares it
     key = ("torus_symmetry", f.group.tobytes(), None if pair is None else pair.tobytes())
     cache = f.topo._cache
     if key not in cache:
-        cache[key] = torus_symmetry(f.topo, f.src, f.dst, f.bw, f.group, pair)
+        f.say(f"searching the torus symmetries ({search[1]} automorphisms x {len(f.src)} "
+              "links)")
+        cache[key] = torus_symmetry(f.topo, f.src, f.dst, f.bw, f.group, pair,
+                                    point_maps=search[0])
     return cache[key]
+
+
+def symmetry_search(topo, n_links: int) -> tuple[bool, int] | None:
+    """How the LP's symmetry search runs on ``topo`` with ``n_links`` usable links: (whether
+    it checks the point maps too, or the translations alone; the automorphisms it checks),
+    or ``None`` when it is skipped (not a torus of ranks, or too many link images)."""
+    if (topo.dims is None or topo.wrap is None or topo.n_vertices != topo.n_ranks
+            or topo.n_vertices > SYMMETRY_MAX_VERTICES):
+        return None
+    point_maps, translations = torus_automorphism_count(topo.dims, topo.wrap)
+    if point_maps * translations * n_links <= SYMMETRY_MAX_IMAGES:
+        return True, point_maps * translations
+    if translations * n_links <= SYMMETRY_MAX_IMAGES:
+        return False, translations
+    return None
 
 
 def _lp_families(f: _Facts, sym: Symmetry) -> int:
@@ -648,6 +678,7 @@ def _solve_lp(f: _Facts, sym: Symmetry | None = None) -> float:
     # families do not share capacity, so the LP splits into one max-flow per family: solve
     # them one by one on the same model (only lambda's coefficients change), and the bound is
     # set by the worst family
+    f.say(f"solving {len(fams)} max-flow LPs ({len(f.src)} variables each)")
     model = _FlowLP(f, 1, shared=False)
     lam = min(model.solve([sup]) for _, sup in fams)
     if lam <= 0:
@@ -681,13 +712,16 @@ def _alltoall_lp(f: _Facts, sym: Symmetry) -> tuple[float, CertifiedLP | None]:
     try:
         n_variables = _lp_families(f, sym) * len(f.src)
         if n_variables <= LP_EXACT_MAX_VARIABLES:
+            f.say(f"solving the flow LP ({n_variables} variables, HiGHS)")
             t = alltoall_lp_time(*args)
         elif n_variables <= LP_PDLP_MAX_VARIABLES:
+            f.say(f"solving the flow LP ({n_variables} variables, PDLP)")
             cert = alltoall_lp_certified(*args, tolerance=PDLP_TOLERANCE,
                                          iteration_limit=PDLP_ITERATION_LIMIT,
                                          prices=_cut_prices(f))
             t = cert.lower
         else:
+            f.say(f"bracketing the flow LP ({n_variables} variables) by routing")
             cert = alltoall_lp_routed(*args[:-1], prices=_cut_prices(f), passes=ROUTED_PASSES,
                                       target_gap=ROUTED_TARGET_GAP)
             t = cert.lower
@@ -871,17 +905,18 @@ def lp_size(coll: Collective) -> tuple[int, int]:
 
 
 def lp_bound(coll: Collective, max_ranks: int | None = None,
-             max_variables: int | None = None) -> Bound | None:
+             max_variables: int | None = None,
+             on_stage: Callable[[str], None] | None = None) -> Bound | None:
     """The max-concurrent-flow LP bound (see the module docstring), or ``None`` when it is too
     large: more than ``max_ranks`` ranks when given, else more than ``max_variables`` (default
     ``LP_MAX_VARIABLES``) flow variables (alltoall, one LP) or ``LP_MAX_FAMILIES`` max-flow LPs
-    (the others).
+    (the others). ``on_stage(what)`` is told what each long step waits for, before it starts.
 
     The scaled optimum does not depend on the size, so it is kept on the topology and a second
     call for the same group (another size, another candidate) costs nothing."""
     if max_ranks is not None and coll.n > max_ranks:
         return None
-    f = _Facts(coll)
+    f = _Facts(coll, on_stage)
     if f.n < 2:
         return Bound("lp", 0.0, "a single rank")
     what = {K.ALLTOALL: "max-concurrent-flow LP, commodities by source",
@@ -934,6 +969,8 @@ def _scaled_lp(f: _Facts, forced: bool,
     fallback = 0
     cert = None
     if f.kind is K.ALLREDUCE and (forced or families * len(f.src) <= max_variables):
+        f.say(f"solving the joint allreduce LP ({families * len(f.src)} flow variables, "
+              "HiGHS)")
         t = _allreduce_lp(f, sym)
     elif f.kind is K.ALLREDUCE:
         # valid: each is at most the cut bound S / (capacity leaving a vertex set) of the
@@ -951,11 +988,19 @@ def _scaled_lp(f: _Facts, forced: bool,
 def lp_skipped_note(coll: Collective, max_variables: int | None = None) -> str:
     """Why :func:`lp_bound` skipped ``coll`` under these limits."""
     families, links = lp_size(coll)
+    topo = coll.topology
+    unreduced = ""
+    if (topo.dims is not None and topo.wrap is not None and topo.n_vertices == topo.n_ranks
+            and symmetry_search(topo, links) is None):
+        point_maps, translations = torus_automorphism_count(topo.dims, topo.wrap)
+        unreduced = (f"; not reduced by symmetry: {point_maps * translations:.3g} torus "
+                     f"automorphisms x {links} links are too many to check")
     if coll.kind is K.ALLTOALL:
         limit = LP_MAX_VARIABLES if max_variables is None else max_variables
         return (f"lp: skipped, {families} commodity families x {links} links = "
-                f"{families * links} flow variables > {limit} (closed forms only)")
-    return (f"lp: skipped, {families} max-flow LPs > {LP_MAX_FAMILIES} (closed forms only)")
+                f"{families * links} flow variables > {limit} (closed forms only{unreduced})")
+    return (f"lp: skipped, {families} max-flow LPs > {LP_MAX_FAMILIES} (closed forms "
+            f"only{unreduced})")
 
 
 def _with_kind(f: _Facts, kind: CollectiveKind) -> _Facts:
@@ -969,9 +1014,11 @@ def _with_kind(f: _Facts, kind: CollectiveKind) -> _Facts:
 
 
 def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int | None = None,
-           lp_max_variables: int | None = None) -> Bounds:
+           lp_max_variables: int | None = None,
+           on_stage: Callable[[str], None] | None = None) -> Bounds:
     """Every lower bound of ``coll`` (seconds); ``.best`` is the strongest. The LP's limits
-    are those of :func:`lp_bound`.
+    are those of :func:`lp_bound`; ``on_stage(what)`` is told what each long step waits for
+    (a progress line: the LP's size and solver, the symmetry search), before it starts.
 
     >>> from cclc.topology import torus                                          # doctest: +SKIP
     >>> b = bounds(make_collective("a", CollectiveKind.ALLTOALL, torus("r", (8,)),
@@ -979,7 +1026,7 @@ def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int | None = None,
     >>> b.name, b.best                                                           # doctest: +SKIP
     """
     try:
-        return _bounds(coll, lp, lp_max_ranks, lp_max_variables)
+        return _bounds(coll, lp, lp_max_ranks, lp_max_variables, on_stage)
     except CclError as e:
         # a group no schedule can join: point at the collective in the file
         if coll.span is not None:
@@ -988,11 +1035,14 @@ def bounds(coll: Collective, lp: bool = True, lp_max_ranks: int | None = None,
 
 
 def _bounds(coll: Collective, lp: bool, lp_max_ranks: int | None,
-            lp_max_variables: int | None) -> Bounds:
+            lp_max_variables: int | None, on_stage: Callable[[str], None] | None) -> Bounds:
+    say = on_stage or (lambda what: None)
+    say("closed forms (hop bytes, injection, cuts, latency)")
     items = [hop_bytes_bound(coll), injection_bound(coll), cut_bound(coll), latency_bound(coll)]
     notes: list[str] = []
     if lp:
-        b = lp_bound(coll, max_ranks=lp_max_ranks, max_variables=lp_max_variables)
+        b = lp_bound(coll, max_ranks=lp_max_ranks, max_variables=lp_max_variables,
+                     on_stage=on_stage)
         if b is None and lp_max_ranks is not None:
             notes.append(f"lp: skipped, {coll.n} ranks > {lp_max_ranks} (closed forms only)")
         elif b is None:

@@ -59,14 +59,20 @@ class ReduceOp(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Hint:
-    """An algorithm or schedule choice: ``auto`` or a name with parameters."""
+    """An algorithm or schedule choice: ``auto`` or a name with parameters; ``param_spans``
+    says where each parameter is written (``key = value``), when it came from a file."""
 
     name: str = "auto"
     params: tuple[tuple[str, int | float | str], ...] = ()
     span: Span | None = None
+    param_spans: tuple[tuple[str, Span], ...] = ()
 
     def param(self, key: str, default=None):
         return dict(self.params).get(key, default)
+
+    def param_span(self, key: str) -> Span | None:
+        """Where parameter ``key`` is written, or ``None``."""
+        return dict(self.param_spans).get(key)
 
     def __str__(self) -> str:
         if not self.params:

@@ -26,6 +26,7 @@ link prices below, a routed feasible flow (:mod:`cclc.flow_route`) above.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +37,7 @@ from cclc.errors import CclError
 from cclc.topology import Topology
 
 __all__ = ["CertifiedLP", "Symmetry", "alltoall_lp_certified", "alltoall_lp_routed",
-           "alltoall_lp_time",
+           "alltoall_lp_time", "torus_automorphism_count",
            "torus_point_maps", "torus_symmetry"]
 
 
@@ -94,12 +95,29 @@ def torus_point_maps(dims: tuple[int, ...], wrap: tuple[bool, ...]
     return out
 
 
+def torus_automorphism_count(dims: tuple[int, ...], wrap: tuple[bool, ...]
+                             ) -> tuple[int, int]:
+    """(point maps, translations) of a torus of ``dims``, counted without listing them: the
+    search of :func:`torus_symmetry` checks their product, and the point maps alone are
+    ``d!`` for ``d`` alike dimensions (479 001 600 for twelve)."""
+    alike: dict[tuple[int, bool], int] = {}
+    for m, w in zip(dims, wrap, strict=True):
+        alike[(m, w)] = alike.get((m, w), 0) + 1
+    flippable = sum(1 for m, w in zip(dims, wrap, strict=True) if m > 2 or (m == 2 and not w))
+    point_maps = math.prod(math.factorial(k) for k in alike.values()) << flippable
+    translations = math.prod(m for m, w in zip(dims, wrap, strict=True) if w)
+    return point_maps, translations
+
+
 def torus_symmetry(topo: Topology, src: np.ndarray, dst: np.ndarray, bw: np.ndarray,
-                   group: np.ndarray, pair: np.ndarray | None) -> Symmetry:
+                   group: np.ndarray, pair: np.ndarray | None,
+                   point_maps: bool = True) -> Symmetry:
     """The automorphisms of ``topo`` (a torus or mesh: translations along wrapped dimensions,
     reflections, permutations of alike dimensions) that keep the healthy links ``src -> dst``
     with their bandwidths ``bw``, the ``group`` and the per-pair bytes ``pair`` (``None``:
-    uniform) unchanged, as orbits. Anything but a torus of ranks gets the trivial group."""
+    uniform) unchanged, as orbits. Anything but a torus of ranks gets the trivial group.
+    ``point_maps=False`` searches the translations only: a subgroup, so the reduction stays
+    exact, for tori whose point maps are too many to check."""
     V = topo.n_vertices
     if topo.dims is None or V != topo.n_ranks:
         return Symmetry.trivial(V, src, dst)
@@ -128,7 +146,8 @@ def torus_symmetry(topo: Topology, src: np.ndarray, dst: np.ndarray, bw: np.ndar
     vertex_key = np.arange(V)
     link_key = key.copy()
     count = 0
-    for perm, flip in _torus_automorphisms(topo):
+    maps = _torus_automorphisms(topo) if point_maps else [(tuple(range(nd)), (False,) * nd)]
+    for perm, flip in maps:
         base = np.array([(-coords[perm[d]]) % dims[d] if flip[d] and wrap[d]
                          else dims[d] - 1 - coords[perm[d]] if flip[d]
                          else coords[perm[d]] for d in range(nd)])      # (nd, V)

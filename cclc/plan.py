@@ -22,7 +22,7 @@ import numpy as np
 from cclc.algorithms import REGISTRY, Algorithm, algorithms_for, get
 from cclc.bounds import Bounds, bounds
 from cclc.collective import Collective, make_collective
-from cclc.errors import CclError, CollectiveError, ScheduleError
+from cclc.errors import CclError, CollectiveError, ScheduleError, Span
 from cclc.estimate import candidate_bounds, evaluation_order, prune_reason
 from cclc.execution import IR_MODEL, ExecutionModel, predict
 from cclc.ir import OP_COLUMNS, Buf, Ops, Routes, Schedule
@@ -137,8 +137,8 @@ def _simulate(schedule: Schedule, model: ExecutionModel) -> tuple[float, float |
     return p.time, p.planned_time
 
 
-def _bounds(coll: Collective) -> Bounds:
-    return bounds(coll)
+def _bounds(coll: Collective, on_stage: Callable[[str], None]) -> Bounds:
+    return bounds(coll, on_stage=on_stage)
 
 
 # -- planning --------------------------------------------------------------------------------
@@ -196,8 +196,11 @@ def _lookup(coll: Collective) -> list[Algorithm] | Algorithm:
 
 
 def _evaluate(coll: Collective, algo: Algorithm, bound: float | None,
-              model: ExecutionModel = IR_MODEL) -> tuple[Candidate, Schedule | None]:
-    """Build, verify and simulate one candidate (for ``auto``)."""
+              model: ExecutionModel = IR_MODEL,
+              say: Callable[[str], None] = lambda what: None
+              ) -> tuple[Candidate, Schedule | None]:
+    """Build, verify and simulate one candidate (for ``auto``); ``say(what)`` is told each
+    phase before it starts."""
     params = _params(coll)
     reason = algo.applicable(coll, **params)
     if reason is not None:
@@ -208,13 +211,21 @@ def _evaluate(coll: Collective, algo: Algorithm, bound: float | None,
     except RelayError as err:
         # the routing cannot carry a move and no member of the group can relay it
         return Candidate(algo.name, False, err.message), None
+    say(f"{algo.name}: verifying {len(schedule.ops)} ops")
     try:
         verify(schedule)
     except ScheduleError as err:
         # a bug in the algorithm: never pick it, and say so in the table
         return Candidate(algo.name, False, f"failed verification: {err.message}"), None
+    say(f"{algo.name}: simulating {len(schedule.ops)} ops")
     time, planned = _simulate(schedule, model)
     return Candidate(algo.name, True, None, time, _pct(bound, time), planned), schedule
+
+
+def _saying(step: Callable[[int, int, str], None], i: int, total: int
+            ) -> Callable[[str], None]:
+    """``say(what)`` for a candidate's phases: step ``i`` of ``total`` doing ``what``."""
+    return lambda what: step(i, total, what)
 
 
 def resolve(coll: Collective) -> list[Algorithm]:
@@ -235,7 +246,22 @@ def _check_applicable(coll: Collective, algo: Algorithm) -> None:
     reason = algo.applicable(coll, **_params(coll))
     if reason is not None:
         raise CollectiveError(f"algorithm '{algo.name}' cannot serve collective "
-                              f"'{coll.name}': {reason}", coll.algorithm.span or coll.span)
+                              f"'{coll.name}': {reason}",
+                              _named_param_span(coll, reason) or coll.algorithm.span
+                              or coll.span)
+
+
+def _named_param_span(coll: Collective, reason: str) -> Span | None:
+    """Where the hint parameter that ``reason`` is about is written (``chunks = ...`` or
+    ``parameter chunks``), so the caret is under it; ``None`` when it names none."""
+    # schedule parameters win over the algorithm's, as in the hint parameters
+    for hint in (coll.schedule, coll.algorithm):
+        for key, _ in hint.params:
+            if f"{key} = " in reason or f"parameter {key} " in reason:
+                span = hint.param_span(key)
+                if span is not None:
+                    return span
+    return None
 
 
 def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MODEL,
@@ -266,7 +292,10 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     total = 1 + (len(chosen) if isinstance(chosen, list) else 1 + len(others))
     step(0, total, "lower bounds")
     try:
-        all_bounds, unjoinable = _bounds(coll), None
+        # the bounds report what they wait for (the symmetry search, the LP and its size),
+        # so a long solve shows what it is
+        all_bounds, unjoinable = _bounds(
+            coll, lambda what: step(0, total, f"lower bounds: {what}")), None
     except CclError as err:
         # no route the routing carries joins the group: each candidate's failure says why
         # better; the bounds' error stands if one builds all the same
@@ -274,17 +303,20 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     bound = None if all_bounds is None else float(all_bounds.best)
     if isinstance(chosen, Algorithm):
         _check_applicable(coll, chosen)
-        step(1, total, chosen.name)
+        step(1, total, f"{chosen.name}: building")
         with priced_with(model):   # synthesis packs for the model it is priced with
             schedule = chosen.build(coll, **_params(coll))
         if unjoinable is not None:
             raise unjoinable
+        step(1, total, f"{chosen.name}: verifying {len(schedule.ops)} ops")
         verify(schedule)
+        step(1, total, f"{chosen.name}: simulating {len(schedule.ops)} ops")
         time, planned = _simulate(schedule, model)
         rows = [Candidate(chosen.name, True, None, time, _pct(bound, time), planned)]
         for i, algo in enumerate(others):
-            step(2 + i, total, algo.name)
-            rows.append(_evaluate(_as_auto(coll), algo, bound, model)[0])
+            step(2 + i, total, f"{algo.name}: building")
+            rows.append(_evaluate(_as_auto(coll), algo, bound, model,
+                                  _saying(step, 2 + i, total))[0])
         return Plan(schedule, time, bound, tuple(rows), model, planned, all_bounds)
 
     found: list[Candidate | None] = [None] * len(chosen)
@@ -292,6 +324,8 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     refused: _Best | None = None        # the fastest candidate the outputs refuse
     # cheapest bound first, so a good time is known early and prunes the most; the winner is
     # the fastest, the first registered among equals, whatever the order of evaluation
+    if prune:
+        step(0, total, f"load bounds of the {len(chosen)} candidates")
     bounds_of = candidate_bounds(coll, chosen, _params(coll), model) if prune \
         else [None] * len(chosen)
     for n_done, i in enumerate(evaluation_order(bounds_of)):
@@ -305,7 +339,7 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
             continue
         if best is not None:
             best = best.make_room()
-        row, schedule = _evaluate(coll, algo, bound, model)
+        row, schedule = _evaluate(coll, algo, bound, model, _saying(step, 1 + n_done, total))
         found[i] = row = replace(row, estimate=est.time if est else None)
         if schedule is None:
             continue

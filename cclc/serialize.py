@@ -318,6 +318,15 @@ def _array(v: Any, kind: str, ndim: int | tuple[int, ...], where: str) -> np.nda
         a = np.array(v)
     except ValueError:
         raise ScheduleError(f"'{where}' has rows of different lengths") from None
+    if kind == "int" and a.dtype.kind in "fuO":
+        # numpy turns a whole list into floats (or unsigned, or objects) for one integer past
+        # 64 bits: name that integer, not the fractions the list does not have
+        big = _first_huge_int(v)
+        if big is not None:
+            i, value = big
+            size = "too large" if value > 0 else "too far below zero"
+            raise ScheduleError(f"'{where}' holds {_short(value)} at flat index {i}: {size} "
+                                "for the 64-bit integers that hold counts, sizes and offsets")
     # an empty list carries no type; give it the expected one
     if a.size == 0 and (a.ndim in ndims or (a.ndim == 1 and 1 in ndims)):
         dtype = {"int": np.int64, "float": np.float64, "bool": np.bool_}[kind]
@@ -338,6 +347,15 @@ def _array(v: Any, kind: str, ndim: int | tuple[int, ...], where: str) -> np.nda
             raise ScheduleError(f"'{where}' holds {a.ravel()[i]} at flat index {i}: numbers "
                                 "must be finite")
     return a
+
+
+def _first_huge_int(v: list) -> tuple[int, int] | None:
+    """(flat index, value) of the first integer of a list (of lists) outside 64 bits."""
+    flat = (x for row in v for x in (row if isinstance(row, list) else [row]))
+    for i, x in enumerate(flat):
+        if isinstance(x, int) and not isinstance(x, bool) and not -2**63 <= x < 2**63:
+            return i, x
+    return None
 
 
 def _short(v: int) -> str:

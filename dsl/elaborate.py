@@ -797,6 +797,7 @@ def _rank_list(topo: Topology, endpoints: Sequence[ast.Endpoint]) -> tuple[int, 
 def _hint(call: ast.Call) -> Hint:
     """``pat`` or ``pipeline(chunks = 6)`` as a :class:`Hint`; values with units become SI."""
     params: dict[str, int | float | str] = {}
+    spans: dict[str, Span] = {}
     for arg in call.arguments:
         if arg.key is None:
             raise SemanticError(f"parameters of '{call.name.text}' are written name = value, "
@@ -804,7 +805,8 @@ def _hint(call: ast.Call) -> Hint:
         if arg.key.text in params:
             raise SemanticError(f"parameter '{arg.key.text}' is given twice", arg.key.span)
         params[arg.key.text] = _param_value(arg.value)
-    return Hint(call.name.text, tuple(params.items()), call.span)
+        spans[arg.key.text] = arg.span
+    return Hint(call.name.text, tuple(params.items()), call.span, tuple(spans.items()))
 
 
 def _param_value(value: ast.Quantity | ast.Name | ast.String) -> int | float | str:

@@ -15,12 +15,30 @@ from cclc.fabric_routing import route_spines
 from cclc.ir import Schedule
 from cclc.relay import lower_relays
 
-__all__ = ["REGISTRY", "Algorithm", "CostFn", "algorithms_for", "get", "lockstep_time",
-           "register"]
+__all__ = ["REGISTRY", "Algorithm", "CostFn", "OpsFn", "algorithms_for", "every_rank_ops",
+           "get", "lockstep_time", "register"]
 
 #: the predicted time (seconds) of a schedule: what an algorithm that tunes itself (e.g.
 #: hierarchical's pipeline depth) minimizes; it is given, never imported by the algorithm
 CostFn = Callable[[Schedule], float]
+
+#: a lower bound on the ops of an entry's schedule of a collective with the hint parameters,
+#: after the routing and relay passes (``ops(coll, **params)``): what the size check of
+#: :mod:`cclc.budget` refuses on before anything is built, so it must never be above the
+#: schedule's real count, and should grow with every parameter that grows the schedule
+OpsFn = Callable[..., int]
+
+
+def every_rank_ops(coll: Collective) -> int:
+    """The ops every schedule of ``coll`` has at the least: every rank receives something
+    (aggregating schedules such as recursive doubling may need no more when ``n`` is not a
+    power of two); ``n - 1`` for broadcast and reduce."""
+    n = coll.n
+    if n < 2:
+        return 0
+    if coll.kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
+        return n - 1
+    return n
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +52,11 @@ class Algorithm:
     the schedule. ``params`` are the user's hint parameters (e.g. ``chunks=6``). An entry with
     ``tunes=True`` chooses among variants of itself by cost: its raw build also takes ``cost=``
     (a :data:`CostFn`) and the table hands it one (``build(coll, cost=..., **params)`` on a
-    registered entry; :func:`lockstep_time` by default).
+    registered entry; :func:`lockstep_time` by default). ``ops`` (an :data:`OpsFn`) bounds
+    its schedule's size from below before it is built; without it, :func:`every_rank_ops`.
+    ``links`` (same signature) bounds the links of its routes from below, where they are
+    longer than its ops (an op sent over a route of many links the routing carries); without
+    it, none are counted.
     """
 
     name: str
@@ -43,6 +65,18 @@ class Algorithm:
     build: Callable[..., Schedule]
     description: str = ""
     tunes: bool = False
+    ops: OpsFn | None = None
+    links: OpsFn | None = None
+
+    def min_ops(self, coll: Collective, **params) -> int:
+        """A lower bound on the ops of this entry's schedule of ``coll`` (it must apply)."""
+        if self.ops is None:
+            return every_rank_ops(coll)
+        return max(self.ops(coll, **params), every_rank_ops(coll))
+
+    def min_links(self, coll: Collective, **params) -> int:
+        """A lower bound on the route links of this entry's schedule of ``coll``."""
+        return 0 if self.links is None else self.links(coll, **params)
 
     @property
     def algorithm(self) -> str:
@@ -108,7 +142,9 @@ def _merged(a: Algorithm, b: Algorithm) -> Algorithm:
                      applicable=lambda coll, **p: pick(coll).applicable(coll, **p),
                      build=lambda coll, **p: pick(coll).build(coll, **p),
                      description="; ".join(d for d in (a.description, b.description) if d),
-                     tunes=a.tunes or b.tunes)
+                     tunes=a.tunes or b.tunes,
+                     ops=lambda coll, **p: pick(coll).min_ops(coll, **p),
+                     links=lambda coll, **p: pick(coll).min_links(coll, **p))
 
 
 def algorithms_for(coll: Collective) -> list[Algorithm]:

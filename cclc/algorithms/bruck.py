@@ -123,10 +123,20 @@ def _applicable(coll: Collective, **params) -> str | None:
     return None
 
 
+def _ops(coll: Collective, **params) -> int:
+    """AllToAll: a run of positions per round and rank, and the final local step's ``n (n-1)``
+    moves (before relay lowering adds hops); AllGather: a send per round and rank."""
+    n = coll.n
+    if coll.kind is CollectiveKind.ALLGATHER:
+        return n * bruck_rounds(n)
+    runs = sum(len(range(1 << k, n, 2 << k)) for k in range(bruck_rounds(n)))
+    return n * runs + n * (n - 1)
+
+
 def _build(coll: Collective, **params) -> Schedule:
     return _allgather(coll) if coll.kind is CollectiveKind.ALLGATHER else _alltoall(coll)
 
 
 register(Algorithm(
-    name="bruck", collectives=_KINDS, applicable=_applicable, build=_build,
+    name="bruck", collectives=_KINDS, applicable=_applicable, build=_build, ops=_ops,
     description="ceil(log2 n) rounds at distances 1, 2, 4, ...; wins on small sizes"))

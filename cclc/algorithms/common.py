@@ -21,9 +21,13 @@ from cclc.topology import Topology
 
 __all__ = [
     "add_pair_routes",
+    "chunks_reason",
     "even_split",
     "group_index",
     "hint_int",
+    "pair_distance",
+    "pair_hops",
+    "pair_ops",
     "ring_order",
     "route_table",
     "snake_order",
@@ -294,6 +298,54 @@ _ROUTE_BLOCK = 1 << 20
 def topo_is_plain_torus(topo: Topology) -> bool:
     """A torus or mesh whose vertices are all ranks (no switches)."""
     return topo.dims is not None and topo.n_vertices == topo.n_ranks
+
+
+def pair_ops(coll: Collective) -> int:
+    """A lower bound on the ops of a schedule that moves one block per op between every
+    ordered pair of the group (direct, ring, biring, foldedring): ``n (n - 1)``."""
+    return coll.n * (coll.n - 1)
+
+
+def pair_hops(coll: Collective) -> int:
+    """A lower bound on the ops of a schedule that moves every ordered pair's block in ops of
+    one block each, once relay lowering (:mod:`cclc.relay`) has cut the moves the routing does
+    not carry into single hops: :func:`pair_distance` on a torus with routing ``none``,
+    elsewhere :func:`pair_ops`."""
+    if coll.topology.routing != "none":
+        return pair_ops(coll)
+    return pair_distance(coll)
+
+
+def pair_distance(coll: Collective) -> int:
+    """A lower bound on the links that every ordered pair's block crosses, together: on a
+    torus of ranks with the whole torus in the group, the sum of every pair's hop distance
+    (faults only lengthen routes), in closed form; elsewhere :func:`pair_ops` (a link each).
+    It bounds the ops of a schedule that moves blocks hop by hop between neighbours, and the
+    route links of one that sends every pair's block over a route."""
+    topo = coll.topology
+    n = coll.n
+    if not (topo_is_plain_torus(topo) and n == topo.n_ranks):
+        return pair_ops(coll)
+    # mean distance between two coordinates drawn independently, summed over the dimensions:
+    # on a ring of m, min(x, m - x) averaged over x; on a line, (m^2 - 1) / 3m
+    mean = 0.0
+    for m, wrap in zip(topo.dims, topo.wrap, strict=True):
+        mean += (sum(min(x, m - x) for x in range(m)) / m) if wrap else (m * m - 1) / (3 * m)
+    # n^2 mean is the sum over ordered pairs (a rank's distance to itself is 0); rounding
+    # down keeps it a lower bound
+    return max(pair_ops(coll), int(n * n * mean * (1 - 1e-12)))
+
+
+def chunks_reason(coll: Collective, params: dict, elements: int, what: str) -> str | None:
+    """Why hint parameter ``chunks`` cannot cut ``elements`` elements (``what`` names them,
+    e.g. 'the buffer'), or ``None``: every chunk needs at least one element."""
+    chunks = params.get("chunks")
+    if isinstance(chunks, float) and chunks.is_integer():
+        chunks = int(chunks)
+    if isinstance(chunks, int) and not isinstance(chunks, bool) and chunks > elements:
+        return (f"chunks = {chunks} is more chunks than {what} has elements ({elements} of "
+                f"{coll.dtype.value}); use at most chunks = {max(1, elements)}")
+    return None
 
 
 def even_split(total: int, parts: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from cclc.algorithms import Algorithm, register
-from cclc.algorithms.common import add_pair_routes
+from cclc.algorithms.common import add_pair_routes, pair_distance, pair_hops
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
@@ -100,4 +100,7 @@ _BUILDERS = {CollectiveKind.ALLTOALL: _alltoall, CollectiveKind.ALLGATHER: _allg
 
 register(Algorithm(
     name="direct", collectives=_KINDS, applicable=_applicable, build=build_direct,
+    # every pair's block in one op, over a shortest path that relay lowering may cut in hops
+    ops=lambda coll, **params: pair_hops(coll),
+    links=lambda coll, **params: pair_distance(coll),
     description="every pair in one step over a shortest healthy path"))

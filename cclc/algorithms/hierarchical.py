@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from cclc.algorithms import Algorithm, CostFn, register
-from cclc.algorithms.common import bad_int_param, hint_int
+from cclc.algorithms.common import bad_int_param, chunks_reason, hint_int
 from cclc.algorithms.torus_collectives import KINDS, Grid, Piece, grid_schedule
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
@@ -69,7 +69,25 @@ def _applicable(coll: Collective, **params) -> str | None:
     extra = set(params) - {"chunks"}
     if extra:
         return f"hierarchical takes only the parameter chunks (got {', '.join(sorted(extra))})"
-    return bad_int_param(params, "chunks") or node_grid(coll)[1]
+    return (bad_int_param(params, "chunks")
+            or chunks_reason(coll, params, _block_elements(coll), "each rank's block")
+            or node_grid(coll)[1])
+
+
+def _block_elements(coll: Collective) -> int:
+    """The elements of one rank's block, which the pipeline groups cut (as
+    :func:`~cclc.algorithms.torus_collectives.grid_schedule` does)."""
+    if coll.kind is CollectiveKind.ALLREDUCE:
+        return max(coll.count // coll.n, 1)
+    return coll.count // coll.n
+
+
+def _ops(coll: Collective, **params) -> int:
+    """Every piece (two per pipeline group, no more than a block has elements) brings every
+    rank the other ``n - 1`` ranks' parts, one op each; without ``chunks`` the shallowest
+    pipeline tried (the builder may keep it)."""
+    chunks = hint_int(params, "chunks", None) or AUTO_CHUNKS[0]
+    return min(2 * chunks, _block_elements(coll)) * coll.n * (coll.n - 1)
 
 
 def _pieces(coll: Collective, members: np.ndarray, chunks: int) -> list[Piece]:
@@ -103,5 +121,6 @@ def _build(coll: Collective, *, cost: CostFn, **params) -> Schedule:
 
 register(Algorithm(
     name="hierarchical", collectives=KINDS, applicable=_applicable, build=_build, tunes=True,
+    ops=_ops,
     description="intra-node reduce-scatter, inter-node per rail, intra-node all-gather "
                 "(rings in both directions, pipelined in chunks=K groups)"))

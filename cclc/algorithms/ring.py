@@ -24,8 +24,10 @@ from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import (
     add_pair_routes,
     bad_int_param,
+    chunks_reason,
     even_split,
     hint_int,
+    pair_ops,
     ring_order,
 )
 from cclc.collective import Collective, CollectiveKind
@@ -46,7 +48,18 @@ def _applicable(coll: Collective, **params) -> str | None:
     extra = set(params) - ({"chunks"} if coll.kind is CollectiveKind.BROADCAST else set())
     if extra:
         return f"ring takes no parameter {', '.join(sorted(extra))} for {coll.kind.value}"
-    return bad_int_param(params, "chunks")
+    return bad_int_param(params, "chunks") or chunks_reason(coll, params, coll.count,
+                                                            "the buffer")
+
+
+def _ops(coll: Collective, **params) -> int:
+    """At least one op per block and pair; a broadcast chain moves each of its ``chunks``
+    pieces over each of its ``n - 1`` hops."""
+    if coll.kind is CollectiveKind.BROADCAST:
+        chunks = hint_int(params, "chunks", None)
+        k = chain_chunks(coll, coll.n - 1) if chunks is None else min(chunks, coll.count)
+        return k * (coll.n - 1)
+    return pair_ops(coll)
 
 
 def build_ring(coll: Collective, **params) -> Schedule:
@@ -206,6 +219,6 @@ _BUILDERS = {CollectiveKind.ALLGATHER: _allgather, CollectiveKind.REDUCESCATTER:
              CollectiveKind.ALLREDUCE: _allreduce}
 
 register(Algorithm(
-    name="ring", collectives=_KINDS, applicable=_applicable, build=build_ring,
+    name="ring", collectives=_KINDS, applicable=_applicable, build=build_ring, ops=_ops,
     description="blocks passed to the successor on a ring over the group (one direction); "
                 "broadcast as a pipelined chain"))

@@ -43,7 +43,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from cclc.algorithms import Algorithm, register
-from cclc.algorithms.common import add_pair_routes, even_split, group_index, snake_order
+from cclc.algorithms.common import (
+    add_pair_routes,
+    even_split,
+    group_index,
+    pair_ops,
+    snake_order,
+)
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
@@ -420,13 +426,17 @@ def _dimrot(coll: Collective, **params) -> Schedule:
 
 register(Algorithm(
     name="biring", collectives=KINDS, applicable=_biring_applicable, build=_biring,
+    ops=lambda coll, **params: pair_ops(coll),
     description="ring in both directions, half the data each way (allreduce = "
                 "reduce-scatter + all-gather)"))
 register(Algorithm(
     name="foldedring", collectives=KINDS, applicable=_foldedring_applicable, build=_foldedring,
+    ops=lambda coll, **params: pair_ops(coll),
     description="logical ring folded over a ring with one failed link (evens up, odds down)"))
 register(Algorithm(
     name="ring+dimrotation", collectives=KINDS, applicable=_dimrot_applicable, build=_dimrot,
+    # every piece brings every rank each other rank's part, one op each
+    ops=lambda coll, **params: pair_ops(coll),
     description="two-direction rings dimension by dimension; 2D pieces with rotated "
                 "dimension orders keep every dimension busy"))
 

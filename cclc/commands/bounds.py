@@ -77,8 +77,9 @@ def run(args) -> int:
     for i, coll in enumerate(program.collectives):
         if i:
             print()
-        with progress.stage(f"{coll.name}: computing the lower bounds of {coll.n} ranks"):
-            b = bounds(coll, lp=not args.no_lp, lp_max_variables=args.lp_max_variables)
+        with progress.stage(f"{coll.name}: computing the lower bounds of {coll.n} ranks") as st:
+            b = bounds(coll, lp=not args.no_lp, lp_max_variables=args.lp_max_variables,
+                       on_stage=lambda what, st=st: st.update(0, what))
         print(f"{coll.name}: {coll.kind.value} of {coll.size} B on {coll.n} ranks of "
               f"'{coll.topology.name}'")
         width = max(len(x.name) for x in b.items)

@@ -78,8 +78,8 @@ def add_parser(sub) -> None:
                    help="MSCCL XML dialect and limits for --emit msccl: microsoft/msccl, the "
                         "msccl executor for NCCL, or RCCL (default: msccl)")
     p.add_argument("--no-size-check", action="store_true",
-                   help="plan even when the up-front estimate says the machine has too little "
-                        "memory or time for it")
+                   help="plan even when the up-front estimate says a schedule is too large "
+                        "(over 20M ops) or the machine has too little memory or time for it")
     p.add_argument("--msccl-max-bytes", type=_byte_count, metavar="BYTES",
                    help="MSCCL maxBytes: the largest call the XML serves (default: the compiled "
                         "size; microsoft/msccl allocates scratch for it at init; 0 means no "

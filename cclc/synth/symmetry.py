@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cclc.collective import Collective
-from cclc.flow_lp import torus_point_maps
+from cclc.flow_lp import torus_automorphism_count, torus_point_maps
 
 __all__ = ["MAX_MAP_ENTRIES", "Symmetry", "automorphisms", "identity_symmetry", "translations"]
 
@@ -182,7 +182,8 @@ def automorphisms(coll: Collective, usable: np.ndarray) -> Symmetry:
     topo = coll.topology
     if topo.dims is None or topo.n_vertices != topo.n_ranks:
         return identity_symmetry(topo, usable)
-    bound = len(_point_maps(tuple(topo.dims), tuple(topo.wrap), False)) * topo.n_vertices
+    # counted, not listed: twelve alike dimensions have 12! permutations
+    bound = torus_automorphism_count(tuple(topo.dims), tuple(topo.wrap))[0] * topo.n_vertices
     shifts = int(np.prod([m if w else 1 for m, w in zip(topo.dims, topo.wrap, strict=True)]))
     if bound * shifts > MAX_MAP_ENTRIES:
         # the whole group might not fit: keep it only if the translations leave room for it

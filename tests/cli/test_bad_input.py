@@ -55,6 +55,11 @@ def test_nccl_channels_zero_is_a_bad_flag(tmp_path, capsys):
 
 @pytest.mark.parametrize("where, value, needle", [
     (("collective", "size"), 10**30, "outside the 64-bit range"),
+    # one integer past 64 bits makes numpy read the whole list as floats
+    (("ops", "count", 0), 2**63, "'ops.count' holds 9223372036854775808 at flat index 0: too "
+                                 "large for the 64-bit integers"),
+    (("ops", "count", 0), 2**64 + 5, "too large for the 64-bit integers"),
+    (("layouts", "input", 0), -2**63 - 1, "too far below zero for the 64-bit integers"),
     (("topology", "links", "bandwidth", 0), float("inf"), "numbers must be finite"),
     (("topology", "links", "latency", 0), float("nan"), "numbers must be finite"),
     (("topology", "links", "bandwidth", 0), 1e-300, "link bandwidth must be > 0 and in 1..1e+15"),

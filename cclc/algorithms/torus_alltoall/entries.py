@@ -7,6 +7,7 @@ schedule in :data:`SCHEDULES`, plus ``mate`` and ``matee``.
 from __future__ import annotations
 
 from cclc.algorithms import Algorithm, register
+from cclc.algorithms.common import pair_distance
 from cclc.algorithms.torus_alltoall.faults import (
     active_dims,
     torus_dims,
@@ -105,6 +106,8 @@ def _entry(algorithm: str, schedule: str, description: str) -> Algorithm:
         name=name, collectives=_KINDS,
         applicable=lambda coll, **p: _applicable(coll, algorithm, schedule, p),
         build=lambda coll, **p: build_torus_alltoall(coll, algorithm, schedule, **p),
+        # blocks move hop by hop between neighbours, one block per op at the least
+        ops=lambda coll, **p: pair_distance(coll),
         description=description))
 
 

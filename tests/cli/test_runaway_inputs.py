@@ -1,0 +1,122 @@
+"""Inputs whose planning would run for minutes and take gigabytes are refused, or made cheap,
+within seconds: the size check estimates every stage that grows (the bounds' symmetry search
+and LP, every algorithm's schedule with its parameters, relay lowering) before it runs.
+
+Each runs in a subprocess under an address-space limit (so a regression fails, it does not
+take the machine down) and a generous timeout (a guard, not a timing assertion)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: what a regression may take before it fails
+MEMORY_CAP = 8 << 30
+GUARD_SECONDS = 60
+
+TORUS = """topology t = torus({dims}) {{
+    link 50 GB/s, 100 ns
+}}
+collective a2a = alltoall on t {{ size 16 MiB }}
+"""
+
+BROADCAST = """topology t = torus(8) {{
+    link 50 GB/s, 100 ns
+}}
+collective b = broadcast on t {{
+    size 16 MiB
+    algorithm ring(chunks = {chunks})
+}}
+"""
+
+HIERARCHICAL = """node hgx = nvswitch(gpus = 8) {{
+    link  450 GB/s, 1 us
+    nic   8 x 400 Gb/s
+}}
+topology cluster = fabric(leaf_spine) {{
+    nodes  4 x hgx
+    rails  8
+    spines 8
+    link   400 Gb/s, 2 us
+}}
+collective ar = allreduce on cluster {{
+    size 64 MiB
+    algorithm hierarchical(chunks = {chunks})
+}}
+"""
+
+
+def _cap_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+def _cclc(tmp_path: Path, text: str, *args: str) -> subprocess.CompletedProcess:
+    src = tmp_path / "x.ccl"
+    src.write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "cclc.cli", *args[:1], str(src), *args[1:]],
+                          cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=GUARD_SECONDS, preexec_fn=_cap_memory)
+
+
+@pytest.mark.parametrize("dims, ops", [("2,2,2,2,2,2,2,2,2,2,2,2", "1.01e+08"),
+                                       ("16,16,16", "2.01e+08")])
+def test_alltoall_on_a_4096_rank_torus_is_refused_with_the_estimate_and_the_way_out(
+        tmp_path, dims, ops):
+    out = tmp_path / "out"
+    run = _cclc(tmp_path, TORUS.format(dims=dims), "compile", "-o", str(out))
+    assert run.returncode == 2, run.stderr
+    err = run.stderr
+    assert "too large to plan here" in err and f"at least {ops} ops" in err
+    # the ways out: a smaller collective or the flag; no algorithm is one (every schedule of
+    # a 4096-rank alltoall is over the limit), and the message says so
+    assert "smaller topology" in err and "--no-size-check" in err
+    assert "(the smallest, bruck, has at least 3.35e+07 ops)" in err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("dims", ["2,2,2,2,2,2,2,2,2,2,2,2", "16,16,16"])
+def test_bounds_of_a_4096_rank_torus_skip_what_is_too_large_and_say_so(tmp_path, dims):
+    run = _cclc(tmp_path, TORUS.format(dims=dims), "bounds")
+    assert run.returncode == 0, run.stderr
+    assert "best: hop_bytes" in run.stdout
+    assert "lp: skipped" in run.stdout and "not reduced by symmetry" in run.stdout
+
+
+@pytest.mark.parametrize("chunks", [1000000000, 5000000])
+def test_more_broadcast_chunks_than_elements_is_refused_at_the_parameter(tmp_path, chunks):
+    run = _cclc(tmp_path, BROADCAST.format(chunks=chunks), "compile", "-o",
+                str(tmp_path / "out"))
+    assert run.returncode == 2, run.stderr
+    assert f"chunks = {chunks} is more chunks than the buffer has elements (4194304" \
+        in run.stderr
+    assert "use at most chunks = 4194304" in run.stderr
+    # the caret is under the parameter: `chunks = ...` starts at column 20
+    assert "x.ccl:6:20: error" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_as_many_broadcast_chunks_as_elements_is_refused_by_its_size(tmp_path):
+    # every element its own piece: 4M pieces over 7 hops
+    run = _cclc(tmp_path, BROADCAST.format(chunks=4194304), "compile", "-o",
+                str(tmp_path / "out"))
+    assert run.returncode == 2, run.stderr
+    assert "its ring schedule alone has at least 2.94e+07 ops" in run.stderr
+    assert "chunks" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("chunks, message", [
+    (1000000000, "more chunks than each rank's block has elements (524288"),
+    (100000, "its hierarchical schedule alone has at least"),
+])
+def test_a_deep_hierarchical_pipeline_is_refused(tmp_path, chunks, message):
+    run = _cclc(tmp_path, HIERARCHICAL.format(chunks=chunks), "compile", "-o",
+                str(tmp_path / "out"))
+    assert run.returncode == 2, run.stderr
+    assert message in run.stderr and "Traceback" not in run.stderr
