@@ -113,8 +113,12 @@ def render_headline(data: dict) -> list[str]:
     lines = [f"AllReduce of {_size(big)} on every example machine "
              f"(`{_short_command(data)}`): cclc's fastest schedule under the "
              f"{data['model']}, against NCCL's choice under cclc's model of NCCL.", ""]
+    notes = ["", "The bound is `cclc.bounds` (LP included), the one `cclc compile` prints. NCCL does "
+             "not run on a torus: on the tori its side is cclc's model of NCCL on one NVLink "
+             "domain whose rings use one link per hop, a machine NCCL was never measured on, so "
+             "those ratios show the schedule's advantage in the model, not a measured one."]
     return lines + _table(["example", "ranks", "cclc's schedule", "% of lower bound",
-                           "NCCL's choice (model)", "cclc vs NCCL (both predicted)"], out)
+                           "NCCL's choice (model)", "cclc vs NCCL (both predicted)"], out) + notes
 
 
 def render_torus(data: dict) -> list[str]:
