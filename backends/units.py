@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backends.common import entry_count, padded_count
-from cclc.errors import ScheduleError
+from cclc.errors import NotExpressible, ScheduleError
 from cclc.ir import Buf, Ops, Schedule
 
 __all__ = ["UnitFacts", "buffer_units", "rank_units", "to_units", "units_refusal",
@@ -203,7 +203,7 @@ def _exact_form(schedule: Schedule, pad: bool) -> tuple[Schedule, UnitFacts]:
         totals = s.chunk_starts(buf)[:, -1]
         if (totals != totals[0]).any():
             if not pad:
-                raise ScheduleError(
+                raise NotExpressible(
                     f"the {buf.name.lower()} buffers of the ranks differ in size "
                     f"({int(totals.min())} to {int(totals.max())} elements, a non-uniform "
                     "alltoall); MSCCL's alltoall needs one size for every rank (it has no "

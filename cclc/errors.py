@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["Span", "CclError", "SyntaxErr", "SemanticError", "TopologyError",
-           "CollectiveError", "ScheduleError", "render_error"]
+           "CollectiveError", "ScheduleError", "NotExpressible", "render_error"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,12 @@ class CollectiveError(CclError):
 
 class ScheduleError(CclError):
     """A schedule that is malformed or fails verification."""
+
+
+class NotExpressible(ScheduleError):
+    """An output format has no form at all for a collective (MSCCL has no alltoallv): not a
+    limit the schedule exceeds, so no other schedule would do; the compile skips that output
+    with a note instead of failing."""
 
 
 def render_error(err: CclError, source: str | None = None) -> str:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cclc.collective import Collective, Hint
-from cclc.errors import CclError, ScheduleError
+from cclc.errors import CclError, NotExpressible, ScheduleError
 from cclc.ir import Schedule
 from cclc.outdir import OutputDir
 from cclc.plan import Plan
@@ -95,6 +95,8 @@ class Compiled:
     nccl: str | None = None
     files: tuple[str, ...] = ()
     missing: tuple[tuple[str, str], ...] = ()
+    #: outputs whose format has no form for this collective (``(backend, why)``)
+    skipped: tuple[tuple[str, str], ...] = ()
 
 
 class Events:
@@ -124,6 +126,10 @@ class Events:
 
     def missing(self, coll: Collective, backend: str, message: str) -> None:
         """``backend`` could not take ``coll``'s schedule; the other outputs are written."""
+
+    def skipped(self, coll: Collective, backend: str, message: str) -> None:
+        """``backend``'s format has no form for ``coll`` at all (not a limit); the other
+        outputs are written and the compile does not fail for it."""
 
     def wrote(self, name: str) -> None:
         """The pipeline wrote (or a build made) ``name`` in the output folder."""
@@ -219,12 +225,17 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
             facts = measure(p.schedule, p, simulate=any(b.wants_simulation for b in backends))
             files: list[str] = []
             missing: list[tuple[str, str]] = []
+            skipped: list[tuple[str, str]] = []
             for k, backend in enumerate(backends):
                 try:
                     with events.stage(f"{coll.name}: {backend.name} output of "
                                       f"{len(p.schedule.ops)} ops ({k + 1} of {len(backends)} "
                                       "outputs)"):
                         files += write_outputs(backend, coll, p.schedule, out, options, facts)
+                except NotExpressible as err:
+                    # the format has no form for this collective: no schedule would do
+                    skipped.append((backend.name, err.message))
+                    events.skipped(coll, backend.name, err.message)
                 except CclError as err:
                     # one output the schedule cannot take (a runtime limit, a failed build) must
                     # not cost the user the others
@@ -233,7 +244,8 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
             for name in files:
                 events.wrote(name)
             events.done(coll)
-            results.append(Compiled(coll, p, None, nccl, tuple(files), tuple(missing)))
+            results.append(Compiled(coll, p, None, nccl, tuple(files), tuple(missing),
+                                    tuple(skipped)))
         return tuple(results)
 
 

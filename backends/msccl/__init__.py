@@ -24,7 +24,7 @@ from backends.msccl.runtimes import RUNTIMES, Runtime
 from backends.msccl.xml import xml_pieces
 from backends.units import UnitFacts, buffer_units, units_refusal, writes_input
 from cclc.collective import Collective, CollectiveKind
-from cclc.errors import ScheduleError
+from cclc.errors import NotExpressible, ScheduleError
 from cclc.ir import Buf, Schedule
 
 __all__ = ["BACKEND", "MscclBackend", "emit", "render_xml"]
@@ -50,7 +50,7 @@ def _prepared(schedule: Schedule, options: EmitOptions
     rt = RUNTIMES[options.msccl_runtime]
     coll = schedule.collective
     if coll.kind not in rt.coll_names:
-        raise ScheduleError(f"{rt.title} has no {coll.kind.value} collective")
+        raise NotExpressible(f"{rt.title} has no {coll.kind.value} collective")
     low, units, facts = _lowered(schedule, rt, options)
     nchunks = _nchunksperloop(schedule, buffer_units(units))
     name = _algo_name(coll, rt)
@@ -203,15 +203,15 @@ class MscclBackend:
         rt = RUNTIMES[options.msccl_runtime]
         if subject.collective.kind not in rt.coll_names:
             return f"{rt.title} has no {subject.collective.kind.value} collective"
-        why = units_refusal(subject, rt.max_chunks) or counted_refusal(subject, rt)
-        if why is None:
-            # the limits only the lowering finds (threadblock waits, the runtimes' int8
-            # dependency ids): lowered whatever its size, and kept for the render that follows
-            # when this candidate wins
-            try:
+        try:
+            why = units_refusal(subject, rt.max_chunks) or counted_refusal(subject, rt)
+            if why is None:
+                # the limits only the lowering finds (threadblock waits, the runtimes' int8
+                # dependency ids): lowered whatever its size, and kept for the render that
+                # follows when this candidate wins
                 _lowered(subject, rt, options)
-            except ScheduleError as err:
-                return err.message
+        except ScheduleError as err:        # a form MSCCL does not have (no alltoallv)
+            return err.message
         return why
 
 

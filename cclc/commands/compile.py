@@ -244,6 +244,10 @@ class _Printer(Events):
         print(f"error: collective '{coll.name}': no {backend} output: {message}",
               file=sys.stderr)
 
+    def skipped(self, coll, backend: str, message: str) -> None:
+        print(f"note: collective '{coll.name}': no {backend} output, its format cannot express "
+              f"this collective: {message}", file=sys.stderr)
+
     def wrote(self, name: str) -> None:
         _progress(f"wrote {self.folder / name}")
 
