@@ -1,6 +1,6 @@
 """cclc's model of NCCL against published measurements: predicted vs published per point.
 
-Reads ``benchmarks/data/nccl_published.csv`` (every row names its source: a URL and the
+Reads ``cclc/data/nccl_published.csv`` (every row names its source: a URL and the
 comment, table or figure), predicts each point with :mod:`cclc.nccl_model` through
 :mod:`cclc.calibration` (the same functions that compile reports and ``cclc tune`` use) and
 prints one line per point: the machine, the collective and size, the published value, the
@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cclc.calibration import DATA_FILE, TOLERANCE, load_points, predict
+from cclc.calibration import load_points, predict
+from cclc.nccl_model import CALIBRATION_DATA, CALIBRATION_TOLERANCE
 from cclc.tune.space import FUNC_NAMES
 
 
@@ -30,7 +31,7 @@ def _size(n: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=str(DATA_FILE), help="calibration CSV")
+    ap.add_argument("--data", default=str(CALIBRATION_DATA), help="calibration CSV")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     ap.add_argument("--json", metavar="PATH", help="also write every point as JSON")
     args = ap.parse_args(argv)
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r.choice:<17} {p.check}")
     checked = [r for r in rows if r.point.scale == "large" and r.point.check == "yes"]
     drift = [r.point.id for r in checked if not r.within]
-    print(f"\n{len(checked)} large-size points checked at +-{TOLERANCE:.0%}: "
+    print(f"\n{len(checked)} large-size points checked at +-{CALIBRATION_TOLERANCE:.0%}: "
           + ("all within" if not drift else "drifting: " + ", ".join(drift)))
     if args.json:
         _write_json(args.json, rows, argv)
@@ -79,8 +80,8 @@ def _write_json(path: str, rows, argv: list[str] | None) -> None:
             "predicted": r.predicted, "error": r.error, "choice": r.choice, "check": p.check,
             "scale": p.scale, "within": bool(r.within), "source": p.source})
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"meta": run_meta(argv), "tolerance": TOLERANCE, "points": points}, f,
-                  indent=1)
+        json.dump({"meta": run_meta(argv), "tolerance": CALIBRATION_TOLERANCE,
+                   "points": points}, f, indent=1)
 
 
 if __name__ == "__main__":

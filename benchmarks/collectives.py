@@ -39,8 +39,7 @@ from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, DType, make_collective
 from cclc.execution import BACKEND_MODELS, IR_MODEL, ExecutionModel, predict
 from cclc.fabric_routing import has_spines, planned_routes
-from cclc.nccl_model import nccl_estimate, speedup_text
-from cclc.sim import bus_factor
+from cclc.nccl_model import bus_factor, nccl_estimate, speedup_text
 
 KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 SIZES = [1024 * 4 ** k for k in range(12)]  # 1 KiB .. 4 GiB

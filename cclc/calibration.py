@@ -5,8 +5,8 @@ a small call) on a machine described by a few figures: GPU generation, nodes, GP
 the per-GPU link to the node switch, NICs per node and their rate. Each point is turned into a
 cclc topology (one node, or nodes on one switch) and predicted through the same path as every
 report: :func:`cclc.nccl_model.system_of`, :func:`~cclc.nccl_model.nccl_init`,
-:func:`~cclc.nccl_model.nccl_choice`. The data file lives in ``benchmarks/data``; every row
-names its source.
+:func:`~cclc.nccl_model.nccl_choice`. The data file ships with the package
+(:data:`cclc.nccl_model.CALIBRATION_DATA`); every row names its source.
 """
 
 from __future__ import annotations
@@ -16,16 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cclc.errors import SemanticError
-from cclc.nccl_model import nccl_choice, nccl_init, system_of
+from cclc.nccl_model import (
+    CALIBRATION_DATA,
+    CALIBRATION_TOLERANCE,
+    Algo,
+    Func,
+    Proto,
+    nccl_choice,
+    nccl_init,
+    system_of,
+)
 from cclc.topology import NodeType, single_node, single_switch
-from cclc.tune.space import Algo, Func, Proto
 
-__all__ = ["DATA_FILE", "TOLERANCE", "Point", "Prediction", "load_points", "predict"]
-
-#: the published points shipped with the repository
-DATA_FILE = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "nccl_published.csv"
-#: large-size points marked ``check = yes`` must be predicted within this relative error
-TOLERANCE = 0.25
+__all__ = ["Point", "Prediction", "load_points", "predict"]
 
 _FUNCS = {"allreduce": Func.ALLREDUCE, "allgather": Func.ALLGATHER,
           "reducescatter": Func.REDUCESCATTER}
@@ -68,10 +71,11 @@ class Prediction:
 
     @property
     def within(self) -> bool:
-        return abs(self.error) <= TOLERANCE
+        # large-size points marked ``check = yes`` must be predicted within this relative error
+        return abs(self.error) <= CALIBRATION_TOLERANCE
 
 
-def load_points(path: str | Path = DATA_FILE) -> list[Point]:
+def load_points(path: str | Path = CALIBRATION_DATA) -> list[Point]:
     """The points of a calibration CSV (``#`` lines are comments)."""
     try:
         text = Path(path).read_text(encoding="utf-8")

@@ -41,28 +41,36 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
 
 import numpy as np
 
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.topology import LinkKind, Topology
-from cclc.tune.space import Algo, Func, Proto
+from cclc.units import format_time
 
 __all__ = [
     "ARCHS",
     "BASE_LAT",
+    "CALIBRATION_DATA",
+    "CALIBRATION_TOLERANCE",
     "HW_LAT",
     "LL_MAX_BW",
+    "NVLINK_BANDWIDTH",
     "NVLS_EFFICIENCY",
     "PER_CH_NVLS_TREE",
     "PER_CH_RING_LL128",
     "PER_CH_TREE",
     "PER_CH_TREE_LL128",
+    "Algo",
+    "Func",
     "Graph",
     "NcclChoice",
     "NcclModel",
     "NcclSystem",
+    "Proto",
     "bus_factor",
     "compare_with_nccl",
     "cost_table",
@@ -82,7 +90,49 @@ __all__ = [
     "system_of",
 ]
 
+class Algo(IntEnum):
+    """NCCL_ALGO_* indices (rows of the tuner cost table)."""
+
+    TREE = 0
+    RING = 1
+    COLLNET_DIRECT = 2
+    COLLNET_CHAIN = 3
+    NVLS = 4
+    NVLS_TREE = 5
+    PAT = 6
+
+
+class Proto(IntEnum):
+    """NCCL_PROTO_* indices (columns of the tuner cost table)."""
+
+    LL = 0
+    LL128 = 1
+    SIMPLE = 2
+
+
+class Func(IntEnum):
+    """ncclFunc_t values that have a cost table (NCCL_NUM_FUNCTIONS == 5)."""
+
+    BROADCAST = 0
+    REDUCE = 1
+    ALLGATHER = 2
+    REDUCESCATTER = 3
+    ALLREDUCE = 4
+
+    @property
+    def kind(self) -> CollectiveKind:
+        """The collective this NCCL function runs."""
+        return CollectiveKind[self.name]
+
+
 ARCHS = ("volta", "ampere", "hopper", "blackwell")
+
+#: The published measurements the model is checked against (nccl-tests figures for real
+#: machines, each row with its source), shipped with the package.
+CALIBRATION_DATA = Path(__file__).resolve().parent / "data" / "nccl_published.csv"
+#: The relative error the model is checked to against :data:`CALIBRATION_DATA`: a predicted
+#: difference from NCCL smaller than this is not a claim the model can carry.
+CALIBRATION_TOLERANCE = 0.25
 
 # -- ncclTunerConstantsDefaults (µs, GB/s), NCCL 2.29 src/graph/tuning.cc ---------------------
 # baseLat [algo][LL, LL128, Simple]
@@ -138,9 +188,13 @@ _SPEEDS_INTER = {"old": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9
                             6.0, 3.0, 2.4, 1.2, 0.24, 0.12),
                  "blackwell": (96.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5,
                                15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)}
-# NCCL's bandwidth per NVLink (topo.h) and the physical per-direction figure per link
+# NCCL's bandwidth per NVLink (topo.h), GB/s: how NCCL derates the hardware's rate below
 _NCCL_NVLINK_BW = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
-_PHYS_NVLINK_BW = {"volta": 25.0, "ampere": 25.0, "hopper": 25.0, "blackwell": 50.0}
+#: NVLink bandwidth per link and direction (bytes/s) by the GPU's compute capability
+#: (``sm``): the hardware's rate (NVLink1 on P100 20 GB/s, NVLink2-4 on V100/A100/H100
+#: 25 GB/s, NVLink5 on B200/B300 50 GB/s), as cclc's hand-written examples and NCCL XML
+#: import use. NCCL's own model derates them (src/graph/topo.h: 18, 20, 20, 20.6, 40.1 GB/s).
+NVLINK_BANDWIDTH = {60: 20e9, 70: 25e9, 80: 25e9, 90: 25e9, 100: 50e9, 103: 50e9}
 # the PCIe switch between a GPU and its NIC as NCCL rates it (Gen3 / Gen4 / Gen5 x16)
 _GPU_NIC_PCIE = {"volta": 12.0, "ampere": 24.0, "hopper": 48.0, "blackwell": 48.0}
 _COMPCAP = {"volta": 70, "ampere": 80, "hopper": 90, "blackwell": 100}
@@ -225,7 +279,7 @@ class NcclChoice:
 
     @property
     def busbw(self) -> float:
-        return self.algbw * bus_factor(self.func, self.model.system.n_ranks)
+        return self.algbw * bus_factor(self.func.kind, self.model.system.n_ranks)
 
 
 def scale_index(n_nodes: int) -> int:
@@ -242,11 +296,15 @@ def nsteps(func: Func, n: int) -> int:
     return n
 
 
-def bus_factor(func: Func, n: int) -> float:
-    """nccl-tests: busbw = algbw x this."""
-    if func is Func.ALLREDUCE:
+def bus_factor(kind: CollectiveKind, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor for ``kind`` on ``n`` ranks: busbw = algbw x this.
+
+    ``2(n-1)/n`` for allreduce, ``(n-1)/n`` for allgather, reducescatter and alltoall
+    (nccl-tests ``AlltoAllGetBw``), ``1`` for broadcast and reduce.
+    """
+    if kind is CollectiveKind.ALLREDUCE:
         return 2 * (n - 1) / n
-    if func in (Func.ALLGATHER, Func.REDUCESCATTER):
+    if kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLTOALL):
         return (n - 1) / n
     return 1.0
 
@@ -269,7 +327,7 @@ def gpu_nic_bandwidth(arch: str) -> float:
 
 def nvlink_as_nccl_sees_it(declared_gbs: float, arch: str) -> float:
     """A GPU's NVLink bandwidth in NCCL's units: whole links x NCCL's per-link figure."""
-    links = max(1, round(declared_gbs / _PHYS_NVLINK_BW[arch]))
+    links = max(1, round(declared_gbs / (NVLINK_BANDWIDTH[_COMPCAP[arch]] / 1e9)))
     return links * _NCCL_NVLINK_BW[arch]
 
 
@@ -680,15 +738,13 @@ def compare_with_nccl(coll: Collective, time: float, software_cost: bool = True)
     est = nccl_estimate(coll)
     if est is None or time <= 0:
         return None
-    from cclc.calibration import TOLERANCE
-    from cclc.units import format_time
 
     nccl_s = est.time_us * 1e-6
     verdict = speedup_text(nccl_s, time)
     # The model is only shown to be right within the calibration tolerance: a smaller difference
     # is not a claim the model can carry, so the line says so instead of standing as a speed-up.
-    if verdict != "as fast" and abs(nccl_s / time - 1) <= TOLERANCE:
-        verdict += f", inside the model's +-{TOLERANCE:.0%} calibration error"
+    if verdict != "as fast" and abs(nccl_s / time - 1) <= CALIBRATION_TOLERANCE:
+        verdict += f", inside the model's +-{CALIBRATION_TOLERANCE:.0%} calibration error"
     if not software_cost:
         verdict += (" (cclc's time charges no software cost and NCCL's does: emit nccl or "
                     "msccl for a like-for-like time)")

@@ -21,16 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cclc.errors import Span, TopologyError
+from cclc.nccl_model import NVLINK_BANDWIDTH
 from cclc.topology import NodeType
 
-__all__ = ["DEFAULT_LATENCY", "NVLINK_BANDWIDTH", "ImportedNode", "node_type_from_xml",
-           "read_nccl_topology"]
-
-#: NVLink bandwidth per link and direction (bytes/s) by the GPU's compute capability
-#: (``sm``): the hardware's rate (NVLink1 on P100 20 GB/s, NVLink2-4 on V100/A100/H100
-#: 25 GB/s, NVLink5 on B200/B300 50 GB/s), as cclc's hand-written examples use. NCCL's own model
-#: derates them (src/graph/topo.h: 18, 20, 20, 20.6, 40.1 GB/s).
-NVLINK_BANDWIDTH = {60: 20e9, 70: 25e9, 80: 25e9, 90: 25e9, 100: 50e9, 103: 50e9}
+__all__ = ["DEFAULT_LATENCY", "ImportedNode", "node_type_from_xml", "read_nccl_topology"]
 
 #: NCCL's XML carries no latencies: GPU-to-GPU latency of the imported node, the values of
 #: cclc's examples (a `link` setting in the .ccl block overrides them)

@@ -43,7 +43,8 @@ that sets each step's length; event: the chain of ops and link waits that ends l
 
 Bandwidths follow nccl-tests: ``algbw = size / time`` with ``size`` the collective's size (see
 :class:`cclc.collective.Collective`), ``busbw = algbw * factor`` with factor ``2(n-1)/n`` for
-allreduce, ``(n-1)/n`` for allgather, reducescatter and alltoall, ``1`` for broadcast and reduce.
+allreduce, ``(n-1)/n`` for allgather, reducescatter and alltoall, ``1`` for broadcast and reduce
+(:func:`cclc.nccl_model.bus_factor`).
 """
 
 from __future__ import annotations
@@ -53,22 +54,13 @@ from typing import Literal
 
 import numpy as np
 
-from cclc.collective import CollectiveKind
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, Schedule, format_schedule
+from cclc.nccl_model import bus_factor
 
-__all__ = ["SIM_MODES", "SimResult", "bus_factor", "simulate"]
+__all__ = ["SIM_MODES", "SimResult", "simulate"]
 
 SIM_MODES = ("lockstep", "event")
-
-
-def bus_factor(kind: CollectiveKind, n: int) -> float:
-    """nccl-tests' bus-bandwidth factor for ``kind`` on ``n`` ranks."""
-    if kind is CollectiveKind.ALLREDUCE:
-        return 2.0 * (n - 1) / n
-    if kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLTOALL):
-        return (n - 1) / n
-    return 1.0
 
 
 def _ro(a: np.ndarray) -> np.ndarray:

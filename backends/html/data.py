@@ -11,7 +11,7 @@ import numpy as np
 from backends.contract import Facts
 from backends.html.layout import layout_topology
 from cclc.ir import Buf, OpKind, Schedule
-from cclc.sim import bus_factor
+from cclc.nccl_model import bus_factor
 from cclc.units import format_time
 
 __all__ = ["prepare", "MAX_GANTT_LINKS", "MAX_INTERVALS", "BUFFER_VIEW_LIMIT"]

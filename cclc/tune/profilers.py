@@ -32,17 +32,15 @@ import numpy as np
 
 from cclc import nccl_model
 from cclc.errors import SemanticError
+from cclc.nccl_model import Algo, Func, Proto
 from cclc.tune.baseline import machine_model
 from cclc.tune.space import (
     ALGO_NAMES,
     FUNC_NAMES,
     NCCL_STEPS,
     PROTO_NAMES,
-    Algo,
     Config,
-    Func,
     Machine,
-    Proto,
     max_chunk,
 )
 
@@ -198,7 +196,7 @@ class ModelProfiler(Profiler):
             unit = size / n
         elif (ring_like and func in (Func.ALLREDUCE, Func.ALLGATHER, Func.REDUCESCATTER)
               or algo is Algo.NVLS_TREE):
-            alg = bus / nccl_model.bus_factor(func, n)
+            alg = bus / nccl_model.bus_factor(func.kind, n)
             unit = size / n
         else:
             alg = bus * (0.5 if func is Func.ALLREDUCE and algo is Algo.TREE else 1.0)
@@ -227,7 +225,7 @@ class ModelProfiler(Profiler):
     def busbw_array(self, case: Case, algo: Algo, proto: Proto, transport: str,
                     nc: np.ndarray, nt: np.ndarray, chunk: np.ndarray) -> np.ndarray:
         t = self.time_us(case, algo, proto, transport, nc, nt, chunk)
-        return case.nbytes / t / 1e3 * nccl_model.bus_factor(case.func, case.machine.n_ranks)
+        return case.nbytes / t / 1e3 * nccl_model.bus_factor(case.func.kind, case.machine.n_ranks)
 
 
 # --- CSV replay ----------------------------------------------------------------------------

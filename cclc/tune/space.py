@@ -15,17 +15,22 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from cclc.collective import CollectiveKind
 from cclc.errors import SemanticError
+from cclc.nccl_model import (
+    Algo,
+    Func,
+    NcclSystem,
+    Proto,
+    gpu_nic_bandwidth,
+    nccl_init,
+    nvlink_as_nccl_sees_it,
+    system_of,
+)
 from cclc.topology import LinkKind, Topology
-
-if TYPE_CHECKING:  # cclc.nccl_model imports this module's enums
-    from cclc.nccl_model import NcclSystem
 
 __all__ = [
     "ALGO_NAMES",
@@ -33,12 +38,9 @@ __all__ = [
     "MAX_CHANNELS",
     "PROTO_NAMES",
     "TRANSPORTS",
-    "Algo",
     "Config",
-    "Func",
     "Machine",
     "NcclVersion",
-    "Proto",
     "Space",
     "Subspace",
     "func_of",
@@ -46,36 +48,6 @@ __all__ = [
     "max_chunk",
     "space_for",
 ]
-
-
-class Algo(IntEnum):
-    """NCCL_ALGO_* indices (rows of the tuner cost table)."""
-
-    TREE = 0
-    RING = 1
-    COLLNET_DIRECT = 2
-    COLLNET_CHAIN = 3
-    NVLS = 4
-    NVLS_TREE = 5
-    PAT = 6
-
-
-class Proto(IntEnum):
-    """NCCL_PROTO_* indices (columns of the tuner cost table)."""
-
-    LL = 0
-    LL128 = 1
-    SIMPLE = 2
-
-
-class Func(IntEnum):
-    """ncclFunc_t values that have a cost table (NCCL_NUM_FUNCTIONS == 5)."""
-
-    BROADCAST = 0
-    REDUCE = 1
-    ALLGATHER = 2
-    REDUCESCATTER = 3
-    ALLREDUCE = 4
 
 
 # NCCL's own spellings (src/init.cc), used in NCCL_ALGO/NCCL_PROTO and in profiler strings
@@ -217,8 +189,6 @@ class Machine:
     @property
     def nccl_system(self) -> NcclSystem:
         """The machine as cclc's model of NCCL sees it."""
-        from cclc.nccl_model import NcclSystem, gpu_nic_bandwidth, nvlink_as_nccl_sees_it
-
         if self.system is not None:
             return self.system
         nvswitch = self.interconnect == "nvswitch"
@@ -300,7 +270,6 @@ def machine_of(topology: Topology, group: Sequence[int] | None = None, arch: str
             intra_bw = inter_bw
     if per_node[0] == 1 and len(nodes) == 1:
         raise SemanticError("tuning a single GPU: there is nothing to communicate")
-    from cclc.nccl_model import nccl_init, system_of
 
     system = system_of(topology, ranks, arch)
     if nccl_channels is None:

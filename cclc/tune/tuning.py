@@ -26,6 +26,7 @@ from itertools import pairwise
 
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import SemanticError
+from cclc.nccl_model import Algo, Func, Proto
 from cclc.topology import Topology
 from cclc.tune.baseline import default_point, nccl_default
 from cclc.tune.profilers import Case, Profiler
@@ -34,12 +35,9 @@ from cclc.tune.space import (
     DEFAULT_THREADS,
     FUNC_NAMES,
     MAX_CHANNELS,
-    Algo,
     Config,
-    Func,
     Machine,
     NcclVersion,
-    Proto,
     Space,
     func_of,
     machine_of,

@@ -1,12 +1,13 @@
-"""The model of NCCL against published measurements (benchmarks/data/nccl_published.csv)."""
+"""The model of NCCL against published measurements (cclc/data/nccl_published.csv)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cclc.calibration import TOLERANCE, load_points, predict
+from cclc.calibration import load_points, predict
 from cclc.errors import SemanticError
-from cclc.tune.space import Func
+from cclc.nccl_model import CALIBRATION_TOLERANCE as TOLERANCE
+from cclc.nccl_model import Func
 
 POINTS = load_points()
 

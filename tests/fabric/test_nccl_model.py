@@ -12,8 +12,11 @@ from hypothesis import strategies as st
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.nccl_model import (
+    Algo,
+    Func,
     Graph,
     NcclSystem,
+    Proto,
     compare_with_nccl,
     cost_table,
     nccl_choice,
@@ -24,7 +27,6 @@ from cclc.nccl_model import (
     system_of,
 )
 from cclc.topology import NodeType, leaf_spine, single_node, single_switch
-from cclc.tune.space import Algo, Func, Proto
 
 GiB = 1 << 30
 HGX = NodeType("hgx", "nvswitch", 8, 450e9, 1e-6, nics=8, nic_bandwidth=50e9)

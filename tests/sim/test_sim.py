@@ -11,7 +11,8 @@ from sim_builders import chain, direct_alltoall, ring_allgather
 from cclc.collective import CollectiveKind, DType, make_collective
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, ScheduleBuilder
-from cclc.sim import bus_factor, simulate
+from cclc.nccl_model import bus_factor
+from cclc.sim import simulate
 from cclc.topology import torus
 
 B = 10e9        # 10 GB/s

@@ -10,9 +10,10 @@ from itertools import pairwise
 import pytest
 
 from cclc.errors import SemanticError
+from cclc.nccl_model import Func
 from cclc.tune import outputs
 from cclc.tune.profilers import ModelProfiler
-from cclc.tune.space import FUNC_NAMES, Func
+from cclc.tune.space import FUNC_NAMES
 from cclc.tune.tuning import TuneOptions, TuneTarget, parse_sizes, size_ranges, tune
 
 

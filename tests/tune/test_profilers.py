@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cclc.errors import SemanticError
-from cclc.nccl_model import nccl_chunk, nccl_time
+from cclc.nccl_model import Algo, Func, Proto, nccl_chunk, nccl_time
 from cclc.tune.baseline import machine_model, nccl_default
 from cclc.tune.profilers import (
     Case,
@@ -19,7 +19,7 @@ from cclc.tune.profilers import (
     parse_nccl_tests,
     profiler_from_spec,
 )
-from cclc.tune.space import Algo, Config, Func, NcclVersion, Proto, space_for
+from cclc.tune.space import Config, NcclVersion, space_for
 
 V230 = NcclVersion.parse("2.30")
 DATA = Path(__file__).parent / "data"

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cclc.errors import SemanticError
+from cclc.nccl_model import Func
 from cclc.tune.profilers import Case, ModelProfiler, Profiler
 from cclc.tune.search import MeasurementCache, search
-from cclc.tune.space import Func, NcclVersion, space_for
+from cclc.tune.space import NcclVersion, space_for
 
 V230 = NcclVersion.parse("2.30")
 

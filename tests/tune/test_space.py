@@ -6,12 +6,10 @@ import pytest
 
 from cclc.collective import CollectiveKind
 from cclc.errors import SemanticError
+from cclc.nccl_model import Algo, Func, Proto
 from cclc.topology import torus
 from cclc.tune.space import (
-    Algo,
-    Func,
     NcclVersion,
-    Proto,
     func_of,
     machine_of,
     max_chunk,
