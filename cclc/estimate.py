@@ -58,33 +58,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from cclc.collective import Collective, CollectiveKind
+from cclc.link_traffic import CARRIED, EARLY, LATE, Traffic
 
-__all__ = ["CARRIED", "EARLY", "LATE", "RULES", "Estimate", "Traffic", "candidate_bounds",
-           "estimate", "evaluation_order", "lower_bound", "prune_reason", "step_bound",
-           "traffic"]
-
-
-#: roles of a (step, link) load with respect to relay lowering (:mod:`cclc.relay`):
-#: the op's route is carried by the routing (it stays in the step's last sub-step) ...
-CARRIED = 0
-#: ... relayed, and this link is in a segment before the chain's last one (a sub-step before
-#: the step's last) ...
-EARLY = 1
-#: ... relayed, and the sub-step is not known (the last segment, or routing that cuts
-#: routes into segments of several links)
-LATE = 2
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """Bytes per (step, link, role): ``step``, ``link``, ``role`` and ``nbytes`` are arrays of
-    one entry per contribution (entries may repeat a key; consumers sum them). Steps are the
-    schedule's steps before relay lowering, which only ever splits a step into sub-steps."""
-
-    step: np.ndarray
-    link: np.ndarray
-    role: np.ndarray
-    nbytes: np.ndarray
+__all__ = ["RULES", "Estimate", "candidate_bounds", "estimate", "evaluation_order",
+           "lower_bound", "prune_reason", "step_bound", "traffic"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ from cclc.algorithms.torus_alltoall.lowering import split_chunks
 from cclc.algorithms.torus_alltoall.ring_plans import RING, RingPlan
 from cclc.algorithms.torus_alltoall.strategies import Group, Layout
 from cclc.collective import Collective
-from cclc.estimate import CARRIED, EARLY, LATE, Traffic
 from cclc.ir import Routes
+from cclc.link_traffic import CARRIED, EARLY, LATE, Traffic
 from cclc.routing import carried_routes
 
 __all__ = ["layout_traffic"]
