@@ -4,7 +4,8 @@ and write ``fault`` statements that the next ``cclc compile`` routes around.
 
 The parts, in the order :func:`cclc.commands.diagnose.run` uses them:
 
-* :mod:`cclc.diagnose.timings` — read a timings file into :class:`Timings`;
+* :mod:`cclc.diagnose.pair_timings` — the measured data (:class:`Timings`);
+* :mod:`cclc.diagnose.timings` — read a timings file (any format) into it;
 * :mod:`cclc.diagnose.nccl_tests` — nccl-tests ``sendrecv_perf`` logs, placed on the topology;
 * :mod:`cclc.diagnose.routes` — which links each pair crosses (the topology's routing);
 * :mod:`cclc.diagnose.localize` — robust outliers and the suspects that explain them;

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from cclc.diagnose.pair_timings import Timings, make_timings
 from cclc.diagnose.routes import pair_routes
-from cclc.diagnose.timings import Timings, make_timings
 from cclc.topology import Topology
 
 __all__ = ["Fault", "probe_timings"]

@@ -53,8 +53,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from cclc.diagnose.pair_timings import Timings, TimingsError
 from cclc.diagnose.routes import pair_routes
-from cclc.diagnose.timings import Timings, TimingsError
 from cclc.topology import LinkKind, Topology
 
 __all__ = ["CLIP", "MIN_BASELINE", "MIN_EVIDENCE", "MODEL_MISMATCH", "PATCH_CONFIDENCE",

@@ -30,7 +30,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from cclc.diagnose.timings import Timings, TimingsError, make_timings
+from cclc.diagnose.pair_timings import Timings, TimingsError, make_timings
 from cclc.errors import Span
 from cclc.topology import Topology
 

@@ -25,67 +25,14 @@ import csv
 import io
 import json
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from cclc.errors import CclError, Span
+from cclc.diagnose import nccl_tests
+from cclc.diagnose.pair_timings import Timings, TimingsError, make_timings
+from cclc.errors import Span
 
-__all__ = ["Timings", "TimingsError", "make_timings", "parse_timings", "read_text",
-           "read_timings", "read_timings_files", "to_pairs_csv"]
-
-
-class TimingsError(CclError):
-    """A timings file that cannot be read as any of the formats."""
-
-
-@dataclass(frozen=True, eq=False)
-class Timings:
-    """Measured pairs: ``src[k] -> dst[k]`` moved ``nbytes[k]`` in ``seconds[k]`` (``inf``: it
-    never finished). One entry per distinct pair, ``src != dst``."""
-
-    src: np.ndarray
-    dst: np.ndarray
-    nbytes: np.ndarray
-    seconds: np.ndarray
-    source: str = "<timings>"
-    #: how the pairs were timed: ``True`` all at once, ``False`` one run at a time (nccl-tests
-    #: runs), ``None`` not known (the caller decides)
-    concurrent: bool | None = None
-
-    def __len__(self) -> int:
-        return len(self.src)
-
-    @property
-    def hung(self) -> np.ndarray:
-        return ~np.isfinite(self.seconds)
-
-
-def _ro(a: np.ndarray) -> np.ndarray:
-    a.setflags(write=False)
-    return a
-
-
-def make_timings(src, dst, nbytes, seconds, source: str = "<timings>",
-                 concurrent: bool | None = None) -> Timings:
-    """Merge repeated pairs (bytes and seconds add up; a hang stays a hang) and drop ``i -> i``."""
-    src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
-    nbytes = np.asarray(nbytes, dtype=np.float64)
-    seconds = np.asarray(seconds, dtype=np.float64)
-    keep = src != dst
-    src, dst, nbytes, seconds = src[keep], dst[keep], nbytes[keep], seconds[keep]
-    pairs, inv = np.unique(np.stack([src, dst], axis=1).reshape(-1, 2), axis=0,
-                           return_inverse=True)
-    inv = inv.reshape(-1)
-    tot_b = np.bincount(inv, weights=nbytes, minlength=len(pairs)).astype(np.float64)
-    hung = np.bincount(inv, weights=~np.isfinite(seconds), minlength=len(pairs)) > 0
-    tot_s = np.bincount(inv, weights=np.where(np.isfinite(seconds), seconds, 0.0),
-                        minlength=len(pairs)).astype(np.float64)
-    tot_s[hung] = np.inf
-    return Timings(src=_ro(pairs[:, 0].copy()), dst=_ro(pairs[:, 1].copy()),
-                   nbytes=_ro(tot_b), seconds=_ro(tot_s), source=source,
-                   concurrent=concurrent)
+__all__ = ["parse_timings", "read_text", "read_timings", "read_timings_files", "to_pairs_csv"]
 
 
 #: what a timings file may hold, for the error on a file that is not text
@@ -120,8 +67,7 @@ def parse_timings(text: str, source: str = "<timings>") -> Timings:
         raise TimingsError("the timings file is empty", Span(source, 1, 1))
     if stripped.startswith("{"):
         return _parse_json(text, source)
-    from cclc.diagnose.nccl_tests import is_nccl_tests
-    if is_nccl_tests(text):
+    if nccl_tests.is_nccl_tests(text):
         raise TimingsError("this is nccl-tests output: reading it needs the topology "
                            "(read_timings_files with topo)", Span(source, 1, 1))
     first = next(line for line in text.splitlines() if line.strip() and
@@ -285,8 +231,6 @@ def read_timings_files(paths: list[str], topo=None, hosts: str | None = None) ->
     nccl-tests output files (one run each) are placed on ``topo`` (a
     :class:`cclc.topology.Topology`), their hosts in the order of the ``hosts`` file if given
     (see :mod:`cclc.diagnose.nccl_tests`)."""
-    from cclc.diagnose import nccl_tests
-
     texts = [read_text(path) for path in paths]
     is_nt = [nccl_tests.is_nccl_tests(t) for t in texts]
     if any(is_nt):

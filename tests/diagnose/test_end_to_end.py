@@ -9,7 +9,8 @@ import pytest
 import dsl
 from cclc import cli
 from cclc.diagnose.inject import Fault, probe_timings
-from cclc.diagnose.timings import make_timings, to_pairs_csv
+from cclc.diagnose.pair_timings import make_timings
+from cclc.diagnose.timings import to_pairs_csv
 from cclc.serialize import load
 
 

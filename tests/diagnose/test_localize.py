@@ -17,8 +17,8 @@ from cclc.diagnose.localize import (
     DiagnoseOptions,
     diagnose,
 )
+from cclc.diagnose.pair_timings import TimingsError, make_timings
 from cclc.diagnose.routes import pair_routes
-from cclc.diagnose.timings import TimingsError, make_timings
 from cclc.topology import torus, with_faults
 
 

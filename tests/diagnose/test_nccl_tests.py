@@ -24,7 +24,8 @@ from cclc.diagnose.nccl_tests import (
     parse_hosts,
     parse_nccl_tests,
 )
-from cclc.diagnose.timings import TimingsError, parse_timings, read_timings_files
+from cclc.diagnose.pair_timings import TimingsError
+from cclc.diagnose.timings import parse_timings, read_timings_files
 from cclc.serialize import load
 
 

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cclc import cli
-from cclc.diagnose.timings import TimingsError, parse_timings, to_pairs_csv
+from cclc.diagnose.pair_timings import TimingsError
+from cclc.diagnose.timings import parse_timings, to_pairs_csv
 
 
 def test_pairs_csv_merges_repeats_and_hangs():
