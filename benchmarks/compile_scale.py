@@ -245,7 +245,7 @@ def side_by_side() -> list[dict]:
     from cclc.collective import CollectiveKind, make_collective
     from cclc.plan import plan
     from cclc.relay import lower_relays
-    from cclc.sim import _event, _local_time, _prepare
+    from cclc.sim import _event, _local_time, prepare
     from cclc.topology import torus, with_faults
 
     def faulty(dims):
@@ -274,7 +274,7 @@ def side_by_side() -> list[dict]:
                          f"({len(raw.ops):,} -> {len(new.ops):,} ops)",
                  "new": new_s, "old": old_s})
 
-    p = _prepare(new)
+    p = prepare(new)
     local = _local_time(new, p, None)
     new_s, _ = timed(lambda: _event(new, p, local))
     old_s, _ = timed(lambda: reference_event(new, p, local))
@@ -312,7 +312,7 @@ def _dataflow_side_by_side() -> tuple[float, float, int]:
     from cclc.dataflow import lower
     from cclc.ir import Buf
     from cclc.relay import lower_relays
-    from cclc.sim import _dest_counts
+    from cclc.sim import dest_counts
     from cclc.topology import torus, with_faults
 
     t = torus("t", (5, 5, 5), bandwidth=50e9, latency=1e-7, routing="source")
@@ -323,7 +323,7 @@ def _dataflow_side_by_side() -> tuple[float, float, int]:
     s = lower_relays(build_for_sizes(c, [c.size], "halfring", "mate")[0])
     o = s.ops
     args = (s.n, o.step, o.src, o.dst, o.route, o.kind, o.src_buf, o.src_off, o.dst_buf,
-            o.dst_off, o.count, _dest_counts(s), tuple(s.n_chunks(b) for b in Buf))
+            o.dst_off, o.count, dest_counts(s), tuple(s.n_chunks(b) for b in Buf))
     start = time.perf_counter()
     new = lower(*args)
     mid = time.perf_counter()
@@ -345,14 +345,14 @@ def _dataflow_run_side_by_side() -> dict:
     from cclc.dataflow import _run, lower
     from cclc.execution import NCCL_GROUP_OVERHEAD
     from cclc.ir import Buf
-    from cclc.sim import _dest_counts
+    from cclc.sim import dest_counts
 
     c = dsl.loads(torus625_text("alltoall")).collectives[0]
     s = get("mate").build(c)
     o = s.ops
     start = time.process_time()
     plan = lower(s.n, o.step, o.src, o.dst, o.route, o.kind, o.src_buf, o.src_off, o.dst_buf,
-                 o.dst_off, o.count, _dest_counts(s), tuple(s.n_chunks(b) for b in Buf))
+                 o.dst_off, o.count, dest_counts(s), tuple(s.n_chunks(b) for b in Buf))
     lowered = time.process_time() - start
     start = time.process_time()
     new = _run(s, plan, NCCL_GROUP_OVERHEAD, place=True)

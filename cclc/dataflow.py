@@ -36,6 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cclc.ir import Buf, OpKind, Schedule
+from cclc.sim import dest_counts, prepare, rank_in_runs
 
 __all__ = ["MAX_LANES", "DataflowPlan", "Item", "dataflow_time", "lower", "lower_schedule"]
 
@@ -335,11 +336,9 @@ def lower_schedule(s: Schedule, op_overhead: float = 0.0, max_lanes: int = MAX_L
                    ) -> DataflowPlan:
     """:func:`lower` in the schedule's own chunks (the simulator's slots), local ops placed
     by :func:`place_local_ops`."""
-    from cclc.sim import _dest_counts
-
     o = s.ops
     plan = lower(s.n, o.step, o.src, o.dst, o.route, o.kind, o.src_buf, o.src_off, o.dst_buf,
-                 o.dst_off, o.count, _dest_counts(s), tuple(s.n_chunks(b) for b in Buf),
+                 o.dst_off, o.count, dest_counts(s), tuple(s.n_chunks(b) for b in Buf),
                  max_lanes)
     return place_local_ops(s, plan, op_overhead)
 
@@ -487,9 +486,7 @@ def _run(s: Schedule, plan: DataflowPlan, op_overhead: float, place: bool = Fals
     the items whose predecessors have all run (Kahn's order), all at once, with exactly the
     loop's arithmetic (the same maxima and sums of the same numbers), so the times are the
     same to the last bit (``tests/sim/dataflow_run_reference.py`` keeps the loop)."""
-    from cclc.sim import _prepare
-
-    p = _prepare(s)
+    p = prepare(s)
     o = s.ops
     cols = plan.columns if plan.columns is not None else _columns_of(plan.items)
     lane = plan.lane.astype(np.int64, copy=True)
@@ -719,7 +716,6 @@ def _rounds(pair_item: np.ndarray, pair_link: np.ndarray, n_links: int) -> np.nd
     key = pair_item * max(n_links, 1) + pair_link
     order = np.argsort(key, kind="stable")
     ks = key[order]
-    from cclc.sim import _rank_in
     out = np.empty(len(key), dtype=np.int64)
-    out[order] = _rank_in(ks)
+    out[order] = rank_in_runs(ks)
     return out

@@ -58,7 +58,8 @@ from cclc.errors import ScheduleError
 from cclc.ir import Buf, Schedule, format_schedule
 from cclc.nccl_model import bus_factor
 
-__all__ = ["SIM_MODES", "SimResult", "simulate"]
+__all__ = ["SIM_MODES", "Prepared", "SimResult", "dest_counts", "prepare", "rank_in_runs",
+           "simulate"]
 
 SIM_MODES = ("lockstep", "event")
 
@@ -115,7 +116,7 @@ class SimResult:
 
 
 @dataclass(frozen=True)
-class _Prepared:
+class Prepared:
     """The (op, link) pairs of every network op, expanded from the CSR routes."""
 
     op_bytes: np.ndarray      # float64 per op
@@ -126,7 +127,9 @@ class _Prepared:
     net_ops: np.ndarray       # indices of ops with a non-empty route
 
 
-def _prepare(s: Schedule) -> _Prepared:
+def prepare(s: Schedule) -> Prepared:
+    """The (op, link) pairs, bytes and route latencies of ``s``'s ops, checked against its
+    routes: what the simulator and the dataflow runner both start from."""
     topo = s.topology
     ops = s.ops
     routes = s.routes
@@ -146,7 +149,7 @@ def _prepare(s: Schedule) -> _Prepared:
     lat = np.bincount(pair_op, weights=topo.link_latency[pair_link],
                       minlength=len(ops)).astype(np.float64)
     net_ops = np.flatnonzero(lengths > 0)
-    return _Prepared(op_bytes=s.op_bytes().astype(np.float64), route_latency=lat,
+    return Prepared(op_bytes=s.op_bytes().astype(np.float64), route_latency=lat,
                      pair_op=pair_op, pair_link=pair_link, pair_starts=first[net_ops],
                      net_ops=net_ops)
 
@@ -169,7 +172,7 @@ def _check_ranges(s: Schedule) -> None:
                             f"schedule:\n{format_schedule(s, around=i)}")
 
 
-def _local_time(s: Schedule, p: _Prepared, local_bandwidth: float | None) -> np.ndarray:
+def _local_time(s: Schedule, p: Prepared, local_bandwidth: float | None) -> np.ndarray:
     """Time of every op spent in local memory (only local ops, and only with a bandwidth)."""
     t = np.zeros(len(s.ops))
     if local_bandwidth is not None:
@@ -200,7 +203,7 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
         raise ScheduleError(f"unknown simulation mode '{mode}': use one of {', '.join(SIM_MODES)}")
     if not (step_overhead >= 0 and op_overhead >= 0):
         raise ScheduleError("software overheads must be >= 0")
-    p = _prepare(schedule)
+    p = prepare(schedule)
     local = _local_time(schedule, p, local_bandwidth)
     topo = schedule.topology
     bw = topo.link_bandwidth
@@ -245,7 +248,7 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
 _DENSE_CELLS = 1 << 25
 
 
-def _step_link_busy(s: Schedule, p: _Prepared) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _step_link_busy(s: Schedule, p: Prepared) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Busy time of every used (step, link) pair: sorted keys, their busy time, and the
     index of each (op, link) pair's key."""
     n_links = s.topology.n_links
@@ -267,7 +270,7 @@ def _step_link_busy(s: Schedule, p: _Prepared) -> tuple[np.ndarray, np.ndarray, 
     return keys, busy, inverse
 
 
-def _step_links(s: Schedule, p: _Prepared, step_links=None
+def _step_links(s: Schedule, p: Prepared, step_links=None
                 ) -> tuple[np.ndarray, tuple[int | None, ...]]:
     n_steps, n_links = s.n_steps, s.topology.n_links
     step_bytes = np.bincount(s.ops.step.astype(np.int64)[p.net_ops],
@@ -289,7 +292,7 @@ def _step_links(s: Schedule, p: _Prepared, step_links=None
 # lockstep
 
 
-def _lockstep(s: Schedule, p: _Prepared, local: np.ndarray, overhead: float = 0.0,
+def _lockstep(s: Schedule, p: Prepared, local: np.ndarray, overhead: float = 0.0,
               step_links=None) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     n_ops = len(s.ops)
     step = s.ops.step.astype(np.int64)
@@ -331,7 +334,7 @@ def _slot_bases(s: Schedule) -> tuple[list[int], list[int]]:
     return bases, widths
 
 
-def _event(s: Schedule, p: _Prepared, local: np.ndarray,
+def _event(s: Schedule, p: Prepared, local: np.ndarray,
            overhead: float = 0.0) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """The ops in step order, one step at a time, each step columnar: linear in ops + slots.
 
@@ -359,7 +362,7 @@ def _event(s: Schedule, p: _Prepared, local: np.ndarray,
     base = np.asarray(bases, dtype=np.int64)
     width = np.asarray(widths, dtype=np.int64)
     count = ops.count.astype(np.int64)
-    dcount = _dest_counts(s)
+    dcount = dest_counts(s)
     read0 = base[ops.src_buf] + ops.src.astype(np.int64) * width[ops.src_buf] + ops.src_off
     write0 = base[ops.dst_buf] + ops.dst.astype(np.int64) * width[ops.dst_buf] + ops.dst_off
     n_pairs = np.bincount(p.pair_op, minlength=n_ops)
@@ -380,8 +383,8 @@ def _event(s: Schedule, p: _Prepared, local: np.ndarray,
         # candidates in the loop's order per op: each read slot's writer, then each written
         # slot's writer and its readers
         cand_op = np.concatenate([rd_op, np.repeat(wr_op, 2)])
-        cand_seq = np.concatenate([_rank_in(rd_op), count[np.repeat(wr_op, 2)]
-                                   + 2 * np.repeat(_rank_in(wr_op), 2)
+        cand_seq = np.concatenate([rank_in_runs(rd_op), count[np.repeat(wr_op, 2)]
+                                   + 2 * np.repeat(rank_in_runs(wr_op), 2)
                                    + np.tile([0, 1], len(wr_op))])
         ws2 = np.repeat(wr_slot, 2)
         is_rt = np.tile([False, True], len(wr_op))
@@ -413,12 +416,12 @@ def _event(s: Schedule, p: _Prepared, local: np.ndarray,
                     read_op)
             continue
         pr_local = np.repeat(np.arange(len(g)), n_p)
-        pr = np.repeat(pair_first[g], n_p) + _rank_in(pr_local)
+        pr = np.repeat(pair_first[g], n_p) + rank_in_runs(pr_local)
         pr_link = p.pair_link[pr]
         # per link, its pairs in op order (then route order): round q serves the q-th
         by_link = np.lexsort((np.arange(len(pr)), pr_link))
         links_sorted = pr_link[by_link]
-        q_of = _rank_in(links_sorted)
+        q_of = rank_in_runs(links_sorted)
         begin = np.empty(len(pr))
         end = np.empty(len(pr))
         by = np.empty(len(pr), dtype=np.int64)
@@ -463,7 +466,7 @@ def _expand(op: np.ndarray, first: np.ndarray, count: np.ndarray
     return np.repeat(op, count), slots
 
 
-def _rank_in(keys: np.ndarray) -> np.ndarray:
+def rank_in_runs(keys: np.ndarray) -> np.ndarray:
     """Position of every element within its run of equal consecutive keys."""
     if not len(keys):
         return np.zeros(0, dtype=np.int64)
@@ -495,7 +498,7 @@ def _settle(g, finish, rd_op, rd_slot, wr_op, wr_slot, write_t, write_op, read_t
         read_op[wr_slot[w]] = -1
 
 
-def _dest_counts(s: Schedule) -> np.ndarray:
+def dest_counts(s: Schedule) -> np.ndarray:
     """Destination chunks each op writes: ``count``, unless the destination buffer is cut
     differently from the source, then every chunk its elements land in."""
     ops = s.ops

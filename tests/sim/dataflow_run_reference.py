@@ -13,9 +13,9 @@ from cclc.ir import Schedule
 def reference_run(  # noqa: C901 (the loop it replaced, kept as is)
         s: Schedule, plan: DataflowPlan, op_overhead: float, place: bool = False
 ) -> tuple[float, np.ndarray, np.ndarray]:
-    from cclc.sim import _prepare
+    from cclc.sim import prepare
 
-    p = _prepare(s)
+    p = prepare(s)
     o = s.ops
     src, dst = o.src.tolist(), o.dst.tolist()
     lane = plan.lane.tolist()

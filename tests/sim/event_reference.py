@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from cclc.ir import Schedule
-from cclc.sim import _dest_counts, _Prepared, _slot_bases
+from cclc.sim import Prepared, _slot_bases, dest_counts
 
 
-def reference_event(s: Schedule, p: _Prepared, local: np.ndarray,
+def reference_event(s: Schedule, p: Prepared, local: np.ndarray,
            overhead: float = 0.0) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """One pass over the ops in step order (they are sorted by step): linear in ops + slots.
 
@@ -40,7 +40,7 @@ def reference_event(s: Schedule, p: _Prepared, local: np.ndarray,
     offsets = s.routes.offsets.tolist()
     route = ops.route.tolist()
     links = s.routes.links.tolist()
-    dcount = _dest_counts(s).tolist()
+    dcount = dest_counts(s).tolist()
 
     start = [0.0] * n_ops
     finish = [0.0] * n_ops

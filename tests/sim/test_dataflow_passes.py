@@ -15,7 +15,7 @@ from cclc.algorithms import algorithms_for
 from cclc.collective import CollectiveKind, make_collective
 from cclc.dataflow import lower
 from cclc.ir import Buf
-from cclc.sim import _dest_counts
+from cclc.sim import dest_counts
 from cclc.topology import torus, with_faults
 
 
@@ -85,7 +85,7 @@ def test_algorithm_schedules(build, coll):
     s = build(coll)
     o = s.ops
     args = (s.n, o.step, o.src, o.dst, o.route, o.kind, o.src_buf, o.src_off, o.dst_buf,
-            o.dst_off, o.count, _dest_counts(s), tuple(s.n_chunks(b) for b in Buf))
+            o.dst_off, o.count, dest_counts(s), tuple(s.n_chunks(b) for b in Buf))
     _same(lower(*args), lower_reference(*args))
 
 

@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 
 from cclc.dataflow import _run, lower, place_local_ops
 from cclc.ir import Buf, Ops, Routes
-from cclc.sim import _dest_counts
+from cclc.sim import dest_counts
 
 
 def _raw_plan(s, lanes):
     o = s.ops
     return lower(s.n, o.step, o.src, o.dst, o.route, o.kind, o.src_buf, o.src_off, o.dst_buf,
-                 o.dst_off, o.count, _dest_counts(s), tuple(s.n_chunks(b) for b in Buf), lanes)
+                 o.dst_off, o.count, dest_counts(s), tuple(s.n_chunks(b) for b in Buf), lanes)
 
 
 def _same_run(s, plan, overhead, place, what):

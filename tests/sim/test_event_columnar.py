@@ -10,7 +10,7 @@ from event_reference import reference_event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cclc.sim import _event, _local_time, _prepare
+from cclc.sim import _event, _local_time, prepare
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
@@ -21,7 +21,7 @@ from cclc.sim import _event, _local_time, _prepare
 def test_columnar_event_matches_the_reference(dims, seed, kind, routing, fault, mult,
                                               overhead, local_bw):
     for name, s in schedules(dims, seed, kind, routing, fault, mult):
-        p = _prepare(s)
+        p = prepare(s)
         local = _local_time(s, p, local_bw)
         start, finish, path = _event(s, p, local, overhead)
         want_start, want_finish, want_path = reference_event(s, p, local, overhead)
