@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 import numpy as np
@@ -112,6 +112,12 @@ class Collective:
     def count(self) -> int:
         """Elements of ``size``."""
         return self.size // self.dtype.itemsize
+
+    def as_auto(self) -> Collective:
+        """This collective with ``auto`` algorithm and schedule hints, without the hints'
+        parameters (their spans stay)."""
+        return replace(self, algorithm=replace(self.algorithm, name="auto", params=()),
+                       schedule=replace(self.schedule, name="auto", params=()))
 
 
 def make_collective(name: str, kind: CollectiveKind, topology: Topology, group: tuple[int, ...],

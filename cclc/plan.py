@@ -313,9 +313,11 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         step(1, total, f"{chosen.name}: simulating {len(schedule.ops)} ops")
         time, planned = _simulate(schedule, model)
         rows = [Candidate(chosen.name, True, None, time, _pct(bound, time), planned)]
+        # the alternatives are judged without the user's parameters, which belong to the
+        # explicit choice
         for i, algo in enumerate(others):
             step(2 + i, total, f"{algo.name}: building")
-            rows.append(_evaluate(_as_auto(coll), algo, bound, model,
+            rows.append(_evaluate(coll.as_auto(), algo, bound, model,
                                   _saying(step, 2 + i, total))[0])
         return Plan(schedule, time, bound, tuple(rows), model, planned, all_bounds)
 
@@ -419,13 +421,6 @@ def _tie_time(time: float | None) -> float:
 
 
 _EMPTY_ROUTES = Routes(np.zeros(2, dtype=np.int64), np.zeros(0, dtype=np.int32))
-
-
-def _as_auto(coll: Collective) -> Collective:
-    # explain's alternatives are judged without the user's parameters, which belong to the
-    # explicit choice
-    return replace(coll, algorithm=replace(coll.algorithm, name="auto", params=()),
-                   schedule=replace(coll.schedule, name="auto", params=()))
 
 
 def crossover_table(coll: Collective, sizes) -> list[CrossoverRow]:

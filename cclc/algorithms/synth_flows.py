@@ -35,7 +35,7 @@ from cclc.errors import CclError, ScheduleError
 from cclc.ir import Schedule
 
 __all__ = ["AUTO_MAX_RANKS", "AUTO_STAGGER", "AUTO_SYMMETRIC_RANKS", "DEFAULT_BUDGET",
-           "build_synth_alltoall", "synth_budget"]
+           "budget_seconds", "build_synth_alltoall", "synth_budget"]
 
 #: seconds the synthesis may take unless told otherwise
 DEFAULT_BUDGET = 60.0
@@ -71,7 +71,9 @@ def synth_budget(seconds: float | None):
         _BUDGET.reset(token)
 
 
-def _budget(params: dict) -> float | None:
+def budget_seconds(params: dict) -> float | None:
+    """The time budget of ``synth`` (seconds): the hint's ``budget`` parameter, else the one
+    :func:`synth_budget` set, else ``None``."""
     if "budget" in params:
         return float(params["budget"])
     return _BUDGET.get()
@@ -98,7 +100,7 @@ def _applicable(coll: Collective, **params) -> str | None:
     if not group_connected(coll):
         return ("the group's ranks cannot reach each other through members of the group "
                 "(synth relays only through the group's ranks and switches)")
-    if _budget(params) is not None:
+    if budget_seconds(params) is not None:
         return None
     if coll.n > AUTO_MAX_RANKS:
         return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes minutes of CPU time "
@@ -122,11 +124,10 @@ def _best_template(coll: Collective, beat: float | None = None
     is above the best time so far (``beat`` included) is not built, as ``auto`` prunes them."""
     from cclc.estimate import evaluation_order, lower_bound, prune_reason
     from cclc.execution import predict
-    from cclc.plan import _as_auto
     from cclc.synth.pricing import pricing_model
     from cclc.verify import verify
 
-    plain = _as_auto(coll)
+    plain = coll.as_auto()
     model = pricing_model()
     algos = [a for a in algorithms_for(coll)
              if a.name != "synth" and a.applicable(plain) is None]
@@ -156,7 +157,7 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
     from cclc.synth.pricing import pricing_model
 
     t0 = time.monotonic()
-    budget = _budget(params)
+    budget = budget_seconds(params)
     deadline = t0 + (DEFAULT_BUDGET if budget is None else budget)
     split = int(params["split"]) if "split" in params else None  # None: by the pieces
     steps = params.get("steps")

@@ -48,7 +48,7 @@ from scipy.sparse.csgraph import shortest_path
 
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import bad_int_param, even_split, hint_int
-from cclc.algorithms.synth_flows import _budget
+from cclc.algorithms.synth_flows import budget_seconds
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Schedule
@@ -890,7 +890,7 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
     from cclc.sim import simulate
 
     # the collective's own budget, else `cclc compile --synth-budget`, else the default
-    budget = _budget(params)
+    budget = budget_seconds(params)
     budget = DEFAULT_BUDGET if budget is None else budget
     # under `algorithm auto` the planner races every candidate itself
     race = bool(hint_int(params, "race", 0 if coll.algorithm.name == "auto" else 1, low=0))
