@@ -22,8 +22,8 @@ from cclc.execution import ExecutionModel, predict
 from cclc.ir import Buf, Schedule, ScheduleBuilder
 from cclc.synth.flows import FlowSolution, choose_symmetry, usable_links
 from cclc.synth.orbit_pack import pack_orbits, piece_orbits
-from cclc.synth.pack import Packing, Piece, pack_pieces, pieces_of
-from cclc.synth.piece_table import hop_table
+from cclc.synth.pack import Packing, pack_pieces, pieces_of
+from cclc.synth.piece_table import Piece, hop_table
 from cclc.synth.pricing import pricing_model, step_cost
 from cclc.synth.stagger import MAX_LP_CELLS, stagger_lp
 from cclc.synth.symmetry import Symmetry

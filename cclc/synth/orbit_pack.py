@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from cclc.collective import Collective
-from cclc.synth.pack import Packing, Piece, pack_pieces, packing_time
-from cclc.synth.piece_table import HopTable
+from cclc.synth.pack import Packing, pack_pieces, packing_time
+from cclc.synth.piece_table import HopTable, Piece
 from cclc.synth.symmetry import Symmetry
 
 __all__ = ["PieceOrbits", "pack_orbits", "piece_orbits"]

@@ -25,24 +25,9 @@ import numpy as np
 
 from cclc.collective import Collective
 from cclc.routing import carried_segments
-from cclc.synth.piece_table import HopTable, hop_table
+from cclc.synth.piece_table import HopTable, Piece, hop_table
 
-__all__ = ["Packing", "Piece", "pack_pieces", "packing_time", "pieces_of"]
-
-
-@dataclass(frozen=True, slots=True)
-class Piece:
-    """One path's share of a pair: ``elems`` elements from group index ``src`` to ``dst``,
-    ``slot`` its index among the pair's pieces, ``hops`` the carried link runs in order and
-    ``via`` the group index of the rank each hop lands on."""
-
-    src: int
-    dst: int
-    slot: int
-    elems: int
-    hops: tuple[tuple[int, ...], ...]
-    via: tuple[int, ...]
-    unit: int = 1
+__all__ = ["Packing", "pack_pieces", "packing_time", "pieces_of", "split_by_weight"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,7 +39,7 @@ class Packing:
     time: float
 
 
-def _split(total: int, weights: np.ndarray) -> np.ndarray:
+def split_by_weight(total: int, weights: np.ndarray) -> np.ndarray:
     """Integers proportional to ``weights`` summing to ``total`` (largest remainders)."""
     raw = weights / weights.sum() * total
     out = np.floor(raw).astype(np.int64)
@@ -132,14 +117,14 @@ def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.nda
         if qu is None:
             qu = quanta[block] = _quantum(block, quantum)
         q, unit = qu
-        units = [q] if len(keep) == 1 else _split(q, weight[keep]).tolist()
+        units = [q] if len(keep) == 1 else split_by_weight(q, weight[keep]).tolist()
         rest = block - q * unit            # 0 unless the block has no divisor near quantum
         slot = 0
         for r, u in zip(keep.tolist(), units, strict=True):
             segs, via = hops_of(paths[r])
             parts = even.get(u)
             if parts is None:
-                parts = even[u] = _split(u, np.ones(split)).tolist()
+                parts = even[u] = split_by_weight(u, np.ones(split)).tolist()
             for part in parts:
                 if part:
                     size = int(part) * unit + rest

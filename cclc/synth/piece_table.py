@@ -1,5 +1,5 @@
-"""Pieces as columns: one row per hop of every piece, for the work done once per hop at scale
-(the lockstep time of a packing, writing the ops).
+"""Pieces, and pieces as columns: one row per hop of every piece, for the work done once per hop
+at scale (the lockstep time of a packing, writing the ops).
 
 At 512 ranks a packing has about a million pieces and six million hops: a Python loop per hop
 takes minutes where numpy over columns takes seconds. Pieces of one path share its hops, so the
@@ -13,11 +13,25 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:       # pack.py uses this module: no import at run time
-    from cclc.synth.pack import Piece
+if TYPE_CHECKING:
     from cclc.topology import Topology
 
-__all__ = ["HopTable", "hop_table"]
+__all__ = ["HopTable", "Piece", "hop_table"]
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One path's share of a pair: ``elems`` elements from group index ``src`` to ``dst``,
+    ``slot`` its index among the pair's pieces, ``hops`` the carried link runs in order and
+    ``via`` the group index of the rank each hop lands on."""
+
+    src: int
+    dst: int
+    slot: int
+    elems: int
+    hops: tuple[tuple[int, ...], ...]
+    via: tuple[int, ...]
+    unit: int = 1
 
 
 def _ranges(counts: np.ndarray) -> np.ndarray:

@@ -24,7 +24,8 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 
 from cclc.collective import Collective
-from cclc.synth.pack import Packing, Piece, _split, packing_time
+from cclc.synth.pack import Packing, packing_time, split_by_weight
+from cclc.synth.piece_table import Piece
 
 __all__ = ["MAX_LP_CELLS", "stagger_lp"]
 
@@ -84,7 +85,7 @@ def stagger_lp(coll: Collective, pieces: list[Piece], n_steps: int,
         units = p.elems // p.unit
         if frac.sum() <= 0:
             frac = np.ones_like(frac)
-        share = _split(units, frac)
+        share = split_by_weight(units, frac)
         rest = p.elems - units * p.unit    # a remainder that is no whole unit rides along
         for sigma in np.flatnonzero(share).tolist():
             out.append(replace(p, elems=int(share[sigma]) * p.unit + rest))

@@ -91,8 +91,7 @@ def basic_orbit_paths(coll: Collective, flows: FlowSolution, sym: Symmetry,
     (one row per link orbit)."""
     from cclc.synth.flows import usable_links
     from cclc.synth.orbit_pack import piece_orbits
-    from cclc.synth.pack import Piece
-    from cclc.synth.piece_table import hop_table
+    from cclc.synth.piece_table import Piece, hop_table
 
     if len(flows.path) == 0:
         return flows

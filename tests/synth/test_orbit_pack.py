@@ -20,8 +20,8 @@ from cclc.collective import CollectiveKind, make_collective
 from cclc.synth.alltoall import _scratch_chunks, synthesize_alltoall, write_schedule
 from cclc.synth.flows import solve_flows, usable_links
 from cclc.synth.orbit_pack import pack_orbits, piece_orbits
-from cclc.synth.pack import Piece, packing_time
-from cclc.synth.piece_table import hop_table
+from cclc.synth.pack import packing_time
+from cclc.synth.piece_table import Piece, hop_table
 from cclc.synth.symmetry import automorphisms, translations
 from cclc.topology import torus, with_faults
 from cclc.verify import verify
