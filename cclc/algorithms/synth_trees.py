@@ -54,6 +54,7 @@ from cclc.errors import CollectiveError
 from cclc.ir import Schedule
 from cclc.synth import tree_schedule
 from cclc.synth.fabric_symmetry import find_free_automorphism, member_powers
+from cclc.synth.hop_graph import HopGraph, hop_graph
 from cclc.synth.joint_trees import link_use, pack_allreduce_trees
 from cclc.synth.phase_time import edge_levels, phase_lockstep_time
 from cclc.synth.pricing import pricing_model, step_cost
@@ -67,15 +68,7 @@ from cclc.synth.tree_lp import (
     windows,
 )
 from cclc.synth.tree_time import allreduce_lockstep_time, edge_starts
-from cclc.synth.trees import (
-    HopGraph,
-    TreePacking,
-    flow_network,
-    forestcoll_rate,
-    hop_graph,
-    pack_trees,
-    translations,
-)
+from cclc.synth.trees import TreePacking, flow_network, forestcoll_rate, pack_trees, translations
 
 __all__ = ["MAX_OPS", "MAX_OPS_AUTO", "TreeSynthesis", "build_synth_trees", "op_limit",
            "synthesize_trees"]

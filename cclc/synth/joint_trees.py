@@ -23,15 +23,9 @@ import time
 
 import numpy as np
 
+from cclc.synth.hop_graph import HopGraph
 from cclc.synth.tree_grow import depth_price, grow_tree, tree_family
-from cclc.synth.trees import (
-    HopGraph,
-    TreePacking,
-    _link_perm,
-    _orbit_reps,
-    _translated,
-    negotiate,
-)
+from cclc.synth.trees import TreePacking, link_permutation, negotiate, orbit_reps, translated
 
 __all__ = ["link_use", "pack_allreduce_trees"]
 
@@ -69,8 +63,8 @@ def pack_allreduce_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray
     t0 = time.monotonic()
     n = g.n
     cap = g.capacity
-    link_perm = _link_perm(g, edge_perm)
-    reps = _orbit_reps(node_perm)
+    link_perm = link_permutation(g, edge_perm)
+    reps = orbit_reps(node_perm)
     share = rate / k
     unit = np.where(cap > 0, share / np.where(cap > 0, cap, 1.0), 0.0)
     families = [tree_family(g.reversed(), depth_slack), tree_family(g, depth_slack)]
@@ -85,8 +79,8 @@ def pack_allreduce_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray
         return None                               # no complete packing to return
     best, best_load, status = found
     solve_s = time.monotonic() - t0
-    rs, ag = (_translated({(r, j): tree for (fam, r, j), tree in best.items() if fam == f},
-                          n, k, node_perm, edge_perm) for f in (0, 1))
+    rs, ag = (translated({(r, j): tree for (fam, r, j), tree in best.items() if fam == f},
+                         n, k, node_perm, edge_perm) for f in (0, 1))
     return (TreePacking(*rs, best_load, status, solve_s),
             TreePacking(*ag, best_load, status, solve_s))
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from cclc.synth.hop_graph import HopGraph
 from cclc.synth.tree_schedule import reduce_offsets, tree_edges
 from cclc.synth.tree_time import lockstep_time_of_starts
-from cclc.synth.trees import HopGraph, TreePacking
+from cclc.synth.trees import TreePacking
 
 __all__ = ["edge_levels", "phase_lockstep_time"]
 

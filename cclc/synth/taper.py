@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cclc.synth.trees import HopGraph
+from cclc.synth.hop_graph import HopGraph
 
 __all__ = ["LinkLoads", "link_loads", "pipeline_time", "tapered_units"]
 

@@ -19,8 +19,8 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
-if TYPE_CHECKING:                      # trees.py imports this module
-    from cclc.synth.trees import HopGraph
+if TYPE_CHECKING:
+    from cclc.synth.hop_graph import HopGraph
 
 __all__ = ["ALPHA", "TreeFamily", "grow_tree", "tree_family"]
 

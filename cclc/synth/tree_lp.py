@@ -42,7 +42,8 @@ from scipy.optimize import linprog
 from scipy.sparse import coo_matrix, csr_matrix, hstack
 from scipy.sparse.csgraph import shortest_path
 
-from cclc.synth.trees import HopGraph, TreePacking
+from cclc.synth.hop_graph import HopGraph
+from cclc.synth.trees import TreePacking
 
 __all__ = ["FractionalPacking", "depth_limit", "fractional_packing", "rounded_packing",
            "windows"]

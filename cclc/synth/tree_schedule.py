@@ -32,7 +32,8 @@ import numpy as np
 from cclc.algorithms.common import even_split
 from cclc.collective import Collective
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
-from cclc.synth.trees import HopGraph, TreePacking
+from cclc.synth.hop_graph import HopGraph
+from cclc.synth.trees import TreePacking
 
 __all__ = ["Pieces", "allgather_ops", "allreduce_ops", "reduce_offsets", "reduce_plan",
            "reducescatter_ops", "tree_edges"]

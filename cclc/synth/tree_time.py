@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from cclc.synth.hop_graph import HopGraph
 from cclc.synth.taper import link_loads, pipeline_time
 from cclc.synth.tree_schedule import reduce_offsets, tree_edges
-from cclc.synth.trees import HopGraph, TreePacking
+from cclc.synth.trees import TreePacking
 
 __all__ = ["allreduce_lockstep_time", "edge_starts"]
 

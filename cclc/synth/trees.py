@@ -37,150 +37,13 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
 
 from cclc.collective import Collective
+from cclc.synth.hop_graph import HopGraph, live_links
 from cclc.synth.tree_grow import depth_price, grow_tree, tree_family
-from cclc.topology import Topology
 
-__all__ = ["HopGraph", "TreePacking", "flow_network", "forestcoll_rate", "hop_graph", "pack_trees",
-           "translations"]
-
-
-@dataclass(frozen=True, eq=False)
-class HopGraph:
-    """Rank-to-rank moves the declared routing carries as one op, over group indices.
-
-    ``src[h] -> dst[h]`` travels the physical links ``links[offsets[h]:offsets[h+1]]``;
-    ``capacity[l]`` is the bandwidth of physical link ``l`` (bytes/s) and ``latency[h]`` the
-    route latency of move ``h``. Pairs are unique.
-    """
-
-    n: int
-    src: np.ndarray
-    dst: np.ndarray
-    offsets: np.ndarray
-    links: np.ndarray
-    capacity: np.ndarray
-    latency: np.ndarray
-
-    @property
-    def m(self) -> int:
-        return len(self.src)
-
-    def incidence(self) -> csr_matrix:
-        """``(m, n_links)`` 0/1 matrix: which physical links each move uses."""
-        rows = np.repeat(np.arange(self.m), np.diff(self.offsets))
-        return csr_matrix((np.ones(len(self.links)), (rows, self.links)),
-                          shape=(self.m, len(self.capacity)))
-
-    def reversed(self) -> HopGraph:
-        """The same moves with source and destination swapped (for in-trees)."""
-        return HopGraph(self.n, self.dst, self.src, self.offsets, self.links, self.capacity,
-                        self.latency)
-
-    def path(self, h: int) -> tuple[int, ...]:
-        return tuple(self.links[self.offsets[h]:self.offsets[h + 1]].tolist())
-
-
-def _live_links(topo: Topology, members: np.ndarray) -> np.ndarray:
-    """Healthy links whose ends are members or non-rank vertices."""
-    keep = np.zeros(topo.n_vertices, dtype=bool)
-    keep[members] = True
-    keep[topo.n_ranks:] = True
-    return ~topo.link_failed & keep[topo.link_src] & keep[topo.link_dst]
-
-
-def hop_graph(coll: Collective) -> HopGraph:
-    """The moves trees may use: healthy neighbour links between members on a torus or mesh
-    (carried by every torus routing), otherwise fewest-hop paths between every two members
-    through switches (what ECMP or adaptive fabric routing carries), never through a rank
-    outside the group."""
-    topo = coll.topology
-    group = np.asarray(coll.group, dtype=np.int64)
-    index = np.full(topo.n_vertices, -1, dtype=np.int64)
-    index[group] = np.arange(coll.n)
-    ok = _live_links(topo, group)
-    if topo.dims is not None and topo.n_vertices == topo.n_ranks:
-        links = np.flatnonzero(ok)
-        s, d = index[topo.link_src[links]], index[topo.link_dst[links]]
-        pair = s * coll.n + d
-        _, first = np.unique(pair, return_index=True)     # size-2 rings: one link per pair
-        links = links[np.sort(first)]
-        return HopGraph(coll.n, index[topo.link_src[links]], index[topo.link_dst[links]],
-                        np.arange(len(links) + 1), links.astype(np.int64),
-                        np.where(topo.link_failed, 0.0, topo.link_bandwidth),
-                        topo.link_latency[links].astype(float))
-    return _fabric_hops(coll, group, index, ok)
-
-
-def _fabric_hops(coll: Collective, group, index, ok) -> HopGraph:
-    topo = coll.topology
-    # a route may pass a member (a NIC behind its affine GPU) but never a non-member rank;
-    # unit weights: fewest hops, the paths ECMP and adaptive routing use
-    lk = np.flatnonzero(ok)
-    v = topo.n_vertices
-    order = np.lexsort((lk, topo.link_dst[lk], topo.link_src[lk]))
-    lk = lk[order]
-    first = np.ones(len(lk), dtype=bool)
-    first[1:] = ((topo.link_src[lk][1:] != topo.link_src[lk][:-1])
-                 | (topo.link_dst[lk][1:] != topo.link_dst[lk][:-1]))
-    lk = lk[first]
-    g = csr_matrix((np.ones(len(lk)), (topo.link_src[lk], topo.link_dst[lk])), shape=(v, v))
-    link_of = {(int(a), int(b)): int(i) for i, a, b in
-               zip(lk, topo.link_src[lk], topo.link_dst[lk], strict=True)}
-    _, pred = dijkstra(g, indices=group, return_predecessors=True, unweighted=True)
-    srcs, dsts, paths = [], [], []
-    for i, u in enumerate(group.tolist()):
-        for j, w in enumerate(group.tolist()):
-            if i == j or pred[i, w] < 0:
-                continue
-            path, x = [], w
-            while x != u:
-                p = int(pred[i, x])
-                path.append(link_of[(p, x)])
-                x = p
-            srcs.append(i)
-            dsts.append(j)
-            paths.append(path[::-1])
-    srcs, dsts, paths = _nearest_member_moves(coll, srcs, dsts, paths)
-    lengths = np.array([len(p) for p in paths], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    # no moves at all: members reach each other only through ranks outside the group
-    links = np.concatenate([np.asarray(p, dtype=np.int64) for p in paths] or [np.zeros(0, int)])
-    lat = np.add.reduceat(topo.link_latency[links], offsets[:-1]) if len(links) else lengths
-    return HopGraph(coll.n, np.asarray(srcs, dtype=np.int64), np.asarray(dsts, dtype=np.int64),
-                    offsets, links, np.where(topo.link_failed, 0.0, topo.link_bandwidth),
-                    np.asarray(lat, dtype=float))
-
-
-def _nearest_member_moves(coll: Collective, srcs, dsts, paths):
-    """Only the moves to the nearest members of every other node (and all moves inside a
-    node), when those still join the group: on a rail-optimized fabric the same-rail and
-    NVLink moves, without the cross-rail paths over spines that a rail move plus an NVLink
-    move replaces. Keeps the graph (and the search) small."""
-    node = coll.topology.node_of_rank
-    if node is None or not srcs:
-        return srcs, dsts, paths
-    group = np.asarray(coll.group)
-    length = np.array([len(p) for p in paths])
-    src, dst = np.asarray(srcs), np.asarray(dsts)
-    key = src * (int(node.max()) + 1) + node[group[dst]]
-    nearest = np.full(int(key.max()) + 1, np.iinfo(np.int64).max)
-    np.minimum.at(nearest, key, length)
-    keep = length <= nearest[key]
-    if keep.all() or not _connected(coll.n, src[keep], dst[keep]):
-        return srcs, dsts, paths
-    idx = np.flatnonzero(keep).tolist()
-    return [srcs[i] for i in idx], [dsts[i] for i in idx], [paths[i] for i in idx]
-
-
-def _connected(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
-    """Whether moves ``src -> dst`` join all ``n`` members (strongly)."""
-    from scipy.sparse.csgraph import connected_components
-
-    mat = csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
-    return connected_components(mat, directed=True, connection="strong")[0] == 1
+__all__ = ["TreePacking", "flow_network", "forestcoll_rate", "link_permutation", "negotiate",
+           "orbit_reps", "pack_trees", "translated", "translations"]
 
 
 # -- the optimum ---------------------------------------------------------------------------------
@@ -190,7 +53,7 @@ def flow_network(coll: Collective) -> tuple[nx.DiGraph, list]:
     outside the group are left out (they do not take part)."""
     topo = coll.topology
     group = np.asarray(coll.group, dtype=np.int64)
-    ok = np.flatnonzero(_live_links(topo, group))
+    ok = np.flatnonzero(live_links(topo, group))
     g = nx.DiGraph()
     g.add_nodes_from(group.tolist())
     for u, w, bw in zip(topo.link_src[ok].tolist(), topo.link_dst[ok].tolist(),
@@ -379,8 +242,8 @@ def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_per
     t0 = time.monotonic()
     n = g.n
     cap = g.capacity
-    link_perm = _link_perm(g, edge_perm)
-    reps = _orbit_reps(node_perm)
+    link_perm = link_permutation(g, edge_perm)
+    reps = orbit_reps(node_perm)
     share = rate / k                                   # bytes/s of one tree
     with np.errstate(divide="ignore"):
         unit = np.where(cap > 0, share / np.where(cap > 0, cap, 1.0), 0.0)  # util per tree use
@@ -394,7 +257,7 @@ def pack_trees(g: HopGraph, rate: float, k: int, node_perm: np.ndarray, edge_per
     if found is None:
         return None                               # no complete packing to return
     best, best_load, status = found
-    parent, edge = _translated(best, n, k, node_perm, edge_perm)
+    parent, edge = translated(best, n, k, node_perm, edge_perm)
     return TreePacking(parent, edge, best_load, status, time.monotonic() - t0)
 
 
@@ -449,7 +312,7 @@ def negotiate(keys: list, grow, load: np.ndarray, unit: np.ndarray, rounds: int,
     return best, best_load, status
 
 
-def _translated(trees: dict, n: int, k: int, node_perm: np.ndarray, edge_perm: np.ndarray
+def translated(trees: dict, n: int, k: int, node_perm: np.ndarray, edge_perm: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray]:
     """``(parent, edge)`` of every root: the trees of the orbit representatives, moved by
     every symmetry."""
@@ -471,7 +334,7 @@ _DEPTH_SLACK = 1
 _PATIENCE = 3
 
 
-def _link_perm(g: HopGraph, edge_perm: np.ndarray) -> np.ndarray:
+def link_permutation(g: HopGraph, edge_perm: np.ndarray) -> np.ndarray:
     """``(t, n_links)``: where each physical link goes under each translation (identity on
     links no move uses)."""
     perm = np.tile(np.arange(len(g.capacity)), (len(edge_perm), 1))
@@ -481,7 +344,8 @@ def _link_perm(g: HopGraph, edge_perm: np.ndarray) -> np.ndarray:
     return perm
 
 
-def _orbit_reps(node_perm: np.ndarray) -> list[int]:
+def orbit_reps(node_perm: np.ndarray) -> list[int]:
+    """One vertex per orbit of the symmetries ``node_perm`` (``(t, n)``), the smallest."""
     seen = np.zeros(node_perm.shape[1], dtype=bool)
     reps = []
     for v in range(node_perm.shape[1]):

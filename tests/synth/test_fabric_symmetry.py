@@ -18,8 +18,9 @@ from cclc.collective import CollectiveKind as K
 from cclc.collective import Hint, make_collective
 from cclc.errors import CollectiveError
 from cclc.synth.fabric_symmetry import find_free_automorphism, is_automorphism, member_powers
+from cclc.synth.hop_graph import hop_graph
 from cclc.synth.splitting import _probe, split_switches
-from cclc.synth.trees import flow_network, forestcoll_rate, hop_graph, pack_trees
+from cclc.synth.trees import flow_network, forestcoll_rate, pack_trees
 from cclc.topology import NodeType, leaf_spine, with_faults
 from cclc.verify import verify
 

@@ -21,9 +21,10 @@ from cclc.collective import make_collective
 from cclc.numeric import check_numeric
 from cclc.sim import simulate
 from cclc.synth import tree_schedule
+from cclc.synth.hop_graph import hop_graph
 from cclc.synth.joint_trees import link_use, pack_allreduce_trees
 from cclc.synth.tree_time import allreduce_lockstep_time
-from cclc.synth.trees import hop_graph, translations
+from cclc.synth.trees import translations
 from cclc.verify import verify
 
 

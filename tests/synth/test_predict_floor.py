@@ -19,7 +19,8 @@ from cclc.algorithms import synth_trees as S
 from cclc.collective import CollectiveKind as K
 from cclc.collective import Hint, make_collective
 from cclc.errors import CollectiveError
-from cclc.synth.trees import flow_network, forestcoll_rate, hop_graph, pack_trees, translations
+from cclc.synth.hop_graph import hop_graph
+from cclc.synth.trees import flow_network, forestcoll_rate, pack_trees, translations
 from cclc.topology import NodeType, leaf_spine, torus, with_faults
 
 

@@ -17,8 +17,9 @@ from cclc.algorithms.synth_flows import synth_budget
 from cclc.algorithms.synth_trees import MAX_OPS, op_limit, synthesize_trees
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
+from cclc.synth.hop_graph import hop_graph
 from cclc.synth.joint_trees import pack_allreduce_trees
-from cclc.synth.trees import hop_graph, translations
+from cclc.synth.trees import translations
 from cclc.verify import verify
 
 
@@ -110,7 +111,7 @@ def test_compile_budget_reaches_the_trees(monkeypatch):
 def test_joint_packing_past_its_deadline_is_whole_or_none(monkeypatch):
     import cclc.synth.joint_trees as jt
     import cclc.synth.trees as trees_mod
-    from cclc.synth.trees import _orbit_reps
+    from cclc.synth.trees import orbit_reps
 
     coll = _coll(K.ALLREDUCE, (5, 5), 3)
     g = hop_graph(coll)
@@ -131,7 +132,7 @@ def test_joint_packing_past_its_deadline_is_whole_or_none(monkeypatch):
     # trees of the last round, so the packing is whole (a rate no packing meets: the rounds
     # would go on)
     clock = iter(range(10**6))
-    first = 2 * 2 * len(_orbit_reps(nodes))
+    first = 2 * 2 * len(orbit_reps(nodes))
     rs, ag = pack_allreduce_trees(g, 1e12, 2, nodes, edges, first + 30.0)
     assert rs.status == ag.status == "budget"
     for p, graph in ((rs, g.reversed()), (ag, g)):

@@ -21,8 +21,9 @@ from synth_tori import FAULTY_5X5X5, faulty_torus, torus_with_cuts
 import dsl
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
+from cclc.synth.hop_graph import hop_graph
 from cclc.synth.tree_grow import ALPHA, SELF_WEIGHT, grow_tree, tree_family
-from cclc.synth.trees import _link_perm, hop_graph, translations
+from cclc.synth.trees import link_permutation, translations
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 
@@ -63,7 +64,7 @@ def _reference(fam, r, load, unit, link_perm, depth_price):
 def _same_trees(coll, seed: int, slack: int = 1) -> None:
     g = hop_graph(coll)
     _, edge_perm = translations(coll, g)
-    link_perm = _link_perm(g, edge_perm)
+    link_perm = link_permutation(g, edge_perm)
     rng = np.random.default_rng(seed)
     live = g.capacity > 0
     # loads around 1 (where the prices decide) and coarse, so that ties occur
@@ -128,7 +129,7 @@ def test_same_trees_on_the_faulty_5x5x5_torus_at_the_packers_depth_price():
     coll = make_collective("ar", K.ALLREDUCE, topo, list(range(125)), size=4 * 125 * 64)
     g = hop_graph(coll)
     _, edge_perm = translations(coll, g)
-    link_perm = _link_perm(g, edge_perm)
+    link_perm = link_permutation(g, edge_perm)
     assert len(link_perm) == 1                   # the faults leave no translation
     rng = np.random.default_rng(5)
     unit = np.where(g.capacity > 0, 0.01, 0.0)

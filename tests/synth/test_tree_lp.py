@@ -22,9 +22,10 @@ from cclc.collective import Hint, make_collective
 from cclc.numeric import check_numeric
 from cclc.sim import simulate
 from cclc.synth import tree_lp
+from cclc.synth.hop_graph import HopGraph, hop_graph
 from cclc.synth.phase_time import phase_lockstep_time
 from cclc.synth.tree_schedule import allgather_ops, reducescatter_ops
-from cclc.synth.trees import HopGraph, forestcoll_rate, hop_graph, pack_trees
+from cclc.synth.trees import forestcoll_rate, pack_trees
 from cclc.topology import NodeType, leaf_spine
 from cclc.verify import verify
 

@@ -21,7 +21,8 @@ from cclc.collective import CollectiveKind as K
 from cclc.collective import Hint, make_collective
 from cclc.numeric import check_numeric
 from cclc.sim import simulate
-from cclc.synth.trees import forestcoll_rate, hop_graph, translations
+from cclc.synth.hop_graph import hop_graph
+from cclc.synth.trees import forestcoll_rate, translations
 from cclc.topology import NodeType, leaf_spine, single_node, single_switch, torus, with_faults
 from cclc.verify import verify
 
