@@ -47,7 +47,8 @@ from cclc.errors import CclError
 from cclc.sim import simulate
 from cclc.synth import flows as flows_mod
 from cclc.synth.alltoall import synthesize_alltoall, write_schedule
-from cclc.synth.flows import choose_symmetry, pair_bytes, solve_flows, usable_links
+from cclc.synth.flow_solution import pair_bytes, usable_links
+from cclc.synth.flows import choose_symmetry, solve_flows
 from cclc.synth.symmetry import translations
 from cclc.topology import torus, with_faults
 from cclc.verify import verify

@@ -95,7 +95,7 @@ def _applicable(coll: Collective, **params) -> str | None:
             return why
     if coll.n < 2:
         return "a single rank has nothing to move"
-    from cclc.synth.flows import group_connected
+    from cclc.synth.flow_solution import group_connected
 
     if not group_connected(coll):
         return ("the group's ranks cannot reach each other through members of the group "
@@ -106,7 +106,7 @@ def _applicable(coll: Collective, **params) -> str | None:
         return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes minutes of CPU time "
                 "here; give it a budget (synth(budget = 300) or --synth-budget) to run it")
     if coll.algorithm.name == "auto" and coll.n > AUTO_SYMMETRIC_RANKS:
-        from cclc.synth.flows import usable_links
+        from cclc.synth.flow_solution import usable_links
         from cclc.synth.symmetry import translations
 
         if translations(coll, usable_links(coll)).order == coll.n:

@@ -20,7 +20,8 @@ import numpy as np
 from cclc.collective import Collective
 from cclc.execution import ExecutionModel, predict
 from cclc.ir import Buf, Schedule, ScheduleBuilder
-from cclc.synth.flows import FlowSolution, choose_symmetry, usable_links
+from cclc.synth.flow_solution import FlowSolution, usable_links
+from cclc.synth.flows import choose_symmetry
 from cclc.synth.orbit_pack import pack_orbits, piece_orbits
 from cclc.synth.pack import Packing, pack_pieces, pieces_of
 from cclc.synth.piece_table import Piece, hop_table

@@ -33,11 +33,19 @@ from scipy.sparse.csgraph import shortest_path
 
 from cclc.collective import Collective
 from cclc.errors import CclError
+from cclc.synth.flow_solution import (
+    LONG_SHARE,
+    MAX_PATHS,
+    MIN_SHARE,
+    FlowSolution,
+    pair_bytes,
+    usable_links,
+)
+from cclc.synth.routed import routed_flows
 from cclc.synth.symmetry import Symmetry, automorphisms, identity_symmetry, translations
 from cclc.topology import Topology
 
-__all__ = ["FlowSolution", "SynthBudgetError", "choose_symmetry", "group_connected",
-           "pair_bytes", "solve_flows", "usable_links"]
+__all__ = ["SynthBudgetError", "choose_symmetry", "solve_flows"]
 
 
 class SynthBudgetError(CclError):
@@ -52,21 +60,14 @@ SOLVER = "PDLP"
 SEED_PATHS = 6
 #: a column enters when its reduced cost is below -REDUCED_TOL * its commodity's dual
 REDUCED_TOL = 1e-6
-#: paths per pair handed to the packer, and the smallest share kept (of the pair's largest):
-#: the packer's own limits (:mod:`cclc.synth.alltoall`), so that it drops nothing
-MAX_PATHS = 4
-MIN_SHARE = 0.05
 #: the whole automorphism group is used when the translations leave more commodities than
 #: this. It shrinks the LP (a 5x5x5 torus with one failed link: 15 500 commodities, 6 s of
 #: CPU time; 970 over its 16 automorphisms, 1 s), but a pair fixed by a reflection is then
 #: spread evenly over its mirror paths, and those schedules pack a few % further from the LP
 #: (88% against 95% there, benchmarks/synth_scale.py --quick --compare)
 FULL_GROUP_ABOVE = 20_000
-#: a path longer than every path holding at least this share of its pair's largest is dropped
-#: too (its share moved like the others'): stray long paths from the pricing rounds would set
-#: the step count of the whole schedule
-LONG_SHARE = 0.5
-#: ... unless dropping them leaves the busiest link more than this above its load before
+#: a path dropped for its length (:data:`~cclc.synth.flow_solution.LONG_SHARE`) is kept when
+#: dropping it leaves the busiest link more than this above its load before
 LONG_SLACK = 0.01
 #: PDLP's relative and absolute optimality tolerance (on the LP scaled to numbers near one)
 TOLERANCE = 1e-4
@@ -75,65 +76,6 @@ TOLERANCE = 1e-4
 #: on 261 632 (8x8x8 with two failed links in different rings, no symmetry left), and solved
 #: 16 352 (8x8x8 with one failed link, over its 16 automorphisms) in about a minute of CPU time
 ROUTE_ABOVE = 100_000
-
-
-@dataclass(frozen=True, eq=False)
-class FlowSolution:
-    """The LP's weighted paths for every commodity (all ranks, translations applied).
-
-    ``src``/``dst`` (group indices), ``weight`` (fraction of the pair's bytes) and ``path``
-    (global link ids) per path; ``lp_time`` the LP optimum in seconds (a lower bound on any
-    schedule over the usable links when ``status == "optimal"``); ``status`` "optimal" or
-    "budget" (pricing stopped by the time budget: the paths are feasible, the time may not be
-    the optimum) or "routed" (the paths of a routed flow, :mod:`cclc.synth.routed`, and
-    ``lp_time`` a certified lower bound on the LP's optimum); ``rounds`` pricing rounds (routing
-    passes); ``symmetry`` the order of the group solved over;
-    ``solve_s``/``cpu_s`` the wall clock and CPU time (this process) of the solve.
-    """
-
-    src: np.ndarray
-    dst: np.ndarray
-    weight: np.ndarray
-    path: tuple[tuple[int, ...], ...]
-    lp_time: float
-    status: str
-    rounds: int
-    symmetry: int
-    solve_s: float
-    cpu_s: float = 0.0
-
-
-def usable_links(coll: Collective) -> np.ndarray:
-    """Links a schedule of ``coll`` may use: healthy, and every rank they touch in the group."""
-    topo = coll.topology
-    is_rank = np.zeros(topo.n_vertices, dtype=bool)
-    is_rank[:topo.n_ranks] = True
-    member = np.zeros(topo.n_vertices, dtype=bool)
-    member[list(coll.group)] = True
-    ends_ok = lambda v: member[v] | ~is_rank[v]  # noqa: E731 - switches forward for anyone
-    return ~topo.link_failed & ends_ok(topo.link_src) & ends_ok(topo.link_dst)
-
-
-def group_connected(coll: Collective) -> bool:
-    """Whether every rank of the group reaches every other over usable links (relaying only
-    through members of the group and switches)."""
-    from scipy.sparse.csgraph import connected_components
-
-    topo = coll.topology
-    ok = usable_links(coll)
-    V = topo.n_vertices
-    g = csr_matrix((np.ones(int(ok.sum())), (topo.link_src[ok], topo.link_dst[ok])),
-                   shape=(V, V))
-    _, label = connected_components(g, directed=True, connection="strong")
-    return len(set(label[list(coll.group)].tolist())) == 1
-
-
-def pair_bytes(coll: Collective) -> np.ndarray:
-    """``(n, n)`` bytes rank ``s`` sends rank ``j`` (the diagonal stays local)."""
-    n = coll.n
-    if coll.pair_sizes is not None:
-        return np.asarray(coll.pair_sizes, dtype=np.float64)
-    return np.full((n, n), coll.size / n)
 
 
 @dataclass(frozen=True, eq=False)
@@ -489,8 +431,6 @@ def solve_flows(coll: Collective, deadline: float | None = None,
         has = pair_bytes(coll) > 0
         route = (int(has.sum()) - int(np.trace(has))) / sym.order > ROUTE_ABOVE
     if route:
-        from cclc.synth.routed import routed_flows
-
         return routed_flows(coll, deadline)
     data = _FlowData.build(coll, usable, sym)
     lp = _PathLP(coll, data, _LinkGraph(topo, usable, data.orbit_row))

@@ -24,7 +24,7 @@ three stages:
 3. **Re-balance**: Frank-Wolfe over the candidates' shares only, on the smoothed maximum the
    routing uses, block by block of pairs, each pair moving toward a soft minimum of its
    candidates' costs under the potential's gradient (:meth:`_Paths.rebalance`), aiming at the
-   certified value. Then every pair keeps at most :data:`cclc.synth.flows.MAX_PATHS` paths,
+   certified value. Then every pair keeps at most :data:`cclc.synth.flow_solution.MAX_PATHS` paths,
    none under ``MIN_SHARE`` of its largest (the packer's limits, :func:`_cut`), and the kept
    paths are re-balanced once more and cut again.
 
@@ -44,7 +44,7 @@ from cclc.collective import Collective
 from cclc.errors import CclError
 from cclc.flow_dual import certified_time
 from cclc.flow_route import line_search, route_alltoall, smooth_max
-from cclc.synth.flows import (
+from cclc.synth.flow_solution import (
     LONG_SHARE,
     MAX_PATHS,
     MIN_SHARE,
@@ -92,7 +92,7 @@ SMOOTHING = 1e-3
 
 def routed_flows(coll: Collective, deadline: float | None = None) -> FlowSolution:
     """Weighted paths for every pair of ``coll`` (an alltoall) from a routed flow (see the
-    module docstring): at most :data:`~cclc.synth.flows.MAX_PATHS` per pair. ``lp_time`` is
+    module docstring): at most :data:`~cclc.synth.flow_solution.MAX_PATHS` per pair. ``lp_time`` is
     the certified lower value in seconds (a lower bound on any schedule over the usable
     links), ``status`` ``"routed"``. Raises :class:`~cclc.errors.CclError` when a pair has no
     usable path."""

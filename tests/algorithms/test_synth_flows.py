@@ -15,7 +15,8 @@ from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.numeric import check_numeric
 from cclc.plan import plan
 from cclc.sim import simulate
-from cclc.synth.flows import solve_flows, usable_links
+from cclc.synth.flow_solution import usable_links
+from cclc.synth.flows import solve_flows
 from cclc.synth.symmetry import translations
 from cclc.topology import NodeType, leaf_spine, torus, with_faults
 from cclc.verify import verify

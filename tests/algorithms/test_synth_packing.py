@@ -23,7 +23,8 @@ from cclc.synth.alltoall import (
     synthesize_alltoall,
     write_schedule,
 )
-from cclc.synth.flows import pair_bytes, solve_flows, usable_links
+from cclc.synth.flow_solution import pair_bytes, usable_links
+from cclc.synth.flows import solve_flows
 from cclc.synth.pack import pieces_of
 from cclc.synth.pricing import priced_with, pricing_model, step_cost
 from cclc.synth.vertex import basic_paths

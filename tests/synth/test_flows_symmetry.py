@@ -12,15 +12,8 @@ from hypothesis import strategies as st
 
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import CclError
-from cclc.synth.flows import (
-    FULL_GROUP_ABOVE,
-    MAX_PATHS,
-    MIN_SHARE,
-    choose_symmetry,
-    pair_bytes,
-    solve_flows,
-    usable_links,
-)
+from cclc.synth.flow_solution import MAX_PATHS, MIN_SHARE, pair_bytes, usable_links
+from cclc.synth.flows import FULL_GROUP_ABOVE, choose_symmetry, solve_flows
 from cclc.synth.symmetry import automorphisms, translations
 from cclc.topology import torus, with_faults
 

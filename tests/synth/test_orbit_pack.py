@@ -18,7 +18,8 @@ from scipy.sparse.csgraph import shortest_path
 
 from cclc.collective import CollectiveKind, make_collective
 from cclc.synth.alltoall import _scratch_chunks, synthesize_alltoall, write_schedule
-from cclc.synth.flows import solve_flows, usable_links
+from cclc.synth.flow_solution import usable_links
+from cclc.synth.flows import solve_flows
 from cclc.synth.orbit_pack import pack_orbits, piece_orbits
 from cclc.synth.pack import packing_time
 from cclc.synth.piece_table import Piece, hop_table

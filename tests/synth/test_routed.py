@@ -17,14 +17,14 @@ from cclc.algorithms import get
 from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.flow_route import fewest_hop_split, route_alltoall
 from cclc.synth import flows as flows_mod
-from cclc.synth.flows import (
+from cclc.synth.flow_solution import (
     MAX_PATHS,
     MIN_SHARE,
     group_connected,
     pair_bytes,
-    solve_flows,
     usable_links,
 )
+from cclc.synth.flows import solve_flows
 from cclc.synth.routed import routed_flows
 from cclc.topology import torus, with_faults
 from cclc.verify import verify
