@@ -1,0 +1,165 @@
+"""The layers hold: no import cycle among the modules of cclc, backends and dsl, and no module
+imports another module's ``_private`` name.
+
+The import graph is read from the source with :mod:`ast`, imports at module level and inside
+functions alike (an import inside a function still makes one module depend on the other; it
+only hides the cycle from the interpreter). ``from package import name`` is an edge to the
+submodule ``package.name`` when there is one, else to the package.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("cclc", "backends", "dsl")
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Every module of the packages: dotted name -> (file, whether it is a package)."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts.pop()
+            found[".".join(parts)] = (path, is_package)
+    return found
+
+
+def _known(name: str, modules) -> str | None:
+    """The innermost module of ours that ``name`` (a dotted import target) lies in."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str, path: Path, is_package: bool, modules):
+    """``(target module, imported name or None, line)`` for every import in ``path``."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, None, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                if submodule in modules:
+                    yield submodule, None, node.lineno
+                else:
+                    yield source, alias.name, node.lineno
+
+
+def _graph():
+    """The import edges between our modules, and the private names imported across them."""
+    modules = _modules()
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    private = []
+    for module, (path, is_package) in modules.items():
+        for target, name, line in _imports(module, path, is_package, modules):
+            ours = _known(target, modules)
+            if ours is None or ours == module:
+                continue
+            edges[module].add(ours)
+            if name is not None and name.startswith("_") and not name.startswith("__"):
+                private.append(f"{path.relative_to(ROOT)}:{line}: {module} imports "
+                               f"{ours}.{name}")
+    return edges, private
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (``a -> b -> ... -> a``) per strongly connected component of more than one
+    module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[v] = min(low[v], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    components.append(set(component))
+    return [_cycle_in(sorted(c)[0], c, edges) for c in components]
+
+
+def _cycle_in(start: str, component: set[str], edges) -> list[str]:
+    """A shortest path from ``start`` back to itself inside ``component``."""
+    parent = {start: None}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(edges[v] & component):
+                if w == start:
+                    path = [v]
+                    while parent[path[-1]] is not None:
+                        path.append(parent[path[-1]])
+                    return [*reversed(path), start]
+                if w not in parent:
+                    parent[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"no cycle through {start}")
+
+
+def test_the_graph_sees_imports_inside_functions():
+    edges, _ = _graph()
+    # dsl.elaborate imports cclc.nccl_topo at module level; cclc.commands.tune imports
+    # cclc.tune.outputs inside a function
+    assert "cclc.nccl_topo" in edges["dsl.elaborate"]
+    assert "cclc.tune.outputs" in edges["cclc.commands.tune"]
+
+
+def test_cycles_are_found():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(edges) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    edges, _ = _graph()
+    cycles = _cycles(edges)
+    assert not cycles, "import cycles (move the shared piece to the module it belongs to):\n" + \
+        "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_private_names_imported_from_other_modules():
+    _, private = _graph()
+    assert not private, ("private names imported from another module (make the name public "
+                         "where it is shared, or move it):\n" + "\n".join(private))
