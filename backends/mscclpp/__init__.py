@@ -1,0 +1,108 @@
+"""MSCCL++ execution plans: ``<name>.mscclpp.json``, one per collective.
+
+MSCCL++ (microsoft/mscclpp) runs custom schedules as JSON execution plans: its executor
+(``src/core/executor/``) loads them per rank, and its NCCL-API library (``libmscclpp_nccl.so``)
+routes ``ncclAllReduce``, ``ncclAllGather`` and ``ncclReduceScatter`` calls to registered plans.
+:func:`backends.mscclpp.lower.lower` turns the schedule's two-sided moves into one-sided puts
+with the signals and waits that order them; :func:`backends.mscclpp.plan.plan_document` writes
+the loader's JSON; :data:`backends.mscclpp.limits.LIMITS` holds what the executor accepts.
+The plan is out-of-place and size-generic: it serves every call whose size is a multiple of
+``buffer_alignment`` (16 B) times its chunk count, within ``[min_message_size,
+max_message_size]``.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from backends.common import c_identifier
+from backends.contract import Backend, Contents, EmitOptions, Facts
+from backends.mscclpp.limits import LIMITS
+from backends.mscclpp.lower import LoweredPlan, lower
+from backends.mscclpp.plan import plan_document
+from cclc.collective import Collective, CollectiveKind
+from cclc.errors import ScheduleError
+from cclc.ir import Schedule
+
+__all__ = ["BACKEND", "COLLECTIVES", "MscclppBackend", "render_plan", "served_sizes"]
+
+#: the collectives an MSCCL++ plan names (python/mscclpp/language/collectives.py: AllGather,
+#: AllReduce, ReduceScatter, AllToAll); it has no broadcast or reduce plan
+COLLECTIVES = {k: k.value for k in (CollectiveKind.ALLREDUCE, CollectiveKind.ALLGATHER,
+                                    CollectiveKind.REDUCESCATTER, CollectiveKind.ALLTOALL)}
+
+#: schedules up to this many ops are lowered when ``auto`` asks whether MSCCL++ takes them
+LOWER_TO_REFUSE_OPS = 20_000
+
+
+def served_sizes(schedule: Schedule, low: LoweredPlan) -> tuple[int, int, int]:
+    """``(granularity, min_bytes, max_bytes)``: the message sizes the plan serves (bytes of the
+    input buffer, of the output for allgather, as the loader's ``checkMessageSize`` measures
+    them). The largest keeps every byte offset in the ``uint32_t`` of ``Operation``."""
+    align = LIMITS["buffer_alignment"].value
+    size_chunks = (low.output_chunks if schedule.collective.kind is CollectiveKind.ALLGATHER
+                   else low.input_chunks)
+    longest = max(low.input_chunks, low.output_chunks, *low.scratch_chunks)
+    largest_chunk = LIMITS["byte_offset"].value // longest // align * align
+    return align * size_chunks, 0, largest_chunk * size_chunks
+
+
+def _checked(schedule: Schedule) -> None:
+    kind = schedule.collective.kind
+    if kind not in COLLECTIVES:
+        raise ScheduleError(f"MSCCL++ execution plans have no {kind.value} collective (they "
+                            "name allreduce, allgather, reducescatter and alltoall)")
+
+
+def render_plan(schedule: Schedule, options: EmitOptions | None = None) -> dict:
+    """The execution plan of ``schedule`` as a JSON-ready dict; :class:`ScheduleError` names
+    what MSCCL++ cannot run."""
+    options = options or EmitOptions()
+    _checked(schedule)
+    low = lower(schedule)
+    _, min_bytes, max_bytes = served_sizes(schedule, low)
+    threads = options.nthreads or LIMITS["threads_per_block"].value
+    if threads > LIMITS["threads_per_block"].value:
+        raise ScheduleError(f"num_threads_per_block {threads} is above "
+                            f"{LIMITS['threads_per_block'].value} "
+                            f"({LIMITS['threads_per_block'].cite()})")
+    return plan_document(low, name=c_identifier(schedule.collective.name),
+                         collective=COLLECTIVES[schedule.collective.kind],
+                         min_bytes=options.min_bytes or min_bytes,
+                         max_bytes=options.max_bytes or max_bytes, threads=threads)
+
+
+class MscclppBackend:
+    """One MSCCL++ execution plan per collective."""
+
+    name = "mscclpp"
+    wants_simulation = False
+
+    def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
+        return (f"{c_identifier(key.name)}.mscclpp.json",)
+
+    def render(self, subject: Schedule, options: EmitOptions, facts: Facts
+               ) -> dict[str, Contents]:
+        doc = render_plan(subject, options)
+        name = self.files(subject.collective, options)[0]
+        return {name: json.dumps(doc, separators=(",", ":")) + "\n"}
+
+    def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
+        return []
+
+    def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
+        """Why :meth:`render` would refuse ``subject``: a collective MSCCL++ has no plan for,
+        or (for schedules small enough to lower quickly) what the lowering refuses."""
+        kind = subject.collective.kind
+        if kind not in COLLECTIVES:
+            return f"MSCCL++ execution plans have no {kind.value} collective"
+        if len(subject.ops) <= LOWER_TO_REFUSE_OPS:
+            try:
+                lower(subject)
+            except ScheduleError as err:
+                return err.message
+        return None
+
+
+BACKEND: Backend[Collective, Schedule] = MscclppBackend()
