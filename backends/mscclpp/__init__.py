@@ -18,10 +18,11 @@ import pathlib
 
 from backends.common import c_identifier
 from backends.contract import Backend, Contents, EmitOptions, Facts
-from backends.mscclpp.limits import LIMITS
+from backends.msccl.lower import LimitError
+from backends.mscclpp.limits import COMMIT, LIMITS, REPOSITORY
 from backends.mscclpp.lower import LoweredPlan, lower
 from backends.mscclpp.plan import plan_document
-from cclc.collective import Collective, CollectiveKind
+from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, ReduceOp
 from cclc.errors import ScheduleError
 from cclc.ir import Schedule
 
@@ -48,11 +49,25 @@ def served_sizes(schedule: Schedule, low: LoweredPlan) -> tuple[int, int, int]:
     return align * size_chunks, 0, largest_chunk * size_chunks
 
 
+def _why_not(schedule: Schedule) -> str | None:
+    """What makes MSCCL++ unable to run this collective at all, or None."""
+    coll = schedule.collective
+    if coll.kind not in COLLECTIVES:
+        return (f"MSCCL++ execution plans have no {coll.kind.value} collective (they name "
+                "allreduce, allgather, reducescatter and alltoall)")
+    if coll.kind in REDUCING_KINDS and coll.op is not ReduceOp.SUM:
+        # execution_kernel.hpp instantiates handleReduceSend / handleReadReduceSend with their
+        # default OpType = SUM; the plan's "reduce_op" is not read
+        return (f"MSCCL++'s executor sums every reduction (the plan's reduce_op is not read "
+                f"at {REPOSITORY} {COMMIT[:7]}); this collective reduces with "
+                f"'{coll.op.value}'")
+    return None
+
+
 def _checked(schedule: Schedule) -> None:
-    kind = schedule.collective.kind
-    if kind not in COLLECTIVES:
-        raise ScheduleError(f"MSCCL++ execution plans have no {kind.value} collective (they "
-                            "name allreduce, allgather, reducescatter and alltoall)")
+    why = _why_not(schedule)
+    if why is not None:
+        raise ScheduleError(why)
 
 
 def render_plan(schedule: Schedule, options: EmitOptions | None = None) -> dict:
@@ -64,7 +79,7 @@ def render_plan(schedule: Schedule, options: EmitOptions | None = None) -> dict:
     _, min_bytes, max_bytes = served_sizes(schedule, low)
     threads = options.nthreads or LIMITS["threads_per_block"].value
     if threads > LIMITS["threads_per_block"].value:
-        raise ScheduleError(f"num_threads_per_block {threads} is above "
+        raise LimitError(f"num_threads_per_block {threads} is above "
                             f"{LIMITS['threads_per_block'].value} "
                             f"({LIMITS['threads_per_block'].cite()})")
     return plan_document(low, name=c_identifier(schedule.collective.name),
@@ -94,9 +109,9 @@ class MscclppBackend:
     def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
         """Why :meth:`render` would refuse ``subject``: a collective MSCCL++ has no plan for,
         or (for schedules small enough to lower quickly) what the lowering refuses."""
-        kind = subject.collective.kind
-        if kind not in COLLECTIVES:
-            return f"MSCCL++ execution plans have no {kind.value} collective"
+        why = _why_not(subject)
+        if why is not None:
+            return why
         if len(subject.ops) <= LOWER_TO_REFUSE_OPS:
             try:
                 lower(subject)

@@ -162,7 +162,10 @@ def lower(schedule: Schedule) -> LoweredPlan:
         for r in range(n):
             puts, landings, local = per_rank.get(r, ([], [], []))
             prog = programs[r]
-            prog += _waits(sorted(targets[s][r]), r, channels)
+            credits = _waits(sorted(targets[s][r]), r, channels)
+            if credits:
+                # one thread per channel waited: every thread must know before it puts
+                prog += credits + [Instr("nop")]
             prog += puts
             if puts:
                 prog.append(Instr("nop"))

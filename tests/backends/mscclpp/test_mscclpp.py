@@ -1,0 +1,212 @@
+"""The MSCCL++ backend: plans for every small schedule run correctly in the independent
+executor, stay inside the executor's limits, and what MSCCL++ cannot run is refused clearly."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+from backend_helpers import (
+    fabric_2x3,
+    pairwise_alltoall,
+    random_allgather,
+    random_reducescatter,
+    ring_allgather,
+    ring_reducescatter,
+    swap_allreduce,
+)
+
+from backends import load
+from backends.contract import EmitOptions, Facts
+from backends.msccl.lower import LimitError
+from backends.mscclpp import render_plan
+from backends.mscclpp.executor import PlanError, run
+from backends.mscclpp.limits import LIMITS, OP_NAMES
+from cclc.algorithms import algorithms_for
+from cclc.collective import CollectiveKind, ReduceOp, make_collective
+from cclc.errors import ScheduleError
+from cclc.topology import NodeType, single_node, torus
+
+
+def _small_collectives():
+    """Every registered algorithm on a few small machines, for the collectives MSCCL++ names
+    (the fabric has two servers: memory channels inside one, port channels between them)."""
+    machines = [torus("ring4", (4,)), torus("ring3", (3,)), torus("t23", (2, 3)), fabric_2x3()]
+    for topo in machines:
+        n = topo.n_ranks
+        for kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL,
+                     CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+            coll = make_collective(kind.value, kind, topo, tuple(range(n)), 4 * n * n * 4)
+            for algo in algorithms_for(coll):
+                if algo.applicable(coll) is None:
+                    yield f"{topo.name}-{kind.value}-{algo.name}", algo.build(coll)
+
+
+SCHEDULES = dict(_small_collectives())
+HAND_MADE = {
+    "ring-allgather": ring_allgather, "ring-reducescatter": ring_reducescatter,
+    "pairwise-alltoall": pairwise_alltoall,
+    **{f"random-allgather-{k}": (lambda k=k: random_allgather(6, k)) for k in range(3)},
+    **{f"random-reducescatter-{k}": (lambda k=k: random_reducescatter(5, k)) for k in range(3)},
+}
+
+
+def _check_limits(plan: dict) -> None:
+    """What the loader and executor accept, read from the plan's text."""
+    assert plan["protocol"] == "Simple" and plan["inplace"] is False
+    assert 1 <= plan["num_threads_per_block"] <= LIMITS["threads_per_block"].value
+    for r, gpu in enumerate(plan["gpus"]):
+        assert gpu["id"] == r and gpu["input_chunks"] > 0 and gpu["output_chunks"] > 0
+        for tb in gpu["threadblocks"]:
+            assert len(tb["ops"]) <= LIMITS["ops_per_tb"].value
+            for ch in tb["channels"]:
+                assert len(ch["channel_ids"]) <= LIMITS["channels_per_tb"].value
+            for ref in tb["remote_buffer_refs"]:
+                assert len(ref["remote_buffer_ids"]) <= LIMITS["remote_buffers_per_tb"].value
+            for op in tb["ops"]:
+                assert op["name"] in OP_NAMES
+                assert len(op.get("channel_ids", ())) <= LIMITS["channels_per_op"].value
+
+
+@pytest.mark.parametrize("key", sorted(SCHEDULES))
+def test_every_small_schedule_runs(key):
+    plan = render_plan(SCHEDULES[key])
+    _check_limits(plan)
+    run(plan, seeds=3)
+
+
+@pytest.mark.parametrize("key", sorted(HAND_MADE))
+def test_hand_made_schedules_run(key):
+    plan = render_plan(HAND_MADE[key]())
+    _check_limits(plan)
+    run(plan, seeds=4)
+
+
+def test_port_channels_between_servers():
+    """Two servers of three GPUs: peers in one server use memory channels, the others port
+    channels with put-signal-flush."""
+    key = next(k for k in sorted(SCHEDULES) if k.startswith("two-allgather"))
+    plan = render_plan(SCHEDULES[key])
+    kinds = {ch["channel_type"] for g in plan["gpus"] for ch in g["channels"]}
+    assert kinds == {"memory", "port"}
+    names = {op["name"] for g in plan["gpus"] for tb in g["threadblocks"] for op in tb["ops"]}
+    assert "pwsf" in names and "put" in names
+    run(plan, seeds=4)
+
+
+def test_long_programs_are_split_into_chained_threadblocks():
+    s = random_allgather(12, 5)
+    plan = render_plan(s)
+    _check_limits(plan)
+    tbs = [len(g["threadblocks"]) for g in plan["gpus"]]
+    assert max(tbs) > 1
+    gpu = plan["gpus"][tbs.index(max(tbs))]
+    assert len(gpu["semaphores"]) == len(gpu["threadblocks"]) - 1
+    assert gpu["threadblocks"][1]["ops"][0] == {"name": "sem_acquire", "semaphore_ids": [0]}
+    run(plan, seeds=3)
+
+
+def test_backend_renders_one_file_named_for_the_collective():
+    s = ring_allgather()
+    backend = load("mscclpp")
+    files = backend.files(s.collective, EmitOptions())
+    assert files == ("ag_ring.mscclpp.json",)
+    out = backend.render(s, EmitOptions(), Facts())
+    plan = json.loads(out[files[0]])
+    assert plan["collective"] == "allgather" and plan["name"] == "ag_ring"
+    # the sizes it serves: multiples of 16 B x chunks, every byte offset within uint32
+    assert plan["min_message_size"] == 0
+    chunks = plan["gpus"][0]["output_chunks"]
+    assert plan["max_message_size"] % (16 * chunks) == 0
+    assert plan["max_message_size"] // chunks * max(
+        g["scratch_chunks"] for g in plan["gpus"]) < 2**32
+    assert backend.refusal(s, EmitOptions()) is None
+
+
+def test_refusals_name_the_reason():
+    backend = load("mscclpp")
+    topo = torus("ring4", (4,))
+    bcast = make_collective("b", CollectiveKind.BROADCAST, topo, (0, 1, 2, 3), 64, root=0)
+    algo = next(a for a in algorithms_for(bcast) if a.applicable(bcast) is None)
+    s = algo.build(bcast)
+    assert "no broadcast collective" in backend.refusal(s, EmitOptions())
+    with pytest.raises(ScheduleError, match="no broadcast collective"):
+        render_plan(s)
+    rs_max = ring_reducescatter(op=ReduceOp.MAX)
+    assert "sums every reduction" in backend.refusal(rs_max, EmitOptions())
+    with pytest.raises(ScheduleError, match="writes its input buffer"):
+        render_plan(swap_allreduce())
+    with pytest.raises(LimitError, match="MAX|1024"):
+        render_plan(ring_allgather(), EmitOptions(nthreads=2048))
+
+
+def test_limits_are_cited():
+    for name, limit in LIMITS.items():
+        assert re.search(r"\S+ in microsoft/mscclpp src/\S+ @ 1f5f065", limit.cite()), name
+
+
+# -- mutants of an emitted plan: the executor must reject each ---------------------------------
+
+def _ops(plan):
+    for g in plan["gpus"]:
+        for tb in g["threadblocks"]:
+            yield g, tb
+
+
+def _emitted():
+    """A ring reduce-scatter inside one server: memory channels only."""
+    node = NodeType("box4", "nvswitch", 4, 450e9, 1e-6)
+    coll = make_collective("rs", CollectiveKind.REDUCESCATTER, single_node("box", node),
+                           (0, 1, 2, 3), 4 * 4 * 16)
+    algo = next(a for a in algorithms_for(coll) if a.name == "ring")
+    plan = render_plan(algo.build(coll))
+    assert {ch["channel_type"] for g in plan["gpus"] for ch in g["channels"]} == {"memory"}
+    return plan
+
+
+def test_emitted_plan_mutants_are_rejected():
+    plan = _emitted()
+    run(plan)
+    # a dropped data wait: the landing reads scratch before the put is known done
+    m = copy.deepcopy(plan)
+    _, tb = next((g, tb) for g, tb in _ops(m) if any(o["name"] == "wait" for o in tb["ops"]))
+    waits = [i for i, o in enumerate(tb["ops"]) if o["name"] == "wait"]
+    del tb["ops"][waits[1]]
+    with pytest.raises(PlanError, match="race|unmatched|deadlock"):
+        run(m)
+    # a dropped credit wait: a put may overwrite staging its peer has not consumed
+    m = copy.deepcopy(plan)
+    _, tb = next(_ops(m))
+    first = next(i for i, o in enumerate(tb["ops"]) if o["name"] == "wait")
+    del tb["ops"][first]
+    with pytest.raises(PlanError, match="race|unmatched|deadlock"):
+        run(m)
+    # a put into the wrong chunk
+    m = copy.deepcopy(plan)
+    put = next(o for _, tb in _ops(m) for o in tb["ops"] if o["name"] == "put")
+    put["dst_buff"][0]["index"] += 1
+    with pytest.raises(PlanError):
+        run(m)
+    # a reduce applied twice
+    m = copy.deepcopy(plan)
+    _, tb = next((g, tb) for g, tb in _ops(m) if any(o["name"] == "re" for o in tb["ops"]))
+    i = next(i for i, o in enumerate(tb["ops"]) if o["name"] == "re")
+    tb["ops"][i + 1:i + 1] = [{"name": "nop"}, copy.deepcopy(tb["ops"][i])]
+    with pytest.raises(PlanError, match="postcondition"):
+        run(m)
+    # no nop between the puts and their signal
+    m = copy.deepcopy(plan)
+    _, tb = next((g, tb) for g, tb in _ops(m) if any(o["name"] == "put" for o in tb["ops"]))
+    i = next(i for i, o in enumerate(tb["ops"]) if o["name"] == "put")
+    assert tb["ops"][i + 1] == {"name": "nop"}
+    del tb["ops"][i + 1]
+    with pytest.raises(PlanError, match="race"):
+        run(m)
+    # too many ops in one threadblock
+    m = copy.deepcopy(plan)
+    _, tb = next(_ops(m))
+    tb["ops"] += [{"name": "nop"}] * LIMITS["ops_per_tb"].value
+    with pytest.raises(PlanError, match="MAX_OPERATION"):
+        run(m)
