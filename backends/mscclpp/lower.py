@@ -128,6 +128,16 @@ def lower(schedule: Schedule) -> LoweredPlan:
     if bool((schedule.ops.dst_buf == Buf.INPUT).any()):
         raise ScheduleError("the schedule writes its input buffer; an MSCCL++ plan must leave "
                             "the caller's send buffer as it was (out-of-place)")
+    totals = schedule.chunk_starts(Buf.INPUT)[:, -1]
+    if (totals != totals[0]).any():
+        # the loader computes a peer's offsets from its own call's size, so every rank must
+        # cut its buffers alike; src/ext/nccl/nccl.cc answers ncclAllToAllv "currently
+        # unavailable"
+        raise ScheduleError(
+            f"the ranks send different amounts ({int(totals.min())} to {int(totals.max())} "
+            "elements: a non-uniform alltoall); an MSCCL++ plan takes one buffer size on "
+            "every rank and MSCCL++ has no alltoallv: use the NCCL library (--emit nccl), "
+            "which pads every rank's buffers to the largest")
     units, facts = to_units(schedule, max_units=MAX_UNITS)
     n = units.n
     ops = units.ops

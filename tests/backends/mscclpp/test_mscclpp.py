@@ -210,3 +210,13 @@ def test_emitted_plan_mutants_are_rejected():
     tb["ops"] += [{"name": "nop"}] * LIMITS["ops_per_tb"].value
     with pytest.raises(PlanError, match="MAX_OPERATION"):
         run(m)
+
+
+def test_execution_model_is_priced_per_step():
+    from cclc.execution import BACKEND_MODELS, IR_MODEL, model_for, predict
+
+    model = model_for(["json", "mscclpp"])
+    assert model is BACKEND_MODELS["mscclpp"] and model.mode == "lockstep"
+    s = ring_allgather()
+    extra = predict(s, model).time - predict(s, IR_MODEL).time
+    assert extra == pytest.approx(s.n_steps * 2.345e-6)
