@@ -1,4 +1,5 @@
-"""MSCCL++ execution plans: ``<name>.mscclpp.json``, one per collective.
+"""MSCCL++ execution plans: ``<name>.mscclpp.json`` for out-of-place calls and
+``<name>.inplace.mscclpp.json`` for in-place ones, per collective.
 
 MSCCL++ (microsoft/mscclpp) runs custom schedules as JSON execution plans: its executor
 (``src/core/executor/``) loads them per rank, and its NCCL-API library (``libmscclpp_nccl.so``)
@@ -6,7 +7,9 @@ routes ``ncclAllReduce``, ``ncclAllGather`` and ``ncclReduceScatter`` calls to r
 :func:`backends.mscclpp.lower.lower` turns the schedule's two-sided moves into one-sided puts
 with the signals and waits that order them; :func:`backends.mscclpp.plan.plan_document` writes
 the loader's JSON; :data:`backends.mscclpp.limits.LIMITS` holds what the executor accepts.
-The plan is out-of-place and size-generic: it serves every call whose size is a multiple of
+MSCCL++ matches a call to a plan by its buffer mode (``src/ext/nccl/algorithm_selector.cc``
+``matchExecutionPlan``): ``torch.distributed.all_reduce`` is in-place, ``all_gather_into_tensor``
+and ``reduce_scatter_tensor`` usually out-of-place, hence both. A plan is size-generic: it serves every call whose size is a multiple of
 ``buffer_alignment`` (16 B) times its chunk count, within ``[min_message_size,
 max_message_size]``.
 """
@@ -70,19 +73,21 @@ def _checked(schedule: Schedule) -> None:
         raise ScheduleError(why)
 
 
-def render_plan(schedule: Schedule, options: EmitOptions | None = None) -> dict:
-    """The execution plan of ``schedule`` as a JSON-ready dict; :class:`ScheduleError` names
-    what MSCCL++ cannot run."""
+def render_plan(schedule: Schedule, options: EmitOptions | None = None,
+                inplace: bool = False) -> dict:
+    """The execution plan of ``schedule`` (for in-place calls with ``inplace``) as a JSON-ready
+    dict; :class:`ScheduleError` names what MSCCL++ cannot run."""
     options = options or EmitOptions()
     _checked(schedule)
-    low = lower(schedule)
+    low = lower(schedule, inplace=inplace)
     _, min_bytes, max_bytes = served_sizes(schedule, low)
     threads = options.nthreads or LIMITS["threads_per_block"].value
     if threads > LIMITS["threads_per_block"].value:
         raise LimitError(f"num_threads_per_block {threads} is above "
                             f"{LIMITS['threads_per_block'].value} "
                             f"({LIMITS['threads_per_block'].cite()})")
-    return plan_document(low, name=c_identifier(schedule.collective.name),
+    name = c_identifier(schedule.collective.name) + ("_inplace" if inplace else "")
+    return plan_document(low, name=name,
                          collective=COLLECTIVES[schedule.collective.kind],
                          min_bytes=options.min_bytes or min_bytes,
                          max_bytes=options.max_bytes or max_bytes, threads=threads)
@@ -95,13 +100,15 @@ class MscclppBackend:
     wants_simulation = False
 
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
-        return (f"{c_identifier(key.name)}.mscclpp.json",)
+        base = c_identifier(key.name)
+        return (f"{base}.mscclpp.json", f"{base}.inplace.mscclpp.json")
 
     def render(self, subject: Schedule, options: EmitOptions, facts: Facts
                ) -> dict[str, Contents]:
-        doc = render_plan(subject, options)
-        name = self.files(subject.collective, options)[0]
-        return {name: json.dumps(doc, separators=(",", ":")) + "\n"}
+        names = self.files(subject.collective, options)
+        return {name: json.dumps(render_plan(subject, options, inplace=inplace),
+                                 separators=(",", ":")) + "\n"
+                for name, inplace in zip(names, (False, True), strict=True)}
 
     def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
         return []

@@ -49,7 +49,7 @@ import numpy as np
 from backends.mscclpp.limits import LIMITS
 from backends.units import to_units
 from cclc.errors import ScheduleError
-from cclc.ir import Buf, OpKind, Schedule
+from cclc.ir import Buf, OpKind, Ops, Schedule
 
 __all__ = ["BUF_LETTER", "Instr", "LoweredPlan", "Region", "channel_type", "lower"]
 
@@ -103,6 +103,7 @@ class LoweredPlan:
     staging_chunks: tuple[int, ...]
     unit: int
     exact: bool
+    inplace: bool = False
     n_moves: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -119,8 +120,14 @@ def channel_type(schedule: Schedule, src: int, dst: int) -> str:
     return "port"
 
 
-def lower(schedule: Schedule) -> LoweredPlan:
+def lower(schedule: Schedule, inplace: bool = False) -> LoweredPlan:
     """The MSCCL++ program of every rank of ``schedule`` (verified, uniform buffers).
+
+    ``inplace``: for calls whose send and receive buffers overlap as NCCL defines in-place
+    (one buffer; allgather's input is the rank's slice of its output, reducescatter's output
+    the rank's slice of its input). Each rank first copies its input into scratch and the
+    schedule reads that copy, so writes into the output never clobber input still to be read;
+    no peer writes into a rank before the rank's first credit, sent after the copy.
 
     :class:`ScheduleError` names what MSCCL++ cannot run: a write into the input buffer, or a
     step whose local ops read and write each other's regions in a cycle.
@@ -148,6 +155,9 @@ def lower(schedule: Schedule) -> LoweredPlan:
         kind = channel_type(schedule, a, b)
         channels[(a, b)] = channels[(b, a)] = kind
     own_scratch = np.count_nonzero(units.chunk_elems(Buf.SCRATCH), axis=1)
+    snapshot = own_scratch.copy()
+    if inplace:
+        ops, own_scratch = _read_snapshot(ops, snapshot, units.n_chunks(Buf.INPUT))
     by_step = _by_step(ops)
     n_steps = ops.n_steps
     staging = [0] * n
@@ -162,13 +172,19 @@ def lower(schedule: Schedule) -> LoweredPlan:
             port_in[ops.step[i]][int(ops.dst[i])][int(ops.src[i])] += 1
         writers[ops.step[i]][int(ops.dst[i])].add(int(ops.src[i]))
         targets[ops.step[i]][int(ops.src[i])].add(int(ops.dst[i]))
+    if inplace:
+        size = units.n_chunks(Buf.INPUT)
+        for r in range(n):
+            programs[r] += [Instr("copy", src=(Region(Buf.INPUT, 0, size),),
+                                  dst=(Region(Buf.SCRATCH, int(snapshot[r]), size),)),
+                            Instr("nop")]
     for r in range(n):
         # credits for step 0: nothing happened yet, but the writer must not start before
         # this rank's previous call of the plan is done with its buffers
         programs[r] += _signals(sorted(writers[0][r]), r, channels)
     for s in range(n_steps):
         rows = by_step.get(s, np.zeros(0, dtype=np.int64))
-        per_rank = _step_moves(units, rows, own_scratch, staging, channels)
+        per_rank = _step_moves(ops, rows, own_scratch, staging, channels)
         for r in range(n):
             puts, landings, local = per_rank.get(r, ([], [], []))
             prog = programs[r]
@@ -200,8 +216,19 @@ def lower(schedule: Schedule) -> LoweredPlan:
     return LoweredPlan(
         threadblocks=tbs, channels=channels, input_chunks=ichunks, output_chunks=ochunks,
         scratch_chunks=tuple(int(own_scratch[r]) + staging[r] for r in range(n)),
-        staging_chunks=tuple(staging), unit=facts.unit, exact=facts.exact,
+        staging_chunks=tuple(staging), unit=facts.unit, exact=facts.exact, inplace=inplace,
         n_moves=int(remote.sum()))
+
+
+def _read_snapshot(ops: Ops, snapshot: np.ndarray, input_chunks: int
+                   ) -> tuple[Ops, np.ndarray]:
+    """``ops`` reading the copy of each rank's input at scratch chunk ``snapshot[rank]``
+    instead of the input, and each rank's scratch grown by the copy."""
+    cols = ops.columns()
+    reads_input = ops.src_buf == Buf.INPUT
+    cols["src_buf"] = np.where(reads_input, int(Buf.SCRATCH), ops.src_buf)
+    cols["src_off"] = np.where(reads_input, ops.src_off + snapshot[ops.src], ops.src_off)
+    return Ops(**cols), snapshot + input_chunks
 
 
 def _by_step(ops) -> dict[int, np.ndarray]:
@@ -211,11 +238,10 @@ def _by_step(ops) -> dict[int, np.ndarray]:
     return {int(steps[g[0]]): g for g in np.split(order, cuts) if len(g)} if len(order) else {}
 
 
-def _step_moves(units: Schedule, rows: np.ndarray, own_scratch: np.ndarray, staging: list[int],
+def _step_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: list[int],
                 channels: dict[tuple[int, int], str]) -> dict[int, tuple[list[Instr], list[Instr], list[Instr]]]:
     """Per rank, the puts it issues, the landings it runs and its local ops at one step;
     ``staging[d]`` grows to the most staged chunks rank ``d`` receives at any step."""
-    ops = units.ops
     reads: dict[int, list[Region]] = defaultdict(list)
     for i in rows:
         reads[int(ops.src[i])].append(Region(Buf(ops.src_buf[i]), int(ops.src_off[i]),

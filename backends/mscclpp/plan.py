@@ -21,14 +21,14 @@ _CHANNEL_TYPES = ("memory", "port")
 
 def plan_document(low: LoweredPlan, *, name: str, collective: str, min_bytes: int,
                   max_bytes: int, threads: int) -> dict:
-    """The plan as a JSON-ready dict (out-of-place, protocol Simple)."""
+    """The plan as a JSON-ready dict (protocol Simple)."""
     n = len(low.threadblocks)
     gpus = [_gpu(low, r) for r in range(n)]
     return {
         "name": name,
         "collective": collective,
         "protocol": "Simple",
-        "inplace": False,
+        "inplace": low.inplace,
         "reuse_resources": False,
         "gpus": gpus,
         "num_threads_per_block": threads,

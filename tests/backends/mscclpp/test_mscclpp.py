@@ -55,7 +55,7 @@ HAND_MADE = {
 
 def _check_limits(plan: dict) -> None:
     """What the loader and executor accept, read from the plan's text."""
-    assert plan["protocol"] == "Simple" and plan["inplace"] is False
+    assert plan["protocol"] == "Simple" and isinstance(plan["inplace"], bool)
     assert 1 <= plan["num_threads_per_block"] <= LIMITS["threads_per_block"].value
     for r, gpu in enumerate(plan["gpus"]):
         assert gpu["id"] == r and gpu["input_chunks"] > 0 and gpu["output_chunks"] > 0
@@ -72,16 +72,19 @@ def _check_limits(plan: dict) -> None:
 
 @pytest.mark.parametrize("key", sorted(SCHEDULES))
 def test_every_small_schedule_runs(key):
-    plan = render_plan(SCHEDULES[key])
-    _check_limits(plan)
-    run(plan, seeds=3)
+    for inplace in (False, True):
+        plan = render_plan(SCHEDULES[key], inplace=inplace)
+        assert plan["inplace"] is inplace
+        _check_limits(plan)
+        run(plan, seeds=2)
 
 
 @pytest.mark.parametrize("key", sorted(HAND_MADE))
 def test_hand_made_schedules_run(key):
-    plan = render_plan(HAND_MADE[key]())
-    _check_limits(plan)
-    run(plan, seeds=4)
+    for inplace in (False, True):
+        plan = render_plan(HAND_MADE[key](), inplace=inplace)
+        _check_limits(plan)
+        run(plan, seeds=3)
 
 
 def test_port_channels_between_servers():
@@ -112,8 +115,10 @@ def test_backend_renders_one_file_named_for_the_collective():
     s = ring_allgather()
     backend = load("mscclpp")
     files = backend.files(s.collective, EmitOptions())
-    assert files == ("ag_ring.mscclpp.json",)
+    assert files == ("ag_ring.mscclpp.json", "ag_ring.inplace.mscclpp.json")
     out = backend.render(s, EmitOptions(), Facts())
+    assert json.loads(out[files[1]])["inplace"] is True
+    assert json.loads(out[files[1]])["name"] == "ag_ring_inplace"
     plan = json.loads(out[files[0]])
     assert plan["collective"] == "allgather" and plan["name"] == "ag_ring"
     # the sizes it serves: multiples of 16 B x chunks, every byte offset within uint32
@@ -220,3 +225,15 @@ def test_execution_model_is_priced_per_step():
     s = ring_allgather()
     extra = predict(s, model).time - predict(s, IR_MODEL).time
     assert extra == pytest.approx(s.n_steps * 2.345e-6)
+
+
+def test_an_out_of_place_plan_run_in_place_is_caught():
+    """The in-place plan's input copy is needed: the out-of-place plan of a direct alltoall,
+    marked in-place, lets peers overwrite input the rank still sends."""
+    key = "two-alltoall-direct"
+    plan = render_plan(SCHEDULES[key])
+    run(plan)
+    plan["inplace"] = True
+    with pytest.raises(PlanError, match="race"):
+        run(plan)
+    run(render_plan(SCHEDULES[key], inplace=True))
