@@ -23,7 +23,7 @@ from backends.common import c_identifier
 from backends.contract import Backend, Contents, EmitOptions, Facts
 from backends.msccl.lower import LimitError
 from backends.mscclpp.limits import COMMIT, LIMITS, REPOSITORY
-from backends.mscclpp.lower import LoweredPlan, lower
+from backends.mscclpp.lower import LoweredPlan, chunk_refusal, lower
 from backends.mscclpp.plan import plan_document
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, ReduceOp
 from cclc.errors import ScheduleError
@@ -116,7 +116,7 @@ class MscclppBackend:
     def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
         """Why :meth:`render` would refuse ``subject``: a collective MSCCL++ has no plan for,
         or (for schedules small enough to lower quickly) what the lowering refuses."""
-        why = _why_not(subject)
+        why = _why_not(subject) or chunk_refusal(subject)
         if why is not None:
             return why
         if len(subject.ops) <= LOWER_TO_REFUSE_OPS:

@@ -47,11 +47,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backends.mscclpp.limits import LIMITS
-from backends.units import to_units
+from backends.units import UnitsTooLong, to_units, units_refusal
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind, Ops, Schedule
 
-__all__ = ["BUF_LETTER", "Instr", "LoweredPlan", "Region", "channel_type", "lower"]
+__all__ = ["BUF_LETTER", "Instr", "LoweredPlan", "Region", "channel_type", "chunk_refusal",
+           "lower"]
 
 #: MSCCL++'s buffer spellings (execution_plan.cc ``convertToBufferType``)
 BUF_LETTER = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
@@ -145,7 +146,14 @@ def lower(schedule: Schedule, inplace: bool = False) -> LoweredPlan:
             "elements: a non-uniform alltoall); an MSCCL++ plan takes one buffer size on "
             "every rank and MSCCL++ has no alltoallv: use the NCCL library (--emit nccl), "
             "which pads every rank's buffers to the largest")
-    units, facts = to_units(schedule, max_units=MAX_UNITS)
+    try:
+        units, facts = to_units(schedule, max_units=MAX_UNITS)
+    except UnitsTooLong as err:
+        raise ScheduleError(_too_many_chunks(err.message)) from None
+    longest = max(units.n_chunks(Buf.INPUT), units.n_chunks(Buf.OUTPUT))
+    if longest > MAX_UNITS:
+        raise ScheduleError(_too_many_chunks(
+            f"this schedule's buffers need {longest} equal chunks"))
     n = units.n
     ops = units.ops
     channels: dict[tuple[int, int], str] = {}
@@ -218,6 +226,20 @@ def lower(schedule: Schedule, inplace: bool = False) -> LoweredPlan:
         scratch_chunks=tuple(int(own_scratch[r]) + staging[r] for r in range(n)),
         staging_chunks=tuple(staging), unit=facts.unit, exact=facts.exact, inplace=inplace,
         n_moves=int(remote.sum()))
+
+
+def chunk_refusal(schedule: Schedule) -> str | None:
+    """Why the schedule's chunks cannot be MSCCL++ chunks (cheap: nothing is built), or
+    None."""
+    why = units_refusal(schedule, MAX_UNITS)
+    return None if why is None else _too_many_chunks(why)
+
+
+def _too_many_chunks(why: str) -> str:
+    # the units pass words its refusal for MSCCL, whose chunks are equal too
+    return ("MSCCL++ cuts every buffer into equal chunks (execution_plan.cc getOffset): "
+            + why.split(": ", 1)[-1] + f"; cclc keeps plans to {MAX_UNITS} chunks per buffer so "
+            "that they serve sizes of 16 B x chunks")
 
 
 def _read_snapshot(ops: Ops, snapshot: np.ndarray, input_chunks: int
