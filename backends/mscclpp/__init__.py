@@ -8,10 +8,10 @@ routes ``ncclAllReduce``, ``ncclAllGather`` and ``ncclReduceScatter`` calls to r
 with the signals and waits that order them; :func:`backends.mscclpp.plan.plan_document` writes
 the loader's JSON; :data:`backends.mscclpp.limits.LIMITS` holds what the executor accepts.
 MSCCL++ matches a call to a plan by its buffer mode (``src/ext/nccl/algorithm_selector.cc``
-``matchExecutionPlan``): ``torch.distributed.all_reduce`` is in-place, ``all_gather_into_tensor``
-and ``reduce_scatter_tensor`` usually out-of-place, hence both. A plan is size-generic: it serves every call whose size is a multiple of
-``buffer_alignment`` (16 B) times its chunk count, within ``[min_message_size,
-max_message_size]``.
+``matchExecutionPlan``): ``torch.distributed.all_reduce`` is in-place,
+``all_gather_into_tensor`` and ``reduce_scatter_tensor`` usually out-of-place, hence both. A
+plan is size-generic: it serves every call whose size is a multiple of ``buffer_alignment``
+(16 B) times its chunk count, within ``[min_message_size, max_message_size]``.
 """
 
 from __future__ import annotations

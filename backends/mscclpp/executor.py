@@ -41,6 +41,7 @@ import json
 import random
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -75,12 +76,16 @@ class _Actor:
     ops: list = field(default_factory=list)
     pc: int = 0
     clock: int = 0
-    known: np.ndarray | None = None      # vector clock every thread of the tb holds
-    pending: np.ndarray | None = None    # what some thread learnt since the last nop
-    waiting: object = None               # state of a blocking op in progress
+    known: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """the vector clock every thread of the tb holds"""
+    pending: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """what some thread learnt since the last nop"""
+    waiting: Any = None                  # state of a blocking op in progress
     fifo: list = field(default_factory=list)
     rank: int = 0
     tb: int = 0
+    chans: dict = field(default_factory=dict)  # channel type -> GPU channel id per tb index
+    refs: dict = field(default_factory=dict)   # channel type -> (rank, buffer) per buffer_id
 
 
 class _Machine:
@@ -171,11 +176,9 @@ class _Machine:
 
     def _actors(self) -> None:
         self.actors: list[_Actor] = []
-        self.tbs: list[list[_Actor]] = []
-        self.remote: list[list[dict]] = []      # per rank, per tb: channel type -> [(rank, buf)]
         self.channels: list[dict[str, list[int]]] = []   # per rank: type -> peer per channel id
         for r, g in enumerate(self.plan["gpus"]):
-            peers = {"memory": [], "port": []}
+            peers: dict[str, list[int]] = {"memory": [], "port": []}
             for ch in g.get("channels", []):
                 t = ch["channel_type"]
                 if t not in peers:
@@ -184,73 +187,28 @@ class _Machine:
             self.channels.append(peers)
             rbufs = [(int(b["rank"]), b["type"], tuple(b["access_channel_types"]))
                      for b in g.get("remote_buffers", [])]
-            tbs, remote = [], []
             for k, tb in enumerate(g["threadblocks"]):
                 if int(tb["id"]) != k:
                     raise PlanError(f"gpu {r}: threadblocks[{k}] has id {tb['id']}")
                 a = _Actor(len(self.actors), f"gpu {r} tb {k}", rank=r, tb=k)
-                for op in tb["ops"]:
-                    if op["name"] not in _LOADER_OPS:
-                        raise PlanError(f"{a.name}: op '{op['name']}' is not one the loader "
-                                        "knows ('Invalid operation type')")
-                    if op["name"] not in _MODELLED:
-                        raise Unsupported(f"{a.name}: op '{op['name']}' is not modelled")
-                    if len(op.get("channel_ids", ())) > _MAX_CHANNEL_PER_OPERATION:
-                        raise PlanError(f"{a.name}: an op names {len(op['channel_ids'])} "
-                                        "channels, more than MAX_CHANNEL_PER_OPERATION (8)")
-                a.ops = list(tb["ops"])
-                if len(a.ops) > _MAX_OPERATION:
-                    raise PlanError(f"{a.name} has {len(a.ops)} ops, more than MAX_OPERATION "
-                                    f"({_MAX_OPERATION}); the executor refuses the plan")
-                chans = {"memory": [], "port": []}
-                for ch in tb.get("channels", []):
-                    t = ch["channel_type"]
-                    if t not in chans:
-                        raise Unsupported(f"{a.name}: '{t}' channels are not modelled")
-                    for cid in ch["channel_ids"]:
-                        if not 0 <= cid < len(peers[t]):
-                            raise PlanError(f"{a.name}: {t} channel {cid} does not exist")
-                        chans[t].append(int(cid))
-                    if len(chans[t]) > _MAX_CHANNEL:
-                        raise PlanError(f"{a.name} uses {len(chans[t])} {t} channels, more "
-                                        f"than MAX_CHANNEL ({_MAX_CHANNEL})")
-                refs = {"memory": [], "port": []}
-                for ref in tb.get("remote_buffer_refs", []):
-                    t = ref["access_channel_type"]
-                    for bid in ref["remote_buffer_ids"]:
-                        if t not in rbufs[bid][2]:
-                            raise PlanError(f"{a.name}: remote buffer {bid} is not accessible "
-                                            f"through {t} channels")
-                        refs[t].append(rbufs[bid][:2])
-                    if len(refs[t]) > _MAX_CHANNEL:
-                        raise PlanError(f"{a.name} refers to {len(refs[t])} remote buffers, "
-                                        f"more than MAX_CHANNEL ({_MAX_CHANNEL})")
-                a.chans = chans
-                a.refs = refs
+                _load_threadblock(a, tb, peers, rbufs)
                 self.actors.append(a)
-                tbs.append(a)
-            self.tbs.append(tbs)
-        # semaphores of every channel: (type, rank, k-th channel to peer) is paired with
-        # (type, peer, k-th channel to rank) (the executor connects them in that order)
+        # one semaphore per channel: a rank's k-th channel to a peer is paired with the peer's
+        # k-th channel to the rank (the executor connects them in that order); a port
+        # channel's puts and signals go through a proxy, one FIFO per channel
         self.proxies: dict[tuple, _Actor] = {}
+        self.channel_key = {}
         for r in range(self.n):
             for t in ("memory", "port"):
                 seen: dict[int, int] = {}
                 for cid, p in enumerate(self.channels[r][t]):
                     k = seen.get(p, 0)
                     seen[p] = k + 1
+                    self.channel_key[(t, r, cid)] = (t, r, p, k)
                     if t == "port":
                         a = _Actor(len(self.actors), f"proxy gpu {r} port channel {cid}", rank=r)
                         self.actors.append(a)
                         self.proxies[(r, cid)] = a
-        self.channel_key = {}
-        for r in range(self.n):
-            for t in ("memory", "port"):
-                seen = {}
-                for cid, p in enumerate(self.channels[r][t]):
-                    k = seen.get(p, 0)
-                    seen[p] = k + 1
-                    self.channel_key[(t, r, cid)] = (t, r, p, k)
         self.inbound: dict[tuple, int] = {}      # (t, receiver, sender, k) -> signals received
         self.inbound_vc: dict[tuple, list] = {}  # joins of the first j signals' clocks
         self.expected: dict[tuple, int] = {}
@@ -282,9 +240,8 @@ class _Machine:
                 self._calc(nbytes, k + 1, slices) - self._calc(nbytes, k, slices))
         start = self.base[rank][buf] + lo // _ELEM
         end = start + nbytes // _ELEM
-        limit = {"i": self.in_bytes, "o": self.out_bytes}.get(buf)
-        if buf == "s":
-            limit = (len(self.mem[rank]) - self.base[rank]["s"]) * _ELEM
+        limit = {"i": self.in_bytes, "o": self.out_bytes,
+                 "s": (len(self.mem[rank]) - self.base[rank]["s"]) * _ELEM}[buf]
         if lo + nbytes > limit:
             raise PlanError(f"{actor.name}: {buf} chunks {index}..{index + size_chunks - 1} "
                             f"of gpu {rank} run past its buffer")
@@ -603,6 +560,49 @@ class _Machine:
             self._deliver(entry[2], p.known)
 
 
+def _load_threadblock(a: _Actor, tb: dict, peers: dict[str, list[int]], rbufs: list) -> None:
+    """A threadblock's ops, channels and remote buffers, checked as the loader and executor
+    check them (or as their fixed-size arrays require)."""
+    for op in tb["ops"]:
+        if op["name"] not in _LOADER_OPS:
+            raise PlanError(f"{a.name}: op '{op['name']}' is not one the loader knows "
+                            "('Invalid operation type')")
+        if op["name"] not in _MODELLED:
+            raise Unsupported(f"{a.name}: op '{op['name']}' is not modelled")
+        if len(op.get("channel_ids", ())) > _MAX_CHANNEL_PER_OPERATION:
+            raise PlanError(f"{a.name}: an op names {len(op['channel_ids'])} channels, more "
+                            "than MAX_CHANNEL_PER_OPERATION (8)")
+    a.ops = list(tb["ops"])
+    if len(a.ops) > _MAX_OPERATION:
+        raise PlanError(f"{a.name} has {len(a.ops)} ops, more than MAX_OPERATION "
+                        f"({_MAX_OPERATION}); the executor refuses the plan")
+    chans: dict[str, list[int]] = {"memory": [], "port": []}
+    for ch in tb.get("channels", []):
+        t = ch["channel_type"]
+        if t not in chans:
+            raise Unsupported(f"{a.name}: '{t}' channels are not modelled")
+        for cid in ch["channel_ids"]:
+            if not 0 <= cid < len(peers[t]):
+                raise PlanError(f"{a.name}: {t} channel {cid} does not exist")
+            chans[t].append(int(cid))
+        if len(chans[t]) > _MAX_CHANNEL:
+            raise PlanError(f"{a.name} uses {len(chans[t])} {t} channels, more than "
+                            f"MAX_CHANNEL ({_MAX_CHANNEL})")
+    refs: dict[str, list] = {"memory": [], "port": []}
+    for ref in tb.get("remote_buffer_refs", []):
+        t = ref["access_channel_type"]
+        for bid in ref["remote_buffer_ids"]:
+            if t not in rbufs[bid][2]:
+                raise PlanError(f"{a.name}: remote buffer {bid} is not accessible through "
+                                f"{t} channels")
+            refs[t].append(rbufs[bid][:2])
+        if len(refs[t]) > _MAX_CHANNEL:
+            raise PlanError(f"{a.name} refers to {len(refs[t])} remote buffers, more than "
+                            f"MAX_CHANNEL ({_MAX_CHANNEL})")
+    a.chans = chans
+    a.refs = refs
+
+
 def _expected(coll: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
     n = len(inputs)
     if coll == "allreduce":
@@ -622,9 +622,8 @@ def _expected(coll: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
 def execute(plan: dict | str, seed: int = 0, chunk_bytes: int = 64) -> None:
     """Run ``plan`` (a dict or JSON text) once, interleaved by ``seed``, with each chunk
     ``chunk_bytes`` long; :class:`PlanError` names what is wrong."""
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    m = _Machine(plan, seed, chunk_bytes)
+    doc: dict = json.loads(plan) if isinstance(plan, str) else plan
+    m = _Machine(doc, seed, chunk_bytes)
     m.run()
     want = _expected(m.coll, m.inputs)
     for r in range(m.n):
@@ -642,10 +641,9 @@ def execute(plan: dict | str, seed: int = 0, chunk_bytes: int = 64) -> None:
 
 def run(plan: dict | str, seeds: int = 4, chunk_bytes: int = 64) -> None:
     """:func:`execute` under ``seeds`` interleavings."""
-    if isinstance(plan, str):
-        plan = json.loads(plan)
+    doc: dict = json.loads(plan) if isinstance(plan, str) else plan
     for seed in range(seeds):
-        execute(plan, seed, chunk_bytes)
+        execute(doc, seed, chunk_bytes)
 
 
 def main(argv: list[str] | None = None) -> int:

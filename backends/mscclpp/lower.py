@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backends.mscclpp.limits import LIMITS
-from backends.units import UnitsTooLong, to_units, units_refusal
+from backends.units import UnitFacts, UnitsTooLong, to_units, units_refusal
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind, Ops, Schedule
 
@@ -133,6 +133,44 @@ def lower(schedule: Schedule, inplace: bool = False) -> LoweredPlan:
     :class:`ScheduleError` names what MSCCL++ cannot run: a write into the input buffer, or a
     step whose local ops read and write each other's regions in a cycle.
     """
+    units, facts = _in_units(schedule)
+    n = units.n
+    ops = units.ops
+    channels = _channels(schedule, ops)
+    own_scratch = np.count_nonzero(units.chunk_elems(Buf.SCRATCH), axis=1)
+    snapshot = own_scratch.copy()
+    if inplace:
+        ops, own_scratch = _read_snapshot(ops, snapshot, units.n_chunks(Buf.INPUT))
+    traffic = _Traffic.of(ops, channels)
+    staging = [0] * n
+    programs: list[list[Instr]] = [[] for _ in range(n)]
+    if inplace:
+        size = units.n_chunks(Buf.INPUT)
+        for r in range(n):
+            programs[r] += [Instr("copy", src=(Region(Buf.INPUT, 0, size),),
+                                  dst=(Region(Buf.SCRATCH, int(snapshot[r]), size),)),
+                            Instr("nop")]
+    for r in range(n):
+        # credits for step 0: nothing happened yet, but the writer must not start before
+        # this rank's previous call of the plan is done with its buffers
+        programs[r] += _signals(sorted(traffic.writers[0][r]), r, channels)
+    by_step = _by_step(ops)
+    for s in range(ops.n_steps):
+        rows = by_step.get(s, np.zeros(0, dtype=np.int64))
+        per_rank = _step_moves(ops, rows, own_scratch, staging, channels)
+        for r in range(n):
+            programs[r] += _rank_step(r, s, per_rank.get(r, ([], [], [])), traffic, channels)
+    tbs = tuple(_split(prog, r) for r, prog in enumerate(programs))
+    return LoweredPlan(
+        threadblocks=tbs, channels=channels, input_chunks=units.n_chunks(Buf.INPUT),
+        output_chunks=units.n_chunks(Buf.OUTPUT),
+        scratch_chunks=tuple(int(own_scratch[r]) + staging[r] for r in range(n)),
+        staging_chunks=tuple(staging), unit=facts.unit, exact=facts.exact, inplace=inplace,
+        n_moves=int((ops.src != ops.dst).sum()))
+
+
+def _in_units(schedule: Schedule) -> tuple[Schedule, UnitFacts]:
+    """The schedule in equal chunks (MSCCL++'s), or why it has none."""
     if bool((schedule.ops.dst_buf == Buf.INPUT).any()):
         raise ScheduleError("the schedule writes its input buffer; an MSCCL++ plan must leave "
                             "the caller's send buffer as it was (out-of-place)")
@@ -154,78 +192,73 @@ def lower(schedule: Schedule, inplace: bool = False) -> LoweredPlan:
     if longest > MAX_UNITS:
         raise ScheduleError(_too_many_chunks(
             f"this schedule's buffers need {longest} equal chunks"))
-    n = units.n
-    ops = units.ops
+    return units, facts
+
+
+def _channels(schedule: Schedule, ops: Ops) -> dict[tuple[int, int], str]:
+    """The channel type of every pair of ranks that talk (both directions: credits flow back)."""
     channels: dict[tuple[int, int], str] = {}
     remote = ops.src != ops.dst
     for a, b in {(int(x), int(y)) for x, y in zip(ops.src[remote], ops.dst[remote],
                                                     strict=True)}:
-        kind = channel_type(schedule, a, b)
-        channels[(a, b)] = channels[(b, a)] = kind
-    own_scratch = np.count_nonzero(units.chunk_elems(Buf.SCRATCH), axis=1)
-    snapshot = own_scratch.copy()
-    if inplace:
-        ops, own_scratch = _read_snapshot(ops, snapshot, units.n_chunks(Buf.INPUT))
-    by_step = _by_step(ops)
-    n_steps = ops.n_steps
-    staging = [0] * n
-    programs: list[list[Instr]] = [[] for _ in range(n)]
-    # writers[s][d]: peers that write into d at step s; targets[s][r]: peers r writes at s
-    writers = [defaultdict(set) for _ in range(n_steps + 1)]
-    targets = [defaultdict(set) for _ in range(n_steps + 1)]
-    # port_in[s][d][p]: puts p makes into d at step s (each signals once)
-    port_in = [defaultdict(lambda: defaultdict(int)) for _ in range(n_steps + 1)]
-    for i in np.flatnonzero(remote):
-        if channels[(int(ops.src[i]), int(ops.dst[i]))] == "port":
-            port_in[ops.step[i]][int(ops.dst[i])][int(ops.src[i])] += 1
-        writers[ops.step[i]][int(ops.dst[i])].add(int(ops.src[i]))
-        targets[ops.step[i]][int(ops.src[i])].add(int(ops.dst[i]))
-    if inplace:
-        size = units.n_chunks(Buf.INPUT)
-        for r in range(n):
-            programs[r] += [Instr("copy", src=(Region(Buf.INPUT, 0, size),),
-                                  dst=(Region(Buf.SCRATCH, int(snapshot[r]), size),)),
-                            Instr("nop")]
-    for r in range(n):
-        # credits for step 0: nothing happened yet, but the writer must not start before
-        # this rank's previous call of the plan is done with its buffers
-        programs[r] += _signals(sorted(writers[0][r]), r, channels)
-    for s in range(n_steps):
-        rows = by_step.get(s, np.zeros(0, dtype=np.int64))
-        per_rank = _step_moves(ops, rows, own_scratch, staging, channels)
-        for r in range(n):
-            puts, landings, local = per_rank.get(r, ([], [], []))
-            prog = programs[r]
-            credits = _waits(sorted(targets[s][r]), r, channels)
-            if credits:
-                # one thread per channel waited: every thread must know before it puts
-                prog += credits + [Instr("nop")]
-            prog += puts
-            if puts:
-                prog.append(Instr("nop"))
-            # a port channel's put is a ``pwsf`` (put, signal, flush: the proxy has read the
-            # source when it returns) and signals by itself; a memory channel's puts are done
-            # when every thread passed the nop, then one signal per peer says so
-            prog += _signals([p for p in sorted(targets[s][r]) if channels[(r, p)] == "memory"],
-                             r, channels)
-            incoming = sorted(writers[s][r])
-            prog += _waits([p for p in incoming if channels[(r, p)] == "memory"], r, channels)
-            for p, k in sorted(port_in[s][r].items()):
-                prog += [Instr("wait", "port", (p,))] * k
-            if incoming:
-                prog.append(Instr("nop"))
-            work = _ordered(local + landings, r, s)
-            prog += work
-            if work:
-                prog.append(Instr("nop"))
-            prog += _signals(sorted(writers[s + 1][r]), r, channels)
-    tbs = tuple(_split(prog, r) for r, prog in enumerate(programs))
-    ichunks, ochunks = units.n_chunks(Buf.INPUT), units.n_chunks(Buf.OUTPUT)
-    return LoweredPlan(
-        threadblocks=tbs, channels=channels, input_chunks=ichunks, output_chunks=ochunks,
-        scratch_chunks=tuple(int(own_scratch[r]) + staging[r] for r in range(n)),
-        staging_chunks=tuple(staging), unit=facts.unit, exact=facts.exact, inplace=inplace,
-        n_moves=int(remote.sum()))
+        channels[(a, b)] = channels[(b, a)] = channel_type(schedule, a, b)
+    return channels
+
+
+@dataclass(frozen=True, slots=True)
+class _Traffic:
+    """Who writes whom at each step: ``writers[s][d]`` the peers writing into ``d``,
+    ``targets[s][r]`` the peers ``r`` writes into, ``port_puts[s][d][p]`` how many puts ``p``
+    makes into ``d`` over a port channel (each signals once). One step past the last is empty."""
+
+    writers: list
+    targets: list
+    port_puts: list
+
+    @classmethod
+    def of(cls, ops: Ops, channels: dict[tuple[int, int], str]) -> _Traffic:
+        steps = ops.n_steps + 1
+        writers: list = [defaultdict(set) for _ in range(steps)]
+        targets: list = [defaultdict(set) for _ in range(steps)]
+        port_puts: list = [defaultdict(lambda: defaultdict(int)) for _ in range(steps)]
+        for i in np.flatnonzero(ops.src != ops.dst):
+            s, a, b = int(ops.step[i]), int(ops.src[i]), int(ops.dst[i])
+            if channels[(a, b)] == "port":
+                port_puts[s][b][a] += 1
+            writers[s][b].add(a)
+            targets[s][a].add(b)
+        return cls(writers, targets, port_puts)
+
+
+def _rank_step(r: int, s: int, moves: tuple[list[Instr], list[Instr], list[Instr]],
+               traffic: _Traffic, channels: dict[tuple[int, int], str]) -> list[Instr]:
+    """Rank ``r``'s program for step ``s`` (the numbered phases of the module docstring)."""
+    puts, landings, local = moves
+    prog: list[Instr] = []
+    credits = _waits(sorted(traffic.targets[s][r]), r, channels)
+    if credits:
+        # one thread per channel waited: every thread must know before it puts
+        prog += credits + [Instr("nop")]
+    prog += puts
+    if puts:
+        prog.append(Instr("nop"))
+    # a port channel's put is a ``pwsf`` (put, signal, flush: the proxy has read the source
+    # when it returns) and signals by itself; a memory channel's puts are done when every
+    # thread passed the nop, then one signal per peer says so
+    memory = [p for p in sorted(traffic.targets[s][r]) if channels[(r, p)] == "memory"]
+    prog += _signals(memory, r, channels)
+    incoming = sorted(traffic.writers[s][r])
+    prog += _waits([p for p in incoming if channels[(r, p)] == "memory"], r, channels)
+    for p, k in sorted(traffic.port_puts[s][r].items()):
+        prog += [Instr("wait", "port", (p,))] * k
+    if incoming:
+        prog.append(Instr("nop"))
+    work = _ordered(local + landings, r, s)
+    prog += work
+    if work:
+        prog.append(Instr("nop"))
+    prog += _signals(sorted(traffic.writers[s + 1][r]), r, channels)
+    return prog
 
 
 def chunk_refusal(schedule: Schedule) -> str | None:
@@ -260,8 +293,11 @@ def _by_step(ops) -> dict[int, np.ndarray]:
     return {int(steps[g[0]]): g for g in np.split(order, cuts) if len(g)} if len(order) else {}
 
 
+_Moves = tuple[list[Instr], list[Instr], list[Instr]]
+
+
 def _step_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: list[int],
-                channels: dict[tuple[int, int], str]) -> dict[int, tuple[list[Instr], list[Instr], list[Instr]]]:
+                channels: dict[tuple[int, int], str]) -> dict[int, _Moves]:
     """Per rank, the puts it issues, the landings it runs and its local ops at one step;
     ``staging[d]`` grows to the most staged chunks rank ``d`` receives at any step."""
     reads: dict[int, list[Region]] = defaultdict(list)
@@ -271,9 +307,8 @@ def _step_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: li
         if ops.kind[i] == OpKind.REDUCE and ops.src[i] == ops.dst[i]:
             reads[int(ops.dst[i])].append(Region(Buf(ops.dst_buf[i]), int(ops.dst_off[i]),
                                                  int(ops.count[i])))
-    out: dict[int, tuple[list[Instr], list[Instr], list[Instr]]] = defaultdict(
-        lambda: ([], [], []))
-    used = defaultdict(int)
+    out: dict[int, _Moves] = defaultdict(lambda: ([], [], []))
+    used: defaultdict[int, int] = defaultdict(int)
     for i in rows:
         a, b, count = int(ops.src[i]), int(ops.dst[i]), int(ops.count[i])
         src = Region(Buf(ops.src_buf[i]), int(ops.src_off[i]), count)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from backends.mscclpp.limits import LIMITS
 from backends.mscclpp.lower import BUF_LETTER, Instr, LoweredPlan, Region
+from cclc.ir import Buf
 
 __all__ = ["plan_document"]
 
@@ -47,8 +48,7 @@ def _gpu(low: LoweredPlan, rank: int) -> dict:
     for tb in low.threadblocks[rank]:
         for op in tb:
             if op.name in ("put", "pwsf"):
-                key = (op.channel, op.peers[0], int(op.dst[0].buf))
-                buffers.setdefault(key, len(buffers))
+                buffers.setdefault(_buffer_key(op), len(buffers))
     tbs = [_threadblock(k, tb, channel_id, buffers) for k, tb in enumerate(low.threadblocks[rank])]
     return {
         "id": rank,
@@ -58,8 +58,8 @@ def _gpu(low: LoweredPlan, rank: int) -> dict:
         "threadblocks": tbs,
         "channels": [{"channel_type": t, "connected_to": peers[t]} for t in _CHANNEL_TYPES
                      if peers[t]],
-        "remote_buffers": [{"rank": p, "type": BUF_LETTER[buf], "access_channel_types": [t]}
-                           for (t, p, buf) in buffers],
+        "remote_buffers": [{"rank": p, "type": BUF_LETTER[Buf(buf)],
+                            "access_channel_types": [t]} for (t, p, buf) in buffers],
         "semaphores": [{"init_value": 0} for _ in range(len(low.threadblocks[rank]) - 1)],
     }
 
@@ -70,12 +70,12 @@ def _threadblock(tb_id: int, ops: tuple[Instr, ...], channel_id: dict, buffers: 
     for op in ops:
         for p in op.peers:
             cid = channel_id[(op.channel, p)]
-            if cid not in chans[op.channel]:
-                chans[op.channel].append(cid)
+            if cid not in chans[_channel(op)]:
+                chans[_channel(op)].append(cid)
         if op.name in ("put", "pwsf"):
-            bid = buffers[(op.channel, op.peers[0], int(op.dst[0].buf))]
-            if bid not in refs[op.channel]:
-                refs[op.channel].append(bid)
+            bid = buffers[_buffer_key(op)]
+            if bid not in refs[_channel(op)]:
+                refs[_channel(op)].append(bid)
     local_channel = {t: {g: i for i, g in enumerate(chans[t])} for t in _CHANNEL_TYPES}
     local_buffer = {t: {g: i for i, g in enumerate(refs[t])} for t in _CHANNEL_TYPES}
     out_ops = [_op(op, channel_id, buffers, local_channel, local_buffer) for op in ops]
@@ -87,6 +87,17 @@ def _threadblock(tb_id: int, ops: tuple[Instr, ...], channel_id: dict, buffers: 
         "remote_buffer_refs": [{"access_channel_type": t, "remote_buffer_ids": refs[t]}
                                for t in _CHANNEL_TYPES if refs[t]],
     }
+
+
+def _channel(op: Instr) -> str:
+    if op.channel is None:
+        raise ValueError(f"MSCCL++ op '{op.name}' names peers but no channel type")
+    return op.channel
+
+
+def _buffer_key(op: Instr) -> tuple[str, int, int]:
+    """A put's remote buffer: channel type, peer, buffer."""
+    return (_channel(op), op.peers[0], int(op.dst[0].buf))
 
 
 def _local(region: Region) -> dict:
@@ -103,7 +114,7 @@ def _op(op: Instr, channel_id: dict, buffers: dict, local_channel: dict, local_b
             d["reduce_op"] = "sum"
     elif op.name in ("put", "pwsf"):
         peer = op.peers[0]
-        bid = buffers[(op.channel, peer, int(op.dst[0].buf))]
+        bid = buffers[_buffer_key(op)]
         d["src_buff"] = [_local(op.src[0])]
         d["dst_buff"] = [{"buffer_id": local_buffer[op.channel][bid], "index": op.dst[0].index,
                           "size": op.dst[0].size}]
