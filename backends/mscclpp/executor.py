@@ -222,7 +222,9 @@ class _Machine:
             a.pending = np.zeros(n_actors, dtype=np.int64)
         self.last_w = [np.full(self.mem_size, -1, dtype=np.int64) for _ in range(self.n)]
         self.last_wc = [np.zeros(self.mem_size, dtype=np.int64) for _ in range(self.n)]
-        self.reads = [np.zeros((n_actors, self.mem_size), dtype=np.int64) for _ in range(self.n)]
+        # per rank, the clock of each actor's last read of each element (int32: clocks count
+        # one actor's ops)
+        self.reads = [np.zeros((n_actors, self.mem_size), dtype=np.int32) for _ in range(self.n)]
 
     # -- memory with race checks ------------------------------------------------------------
     def _region(self, actor: _Actor, rank: int, buf: str, index: int, size_chunks: int,

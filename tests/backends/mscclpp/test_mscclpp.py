@@ -17,13 +17,14 @@ from backend_helpers import (
     ring_reducescatter,
     swap_allreduce,
 )
+from plan_checks import check_limits
 
 from backends import load
 from backends.contract import EmitOptions, Facts
 from backends.msccl.lower import LimitError
 from backends.mscclpp import render_plan
 from backends.mscclpp.executor import PlanError, run
-from backends.mscclpp.limits import LIMITS, OP_NAMES
+from backends.mscclpp.limits import LIMITS
 from cclc.algorithms import algorithms_for
 from cclc.collective import CollectiveKind, ReduceOp, make_collective
 from cclc.errors import ScheduleError
@@ -53,29 +54,12 @@ HAND_MADE = {
 }
 
 
-def _check_limits(plan: dict) -> None:
-    """What the loader and executor accept, read from the plan's text."""
-    assert plan["protocol"] == "Simple" and isinstance(plan["inplace"], bool)
-    assert 1 <= plan["num_threads_per_block"] <= LIMITS["threads_per_block"].value
-    for r, gpu in enumerate(plan["gpus"]):
-        assert gpu["id"] == r and gpu["input_chunks"] > 0 and gpu["output_chunks"] > 0
-        for tb in gpu["threadblocks"]:
-            assert len(tb["ops"]) <= LIMITS["ops_per_tb"].value
-            for ch in tb["channels"]:
-                assert len(ch["channel_ids"]) <= LIMITS["channels_per_tb"].value
-            for ref in tb["remote_buffer_refs"]:
-                assert len(ref["remote_buffer_ids"]) <= LIMITS["remote_buffers_per_tb"].value
-            for op in tb["ops"]:
-                assert op["name"] in OP_NAMES
-                assert len(op.get("channel_ids", ())) <= LIMITS["channels_per_op"].value
-
-
 @pytest.mark.parametrize("key", sorted(SCHEDULES))
 def test_every_small_schedule_runs(key):
     for inplace in (False, True):
         plan = render_plan(SCHEDULES[key], inplace=inplace)
         assert plan["inplace"] is inplace
-        _check_limits(plan)
+        check_limits(plan)
         run(plan, seeds=2)
 
 
@@ -83,7 +67,7 @@ def test_every_small_schedule_runs(key):
 def test_hand_made_schedules_run(key):
     for inplace in (False, True):
         plan = render_plan(HAND_MADE[key](), inplace=inplace)
-        _check_limits(plan)
+        check_limits(plan)
         run(plan, seeds=3)
 
 
@@ -102,7 +86,7 @@ def test_port_channels_between_servers():
 def test_long_programs_are_split_into_chained_threadblocks():
     s = random_allgather(12, 5)
     plan = render_plan(s)
-    _check_limits(plan)
+    check_limits(plan)
     tbs = [len(g["threadblocks"]) for g in plan["gpus"]]
     assert max(tbs) > 1
     gpu = plan["gpus"][tbs.index(max(tbs))]
