@@ -9,6 +9,7 @@ import re
 
 import pytest
 from backend_helpers import (
+    check_golden,
     fabric_2x3,
     pairwise_alltoall,
     random_allgather,
@@ -144,13 +145,13 @@ def _ops(plan):
             yield g, tb
 
 
-def _emitted():
+def _emitted(inplace: bool = False):
     """A ring reduce-scatter inside one server: memory channels only."""
     node = NodeType("box4", "nvswitch", 4, 450e9, 1e-6)
     coll = make_collective("rs", CollectiveKind.REDUCESCATTER, single_node("box", node),
                            (0, 1, 2, 3), 4 * 4 * 16)
     algo = next(a for a in algorithms_for(coll) if a.name == "ring")
-    plan = render_plan(algo.build(coll))
+    plan = render_plan(algo.build(coll), inplace=inplace)
     assert {ch["channel_type"] for g in plan["gpus"] for ch in g["channels"]} == {"memory"}
     return plan
 
@@ -221,3 +222,24 @@ def test_an_out_of_place_plan_run_in_place_is_caught():
     with pytest.raises(PlanError, match="race"):
         run(plan)
     run(render_plan(SCHEDULES[key], inplace=True))
+
+
+@pytest.mark.parametrize("name, make", [("ag_ring", ring_allgather), ("rs_box", None)])
+def test_golden_plans(name, make):
+    """The plans of a ring allgather on a torus (port channels) and of a ring reduce-scatter
+    in one server (memory channels), printed in full for review (CCLC_REGEN=1 rewrites)."""
+    for inplace in (False, True):
+        plan = render_plan(make(), inplace=inplace) if make else _emitted(inplace)
+        suffix = ".inplace" if inplace else ""
+        check_golden(f"mscclpp/{name}{suffix}.mscclpp.txt", _printed(plan))
+
+
+def _printed(plan: dict) -> str:
+    """The plan one op a line (its JSON, in the order MSCCL++ runs it)."""
+    lines = [json.dumps({k: v for k, v in plan.items() if k != "gpus"})]
+    for gpu in plan["gpus"]:
+        lines.append("gpu " + json.dumps({k: v for k, v in gpu.items() if k != "threadblocks"}))
+        for tb in gpu["threadblocks"]:
+            lines.append("  tb " + json.dumps({k: v for k, v in tb.items() if k != "ops"}))
+            lines += ["    " + json.dumps(op) for op in tb["ops"]]
+    return "\n".join(lines) + "\n"
