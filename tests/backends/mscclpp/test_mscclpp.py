@@ -243,3 +243,15 @@ def _printed(plan: dict) -> str:
             lines.append("  tb " + json.dumps({k: v for k, v in tb.items() if k != "ops"}))
             lines += ["    " + json.dumps(op) for op in tb["ops"]]
     return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("n", [3, 4, 7])
+def test_random_schedules_run_in_every_mode(n):
+    """Random gossip allgathers and random reduction trees (relays through scratch, staging
+    reused from step to step), in place and not, under several interleavings."""
+    for seed in range(4):
+        for s in (random_allgather(n, 100 + seed), random_reducescatter(n, 200 + seed)):
+            for inplace in (False, True):
+                plan = render_plan(s, inplace=inplace)
+                check_limits(plan)
+                run(plan, seeds=2)
