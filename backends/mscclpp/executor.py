@@ -52,7 +52,7 @@ _LOADER_OPS = frozenset(
     "cpkt upkt repkt recpkt recspkt glres gstore gstorepkt rlxsignal rlxwait pipeline "
     "sem_acquire sem_release".split())
 _MODELLED = frozenset("nop barrier put pws pwsf get copy signal wait flush re res rre rres "
-                      "rlxsignal rlxwait sem_acquire sem_release".split())
+                      "rlxsignal rlxwait sem_acquire sem_release ppkt upkt repkt".split())
 _MAX_OPERATION = 64
 _MAX_CHANNEL = 16
 _MAX_CHANNEL_PER_OPERATION = 8
@@ -97,6 +97,7 @@ class _Machine:
         self.inplace = bool(plan["inplace"])
         self.coll = plan["collective"]
         self.reuse = bool(plan.get("reuse_resources", False))
+        self.packets = plan.get("protocol") == "LL"
         self.names: dict[tuple[int, int], str] = {}
         self._sizes(chunk_bytes)
         self._memory(seed)
@@ -129,8 +130,12 @@ class _Machine:
         size = self.out_bytes if self.coll == "allgather" else self.in_bytes
         lo = int(self.plan.get("min_message_size", 0))
         hi = int(self.plan.get("max_message_size", 2**64 - 1))
-        if not lo <= size <= hi:
-            raise PlanError(f"the test size {size} B is outside [{lo}, {hi}]")
+        # a plan is size-generic (every chunk scales alike), so it runs here at small chunks;
+        # its window must still hold a size the loader accepts
+        granule = size // (chunk_bytes // self.align)
+        if -(-lo // granule) * granule > hi:
+            raise PlanError(f"no size in [{lo}, {hi}] is a multiple of {granule} B "
+                            "(buffer_alignment x chunks): the loader refuses every call")
         self.size_per_rank, self.n_chunks = ((self.in_bytes, ic) if ic else (self.out_bytes, oc))
 
     def _offset(self, index: int) -> int:
@@ -153,7 +158,8 @@ class _Machine:
                                 "does not match')")
             sc = int(g.get("scratch_chunks", 0))
             chunk = -(-self.size_per_rank // self.n_chunks)
-            scratch = -(-chunk * sc // self.align) * self.align
+            # calScratchBufferSize: packets take twice their data (data and flag)
+            scratch = -(-chunk * sc * (2 if self.packets else 1) // self.align) * self.align
             ib, ob = self.in_bytes // _ELEM, self.out_bytes // _ELEM
             if not self.inplace:
                 base = {"i": 0, "o": ib, "s": ib + ob}
@@ -220,6 +226,8 @@ class _Machine:
         for a in self.actors:
             a.known = np.zeros(n_actors, dtype=np.int64)
             a.pending = np.zeros(n_actors, dtype=np.int64)
+        # which scratch elements hold a packet of this call (LL: a reader spins on its flag)
+        self.packet = [np.zeros(self.mem_size, dtype=bool) for _ in range(self.n)]
         self.last_w = [np.full(self.mem_size, -1, dtype=np.int64) for _ in range(self.n)]
         self.last_wc = [np.zeros(self.mem_size, dtype=np.int64) for _ in range(self.n)]
         # per rank, the clock of each actor's last read of each element (int32: clocks count
@@ -330,6 +338,12 @@ class _Machine:
 
     def _ready(self, a: _Actor, op: dict) -> bool:
         name = op["name"]
+        if name in ("upkt", "repkt"):
+            first = 0 if name == "upkt" else 1
+            size = self._local(a, op["src_buff"][0], op)
+            size = size[1] - size[0]
+            return all(self.packet[a.rank][lo:lo + 2 * size].all()
+                       for lo in (self._packet_start(a, b) for b in op["src_buff"][first:]))
         if name in ("wait", "rlxwait"):
             if a.waiting is None:
                 a.waiting = [self._expect(a, op, i) for i in range(len(op["channel_ids"]))]
@@ -388,9 +402,57 @@ class _Machine:
         a.pc += 1
 
     # -- ops --------------------------------------------------------------------------------
-    def _local(self, a, buff):
+    def _local(self, a, buff, op=None):
         return self._region(a, a.rank, buff["type"], int(buff["index"]), int(buff["size"]),
-                            self._cur(a))
+                            op if op is not None else self._cur(a))
+
+    def _packet_start(self, a, buff) -> int:
+        """Where a scratch region's packets start: the kernel doubles the offset
+        (``scratch + (offset << 1)``), whatever the region's buffer type says."""
+        return self.base[a.rank]["s"] + 2 * (self._offset(int(buff["index"])) // _ELEM)
+
+    def _op_ppkt(self, a, op, know):
+        if op.get("channel_type") != "memory":
+            raise Unsupported(f"{a.name}: ppkt over a port channel (its source must already be "
+                              "packets) is not modelled")
+        src_type = op["src_buff"][0]["type"]
+        for i, dbuf in enumerate(op["dst_buff"]):
+            src = self._local(a, dict(op["src_buff"][i], type=src_type))
+            vals = self._read(a, know, a.rank, src)
+            rank, buf = a.refs["memory"][int(dbuf["buffer_id"])]
+            if buf != "s":
+                raise PlanError(f"{a.name}: ppkt into '{buf}'; packets land in scratch")
+            lo = self.base[rank]["s"] + 2 * (self._offset(int(dbuf["index"])) // _ELEM)
+            span = (lo, lo + 2 * len(vals))
+            if span[1] > len(self.mem[rank]):
+                raise PlanError(f"{a.name}: packets run past gpu {rank}'s scratch")
+            if self.packet[rank][span[0]:span[1]].any():
+                raise PlanError(f"{a.name}: packets written twice into gpu {rank}'s scratch in "
+                                "one call (a reader cannot tell them apart: same flag)")
+            self._write(a, know, rank, span, np.concatenate([vals, vals]))
+            self.packet[rank][span[0]:span[1]] = True
+
+    def _packets(self, a, buff, size: int) -> np.ndarray:
+        """The data of the packets a reader has spun on (ordered by their flags, not by
+        signals: read without the ordering check, but recorded)."""
+        lo = self._packet_start(a, buff)
+        self.reads[a.rank][a.index, lo:lo + 2 * size] = a.clock
+        return self.mem[a.rank][lo:lo + size].copy()
+
+    def _op_upkt(self, a, op, know):
+        src = self._local(a, op["src_buff"][0])
+        size = src[1] - src[0]
+        dst = self._local(a, op["dst_buff"][0])
+        self._write(a, know, a.rank, (dst[0], dst[0] + size), self._packets(a, op["src_buff"][0],
+                                                                           size))
+
+    def _op_repkt(self, a, op, know):
+        first = self._local(a, op["src_buff"][0])
+        total = self._read(a, know, a.rank, first)
+        for buff in op["src_buff"][1:]:
+            total = total + self._packets(a, buff, len(total))
+        dst = self._local(a, op["dst_buff"][0])
+        self._write(a, know, a.rank, (dst[0], dst[0] + len(total)), total)
 
     def _cur(self, a):
         return a.ops[a.pc]

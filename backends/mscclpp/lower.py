@@ -105,6 +105,7 @@ class LoweredPlan:
     unit: int
     exact: bool
     inplace: bool = False
+    protocol: str = "Simple"
     n_moves: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -121,7 +122,7 @@ def channel_type(schedule: Schedule, src: int, dst: int) -> str:
     return "port"
 
 
-def lower(schedule: Schedule, inplace: bool = False) -> LoweredPlan:
+def lower(schedule: Schedule, inplace: bool = False, protocol: str = "Simple") -> LoweredPlan:
     """The MSCCL++ program of every rank of ``schedule`` (verified, uniform buffers).
 
     ``inplace``: for calls whose send and receive buffers overlap as NCCL defines in-place
@@ -129,6 +130,13 @@ def lower(schedule: Schedule, inplace: bool = False) -> LoweredPlan:
     the rank's slice of its input). Each rank first copies its input into scratch and the
     schedule reads that copy, so writes into the output never clobber input still to be read;
     no peer writes into a rank before the rank's first credit, sent after the copy.
+
+    ``protocol="LL"``: every remote move is written as LL packets (``ppkt``: data and a flag
+    the reader spins on, so no signal or wait per step) into a scratch slot of its own for the
+    whole call (a reused slot would hold packets with the same flag), then unpacked (``upkt``)
+    or summed (``repkt``) by the receiver. The only synchronization left is one credit per
+    pair at the start of a call (the peer finished its previous call). Memory channels only:
+    a port channel's ``ppkt`` sends a source that is already packets.
 
     :class:`ScheduleError` names what MSCCL++ cannot run: a write into the input buffer, or a
     step whose local ops read and write each other's regions in a cycle.
@@ -144,12 +152,37 @@ def lower(schedule: Schedule, inplace: bool = False) -> LoweredPlan:
     traffic = _Traffic.of(ops, channels)
     staging = [0] * n
     programs: list[list[Instr]] = [[] for _ in range(n)]
+    if protocol not in ("Simple", "LL"):
+        raise ScheduleError(f"MSCCL++ plans have the protocols Simple and LL, not {protocol}")
+    if protocol == "LL" and "port" in channels.values():
+        raise ScheduleError("LL plans use memory channels only (GPUs of one server): this "
+                            "schedule crosses the network, where MSCCL++'s ppkt sends data "
+                            "that is already packets (handlePutPackets); use the Simple "
+                            "protocol")
     if inplace:
         size = units.n_chunks(Buf.INPUT)
         for r in range(n):
             programs[r] += [Instr("copy", src=(Region(Buf.INPUT, 0, size),),
                                   dst=(Region(Buf.SCRATCH, int(snapshot[r]), size),)),
                             Instr("nop")]
+    if protocol == "LL":
+        _packet_programs(ops, programs, own_scratch, staging, traffic, channels)
+    else:
+        _simple_programs(ops, programs, own_scratch, staging, traffic, channels)
+    tbs = tuple(_split(prog, r) for r, prog in enumerate(programs))
+    return LoweredPlan(
+        threadblocks=tbs, channels=channels, input_chunks=units.n_chunks(Buf.INPUT),
+        output_chunks=units.n_chunks(Buf.OUTPUT),
+        scratch_chunks=tuple(int(own_scratch[r]) + staging[r] for r in range(n)),
+        staging_chunks=tuple(staging), unit=facts.unit, exact=facts.exact, inplace=inplace,
+        protocol=protocol, n_moves=int((ops.src != ops.dst).sum()))
+
+
+def _simple_programs(ops: Ops, programs: list[list[Instr]], own_scratch: np.ndarray,
+                     staging: list[int], traffic: _Traffic,
+                     channels: dict[tuple[int, int], str]) -> None:
+    """Each rank's steps with puts, credits and data signals (the module docstring)."""
+    n = len(programs)
     for r in range(n):
         # credits for step 0: nothing happened yet, but the writer must not start before
         # this rank's previous call of the plan is done with its buffers
@@ -160,13 +193,60 @@ def lower(schedule: Schedule, inplace: bool = False) -> LoweredPlan:
         per_rank = _step_moves(ops, rows, own_scratch, staging, channels)
         for r in range(n):
             programs[r] += _rank_step(r, s, per_rank.get(r, ([], [], [])), traffic, channels)
-    tbs = tuple(_split(prog, r) for r, prog in enumerate(programs))
-    return LoweredPlan(
-        threadblocks=tbs, channels=channels, input_chunks=units.n_chunks(Buf.INPUT),
-        output_chunks=units.n_chunks(Buf.OUTPUT),
-        scratch_chunks=tuple(int(own_scratch[r]) + staging[r] for r in range(n)),
-        staging_chunks=tuple(staging), unit=facts.unit, exact=facts.exact, inplace=inplace,
-        n_moves=int((ops.src != ops.dst).sum()))
+
+
+def _packet_programs(ops: Ops, programs: list[list[Instr]], own_scratch: np.ndarray,
+                     staging: list[int], traffic: _Traffic,
+                     channels: dict[tuple[int, int], str]) -> None:
+    """Each rank's steps with LL packets: one slot per remote move, one credit per pair."""
+    n = len(programs)
+    writers_ever: list[set[int]] = [set() for _ in range(n)]
+    for s in range(ops.n_steps):
+        for d, peers in traffic.writers[s].items():
+            writers_ever[d] |= peers
+    for r in range(n):
+        # the call's only credit: this rank finished its previous call
+        programs[r] += _signals(sorted(writers_ever[r]), r, channels)
+    written: list[set[int]] = [set() for _ in range(n)]
+    by_step = _by_step(ops)
+    for s in range(ops.n_steps):
+        rows = by_step.get(s, np.zeros(0, dtype=np.int64))
+        for r, (puts, landings, local) in _packet_moves(ops, rows, own_scratch,
+                                                        staging).items():
+            prog = programs[r]
+            first = sorted({p for op in puts for p in op.peers} - written[r])
+            written[r] |= set(first)
+            if first:
+                prog += _waits(first, r, channels) + [Instr("nop")]
+            prog += puts
+            if puts:
+                prog.append(Instr("nop"))
+            work = _ordered(local + landings, r, s)
+            prog += work
+            if work:
+                prog.append(Instr("nop"))
+
+
+def _packet_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: list[int]
+                  ) -> dict[int, _Moves]:
+    """Per rank at one step: its ``ppkt`` puts, its landings (``upkt`` or ``repkt``) and its
+    local ops; ``staging[d]`` counts the slots rank ``d`` has handed out in this call."""
+    out: dict[int, _Moves] = defaultdict(lambda: ([], [], []))
+    for i in rows:
+        a, b, count = int(ops.src[i]), int(ops.dst[i]), int(ops.count[i])
+        src = Region(Buf(ops.src_buf[i]), int(ops.src_off[i]), count)
+        dst = Region(Buf(ops.dst_buf[i]), int(ops.dst_off[i]), count)
+        reduce = ops.kind[i] == OpKind.REDUCE
+        if a == b:
+            out[a][2].append(Instr("re" if reduce else "copy",
+                                   src=(dst, src) if reduce else (src,), dst=(dst,)))
+            continue
+        slot = Region(Buf.SCRATCH, int(own_scratch[b]) + staging[b], count)
+        staging[b] += count
+        out[a][0].append(Instr("ppkt", "memory", (b,), (src,), (slot,)))
+        out[b][1].append(Instr("repkt" if reduce else "upkt",
+                               src=(dst, slot) if reduce else (slot,), dst=(dst,)))
+    return out
 
 
 def _in_units(schedule: Schedule) -> tuple[Schedule, UnitFacts]:
@@ -404,7 +484,7 @@ def _split(program: list[Instr], rank: int) -> tuple[tuple[Instr, ...], ...]:
     for op in program:
         new_chans = {(op.channel, p) for p in op.peers}
         new_bufs = ({(op.channel, op.peers[0], d.buf) for d in op.dst}
-                    if op.name in ("put", "pwsf") else set())
+                    if op.name in ("put", "pwsf", "ppkt") else set())
         if cur and (len(cur) >= room
                     or len({c for c in chans | new_chans if c[0] == "memory"}) > max_channels
                     or len({c for c in chans | new_chans if c[0] == "port"}) > max_channels

@@ -18,17 +18,19 @@ from cclc.ir import Buf
 __all__ = ["plan_document"]
 
 _CHANNEL_TYPES = ("memory", "port")
+#: ops that write a peer's buffer (their dst_buff names a remote buffer)
+_REMOTE_WRITES = ("put", "pwsf", "ppkt")
 
 
 def plan_document(low: LoweredPlan, *, name: str, collective: str, min_bytes: int,
                   max_bytes: int, threads: int) -> dict:
-    """The plan as a JSON-ready dict (protocol Simple)."""
+    """The plan as a JSON-ready dict."""
     n = len(low.threadblocks)
     gpus = [_gpu(low, r) for r in range(n)]
     return {
         "name": name,
         "collective": collective,
-        "protocol": "Simple",
+        "protocol": low.protocol,
         "inplace": low.inplace,
         "reuse_resources": False,
         "gpus": gpus,
@@ -47,7 +49,7 @@ def _gpu(low: LoweredPlan, rank: int) -> dict:
     buffers: dict[tuple[str, int, int], int] = {}
     for tb in low.threadblocks[rank]:
         for op in tb:
-            if op.name in ("put", "pwsf"):
+            if op.name in _REMOTE_WRITES:
                 buffers.setdefault(_buffer_key(op), len(buffers))
     tbs = [_threadblock(k, tb, channel_id, buffers) for k, tb in enumerate(low.threadblocks[rank])]
     return {
@@ -72,7 +74,7 @@ def _threadblock(tb_id: int, ops: tuple[Instr, ...], channel_id: dict, buffers: 
             cid = channel_id[(op.channel, p)]
             if cid not in chans[_channel(op)]:
                 chans[_channel(op)].append(cid)
-        if op.name in ("put", "pwsf"):
+        if op.name in _REMOTE_WRITES:
             bid = buffers[_buffer_key(op)]
             if bid not in refs[_channel(op)]:
                 refs[_channel(op)].append(bid)
@@ -107,12 +109,12 @@ def _local(region: Region) -> dict:
 def _op(op: Instr, channel_id: dict, buffers: dict, local_channel: dict, local_buffer: dict
         ) -> dict:
     d: dict = {"name": op.name}
-    if op.name in ("copy", "re"):
+    if op.name in ("copy", "re", "upkt", "repkt"):
         d["src_buff"] = [_local(r) for r in op.src]
         d["dst_buff"] = [_local(r) for r in op.dst]
-        if op.name == "re":
+        if op.name in ("re", "repkt"):
             d["reduce_op"] = "sum"
-    elif op.name in ("put", "pwsf"):
+    elif op.name in _REMOTE_WRITES:
         peer = op.peers[0]
         bid = buffers[_buffer_key(op)]
         d["src_buff"] = [_local(op.src[0])]

@@ -7,7 +7,7 @@ from backends.mscclpp.limits import LIMITS, OP_NAMES
 
 def check_limits(plan: dict) -> None:
     """What the loader and executor accept, read from the plan's text."""
-    assert plan["protocol"] == "Simple" and isinstance(plan["inplace"], bool)
+    assert plan["protocol"] in ("Simple", "LL") and isinstance(plan["inplace"], bool)
     assert 1 <= plan["num_threads_per_block"] <= LIMITS["threads_per_block"].value
     for r, gpu in enumerate(plan["gpus"]):
         assert gpu["id"] == r and gpu["input_chunks"] > 0 and gpu["output_chunks"] > 0

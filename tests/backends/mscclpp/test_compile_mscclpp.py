@@ -27,7 +27,9 @@ def test_compile_writes_plans_and_names_what_mscclpp_refuses(tmp_path, capsys):
     assert "collective 'top': no mscclpp output: MSCCL++'s executor sums every reduction" in err
     for name in ("ar", "ag"):
         for inplace, file in ((False, f"{name}.mscclpp.json"),
-                              (True, f"{name}.inplace.mscclpp.json")):
+                              (True, f"{name}.inplace.mscclpp.json"),
+                              (False, f"{name}.ll.mscclpp.json"),
+                              (True, f"{name}.ll.inplace.mscclpp.json")):
             plan = json.loads((out / file).read_text())
             assert plan["inplace"] is inplace
             run(plan, seeds=2)

@@ -100,8 +100,10 @@ def test_backend_renders_one_file_named_for_the_collective():
     s = ring_allgather()
     backend = load("mscclpp")
     files = backend.files(s.collective, EmitOptions())
-    assert files == ("ag_ring.mscclpp.json", "ag_ring.inplace.mscclpp.json")
+    assert files == ("ag_ring.mscclpp.json", "ag_ring.inplace.mscclpp.json",
+                     "ag_ring.ll.mscclpp.json", "ag_ring.ll.inplace.mscclpp.json")
     out = backend.render(s, EmitOptions(), Facts())
+    assert sorted(out) == sorted(files[:2])  # a torus: port channels, no LL plans
     assert json.loads(out[files[1]])["inplace"] is True
     assert json.loads(out[files[1]])["name"] == "ag_ring_inplace"
     plan = json.loads(out[files[0]])
@@ -255,3 +257,77 @@ def test_random_schedules_run_in_every_mode(n):
                 plan = render_plan(s, inplace=inplace)
                 check_limits(plan)
                 run(plan, seeds=2)
+
+
+def _one_server_collectives():
+    node = NodeType("box4", "nvswitch", 4, 450e9, 1e-6)
+    topo = single_node("box", node)
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL,
+                 CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+        coll = make_collective(kind.value, kind, topo, (0, 1, 2, 3), 4 * 4 * 16)
+        for algo in algorithms_for(coll):
+            if algo.applicable(coll) is None:
+                yield f"box-{kind.value}-{algo.name}", algo.build(coll)
+
+
+ONE_SERVER = dict(_one_server_collectives())
+
+
+@pytest.mark.parametrize("key", sorted(ONE_SERVER))
+def test_ll_plans_run(key):
+    """LL packets: no signal or wait per step, one credit per pair and call."""
+    for inplace in (False, True):
+        plan = render_plan(ONE_SERVER[key], EmitOptions(protocol="LL"), inplace=inplace)
+        assert plan["protocol"] == "LL"
+        names = {op["name"] for g in plan["gpus"] for tb in g["threadblocks"]
+                 for op in tb["ops"]}
+        assert "put" not in names and ("ppkt" in names or not any(
+            ch for g in plan["gpus"] for ch in g["channels"]))
+        check_limits(plan)
+        run(plan, seeds=3)
+
+
+def test_ll_refusals_and_mutants():
+    with pytest.raises(ScheduleError, match="memory channels only"):
+        render_plan(ring_allgather(), EmitOptions(protocol="LL"))
+    with pytest.raises(ScheduleError, match="Simple and LL"):
+        render_plan(ONE_SERVER[sorted(ONE_SERVER)[0]], EmitOptions(protocol="LL128"))
+    key = next(k for k in sorted(ONE_SERVER) if k.startswith("box-reducescatter-ring"))
+    plan = render_plan(ONE_SERVER[key], EmitOptions(protocol="LL"))
+    run(plan)
+    # two moves into one packet slot: a reader cannot tell the packets apart
+    m = copy.deepcopy(plan)
+    ppkts = [o for _, tb in _ops(m) for o in tb["ops"] if o["name"] == "ppkt"]
+    same_gpu = [o for o in ppkts if o["dst_buff"][0]["buffer_id"] == 0]
+    same_gpu[1]["dst_buff"][0]["index"] = same_gpu[0]["dst_buff"][0]["index"]
+    with pytest.raises(PlanError):
+        run(m)
+    # a dropped credit: the peer may still be in its previous call
+    m = copy.deepcopy(plan)
+    _, tb = next(_ops(m))
+    del tb["ops"][next(i for i, o in enumerate(tb["ops"]) if o["name"] == "wait")]
+    with pytest.raises(PlanError, match="unmatched|race"):
+        run(m)
+
+
+def test_one_server_gets_ll_plans_for_small_calls():
+    from backends.mscclpp import LL_MAX_BYTES, render_plans
+
+    key = next(k for k in sorted(ONE_SERVER) if k.startswith("box-allreduce"))
+    plans = render_plans(ONE_SERVER[key])
+    assert sorted(plans) == ["allreduce.inplace.mscclpp.json", "allreduce.ll.inplace.mscclpp.json",
+                             "allreduce.ll.mscclpp.json", "allreduce.mscclpp.json"]
+    ll, simple = plans["allreduce.ll.mscclpp.json"], plans["allreduce.mscclpp.json"]
+    assert ll["protocol"] == "LL" and simple["protocol"] == "Simple"
+    assert ll["min_message_size"] == 0 and ll["max_message_size"] <= LL_MAX_BYTES
+    # the windows meet: the next size the Simple plan serves is one granule above
+    granularity = 16 * simple["gpus"][0]["input_chunks"]
+    assert simple["min_message_size"] == ll["max_message_size"] + granularity
+    assert ll["name"] == "allreduce_ll" and plans["allreduce.ll.inplace.mscclpp.json"][
+        "name"] == "allreduce_ll_inplace"
+    for plan in plans.values():
+        run(plan, seeds=2)
+    # across servers: Simple plans only, for every size
+    two = render_plans(SCHEDULES["two-allreduce-ring"])
+    assert sorted(two) == ["allreduce.inplace.mscclpp.json", "allreduce.mscclpp.json"]
+    assert two["allreduce.mscclpp.json"]["min_message_size"] == 0

@@ -29,7 +29,7 @@ def test_reduce_tbg_race_is_found():
 
 
 def test_packet_plans_are_not_modelled():
-    with pytest.raises(Unsupported, match="ppkt"):
+    with pytest.raises(Unsupported, match="not modelled"):
         run(_load("transfer_pack.json"))
 
 
