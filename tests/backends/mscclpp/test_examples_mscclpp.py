@@ -1,8 +1,8 @@
 """Every example collective, planned as ``cclc compile --emit mscclpp`` plans it (under the
 ``mscclpp`` execution model, skipping schedules the backend refuses) and lowered to its MSCCL++
 plans (in-place and not; LL ones too inside one server): each plan stays inside the executor's
-limits and, when small enough, runs correctly in the independent executor; a collective MSCCL++ cannot run is refused with the
-reason.
+limits and, when small enough, runs correctly in the independent executor; a collective
+MSCCL++ cannot run is refused with the reason.
 
 Planning the largest examples takes minutes (hgx16_leafspine about 7, the tpuv4 ones about 4,
 torus5x5x5 about 2 on one core); they run with ``CCLC_SLOW_TESTS=1``."""
