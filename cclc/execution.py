@@ -36,7 +36,9 @@ Every predicted time names the model it comes from:
     are slower, 19.02 us per ping-pong on H200 (``PortChannelOneToOneTest.PingPongPerf``,
     measured figure quoted in commit 5e038eacd2c45fb635800251663e03e31026039d, "Proxy FIFO
     latency improvement (#864)"); the model charges the memory-channel figure on every step.
-    No launch cost is charged (MSCCL++ publishes none for its executor). The plans run one
+    No launch cost is charged (MSCCL++ publishes none for its executor). The LL plans written
+    beside them for small calls inside one server skip the per-step signals but move twice the
+    bytes; the model prices the Simple plans. The plans run one
     threadblock at a time per GPU, whose copies may not reach a link's bandwidth; the model
     assumes they do. A model built from published measurements, not measured with these plans.
 
