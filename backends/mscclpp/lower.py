@@ -7,8 +7,9 @@ sender writing into the peer's memory (``put`` over a channel) and counting sema
 1. **credit waits**: before writing into peer ``p`` at step ``s``, wait for ``p``'s *credit*:
    ``p`` signals it once it has finished everything of its steps before ``s`` (its reads of
    the region about to be overwritten, its consumption of earlier staging, the earlier writers'
-   data it waited for). This is the reverse direction MSCCL++'s own plans guard with a
-   ``signal``/``wait`` pair before their first write;
+   data it waited for), then ``nop`` (one thread waited; every thread must know). This is the
+   reverse direction MSCCL++'s own plans guard with a ``signal``/``wait`` pair before their
+   first write;
 2. **puts** of the step's remote moves, then ``nop`` (a block-wide barrier: every thread's
    stores are done before thread 0 signals);
 3. **data signals** to every peer written to (on a port channel each put is a ``pwsf``: put,
@@ -34,7 +35,8 @@ waits in that same order. Every signal has exactly one wait.
 The rank's program is then cut into threadblocks of at most ``MAX_OPERATION`` operations, 16
 channels and 16 remote buffers each (:data:`backends.mscclpp.limits.LIMITS`), run one after
 another: block ``k`` ends with ``sem_release`` of device semaphore ``k`` and block ``k + 1``
-starts with ``sem_acquire`` of it. ``get`` is not used: at the commit read, ``handleGet`` in
+starts with ``sem_acquire`` of it. With the LL protocol the steps are simpler (packets carry
+their own flags; see :func:`lower`). ``get`` is not used: at the commit read, ``handleGet`` in
 ``execution_kernel.hpp`` reads the remote buffer at the local offset and writes the local buffer
 at the remote one, right only when the two indices are equal.
 """
@@ -42,7 +44,7 @@ at the remote one, right only when the two indices are equal.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -94,7 +96,10 @@ class Instr:
 @dataclass(frozen=True, slots=True)
 class LoweredPlan:
     """Each rank's threadblocks (each a tuple of :class:`Instr`), the channel type of every
-    pair of ranks that talk, and the chunk counts of the plan."""
+    pair of ranks that talk, the chunk counts of the plan (``staging_chunks``: the part of each
+    rank's scratch that receives staged moves), the unit (elements per chunk at the compiled
+    size; ``exact`` False when the schedule's near-equal chunks were made equal, see
+    :func:`backends.units.to_units`), the buffer mode and the protocol."""
 
     threadblocks: tuple[tuple[tuple[Instr, ...], ...], ...]
     channels: dict[tuple[int, int], str]
@@ -106,8 +111,6 @@ class LoweredPlan:
     exact: bool
     inplace: bool = False
     protocol: str = "Simple"
-    n_moves: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 def channel_type(schedule: Schedule, src: int, dst: int) -> str:
@@ -175,7 +178,7 @@ def lower(schedule: Schedule, inplace: bool = False, protocol: str = "Simple") -
         output_chunks=units.n_chunks(Buf.OUTPUT),
         scratch_chunks=tuple(int(own_scratch[r]) + staging[r] for r in range(n)),
         staging_chunks=tuple(staging), unit=facts.unit, exact=facts.exact, inplace=inplace,
-        protocol=protocol, n_moves=int((ops.src != ops.dst).sum()))
+        protocol=protocol)
 
 
 def _simple_programs(ops: Ops, programs: list[list[Instr]], own_scratch: np.ndarray,
