@@ -56,6 +56,8 @@ def served_sizes(schedule: Schedule, low: LoweredPlan) -> tuple[int, int, int]:
     size_chunks = (low.output_chunks if schedule.collective.kind is CollectiveKind.ALLGATHER
                    else low.input_chunks)
     longest = max(low.input_chunks, low.output_chunks, *low.scratch_chunks)
+    if low.protocol == "LL":
+        longest *= 2  # packets sit at twice their data's offset (handlePutPackets)
     largest_chunk = LIMITS["byte_offset"].value // longest // align * align
     return align * size_chunks, 0, largest_chunk * size_chunks
 
@@ -137,7 +139,7 @@ def render_plans(schedule: Schedule, options: EmitOptions | None = None) -> dict
 
 
 class MscclppBackend:
-    """One MSCCL++ execution plan per collective."""
+    """The MSCCL++ execution plans of each collective (see the module docstring)."""
 
     name = "mscclpp"
     wants_simulation = False
