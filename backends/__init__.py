@@ -22,6 +22,7 @@ __all__ = ["BACKENDS", "SCHEDULE_BACKENDS", "load"]
 BACKENDS: dict[str, str] = {
     "json": "backends.json",
     "msccl": "backends.msccl",
+    "mscclpp": "backends.mscclpp",
     "nccl": "backends.nccl",
     "html": "backends.html",
     "tuner": "backends.tuner",
@@ -29,7 +30,7 @@ BACKENDS: dict[str, str] = {
 
 #: the outputs of a compiled schedule, what ``cclc compile --emit`` offers (the tuner's subject
 #: is a table of NCCL parameters, written by ``cclc tune``)
-SCHEDULE_BACKENDS: tuple[str, ...] = ("json", "msccl", "nccl", "html")
+SCHEDULE_BACKENDS: tuple[str, ...] = ("json", "msccl", "mscclpp", "nccl", "html")
 
 
 def load(name: str) -> Backend[Any, Any]:

@@ -25,6 +25,22 @@ Every predicted time names the model it comes from:
     the event-driven simulator), each op paying the per-hop software latency of the Simple
     protocol over NVLink, 3.4 us (NCCL 2.21 ``src/graph/tuning.cc``, ``hwLat[NVLINK]`` of
     ring/Simple), plus one launch of 8.4 us per call (as above). A model, not measured.
+``mscclpp``
+    MSCCL++ execution plans as ``--emit mscclpp`` lowers them: each rank runs its steps in
+    order, and before writing into a peer at a step waits for that peer's credit (the peer
+    finished its previous step), then signals the data: lockstep between peers, each step
+    paying two one-way synchronizations, one measured signal+wait round trip of MSCCL++'s
+    memory channel, 2.345 us on H100 (``SemaphorePerfTest.SignalPingPong``, measured figure
+    quoted in microsoft/mscclpp commit 4f3638b60db4640eb5f0cd4c1c92e05a72227474, "Use PTX red
+    for D2D semaphore signal (#768)"). Port channels (the network, through MSCCL++'s proxy)
+    are slower, 19.02 us per ping-pong on H200 (``PortChannelOneToOneTest.PingPongPerf``,
+    measured figure quoted in commit 5e038eacd2c45fb635800251663e03e31026039d, "Proxy FIFO
+    latency improvement (#864)"); the model charges the memory-channel figure on every step.
+    No launch cost is charged (MSCCL++ publishes none for its executor). The LL plans written
+    beside them for small calls inside one server skip the per-step signals but move twice the
+    bytes; the model prices the Simple plans. The plans run one
+    threadblock at a time per GPU, whose copies may not reach a link's bandwidth; the model
+    assumes they do. A model built from published measurements, not measured with these plans.
 
 On a fabric whose declared routing is ``ecmp`` the time is priced with the spines ECMP would
 hash each flow onto (:func:`cclc.fabric_routing.ecmp_routes`); the spines cclc plans are a
@@ -75,6 +91,10 @@ _NCCL_LAUNCH = 8.4e-6
 #: NCCL's per-hop software latency of the Simple protocol over NVLink (NCCL 2.21 tuning.cc)
 _SIMPLE_HOP = 3.4e-6
 
+#: MSCCL++ memory-channel signal+wait round trip measured on H100 (microsoft/mscclpp commit
+#: 4f3638b6, SemaphorePerfTest.SignalPingPong, "Red-based (new): 2.345 us/iter")
+_MSCCLPP_ROUND_TRIP = 2.345e-6
+
 #: what one group (one launch) of the dataflow NCCL library costs
 NCCL_GROUP_OVERHEAD = _NCCL_LAUNCH
 
@@ -88,6 +108,10 @@ BACKEND_MODELS: dict[str, ExecutionModel] = {
     "msccl": ExecutionModel("msccl", "event", op_overhead=_SIMPLE_HOP,
                             call_overhead=_NCCL_LAUNCH,
                             description="dataflow, 3.4 us per op, 8.4 us per call"),
+    "mscclpp": ExecutionModel("mscclpp", "lockstep", step_overhead=_MSCCLPP_ROUND_TRIP,
+                              description="lockstep steps (credit and data signal per peer), "
+                              "2.345 us per step (MSCCL++'s measured signal+wait round "
+                              "trip, H100)"),
 }
 
 

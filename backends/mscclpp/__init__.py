@@ -1,0 +1,174 @@
+"""MSCCL++ execution plans: ``<name>.mscclpp.json`` for out-of-place calls and
+``<name>.inplace.mscclpp.json`` for in-place ones, per collective; for a schedule inside one
+server also ``<name>.ll.mscclpp.json`` and ``<name>.ll.inplace.mscclpp.json``, LL-packet plans
+for calls up to :data:`LL_MAX_BYTES`, the Simple ones then serving the larger calls.
+
+MSCCL++ (microsoft/mscclpp) runs custom schedules as JSON execution plans: its executor
+(``src/core/executor/``) loads them per rank, and its NCCL-API library (``libmscclpp_nccl.so``)
+routes ``ncclAllReduce``, ``ncclAllGather`` and ``ncclReduceScatter`` calls to registered plans.
+:func:`backends.mscclpp.lower.lower` turns the schedule's two-sided moves into one-sided puts
+with the signals and waits that order them; :func:`backends.mscclpp.plan.plan_document` writes
+the loader's JSON; :data:`backends.mscclpp.limits.LIMITS` holds what the executor accepts.
+MSCCL++ matches a call to a plan by its buffer mode (``src/ext/nccl/algorithm_selector.cc``
+``matchExecutionPlan``): ``torch.distributed.all_reduce`` is in-place,
+``all_gather_into_tensor`` and ``reduce_scatter_tensor`` usually out-of-place, hence both. A
+plan is size-generic: it serves every call whose size is a multiple of ``buffer_alignment``
+(16 B) times its chunk count, within ``[min_message_size, max_message_size]``.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from backends.common import c_identifier
+from backends.contract import Backend, Contents, EmitOptions, Facts
+from backends.msccl.lower import LimitError
+from backends.mscclpp.limits import COMMIT, LIMITS, REPOSITORY
+from backends.mscclpp.lower import LoweredPlan, chunk_refusal, lower
+from backends.mscclpp.plan import plan_document
+from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, ReduceOp
+from cclc.errors import ScheduleError
+from cclc.ir import Schedule
+
+__all__ = ["BACKEND", "COLLECTIVES", "LL_MAX_BYTES", "MscclppBackend", "render_plan",
+           "render_plans", "served_sizes"]
+
+#: the collectives an MSCCL++ plan names (python/mscclpp/language/collectives.py: AllGather,
+#: AllReduce, ReduceScatter, AllToAll); it has no broadcast or reduce plan
+COLLECTIVES = {k: k.value for k in (CollectiveKind.ALLREDUCE, CollectiveKind.ALLGATHER,
+                                    CollectiveKind.REDUCESCATTER, CollectiveKind.ALLTOALL)}
+
+#: the largest call the LL plans serve when both protocols are written: MSCCL++'s own selector
+#: runs its packet AllReduce on one server up to 1 MiB (src/ext/nccl/algorithm_selector.cc,
+#: ``selectSingleNodeAllreduce``: "<= 64KB or <= 1MB" without NVLS zero-copy)
+LL_MAX_BYTES = 1 << 20
+
+#: schedules up to this many ops are lowered when ``auto`` asks whether MSCCL++ takes them
+LOWER_TO_REFUSE_OPS = 20_000
+
+
+def served_sizes(schedule: Schedule, low: LoweredPlan) -> tuple[int, int, int]:
+    """``(granularity, min_bytes, max_bytes)``: the message sizes the plan serves (bytes of the
+    input buffer, of the output for allgather, as the loader's ``checkMessageSize`` measures
+    them). The largest keeps every byte offset in the ``uint32_t`` of ``Operation``."""
+    align = LIMITS["buffer_alignment"].value
+    size_chunks = (low.output_chunks if schedule.collective.kind is CollectiveKind.ALLGATHER
+                   else low.input_chunks)
+    longest = max(low.input_chunks, low.output_chunks, *low.scratch_chunks)
+    if low.protocol == "LL":
+        longest *= 2  # packets sit at twice their data's offset (handlePutPackets)
+    largest_chunk = LIMITS["byte_offset"].value // longest // align * align
+    return align * size_chunks, 0, largest_chunk * size_chunks
+
+
+def _why_not(schedule: Schedule) -> str | None:
+    """What makes MSCCL++ unable to run this collective at all, or None."""
+    coll = schedule.collective
+    if coll.kind not in COLLECTIVES:
+        return (f"MSCCL++ execution plans have no {coll.kind.value} collective (they name "
+                "allreduce, allgather, reducescatter and alltoall)")
+    if coll.kind in REDUCING_KINDS and coll.op is not ReduceOp.SUM:
+        # execution_kernel.hpp instantiates handleReduceSend / handleReadReduceSend with their
+        # default OpType = SUM; the plan's "reduce_op" is not read
+        return (f"MSCCL++'s executor sums every reduction (the plan's reduce_op is not read "
+                f"at {REPOSITORY} {COMMIT[:7]}); this collective reduces with "
+                f"'{coll.op.value}'")
+    return None
+
+
+def _checked(schedule: Schedule) -> None:
+    why = _why_not(schedule)
+    if why is not None:
+        raise ScheduleError(why)
+
+
+def render_plan(schedule: Schedule, options: EmitOptions | None = None,
+                inplace: bool = False, protocol: str | None = None,
+                window: tuple[int, int] | None = None) -> dict:
+    """The execution plan of ``schedule`` (for in-place calls with ``inplace``; in
+    ``protocol``, else ``options.protocol``; serving the sizes of ``window``, else every size it
+    can) as a JSON-ready dict; :class:`ScheduleError` names what MSCCL++ cannot run."""
+    options = options or EmitOptions()
+    protocol = protocol or options.protocol
+    _checked(schedule)
+    low = lower(schedule, inplace=inplace, protocol=protocol)
+    _, min_bytes, max_bytes = served_sizes(schedule, low)
+    if window is not None:
+        min_bytes, max_bytes = window
+    threads = options.nthreads or LIMITS["threads_per_block"].value
+    if threads > LIMITS["threads_per_block"].value:
+        raise LimitError(f"num_threads_per_block {threads} is above "
+                         f"{LIMITS['threads_per_block'].value} "
+                         f"({LIMITS['threads_per_block'].cite()})")
+    name = (c_identifier(schedule.collective.name) + ("_ll" if protocol == "LL" else "")
+            + ("_inplace" if inplace else ""))
+    return plan_document(low, name=name,
+                         collective=COLLECTIVES[schedule.collective.kind],
+                         min_bytes=options.min_bytes or min_bytes,
+                         max_bytes=options.max_bytes or max_bytes, threads=threads)
+
+
+def render_plans(schedule: Schedule, options: EmitOptions | None = None) -> dict[str, dict]:
+    """File name -> plan: out-of-place and in-place plans; with the default protocol and no
+    size window asked for, LL plans for calls up to :data:`LL_MAX_BYTES` beside Simple plans
+    for larger ones, when the schedule stays inside one server (LL plans use memory channels
+    only)."""
+    options = options or EmitOptions()
+    base = c_identifier(schedule.collective.name)
+    plans = {f"{base}{suffix}.mscclpp.json": render_plan(schedule, options, inplace=inplace)
+             for inplace, suffix in ((False, ""), (True, ".inplace"))}
+    simple = plans[f"{base}.mscclpp.json"]
+    one_server = all(ch["channel_type"] == "memory" for g in simple["gpus"]
+                     for ch in g["channels"])
+    if not (options.protocol == "Simple" and options.min_bytes is None
+            and options.max_bytes is None and one_server):
+        return plans
+    gpu = simple["gpus"][0]
+    chunks = gpu["output_chunks" if simple["collective"] == "allgather" else "input_chunks"]
+    granularity = simple["buffer_alignment"] * chunks
+    largest = simple["max_message_size"]
+    ll_max = min(LL_MAX_BYTES // granularity * granularity, largest)
+    if ll_max == 0:
+        return plans
+    for inplace, suffix in ((False, ""), (True, ".inplace")):
+        plans[f"{base}.ll{suffix}.mscclpp.json"] = render_plan(
+            schedule, options, inplace=inplace, protocol="LL", window=(0, ll_max))
+        plans[f"{base}{suffix}.mscclpp.json"]["min_message_size"] = ll_max + granularity
+    return plans
+
+
+class MscclppBackend:
+    """The MSCCL++ execution plans of each collective (see the module docstring)."""
+
+    name = "mscclpp"
+    wants_simulation = False
+
+    def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
+        base = c_identifier(key.name)
+        return (f"{base}.mscclpp.json", f"{base}.inplace.mscclpp.json",
+                f"{base}.ll.mscclpp.json", f"{base}.ll.inplace.mscclpp.json")
+
+    def render(self, subject: Schedule, options: EmitOptions, facts: Facts
+               ) -> dict[str, Contents]:
+        return {name: json.dumps(plan, separators=(",", ":")) + "\n"
+                for name, plan in render_plans(subject, options).items()}
+
+    def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
+        return []
+
+    def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
+        """Why :meth:`render` would refuse ``subject``: a collective MSCCL++ has no plan for,
+        or (for schedules small enough to lower quickly) what the lowering refuses."""
+        why = _why_not(subject) or chunk_refusal(subject)
+        if why is not None:
+            return why
+        if len(subject.ops) <= LOWER_TO_REFUSE_OPS:
+            try:
+                lower(subject)
+            except ScheduleError as err:
+                return err.message
+        return None
+
+
+BACKEND: Backend[Collective, Schedule] = MscclppBackend()

@@ -1,0 +1,36 @@
+"""``cclc compile --emit json,mscclpp`` writes both plans of every collective, and a collective
+MSCCL++ cannot run is reported by name, not a traceback."""
+
+from __future__ import annotations
+
+import json
+
+from backends.mscclpp.executor import run
+from cclc.cli import main
+
+SOURCE = """
+node box = nvswitch(gpus = 4) { link 450 GB/s, 1 us }
+topology one = node(box)
+collective ar = allreduce on one { size 1 MiB; dtype fp32 }
+collective ag = allgather on one { size 256 KiB; algorithm ring }
+collective top = allreduce on one { size 1 MiB; op max }
+"""
+
+
+def test_compile_writes_plans_and_names_what_mscclpp_refuses(tmp_path, capsys):
+    src = tmp_path / "box.ccl"
+    src.write_text(SOURCE)
+    out = tmp_path / "out"
+    rc = main(["compile", str(src), "-o", str(out), "--emit", "json,mscclpp"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert "collective 'top': no mscclpp output: MSCCL++'s executor sums every reduction" in err
+    for name in ("ar", "ag"):
+        for inplace, file in ((False, f"{name}.mscclpp.json"),
+                              (True, f"{name}.inplace.mscclpp.json"),
+                              (False, f"{name}.ll.mscclpp.json"),
+                              (True, f"{name}.ll.inplace.mscclpp.json")):
+            plan = json.loads((out / file).read_text())
+            assert plan["inplace"] is inplace
+            run(plan, seeds=2)
+    assert not (out / "top.mscclpp.json").exists()

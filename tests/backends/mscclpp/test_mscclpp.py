@@ -1,0 +1,333 @@
+"""The MSCCL++ backend: plans for every small schedule run correctly in the independent
+executor, stay inside the executor's limits, and what MSCCL++ cannot run is refused clearly."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+from backend_helpers import (
+    check_golden,
+    fabric_2x3,
+    pairwise_alltoall,
+    random_allgather,
+    random_reducescatter,
+    ring_allgather,
+    ring_reducescatter,
+    swap_allreduce,
+)
+from plan_checks import check_limits
+
+from backends import load
+from backends.contract import EmitOptions, Facts
+from backends.msccl.lower import LimitError
+from backends.mscclpp import render_plan
+from backends.mscclpp.executor import PlanError, run
+from backends.mscclpp.limits import LIMITS
+from cclc.algorithms import algorithms_for
+from cclc.collective import CollectiveKind, ReduceOp, make_collective
+from cclc.errors import ScheduleError
+from cclc.topology import NodeType, single_node, torus
+
+
+def _small_collectives():
+    """Every registered algorithm on a few small machines, for the collectives MSCCL++ names
+    (the fabric has two servers: memory channels inside one, port channels between them)."""
+    machines = [torus("ring4", (4,)), torus("ring3", (3,)), torus("t23", (2, 3)), fabric_2x3()]
+    for topo in machines:
+        n = topo.n_ranks
+        for kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL,
+                     CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+            coll = make_collective(kind.value, kind, topo, tuple(range(n)), 4 * n * n * 4)
+            for algo in algorithms_for(coll):
+                if algo.applicable(coll) is None:
+                    yield f"{topo.name}-{kind.value}-{algo.name}", algo.build(coll)
+
+
+SCHEDULES = dict(_small_collectives())
+HAND_MADE = {
+    "ring-allgather": ring_allgather, "ring-reducescatter": ring_reducescatter,
+    "pairwise-alltoall": pairwise_alltoall,
+    **{f"random-allgather-{k}": (lambda k=k: random_allgather(6, k)) for k in range(3)},
+    **{f"random-reducescatter-{k}": (lambda k=k: random_reducescatter(5, k)) for k in range(3)},
+}
+
+
+@pytest.mark.parametrize("key", sorted(SCHEDULES))
+def test_every_small_schedule_runs(key):
+    for inplace in (False, True):
+        plan = render_plan(SCHEDULES[key], inplace=inplace)
+        assert plan["inplace"] is inplace
+        check_limits(plan)
+        run(plan, seeds=2)
+
+
+@pytest.mark.parametrize("key", sorted(HAND_MADE))
+def test_hand_made_schedules_run(key):
+    for inplace in (False, True):
+        plan = render_plan(HAND_MADE[key](), inplace=inplace)
+        check_limits(plan)
+        run(plan, seeds=3)
+
+
+def test_port_channels_between_servers():
+    """Two servers of three GPUs: peers in one server use memory channels, the others port
+    channels with put-signal-flush."""
+    key = next(k for k in sorted(SCHEDULES) if k.startswith("two-allgather"))
+    plan = render_plan(SCHEDULES[key])
+    kinds = {ch["channel_type"] for g in plan["gpus"] for ch in g["channels"]}
+    assert kinds == {"memory", "port"}
+    names = {op["name"] for g in plan["gpus"] for tb in g["threadblocks"] for op in tb["ops"]}
+    assert "pwsf" in names and "put" in names
+    run(plan, seeds=4)
+
+
+def test_long_programs_are_split_into_chained_threadblocks():
+    s = random_allgather(12, 5)
+    plan = render_plan(s)
+    check_limits(plan)
+    tbs = [len(g["threadblocks"]) for g in plan["gpus"]]
+    assert max(tbs) > 1
+    gpu = plan["gpus"][tbs.index(max(tbs))]
+    assert len(gpu["semaphores"]) == len(gpu["threadblocks"]) - 1
+    assert gpu["threadblocks"][1]["ops"][0] == {"name": "sem_acquire", "semaphore_ids": [0]}
+    run(plan, seeds=3)
+
+
+def test_backend_renders_one_file_named_for_the_collective():
+    s = ring_allgather()
+    backend = load("mscclpp")
+    files = backend.files(s.collective, EmitOptions())
+    assert files == ("ag_ring.mscclpp.json", "ag_ring.inplace.mscclpp.json",
+                     "ag_ring.ll.mscclpp.json", "ag_ring.ll.inplace.mscclpp.json")
+    out = backend.render(s, EmitOptions(), Facts())
+    assert sorted(out) == sorted(files[:2])  # a torus: port channels, no LL plans
+    assert json.loads(out[files[1]])["inplace"] is True
+    assert json.loads(out[files[1]])["name"] == "ag_ring_inplace"
+    plan = json.loads(out[files[0]])
+    assert plan["collective"] == "allgather" and plan["name"] == "ag_ring"
+    # the sizes it serves: multiples of 16 B x chunks, every byte offset within uint32
+    assert plan["min_message_size"] == 0
+    chunks = plan["gpus"][0]["output_chunks"]
+    assert plan["max_message_size"] % (16 * chunks) == 0
+    assert plan["max_message_size"] // chunks * max(
+        g["scratch_chunks"] for g in plan["gpus"]) < 2**32
+    assert backend.refusal(s, EmitOptions()) is None
+
+
+def test_refusals_name_the_reason():
+    backend = load("mscclpp")
+    topo = torus("ring4", (4,))
+    bcast = make_collective("b", CollectiveKind.BROADCAST, topo, (0, 1, 2, 3), 64, root=0)
+    algo = next(a for a in algorithms_for(bcast) if a.applicable(bcast) is None)
+    s = algo.build(bcast)
+    assert "no broadcast collective" in backend.refusal(s, EmitOptions())
+    with pytest.raises(ScheduleError, match="no broadcast collective"):
+        render_plan(s)
+    rs_max = ring_reducescatter(op=ReduceOp.MAX)
+    assert "sums every reduction" in backend.refusal(rs_max, EmitOptions())
+    with pytest.raises(ScheduleError, match="writes its input buffer"):
+        render_plan(swap_allreduce())
+    with pytest.raises(LimitError, match="MAX|1024"):
+        render_plan(ring_allgather(), EmitOptions(nthreads=2048))
+
+
+def test_limits_are_cited():
+    for name, limit in LIMITS.items():
+        assert re.search(r"\S+ in microsoft/mscclpp src/\S+ @ 1f5f065", limit.cite()), name
+
+
+# -- mutants of an emitted plan: the executor must reject each ---------------------------------
+
+def _ops(plan):
+    for g in plan["gpus"]:
+        for tb in g["threadblocks"]:
+            yield g, tb
+
+
+def _emitted(inplace: bool = False):
+    """A ring reduce-scatter inside one server: memory channels only."""
+    node = NodeType("box4", "nvswitch", 4, 450e9, 1e-6)
+    coll = make_collective("rs", CollectiveKind.REDUCESCATTER, single_node("box", node),
+                           (0, 1, 2, 3), 4 * 4 * 16)
+    algo = next(a for a in algorithms_for(coll) if a.name == "ring")
+    plan = render_plan(algo.build(coll), inplace=inplace)
+    assert {ch["channel_type"] for g in plan["gpus"] for ch in g["channels"]} == {"memory"}
+    return plan
+
+
+def test_emitted_plan_mutants_are_rejected():
+    plan = _emitted()
+    run(plan)
+    # a dropped data wait: the landing reads scratch before the put is known done
+    m = copy.deepcopy(plan)
+    _, tb = next((g, tb) for g, tb in _ops(m) if any(o["name"] == "wait" for o in tb["ops"]))
+    waits = [i for i, o in enumerate(tb["ops"]) if o["name"] == "wait"]
+    del tb["ops"][waits[1]]
+    with pytest.raises(PlanError, match="race|unmatched|deadlock"):
+        run(m)
+    # a dropped credit wait: a put may overwrite staging its peer has not consumed
+    m = copy.deepcopy(plan)
+    _, tb = next(_ops(m))
+    first = next(i for i, o in enumerate(tb["ops"]) if o["name"] == "wait")
+    del tb["ops"][first]
+    with pytest.raises(PlanError, match="race|unmatched|deadlock"):
+        run(m)
+    # a put into the wrong chunk
+    m = copy.deepcopy(plan)
+    put = next(o for _, tb in _ops(m) for o in tb["ops"] if o["name"] == "put")
+    put["dst_buff"][0]["index"] += 1
+    with pytest.raises(PlanError):
+        run(m)
+    # a reduce applied twice
+    m = copy.deepcopy(plan)
+    _, tb = next((g, tb) for g, tb in _ops(m) if any(o["name"] == "re" for o in tb["ops"]))
+    i = next(i for i, o in enumerate(tb["ops"]) if o["name"] == "re")
+    tb["ops"][i + 1:i + 1] = [{"name": "nop"}, copy.deepcopy(tb["ops"][i])]
+    with pytest.raises(PlanError, match="postcondition"):
+        run(m)
+    # no nop between the puts and their signal
+    m = copy.deepcopy(plan)
+    _, tb = next((g, tb) for g, tb in _ops(m) if any(o["name"] == "put" for o in tb["ops"]))
+    i = next(i for i, o in enumerate(tb["ops"]) if o["name"] == "put")
+    assert tb["ops"][i + 1] == {"name": "nop"}
+    del tb["ops"][i + 1]
+    with pytest.raises(PlanError, match="race"):
+        run(m)
+    # too many ops in one threadblock
+    m = copy.deepcopy(plan)
+    _, tb = next(_ops(m))
+    tb["ops"] += [{"name": "nop"}] * LIMITS["ops_per_tb"].value
+    with pytest.raises(PlanError, match="MAX_OPERATION"):
+        run(m)
+
+
+def test_execution_model_is_priced_per_step():
+    from cclc.execution import BACKEND_MODELS, IR_MODEL, model_for, predict
+
+    model = model_for(["json", "mscclpp"])
+    assert model is BACKEND_MODELS["mscclpp"] and model.mode == "lockstep"
+    s = ring_allgather()
+    extra = predict(s, model).time - predict(s, IR_MODEL).time
+    assert extra == pytest.approx(s.n_steps * 2.345e-6)
+
+
+def test_an_out_of_place_plan_run_in_place_is_caught():
+    """The in-place plan's input copy is needed: the out-of-place plan of a direct alltoall,
+    marked in-place, lets peers overwrite input the rank still sends."""
+    key = "two-alltoall-direct"
+    plan = render_plan(SCHEDULES[key])
+    run(plan)
+    plan["inplace"] = True
+    with pytest.raises(PlanError, match="race"):
+        run(plan)
+    run(render_plan(SCHEDULES[key], inplace=True))
+
+
+@pytest.mark.parametrize("name, make", [("ag_ring", ring_allgather), ("rs_box", None)])
+def test_golden_plans(name, make):
+    """The plans of a ring allgather on a torus (port channels) and of a ring reduce-scatter
+    in one server (memory channels), printed in full for review (CCLC_REGEN=1 rewrites)."""
+    for inplace in (False, True):
+        plan = render_plan(make(), inplace=inplace) if make else _emitted(inplace)
+        suffix = ".inplace" if inplace else ""
+        check_golden(f"mscclpp/{name}{suffix}.mscclpp.txt", _printed(plan))
+
+
+def _printed(plan: dict) -> str:
+    """The plan one op a line (its JSON, in the order MSCCL++ runs it)."""
+    lines = [json.dumps({k: v for k, v in plan.items() if k != "gpus"})]
+    for gpu in plan["gpus"]:
+        lines.append("gpu " + json.dumps({k: v for k, v in gpu.items() if k != "threadblocks"}))
+        for tb in gpu["threadblocks"]:
+            lines.append("  tb " + json.dumps({k: v for k, v in tb.items() if k != "ops"}))
+            lines += ["    " + json.dumps(op) for op in tb["ops"]]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("n", [3, 4, 7])
+def test_random_schedules_run_in_every_mode(n):
+    """Random gossip allgathers and random reduction trees (relays through scratch, staging
+    reused from step to step), in place and not, under several interleavings."""
+    for seed in range(4):
+        for s in (random_allgather(n, 100 + seed), random_reducescatter(n, 200 + seed)):
+            for inplace in (False, True):
+                plan = render_plan(s, inplace=inplace)
+                check_limits(plan)
+                run(plan, seeds=2)
+
+
+def _one_server_collectives():
+    node = NodeType("box4", "nvswitch", 4, 450e9, 1e-6)
+    topo = single_node("box", node)
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL,
+                 CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+        coll = make_collective(kind.value, kind, topo, (0, 1, 2, 3), 4 * 4 * 16)
+        for algo in algorithms_for(coll):
+            if algo.applicable(coll) is None:
+                yield f"box-{kind.value}-{algo.name}", algo.build(coll)
+
+
+ONE_SERVER = dict(_one_server_collectives())
+
+
+@pytest.mark.parametrize("key", sorted(ONE_SERVER))
+def test_ll_plans_run(key):
+    """LL packets: no signal or wait per step, one credit per pair and call."""
+    for inplace in (False, True):
+        plan = render_plan(ONE_SERVER[key], EmitOptions(protocol="LL"), inplace=inplace)
+        assert plan["protocol"] == "LL"
+        names = {op["name"] for g in plan["gpus"] for tb in g["threadblocks"]
+                 for op in tb["ops"]}
+        assert "put" not in names and ("ppkt" in names or not any(
+            ch for g in plan["gpus"] for ch in g["channels"]))
+        check_limits(plan)
+        run(plan, seeds=3)
+
+
+def test_ll_refusals_and_mutants():
+    with pytest.raises(ScheduleError, match="memory channels only"):
+        render_plan(ring_allgather(), EmitOptions(protocol="LL"))
+    with pytest.raises(ScheduleError, match="Simple and LL"):
+        render_plan(ONE_SERVER[sorted(ONE_SERVER)[0]], EmitOptions(protocol="LL128"))
+    key = next(k for k in sorted(ONE_SERVER) if k.startswith("box-reducescatter-ring"))
+    plan = render_plan(ONE_SERVER[key], EmitOptions(protocol="LL"))
+    run(plan)
+    # two moves into one packet slot: a reader cannot tell the packets apart
+    m = copy.deepcopy(plan)
+    ppkts = [o for _, tb in _ops(m) for o in tb["ops"] if o["name"] == "ppkt"]
+    same_gpu = [o for o in ppkts if o["dst_buff"][0]["buffer_id"] == 0]
+    same_gpu[1]["dst_buff"][0]["index"] = same_gpu[0]["dst_buff"][0]["index"]
+    with pytest.raises(PlanError):
+        run(m)
+    # a dropped credit: the peer may still be in its previous call
+    m = copy.deepcopy(plan)
+    _, tb = next(_ops(m))
+    del tb["ops"][next(i for i, o in enumerate(tb["ops"]) if o["name"] == "wait")]
+    with pytest.raises(PlanError, match="unmatched|race"):
+        run(m)
+
+
+def test_one_server_gets_ll_plans_for_small_calls():
+    from backends.mscclpp import LL_MAX_BYTES, render_plans
+
+    key = next(k for k in sorted(ONE_SERVER) if k.startswith("box-allreduce"))
+    plans = render_plans(ONE_SERVER[key])
+    assert sorted(plans) == ["allreduce.inplace.mscclpp.json", "allreduce.ll.inplace.mscclpp.json",
+                             "allreduce.ll.mscclpp.json", "allreduce.mscclpp.json"]
+    ll, simple = plans["allreduce.ll.mscclpp.json"], plans["allreduce.mscclpp.json"]
+    assert ll["protocol"] == "LL" and simple["protocol"] == "Simple"
+    assert ll["min_message_size"] == 0 and ll["max_message_size"] <= LL_MAX_BYTES
+    # the windows meet: the next size the Simple plan serves is one granule above
+    granularity = 16 * simple["gpus"][0]["input_chunks"]
+    assert simple["min_message_size"] == ll["max_message_size"] + granularity
+    assert ll["name"] == "allreduce_ll" and plans["allreduce.ll.inplace.mscclpp.json"][
+        "name"] == "allreduce_ll_inplace"
+    for plan in plans.values():
+        run(plan, seeds=2)
+    # across servers: Simple plans only, for every size
+    two = render_plans(SCHEDULES["two-allreduce-ring"])
+    assert sorted(two) == ["allreduce.inplace.mscclpp.json", "allreduce.mscclpp.json"]
+    assert two["allreduce.mscclpp.json"]["min_message_size"] == 0
