@@ -28,7 +28,7 @@ from backends.mscclpp.limits import COMMIT, LIMITS, REPOSITORY
 from backends.mscclpp.lower import LoweredPlan, chunk_refusal, lower
 from backends.mscclpp.plan import plan_document
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, ReduceOp
-from cclc.errors import ScheduleError
+from cclc.errors import NotExpressible, ScheduleError
 from cclc.ir import Schedule
 
 __all__ = ["BACKEND", "COLLECTIVES", "LL_MAX_BYTES", "MscclppBackend", "render_plan",
@@ -44,8 +44,21 @@ COLLECTIVES = {k: k.value for k in (CollectiveKind.ALLREDUCE, CollectiveKind.ALL
 #: ``selectSingleNodeAllreduce``: "<= 64KB or <= 1MB" without NVLS zero-copy)
 LL_MAX_BYTES = 1 << 20
 
-#: schedules up to this many ops are lowered when ``auto`` asks whether MSCCL++ takes them
-LOWER_TO_REFUSE_OPS = 20_000
+#: the last lowerings, so that the candidate ``auto`` asked about and then chose is lowered
+#: once for its out-of-place Simple plan; two, since the next candidate is asked about before
+#: the winner is rendered
+_RECENT_LOWERINGS: list[tuple[Schedule, tuple[bool, str], LoweredPlan]] = []
+
+
+def _lowered(schedule: Schedule, inplace: bool = False, protocol: str = "Simple"
+             ) -> LoweredPlan:
+    for seen, key, low in _RECENT_LOWERINGS:
+        if seen is schedule and key == (inplace, protocol):
+            return low
+    low = lower(schedule, inplace=inplace, protocol=protocol)
+    _RECENT_LOWERINGS.insert(0, (schedule, (inplace, protocol), low))
+    del _RECENT_LOWERINGS[2:]
+    return low
 
 
 def served_sizes(schedule: Schedule, low: LoweredPlan) -> tuple[int, int, int]:
@@ -80,7 +93,7 @@ def _why_not(schedule: Schedule) -> str | None:
 def _checked(schedule: Schedule) -> None:
     why = _why_not(schedule)
     if why is not None:
-        raise ScheduleError(why)
+        raise NotExpressible(why)
 
 
 def render_plan(schedule: Schedule, options: EmitOptions | None = None,
@@ -92,7 +105,7 @@ def render_plan(schedule: Schedule, options: EmitOptions | None = None,
     options = options or EmitOptions()
     protocol = protocol or options.protocol
     _checked(schedule)
-    low = lower(schedule, inplace=inplace, protocol=protocol)
+    low = _lowered(schedule, inplace=inplace, protocol=protocol)
     _, min_bytes, max_bytes = served_sizes(schedule, low)
     if window is not None:
         min_bytes, max_bytes = window
@@ -159,16 +172,15 @@ class MscclppBackend:
 
     def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
         """Why :meth:`render` would refuse ``subject``: a collective MSCCL++ has no plan for,
-        or (for schedules small enough to lower quickly) what the lowering refuses."""
-        why = _why_not(subject) or chunk_refusal(subject)
-        if why is not None:
-            return why
-        if len(subject.ops) <= LOWER_TO_REFUSE_OPS:
-            try:
-                lower(subject)
-            except ScheduleError as err:
-                return err.message
-        return None
+        or what the lowering refuses, whatever the op count (the lowering is kept for the
+        render that follows when this candidate wins)."""
+        try:
+            why = _why_not(subject) or chunk_refusal(subject)
+            if why is None:
+                _lowered(subject)
+        except ScheduleError as err:
+            return err.message
+        return why
 
 
 BACKEND: Backend[Collective, Schedule] = MscclppBackend()

@@ -50,7 +50,7 @@ import numpy as np
 
 from backends.mscclpp.limits import LIMITS
 from backends.units import UnitFacts, UnitsTooLong, to_units, units_refusal
-from cclc.errors import ScheduleError
+from cclc.errors import NotExpressible, ScheduleError
 from cclc.ir import Buf, OpKind, Ops, Schedule
 
 __all__ = ["BUF_LETTER", "Instr", "LoweredPlan", "Region", "channel_type", "chunk_refusal",
@@ -262,7 +262,7 @@ def _in_units(schedule: Schedule) -> tuple[Schedule, UnitFacts]:
         # the loader computes a peer's offsets from its own call's size, so every rank must
         # cut its buffers alike; src/ext/nccl/nccl.cc answers ncclAllToAllv "currently
         # unavailable"
-        raise ScheduleError(
+        raise NotExpressible(
             f"the ranks send different amounts ({int(totals.min())} to {int(totals.max())} "
             "elements: a non-uniform alltoall); an MSCCL++ plan takes one buffer size on "
             "every rank and MSCCL++ has no alltoallv: use the NCCL library (--emit nccl), "
