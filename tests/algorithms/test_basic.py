@@ -58,6 +58,7 @@ def _check_links(s) -> None:
         assert at == group[int(s.ops.dst[i])]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("topo_name", TOPOLOGIES)
 @pytest.mark.parametrize("algo,kind", CASES)
 def test_verifies_for_group_sizes_2_to_9(topo_name, algo, kind):

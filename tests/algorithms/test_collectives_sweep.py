@@ -46,6 +46,7 @@ def check(coll, name: str, **params):
     return s
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,kind", SWITCH, ids=[f"{a}-{k.value}" for a, k in SWITCH])
 def test_switch_every_group_size(name, kind):
     for n in SIZES:
@@ -54,6 +55,7 @@ def test_switch_every_group_size(name, kind):
         check(coll, name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", RING_KINDS, ids=lambda k: k.value)
 def test_biring_on_physical_rings(kind):
     for n in SIZES:
@@ -64,6 +66,7 @@ def test_biring_on_physical_rings(kind):
         assert set(s.routes.lengths()[s.ops.route[s.ops.src != s.ops.dst]].tolist()) == {1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", RING_KINDS, ids=lambda k: k.value)
 def test_foldedring_every_size_and_fault_position(kind):
     for n in range(3, 34):

@@ -102,6 +102,7 @@ def _check(schedule):
     return t, p
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_synth_schedules_are_correct_and_near_the_lp(name):
     coll = _a2a(CASES[name], per_pair=240, algorithm="synth")
@@ -113,6 +114,7 @@ def test_synth_schedules_are_correct_and_near_the_lp(name):
         assert p["lp_fraction"] == pytest.approx(lp / t, rel=5e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("per_pair", [4, 240, 1 << 16])
 def test_never_slower_than_the_best_template(per_pair):
     # `algorithm synth`, with every other entry evaluated beside it (explain)
@@ -123,6 +125,7 @@ def test_never_slower_than_the_best_template(per_pair):
     assert times["synth"] <= best_template * (1 + 1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("per_pair", [4, 1 << 16])
 def test_under_auto_the_planner_races_the_synthesized_schedule(per_pair):
     # under `auto` synth returns its own schedule (no template inside it) and the planner
@@ -136,6 +139,7 @@ def test_under_auto_the_planner_races_the_synthesized_schedule(per_pair):
         assert p.name == "synth" and params["status"] == "optimal" and "template" not in params
 
 
+@pytest.mark.slow
 def test_large_sizes_approach_the_lp_rate():
     # 1 MiB per pair on a 5x5 torus with two failed links in one ring
     coll = _a2a(CASES["5x5 two faults in one ring"], per_pair=1 << 18, algorithm="synth")
@@ -166,6 +170,7 @@ def test_oversubscribed_fabric_with_failed_cable_and_nvlink_nodes():
     _check(get("synth").build(coll))
 
 
+@pytest.mark.slow
 def test_budget_runs_out_into_a_template():
     coll = _a2a(CASES["3x3x3 one fault"], algorithm="synth", budget=1e-6)
     # the hint's parameters as the planner hands them (build() alone would use the default)
@@ -212,6 +217,7 @@ def faulty_tori(draw):
     return faulty
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(faulty_tori(), st.sampled_from([4, 96, 4096]))
 def test_random_faulty_tori(topo, per_pair):

@@ -141,6 +141,7 @@ def test_pricing_model_is_the_planners():
     assert step_cost(IR_MODEL) == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_name", ["msccl", "nccl"])
 @pytest.mark.parametrize("name", ["5x5 two faults in one ring", "4x4 failed rank"])
 def test_packing_for_the_model_is_never_slower_under_it(name, model_name):
@@ -158,6 +159,7 @@ def test_packing_for_the_model_is_never_slower_under_it(name, model_name):
     assert simulate(lockstep).time >= flows.lp_time * (1 - 1e-9)
 
 
+@pytest.mark.slow
 def test_plan_builds_synth_for_its_model():
     coll = _a2a(CASES["4x4 failed rank"], algorithm="synth")
     msccl = BACKEND_MODELS["msccl"]

@@ -34,6 +34,7 @@ def test_ratio_says_slower(bench):
     assert bench._ratio(1.0, 2.0) == "2.00x slower"
 
 
+@pytest.mark.slow
 def test_side_by_side_run_against_a_git_revision(tmp_path):
     if shutil.which("git") is None or subprocess.run(
             ["git", "-C", str(_ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:

@@ -25,6 +25,7 @@ def test_c_identifier(name, ident):
     assert c_identifier(name) == ident
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.text(max_size=20))
 def test_c_identifier_is_always_a_c_identifier(name):

@@ -16,6 +16,7 @@ collective ag2 = allgather on ring { size 64 KiB; dtype bf16; algorithm ring }
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC_BUILD_UNAVAILABLE is not None, reason=str(NVCC_BUILD_UNAVAILABLE))
 def test_compile_emits_xml_report_sources_and_library(tmp_path, capsys):
     src = tmp_path / "ag.ccl"

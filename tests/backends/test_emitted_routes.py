@@ -115,6 +115,7 @@ def _check_emitted(coll, schedule) -> int:
     return len(checked)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_example_emits_only_moves_its_routing_makes(path):
     from cclc.plan import plan
@@ -129,6 +130,7 @@ def test_every_example_emits_only_moves_its_routing_makes(path):
 _TORI = [p for p in EXAMPLES if any(c.topology.kind == "torus" for c in _load(p))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("routing", ["none", "dimension_order"])
 @pytest.mark.parametrize("path", _TORI, ids=lambda p: p.stem)
 def test_torus_examples_compile_under_each_gpu_and_router_routing(path, routing):
@@ -158,6 +160,7 @@ def _variant(coll, routing: str | None, fault_seed: int | None):
     return replace(coll, topology=topo)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=st.sampled_from(_CASES),
        routing=st.sampled_from([None, "none", "dimension_order", "shortest"]),

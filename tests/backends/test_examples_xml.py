@@ -28,6 +28,7 @@ SLOW_OPS = 16_000
 CITED = re.compile(r"in (microsoft/msccl|Azure/msccl-executor-nccl|ROCm/rccl) \S+ @ [0-9a-f]{7}")
 
 
+@pytest.mark.slow  # plans every example: minutes
 @pytest.mark.parametrize("path, large", [
     *(pytest.param(p, False, id=p.stem) for p in EXAMPLES),
     *(pytest.param(p, True, id=f"{p.stem}-large", marks=pytest.mark.slow) for p in EXAMPLES)])

@@ -50,6 +50,7 @@ def test_hierarchical_reductions_on_2_nodes_of_3(tmp_path, kind):
     run_mpi(s, tmp_path, inplace=kind is CollectiveKind.ALLREDUCE)
 
 
+@pytest.mark.slow
 def test_same_step_hazards_in_place_and_int_max(tmp_path):
     # reads of slots the same step rewrites, and an in-place call at 3x the compiled count
     run_mpi(swap_allreduce(), tmp_path / "swap", scale=3, inplace=True)
@@ -58,6 +59,7 @@ def test_same_step_hazards_in_place_and_int_max(tmp_path):
             inplace=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, algos", [(CollectiveKind.BROADCAST, ["ring", "tree"]),
                                          (CollectiveKind.REDUCE, ["tree", "ring"])])
 def test_rooted_collectives(tmp_path, kind, algos):
@@ -67,6 +69,7 @@ def test_rooted_collectives(tmp_path, kind, algos):
     run_mpi(s, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [DType.FP16, DType.BF16, DType.INT64, DType.UINT8])
 def test_other_data_types_at_run_time(tmp_path, dtype):
     # the data type is a run-time argument; the schedule counts elements

@@ -69,6 +69,7 @@ def _small_collectives():
 SCHEDULES = dict(_small_collectives())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", sorted(SCHEDULES))
 def test_executor_accepts_every_emitted_xml(key):
     s = SCHEDULES[key]

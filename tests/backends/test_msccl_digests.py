@@ -112,6 +112,7 @@ def _check(got: dict) -> None:
         f"{k}: {saved[k][:60]} -> {got[k][:60]}" for k in changed[:3])
 
 
+@pytest.mark.slow
 def test_lowering_matches_saved_digests():
     _check(_cases())
 

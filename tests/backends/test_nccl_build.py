@@ -51,6 +51,7 @@ def test_reduction_op_is_compiled_in():
     assert "return a < b ? b : a;" in cu and "return a + b;" not in cu
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC_BUILD_UNAVAILABLE is not None, reason=str(NVCC_BUILD_UNAVAILABLE))
 def test_nvcc_builds_the_library_and_exports_the_entry_point(tmp_path):
     s = ring_reducescatter(name="my-rs.v2")

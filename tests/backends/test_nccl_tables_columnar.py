@@ -50,6 +50,7 @@ def test_random_reducescatters_match_the_loop(n, seed, op):
     _same_as_reference(random_reducescatter(n, seed, op=op))
 
 
+@pytest.mark.slow
 def test_hazards_and_relays_match_the_loop():
     _same_as_reference(swap_allreduce())
     _same_as_reference(swap_alltoall())
@@ -74,6 +75,7 @@ def _faulty_torus():
     return with_faults(t, links=[(a, b), (b, a)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_schedules_match_the_loop(path):
     import dsl

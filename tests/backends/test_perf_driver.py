@@ -101,6 +101,7 @@ def _check(out: str, coll, dtype: str, reference: bool = True):
     return rows
 
 
+@pytest.mark.slow
 def test_allreduce_of_the_hgx_example_in_several_types(tmp_path):
     program = load(EXAMPLES / "hgx_node.ccl")
     coll = next(c for c in program.collectives if c.name == "grads")
@@ -117,6 +118,7 @@ def test_allreduce_of_the_hgx_example_in_several_types(tmp_path):
     _check(out, coll, "bfloat16", reference=False)
 
 
+@pytest.mark.slow
 def test_alltoall_on_a_faulty_torus_and_a_pairwise_ring(tmp_path):
     coll = make_collective("a2a", CollectiveKind.ALLTOALL, torus333_faulty(), tuple(range(27)),
                            27 * 27 * 4)
@@ -135,6 +137,7 @@ def test_nonuniform_alltoall_is_measured_against_alltoallv(tmp_path):
            coll, "int32")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, op, root", [
     (CollectiveKind.BROADCAST, ReduceOp.SUM, 2),
     (CollectiveKind.REDUCE, ReduceOp.MAX, 3),
@@ -193,6 +196,7 @@ def test_usage_errors(tmp_path):
         assert proc.returncode == 2 and words in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC_BUILD_UNAVAILABLE is not None or shutil.which("mpicxx") is None,
                     reason=f"make perf needs nvcc with NCCL's headers and mpicxx: "
                            f"{NVCC_BUILD_UNAVAILABLE or 'mpicxx is not installed'}")

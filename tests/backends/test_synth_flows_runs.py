@@ -31,6 +31,7 @@ def _faulty_5x5():
     return with_faults(t, links=[(a, b), (b, a), (c, d), (d, c)], ranks=[t.rank_at((2, 4))])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["msccl", "msccl-executor", "rccl"])
 def test_msccl_executor_runs_the_synthesized_xml(runtime):
     s = _synth(_faulty_5x5(), per_pair=64)
@@ -39,6 +40,7 @@ def test_msccl_executor_runs_the_synthesized_xml(runtime):
     execute(render_xml(s, EmitOptions(msccl_runtime=runtime)))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun is not installed")
 def test_mpi_run_of_a_synthesized_alltoall(tmp_path):
     s = _synth(torus333_faulty(), per_pair=32)

@@ -39,12 +39,14 @@ def _synth(make, kind):
     return s
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun is not installed")
 @pytest.mark.parametrize("make, kind", CASES, ids=lambda x: getattr(x, "__name__", str(x)))
 def test_synth_runs_under_mpi(tmp_path, make, kind):
     run_mpi(_synth(make, kind), tmp_path, inplace=kind is K.ALLREDUCE)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun is not installed")
 @pytest.mark.parametrize("kind", [K.ALLGATHER, K.REDUCESCATTER, K.ALLREDUCE])
 def test_tapered_synth_runs_under_mpi(tmp_path, kind):
@@ -62,6 +64,7 @@ def test_tapered_synth_runs_under_mpi(tmp_path, kind):
     run_mpi(s, tmp_path, inplace=kind is K.ALLREDUCE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make, kind", CASES, ids=lambda x: getattr(x, "__name__", str(x)))
 def test_synth_runs_in_the_msccl_executor(make, kind):
     s = _synth(make, kind)

@@ -28,6 +28,7 @@ def test_nccl_type_names_ncclDataType_t():
         nccl_type("torch.complex64")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC_BUILD_UNAVAILABLE is not None,
                     reason=f"building the library: {NVCC_BUILD_UNAVAILABLE}")
 @pytest.mark.parametrize("schedule", [ring_reducescatter(), pairwise_alltoall(4, 3)],

@@ -69,6 +69,7 @@ def test_random_schedules_in_units_are_the_same_schedules(n, seed, gather):
     _check_same(make(n, seed, elems=3))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["allgather", "alltoall", "reducescatter", "allreduce"])
 def test_registry_schedules_in_units(kind):
     from cclc.algorithms import algorithms_for

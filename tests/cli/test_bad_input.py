@@ -53,6 +53,7 @@ def test_nccl_channels_zero_is_a_bad_flag(tmp_path, capsys):
            capsys, "argument --nccl-channels: must be an integer in 1..64, got 0")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where, value, needle", [
     (("collective", "size"), 10**30, "outside the 64-bit range"),
     # one integer past 64 bits makes numpy read the whole list as floats

@@ -130,6 +130,7 @@ def _readme_first_compile() -> str:
 BLOCKS = [(page, i) for page in PAGES for i, _ in enumerate(shown_commands(page))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page, index", BLOCKS,
                          ids=[f"{p.relative_to(ROOT)}#{i}" for p, i in BLOCKS])
 def test_console_block_runs_as_shown(page: Path, index: int, tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ def run_cli(monkeypatch, capsys):
     return run
 
 
+@pytest.mark.slow
 def test_synth_reports_status_solver_and_lp_fraction(tmp_path, run_cli):
     src = tmp_path / "t.ccl"
     src.write_text(SOURCE.replace("ALGO", "synth"))

@@ -14,6 +14,7 @@ from cclc.diagnose.timings import to_pairs_csv
 from cclc.serialize import load
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failed", [True, False])
 def test_measure_diagnose_recompile(tmp_path, capsys, failed):
     src = "examples/torus5x5.ccl"

@@ -46,6 +46,7 @@ def _raw_builds(coll):
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.integers(2, 5), min_size=1, max_size=3), st.integers(0, 10_000),
        st.sampled_from(["none", "dimension_order", "shortest"]),
@@ -75,6 +76,7 @@ def test_columnar_relays_match_the_reference(dims, seed, routing, kind, fault):
             raise AssertionError(f"{name} on {dims} ({routing}): {e}") from None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("routing", ["none", "dimension_order", "shortest"])
 def test_relayed_schedules_of_a_faulty_3d_torus_match_the_reference(routing):
     t = torus("t", (3, 3, 4), routing=routing)

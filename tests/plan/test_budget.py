@@ -43,6 +43,7 @@ def collectives(draw):
         return None
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(coll=collectives())
 def test_estimate_is_a_lower_bound_on_every_schedule_built(coll):

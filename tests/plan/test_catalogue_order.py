@@ -18,6 +18,7 @@ def _order(first_import: str) -> list[str]:
     return out.stdout.split()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", ["from cclc.algorithms import synth_flows",
                                    "import cclc.algorithms.synth_trees",
                                    "import cclc.algorithms.torus_alltoall",

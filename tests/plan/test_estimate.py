@@ -89,6 +89,7 @@ def test_rounding_keeps_the_bound_below_the_load(dims, fault, elems):
             assert est.time <= _busiest(s) * (1 + 1e-12), algo.name
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.integers(2, 4), min_size=1, max_size=3).filter(lambda d: np.prod(d) <= 27),
        st.one_of(st.none(), st.integers(0, 10_000)),

@@ -62,6 +62,7 @@ def test_layout_traffic_is_the_built_schedules_traffic(dims, fault, entry, elems
     assert got == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.integers(2, 5), min_size=1, max_size=3).filter(lambda d: np.prod(d) <= 64),
        st.one_of(st.none(), st.integers(0, 10_000)),

@@ -224,6 +224,7 @@ def test_the_failed_rank_torus_bound_is_the_joint_lp():
     assert "joint" in lp_bound(f.coll).description
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("machine", list(MACHINES))
 @pytest.mark.parametrize("per_rank", [4, 1024, 64 * 1024])
 def test_no_verified_allreduce_beats_the_bound(machine, per_rank):

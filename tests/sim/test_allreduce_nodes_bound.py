@@ -55,6 +55,7 @@ def fewest_one_way_messages(n: int) -> int:
         frontier, depth = nxt, depth + 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3, 4, 5])
 def test_one_way_gossip_needs_2n_minus_2_messages(n):
     # the fact the bound rests on (Harary and Schwenk), for the sizes a test can enumerate

@@ -105,6 +105,7 @@ def test_tree_loads_route_every_byte_down_one_tree():
         assert fed.max() <= 1
 
 
+@pytest.mark.slow
 def test_bounds_above_the_pdlp_limit_route_and_keep_the_cut_bound(monkeypatch):
     """Forced on a small faulty torus: ``lp_bound`` takes the routed path, says so, is at
     least the cut bound (the cut's links are one of its certificates) and at most the full

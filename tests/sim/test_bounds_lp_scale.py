@@ -129,6 +129,7 @@ def _automorphisms(topo) -> int:
     return sum(1 for _ in matcher.isomorphisms_iter())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dims,wrap", [((5, 5), None), ((3, 4), None), ((3, 3, 3), None),
                                        ((5, 3), (True, False)), ((4, 3), (False, False))])
 def test_torus_symmetries_are_the_graph_automorphisms(dims, wrap):

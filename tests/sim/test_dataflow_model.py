@@ -50,6 +50,7 @@ def test_never_faster_than_event_mode_and_equal_without_shared_lanes(dims, routi
     assert dataflow_time(s, 0.0, own) == pytest.approx(event, rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dims, routing", [((5, 5), "source"), ((5, 5), "none"),
                                            ((5, 5, 5), "source")])
 def test_mate_and_matee_run_at_event_mode_time(dims, routing):

@@ -80,6 +80,7 @@ def _torus_schedules():
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("build, coll", _torus_schedules())
 def test_algorithm_schedules(build, coll):
     s = build(coll)

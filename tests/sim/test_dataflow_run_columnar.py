@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from dataflow_run_reference import reference_run
 from drawn_schedules import KINDS, schedules
 from hypothesis import HealthCheck, given, settings
@@ -45,6 +46,7 @@ def _check(s, overhead, lanes, what):
     _same_run(s, placed, overhead + 1e-6, False, what)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.integers(2, 4), min_size=1, max_size=3), st.integers(0, 1000),
        st.sampled_from(KINDS), st.sampled_from(["none", "source", "dimension_order"]),
@@ -56,6 +58,7 @@ def test_columnar_run_matches_the_loop(dims, seed, kind, routing, fault, mult, o
         _check(s, overhead, lanes, name)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.integers(2, 3), min_size=1, max_size=2), st.integers(0, 1000),
        st.sampled_from(KINDS), st.integers(1, 4), st.sampled_from([0.0, 8.4e-6]),

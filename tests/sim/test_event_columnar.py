@@ -5,6 +5,7 @@ critical path, on every registered algorithm over random tori, faults, sizes and
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from drawn_schedules import KINDS, schedules
 from event_reference import reference_event
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from cclc.sim import _event, _local_time, prepare
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.integers(2, 4), min_size=1, max_size=3), st.integers(0, 1000),
        st.sampled_from(KINDS), st.sampled_from(["none", "source", "dimension_order"]),

@@ -169,6 +169,7 @@ def _topologies():
 TOPOLOGIES = _topologies()
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(range(len(TOPOLOGIES))),
        st.sampled_from([K.ALLGATHER, K.REDUCESCATTER, K.ALLREDUCE, K.ALLTOALL, K.BROADCAST]),

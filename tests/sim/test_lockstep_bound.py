@@ -56,6 +56,7 @@ def test_none_where_it_does_not_apply():
     assert lockstep_bound(allreduce) is None
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(st.integers(2, 4), st.integers(1, 4), st.data(),
        st.sampled_from([1 << 14, 1 << 20, 1 << 23]),

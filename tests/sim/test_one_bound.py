@@ -28,6 +28,7 @@ def _collectives_benchmark():
     return module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
 def test_cclc_bounds_prints_the_bound_compile_uses(path, capsys):
     program = dsl.load(path)
@@ -40,6 +41,7 @@ def test_cclc_bounds_prints_the_bound_compile_uses(path, capsys):
         assert (name, float(us)) == (b.name, pytest.approx(b.best * 1e6, abs=1e-3))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["torus5x5_fault.ccl", "hgx_node.ccl"])
 def test_compile_and_the_readme_table_use_the_same_bound(name):
     """The plan behind ``cclc compile`` and a row of the README's table, side by side."""

@@ -123,6 +123,7 @@ def _check_paths(coll, flows):
     assert flows.lp_time * (1 - 1e-3) <= routed <= 1.25 * flows.lp_time
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("full", [False, True])
 def test_fewer_paths_beats_cutting_and_rescaling(monkeypatch, full):
     """The shares dropped to keep MAX_PATHS per pair go where links have room: the busiest

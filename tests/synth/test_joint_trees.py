@@ -111,6 +111,7 @@ def test_faulty_5x5_allreduce_meets_the_bound_where_separate_phases_cannot():
     assert trees_time <= bandwidth * 1.03
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dims, links, ranks", [((5, 5), [0], ()), ((4, 4), [], (6,)),
                                                 ((3, 4), [0, 17], ())])
 def test_joint_allreduce_verifies_and_matches_numpy(dims, links, ranks):

@@ -111,6 +111,7 @@ def _check_valid(coll, sol) -> float:
     return float((load / topo.link_bandwidth).max())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dims, links", [
     ((3, 3, 3), [(0, 1)]),
     ((4, 4), [(0, 1), (5, 9)]),
@@ -137,6 +138,7 @@ def _faults(draw):
     return [(int(t.link_src[e]), int(t.link_dst[e])) for e in picks]
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_faults())
 @example(links=[(14, 15), (5, 4), (0, 4)])
@@ -155,6 +157,7 @@ def test_routed_paths_over_fault_positions(links):
     assert busiest <= 1.10 * lp
 
 
+@pytest.mark.slow
 def test_solve_flows_routes_above_the_threshold(monkeypatch):
     coll = _a2a((3, 3, 3), [(0, 1)])
     assert solve_flows(coll).status != "routed"
@@ -164,6 +167,7 @@ def test_solve_flows_routes_above_the_threshold(monkeypatch):
     _check_valid(coll, sol)
 
 
+@pytest.mark.slow
 def test_routed_synth_schedule_verifies(monkeypatch):
     monkeypatch.setattr(flows_mod, "ROUTE_ABOVE", 10)
     coll = _a2a((3, 3, 3), [(0, 1)], budget=120)

@@ -148,6 +148,7 @@ def test_in_trees_on_a_switch_match_direct(name, tname, kind):
     check_numeric(s)
 
 
+@pytest.mark.slow
 def test_pcie_fabric_trees_are_near_the_bound():
     # the PCIe servers' switches split off: the trees reach most of the bound where the hop
     # graph's packing reached a third of it

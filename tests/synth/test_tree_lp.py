@@ -181,6 +181,7 @@ def test_phase_time_bounds_the_simulated_time(kind, chunks):
     assert sim >= exact - steps * (alpha - float(g.latency.min())) - 1e-12
 
 
+@pytest.mark.slow
 def test_pcie_fabric_trees_reach_95_percent_at_128_mib():
     # the level-synchronous trees (one chunk per tree) of the PCIe fabric example
     topo = dsl.load("examples/pcie_oversubscribed.ccl").topologies["cluster"]

@@ -109,6 +109,7 @@ def faulty_tori(draw):
     return topo, group
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(faulty_tori(), st.sampled_from(KINDS), st.integers(1, 3), st.integers(1, 4))
 def test_synth_on_faulty_tori_verifies_and_matches_numpy(machine, kind, per_rank, chunks):
@@ -127,6 +128,7 @@ def test_synth_on_faulty_tori_verifies_and_matches_numpy(machine, kind, per_rank
     assert t >= bounds(coll).best * (1 - 1e-9)
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(faulty_tori())
 def test_packings_are_spanning_arborescences_never_above_the_optimum(machine):

@@ -53,6 +53,7 @@ def _move_slider(browser, value, panel=0):
         "s.dispatchEvent(new Event('input'));")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", ["torus5x5_fault.ccl", "hgx_node.ccl",
                                      "hgx16_leafspine.ccl", "tpuv4_4x4x4_ocs.ccl"])
 def test_page_renders_every_rank_and_link(browser, tmp_path, example):

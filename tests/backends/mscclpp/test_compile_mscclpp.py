@@ -1,5 +1,5 @@
 """``cclc compile --emit json,mscclpp`` writes both plans of every collective, and a collective
-MSCCL++ cannot run is reported by name, not a traceback."""
+MSCCL++ cannot express is skipped with a note naming it (exit 0), not a traceback."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ def test_compile_writes_plans_and_names_what_mscclpp_refuses(tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(["compile", str(src), "-o", str(out), "--emit", "json,mscclpp"])
     err = capsys.readouterr().err
-    assert rc == 1 and "Traceback" not in err
-    assert "collective 'top': no mscclpp output: MSCCL++'s executor sums every reduction" in err
+    assert rc == 0 and "Traceback" not in err
+    assert ("collective 'top': no mscclpp output, its format cannot express this collective: "
+            "MSCCL++'s executor sums every reduction") in err
     for name in ("ar", "ag"):
         for inplace, file in ((False, f"{name}.mscclpp.json"),
                               (True, f"{name}.inplace.mscclpp.json"),
