@@ -46,5 +46,5 @@ def test_headline_renders_the_largest_size_allreduce():
     small = {**row, "nominal": 1 << 20, "auto": "direct"}
     data = {"rows": [small, row], "model": "test model", "meta": {"command": "python x"}}
     lines = report.render_headline(data)
-    assert lines[-1] == "| a | 8 | ring | 97.0% | ring/simple | 2.00x slower |"
+    assert "| a | 8 | ring | 97.0% | ring/simple | 2.00x slower |" in lines
     assert "1 GiB" in lines[0] and "test model" in lines[0]

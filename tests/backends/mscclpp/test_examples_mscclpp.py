@@ -36,6 +36,7 @@ REFUSED = re.compile(r"no (broadcast|reduce) collective|sums every reduction|non
                      r"alltoall|equal chunks")
 
 
+@pytest.mark.slow  # plans and runs every example's plans: a minute or more
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_plans(path):
     import dsl
