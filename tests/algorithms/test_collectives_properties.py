@@ -3,6 +3,7 @@ applicable algorithm of issue 5 verifies, matches numpy, and is never faster tha
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +48,7 @@ def machines(draw):
                       latency=2e-6)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(topo=machines(), data=st.data())

@@ -27,6 +27,7 @@ A2A = ["halfring+dimrotation", "foldedring+dimrotation", "line+dimrotation", "ma
        "direct"]
 
 
+@pytest.mark.slow
 def test_alltoall_on_faulty_3x3x3_torus(tmp_path):
     topo = torus333_faulty()
     coll = make_collective("a2a", CollectiveKind.ALLTOALL, topo, tuple(range(27)),
@@ -76,6 +77,7 @@ def test_other_data_types_at_run_time(tmp_path, dtype):
     run_mpi(ring_reducescatter(n=4), tmp_path, scale=3, dtype=dtype)
 
 
+@pytest.mark.slow
 def test_uneven_chunks_run_at_any_count(tmp_path):
     # a ring allreduce of 43 elements on 6 ranks cuts its buffer into chunks of 7 and 8: the
     # library computes each chunk's offset from the call's count, so counts that 6 does not
@@ -92,6 +94,7 @@ def test_uneven_chunks_run_at_any_count(tmp_path):
         run_mpi(s, tmp_path / f"c{count}", count=count, inplace=count == 43)
 
 
+@pytest.mark.slow
 def test_floor_cut_chunks_run_at_any_count(tmp_path):
     from backends.units import to_units
 

@@ -152,6 +152,7 @@ def test_rooted_and_scattering_collectives_on_6_ranks(tmp_path, kind, op, root):
            coll, "int32")
 
 
+@pytest.mark.slow
 def test_uneven_ring_allreduce_runs_at_any_count(tmp_path):
     # 43 fp32 elements cut into near-equal chunks: the sweep's counts are not multiples of 6
     node = NodeType("one", "nvswitch", 1, 450e9, 1e-6, nics=1, nic_bandwidth=50e9)
@@ -184,6 +185,7 @@ def test_a_wrong_result_is_counted_and_fails(tmp_path):
         assert int(r[8]) > 0 and int(r[12]) > 0 and r[15] == "0"   # MPI's own stays right
 
 
+@pytest.mark.slow
 def test_usage_errors(tmp_path):
     s = pairwise_alltoall(3, 2)
     folder = emit(s, tmp_path)[0].parent

@@ -38,6 +38,7 @@ def test_random_reducescatter_xml(n, seed):
     _check_xml(random_reducescatter(n, seed))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun is not installed")
 def test_random_schedules_over_mpi(tmp_path):
     run_mpi(random_allgather(5, 7), tmp_path / "ag", scale=2)

@@ -44,6 +44,7 @@ def _source(tmp_path, algo="ring"):
     return path
 
 
+@pytest.mark.slow
 def test_writes_verified_files(tmp_path, run_cli):
     from cclc.verify import verify
 
@@ -224,6 +225,7 @@ def test_a_foreign_file_of_the_nccl_backend_is_refused_up_front(tmp_path, run_cl
     assert not (out / "a2a.schedule.json").exists()     # refused before any work
 
 
+@pytest.mark.slow
 def test_an_output_the_schedule_cannot_take_does_not_cost_the_others(tmp_path, run_cli,
                                                                     monkeypatch):
     _fake_backend(tmp_path, monkeypatch, "refusing_backend_for_test", "msccl", refuse=True)

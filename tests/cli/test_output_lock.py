@@ -72,6 +72,7 @@ def _assert_one_run(out: Path, faulty: bool) -> None:
     assert any(topology["links"]["failed"]) == faulty
 
 
+@pytest.mark.slow
 def test_second_compile_into_a_held_folder_is_refused(sources):
     out = sources / "out"
     first = _compile(sources / "faulty.ccl", out)
@@ -89,6 +90,7 @@ def test_second_compile_into_a_held_folder_is_refused(sources):
     _assert_one_run(out, faulty=True)
 
 
+@pytest.mark.slow
 def test_a_killed_holder_does_not_block_the_next_compile(sources):
     out = sources / "out"
     first = _compile(sources / "faulty.ccl", out)

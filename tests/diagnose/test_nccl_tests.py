@@ -263,6 +263,7 @@ def _pair_runs(topo, faults, hosts, noise, seed):
     return logs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failed", [False, True])
 def test_nccl_tests_measure_diagnose_recompile(tmp_path, capsys, failed):
     src = "examples/torus5x5.ccl"

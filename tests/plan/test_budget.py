@@ -84,6 +84,7 @@ def test_refusal_names_the_smallest_entry_when_it_fits():
         check_budget(est, memory=1 << 30)
 
 
+@pytest.mark.slow
 def test_compile_refuses_a_million_rank_mesh_before_writing(tmp_path, capsys):
     src = tmp_path / "m.ccl"
     src.write_text("topology t = mesh(1000, 1000) { link 32 GB/s, 100 ns }\n"

@@ -46,6 +46,7 @@ def _busiest(schedule) -> float:
                         + topo.link_latency[used]))
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.integers(2, 5), min_size=1, max_size=3),
        st.one_of(st.none(), st.integers(0, 10_000)),
@@ -71,6 +72,7 @@ def test_the_bound_is_the_busiest_link_of_the_built_schedule(dims, fault, kind, 
             assert bound <= time * (1 + 1e-12), (algo.name, model.name)
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.integers(3, 4), min_size=2, max_size=3), st.integers(0, 10_000),
        st.sampled_from([1, 7, 11]))

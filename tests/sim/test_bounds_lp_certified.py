@@ -164,6 +164,7 @@ def test_the_certificate_against_networkx_distances(topo, seed):
         assert got == 0.0
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(faulty_tori(), st.booleans(), st.integers(0, 2 ** 31 - 1))
 def test_the_certified_lp_brackets_the_exact_lp(topo, uniform, seed):
@@ -228,6 +229,7 @@ def _faulty_5x5x5():
     return with_faults(torus("t5", (5, 5, 5), bandwidth=B, latency=1e-7), links=[(0, 1)])
 
 
+@pytest.mark.slow
 def test_a_faulty_5x5x5_torus_is_certified_by_default():
     """22 350 flow variables: above the exact LP's limit, so PDLP and the certificate; the
     bound is the exact LP's (which HiGHS solves here in seconds) to TOLERANCE."""

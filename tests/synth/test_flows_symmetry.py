@@ -61,6 +61,7 @@ def test_automorphisms_of_known_cases(dims, links, ranks, wrap, order):
     _check_group(coll, sym)
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_every_element_is_an_automorphism(data):

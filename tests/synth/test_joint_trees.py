@@ -65,6 +65,7 @@ def faulty_tori(draw):
     return topo, draw(st.integers(1, 3))
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(faulty_tori())
 def test_joint_packing_is_trees_and_never_beats_the_allreduce_bound(machine):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,6 +41,7 @@ def machines(draw):
     return with_faults(topo, links=pairs) if pairs else topo
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(machines(), st.sampled_from([K.ALLGATHER, K.REDUCESCATTER, K.ALLREDUCE]),
        st.sampled_from([2**12, 2**20, 3 * 2**18]))

@@ -112,6 +112,7 @@ def test_rounded_units_against_every_composition(two_server_ag):
     assert time_of(got) < time_of([3, 3, 3, 3])
 
 
+@pytest.mark.slow
 def test_tapered_build_is_what_the_pipeline_time_predicts(two_server_ag):
     coll, syn = two_server_ag
     s = get("synth").build(coll, race=0)
@@ -148,6 +149,7 @@ CASES = [(_two_servers, K.ALLGATHER), (_two_servers, K.REDUCESCATTER),
          (lambda: torus_with_cuts((3, 3), [((0, 0), (0, 1))]), K.ALLREDUCE)]
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(st.sampled_from(range(len(CASES))), st.lists(st.integers(1, 4), min_size=1, max_size=4))
 def test_any_units_verify_and_compute(case, units):

@@ -92,6 +92,7 @@ def test_slider_changes_highlighted_links(browser, tmp_path):
     assert _errors(browser) == []
 
 
+@pytest.mark.slow
 def test_keyboard_steps_and_screenshot_not_blank(browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -119,6 +120,7 @@ def test_comparison_draws_two_panels(browser, tmp_path):
     assert _errors(browser) == []
 
 
+@pytest.mark.slow
 def test_large_schedule_page_is_bounded(browser, tmp_path):
     """512 ranks: aggregated, bounded page size, still renders without errors."""
     from cclc.collective import CollectiveKind, make_collective
@@ -137,6 +139,7 @@ def test_large_schedule_page_is_bounded(browser, tmp_path):
     assert _errors(browser) == []
 
 
+@pytest.mark.slow
 def test_viz_command_writes_page(tmp_path):
     from cclc.cli import main
 

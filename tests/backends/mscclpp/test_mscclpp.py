@@ -55,6 +55,7 @@ HAND_MADE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", sorted(SCHEDULES))
 def test_every_small_schedule_runs(key):
     for inplace in (False, True):
