@@ -19,7 +19,7 @@ from backends.common import (
     render_template,
 )
 from backends.contract import Backend, Contents, Facts
-from backends.msccl.lower import Lowered, counted_refusal, lower_to_fit
+from backends.msccl.lower import Lowered, chunks_limit_message, counted_refusal, lower_to_fit
 from backends.msccl.runtimes import RUNTIMES, Runtime
 from backends.msccl.xml import xml_pieces
 from backends.units import UnitFacts, buffer_units, units_refusal, writes_input
@@ -204,7 +204,9 @@ class MscclBackend:
         if subject.collective.kind not in rt.coll_names:
             return f"{rt.title} has no {subject.collective.kind.value} collective"
         try:
-            why = units_refusal(subject, rt.max_chunks) or counted_refusal(subject, rt)
+            why = units_refusal(subject, rt.max_chunks)
+            why = (chunks_limit_message(why, rt) if why is not None
+                   else counted_refusal(subject, rt))
             if why is None:
                 # the limits only the lowering finds (threadblock waits, the runtimes' int8
                 # dependency ids): lowered whatever its size, and kept for the render that

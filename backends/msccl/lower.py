@@ -51,6 +51,7 @@ from cclc.ir import Buf, OpKind, Schedule
 
 __all__ = ["Channels", "DepidLimitError", "Instr", "LimitError", "Lowered", "Op", "Program",
            "Threadblock", "ThreadblockLimitError", "assign_channels", "check_chunks",
+           "chunks_limit_message",
            "dependencies", "fuse", "global_order", "instructions", "lower", "lower_to_fit",
            "relocate_input", "threadblocks"]
 
@@ -344,10 +345,16 @@ def counted_refusal(schedule: Schedule, rt: Runtime) -> str | None:
         check_chunks(schedule, units, facts, rt)
         _quick_limits(units, rt)
     except UnitsTooLong as err:
-        return err.message
+        return chunks_limit_message(err.message, rt)
     except LimitError as err:
         return err.message
     return None
+
+
+def chunks_limit_message(message: str, rt: Runtime) -> str:
+    """A message about too many equal chunks, with the limit's source: the largest chunk
+    offset the runtime's loader stores."""
+    return f"{message} ({rt.limit('offset').cite()})"
 
 
 def _lower_to_fit(schedule: Schedule, rt: Runtime, fuse: bool, nchannels: int | None
@@ -355,7 +362,7 @@ def _lower_to_fit(schedule: Schedule, rt: Runtime, fuse: bool, nchannels: int | 
     try:
         units, facts = to_units(schedule, rt.max_chunks)
     except UnitsTooLong as err:
-        raise LimitError(err.message) from None
+        raise LimitError(chunks_limit_message(err.message, rt)) from None
     check_chunks(schedule, units, facts, rt)
     first: LimitError | None = None
     # the local tbs are filled to a share of the step limit, leaving room for the nops of
