@@ -257,16 +257,21 @@ class _Machine:
                             f"of gpu {rank} run past its buffer")
         return start, end
 
-    def _read(self, actor: _Actor, know: np.ndarray, rank: int, span: tuple[int, int]
-              ) -> np.ndarray:
-        lo, hi = span
+    def _after_last_write(self, actor: _Actor, know: np.ndarray, rank: int, lo: int, hi: int,
+                          verb: str) -> None:
+        """A race unless every byte's last write is ordered before ``actor`` (or is its own)."""
         w = self.last_w[rank][lo:hi]
         wc = self.last_wc[rank][lo:hi]
         bad = (w >= 0) & (know[np.maximum(w, 0)] < wc) & ~((w == actor.index)
                                                            & (wc == actor.clock))
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
-            self._race(actor, rank, lo + j, int(w[j]), int(wc[j]), "reads")
+            self._race(actor, rank, lo + j, int(w[j]), int(wc[j]), verb)
+
+    def _read(self, actor: _Actor, know: np.ndarray, rank: int, span: tuple[int, int]
+              ) -> np.ndarray:
+        lo, hi = span
+        self._after_last_write(actor, know, rank, lo, hi, "reads")
         self.reads[rank][actor.index, lo:hi] = actor.clock
         vals = self.mem[rank][lo:hi].copy()
         if np.isnan(vals).any():
@@ -277,13 +282,7 @@ class _Machine:
     def _write(self, actor: _Actor, know: np.ndarray, rank: int, span: tuple[int, int],
                values: np.ndarray) -> None:
         lo, hi = span
-        w = self.last_w[rank][lo:hi]
-        wc = self.last_wc[rank][lo:hi]
-        bad = (w >= 0) & (know[np.maximum(w, 0)] < wc) & ~((w == actor.index)
-                                                           & (wc == actor.clock))
-        if bad.any():
-            j = int(np.flatnonzero(bad)[0])
-            self._race(actor, rank, lo + j, int(w[j]), int(wc[j]), "overwrites a write of")
+        self._after_last_write(actor, know, rank, lo, hi, "overwrites a write of")
         reads = self.reads[rank][:, lo:hi]
         late = reads > know[:, None]
         late[actor.index] &= reads[actor.index] != actor.clock
