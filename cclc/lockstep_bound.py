@@ -1,5 +1,5 @@
-"""A lower bound on an AllGather's or ReduceScatter's time in the IR's lockstep model, on a
-machine made of nodes.
+"""A lower bound on an AllGather's, ReduceScatter's or AllReduce's time in the IR's lockstep
+model, on a machine made of nodes.
 
 The bounds of :mod:`cclc.bounds` count bandwidth only, and hold in every execution model. In
 the lockstep model (:mod:`cclc.sim`) every step lasts at least its slowest op, the op's route
@@ -35,6 +35,16 @@ steps and its ops' directions, and a member's contribution reaches a root exactl
 the reversed schedule, the root's block reaches the member over steps in order; every op
 crosses the reverse of its links with the same bytes, so every step lasts as long as before.
 The reversed schedule is an AllGather's flow of information on the reversed machine.
+
+AllReduce counts information, not blocks: every member of ``p`` needs, for each of the
+collective's ``S`` bytes, a receipt that carries the contribution of the members outside ``p``
+(its own input has none of it), so ``F = S`` bytes must be new to ``p`` and every member's
+first such receipts total ``G S``; the same causality holds (a byte of foreign information
+present in ``p`` reaches each other member at most once first). What members need of each
+other may ride in those same receipts, so ``L = 0``. Every member outside ``p`` needs ``p``'s
+contribution the same way, which is the same count on the reversed links (as for
+ReduceScatter: a reversed AllReduce is an AllReduce's flow of information); the bound is the
+larger of the two.
 """
 
 from __future__ import annotations
@@ -49,13 +59,34 @@ __all__ = ["lockstep_bound"]
 
 
 def lockstep_bound(coll: Collective) -> Bound | None:
-    """The lockstep lower bound of AllGather or ReduceScatter ``coll`` (see the module
-    docstring), or ``None`` where it does not apply: another collective, a machine not made of
-    nodes, a group in one node, or a node whose members' links are slower to reach than its
-    own."""
+    """The lockstep lower bound of AllGather, ReduceScatter or AllReduce ``coll`` (see the
+    module docstring), or ``None`` where it does not apply: another collective, a machine not
+    made of nodes, a group in one node, or a node whose members' links are slower to reach than
+    its own."""
+    found = [count for reverse in _DIRECTIONS.get(coll.kind, ())
+             if (count := _node_count(coll, reverse)) is not None]
+    if not found:
+        return None
+    seconds, where, reverse = max(found)
+    if reverse:
+        how = f"out of node {where}: what leaves was summed from its other GPUs a step earlier"
+    else:
+        how = f"into node {where}: what enters reaches its other GPUs a step later"
+    return Bound("lockstep", seconds, f"lockstep steps {how}, and each step pays a route's "
+                                      "latency")
+
+
+#: per collective, the directions the count runs in: on the machine's links (``False``), on
+#: the reversed links (``True``); each is a bound alone, AllReduce takes the larger
+_DIRECTIONS = {CollectiveKind.ALLGATHER: (False,), CollectiveKind.REDUCESCATTER: (True,),
+               CollectiveKind.ALLREDUCE: (False, True)}
+
+
+def _node_count(coll: Collective, reverse: bool) -> tuple[float, str, bool] | None:
+    """The most over the group's nodes of :func:`_node_bound` (on the reversed links with
+    ``reverse``), with the node it is at; ``None`` where the count does not apply."""
     topo = coll.topology
-    kinds = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER)
-    if coll.kind not in kinds or topo.node_of_rank is None:
+    if topo.node_of_rank is None:
         return None
     group = np.asarray(coll.group, dtype=np.int64)
     vnode = vertex_nodes(topo)
@@ -64,7 +95,7 @@ def lockstep_bound(coll: Collective) -> Bound | None:
         return None
     ok = group_links(topo, group)
     src, dst = topo.link_src[ok].astype(np.int64), topo.link_dst[ok].astype(np.int64)
-    if coll.kind is CollectiveKind.REDUCESCATTER:
+    if reverse:
         src, dst = dst, src                               # the reversed schedule's links
     bw, lat = topo.link_bandwidth[ok], topo.link_latency[ok]
     reach = _least_latency_from(group, src, dst, lat, topo.n_vertices)
@@ -82,19 +113,18 @@ def lockstep_bound(coll: Collective) -> Bound | None:
         if alpha_gpu > alpha_in:
             return None
         G = len(members)
-        key = (G, block * (coll.n - G), G * (G - 1) * block, float(bw[into_p].sum()),
+        if coll.kind is CollectiveKind.ALLREDUCE:
+            foreign, local = float(coll.size), 0.0
+        else:
+            foreign, local = block * (coll.n - G), G * (G - 1) * block
+        key = (G, foreign, local, float(bw[into_p].sum()),
                float(bw[into_gpu].sum()), alpha_in, alpha_gpu)
         if key not in solved:
             solved[key] = _node_bound(*key)
         t = solved[key]
         if t > best:
             best, where = t, topo.vertex_names[int(members[0])].split(".")[0]
-    if coll.kind is CollectiveKind.ALLGATHER:
-        how = f"into node {where}: what enters reaches its other GPUs a step later"
-    else:
-        how = f"out of node {where}: what leaves was summed from its other GPUs a step earlier"
-    return Bound("lockstep", best, f"lockstep steps {how}, and each step pays a route's "
-                                   "latency")
+    return best, where, reverse
 
 
 def _least_latency_from(group: np.ndarray, src, dst, lat, n_vertices: int) -> np.ndarray:
