@@ -100,8 +100,7 @@ def _node_count(coll: Collective, reverse: bool) -> tuple[float, str, bool] | No
     bw, lat = topo.link_bandwidth[ok], topo.link_latency[ok]
     reach = _least_latency_from(group, src, dst, lat, topo.n_vertices)
     block = float(coll.size) / coll.n
-    best, where = 0.0, ""
-    solved: dict[tuple, float] = {}       # alike nodes (one per server type): one LP search
+    counts = []                           # per node: its name and its LP's parameters
     for p in nodes.tolist():
         members = group[vnode[group] == p]
         into_p = (vnode[dst] == p) & (vnode[src] != p)
@@ -117,13 +116,19 @@ def _node_count(coll: Collective, reverse: bool) -> tuple[float, str, bool] | No
             foreign, local = float(coll.size), 0.0
         else:
             foreign, local = block * (coll.n - G), G * (G - 1) * block
-        key = (G, foreign, local, float(bw[into_p].sum()),
-               float(bw[into_gpu].sum()), alpha_in, alpha_gpu)
+        counts.append((topo.vertex_names[int(members[0])].split(".")[0],
+                       (G, foreign, local, float(bw[into_p].sum()), float(bw[into_gpu].sum()),
+                        alpha_in, alpha_gpu)))
+    entering: float | None = None
+    if coll.kind is CollectiveKind.ALLREDUCE and len({key for _, key in counts}) == 1:
+        entering = 2 * (len(nodes) - 1) * float(coll.size) / len(nodes)
+    best, where = 0.0, ""
+    solved: dict[tuple, float] = {}       # alike nodes (one per server type): one LP search
+    for name, key in counts:
         if key not in solved:
-            solved[key] = _node_bound(*key)
-        t = solved[key]
-        if t > best:
-            best, where = t, topo.vertex_names[int(members[0])].split(".")[0]
+            solved[key] = _node_bound(*key, entering=entering)
+        if solved[key] > best:
+            best, where = solved[key], name
     return best, where, reverse
 
 
@@ -136,19 +141,20 @@ def _least_latency_from(group: np.ndarray, src, dst, lat, n_vertices: int) -> np
 
 
 def _node_bound(G: int, foreign: float, local: float, c_in: float, c_gpu: float,
-                alpha_in: float, alpha_gpu: float) -> float:
+                alpha_in: float, alpha_gpu: float, entering: float | None = None) -> float:
     """The least over ``K`` of :func:`_steps_lp` (see the module docstring): ``K`` up to
     :data:`MAX_STEPS`, past which ``K alpha_in + F / C_in`` stands for every deeper one. The
     LP's optimum is taken 1e-6 lower (the solver's tolerance)."""
     best = np.inf
     K = 1
-    while K * alpha_in + foreign / c_in < best:
+    entering = foreign if entering is None else max(entering, foreign)
+    while K * alpha_in + entering / c_in < best:
         if K > MAX_STEPS:
-            best = K * alpha_in + foreign / c_in
+            best = K * alpha_in + entering / c_in
             break
         for drain in (False, True):
             best = min(best, _steps_lp(K, drain, G, foreign, local, c_in, c_gpu, alpha_in,
-                                       alpha_gpu) * (1 - 1e-6))
+                                       alpha_gpu, entering) * (1 - 1e-6))
         K += 1
     return float(best)
 
@@ -158,7 +164,7 @@ MAX_STEPS = 48
 
 
 def _steps_lp(K: int, drain: bool, G: int, foreign: float, local: float, c_in: float,
-              c_gpu: float, alpha_in: float, alpha_gpu: float) -> float:
+              c_gpu: float, alpha_in: float, alpha_gpu: float, entering: float) -> float:
     """The least time of ``K`` steps that cross into the node and, with ``drain``, one step
     after them (microseconds inside, to keep the LP well scaled)."""
     from ortools.linear_solver import pywraplp
@@ -182,6 +188,7 @@ def _steps_lp(K: int, drain: bool, G: int, foreign: float, local: float, c_in: f
         before = solver.Sum(a[:min(t, K)]) if t else 0
         solver.Add(solver.Sum(D[:t + 1]) <= entered + (G - 1) * before)
     solver.Add(solver.Sum(a) == foreign * MB)
+    solver.Add(solver.Sum(x) >= entering * MB)
     solver.Add(solver.Sum(D) == G * foreign * MB)
     solver.Add(solver.Sum(L) == local * MB)
     solver.Minimize(solver.Sum(d))

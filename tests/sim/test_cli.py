@@ -76,7 +76,7 @@ def test_bounds_prints_the_lockstep_bound_on_machines_of_nodes(capsys):
     assert main(["bounds", "--no-lp", os.path.join(examples, "hgx16_leafspine.ccl")]) == 0
     out = capsys.readouterr().out
     lines = [ln for ln in out.splitlines() if ln.startswith("   in the lockstep model:")]
-    # `acts` and `shards`; not the allreduce `grads`
-    assert len(lines) == 2
+    # `grads`, `acts` and `shards`
+    assert len(lines) == 3
     # acts: one GPU per node, so one step: the 4 us route and 60 MiB into NIC 0 at 50 GB/s
-    assert lines[0].startswith("   in the lockstep model: 1262.29")
+    assert lines[1].startswith("   in the lockstep model: 1262.29")
