@@ -3,7 +3,7 @@
 :data:`BACKEND` renders ``plugin.c`` and a ``Makefile`` from the templates beside this file and,
 with ``options.build``, its build step compiles ``libnccl-tuner-cclc.so`` with ``gcc -Wall -Wextra
 -Werror -fPIC -shared`` after the pipeline wrote the sources (:func:`emit` does both). The rows come
-from :func:`cclc.tune.outputs.plugin_rows`: plain dicts with ``func, n_ranks, n_nodes, min_bytes,
+from :func:`cclc.tuning.outputs.plugin_rows`: plain dicts with ``func, n_ranks, n_nodes, min_bytes,
 max_bytes, algo, proto, channels, chunk, measured``. The plugin exports ``ncclTunerPlugin_v6`` …
 ``_v2`` and ``ncclProfiler_v6``/``_v5``.
 """

@@ -9,7 +9,7 @@ from cclc.collective import CollectiveKind
 from cclc.commands.argtypes import int_at_least, path_named
 from cclc.errors import CclError, SemanticError
 from cclc.outdir import OutputDir
-from cclc.tune.space import MAX_CHANNELS
+from cclc.tuning.space import MAX_CHANNELS
 
 __all__ = ["add_parser", "run"]
 
@@ -84,11 +84,11 @@ def run(args) -> int:
     from backends import load as load_backend
     from backends.contract import EmitOptions
     from cclc.pipeline import write_backend
-    from cclc.tune import outputs
-    from cclc.tune.profilers import profiler_from_spec
-    from cclc.tune.search import MeasurementCache
-    from cclc.tune.space import NcclVersion
-    from cclc.tune.tuning import (
+    from cclc.tuning import outputs
+    from cclc.tuning.profilers import profiler_from_spec
+    from cclc.tuning.search import MeasurementCache
+    from cclc.tuning.space import NcclVersion
+    from cclc.tuning.table import (
         TuneOptions,
         describe,
         parse_sizes,

@@ -223,8 +223,8 @@ def test_compile_and_tune_baselines_are_one_function(example):
     from pathlib import Path
 
     import dsl
-    from cclc.tune.baseline import nccl_default
-    from cclc.tune.space import NcclVersion, func_of, machine_of, space_for
+    from cclc.tuning.baseline import nccl_default
+    from cclc.tuning.space import NcclVersion, func_of, machine_of, space_for
 
     program = dsl.load(Path(__file__).resolve().parents[2] / "examples" / example)
     checked = 0

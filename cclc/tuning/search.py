@@ -29,9 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from cclc.errors import SemanticError
-from cclc.tune.baseline import default_point, nccl_default
-from cclc.tune.profilers import Case, Profiler
-from cclc.tune.space import Config, Space, Subspace
+from cclc.tuning.baseline import default_point, nccl_default
+from cclc.tuning.profilers import Case, Profiler
+from cclc.tuning.space import Config, Space, Subspace
 
 __all__ = [
     "METHODS",

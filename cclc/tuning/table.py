@@ -28,10 +28,10 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import SemanticError
 from cclc.nccl_model import Algo, Func, Proto
 from cclc.topology import Topology
-from cclc.tune.baseline import default_point, nccl_default
-from cclc.tune.profilers import Case, Profiler
-from cclc.tune.search import Evaluator, MeasurementCache, SearchResult, search
-from cclc.tune.space import (
+from cclc.tuning.baseline import default_point, nccl_default
+from cclc.tuning.profilers import Case, Profiler
+from cclc.tuning.search import Evaluator, MeasurementCache, SearchResult, search
+from cclc.tuning.space import (
     DEFAULT_THREADS,
     FUNC_NAMES,
     MAX_CHANNELS,

@@ -10,8 +10,8 @@ import csv
 import io
 import json
 
-from cclc.tune.space import ALGO_NAMES, FUNC_NAMES, MAX_CHANNELS, PROTO_NAMES
-from cclc.tune.tuning import TableEntry, TuneResult
+from cclc.tuning.space import ALGO_NAMES, FUNC_NAMES, MAX_CHANNELS, PROTO_NAMES
+from cclc.tuning.table import TableEntry, TuneResult
 
 __all__ = [
     "TABLE_COLUMNS",
