@@ -68,6 +68,7 @@ __all__ = [
     "Func",
     "Graph",
     "NcclChoice",
+    "NcclComparison",
     "NcclModel",
     "NcclSystem",
     "Proto",
@@ -78,6 +79,7 @@ __all__ = [
     "graph_busbw",
     "latency_us",
     "nccl_choice",
+    "nccl_comparison",
     "nccl_chunk",
     "nccl_estimate",
     "nccl_init",
@@ -731,22 +733,57 @@ def speedup_text(baseline: float, ours: float) -> str:
     return f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower"
 
 
-def compare_with_nccl(coll: Collective, time: float, software_cost: bool = True) -> str | None:
-    """One line for reports: NCCL's predicted choice and time, and how cclc's predicted time
-    compares; ``None`` where NCCL's tables have nothing to say. ``software_cost=False`` says
-    that cclc's time charges no launch or per-op cost (the ``ir`` model), which NCCL's does."""
+@dataclass(frozen=True, slots=True)
+class NcclComparison:
+    """NCCL's predicted choice for a collective beside cclc's predicted ``time`` (seconds) for
+    it; ``software_cost=False`` when cclc's time charges no launch or per-op cost (the ``ir``
+    model), which NCCL's does. Computed once by the pipeline and handed to every output."""
+
+    nccl: NcclChoice
+    time: float
+    software_cost: bool = True
+
+    @property
+    def nccl_time(self) -> float:
+        """NCCL's predicted time (seconds)."""
+        return self.nccl.time_us * 1e-6
+
+    @property
+    def speedup(self) -> str:
+        """How cclc's time compares, said the right way (:func:`speedup_text`)."""
+        return speedup_text(self.nccl_time, self.time)
+
+    @property
+    def line(self) -> str:
+        """One line for reports: NCCL's choice and time, and the comparison with its caveats
+        (inside the calibration error; no software cost on cclc's side)."""
+        verdict = self.speedup
+        # The model is only shown to be right within the calibration tolerance: a smaller
+        # difference is not a claim the model can carry, so the line says so instead of
+        # standing as a speed-up.
+        if (verdict != "as fast"
+                and abs(self.nccl_time / self.time - 1) <= CALIBRATION_TOLERANCE):
+            verdict += f", inside the model's +-{CALIBRATION_TOLERANCE:.0%} calibration error"
+        if not self.software_cost:
+            verdict += (" (cclc's time charges no software cost and NCCL's does: emit nccl or "
+                        "msccl for a like-for-like time)")
+        return (f"NCCL today (predicted by cclc's model of NCCL): {self.nccl.name} "
+                f"{format_time(self.nccl_time)}, busbw {self.nccl.busbw:.1f} GB/s; cclc's "
+                f"schedule is predicted {verdict}")
+
+
+def nccl_comparison(coll: Collective, time: float, software_cost: bool = True
+                    ) -> NcclComparison | None:
+    """NCCL's predicted choice for ``coll`` beside cclc's ``time`` for it; ``None`` where
+    NCCL's tables have nothing to say (:func:`nccl_estimate`) or ``time`` is not positive."""
     est = nccl_estimate(coll)
     if est is None or time <= 0:
         return None
+    return NcclComparison(est, time, software_cost)
 
-    nccl_s = est.time_us * 1e-6
-    verdict = speedup_text(nccl_s, time)
-    # The model is only shown to be right within the calibration tolerance: a smaller difference
-    # is not a claim the model can carry, so the line says so instead of standing as a speed-up.
-    if verdict != "as fast" and abs(nccl_s / time - 1) <= CALIBRATION_TOLERANCE:
-        verdict += f", inside the model's +-{CALIBRATION_TOLERANCE:.0%} calibration error"
-    if not software_cost:
-        verdict += (" (cclc's time charges no software cost and NCCL's does: emit nccl or "
-                    "msccl for a like-for-like time)")
-    return (f"NCCL today (predicted by cclc's model of NCCL): {est.name} {format_time(nccl_s)}, "
-            f"busbw {est.busbw:.1f} GB/s; cclc's schedule is predicted {verdict}")
+
+def compare_with_nccl(coll: Collective, time: float, software_cost: bool = True) -> str | None:
+    """The report line of :func:`nccl_comparison` (:attr:`NcclComparison.line`), or
+    ``None``."""
+    comparison = nccl_comparison(coll, time, software_cost)
+    return None if comparison is None else comparison.line

@@ -77,6 +77,9 @@ def test_html_gets_the_facts_the_pipeline_has(tmp_path, monkeypatch):
     assert facts.bounds is r.plan.bounds and facts.bounds.best == pytest.approx(r.plan.bound)
     assert facts.lockstep.time == pytest.approx(simulate(r.plan.schedule).time)
     assert facts.event.time == pytest.approx(simulate(r.plan.schedule, mode="event").time)
+    # the comparison with NCCL the compile printed, of the plan's time, not a recomputation
+    assert facts.nccl is not None and facts.nccl.time == r.plan.time
+    assert facts.nccl.line == r.nccl
     assert (tmp_path / "out" / "ag.html").read_text().lower().startswith("<!doctype html>")
 
 
@@ -139,6 +142,36 @@ def test_every_backend_declares_what_it_renders(tmp_path):
                       event=simulate(schedule, mode="event"))
         assert set(b.render(schedule, options, facts)) <= set(b.files(coll, options)), name
     assert set(backends.SCHEDULE_BACKENDS) <= set(backends.BACKENDS)
+
+
+def test_every_backend_has_every_member_of_the_contract():
+    from cclc.execution import MSCCL_MODEL, MSCCLPP_MODEL, NCCL_MODEL, ExecutionModel
+
+    members = ("name", "wants_simulation", "execution_model", "files", "render", "refusal",
+               "build")
+    for name in backends.BACKENDS:
+        b = backends.load(name)
+        assert [m for m in members if not hasattr(b, m)] == [], name
+        assert b.name == name
+        assert b.execution_model is None or isinstance(b.execution_model, ExecutionModel)
+    # the runtimes' models hang on the backends that emit for them
+    assert {n: backends.load(n).execution_model for n in ("nccl", "msccl", "mscclpp")} == {
+        "nccl": NCCL_MODEL, "msccl": MSCCL_MODEL, "mscclpp": MSCCLPP_MODEL}
+    assert [n for n in backends.BACKENDS if backends.load(n).execution_model is None] == [
+        "json", "html", "tuner"]
+
+
+def test_the_outputs_choose_the_model_through_their_backends():
+    from cclc.execution import ExecutionModel, model_for
+
+    class Priced:
+        name = "priced"
+        wants_simulation = False
+        execution_model = ExecutionModel("slow", "lockstep", step_overhead=1.0,
+                                          description="one second per step")
+
+    # any output that declares a model, the first one of --emit that does
+    assert model_for([backends.load("json"), Priced()]) is Priced.execution_model
 
 
 def test_unknown_collective_in_only_stops_before_anything_is_written(tmp_path):

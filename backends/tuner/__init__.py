@@ -15,11 +15,15 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 
 from backends.contract import Backend, EmitOptions, Facts, TunerRows
 from cclc.errors import CclError
+
+if TYPE_CHECKING:
+    from cclc.execution import ExecutionModel
 
 __all__ = [
     "BACKEND",
@@ -103,6 +107,8 @@ class TunerBackend:
 
     name = "tuner"
     wants_simulation = False
+    #: the plugin picks NCCL's own algorithms: it runs no schedule of cclc's
+    execution_model: ExecutionModel | None = None
 
     def files(self, key: TunerRows, options: EmitOptions) -> tuple[str, ...]:
         return ("plugin.c", "Makefile") + ((LIBRARY,) if options.build else ())
@@ -110,6 +116,10 @@ class TunerBackend:
     def render(self, subject: TunerRows, options: EmitOptions, facts: Facts
                ) -> dict[str, str | bytes]:
         return dict(render(subject))
+
+    def refusal(self, subject: TunerRows, options: EmitOptions) -> str | None:
+        """Every table of rows has a plugin."""
+        return None
 
     def build(self, folder: Path, key: TunerRows, options: EmitOptions) -> list[str]:
         if not options.build:
