@@ -93,11 +93,15 @@ def _run(argv: list[str] | None) -> int:
 def _escape_what_the_terminal_cannot_show() -> None:
     """Print a character the output's encoding lacks as an escape (``\\u043e``), not as a
     traceback: a file name or source line may hold any character, the terminal may be ASCII."""
+    import io
+
     for stream in (sys.stdout, sys.stderr):
+        if not isinstance(stream, io.TextIOWrapper):
+            continue    # not a text stream cclc may change (a test's capture)
         try:
             stream.reconfigure(errors="backslashreplace")
-        except (AttributeError, ValueError, OSError):
-            pass        # not a text stream cclc may change (a test's capture, a closed pipe)
+        except (ValueError, OSError):
+            pass        # a closed or detached stream
 
 
 def _source_of(err: CclError) -> str | None:
