@@ -8,8 +8,8 @@ import sys
 from cclc.collective import CollectiveKind
 from cclc.commands.argtypes import int_at_least, path_named
 from cclc.errors import CclError, SemanticError
+from cclc.nccl_model import ARCHS, MAX_CHANNELS
 from cclc.outdir import OutputDir
-from cclc.tuning.space import MAX_CHANNELS
 
 __all__ = ["TABLE_FILES", "add_parser", "run"]
 
@@ -64,7 +64,7 @@ def add_parser(sub) -> None:
     p.add_argument("--nccl-version", default="2.30", metavar="X.Y",
                    help="NCCL release the table is for: decides PAT (2.23+), chunk tuning "
                         "(2.30+, tuner v6) (default: 2.30)")
-    p.add_argument("--arch", default="hopper", choices=("volta", "ampere", "hopper", "blackwell"),
+    p.add_argument("--arch", default="hopper", choices=ARCHS,
                    help="GPU generation for NCCL's tables (default: hopper)")
     p.add_argument("--nccl-channels", type=int_at_least(1, MAX_CHANNELS), metavar="N",
                    help="channels NCCL sets up at init on this machine (NCCL_DEBUG=INFO shows "

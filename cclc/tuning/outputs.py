@@ -10,7 +10,8 @@ import csv
 import io
 import json
 
-from cclc.tuning.space import ALGO_NAMES, FUNC_NAMES, MAX_CHANNELS, PROTO_NAMES
+from cclc.nccl_model import MAX_CHANNELS
+from cclc.tuning.space import ALGO_NAMES, FUNC_NAMES, PROTO_NAMES
 from cclc.tuning.table import TableEntry, TuneResult
 
 __all__ = [
