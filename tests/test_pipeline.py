@@ -147,11 +147,9 @@ def test_every_backend_declares_what_it_renders(tmp_path):
 def test_every_backend_has_every_member_of_the_contract():
     from cclc.execution import MSCCL_MODEL, MSCCLPP_MODEL, NCCL_MODEL, ExecutionModel
 
-    members = ("name", "wants_simulation", "execution_model", "files", "render", "refusal",
-               "build")
     for name in backends.BACKENDS:
         b = backends.load(name)
-        assert [m for m in members if not hasattr(b, m)] == [], name
+        assert [m for m in backends.MEMBERS if not hasattr(b, m)] == [], name
         assert b.name == name
         assert b.execution_model is None or isinstance(b.execution_model, ExecutionModel)
     # the runtimes' models hang on the backends that emit for them
@@ -159,6 +157,31 @@ def test_every_backend_has_every_member_of_the_contract():
         "nccl": NCCL_MODEL, "msccl": MSCCL_MODEL, "mscclpp": MSCCLPP_MODEL}
     assert [n for n in backends.BACKENDS if backends.load(n).execution_model is None] == [
         "json", "html", "tuner"]
+
+
+def test_a_backend_without_a_member_of_the_contract_is_refused_by_name(monkeypatch):
+    import sys
+    import types
+
+    class Partial:                      # no execution_model, no refusal
+        name = "partial"
+        wants_simulation = False
+
+        def files(self, key, options):
+            return ()
+
+        def render(self, subject, options, facts):
+            return {}
+
+        def build(self, folder, key, options):
+            return []
+
+    module = types.ModuleType("partial_backend_for_test")
+    module.BACKEND = Partial()
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(backends.BACKENDS, "partial", module.__name__)
+    with pytest.raises(CclError, match="lacks execution_model, refusal of the backend contract"):
+        backends.load("partial")
 
 
 def test_the_outputs_choose_the_model_through_their_backends():
