@@ -1,7 +1,8 @@
 """The backends: one subpackage per output, each a :class:`backends.contract.Backend`.
 
-A backend module exposes ``BACKEND``, an object with ``name``, ``files``, ``render`` and
-``build`` (see :mod:`backends.contract`); :func:`load` finds it by the name ``--emit`` takes.
+A backend module exposes ``BACKEND``, an object with every member of
+:class:`backends.contract.Backend` (:data:`MEMBERS`); :func:`load` finds it by the name
+``--emit`` takes, and refuses one that lacks a member, naming it.
 Modules are imported only when asked for, so a missing optional dependency of one backend
 costs only that output.
 """
@@ -16,7 +17,7 @@ from cclc.errors import CclError
 if TYPE_CHECKING:
     from backends.contract import Backend
 
-__all__ = ["BACKENDS", "SCHEDULE_BACKENDS", "load"]
+__all__ = ["BACKENDS", "MEMBERS", "SCHEDULE_BACKENDS", "load"]
 
 #: output name -> the module whose ``BACKEND`` renders it
 BACKENDS: dict[str, str] = {
@@ -33,6 +34,10 @@ BACKENDS: dict[str, str] = {
 SCHEDULE_BACKENDS: tuple[str, ...] = ("json", "msccl", "mscclpp", "nccl", "html")
 
 
+#: the members of :class:`backends.contract.Backend`: what the pipeline reads of every backend
+MEMBERS = ("name", "wants_simulation", "execution_model", "files", "render", "refusal", "build")
+
+
 def load(name: str) -> Backend[Any, Any]:
     """The ``BACKEND`` of output ``name``; :class:`CclError` when it cannot be imported."""
     module_name = BACKENDS.get(name)
@@ -46,4 +51,10 @@ def load(name: str) -> Backend[Any, Any]:
     backend = getattr(module, "BACKEND", None)
     if backend is None:
         raise CclError(f"output '{name}' is not available ({module_name} has no BACKEND)")
+    missing = [member for member in MEMBERS if not hasattr(backend, member)]
+    if missing:
+        # a member left out is a backend bug, named here rather than as an AttributeError
+        # in the middle of a compile
+        raise CclError(f"output '{name}' is not available ({module_name}.BACKEND lacks "
+                       f"{', '.join(missing)} of the backend contract, backends/contract.py)")
     return backend

@@ -9,6 +9,12 @@ text pieces, produced lazily: the pipeline writes each piece as it comes. A back
 whose sources need a build step (the NCCL library, the tuner plugin) builds them in
 :meth:`Backend.build`, after the pipeline wrote them.
 
+Everything the planner needs to know about an output hangs on its backend too: the execution
+model of the runtime it emits for (:attr:`Backend.execution_model`, what ``auto`` prices the
+candidates with) and the limits it can check cheaply (:meth:`Backend.refusal`, asked of each
+candidate that would become the fastest). This module imports no backend: each backend checks
+the options that only it reads (the MSCCL runtime's name is checked by ``backends.msccl``).
+
 A schedule backend's key is the :class:`~cclc.collective.Collective` (file names depend on its
 name only) and its subject the verified :class:`~cclc.ir.Schedule`; the tuner's key and subject
 are both its table of rows.
@@ -26,6 +32,8 @@ from cclc.errors import ScheduleError
 if TYPE_CHECKING:
     from cclc.bounds import Bounds
     from cclc.execution import ExecutionModel
+    from cclc.nccl_model import NcclComparison
+    from cclc.plan import Candidate
     from cclc.sim import SimResult
 
 __all__ = ["Backend", "Contents", "EmitOptions", "Facts", "TunerRows"]
@@ -50,7 +58,8 @@ class EmitOptions:
 
     ``msccl_runtime``: which runtime's XML dialect and limits (``msccl`` = microsoft/msccl,
     ``msccl-executor`` = Azure/msccl-executor-nccl, ``rccl``; the keys of
-    :data:`backends.msccl.runtimes.RUNTIMES`). ``protocol``: MSCCL ``proto``.
+    :data:`backends.msccl.runtimes.RUNTIMES`, checked by the MSCCL backend, the one output
+    that reads it). ``protocol``: the MSCCL ``proto`` and the MSCCL++ plans' protocol.
     ``nchannels``: channels the MSCCL lowering may spread concurrent messages over (``None``:
     as many as it needs up to the runtime limit). ``fuse``: emit fused MSCCL instructions.
     ``min_bytes``/``max_bytes``: the MSCCL size window (``None``: the runtime's widest).
@@ -76,13 +85,6 @@ class EmitOptions:
     cc: str | None = None
 
     def __post_init__(self) -> None:
-        # the runtimes' table is the one spelling of their names; imported here because
-        # backends.msccl itself imports this module
-        from backends.msccl.runtimes import RUNTIMES
-
-        if self.msccl_runtime not in RUNTIMES:
-            raise ScheduleError(f"unknown MSCCL runtime '{self.msccl_runtime}': choose one of "
-                                + ", ".join(RUNTIMES))
         if self.protocol not in _PROTOCOLS:
             raise ScheduleError(f"unknown MSCCL protocol '{self.protocol}': choose one of "
                                 + ", ".join(_PROTOCOLS))
@@ -98,23 +100,30 @@ class Facts:
     recomputes it: ``bounds`` (:func:`cclc.bounds.bounds` of its collective), ``lockstep`` and
     ``event`` (:func:`cclc.sim.simulate` in each mode; ``None`` unless a backend asked for them
     with ``wants_simulation``), ``time`` (the planner's prediction under ``model``, the
-    execution model it priced the choice with: what ``cclc compile`` prints) and
-    ``candidates`` (the planner's table)."""
+    execution model it priced the choice with: what ``cclc compile`` prints),
+    ``candidates`` (the planner's table) and ``nccl`` (:func:`cclc.nccl_model.nccl_comparison`
+    of that time: NCCL's predicted choice on the same machine; ``None`` where NCCL's tables
+    have nothing to say)."""
 
     bounds: Bounds | None = None
     lockstep: SimResult | None = None
     event: SimResult | None = None
     time: float | None = None
     model: ExecutionModel | None = None
-    candidates: tuple = ()
+    candidates: tuple[Candidate, ...] = ()
+    nccl: NcclComparison | None = None
 
 
 class Backend(Protocol[Key, Subject]):
     """One output of cclc. ``name`` is what ``--emit`` takes; ``wants_simulation`` asks the
-    pipeline for :attr:`Facts.lockstep` and :attr:`Facts.event`."""
+    pipeline for :attr:`Facts.lockstep` and :attr:`Facts.event`; ``execution_model`` is how
+    the runtime the output is for executes a schedule (:mod:`cclc.execution`), the model
+    ``auto`` prices the candidates with when this is the first such output of ``--emit``
+    (``None``: the output runs nothing, as the schedule document or the page)."""
 
     name: str
     wants_simulation: bool
+    execution_model: ExecutionModel | None
 
     def files(self, key: Key, options: EmitOptions) -> tuple[str, ...]:
         """Every file (relative POSIX names) the backend will write for ``key``, including what
@@ -126,6 +135,13 @@ class Backend(Protocol[Key, Subject]):
         """Name -> contents of every source file (a subset of :meth:`files`); nothing is
         written (an iterable of pieces may do its work as the pipeline consumes it).
         :class:`~cclc.errors.CclError` when the subject cannot take this output."""
+        ...
+
+    def refusal(self, subject: Subject, options: EmitOptions) -> str | None:
+        """Why :meth:`render` would refuse ``subject``, found without rendering it (cheaply:
+        it is asked of every candidate that would become the fastest), or ``None``; a limit
+        found only while rendering is reported then. A backend without limits returns
+        ``None``."""
         ...
 
     def build(self, folder: Path, key: Key, options: EmitOptions) -> list[str]:

@@ -19,7 +19,7 @@ import sys
 
 from cclc.calibration import load_points, predict
 from cclc.nccl_model import CALIBRATION_DATA, CALIBRATION_TOLERANCE
-from cclc.tune.space import FUNC_NAMES
+from cclc.tuning.space import FUNC_NAMES
 
 
 def _size(n: int) -> str:

@@ -37,7 +37,7 @@ import dsl
 from cclc.algorithms import algorithms_for
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, DType, make_collective
-from cclc.execution import BACKEND_MODELS, IR_MODEL, ExecutionModel, predict
+from cclc.execution import IR_MODEL, MODELS, ExecutionModel, predict
 from cclc.fabric_routing import has_spines, planned_routes
 from cclc.nccl_model import bus_factor, nccl_estimate, speedup_text
 
@@ -182,12 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 sizes, topologies up to 100 ranks")
     ap.add_argument("--json", metavar="PATH", help="write every row as JSON")
-    ap.add_argument("--model", choices=["ir", *BACKEND_MODELS], default="nccl",
+    ap.add_argument("--model", choices=list(MODELS), default="nccl",
                     help="execution model of cclc's side (default: nccl, the generated library)")
     ap.add_argument("--size", type=int, action="append", metavar="BYTES",
                     help="only this nominal size (repeatable; default: 1 KiB ... 4 GiB)")
     args = ap.parse_args(argv)
-    model = BACKEND_MODELS.get(args.model, IR_MODEL)
+    model = MODELS[args.model]
     print(f"cclc's times under the {model.label}; NCCL's from cclc's model of NCCL", flush=True)
     sizes = args.size or (QUICK_SIZES if args.quick else SIZES)
     start = time.perf_counter()

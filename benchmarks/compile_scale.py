@@ -148,10 +148,10 @@ def plan_625_nccl(tmp: Path, timeout: float) -> dict:
     return _child(f"""
         import json
         import dsl
-        from cclc.execution import BACKEND_MODELS
+        from cclc.execution import NCCL_MODEL
         from cclc.plan import plan
         c = dsl.load({str(src)!r}).collectives[0]
-        p = plan(c, model=BACKEND_MODELS["nccl"])
+        p = plan(c, model=NCCL_MODEL)
         print(json.dumps({{"chosen": p.name, "time": p.time,
                           "built": sum(r.time is not None for r in p.candidates),
                           "pruned": sum(r.pruned is not None for r in p.candidates)}}))

@@ -21,7 +21,7 @@ from torus_alltoall import _collective, _topologies  # noqa: E402
 
 from cclc.algorithms.torus_alltoall import build_for_sizes  # noqa: E402
 from cclc.dataflow import dataflow_time, lower_schedule  # noqa: E402
-from cclc.execution import BACKEND_MODELS, LOCKSTEP_NCCL_MODEL, predict  # noqa: E402
+from cclc.execution import LOCKSTEP_NCCL_MODEL, NCCL_MODEL, predict  # noqa: E402
 from cclc.relay import lower_relays  # noqa: E402
 from cclc.sim import simulate  # noqa: E402
 
@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--tori", default="5x5,5x5x5")
     ap.add_argument("--routings", default="source,none")
     args = ap.parse_args()
-    nccl = BACKEND_MODELS["nccl"]
+    nccl = NCCL_MODEL
     print("| torus | routing | series | ops | lanes | groups | lockstep (IR) | event | nccl model "
           "| model / event | nccl model, no launch cost | nccl-lockstep model |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

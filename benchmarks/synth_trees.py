@@ -42,7 +42,8 @@ from cclc.algorithms import algorithms_for, get
 from cclc.algorithms.synth_flows import synth_budget
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, Hint, make_collective
-from cclc.execution import BACKEND_MODELS, IR_MODEL, ExecutionModel, predict
+from cclc.execution import IR_MODEL, ExecutionModel, predict
+from cclc.execution import MODELS as EXECUTION_MODELS
 from cclc.lockstep_bound import lockstep_bound
 from cclc.topology import torus, with_faults
 
@@ -51,7 +52,7 @@ EXAMPLES = ["torus4x4_failed_rank", "torus5x5_fault", "mesh4x4", "torus5x5x5",
             "tpuv4_4x4x4_ocs", "hgx_node", "fabric6_single_gpu", "pcie_oversubscribed",
             "hgx16_leafspine", "tpuv4_8x4x4"]
 #: the models --models can name
-MODELS = {"ir": IR_MODEL, **BACKEND_MODELS,
+MODELS = {**EXECUTION_MODELS,
           "event": ExecutionModel("event", "event", description="event mode, no software cost")}
 QUICK = ["torus4x4_failed_rank", "torus5x5_fault", "mesh4x4", "hgx_node", "fabric6_single_gpu"]
 

@@ -46,7 +46,7 @@ import numpy as np
 from cclc.algorithms.torus_alltoall import build_for_sizes
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, DType, make_collective
-from cclc.execution import BACKEND_MODELS, LOCKSTEP_NCCL_MODEL, predict
+from cclc.execution import LOCKSTEP_NCCL_MODEL, MSCCL_MODEL, predict
 from cclc.relay import lower_relays
 from cclc.sim import simulate
 from cclc.topology import torus, with_faults
@@ -132,7 +132,7 @@ def run_torus(dims, bandwidth, sizes, series, log, lp_max=150, event_max_ops=EVE
                    "time_nccl": predict(s, LOCKSTEP_NCCL_MODEL).time}
             if "MATE" in name and n_ops <= event_max_ops:
                 row["time_event"] = simulate(s, mode="event").time
-                row["time_msccl"] = predict(s, BACKEND_MODELS["msccl"]).time
+                row["time_msccl"] = predict(s, MSCCL_MODEL).time
             if size == BOUND_SIZE or (BOUND_SIZE not in sizes and size == sizes[-1]):
                 bound, bname = _bound(s.collective, use_lp=topo.n_ranks <= lp_max)
                 row["bound"] = bound

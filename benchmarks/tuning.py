@@ -2,13 +2,13 @@
 
 For every example topology (``examples/*.ccl`` that describe GPU nodes), every collective
 NCCL can tune (the file's own, on their groups) and sizes 64 KiB .. 4 GiB in steps of 16x,
-the script runs exhaustive search and coordinate descent (cclc.tune.search, default options)
-on :class:`cclc.tune.profilers.ModelProfiler` and prints per case:
+the script runs exhaustive search and coordinate descent (cclc.tuning.search, default options)
+on :class:`cclc.tuning.profilers.ModelProfiler` and prints per case:
 
 - the best bus bandwidth each found and CD's fraction of the exhaustive optimum,
 - the evaluations each used and CD's share of the exhaustive count,
 - NCCL's default choice (its cost-model argmin and size heuristic: cclc.nccl_model, placed in
-  the space by cclc.tune.baseline), its predicted busbw and the predicted gain of the tuned
+  the space by cclc.tuning.baseline), its predicted busbw and the predicted gain of the tuned
   configuration over it.
 
 The target (issue 7): CD reaches >= 98% of the exhaustive optimum with <= 10% of its
@@ -29,11 +29,11 @@ import time
 
 import dsl
 from cclc.errors import CclError
-from cclc.tune.baseline import nccl_default
-from cclc.tune.profilers import Case, ModelProfiler
-from cclc.tune.search import search
-from cclc.tune.space import ALGO_NAMES, FUNC_NAMES, PROTO_NAMES, NcclVersion, space_for
-from cclc.tune.tuning import targets_from_collectives
+from cclc.tuning.baseline import nccl_default
+from cclc.tuning.profilers import Case, ModelProfiler
+from cclc.tuning.search import search
+from cclc.tuning.space import ALGO_NAMES, FUNC_NAMES, PROTO_NAMES, NcclVersion, space_for
+from cclc.tuning.table import targets_from_collectives
 
 SIZES = [65536 * 16 ** k for k in range(5)]        # 64 KiB .. 4 GiB (nccl-tests size)
 

@@ -1,4 +1,7 @@
-"""Execution models: how each backend runs a schedule, and the time cclc predicts for it.
+"""Execution models: how each runtime runs a schedule, and the time cclc predicts for it.
+
+A backend declares the model of the runtime it emits for (its ``execution_model``, see
+:mod:`backends.contract`); this module defines the models and prices a schedule under one.
 
 A schedule's steps say what may run together; a runtime decides what actually waits for what.
 Every predicted time names the model it comes from:
@@ -52,16 +55,18 @@ models.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
 from cclc.ir import Schedule
 from cclc.sim import simulate
 
-__all__ = ["BACKEND_MODELS", "IR_MODEL", "LOCKSTEP_NCCL_MODEL", "NCCL_GROUP_OVERHEAD",
-           "ExecutionModel", "Prediction", "model_for", "model_reason", "predict"]
+__all__ = ["IR_MODEL", "LOCKSTEP_NCCL_MODEL", "MODELS", "MSCCLPP_MODEL", "MSCCL_MODEL",
+           "NCCL_GROUP_OVERHEAD", "NCCL_MODEL", "ExecutionModel", "Output", "Prediction",
+           "model_for", "model_reason", "predict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,50 +107,64 @@ IR_MODEL = ExecutionModel("ir", "lockstep", description="lockstep steps, no soft
 LOCKSTEP_NCCL_MODEL = ExecutionModel(
     "nccl-lockstep", "lockstep", step_overhead=_NCCL_LAUNCH,
     description="lockstep, one NCCL group per step, 8.4 us per step (no longer emitted)")
-BACKEND_MODELS: dict[str, ExecutionModel] = {
-    "nccl": ExecutionModel("nccl", "dataflow", op_overhead=NCCL_GROUP_OVERHEAD,
-                           description="dataflow lanes, 8.4 us per NCCL group"),
-    "msccl": ExecutionModel("msccl", "event", op_overhead=_SIMPLE_HOP,
-                            call_overhead=_NCCL_LAUNCH,
-                            description="dataflow, 3.4 us per op, 8.4 us per call"),
-    "mscclpp": ExecutionModel("mscclpp", "lockstep", step_overhead=_MSCCLPP_ROUND_TRIP,
-                              description="lockstep steps (credit and data signal per peer), "
-                              "2.345 us per step (MSCCL++'s measured signal+wait round "
-                              "trip, H100)"),
-}
+#: the generated NCCL library (``backends.nccl``)
+NCCL_MODEL = ExecutionModel("nccl", "dataflow", op_overhead=NCCL_GROUP_OVERHEAD,
+                            description="dataflow lanes, 8.4 us per NCCL group")
+#: the MSCCL runtimes (``backends.msccl``)
+MSCCL_MODEL = ExecutionModel("msccl", "event", op_overhead=_SIMPLE_HOP,
+                             call_overhead=_NCCL_LAUNCH,
+                             description="dataflow, 3.4 us per op, 8.4 us per call")
+#: MSCCL++'s executor running the plans of ``backends.mscclpp``
+MSCCLPP_MODEL = ExecutionModel("mscclpp", "lockstep", step_overhead=_MSCCLPP_ROUND_TRIP,
+                               description="lockstep steps (credit and data signal per peer), "
+                               "2.345 us per step (MSCCL++'s measured signal+wait round "
+                               "trip, H100)")
 
 
-def model_for(emitters) -> ExecutionModel:
-    """The model ``auto`` chooses with: that of the first code-emitting backend in
-    ``emitters`` (in the order given), or :data:`IR_MODEL` when there is none."""
-    for name in emitters:
-        if name in BACKEND_MODELS:
-            return BACKEND_MODELS[name]
+#: every model by its own name (what reports print and benchmarks' ``--model`` takes); the
+#: model an output is priced with hangs on its backend, never looked up here by output name
+MODELS: dict[str, ExecutionModel] = {m.name: m for m in (IR_MODEL, LOCKSTEP_NCCL_MODEL,
+                                                         NCCL_MODEL, MSCCL_MODEL,
+                                                         MSCCLPP_MODEL)}
+
+
+class Output(Protocol):
+    """What this module reads of an output (a :class:`backends.contract.Backend`): its name
+    and the execution model of its runtime (``None`` when it runs nothing)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def execution_model(self) -> ExecutionModel | None: ...
+
+
+def model_for(outputs: Iterable[Output]) -> ExecutionModel:
+    """The model ``auto`` chooses with: that of the first output in ``outputs`` (in the order
+    given) that declares one, or :data:`IR_MODEL` when none does."""
+    for output in outputs:
+        if output.execution_model is not None:
+            return output.execution_model
     return IR_MODEL
 
 
-def model_reason(emitters) -> str | None:
-    """Why :func:`model_for` prices with the model it does, when an output in ``emitters``
+def model_reason(outputs: Iterable[Output]) -> str | None:
+    """Why :func:`model_for` prices with the model it does, when an output in ``outputs``
     chose it; ``None`` when none did (the IR's own model, that of ``--emit json``).
 
     The outputs asked for decide which algorithm ``auto`` keeps: each runtime pays software
     costs of its own, so the same file can compile to another algorithm with another
     ``--emit``. This sentence says so where it happens.
-
-    >>> model_reason(["json", "msccl", "html"]).split(" because ")[1]
-    '--emit includes msccl; without msccl: the ir model (lockstep steps, no software cost)'
-    >>> model_reason(["json", "html"]) is None
-    True
     """
-    emitters = list(emitters)
-    model = model_for(emitters)
+    outputs = list(outputs)
+    model = model_for(outputs)
     if model is IR_MODEL:
         return None
-    coded = [name for name in emitters if name in BACKEND_MODELS]
+    coded = [o.name for o in outputs if o.execution_model is not None]
     why = f"--emit includes {model.name}"
     if len(coded) > 1:
         why += f", the first of {' and '.join(coded)} that --emit lists"
-    other = model_for([name for name in emitters if name != model.name])
+    other = model_for([o for o in outputs if o.execution_model is not model])
     return (f"priced under the {model.name} execution model ({model.description}) because "
             f"{why}; without {model.name}: the {other.name} model ({other.description})")
 

@@ -56,9 +56,11 @@ __all__ = [
     "BASE_LAT",
     "CALIBRATION_DATA",
     "CALIBRATION_TOLERANCE",
+    "DEFAULT_THREADS",
     "HW_LAT",
     "LL_MAX_BW",
-    "NVLINK_BANDWIDTH",
+    "MAX_CHANNELS",
+    "NVLINK",
     "NVLS_EFFICIENCY",
     "PER_CH_NVLS_TREE",
     "PER_CH_RING_LL128",
@@ -68,8 +70,10 @@ __all__ = [
     "Func",
     "Graph",
     "NcclChoice",
+    "NcclComparison",
     "NcclModel",
     "NcclSystem",
+    "NvlinkRate",
     "Proto",
     "bus_factor",
     "compare_with_nccl",
@@ -78,6 +82,7 @@ __all__ = [
     "graph_busbw",
     "latency_us",
     "nccl_choice",
+    "nccl_comparison",
     "nccl_chunk",
     "nccl_estimate",
     "nccl_init",
@@ -188,21 +193,38 @@ _SPEEDS_INTER = {"old": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9
                             6.0, 3.0, 2.4, 1.2, 0.24, 0.12),
                  "blackwell": (96.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5,
                                15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)}
-# NCCL's bandwidth per NVLink (topo.h), GB/s: how NCCL derates the hardware's rate below
-_NCCL_NVLINK_BW = {"volta": 20.0, "ampere": 20.0, "hopper": 20.6, "blackwell": 40.1}
-#: NVLink bandwidth per link and direction (bytes/s) by the GPU's compute capability
-#: (``sm``): the hardware's rate (NVLink1 on P100 20 GB/s, NVLink2-4 on V100/A100/H100
-#: 25 GB/s, NVLink5 on B200/B300 50 GB/s), as cclc's hand-written examples and NCCL XML
-#: import use. NCCL's own model derates them (src/graph/topo.h: 18, 20, 20, 20.6, 40.1 GB/s).
-NVLINK_BANDWIDTH = {60: 20e9, 70: 25e9, 80: 25e9, 90: 25e9, 100: 50e9, 103: 50e9}
+
+
+@dataclass(frozen=True, slots=True)
+class NvlinkRate:
+    """One NVLink generation's bandwidth per link and direction, two ways: ``hardware``
+    (bytes/s), the link's rate as cclc's hand-written examples and the NCCL XML import declare
+    it; ``nccl`` (GB/s), the figure NCCL's own model counts for it."""
+
+    hardware: float
+    nccl: float
+
+
+#: The one NVLink table, by the GPU's compute capability (``sm``): the hardware's rate (NVLink1
+#: on P100 20 GB/s, NVLink2-4 on V100/A100/H100 25 GB/s, NVLink5 on B200/B300 50 GB/s) and
+#: NCCL's derated figure (NVIDIA/nccl 5067397c2676d5aed50042fc39e5c8ee96eb0027,
+#: src/graph/topo.h ``SM60_NVLINK_BW`` ... ``SM100_NVLINK_BW``: 18, 20, 20, 20.6, 40.1 GB/s).
+NVLINK = {60: NvlinkRate(20e9, 18.0), 70: NvlinkRate(25e9, 20.0), 80: NvlinkRate(25e9, 20.0),
+          90: NvlinkRate(25e9, 20.6), 100: NvlinkRate(50e9, 40.1),
+          103: NvlinkRate(50e9, 40.1)}
 # the PCIe switch between a GPU and its NIC as NCCL rates it (Gen3 / Gen4 / Gen5 x16)
 _GPU_NIC_PCIE = {"volta": 12.0, "ampere": 24.0, "hopper": 48.0, "blackwell": 48.0}
 _COMPCAP = {"volta": 70, "ampere": 80, "hopper": 90, "blackwell": 100}
-MAX_CHANNELS = 64              # MAXCHANNELS
+#: NCCL's channel limit: NCCL_MIN/MAX_NCHANNELS are clamped to it (NVIDIA/nccl 5067397c,
+#: src/include/device.h ``MAXCHANNELS``)
+MAX_CHANNELS = 64
 _GRAPH_MAX_CHANNELS = 32       # ring/tree graphs search up to MAXCHANNELS/2
 _NVLS_CHANNELS = {"hopper": 16, "blackwell": 16}   # NCCL_NVLS_NCHANNELS default
-_DEFAULT_THREADS = {Proto.LL: 512, Proto.LL128: 640, Proto.SIMPLE: 512}
-_MAX_NTHREADS = 640
+#: the threads NCCL's ring kernels run per protocol, the most each may (NVIDIA/nccl 5067397c,
+#: src/include/device.h ``NCCL_LL_MAX_NTHREADS``, ``NCCL_LL128_MAX_NTHREADS``,
+#: ``NCCL_SIMPLE_MAX_NTHREADS``)
+DEFAULT_THREADS = {Proto.LL: 512, Proto.LL128: 640, Proto.SIMPLE: 512}
+_MAX_NTHREADS = 640             # NCCL_MAX_NTHREADS: what tree and PAT kernels run
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,8 +321,14 @@ def nsteps(func: Func, n: int) -> int:
 def bus_factor(kind: CollectiveKind, n: int) -> float:
     """nccl-tests' bus-bandwidth factor for ``kind`` on ``n`` ranks: busbw = algbw x this.
 
-    ``2(n-1)/n`` for allreduce, ``(n-1)/n`` for allgather, reducescatter and alltoall
-    (nccl-tests ``AlltoAllGetBw``), ``1`` for broadcast and reduce.
+    ``2(n-1)/n`` for allreduce, ``(n-1)/n`` for allgather, reducescatter and alltoall, ``1``
+    for broadcast and reduce (NVIDIA/nccl-tests a0b82b2260cf5152b9f8c061bbf7eaf0ba096432,
+    ``src/alltoall.cu`` ``AlltoAllGetBw``: ``factor = (nranks-1)/nranks``; the same in
+    ``src/all_gather.cu`` ``AllGatherGetBw``). The one factor of cclc: the simulator, the page,
+    the tuner's profilers and the benchmarks all use this function.
+
+    >>> bus_factor(CollectiveKind.ALLTOALL, 8), bus_factor(CollectiveKind.ALLREDUCE, 8)
+    (0.875, 1.75)
     """
     if kind is CollectiveKind.ALLREDUCE:
         return 2 * (n - 1) / n
@@ -327,8 +355,9 @@ def gpu_nic_bandwidth(arch: str) -> float:
 
 def nvlink_as_nccl_sees_it(declared_gbs: float, arch: str) -> float:
     """A GPU's NVLink bandwidth in NCCL's units: whole links x NCCL's per-link figure."""
-    links = max(1, round(declared_gbs / (NVLINK_BANDWIDTH[_COMPCAP[arch]] / 1e9)))
-    return links * _NCCL_NVLINK_BW[arch]
+    rate = NVLINK[_COMPCAP[arch]]
+    links = max(1, round(declared_gbs / (rate.hardware / 1e9)))
+    return links * rate.nccl
 
 
 def system_of(topology: Topology, group: tuple[int, ...] | list[int] | None = None,
@@ -650,7 +679,7 @@ def nccl_resources(m: NcclModel, algo: Algo, proto: Proto, nbytes: int) -> tuple
     if algo in (Algo.NVLS, Algo.NVLS_TREE):
         return max(1, m.nvls_channels), _MAX_NTHREADS
     nc = m.channels
-    nt = _DEFAULT_THREADS[proto] if algo is Algo.RING else _MAX_NTHREADS
+    nt = DEFAULT_THREADS[proto] if algo is Algo.RING else _MAX_NTHREADS
     threshold = _thread_threshold(algo, proto, m.system.n_ranks)
     while nbytes < nc * nt * threshold:
         if nc >= 2:
@@ -731,22 +760,57 @@ def speedup_text(baseline: float, ours: float) -> str:
     return f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower"
 
 
-def compare_with_nccl(coll: Collective, time: float, software_cost: bool = True) -> str | None:
-    """One line for reports: NCCL's predicted choice and time, and how cclc's predicted time
-    compares; ``None`` where NCCL's tables have nothing to say. ``software_cost=False`` says
-    that cclc's time charges no launch or per-op cost (the ``ir`` model), which NCCL's does."""
+@dataclass(frozen=True, slots=True)
+class NcclComparison:
+    """NCCL's predicted choice for a collective beside cclc's predicted ``time`` (seconds) for
+    it; ``software_cost=False`` when cclc's time charges no launch or per-op cost (the ``ir``
+    model), which NCCL's does. Computed once by the pipeline and handed to every output."""
+
+    nccl: NcclChoice
+    time: float
+    software_cost: bool = True
+
+    @property
+    def nccl_time(self) -> float:
+        """NCCL's predicted time (seconds)."""
+        return self.nccl.time_us * 1e-6
+
+    @property
+    def speedup(self) -> str:
+        """How cclc's time compares, said the right way (:func:`speedup_text`)."""
+        return speedup_text(self.nccl_time, self.time)
+
+    @property
+    def line(self) -> str:
+        """One line for reports: NCCL's choice and time, and the comparison with its caveats
+        (inside the calibration error; no software cost on cclc's side)."""
+        verdict = self.speedup
+        # The model is only shown to be right within the calibration tolerance: a smaller
+        # difference is not a claim the model can carry, so the line says so instead of
+        # standing as a speed-up.
+        if (verdict != "as fast"
+                and abs(self.nccl_time / self.time - 1) <= CALIBRATION_TOLERANCE):
+            verdict += f", inside the model's +-{CALIBRATION_TOLERANCE:.0%} calibration error"
+        if not self.software_cost:
+            verdict += (" (cclc's time charges no software cost and NCCL's does: emit nccl or "
+                        "msccl for a like-for-like time)")
+        return (f"NCCL today (predicted by cclc's model of NCCL): {self.nccl.name} "
+                f"{format_time(self.nccl_time)}, busbw {self.nccl.busbw:.1f} GB/s; cclc's "
+                f"schedule is predicted {verdict}")
+
+
+def nccl_comparison(coll: Collective, time: float, software_cost: bool = True
+                    ) -> NcclComparison | None:
+    """NCCL's predicted choice for ``coll`` beside cclc's ``time`` for it; ``None`` where
+    NCCL's tables have nothing to say (:func:`nccl_estimate`) or ``time`` is not positive."""
     est = nccl_estimate(coll)
     if est is None or time <= 0:
         return None
+    return NcclComparison(est, time, software_cost)
 
-    nccl_s = est.time_us * 1e-6
-    verdict = speedup_text(nccl_s, time)
-    # The model is only shown to be right within the calibration tolerance: a smaller difference
-    # is not a claim the model can carry, so the line says so instead of standing as a speed-up.
-    if verdict != "as fast" and abs(nccl_s / time - 1) <= CALIBRATION_TOLERANCE:
-        verdict += f", inside the model's +-{CALIBRATION_TOLERANCE:.0%} calibration error"
-    if not software_cost:
-        verdict += (" (cclc's time charges no software cost and NCCL's does: emit nccl or "
-                    "msccl for a like-for-like time)")
-    return (f"NCCL today (predicted by cclc's model of NCCL): {est.name} {format_time(nccl_s)}, "
-            f"busbw {est.busbw:.1f} GB/s; cclc's schedule is predicted {verdict}")
+
+def compare_with_nccl(coll: Collective, time: float, software_cost: bool = True) -> str | None:
+    """The report line of :func:`nccl_comparison` (:attr:`NcclComparison.line`), or
+    ``None``."""
+    comparison = nccl_comparison(coll, time, software_cost)
+    return None if comparison is None else comparison.line

@@ -19,9 +19,10 @@ import re
 import xml.parsers.expat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from cclc.errors import Span, TopologyError
-from cclc.nccl_model import NVLINK_BANDWIDTH
+from cclc.nccl_model import NVLINK
 from cclc.topology import NodeType
 
 __all__ = ["DEFAULT_LATENCY", "ImportedNode", "node_type_from_xml", "read_nccl_topology"]
@@ -115,7 +116,8 @@ def node_type_from_xml(data: bytes | str, file: str, name: str, latency: float |
                    "topology files (NCCL_TOPO_DUMP_FILE) start with <system version=\"1\">")
     gpus = _gpus(root, fail)
     nvlinks = _nvlinks(gpus, fail)
-    interconnect = "nvswitch" if all(n > 0 for n in nvlinks) else "pcie"
+    interconnect: Literal["nvswitch", "pcie"] = \
+        "nvswitch" if all(n > 0 for n in nvlinks) else "pcie"
     gpu_bandwidth = _gpu_bandwidth(gpus, nvlinks, interconnect, fail)
     nets, speeds, nearest = _nics(root, gpus, interconnect, fail)
 
@@ -125,7 +127,7 @@ def node_type_from_xml(data: bytes | str, file: str, name: str, latency: float |
         latency=DEFAULT_LATENCY[interconnect] if latency is None else latency,
         nics=len(nets), nic_bandwidth=min(speeds) * 1e6 / 8 if nets else 0.0)
     return ImportedNode(
-        node=node, gpu_busids=tuple(g.parent.attrs.get("busid", "?") for g in gpus),
+        node=node, gpu_busids=tuple(_pci(g).attrs.get("busid", "?") for g in gpus),
         nvlinks_per_gpu=tuple(nvlinks),
         nic_names=tuple(n.attrs.get("name", f"net{i}") for i, n in enumerate(nets)),
         nic_gpus=tuple(nearest))
@@ -168,19 +170,26 @@ def _nvlinks(gpus: list[_Element], fail) -> list[int]:
     return nvlinks
 
 
+def _pci(gpu: _Element) -> _Element:
+    """The <pci> element a <gpu> sits in (:func:`_gpus` refuses a file where one does not)."""
+    if gpu.parent is None:
+        raise AssertionError(f"<gpu> at line {gpu.line} has no parent")
+    return gpu.parent
+
+
 def _gpu_bandwidth(gpus: list[_Element], nvlinks: list[int], interconnect: str, fail) -> float:
     """The slowest GPU's link: its NVLinks at the rate of its ``sm``, or its PCIe link."""
     if interconnect != "nvswitch":
-        return min(_pci_bandwidth(g.parent, fail) for g in gpus)
+        return min(_pci_bandwidth(_pci(g), fail) for g in gpus)
     rates = []
     for g, n in zip(gpus, nvlinks, strict=True):
         sm = _int(g, "sm", fail)
-        per_link = NVLINK_BANDWIDTH.get(sm)
-        if per_link is None:
+        rate = NVLINK.get(sm)
+        if rate is None:
             raise fail(f"no NVLink rate is known for sm=\"{sm}\" (known: "
-                       f"{', '.join(map(str, NVLINK_BANDWIDTH))}); give the bandwidth with "
+                       f"{', '.join(map(str, NVLINK))}); give the bandwidth with "
                        "a `link` setting", g)
-        rates.append(n * per_link)
+        rates.append(n * rate.hardware)
     return min(rates)
 
 

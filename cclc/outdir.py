@@ -12,6 +12,10 @@ refused at once instead of mixing its files with the first run's; the OS drops t
 its process ends however it ends, so a lock file a killed run left behind blocks nothing. The
 holder removes the lock file when it is done.
 
+A single file the user names (``cclc viz -o page.html``, ``cclc diagnose --patch fixed.ccl``,
+:func:`cclc.serialize.save`) goes through the same writer: :func:`write_file` writes it into
+the :class:`OutputDir` of its folder, under the same rules.
+
 >>> import tempfile
 >>> with OutputDir(tempfile.mkdtemp()) as out:
 ...     out.write_text("a.json", "{}")
@@ -32,7 +36,7 @@ from pathlib import Path, PurePosixPath
 
 from cclc.errors import CclError
 
-__all__ = ["LOCK", "MANIFEST", "OutputDir", "write_atomically"]
+__all__ = ["LOCK", "MANIFEST", "OutputDir", "write_atomically", "write_file"]
 
 #: the manifest's file name inside an output folder
 MANIFEST = ".cclc-manifest.json"
@@ -277,11 +281,30 @@ def _umask() -> int:
     return mask
 
 
+def write_file(path: str | os.PathLike, data: bytes | Iterable[bytes], force: bool = False
+               ) -> Path:
+    """Write one file the user named through the :class:`OutputDir` of its folder: atomically,
+    listed in that folder's manifest, under its lock, and refused (unless ``force``) when the
+    file exists and cclc did not write it; returns its path.
+
+    >>> import tempfile
+    >>> page = write_file(Path(tempfile.mkdtemp()) / "page.html", b"<!doctype html>")
+    >>> OutputDir(page.parent).files()
+    ('page.html',)
+    """
+    target = Path(path)
+    if target.name in ("", ".", ".."):
+        raise CclError(f"'{os.fspath(path)}' names a folder, not a file")
+    with OutputDir(target.parent, force=force) as out:
+        out.write_bytes(target.name, data)
+    return target
+
+
 def write_atomically(target: str | os.PathLike, data: bytes | Iterable[bytes]) -> None:
     """Write ``data`` to ``target`` through a temporary file beside it moved into place, so
     a reader (or a second writer) never sees half a file; :class:`~cclc.errors.CclError` when
-    the file system refuses. For a single file the user names; folders go through
-    :class:`OutputDir`."""
+    the file system refuses. The step under :class:`OutputDir`'s writes: cclc's own files go
+    through :class:`OutputDir` (or :func:`write_file`), never here directly."""
     target = Path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

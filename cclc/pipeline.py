@@ -13,11 +13,14 @@ arguments, calls it and prints what it reports, and the tests and benchmarks cal
    lowering (:func:`cclc.relay.lower_relays`), applied by the algorithm table to every build;
 4. **verify** -- the symbolic verifier (:func:`cclc.verify.verify`) on every candidate: a
    schedule that fails is never chosen, and an explicitly named one stops its collective;
-5. **measure** -- every candidate's time under the first code-emitting backend's execution
-   model (:mod:`cclc.execution`) against the lower bounds (:mod:`cclc.bounds`); ``auto`` keeps
-   the fastest (stages 2-5 for all candidates are :func:`cclc.plan.plan`);
+5. **measure** -- every candidate's time under the execution model of the first output that
+   declares one (:attr:`backends.contract.Backend.execution_model`, :mod:`cclc.execution`)
+   against the lower bounds (:mod:`cclc.bounds`); ``auto`` keeps the fastest that every
+   output takes (:meth:`backends.contract.Backend.refusal`) (stages 2-5 for all candidates
+   are :func:`cclc.plan.plan`);
 6. **compare** -- what NCCL would take on the same machine
-   (:func:`cclc.nccl_model.compare_with_nccl`);
+   (:func:`cclc.nccl_model.nccl_comparison`), computed once and handed to the outputs in
+   their :class:`~backends.contract.Facts`;
 7. **render and write** -- every backend renders its files (:mod:`backends.contract`) and this
    module writes them through :class:`~cclc.outdir.OutputDir`, which never overwrites a file
    cclc did not write; a backend with a build step builds after its sources are written.
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +49,7 @@ from cclc.plan import Plan
 if TYPE_CHECKING:
     from backends.contract import Backend, EmitOptions, Facts
     from cclc.execution import ExecutionModel
+    from cclc.nccl_model import NcclComparison
     from dsl import Program
 
 __all__ = [
@@ -204,8 +208,8 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
 
         # the outputs decide the execution model that prices the candidates (each runtime
         # pays software costs of its own), so the same file may choose differently: say so
-        model = model_for(request.emit)
-        reason = model_reason(request.emit)
+        model = model_for(backends)
+        reason = model_reason(backends)
         if reason is not None and collectives:
             events.priced(model, reason)
         results = []
@@ -213,16 +217,18 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
             events.start(coll)
             try:
                 # 2-5. build, route, verify and measure every candidate; keep the fastest
-                p = _plan(coll, request, model, events)
+                p = _plan(coll, request, model, _refusal(backends, options), events)
             except ScheduleError as err:
                 events.failed(coll, err.message)
                 results.append(Compiled(coll, None, err.message))
                 continue
             # 6. compare with what NCCL would take on the same machine
-            nccl = _compare(coll, p)
+            comparison = _compare(coll, p)
+            nccl = None if comparison is None else comparison.line
             events.planned(coll, p, nccl)
             # 7. render and write every output (the facts the renderers show are measured once)
-            facts = measure(p.schedule, p, simulate=any(b.wants_simulation for b in backends))
+            facts = measure(p.schedule, p, simulate=any(b.wants_simulation for b in backends),
+                            nccl=comparison)
             files: list[str] = []
             missing: list[tuple[str, str]] = []
             skipped: list[tuple[str, str]] = []
@@ -325,60 +331,62 @@ def _topology_text(topo) -> str:
     return json.dumps(topology_document(topo), separators=(",", ":"), allow_nan=False) + "\n"
 
 
-def _plan(coll: Collective, request: Request, model, events: Events) -> Plan:
+def _plan(coll: Collective, request: Request, model: ExecutionModel,
+          refusal: Callable[[Schedule], str | None], events: Events) -> Plan:
     from cclc.algorithms.synth_flows import synth_budget
     from cclc.plan import plan
 
     with events.stage(f"{coll.name}: planning") as st, synth_budget(request.synth_budget):
         return plan(coll, explain=request.explain, model=model,
                     on_step=lambda i, total, what: st.update(i, what, total),
-                    refusal=_refusal(request))
+                    refusal=refusal)
 
 
-def _refusal(request: Request):
-    """Why the requested outputs cannot take a schedule (the first that says), or None: the
-    backends that can tell cheaply (a ``refusal`` method) are asked, so ``auto`` does not
-    choose a schedule an output refuses when another one can be written."""
-    from backends import load
-    from backends.contract import EmitOptions
-
-    options = request.options or EmitOptions()
-    checks = [b.refusal for b in map(load, request.emit) if hasattr(b, "refusal")]
-    if not checks:
-        return None
-
+def _refusal(backends: Sequence[Backend[Any, Any]], options: EmitOptions
+             ) -> Callable[[Schedule], str | None]:
+    """Why the requested outputs cannot take a schedule (the first that says), or None: every
+    output's :meth:`~backends.contract.Backend.refusal` is asked, so ``auto`` does not choose a
+    schedule an output refuses when another one can be written."""
     def refusal(schedule: Schedule) -> str | None:
-        for check in checks:
-            why = check(schedule, options)
+        for backend in backends:
+            why = backend.refusal(schedule, options)
             if why is not None:
                 return why
         return None
     return refusal
 
 
-def _compare(coll: Collective, p: Plan) -> str | None:
-    from cclc.nccl_model import compare_with_nccl
+def _compare(coll: Collective, p: Plan) -> NcclComparison | None:
+    from cclc.nccl_model import nccl_comparison
 
     if p.time is None:
         return None
-    return compare_with_nccl(coll, p.time, software_cost=p.model.charges_software)
+    return nccl_comparison(coll, p.time, software_cost=p.model.charges_software)
 
 
-def measure(schedule: Schedule, p: Plan | None = None, simulate: bool = True) -> Facts:
+def measure(schedule: Schedule, p: Plan | None = None, simulate: bool = True,
+            nccl: NcclComparison | None = None) -> Facts:
     """The :class:`~backends.contract.Facts` of ``schedule``: its bounds, time and execution
     model (the plan's, when given: what the compile reports, so no output recomputes them
-    differently), and with ``simulate`` its lockstep and event-driven simulations."""
+    differently), with ``simulate`` its lockstep and event-driven simulations, and the
+    comparison with NCCL: ``nccl`` (the pipeline's, of the plan's time) or, for a schedule
+    without a plan (``cclc viz``), that of its lockstep time."""
     from backends.contract import Facts
     from cclc.bounds import bounds
+    from cclc.nccl_model import nccl_comparison
     from cclc.sim import simulate as run_sim
 
     found = p.bounds if p is not None and p.bounds is not None else bounds(schedule.collective)
-    return Facts(bounds=found,
-                 lockstep=run_sim(schedule, mode="lockstep") if simulate else None,
+    lockstep = run_sim(schedule, mode="lockstep") if simulate else None
+    if nccl is None and (p is None or p.time is None) and lockstep is not None:
+        # the time a page shows for a schedule without a plan: the lockstep simulation's,
+        # which charges no software cost
+        nccl = nccl_comparison(schedule.collective, lockstep.time, software_cost=False)
+    return Facts(bounds=found, lockstep=lockstep,
                  event=run_sim(schedule, mode="event") if simulate else None,
                  time=p.time if p is not None else None,
                  model=p.model if p is not None else None,
-                 candidates=p.candidates if p is not None else ())
+                 candidates=p.candidates if p is not None else (), nccl=nccl)
 
 
 def write_outputs(backend: Backend[Any, Any], key: Any, subject: Any, out: OutputDir,

@@ -16,13 +16,15 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from enum import Enum
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
 from cclc.collective import CollectiveKind, DType, Hint, ReduceOp, make_collective
 from cclc.errors import CclError, ScheduleError, Span
 from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
+from cclc.outdir import write_file
 from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
 from cclc.topology import LinkKind, Topology
 from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH
@@ -32,6 +34,11 @@ __all__ = ["FORMAT", "VERSION", "document_pieces", "dumps", "from_json", "int_ar
 
 FORMAT = "cclc-schedule"
 VERSION = 1
+
+_E = TypeVar("_E", bound=Enum)
+#: the kinds of topology a document may name, as the :class:`Topology` field spells them
+_TOPOLOGY_KINDS: dict[str, Literal["torus", "fabric", "node"]] = {
+    "torus": "torus", "fabric": "fabric", "node": "node"}
 
 _BUF_KEYS = {Buf.INPUT: "input", Buf.OUTPUT: "output", Buf.SCRATCH: "scratch"}
 _LINK_KIND_NAMES = {k: k.name.lower() for k in LinkKind}
@@ -165,6 +172,8 @@ def _int_digits(a: np.ndarray) -> bytes:
         out = np.full(2 * len(a) - 1, _COMMA, dtype=np.uint8)
         out[::2] = a.astype(np.uint8) + _DIGIT
         return out.tobytes()
+    # the numbers being cut into digits, in an unsigned or narrow type (see below)
+    work: np.ndarray[Any, np.dtype[Any]]
     if low >= 0:
         neg = None
         # division is cheapest in the narrowest type that holds the numbers
@@ -185,7 +194,7 @@ def _int_digits(a: np.ndarray) -> bytes:
     chars = np.empty((len(a), width + 2), dtype=np.uint8)
     chars[:, 0] = _MINUS
     chars[:, -1] = _COMMA
-    ten = work.dtype.type(10)
+    ten: Any = work.dtype.type(10)
     for col in range(width, 0, -1):
         q = work // ten                         # (% is several times slower than //)
         chars[:, col] = work - q * ten
@@ -225,15 +234,15 @@ def dumps(s: Schedule) -> bytes:
     return b"".join(document_pieces(s))
 
 
-def save(s: Schedule, path: str | os.PathLike) -> None:
-    """Write ``s`` to ``path`` as a schedule document (compact JSON, one trailing newline)."""
-    try:
-        with open(path, "wb") as f:
-            for piece in document_pieces(s):
-                f.write(piece)
-            f.write(b"\n")
-    except OSError as e:
-        raise CclError(f"cannot write {os.fspath(path)}: {e.strerror or e}") from None
+def save(s: Schedule, path: str | os.PathLike, force: bool = False) -> None:
+    """Write ``s`` to ``path`` as a schedule document (compact JSON, one trailing newline)
+    through cclc's one writer (:func:`cclc.outdir.write_file`): atomically, listed in the
+    folder's manifest, and never over a file cclc did not write unless ``force``."""
+    def pieces() -> Iterator[bytes]:
+        yield from document_pieces(s)
+        yield b"\n"
+
+    write_file(path, pieces(), force=force)
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -260,18 +269,18 @@ class _Doc:
     def obj(self, key: str) -> _Doc:
         return _Doc(self.get(key), self.path(key))
 
-    def str(self, key: str, optional: bool = False) -> str | None:
-        v = self.get(key, optional)
-        if v is None and optional:
-            return None
+    def string(self, key: str) -> str:
+        v = self.get(key)
         if not isinstance(v, str):
             raise ScheduleError(f"'{self.path(key)}' must be a string, not {_what(v)}")
         return v
 
-    def int(self, key: str, optional: bool = False) -> int | None:
-        v = self.get(key, optional)
-        if v is None and optional:
-            return None
+    def string_or_none(self, key: str) -> str | None:
+        """:meth:`string`, or ``None`` when the key is missing (or null)."""
+        return None if self.get(key, optional=True) is None else self.string(key)
+
+    def integer(self, key: str) -> int:
+        v = self.get(key)
         if not isinstance(v, int) or isinstance(v, bool):
             raise ScheduleError(f"'{self.path(key)}' must be an integer, not {_what(v)}")
         if not -2**63 <= v < 2**63:
@@ -279,18 +288,21 @@ class _Doc:
             raise ScheduleError(f"'{self.path(key)}' is {_short(v)}, outside the 64-bit range")
         return v
 
-    def array(self, key: str, kind: str, ndim: int | tuple[int, ...] = 1,
-              optional: bool = False) -> np.ndarray | None:
-        """A list (of lists) of ``kind`` ("int", "float", "bool", "str") as a numpy array."""
-        v = self.get(key, optional)
-        if v is None and optional:
-            return None
-        return _array(v, kind, ndim, self.path(key))
+    def integer_or_none(self, key: str) -> int | None:
+        """:meth:`integer`, or ``None`` when the key is missing (or null)."""
+        return None if self.get(key, optional=True) is None else self.integer(key)
 
-    def enum(self, key: str, enum, optional: bool = False):
-        v = self.str(key, optional)
-        if v is None:
-            return None
+    def array(self, key: str, kind: str, ndim: int | tuple[int, ...] = 1) -> np.ndarray:
+        """A list (of lists) of ``kind`` ("int", "float", "bool", "str") as a numpy array."""
+        return _array(self.get(key), kind, ndim, self.path(key))
+
+    def array_or_none(self, key: str, kind: str, ndim: int | tuple[int, ...] = 1
+                      ) -> np.ndarray | None:
+        """:meth:`array`, or ``None`` when the key is missing (or null)."""
+        return None if self.get(key, optional=True) is None else self.array(key, kind, ndim)
+
+    def enum(self, key: str, enum: type[_E]) -> _E:
+        v = self.string(key)
         try:
             return enum(v)
         except ValueError:
@@ -376,22 +388,23 @@ def _ro(a: np.ndarray, dtype) -> np.ndarray:
 
 
 def _topology(t: _Doc) -> Topology:
-    n_ranks = t.int("n_ranks")
+    n_ranks = t.integer("n_ranks")
     names = tuple(t.array("vertex_names", "str").tolist())
     if not 1 <= n_ranks <= len(names):
         raise ScheduleError(f"'{t.path('n_ranks')}' is {n_ranks}, but there are "
                             f"{len(names)} vertex names")
     cols, kind_codes = _link_columns(t.obj("links"), len(names))
-    kind = t.str("kind")
-    if kind not in ("torus", "fabric", "node"):
-        raise ScheduleError(f"'{t.path('kind')}' is {kind!r}, which is not one of 'torus', "
-                            "'fabric', 'node'")
+    kind_name = t.string("kind")
+    kind = _TOPOLOGY_KINDS.get(kind_name)
+    if kind is None:
+        raise ScheduleError(f"'{t.path('kind')}' is {kind_name!r}, which is not one of "
+                            "'torus', 'fabric', 'node'")
     failed_ranks = t.array("failed_ranks", "int")
     if ((failed_ranks < 0) | (failed_ranks >= n_ranks)).any():
         raise ScheduleError(f"'{t.path('failed_ranks')}' names a rank outside 0..{n_ranks - 1}")
     dims, wrap = _dims(t, n_ranks)
     # documents written before routing was declared priced any healthy path a route named
-    routing = t.str("routing", optional=True) or ("source" if kind == "torus" else "ecmp")
+    routing = t.string_or_none("routing") or ("source" if kind == "torus" else "ecmp")
     allowed = TORUS_ROUTINGS if kind == "torus" else FABRIC_ROUTINGS
     if routing not in allowed:
         raise ScheduleError(f"'{t.path('routing')}' is {routing!r}, which is not one of "
@@ -399,14 +412,16 @@ def _topology(t: _Doc) -> Topology:
     per_rank = _per_rank(t, n_ranks)
     groups = _fault_groups(t, len(cols["src"]))
     return Topology(
-        name=t.str("name"), kind=kind, n_ranks=n_ranks, vertex_names=names,
+        name=t.string("name"), kind=kind, n_ranks=n_ranks, vertex_names=names,
         link_src=_ro(cols["src"], np.int32), link_dst=_ro(cols["dst"], np.int32),
         link_bandwidth=_ro(cols["bandwidth"], np.float64),
         link_latency=_ro(cols["latency"], np.float64), link_kind=_ro(kind_codes, np.int8),
         link_failed=_ro(cols["failed"], bool), failed_ranks=frozenset(failed_ranks.tolist()),
         dims=None if dims is None else tuple(dims.tolist()),
         wrap=None if wrap is None else tuple(wrap.tolist()),
-        n_nodes=t.int("n_nodes"), fault_groups=groups, routing=routing, **per_rank)
+        n_nodes=t.integer("n_nodes"), fault_groups=groups, routing=routing,
+        node_of_rank=per_rank["node_of_rank"], gpu_of_rank=per_rank["gpu_of_rank"],
+        rail_of_rank=per_rank["rail_of_rank"])
 
 
 def _link_columns(links: _Doc, n_vertices: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -449,8 +464,8 @@ def _link_columns(links: _Doc, n_vertices: int) -> tuple[dict[str, np.ndarray], 
 
 def _dims(t: _Doc, n_ranks: int) -> tuple[np.ndarray | None, np.ndarray | None]:
     """A torus's ``dims`` and ``wrap`` (both ``None`` for other topologies), checked."""
-    dims = t.array("dims", "int", optional=True)
-    wrap = t.array("wrap", "bool", optional=True)
+    dims = t.array_or_none("dims", "int")
+    wrap = t.array_or_none("wrap", "bool")
     if dims is not None:
         if (dims < 1).any() or int(np.prod(dims)) != n_ranks:
             raise ScheduleError(f"'{t.path('dims')}' {dims.tolist()} do not multiply to "
@@ -464,7 +479,7 @@ def _per_rank(t: _Doc, n_ranks: int) -> dict[str, np.ndarray | None]:
     """The optional per-rank columns (node, GPU and rail of each rank)."""
     per_rank = {}
     for key in ("node_of_rank", "gpu_of_rank", "rail_of_rank"):
-        a = t.array(key, "int", optional=True)
+        a = t.array_or_none(key, "int")
         if a is not None and len(a) != n_ranks:
             raise ScheduleError(f"'{t.path(key)}' has {len(a)} entries for {n_ranks} ranks")
         per_rank[key] = None if a is None else _ro(a, np.int64 if key == "node_of_rank"
@@ -482,7 +497,7 @@ def _fault_groups(t: _Doc, n_links: int) -> tuple[tuple[str, tuple[int, ...]], .
         ids = gd.array("links", "int")
         if ((ids < 0) | (ids >= n_links)).any():
             raise ScheduleError(f"'{gd.path('links')}' names a link outside 0..{n_links - 1}")
-        groups.append((gd.str("name"), tuple(ids.tolist())))
+        groups.append((gd.string("name"), tuple(ids.tolist())))
     return tuple(groups)
 
 
@@ -496,15 +511,15 @@ def _params(v: Any, where: str) -> tuple[tuple[str, int | float | str], ...]:
 
 
 def _hint(h: _Doc) -> Hint:
-    return Hint(name=h.str("name"), params=_params(h.get("params"), h.path("params")))
+    return Hint(name=h.string("name"), params=_params(h.get("params"), h.path("params")))
 
 
 def _span(v: Any, where: str) -> Span | None:
     if v is None:
         return None
     d = _Doc(v, where)
-    return Span(file=d.str("file"), line=d.int("line"), col=d.int("col"),
-                end_line=d.int("end_line", optional=True), end_col=d.int("end_col", optional=True))
+    return Span(file=d.string("file"), line=d.integer("line"), col=d.integer("col"),
+                end_line=d.integer_or_none("end_line"), end_col=d.integer_or_none("end_col"))
 
 
 def from_json(doc: Any) -> Schedule:
@@ -524,14 +539,14 @@ def from_json(doc: Any) -> Schedule:
     topo = _topology(d.obj("topology"))
     c = d.obj("collective")
     kind = c.enum("kind", CollectiveKind)
-    pair_sizes = c.array("pair_sizes", "int", ndim=2, optional=True)
-    size = c.int("size")
+    pair_sizes = c.array_or_none("pair_sizes", "int", ndim=2)
+    size = c.integer("size")
     try:
         coll = make_collective(
-            name=c.str("name"), kind=kind, topology=topo,
+            name=c.string("name"), kind=kind, topology=topo,
             group=tuple(c.array("group", "int").tolist()), size=size,
             dtype=c.enum("dtype", DType), op=c.enum("op", ReduceOp),
-            root=c.int("root", optional=True), algorithm=_hint(c.obj("algorithm")),
+            root=c.integer_or_none("root"), algorithm=_hint(c.obj("algorithm")),
             schedule=_hint(c.obj("schedule")), pair_sizes=pair_sizes,
             span=_span(c.get("span", optional=True), c.path("span")))
     except ScheduleError:
@@ -542,11 +557,13 @@ def from_json(doc: Any) -> Schedule:
         raise ScheduleError(f"'collective.size' is {size}, but 'collective.pair_sizes' gives "
                             f"{coll.size}")
     lay = d.obj("layouts")
-    layouts = tuple(lay.array(_BUF_KEYS[b], "int", ndim=(1, 2)) for b in Buf)
+    layouts = (lay.array(_BUF_KEYS[Buf.INPUT], "int", ndim=(1, 2)),
+               lay.array(_BUF_KEYS[Buf.OUTPUT], "int", ndim=(1, 2)),
+               lay.array(_BUF_KEYS[Buf.SCRATCH], "int", ndim=(1, 2)))
     r = d.obj("routes")
     routes = Routes(r.array("offsets", "int"), _int32(r.array("links", "int"), r.path("links")))
     o = d.obj("ops")
-    cols = {}
+    cols: dict[str, np.ndarray] = {}
     for k in OP_COLUMNS:
         a = o.array(k, "int")
         if cols and len(a) != len(next(iter(cols.values()))):
@@ -571,7 +588,7 @@ def from_json(doc: Any) -> Schedule:
     if extra:
         raise ScheduleError(f"'ops' has unknown column(s) {', '.join(sorted(extra))}")
     return Schedule(collective=coll, layouts=layouts, ops=Ops(**cols), routes=routes,
-                    algorithm=d.str("algorithm"), schedule=d.str("schedule"),
+                    algorithm=d.string("algorithm"), schedule=d.string("schedule"),
                     params=_params(d.get("params"), "params"))
 
 

@@ -141,9 +141,9 @@ def _cycle_in(start: str, component: set[str], edges) -> list[str]:
 def test_the_graph_sees_imports_inside_functions():
     edges, _ = _graph()
     # dsl.elaborate imports cclc.nccl_topo at module level; cclc.commands.tune imports
-    # cclc.tune.outputs inside a function
+    # cclc.tuning.outputs inside a function
     assert "cclc.nccl_topo" in edges["dsl.elaborate"]
-    assert "cclc.tune.outputs" in edges["cclc.commands.tune"]
+    assert "cclc.tuning.outputs" in edges["cclc.commands.tune"]
 
 
 def test_cycles_are_found():

@@ -77,6 +77,9 @@ def test_html_gets_the_facts_the_pipeline_has(tmp_path, monkeypatch):
     assert facts.bounds is r.plan.bounds and facts.bounds.best == pytest.approx(r.plan.bound)
     assert facts.lockstep.time == pytest.approx(simulate(r.plan.schedule).time)
     assert facts.event.time == pytest.approx(simulate(r.plan.schedule, mode="event").time)
+    # the comparison with NCCL the compile printed, of the plan's time, not a recomputation
+    assert facts.nccl is not None and facts.nccl.time == r.plan.time
+    assert facts.nccl.line == r.nccl
     assert (tmp_path / "out" / "ag.html").read_text().lower().startswith("<!doctype html>")
 
 
@@ -139,6 +142,59 @@ def test_every_backend_declares_what_it_renders(tmp_path):
                       event=simulate(schedule, mode="event"))
         assert set(b.render(schedule, options, facts)) <= set(b.files(coll, options)), name
     assert set(backends.SCHEDULE_BACKENDS) <= set(backends.BACKENDS)
+
+
+def test_every_backend_has_every_member_of_the_contract():
+    from cclc.execution import MSCCL_MODEL, MSCCLPP_MODEL, NCCL_MODEL, ExecutionModel
+
+    for name in backends.BACKENDS:
+        b = backends.load(name)
+        assert [m for m in backends.MEMBERS if not hasattr(b, m)] == [], name
+        assert b.name == name
+        assert b.execution_model is None or isinstance(b.execution_model, ExecutionModel)
+    # the runtimes' models hang on the backends that emit for them
+    assert {n: backends.load(n).execution_model for n in ("nccl", "msccl", "mscclpp")} == {
+        "nccl": NCCL_MODEL, "msccl": MSCCL_MODEL, "mscclpp": MSCCLPP_MODEL}
+    assert [n for n in backends.BACKENDS if backends.load(n).execution_model is None] == [
+        "json", "html", "tuner"]
+
+
+def test_a_backend_without_a_member_of_the_contract_is_refused_by_name(monkeypatch):
+    import sys
+    import types
+
+    class Partial:                      # no execution_model, no refusal
+        name = "partial"
+        wants_simulation = False
+
+        def files(self, key, options):
+            return ()
+
+        def render(self, subject, options, facts):
+            return {}
+
+        def build(self, folder, key, options):
+            return []
+
+    module = types.ModuleType("partial_backend_for_test")
+    module.BACKEND = Partial()
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(backends.BACKENDS, "partial", module.__name__)
+    with pytest.raises(CclError, match="lacks execution_model, refusal of the backend contract"):
+        backends.load("partial")
+
+
+def test_the_outputs_choose_the_model_through_their_backends():
+    from cclc.execution import ExecutionModel, model_for
+
+    class Priced:
+        name = "priced"
+        wants_simulation = False
+        execution_model = ExecutionModel("slow", "lockstep", step_overhead=1.0,
+                                          description="one second per step")
+
+    # any output that declares a model, the first one of --emit that does
+    assert model_for([backends.load("json"), Priced()]) is Priced.execution_model
 
 
 def test_unknown_collective_in_only_stops_before_anything_is_written(tmp_path):

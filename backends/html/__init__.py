@@ -19,6 +19,7 @@ from backends.contract import Backend, EmitOptions, Facts
 from backends.html.data import prepare
 from cclc.collective import Collective
 from cclc.errors import CclError
+from cclc.execution import ExecutionModel
 from cclc.ir import Schedule
 
 __all__ = ["BACKEND", "HtmlBackend", "render"]
@@ -48,6 +49,8 @@ class HtmlBackend:
 
     name = "html"
     wants_simulation = True
+    #: a page runs nothing
+    execution_model: ExecutionModel | None = None
 
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
         return (f"{key.name}.html",)
@@ -55,6 +58,10 @@ class HtmlBackend:
     def render(self, subject: Schedule, options: EmitOptions, facts: Facts
                ) -> dict[str, str | bytes]:
         return {f"{subject.collective.name}.html": render([(subject, facts)])}
+
+    def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
+        """The page draws every verified schedule."""
+        return None
 
     def build(self, folder: Path, key: Collective, options: EmitOptions) -> list[str]:
         return []

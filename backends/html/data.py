@@ -159,17 +159,15 @@ def prepare(s: Schedule, facts: Facts) -> dict:
                   live=live.tolist(), src=topo.link_src.tolist(), dst=topo.link_dst.tolist(),
                   bw=_r(topo.link_bandwidth / 1e9, 3), failed=topo.link_failed.tolist(),
                   group=list(coll.group)),
-        nccl=_nccl(coll, head["time_us"] * 1e-6),
+        nccl=_nccl(facts),
         loads=loads, timeline=_timeline(s, event, op_of, links), buffers=_buffer_view(s))
 
 
-def _nccl(coll, time: float) -> dict | None:
+def _nccl(facts: Facts) -> dict | None:
     """NCCL's predicted choice and time on the same machine (cclc's model of NCCL), and how
-    the schedule compares; ``None`` where NCCL's tables have nothing to say."""
-    from cclc.nccl_model import nccl_estimate, speedup_text
-
-    est = nccl_estimate(coll)
-    if est is None or time <= 0:
+    the schedule compares: the pipeline's comparison (:attr:`Facts.nccl`), made with the time
+    the page leads with; ``None`` where NCCL's tables have nothing to say."""
+    c = facts.nccl
+    if c is None:
         return None
-    return dict(name=est.name, time_us=est.time_us, busbw=est.busbw,
-                vs=speedup_text(est.time_us * 1e-6, time))
+    return dict(name=c.nccl.name, time_us=c.nccl.time_us, busbw=c.nccl.busbw, vs=c.speedup)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from backends.contract import Backend, Contents, EmitOptions, Facts
 from cclc.collective import Collective
+from cclc.execution import ExecutionModel
 from cclc.ir import Schedule
 from cclc.serialize import document_pieces
 
@@ -23,6 +24,8 @@ class JsonBackend:
 
     name = "json"
     wants_simulation = False
+    #: a document runs nothing
+    execution_model: ExecutionModel | None = None
 
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
         return (f"{key.name}.schedule.json",)
@@ -34,6 +37,10 @@ class JsonBackend:
             yield b"\n"
 
         return {f"{subject.collective.name}.schedule.json": pieces()}
+
+    def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
+        """The document has a form for every verified schedule."""
+        return None
 
     def build(self, folder: Path, key: Collective, options: EmitOptions) -> list[str]:
         return []

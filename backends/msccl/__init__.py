@@ -20,11 +20,12 @@ from backends.common import (
 )
 from backends.contract import Backend, Contents, Facts
 from backends.msccl.lower import Lowered, chunks_limit_message, counted_refusal, lower_to_fit
-from backends.msccl.runtimes import RUNTIMES, Runtime
+from backends.msccl.runtimes import Runtime, runtime_named
 from backends.msccl.xml import xml_pieces
 from backends.units import UnitFacts, buffer_units, units_refusal, writes_input
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import NotExpressible, ScheduleError
+from cclc.execution import MSCCL_MODEL, ExecutionModel
 from cclc.ir import Buf, Schedule
 
 __all__ = ["BACKEND", "MscclBackend", "emit", "render_xml"]
@@ -47,7 +48,7 @@ def _nchunksperloop(schedule: Schedule, units: tuple[int, int, int]) -> int:
 def _prepared(schedule: Schedule, options: EmitOptions
               ) -> tuple[list[tuple[str, object]], dict, Lowered, Runtime]:
     """The ``<algo>`` attributes, the facts the report needs, the lowering and the runtime."""
-    rt = RUNTIMES[options.msccl_runtime]
+    rt = runtime_named(options.msccl_runtime)
     coll = schedule.collective
     if coll.kind not in rt.coll_names:
         raise NotExpressible(f"{rt.title} has no {coll.kind.value} collective")
@@ -174,7 +175,7 @@ def _algo_name(coll: Collective, rt: Runtime) -> str:
 
 
 def _base(coll: Collective, options: EmitOptions) -> str:
-    rt = RUNTIMES[options.msccl_runtime]
+    rt = runtime_named(options.msccl_runtime)
     return f"{_algo_name(coll, rt)}.{rt.key}"
 
 
@@ -183,6 +184,7 @@ class MscclBackend:
 
     name = "msccl"
     wants_simulation = False
+    execution_model: ExecutionModel | None = MSCCL_MODEL
 
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
         base = _base(key, options)
@@ -200,7 +202,7 @@ class MscclBackend:
         runtime's equal-chunk rule, then the limits that counting the schedule in units shows
         (:func:`backends.msccl.lower.counted_refusal`); None when those fit (limits found only
         while lowering are reported when it renders)."""
-        rt = RUNTIMES[options.msccl_runtime]
+        rt = runtime_named(options.msccl_runtime)
         if subject.collective.kind not in rt.coll_names:
             return f"{rt.title} has no {subject.collective.kind.value} collective"
         try:

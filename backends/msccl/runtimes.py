@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cclc.collective import CollectiveKind
+from cclc.errors import ScheduleError
 
-__all__ = ["LIMITS", "RUNTIMES", "Limit", "Runtime"]
+__all__ = ["LIMITS", "RUNTIMES", "Limit", "Runtime", "runtime_named"]
 
 _MS = ("microsoft/msccl", "b23e9cd5dd63f82ee1c5aae7e0a2042079be903a")
 _EX = ("Azure/msccl-executor-nccl", "c6f6b36d1a4c7ae44916fcc5c8e32c95cce2ae54")
@@ -191,3 +192,13 @@ RUNTIMES: dict[str, Runtime] = {
                   "export RCCL_MSCCL_FORCE_ENABLE=1      # needed on platforms other than MI300X",
                   "# maxBytes=0 in the file means no upper bound")),
 }
+
+
+def runtime_named(key: str) -> Runtime:
+    """The runtime ``key`` names (``EmitOptions.msccl_runtime``); :class:`ScheduleError`
+    naming the known ones otherwise."""
+    runtime = RUNTIMES.get(key)
+    if runtime is None:
+        raise ScheduleError(f"unknown MSCCL runtime '{key}': choose one of "
+                            + ", ".join(RUNTIMES))
+    return runtime

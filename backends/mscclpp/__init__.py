@@ -29,6 +29,7 @@ from backends.mscclpp.lower import LoweredPlan, chunk_refusal, lower
 from backends.mscclpp.plan import plan_document
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, ReduceOp
 from cclc.errors import NotExpressible, ScheduleError
+from cclc.execution import MSCCLPP_MODEL, ExecutionModel
 from cclc.ir import Schedule
 
 __all__ = ["BACKEND", "COLLECTIVES", "LL_MAX_BYTES", "MscclppBackend", "render_plan",
@@ -156,6 +157,7 @@ class MscclppBackend:
 
     name = "mscclpp"
     wants_simulation = False
+    execution_model: ExecutionModel | None = MSCCLPP_MODEL
 
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
         base = c_identifier(key.name)

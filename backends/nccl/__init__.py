@@ -39,6 +39,7 @@ from backends.nccl.build import TARGET_FILES, BuildError, build, cuda_home, nccl
 from backends.nccl.tables import DataflowTables, dataflow_tables
 from backends.units import UnitFacts, buffer_units, to_units
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, DType
+from cclc.execution import NCCL_MODEL, ExecutionModel
 from cclc.ir import Schedule
 
 __all__ = ["BACKEND", "NcclBackend", "emit", "render_sources", "source_names"]
@@ -176,6 +177,7 @@ class NcclBackend:
 
     name = "nccl"
     wants_simulation = False
+    execution_model: ExecutionModel | None = NCCL_MODEL
 
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
         ident = c_identifier(key.name)
@@ -186,6 +188,11 @@ class NcclBackend:
                ) -> dict[str, str | bytes]:
         sub = f"nccl-{c_identifier(subject.collective.name)}"
         return {f"{sub}/{name}": text for name, text in render_sources(subject, options).items()}
+
+    def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
+        """The library runs every verified schedule (it has no
+        limit on steps, threadblocks or chunks that a schedule could exceed)."""
+        return None
 
     def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
         targets = _targets(options)

@@ -3,7 +3,7 @@
 :data:`BACKEND` renders ``plugin.c`` and a ``Makefile`` from the templates beside this file and,
 with ``options.build``, its build step compiles ``libnccl-tuner-cclc.so`` with ``gcc -Wall -Wextra
 -Werror -fPIC -shared`` after the pipeline wrote the sources (:func:`emit` does both). The rows come
-from :func:`cclc.tune.outputs.plugin_rows`: plain dicts with ``func, n_ranks, n_nodes, min_bytes,
+from :func:`cclc.tuning.outputs.plugin_rows`: plain dicts with ``func, n_ranks, n_nodes, min_bytes,
 max_bytes, algo, proto, channels, chunk, measured``. The plugin exports ``ncclTunerPlugin_v6`` …
 ``_v2`` and ``ncclProfiler_v6``/``_v5``.
 """
@@ -15,11 +15,15 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 
 from backends.contract import Backend, EmitOptions, Facts, TunerRows
 from cclc.errors import CclError
+
+if TYPE_CHECKING:
+    from cclc.execution import ExecutionModel
 
 __all__ = [
     "BACKEND",
@@ -103,6 +107,8 @@ class TunerBackend:
 
     name = "tuner"
     wants_simulation = False
+    #: the plugin picks NCCL's own algorithms: it runs no schedule of cclc's
+    execution_model: ExecutionModel | None = None
 
     def files(self, key: TunerRows, options: EmitOptions) -> tuple[str, ...]:
         return ("plugin.c", "Makefile") + ((LIBRARY,) if options.build else ())
@@ -110,6 +116,10 @@ class TunerBackend:
     def render(self, subject: TunerRows, options: EmitOptions, facts: Facts
                ) -> dict[str, str | bytes]:
         return dict(render(subject))
+
+    def refusal(self, subject: TunerRows, options: EmitOptions) -> str | None:
+        """Every table of rows has a plugin."""
+        return None
 
     def build(self, folder: Path, key: TunerRows, options: EmitOptions) -> list[str]:
         if not options.build:

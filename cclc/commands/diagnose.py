@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+from contextlib import ExitStack
+from pathlib import Path
 
 from cclc.commands.argtypes import path_named
 from cclc.diagnose.localize import MIN_BASELINE, MIN_EVIDENCE, PATCH_CONFIDENCE
@@ -68,6 +70,8 @@ def add_parser(sub) -> None:
                    help="write the fault statements to FILE")
     p.add_argument("--patch", metavar="OUT.ccl", type=path_named,
                    help="write the .ccl file with the fault statements added to its topology")
+    p.add_argument("--force", action="store_true",
+                   help="let --faults and --patch replace a file cclc did not write")
     p.add_argument("--pairwise", action="store_true",
                    help="the pairs were timed one at a time, not all at once")
     p.add_argument("--min-score", type=float, default=8.0, metavar="SIGMAS",
@@ -150,7 +154,7 @@ def _write_statements(args, topo, d) -> None:
     """The fault statements of the suspects that reach the confidence, printed and written."""
     import dsl
     from cclc.diagnose.faults import fault_statements, patch_source
-    from cclc.outdir import write_atomically
+    from cclc.outdir import OutputDir
 
     targets = [x for x in (args.faults, args.patch) if x]
     if not d.suspects:
@@ -167,11 +171,23 @@ def _write_statements(args, topo, d) -> None:
           "the topology, or use --patch):")
     for line in statements:
         print(f"  {line}")
+    contents = {}
     if args.faults:
-        write_atomically(args.faults, ("\n".join(statements) + "\n").encode("utf-8"))
-        print(f"wrote {args.faults}")
+        contents[args.faults] = "\n".join(statements) + "\n"
     if args.patch:
         text = dsl.read_source(args.topology)      # as dsl.load read it: spans match
-        patched = patch_source(text, args.topology, topo.name, statements)
-        write_atomically(args.patch, patched.encode("utf-8"))
-        print(f"wrote {args.patch}")
+        contents[args.patch] = patch_source(text, args.topology, topo.name, statements)
+    # through the one writer (atomic, listed in the folder's manifest, under its lock); both
+    # files are checked before either is written, so a refusal leaves neither behind; one
+    # OutputDir per folder, as a folder's lock is taken once
+    where = {target: (Path(target).parent.resolve(), Path(target).name) for target in contents}
+    folders = {parent: OutputDir(parent, force=args.force) for parent, _ in where.values()}
+    with ExitStack() as held:
+        for folder in folders.values():
+            held.enter_context(folder)
+        for parent, name in where.values():
+            folders[parent].refuse_foreign([name])
+        for target, text in contents.items():
+            parent, name = where[target]
+            folders[parent].write_text(name, text)
+            print(f"wrote {target}")

@@ -56,9 +56,10 @@ def _gbps(bw: float) -> str:
 
 
 def run(args) -> int:
+    from backends import load as load_backend
     from cclc.bounds import bounds
     from cclc.errors import CclError, ScheduleError
-    from cclc.execution import BACKEND_MODELS, predict
+    from cclc.execution import IR_MODEL, predict
     from cclc.nccl_model import compare_with_nccl
     from cclc.serialize import load
     from cclc.sim import simulate
@@ -88,7 +89,8 @@ def run(args) -> int:
     print(f"  ops {len(schedule.ops)}, steps {schedule.n_steps}, mode {result.mode}")
     print(f"  time        {_us(result.time)} ({result.mode}, no software cost, the "
           "routes as written)")
-    preds = [predict(schedule, BACKEND_MODELS[name]) for name in args.backend]
+    preds = [predict(schedule, load_backend(name).execution_model or IR_MODEL)
+             for name in args.backend]
     for name, pred in zip(args.backend, preds, strict=True):
         print(f"  as {name:<8} {_us(pred.time)} ({pred.model.label}; routing {topo.routing})")
         if pred.planned_time is not None:

@@ -8,10 +8,10 @@ import sys
 from cclc.collective import CollectiveKind
 from cclc.commands.argtypes import int_at_least, path_named
 from cclc.errors import CclError, SemanticError
+from cclc.nccl_model import ARCHS, MAX_CHANNELS
 from cclc.outdir import OutputDir
-from cclc.tune.space import MAX_CHANNELS
 
-__all__ = ["add_parser", "run"]
+__all__ = ["TABLE_FILES", "add_parser", "run"]
 
 HELP = """Tune NCCL's algorithm, protocol, channels, threads and chunk size for the collectives of
 a .ccl file (AutoCCL's subspace-then-coordinate-descent search), and write:
@@ -38,6 +38,10 @@ examples:
 
 _KINDS = {k.value: k for k in CollectiveKind if k is not CollectiveKind.ALLTOALL}
 
+#: the files ``cclc tune`` writes beside the tuner backend's (``backends.tuner``): the cache
+#: of evaluations, the table, and the two NCCL configuration files
+TABLE_FILES = ("tune-cache.json", "tuning.csv", "tuning.json", "nccl.conf", "nccl_tuner.conf")
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("tune", help="tune NCCL parameters and build a tuner plugin",
@@ -60,7 +64,7 @@ def add_parser(sub) -> None:
     p.add_argument("--nccl-version", default="2.30", metavar="X.Y",
                    help="NCCL release the table is for: decides PAT (2.23+), chunk tuning "
                         "(2.30+, tuner v6) (default: 2.30)")
-    p.add_argument("--arch", default="hopper", choices=("volta", "ampere", "hopper", "blackwell"),
+    p.add_argument("--arch", default="hopper", choices=ARCHS,
                    help="GPU generation for NCCL's tables (default: hopper)")
     p.add_argument("--nccl-channels", type=int_at_least(1, MAX_CHANNELS), metavar="N",
                    help="channels NCCL sets up at init on this machine (NCCL_DEBUG=INFO shows "
@@ -84,11 +88,11 @@ def run(args) -> int:
     from backends import load as load_backend
     from backends.contract import EmitOptions
     from cclc.pipeline import write_backend
-    from cclc.tune import outputs
-    from cclc.tune.profilers import profiler_from_spec
-    from cclc.tune.search import MeasurementCache
-    from cclc.tune.space import NcclVersion
-    from cclc.tune.tuning import (
+    from cclc.tuning import outputs
+    from cclc.tuning.profilers import profiler_from_spec
+    from cclc.tuning.search import MeasurementCache
+    from cclc.tuning.space import NcclVersion
+    from cclc.tuning.table import (
         TuneOptions,
         describe,
         parse_sizes,
@@ -108,8 +112,8 @@ def run(args) -> int:
                 raise SemanticError(f"--collectives: '{name}' cannot be tuned in NCCL "
                                     f"(use {', '.join(_KINDS)})")
             kinds.append(_KINDS[name])
-        sizes = parse_sizes(args.sizes or "64KiB:1GiB:x4")
-        targets, notes = targets_from_grid(program.topologies.values(), kinds, sizes,
+        grid = parse_sizes(args.sizes or "64KiB:1GiB:x4")
+        targets, notes = targets_from_grid(program.topologies.values(), kinds, grid,
                                            arch=args.arch, nccl_channels=args.nccl_channels)
     else:
         sizes = parse_sizes(args.sizes) if args.sizes else None
@@ -121,8 +125,14 @@ def run(args) -> int:
         raise SemanticError("nothing to tune: " + ("; ".join(notes) if notes else
                                                     "the file has no collectives"))
     out = OutputDir(args.output, force=args.force)
+    tuner = load_backend("tuner")
+    plugin_options = EmitOptions(build=args.build)
     # locked for the whole run: a second run into the folder is refused, not mixed in
     with out:
+        # every file of the run, checked before the search starts: a file cclc did not write
+        # is refused now, not after minutes of evaluations (the tuner's names do not depend
+        # on its rows)
+        out.refuse_foreign([*TABLE_FILES, *tuner.files((), plugin_options)])
         cache = MeasurementCache(str(out.path_for("tune-cache.json")))
         profiler = profiler_from_spec(args.profiler)
         options = TuneOptions(version=version, method=args.search, budget=args.budget)
@@ -140,8 +150,7 @@ def run(args) -> int:
                    out.write_text("nccl_tuner.conf", outputs.example_tuner_csv(result))]
         try:
             rows = outputs.plugin_rows(result)
-            written += [p.name for p in write_backend(load_backend("tuner"), rows, rows, out,
-                                                       EmitOptions(build=args.build))]
+            written += [p.name for p in write_backend(tuner, rows, rows, out, plugin_options)]
         except CclError as err:
             print(f"error: {err.message}", file=sys.stderr)
             return 1

@@ -28,14 +28,14 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT.html",
                    type=path_named, help="page to write")
     p.add_argument("--force", action="store_true",
-                   help="overwrite OUT.html even if it exists")
+                   help="overwrite OUT.html even if cclc did not write it")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from backends.html import render
     from cclc.errors import ScheduleError
-    from cclc.outdir import write_atomically
+    from cclc.outdir import OutputDir
     from cclc.pipeline import measure
     from cclc.serialize import load
     from cclc.verify import verify
@@ -44,21 +44,23 @@ def run(args) -> int:
     if out.exists() and not out.is_file():
         raise CclError(f"{out} exists and is not a regular file; cclc writes only over its own "
                        "kind of file, even with --force")
-    if out.exists() and not args.force:
-        raise CclError(f"{out} exists; cclc does not overwrite it without --force")
-    schedules = []
-    for path in args.schedules:
-        print(f"viz: reading {path}", file=sys.stderr)
-        schedule = load(path)
-        try:
-            verify(schedule)  # a drawing of a wrong schedule would mislead
-        except ScheduleError as err:
-            print(f"error: {path} fails verification, so it is not drawn:\n{err.message}",
-                  file=sys.stderr)
-            return 1
-        schedules.append(schedule)
-    print("viz: simulating and drawing", file=sys.stderr)
-    page = render([(s, measure(s)) for s in schedules])
-    write_atomically(out, page.encode("utf-8"))
+    # the page goes through the one writer, its folder locked for the run: a page cclc wrote
+    # before may be replaced, any other file only with --force, refused before the long work
+    with OutputDir(out.parent, force=args.force) as folder:
+        folder.refuse_foreign([out.name])
+        schedules = []
+        for path in args.schedules:
+            print(f"viz: reading {path}", file=sys.stderr)
+            schedule = load(path)
+            try:
+                verify(schedule)  # a drawing of a wrong schedule would mislead
+            except ScheduleError as err:
+                print(f"error: {path} fails verification, so it is not drawn:\n{err.message}",
+                      file=sys.stderr)
+                return 1
+            schedules.append(schedule)
+        print("viz: simulating and drawing", file=sys.stderr)
+        page = render([(s, measure(s)) for s in schedules])
+        folder.write_bytes(out.name, page.encode("utf-8"))
     print(f"wrote {out} ({len(page) / 1e6:.2f} MB)")
     return 0

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from cclc.bounds import lp_bound
 from cclc.collective import CollectiveKind, Hint, make_collective
-from cclc.execution import BACKEND_MODELS, IR_MODEL, predict
+from cclc.execution import IR_MODEL, MODELS, MSCCL_MODEL, predict
 from cclc.numeric import check_numeric
 from cclc.plan import plan
 from cclc.sim import simulate
@@ -132,7 +132,7 @@ def test_default_split_stays_within_the_pieces_budget():
 
 
 def test_pricing_model_is_the_planners():
-    msccl = BACKEND_MODELS["msccl"]
+    msccl = MSCCL_MODEL
     assert pricing_model() is IR_MODEL
     with priced_with(msccl):
         assert pricing_model() is msccl
@@ -148,7 +148,7 @@ def test_packing_for_the_model_is_never_slower_under_it(name, model_name):
     # 1 MiB per rank, where a step's software cost is a visible share of the time
     topo = CASES[name]
     coll = _a2a(topo, size_per_pair=(1 << 20) // len(topo.live_ranks()) // 4 * 4)
-    model = BACKEND_MODELS[model_name]
+    model = MODELS[model_name]
     flows = solve_flows(coll)
     lockstep = write_schedule(coll, synthesize_alltoall(coll, flows, model=IR_MODEL), ())
     tuned = write_schedule(coll, synthesize_alltoall(coll, flows, model=model), ())
@@ -162,7 +162,7 @@ def test_packing_for_the_model_is_never_slower_under_it(name, model_name):
 @pytest.mark.slow
 def test_plan_builds_synth_for_its_model():
     coll = _a2a(CASES["4x4 failed rank"], algorithm="synth")
-    msccl = BACKEND_MODELS["msccl"]
+    msccl = MSCCL_MODEL
     p = plan(coll, model=msccl)
     assert p.time == pytest.approx(predict(p.schedule, msccl).time)
     # the synthesized schedule (or the template it fell back to) beats every template there

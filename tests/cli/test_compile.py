@@ -167,6 +167,7 @@ _FAKE_BACKEND = """
 class Fake:
     name = NAME
     wants_simulation = False
+    execution_model = None
 
     def files(self, key, options):
         return (key.name + ".txt",)
@@ -175,6 +176,9 @@ class Fake:
         if REFUSE:
             raise CclError("this runtime cannot express the schedule")
         return {subject.collective.name + ".txt": f"{len(subject.ops)} {options.build}"}
+
+    def refusal(self, subject, options):
+        return None
 
     def build(self, folder, key, options):
         return []

@@ -129,3 +129,24 @@ def test_a_suspect_below_the_confidence_gets_no_fault_statement(tmp_path, capsys
                    "--patch", fixed, "--min-confidence", "0.5")
     assert "fault statements (suspects with confidence >= 0.5" in out
     assert "fault link (0,0) -> (0,1)" in fixed.read_text()
+
+
+def test_the_patch_goes_through_the_writer(tmp_path, capsys):
+    """--faults and --patch are written like every file of cclc: listed in the folder's
+    manifest, and a file cclc did not write is replaced only with --force (neither is
+    written when one is refused)."""
+    from cclc.outdir import OutputDir
+
+    probe = ("examples/probe_torus5x5.csv", "--topology", "examples/torus5x5.ccl")
+    fixed, faults = tmp_path / "fixed.ccl", tmp_path / "faults.txt"
+    fixed.write_text("the user's\n")
+    rc, out = _run(capsys, *probe, "--faults", faults, "--patch", fixed)
+    assert rc == 2 and fixed.read_text() == "the user's\n" and not faults.exists()
+    rc, out = _run(capsys, *probe, "--faults", faults, "--patch", fixed, "--force")
+    assert rc == 1 and f"wrote {fixed}" in out
+    assert "fault link (1,1) -> (1,2)" in fixed.read_text()
+    assert faults.read_text().endswith("\nfault link (1,1) -> (1,2)\n")
+    assert OutputDir(tmp_path).files() == ("faults.txt", "fixed.ccl")
+    # what cclc wrote it may replace without --force
+    rc, out = _run(capsys, *probe, "--patch", fixed)
+    assert rc == 1 and f"wrote {fixed}" in out

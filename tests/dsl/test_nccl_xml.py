@@ -186,7 +186,7 @@ def test_nic_far_from_the_models_gpu_is_refused():
 
 @pytest.fixture
 def run_cli(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "COMMANDS", ["check", "import"])
+    monkeypatch.setattr(cli, "COMMANDS", ["check", "import_topology"])
 
     def run(*argv):
         code = cli.main([str(a) for a in argv])

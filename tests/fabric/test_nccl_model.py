@@ -17,12 +17,15 @@ from cclc.nccl_model import (
     Graph,
     NcclSystem,
     Proto,
+    bus_factor,
     compare_with_nccl,
     cost_table,
     nccl_choice,
+    nccl_comparison,
     nccl_estimate,
     nccl_init,
     nccl_time,
+    nvlink_as_nccl_sees_it,
     speedup_text,
     system_of,
 )
@@ -171,6 +174,42 @@ def test_speedup_text_says_slower():
     assert "no software cost" not in compare_with_nccl(coll, est.time_us * 1e-6 / 2)
 
 
+def test_the_comparison_is_one_object_with_its_line():
+    coll = make_collective("c", K.ALLREDUCE, single_node("box", HGX), tuple(range(8)), size=GiB)
+    est = nccl_estimate(coll)
+    c = nccl_comparison(coll, est.time_us * 1e-6 / 1.1, software_cost=False)
+    assert c.nccl == est and c.speedup == "1.10x faster"
+    assert c.line == compare_with_nccl(coll, est.time_us * 1e-6 / 1.1, software_cost=False)
+    a2a = make_collective("a", K.ALLTOALL, single_node("box", HGX), tuple(range(8)), size=GiB)
+    assert nccl_comparison(a2a, 1.0) is None and nccl_comparison(coll, 0.0) is None
+
+
+@given(n=st.integers(2, 4096))
+def test_bus_factor_is_nccl_tests(n):
+    """nccl-tests' factors (src/*.cu ``*GetBw``): 2(n-1)/n for allreduce, (n-1)/n for
+    allgather, reducescatter and alltoall (AlltoAllGetBw), 1 for broadcast and reduce."""
+    assert bus_factor(K.ALLREDUCE, n) == pytest.approx(2 * (n - 1) / n)
+    for kind in (K.ALLGATHER, K.REDUCESCATTER, K.ALLTOALL):
+        assert bus_factor(kind, n) == pytest.approx((n - 1) / n)
+    assert bus_factor(K.BROADCAST, n) == bus_factor(K.REDUCE, n) == 1.0
+
+
+def test_the_simulator_reports_busbw_with_the_one_factor():
+    from cclc.algorithms import get
+    from cclc.sim import simulate
+
+    coll = make_collective("a", K.ALLTOALL, single_node("box", HGX), tuple(range(8)),
+                           size=8 * 8 * 1024)
+    r = simulate(get("direct").build(coll))
+    assert r.busbw == pytest.approx(coll.size / r.time * 7 / 8)
+
+
+def test_nccl_sees_an_nvlink_at_its_derated_rate():
+    # an H100's 18 NVLinks (450 GB/s declared at 25 GB/s each) at NCCL's 20.6 GB/s a link
+    assert nvlink_as_nccl_sees_it(450.0, "hopper") == pytest.approx(18 * 20.6)
+    assert nvlink_as_nccl_sees_it(900.0, "blackwell") == pytest.approx(18 * 40.1)
+
+
 @settings(max_examples=40, deadline=None)
 @given(nodes=st.integers(1, 12), gpus=st.sampled_from([1, 2, 4, 8]),
        nics=st.integers(1, 8), nic_gbps=st.sampled_from([100, 200, 400]),
@@ -223,8 +262,8 @@ def test_compile_and_tune_baselines_are_one_function(example):
     from pathlib import Path
 
     import dsl
-    from cclc.tune.baseline import nccl_default
-    from cclc.tune.space import NcclVersion, func_of, machine_of, space_for
+    from cclc.tuning.baseline import nccl_default
+    from cclc.tuning.space import NcclVersion, func_of, machine_of, space_for
 
     program = dsl.load(Path(__file__).resolve().parents[2] / "examples" / example)
     checked = 0

@@ -226,3 +226,22 @@ def test_a_number_of_100000_digits_is_refused(tmp_path):
     p.write_text(p.read_text().replace("{", '{"pad": ' + "9" * 100_000 + ", ", 1))
     with pytest.raises(ScheduleError, match=r"big\.json holds a number too large to be read"):
         load(p)
+
+
+def test_save_goes_through_the_writer(tmp_path):
+    """A schedule document is written like every file of cclc: listed in the folder's
+    manifest, replaced when cclc wrote it, refused over the user's file without ``force``."""
+    from cclc.outdir import OutputDir
+
+    s = direct_alltoall(coll(K.ALLTOALL, torus("r", (2,))))
+    path = tmp_path / "a.schedule.json"
+    save(s, path)
+    save(s, path)                                       # its own file: replaced
+    assert OutputDir(tmp_path).files() == ("a.schedule.json",)
+    mine = tmp_path / "mine.json"
+    mine.write_text("{}")
+    with pytest.raises(CclError, match="cclc did not write it"):
+        save(s, mine)
+    assert mine.read_text() == "{}"
+    save(s, mine, force=True)
+    assert load(mine).n_steps == s.n_steps

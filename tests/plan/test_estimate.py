@@ -18,12 +18,12 @@ from cclc.algorithms import algorithms_for, synth_flows
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import CclError
 from cclc.estimate import RULES, estimate, evaluation_order, prune_reason
-from cclc.execution import BACKEND_MODELS, IR_MODEL, LOCKSTEP_NCCL_MODEL, predict
+from cclc.execution import IR_MODEL, LOCKSTEP_NCCL_MODEL, MSCCL_MODEL, NCCL_MODEL, predict
 from cclc.plan import plan
 from cclc.sim import simulate
 from cclc.topology import torus, with_faults
 
-MODELS = [IR_MODEL, LOCKSTEP_NCCL_MODEL, BACKEND_MODELS["nccl"], BACKEND_MODELS["msccl"]]
+MODELS = [IR_MODEL, LOCKSTEP_NCCL_MODEL, NCCL_MODEL, MSCCL_MODEL]
 
 
 def _coll(t, kind=CollectiveKind.ALLTOALL, mult=1):

@@ -74,15 +74,21 @@ def test_units_refusal_agrees_with_to_units():
     assert units_refusal(s, 64) is not None          # receive slots of two sizes
 
 
-def test_the_pipeline_asks_the_requested_outputs():
-    from cclc.pipeline import Request, _refusal
+def _asking(*names):
+    """The pipeline's refusal check of the outputs ``names`` with the default options."""
+    from backends import load
+    from backends.contract import EmitOptions
+    from cclc.pipeline import _refusal
 
+    return _refusal([load(name) for name in names], EmitOptions())
+
+
+def test_the_pipeline_asks_the_requested_outputs():
     coll = _coll(CollectiveKind.REDUCESCATTER)
     uneven = get("synth").build(coll, chunks=7, trees=1, race=0)
     even = get("synth").build(coll, chunks=4, trees=1, race=0)
-    assert _refusal(Request(emit=("json",))) is None          # json takes every schedule
-    ask = _refusal(Request(emit=("json", "msccl")))
-    assert ask is not None
+    assert _asking("json")(uneven) is None                    # json takes every schedule
+    ask = _asking("json", "msccl")
     assert ask(even) is None
     assert render_xml(even)                                    # the writer takes it too
     # 7 chunks of 4096 elements: receive slots of two sizes, gcd 1, 42136 chunks per buffer
@@ -92,9 +98,7 @@ def test_the_pipeline_asks_the_requested_outputs():
 
 
 def test_auto_asked_for_msccl_chooses_what_msccl_writes():
-    from cclc.pipeline import Request, _refusal
-
-    ask = _refusal(Request(emit=("json", "msccl")))
+    ask = _asking("json", "msccl")
     for kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
                  CollectiveKind.ALLREDUCE):
         p = plan(_coll(kind, size=4 * 8 * 4099), refusal=ask)   # blocks of 4099 elements

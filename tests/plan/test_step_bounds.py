@@ -23,10 +23,10 @@ from cclc.algorithms.torus_alltoall.traffic import layout_traffic
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import CclError
 from cclc.estimate import RULES, lower_bound
-from cclc.execution import BACKEND_MODELS, IR_MODEL, LOCKSTEP_NCCL_MODEL, predict
+from cclc.execution import IR_MODEL, LOCKSTEP_NCCL_MODEL, MSCCL_MODEL, NCCL_MODEL, predict
 from cclc.topology import torus, with_faults
 
-MODELS = [IR_MODEL, LOCKSTEP_NCCL_MODEL, BACKEND_MODELS["nccl"], BACKEND_MODELS["msccl"]]
+MODELS = [IR_MODEL, LOCKSTEP_NCCL_MODEL, NCCL_MODEL, MSCCL_MODEL]
 
 
 def _cell_bytes(n_links, step, link, nbytes) -> dict[tuple[int, int], float]:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from cclc.algorithms.torus_alltoall import build_for_sizes
 from cclc.collective import CollectiveKind, DType, make_collective
 from cclc.dataflow import DataflowPlan, dataflow_time, lower_schedule
-from cclc.execution import BACKEND_MODELS, predict
+from cclc.execution import NCCL_MODEL, predict
 from cclc.relay import lower_relays
 from cclc.sim import simulate
 from cclc.topology import torus, with_faults
@@ -55,7 +55,7 @@ def test_never_faster_than_event_mode_and_equal_without_shared_lanes(dims, routi
                                            ((5, 5, 5), "source")])
 def test_mate_and_matee_run_at_event_mode_time(dims, routing):
     size = 2 * 2**30
-    nccl = BACKEND_MODELS["nccl"]
+    nccl = NCCL_MODEL
     got = {}
     for sch in ("mate", "matee"):
         s = _mate(dims, routing, sch, size)

@@ -9,13 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import backends
 from cclc.algorithms import get
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.execution import (
-    BACKEND_MODELS,
     IR_MODEL,
     LOCKSTEP_NCCL_MODEL,
+    MSCCL_MODEL,
+    NCCL_MODEL,
     model_for,
     model_reason,
     predict,
@@ -51,22 +53,22 @@ def test_event_op_overhead_adds_once_per_op_along_a_chain(n, overhead):
 
 
 def test_each_backend_names_its_model_and_auto_uses_the_first_code_backend():
-    assert model_for(["json"]) is IR_MODEL
-    assert model_for(["json", "msccl", "nccl"]).name == "msccl"
-    assert model_for(["nccl", "msccl"]).name == "nccl"
-    assert BACKEND_MODELS["nccl"].mode == "dataflow" and BACKEND_MODELS["msccl"].mode == "event"
+    assert model_for(_outputs("json")) is IR_MODEL
+    assert model_for(_outputs("json", "msccl", "nccl")).name == "msccl"
+    assert model_for(_outputs("nccl", "msccl")).name == "nccl"
+    assert NCCL_MODEL.mode == "dataflow" and MSCCL_MODEL.mode == "event"
     t = torus("r", (6,), bandwidth=1e9, latency=1e-7)
     s = ring_allgather(t, 6 * 600)
     # a ring allgather is one chain of n - 1 dependent hops per block: the dataflow library
     # pays one launch per hop on it, the lockstep one per step
-    nccl = predict(s, BACKEND_MODELS["nccl"])
+    nccl = predict(s, NCCL_MODEL)
     assert nccl.time == pytest.approx(simulate(s, mode="event").time + s.n_steps * 8.4e-6)
     lock = predict(s, LOCKSTEP_NCCL_MODEL)
     assert lock.time == pytest.approx(simulate(s).time + s.n_steps * 8.4e-6)
-    msccl = predict(s, BACKEND_MODELS["msccl"])
+    msccl = predict(s, MSCCL_MODEL)
     assert msccl.time > simulate(s, mode="event").time + 8.4e-6
     coll = s.collective
-    assert plan(coll, model=BACKEND_MODELS["nccl"]).model.name == "nccl"
+    assert plan(coll, model=NCCL_MODEL).model.name == "nccl"
 
 
 GPU1 = NodeType("g1", "pcie", 1, 48e9, 1e-6, nics=1, nic_bandwidth=50e9)
@@ -97,7 +99,7 @@ def test_matee_is_not_slower_than_mate_under_the_dataflow_model(dims):
     t = with_faults(t, links=[(a, b), (b, a)])
     size = (1 << 27) // (4 * t.n_ranks) * 4 * t.n_ranks
     c = make_collective("a", K.ALLTOALL, t, t.all_ranks(), size)
-    model = BACKEND_MODELS["msccl"]
+    model = MSCCL_MODEL
     mate = predict(get("mate").build(c), model).time
     matee = predict(get("matee").build(c), model).time
     assert matee <= mate
@@ -118,12 +120,17 @@ def test_compile_names_the_model_and_routing_of_every_time(tmp_path, capsys):
         assert f"({model} model: " in out and "routing none" in out
 
 
+def _outputs(*names):
+    """The backends ``--emit`` would load for ``names``, in order."""
+    return [backends.load(name) for name in names]
+
+
 def test_model_reason_says_which_output_chose_the_model():
-    assert model_reason(["json", "html"]) is None
-    msccl = model_reason(["json", "msccl"])
+    assert model_reason(_outputs("json", "html")) is None
+    msccl = model_reason(_outputs("json", "msccl"))
     assert msccl.startswith("priced under the msccl execution model (dataflow, 3.4 us per op")
     assert msccl.endswith("without msccl: the ir model (lockstep steps, no software cost)")
-    both = model_reason(["nccl", "msccl"])
+    both = model_reason(_outputs("nccl", "msccl"))
     assert "because --emit includes nccl, the first of nccl and msccl that --emit lists" in both
     assert both.endswith("without nccl: the msccl model (dataflow, 3.4 us per op, 8.4 us per "
                          "call)")

@@ -19,14 +19,14 @@ from cclc.algorithms import algorithms_for
 from cclc.bounds import bounds, cut_bound, injection_bound, lp_bound
 from cclc.collective import CollectiveKind, DType, make_collective
 from cclc.errors import CclError
-from cclc.execution import BACKEND_MODELS, IR_MODEL, predict
+from cclc.execution import IR_MODEL, MSCCL_MODEL, NCCL_MODEL, predict
 from cclc.group_links import group_links
 from cclc.topology import NodeType, leaf_spine, single_switch, torus, with_faults
 
 K = CollectiveKind
 NIC = 50e9          # 400 Gb/s
 NVLINK = 450e9
-MODELS = [IR_MODEL, BACKEND_MODELS["nccl"], BACKEND_MODELS["msccl"]]
+MODELS = [IR_MODEL, NCCL_MODEL, MSCCL_MODEL]
 
 
 def hgx(gpus: int = 4, nics: int = 4, interconnect: str = "nvswitch") -> NodeType:

@@ -173,12 +173,12 @@ def test_slowdown_is_wall_over_cpu_seconds(monkeypatch):
 
 
 def test_op_limit_keeps_the_build_within_half_the_budget():
-    from cclc.execution import BACKEND_MODELS
+    from cclc.execution import NCCL_MODEL
     from cclc.synth.pricing import priced_with
 
     assert op_limit(30, MAX_OPS) == MAX_OPS                  # 6M ops: 12 s of 30
     assert op_limit(5, MAX_OPS) == int(5 * 0.5 / st_mod._SECONDS_PER_OP)
     assert op_limit(1e-9, MAX_OPS) == 1
-    with priced_with(BACKEND_MODELS["nccl"]):                # its prediction costs per op too
+    with priced_with(NCCL_MODEL):                # its prediction costs per op too
         assert op_limit(30, MAX_OPS) < MAX_OPS / 2
         assert op_limit(30, MAX_OPS) * st_mod._seconds_per_op() <= 15.0

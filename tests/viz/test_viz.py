@@ -157,8 +157,12 @@ def test_viz_command_writes_page(tmp_path):
     hgx = _schedule("hgx_node.ccl")
     est = nccl_estimate(hgx.collective)
     assert f'"nccl":{{"name":"{est.name}"' in render([(hgx, measure(hgx))])
-    # never overwrites without --force
-    assert main(["viz", str(path), "-o", str(out)]) == 2
+    # replaces the page it wrote; never a file cclc did not write without --force
+    assert main(["viz", str(path), "-o", str(out)]) == 0
+    mine = out.with_name("mine.html")
+    mine.write_text("the user's")
+    assert main(["viz", str(path), "-o", str(mine)]) == 2 and mine.read_text() == "the user's"
+    assert main(["viz", str(path), "-o", str(mine), "--force"]) == 0
 
 
 def _distinct_colours(browser, png: bytes) -> int:

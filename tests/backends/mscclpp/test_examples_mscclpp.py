@@ -21,7 +21,7 @@ from backends.contract import EmitOptions
 from backends.mscclpp import render_plans
 from backends.mscclpp.executor import run
 from cclc.errors import ScheduleError
-from cclc.execution import BACKEND_MODELS
+from cclc.execution import MSCCLPP_MODEL
 
 EXAMPLES = sorted((pathlib.Path(__file__).parents[3] / "examples").glob("*.ccl"))
 SLOW = os.environ.get("CCLC_SLOW_TESTS") == "1"
@@ -49,7 +49,7 @@ def test_example_plans(path):
     program = dsl.load(str(path))
     ran = []
     for coll in program.collectives:
-        chosen = plan(coll, model=BACKEND_MODELS["mscclpp"],
+        chosen = plan(coll, model=MSCCLPP_MODEL,
                       refusal=lambda s: backend.refusal(s, options))
         schedule = chosen.schedule
         try:

@@ -206,10 +206,11 @@ def test_emitted_plan_mutants_are_rejected():
 
 
 def test_execution_model_is_priced_per_step():
-    from cclc.execution import BACKEND_MODELS, IR_MODEL, model_for, predict
+    from backends import load
+    from cclc.execution import IR_MODEL, MSCCLPP_MODEL, model_for, predict
 
-    model = model_for(["json", "mscclpp"])
-    assert model is BACKEND_MODELS["mscclpp"] and model.mode == "lockstep"
+    model = model_for([load("json"), load("mscclpp")])
+    assert model is MSCCLPP_MODEL and model.mode == "lockstep"
     s = ring_allgather()
     extra = predict(s, model).time - predict(s, IR_MODEL).time
     assert extra == pytest.approx(s.n_steps * 2.345e-6)

@@ -10,8 +10,9 @@ import csv
 import io
 import json
 
-from cclc.tune.space import ALGO_NAMES, FUNC_NAMES, MAX_CHANNELS, PROTO_NAMES
-from cclc.tune.tuning import TableEntry, TuneResult
+from cclc.nccl_model import MAX_CHANNELS
+from cclc.tuning.space import ALGO_NAMES, FUNC_NAMES, PROTO_NAMES
+from cclc.tuning.table import TableEntry, TuneResult
 
 __all__ = [
     "TABLE_COLUMNS",

@@ -9,8 +9,8 @@ import pytest
 
 from cclc.errors import SemanticError
 from cclc.nccl_model import Algo, Func, Proto, nccl_chunk, nccl_time
-from cclc.tune.baseline import machine_model, nccl_default
-from cclc.tune.profilers import (
+from cclc.tuning.baseline import machine_model, nccl_default
+from cclc.tuning.profilers import (
     Case,
     CsvProfiler,
     ModelProfiler,
@@ -19,7 +19,7 @@ from cclc.tune.profilers import (
     parse_nccl_tests,
     profiler_from_spec,
 )
-from cclc.tune.space import Config, NcclVersion, space_for
+from cclc.tuning.space import Config, NcclVersion, space_for
 
 V230 = NcclVersion.parse("2.30")
 DATA = Path(__file__).parent / "data"
@@ -185,7 +185,7 @@ def test_nccl_default_choice(hgx_node, hgx_cluster, single_gpu_fabric):
 
 
 def test_nccl_chunk_rules(hgx_cluster, single_gpu_fabric):
-    from cclc.tune.space import max_chunk
+    from cclc.tuning.space import max_chunk
     top = max_chunk(Algo.PAT, Proto.SIMPLE)
     one, hgx = machine_model(single_gpu_fabric), machine_model(hgx_cluster)
 

@@ -1,7 +1,7 @@
 """NCCL's default for a tuning case: the baseline every tuned entry is compared against.
 
 The choice itself is :func:`cclc.nccl_model.nccl_choice` (the same function compile reports
-use); this module only places it in a tuning :class:`~cclc.tune.space.Space`: the algorithm
+use); this module only places it in a tuning :class:`~cclc.tuning.space.Space`: the algorithm
 and protocol NCCL picks among the space's implementations, NCCL's channels and threads for the
 size, and NCCL's chunk snapped to the space's chunk axis.
 """
@@ -9,7 +9,7 @@ size, and NCCL's chunk snapped to the space's chunk axis.
 from __future__ import annotations
 
 from cclc.nccl_model import NcclModel, nccl_choice, nccl_chunk, nccl_init, nccl_resources
-from cclc.tune.space import Config, Machine, Space, Subspace, max_chunk
+from cclc.tuning.space import Config, Machine, Space, Subspace, max_chunk
 
 __all__ = ["default_point", "machine_model", "nccl_default"]
 

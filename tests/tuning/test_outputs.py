@@ -11,10 +11,10 @@ import pytest
 
 from cclc.errors import SemanticError
 from cclc.nccl_model import Func
-from cclc.tune import outputs
-from cclc.tune.profilers import ModelProfiler
-from cclc.tune.space import FUNC_NAMES
-from cclc.tune.tuning import TuneOptions, TuneTarget, parse_sizes, size_ranges, tune
+from cclc.tuning import outputs
+from cclc.tuning.profilers import ModelProfiler
+from cclc.tuning.space import FUNC_NAMES
+from cclc.tuning.table import TuneOptions, TuneTarget, parse_sizes, size_ranges, tune
 
 
 def test_parse_sizes():
@@ -37,7 +37,7 @@ def test_size_ranges_tile_without_gaps():
 
 def _machine():
     from cclc.topology import NodeType, single_node
-    from cclc.tune.space import machine_of
+    from cclc.tuning.space import machine_of
     hgx = NodeType("hgx", "nvswitch", 8, 450e9, 1e-6, nics=8, nic_bandwidth=50e9)
     return machine_of(single_node("box", hgx))
 
@@ -114,7 +114,7 @@ def test_model_rows_never_lower_nccl_resources(result):
     """--profiler model may choose the algorithm and protocol only: every entry runs NCCL's
     own channels and threads for its size, and nothing process-wide is set."""
     from cclc.nccl_model import nccl_resources
-    from cclc.tune.baseline import machine_model
+    from cclc.tuning.baseline import machine_model
     assert result.entries and not result.settings
     for e in result.entries:
         assert e.source == "model"
@@ -126,7 +126,7 @@ def test_model_rows_never_lower_nccl_resources(result):
 
 
 def test_measured_rows_keep_their_resources(tmp_path):
-    from cclc.tune.profilers import CsvProfiler
+    from cclc.tuning.profilers import CsvProfiler
     path = tmp_path / "m.csv"
     path.write_text("collective,nbytes,algorithm,protocol,channels,busbw\n"
                     "allreduce,1048576,ring,ll128,4,90\n"

@@ -1,7 +1,7 @@
 """Profilers: what a configuration of one collective achieves, behind one interface.
 
 A profiler maps a :class:`Case` (collective function, bytes, machine) and a batch of
-:class:`~cclc.tune.space.Config` to bus bandwidths in GB/s (nccl-tests' busbw; ``None`` when
+:class:`~cclc.tuning.space.Config` to bus bandwidths in GB/s (nccl-tests' busbw; ``None`` when
 the configuration cannot be measured). Three implementations:
 
 - :class:`ModelProfiler` predicts from the topology: NCCL's latency tables (cclc.nccl_model) for
@@ -33,8 +33,8 @@ import numpy as np
 from cclc import nccl_model
 from cclc.errors import SemanticError
 from cclc.nccl_model import Algo, Func, Proto
-from cclc.tune.baseline import machine_model
-from cclc.tune.space import (
+from cclc.tuning.baseline import machine_model
+from cclc.tuning.space import (
     ALGO_NAMES,
     FUNC_NAMES,
     NCCL_STEPS,
@@ -76,7 +76,7 @@ class Profiler(ABC):
 
     ``measured`` says whether the numbers come from running NCCL (csv replay of
     measurements, nccl-tests) or from a model: only measured numbers may lower NCCL's
-    channels or threads (:func:`cclc.tune.tuning.tune`).
+    channels or threads (:func:`cclc.tuning.table.tune`).
     """
 
     name: str = "profiler"

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from backends import tuner as tuner_backend
 from cclc.errors import CclError
+from cclc.outdir import OutputDir
 
 from .conftest import ASAN, run_harness, write_rows
 
@@ -244,6 +245,23 @@ def test_cclc_tune_says_a_model_evaluates_and_never_measures(tmp_path, capsys):
                            for line in entries)
     doc = json.loads((out / "tuning.json").read_text())
     assert all("measured" not in e and e["source"] == "model" for e in doc["entries"])
+
+
+def test_cclc_tune_refuses_a_foreign_file_before_it_searches(tmp_path, monkeypatch):
+    from cclc.commands import tune
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "nccl.conf").write_text("NCCL_DEBUG=INFO\n")     # the user's
+    searched = []
+    monkeypatch.setattr("cclc.tuning.table.tune", lambda *a, **k: searched.append(a))
+    argv = [str(EXAMPLES / "hgx_node.ccl"), "-o", str(out), "--sizes", "1MiB", "--no-build"]
+    with pytest.raises(CclError, match="refusing to overwrite 'nccl.conf'"):
+        _tune_cli(argv)
+    assert searched == [] and (out / "nccl.conf").read_text() == "NCCL_DEBUG=INFO\n"
+    monkeypatch.undo()
+    assert _tune_cli([*argv, "--force"]) == 0
+    assert set(OutputDir(out).files()) == {*tune.TABLE_FILES, "plugin.c", "Makefile"}
 
 
 def test_cclc_tune_replays_a_csv(tmp_path, capsys):

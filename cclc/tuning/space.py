@@ -21,6 +21,7 @@ import numpy as np
 from cclc.collective import CollectiveKind
 from cclc.errors import SemanticError
 from cclc.nccl_model import (
+    MAX_CHANNELS,
     Algo,
     Func,
     NcclSystem,
@@ -35,7 +36,6 @@ from cclc.topology import LinkKind, Topology
 __all__ = [
     "ALGO_NAMES",
     "FUNC_NAMES",
-    "MAX_CHANNELS",
     "PROTO_NAMES",
     "TRANSPORTS",
     "Config",
@@ -60,7 +60,6 @@ _FUNC_OF_KIND = {CollectiveKind.BROADCAST: Func.BROADCAST, CollectiveKind.REDUCE
                  CollectiveKind.REDUCESCATTER: Func.REDUCESCATTER,
                  CollectiveKind.ALLREDUCE: Func.ALLREDUCE}
 
-MAX_CHANNELS = 64           # MAXCHANNELS: NCCL_MIN/MAX_NCHANNELS are clamped to it
 NCCL_STEPS = 8
 # default buffer sizes (NCCL_BUFFSIZE, NCCL_LL_BUFFSIZE, NCCL_LL128_BUFFSIZE)
 BUFF_SIZES = {Proto.LL: 524288, Proto.LL128: 4915200, Proto.SIMPLE: 4194304}
@@ -70,7 +69,6 @@ _CHUNK_GRAIN = {Proto.LL: 16, Proto.LL128: 960, Proto.SIMPLE: 128}
 # NCCL_NTHREADS / NCCL_LL128_NTHREADS ranges (multiples of 32)
 _THREADS = {Proto.LL: tuple(range(64, 513, 32)), Proto.SIMPLE: tuple(range(64, 513, 32)),
             Proto.LL128: tuple(range(160, 641, 32))}
-DEFAULT_THREADS = {Proto.LL: 512, Proto.LL128: 640, Proto.SIMPLE: 512}
 # transports: NVLink/PCIe peer-to-peer, or staged through host shared memory
 # (NCCL_P2P_DISABLE=1); a real choice only between GPUs on a PCIe switch
 TRANSPORTS = ("p2p", "shm")
@@ -250,8 +248,8 @@ def machine_of(topology: Topology, group: Sequence[int] | None = None, arch: str
     if len(nodes) > 1:
         far = next(r for r in reversed(ranks)
                    if topology.node_of_rank[r] != topology.node_of_rank[r0])
-        path = list(topology.shortest_path_links(r0, far))
-        inter_lat = float(sum(topology.link_latency[path]))
+        far_path = list(topology.shortest_path_links(r0, far))
+        inter_lat = float(sum(topology.link_latency[far_path]))
         ib = np.flatnonzero((kind == LinkKind.IB) | (kind == LinkKind.ETH))
         gpus = topology.n_ranks // topology.n_nodes
         # NIC injection bandwidth per GPU: the NIC->fabric ports of one node over its GPUs

@@ -29,9 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from cclc.errors import SemanticError
-from cclc.tune.baseline import default_point, nccl_default
-from cclc.tune.profilers import Case, Profiler
-from cclc.tune.space import Config, Space, Subspace
+from cclc.tuning.baseline import default_point, nccl_default
+from cclc.tuning.profilers import Case, Profiler
+from cclc.tuning.space import Config, Space, Subspace
 
 __all__ = [
     "METHODS",
@@ -52,7 +52,8 @@ class _BudgetSpent(Exception):
 
 
 class MeasurementCache:
-    """Measured busbw by (profiler identity, case, config), optionally persisted as JSON."""
+    """Measured busbw by (profiler identity, case, config), read from the JSON a previous run
+    wrote (:meth:`dumps`), when ``path`` names one."""
 
     FORMAT = "cclc-tune-cache"
 
@@ -86,17 +87,9 @@ class MeasurementCache:
         return len(self._data)
 
     def dumps(self) -> str:
-        """The cache as JSON text (what :meth:`save` writes)."""
+        """The cache as JSON text: what ``cclc tune`` writes back to ``tune-cache.json``
+        through its output folder (this class reads the file, never writes it)."""
         return json.dumps({"format": self.FORMAT, "version": 1, "entries": self._data})
-
-    def save(self) -> None:
-        """Write the cache back (atomically) when it has a path."""
-        if not self.path:
-            return
-        tmp = f"{self.path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self.dumps())
-        os.replace(tmp, self.path)
 
 
 class Evaluator:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cclc.topology import NodeType, leaf_spine, single_node, single_switch
-from cclc.tune.space import machine_of
+from cclc.tuning.space import machine_of
 
 HERE = Path(__file__).parent
 HGX = NodeType("hgx", "nvswitch", 8, 450e9, 1e-6, nics=8, nic_bandwidth=50e9)
@@ -51,7 +51,7 @@ ASAN = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitiz
 
 @pytest.fixture(scope="session")
 def harness(tmp_path_factory) -> Path:
-    """tests/tune/harness.c built with AddressSanitizer and UBSan."""
+    """tests/tuning/harness.c built with AddressSanitizer and UBSan."""
     gcc = _need_gcc()
     exe = tmp_path_factory.mktemp("harness") / "harness"
     subprocess.run([gcc, "-g", "-O1", "-Wall", "-Wextra", "-Werror", *ASAN, "-o", str(exe),

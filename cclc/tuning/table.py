@@ -26,15 +26,13 @@ from itertools import pairwise
 
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import SemanticError
-from cclc.nccl_model import Algo, Func, Proto
+from cclc.nccl_model import DEFAULT_THREADS, MAX_CHANNELS, Algo, Func, Proto
 from cclc.topology import Topology
-from cclc.tune.baseline import default_point, nccl_default
-from cclc.tune.profilers import Case, Profiler
-from cclc.tune.search import Evaluator, MeasurementCache, SearchResult, search
-from cclc.tune.space import (
-    DEFAULT_THREADS,
+from cclc.tuning.baseline import default_point, nccl_default
+from cclc.tuning.profilers import Case, Profiler
+from cclc.tuning.search import Evaluator, MeasurementCache, SearchResult, search
+from cclc.tuning.space import (
     FUNC_NAMES,
-    MAX_CHANNELS,
     Config,
     Machine,
     NcclVersion,

@@ -1,6 +1,7 @@
 """``cclc import FILE.xml``: the ``.ccl`` node type an NCCL topology file describes.
 
-(The module is named after the command, as ``cclc.cli`` finds commands by name.)
+(Named ``import_topology``, not after the command: ``import`` is a Python keyword, and a
+module so named can only be loaded through :mod:`importlib`.)
 """
 
 from __future__ import annotations

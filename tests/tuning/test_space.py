@@ -8,7 +8,7 @@ from cclc.collective import CollectiveKind
 from cclc.errors import SemanticError
 from cclc.nccl_model import Algo, Func, Proto
 from cclc.topology import torus
-from cclc.tune.space import (
+from cclc.tuning.space import (
     NcclVersion,
     func_of,
     machine_of,
