@@ -295,13 +295,13 @@ def _resolve(coll: Collective, flag: str | None) -> list:
 def _check_sizes(collectives: Sequence[Collective]) -> None:
     """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget)."""
     from cclc.algorithms import algorithms_for
-    from cclc.budget import available_memory, check_budget, estimate
+    from cclc.budget import available_memory, check_budget, estimate_size
     from cclc.plan import hint_params, resolve
 
     memory = available_memory()
     for coll in collectives:
         # every entry serving the collective is a possible way out of a refusal
-        check_budget(estimate(coll, resolve(coll), hint_params(coll), algorithms_for(coll)),
+        check_budget(estimate_size(coll, resolve(coll), hint_params(coll), algorithms_for(coll)),
                      memory)
 
 

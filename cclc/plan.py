@@ -19,13 +19,13 @@ from typing import IO
 
 import numpy as np
 
-from cclc.algorithms import REGISTRY, Algorithm, algorithms_for, get
+from cclc.algorithms import REGISTRY, Algorithm, NoBound, algorithms_for, get
 from cclc.bounds import Bounds, bounds
 from cclc.collective import Collective, make_collective
 from cclc.errors import CclError, CollectiveError, ScheduleError, Span
-from cclc.estimate import candidate_bounds, evaluation_order, prune_reason
 from cclc.execution import IR_MODEL, ExecutionModel, predict
 from cclc.ir import OP_COLUMNS, Buf, Ops, Routes, Schedule
+from cclc.load_bounds import LoadBound, candidate_bounds, evaluation_order, prune_reason
 from cclc.relay import RelayError
 from cclc.synth.pricing import priced_with
 from cclc.verify import verify
@@ -52,8 +52,9 @@ class Candidate:
     ``pct_of_bound`` (bound / time x 100) are ``None`` when the candidate was not applicable
     (``reason`` says why) or could not be simulated. ``planned_time``: on an ECMP fabric, the
     time if cclc's planned spines were realized (a plan: it needs a routing mechanism).
-    ``estimate``: the candidate's load bound (:mod:`cclc.estimate`), a lower bound on
-    ``time`` computed before building anything; ``pruned`` says why ``auto`` did not build a
+    ``estimate``: the candidate's load bound (:mod:`cclc.load_bounds`), a lower bound on
+    ``time`` computed before building anything, or ``no_bound``: why it has none (the
+    entry's :class:`~cclc.algorithms.NoBound`); ``pruned`` says why ``auto`` did not build a
     candidate whose bound is above a simulated time (then ``time`` is ``None``).
     ``refused``: why a requested output cannot take the schedule (``auto`` then chooses
     the fastest candidate every output takes, when one exists).
@@ -68,6 +69,7 @@ class Candidate:
     estimate: float | None = None
     pruned: str | None = None
     refused: str | None = None
+    no_bound: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -279,7 +281,7 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     entry that does not serve the collective or is not applicable, and when no candidate
     applies. Times are under ``model`` (see :mod:`cclc.execution`). ``on_step(i, total, what)``
     is called before each step (the bounds, then each candidate), for progress reports.
-    ``prune`` (``auto`` only): skip the candidates whose load bound (:mod:`cclc.estimate`)
+    ``prune`` (``auto`` only): skip the candidates whose load bound (:mod:`cclc.load_bounds`)
     is above an already simulated time; they cannot win, so the choice is the same.
     ``refusal(schedule)`` (``auto`` only): why the requested outputs cannot take a schedule,
     or None; asked of each candidate that would become the fastest, it ranks a refused
@@ -337,12 +339,14 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         why = prune_reason(est, best.row.time if best else None,
                            best.row.name if best else None)
         if why is not None and algo.applicable(coll, **_params(coll)) is None:
+            assert isinstance(est, LoadBound)
             found[i] = Candidate(algo.name, True, None, estimate=est.time, pruned=why)
             continue
         if best is not None:
             best = best.make_room()
         row, schedule = _evaluate(coll, algo, bound, model, _saying(step, 1 + n_done, total))
-        found[i] = row = replace(row, estimate=est.time if est else None)
+        found[i] = row = replace(row, estimate=est.time if isinstance(est, LoadBound) else None,
+                                 no_bound=est.reason if isinstance(est, NoBound) else None)
         if schedule is None:
             continue
         key = (_tie_time(row.time), i)

@@ -1,8 +1,11 @@
 """The table of algorithms: every way cclc knows to lower a collective into a schedule.
 
-Each entry names the collectives it serves, says whether it applies to a given collective (and
-if not, why), and builds the schedule. Modules register their entries at import; the list of
-modules imported here is the whole catalogue.
+Each entry is the whole record of one algorithm: the collectives it serves, whether it applies
+to a given collective (and if not, why), its builder, a lower bound on its schedule's ops (the
+size check, :mod:`cclc.budget`) and its link traffic (the planner's load bound,
+:mod:`cclc.load_bounds`), or an explicit :class:`NoBound` saying why it has none. Modules
+register their entries at import; the list of modules imported here is the whole catalogue,
+so adding an algorithm is one module and one line in :data:`_MODULES`.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ from dataclasses import dataclass, replace
 from cclc.collective import Collective, CollectiveKind
 from cclc.fabric_routing import route_spines
 from cclc.ir import Schedule
+from cclc.link_traffic import Traffic
 from cclc.relay import lower_relays
 
-__all__ = ["REGISTRY", "Algorithm", "CostFn", "OpsFn", "algorithms_for", "every_rank_ops",
-           "get", "lockstep_time", "register"]
+__all__ = ["REGISTRY", "Algorithm", "CostFn", "NoBound", "OpsFn", "TrafficFn", "algorithms_for",
+           "every_rank_ops", "get", "lockstep_time", "register", "unregister"]
 
 #: the predicted time (seconds) of a schedule: what an algorithm that tunes itself (e.g.
 #: hierarchical's pipeline depth) minimizes; it is given, never imported by the algorithm
@@ -29,7 +33,22 @@ CostFn = Callable[[Schedule], float]
 OpsFn = Callable[..., int]
 
 
-def every_rank_ops(coll: Collective) -> int:
+@dataclass(frozen=True, slots=True)
+class NoBound:
+    """An entry's statement that it has no load bound here, and ``reason``: why (the planner
+    reports it beside the candidate, which is then always built)."""
+
+    reason: str
+
+
+#: the bytes an entry's schedule of a collective with the hint parameters puts on every link
+#: in every step before relay lowering (``load(coll, **params)``), from which the planner's
+#: load and step bounds follow (:mod:`cclc.load_bounds`): it must never be below what the
+#: schedule sends; a :class:`NoBound` where this collective or these parameters have no rule
+TrafficFn = Callable[..., "Traffic | NoBound"]
+
+
+def every_rank_ops(coll: Collective, **params) -> int:
     """The ops every schedule of ``coll`` has at the least: every rank receives something
     (aggregating schedules such as recursive doubling may need no more when ``n`` is not a
     power of two); ``n - 1`` for broadcast and reduce."""
@@ -52,9 +71,13 @@ class Algorithm:
     the schedule. ``params`` are the user's hint parameters (e.g. ``chunks=6``). An entry with
     ``tunes=True`` chooses among variants of itself by cost: its raw build also takes ``cost=``
     (a :data:`CostFn`) and the table hands it one (``build(coll, cost=..., **params)`` on a
-    registered entry; :func:`lockstep_time` by default). ``ops`` (an :data:`OpsFn`) bounds
-    its schedule's size from below before it is built; without it, :func:`every_rank_ops`.
-    ``links`` (same signature) bounds the links of its routes from below, where they are
+    registered entry; :func:`lockstep_time` by default).
+
+    Two rules are required, so that no entry escapes the size check or the planner's pruning
+    by omission: ``ops`` (an :data:`OpsFn`) bounds its schedule's size from below before it
+    is built (:func:`every_rank_ops` where nothing better is known), and ``load`` is its link
+    traffic (a :data:`TrafficFn`) or a :class:`NoBound` saying why it has none. ``links``
+    (same signature as ``ops``) bounds the links of its routes from below, where they are
     longer than its ops (an op sent over a route of many links the routing carries); without
     it, none are counted.
     """
@@ -63,16 +86,22 @@ class Algorithm:
     collectives: frozenset[CollectiveKind]
     applicable: Callable[..., str | None]
     build: Callable[..., Schedule]
+    ops: OpsFn
+    load: TrafficFn | NoBound
     description: str = ""
     tunes: bool = False
-    ops: OpsFn | None = None
     links: OpsFn | None = None
 
     def min_ops(self, coll: Collective, **params) -> int:
         """A lower bound on the ops of this entry's schedule of ``coll`` (it must apply)."""
-        if self.ops is None:
-            return every_rank_ops(coll)
         return max(self.ops(coll, **params), every_rank_ops(coll))
+
+    def traffic(self, coll: Collective, **params) -> Traffic | NoBound:
+        """The link traffic of this entry's schedule of ``coll`` (it must apply), or why it
+        has none."""
+        if isinstance(self.load, NoBound):
+            return self.load
+        return self.load(coll, **params)
 
     def min_links(self, coll: Collective, **params) -> int:
         """A lower bound on the route links of this entry's schedule of ``coll``."""
@@ -114,6 +143,11 @@ def register(algo: Algorithm) -> Algorithm:
     return algo
 
 
+def unregister(name: str) -> None:
+    """Remove entry ``name`` from the table (a test's own algorithm, once it is done)."""
+    del REGISTRY[name]
+
+
 def _with_passes(build: Callable[..., Schedule], tunes: bool) -> Callable[..., Schedule]:
     def build_route_relay(coll: Collective, cost: CostFn | None = None, **params) -> Schedule:
         if tunes:
@@ -144,6 +178,7 @@ def _merged(a: Algorithm, b: Algorithm) -> Algorithm:
                      description="; ".join(d for d in (a.description, b.description) if d),
                      tunes=a.tunes or b.tunes,
                      ops=lambda coll, **p: pick(coll).min_ops(coll, **p),
+                     load=lambda coll, **p: pick(coll).traffic(coll, **p),
                      links=lambda coll, **p: pick(coll).min_links(coll, **p))
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cclc.algorithms import Algorithm, CostFn, register
+from cclc.algorithms import Algorithm, CostFn, NoBound, register
 from cclc.algorithms.common import bad_int_param, chunks_reason, hint_int
 from cclc.algorithms.torus_collectives import KINDS, Grid, Piece, grid_schedule
 from cclc.collective import Collective, CollectiveKind
@@ -122,5 +122,7 @@ def _build(coll: Collective, *, cost: CostFn, **params) -> Schedule:
 register(Algorithm(
     name="hierarchical", collectives=KINDS, applicable=_applicable, build=_build, tunes=True,
     ops=_ops,
+    load=NoBound("no traffic rule: its pipeline depth is tuned while it builds, so it is "
+                 "always built"),
     description="intra-node reduce-scatter, inter-node per rail, intra-node all-gather "
                 "(rings in both directions, pipelined in chunks=K groups)"))

@@ -28,7 +28,7 @@ import contextlib
 import contextvars
 import time
 
-from cclc.algorithms import Algorithm, algorithms_for, register
+from cclc.algorithms import Algorithm, NoBound, algorithms_for, every_rank_ops, register
 from cclc.algorithms.common import bad_int_param
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError, ScheduleError
@@ -205,6 +205,8 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
 
 register(Algorithm(
     name="synth", collectives=frozenset({CollectiveKind.ALLTOALL}), applicable=_applicable,
-    build=build_synth_alltoall,
+    build=build_synth_alltoall, ops=every_rank_ops,
+    load=NoBound("synthesis chooses its routes while it builds: there is no traffic to bound "
+                 "before"),
     description="alltoall: max-concurrent-flow LP paths packed into steps (falls back to the "
                 "best template when that is faster)"))

@@ -46,7 +46,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
-from cclc.algorithms import Algorithm, register
+from cclc.algorithms import Algorithm, NoBound, every_rank_ops, register
 from cclc.algorithms.common import bad_int_param, even_split, hint_int
 from cclc.algorithms.synth_flows import budget_seconds
 from cclc.collective import Collective, CollectiveKind
@@ -934,4 +934,7 @@ def build_synth_trees(coll: Collective, **params) -> Schedule:
 
 register(Algorithm(
     name="synth", collectives=_KINDS, applicable=_applicable, build=build_synth_trees,
+    ops=every_rank_ops,
+    load=NoBound("synthesis chooses its trees while it builds: there is no traffic to bound "
+                 "before"),
     description="spanning trees packed near the ForestColl optimum, pipelined in chunks"))

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cclc.algorithms import Algorithm, register
+from cclc.algorithms import Algorithm, NoBound, every_rank_ops, register
 from cclc.algorithms.common import (
     add_pair_routes,
     even_split,
@@ -424,19 +424,24 @@ def _dimrot(coll: Collective, **params) -> Schedule:
     return grid_schedule(coll, grid, pieces, "ring", "dimrotation")
 
 
+#: these entries' load bound: none (no traffic rule)
+_NO_RULE = NoBound("no traffic rule: "
+                   "the torus rings' link loads are not derived before building, so "
+                   "they are always built")
+
 register(Algorithm(
     name="biring", collectives=KINDS, applicable=_biring_applicable, build=_biring,
-    ops=lambda coll, **params: pair_ops(coll),
+    ops=lambda coll, **params: pair_ops(coll), load=_NO_RULE,
     description="ring in both directions, half the data each way (allreduce = "
                 "reduce-scatter + all-gather)"))
 register(Algorithm(
     name="foldedring", collectives=KINDS, applicable=_foldedring_applicable, build=_foldedring,
-    ops=lambda coll, **params: pair_ops(coll),
+    ops=lambda coll, **params: pair_ops(coll), load=_NO_RULE,
     description="logical ring folded over a ring with one failed link (evens up, odds down)"))
 register(Algorithm(
     name="ring+dimrotation", collectives=KINDS, applicable=_dimrot_applicable, build=_dimrot,
     # every piece brings every rank each other rank's part, one op each
-    ops=lambda coll, **params: pair_ops(coll),
+    ops=lambda coll, **params: pair_ops(coll), load=_NO_RULE,
     description="two-direction rings dimension by dimension; 2D pieces with rotated "
                 "dimension orders keep every dimension busy"))
 
@@ -509,6 +514,6 @@ def _swing(coll: Collective, **params) -> Schedule:
 
 register(Algorithm(
     name="swing", collectives=frozenset({CollectiveKind.ALLREDUCE}),
-    applicable=_swing_applicable, build=_swing,
+    applicable=_swing_applicable, build=_swing, ops=every_rank_ops, load=_NO_RULE,
     description="Swing: log2 steps per dimension with peers 1, 1, 3, 5, 11, ... away "
                 "(whole vector per step; latency-optimal on tori)"))
