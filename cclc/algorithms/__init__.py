@@ -14,13 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from cclc.collective import Collective, CollectiveKind
+from cclc.errors import CollectiveError
+from cclc.execution import IR_MODEL, ExecutionModel
 from cclc.fabric_routing import route_spines
 from cclc.ir import Schedule
 from cclc.link_traffic import Traffic
 from cclc.relay import lower_relays
 
-__all__ = ["REGISTRY", "Algorithm", "CostFn", "NoBound", "OpsFn", "TrafficFn", "algorithms_for",
-           "every_rank_ops", "get", "lockstep_time", "register", "unregister"]
+__all__ = ["REGISTRY", "Algorithm", "BudgetExhausted", "BuildContext", "CostFn", "NoBound",
+           "OpsFn", "Synthesis", "TrafficFn", "algorithms_for", "every_rank_ops", "get",
+           "lockstep_time", "register", "unregister"]
 
 #: the predicted time (seconds) of a schedule: what an algorithm that tunes itself (e.g.
 #: hierarchical's pipeline depth) minimizes; it is given, never imported by the algorithm
@@ -31,6 +34,47 @@ CostFn = Callable[[Schedule], float]
 #: :mod:`cclc.budget` refuses on before anything is built, so it must never be above the
 #: schedule's real count, and should grow with every parameter that grows the schedule
 OpsFn = Callable[..., int]
+
+
+@dataclass(frozen=True, slots=True)
+class BuildContext:
+    """What the planner tells a build besides the collective and its hint parameters (given
+    to the entries that declare ``contextual=True``; every other build ignores it).
+
+    ``model``: the execution model the schedule will be priced with (synthesis packs for it,
+    :func:`cclc.synth.pricing.step_cost`); ``synth_budget``: seconds a synthesis may take where
+    its hint names no ``budget`` (``cclc compile --synth-budget``; ``None``: its default).
+    """
+
+    model: ExecutionModel = IR_MODEL
+    synth_budget: float | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Synthesis:
+    """What a synthesizing entry found (its ``synthesize`` member), for the planner to race
+    against the templates: ``schedule`` (``None`` when the budget ran out before one was
+    whole), ``params`` (what the synthesis records about itself: solver, status, ...),
+    ``optimal`` (seconds: the optimum the synthesis measures itself against, for a
+    fallback's ``lp_fraction``; ``None`` when unknown) and ``started`` (its
+    ``time.monotonic()`` start, from which a fallback's ``solve_s`` counts)."""
+
+    schedule: Schedule | None
+    params: tuple[tuple[str, object], ...]
+    optimal: float | None
+    started: float
+
+    def own(self, coll: Collective) -> Schedule:
+        """The synthesized schedule; :class:`BudgetExhausted` when there is none."""
+        if self.schedule is None:
+            raise BudgetExhausted(f"synth found no schedule for '{coll.name}' within its "
+                                  "budget", coll.span)
+        return self.schedule
+
+
+class BudgetExhausted(CollectiveError):
+    """A synthesis's budget ran out before it had a schedule (the planner then races the
+    templates, or reports the candidate as not applicable under ``auto``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +115,13 @@ class Algorithm:
     the schedule. ``params`` are the user's hint parameters (e.g. ``chunks=6``). An entry with
     ``tunes=True`` chooses among variants of itself by cost: its raw build also takes ``cost=``
     (a :data:`CostFn`) and the table hands it one (``build(coll, cost=..., **params)`` on a
-    registered entry; :func:`lockstep_time` by default).
+    registered entry; :func:`lockstep_time` by default). An entry with ``contextual=True``
+    also takes ``context=`` (a :class:`BuildContext`: the planner's model and synthesis
+    budget) in ``applicable``, ``build`` and ``synthesize``; a registered entry accepts it
+    either way. ``synthesize`` (same signature as ``build``) marks an entry that synthesizes:
+    it returns a :class:`Synthesis`, which the planner races against the templates when the
+    entry is named explicitly (:mod:`cclc.template_race`; a hint ``race=0`` skips that, where
+    the entry's ``applicable`` accepts it); ``build`` is its schedule alone.
 
     Two rules are required, so that no entry escapes the size check or the planner's pruning
     by omission: ``ops`` (an :data:`OpsFn`) bounds its schedule's size from below before it
@@ -91,6 +141,8 @@ class Algorithm:
     description: str = ""
     tunes: bool = False
     links: OpsFn | None = None
+    contextual: bool = False
+    synthesize: Callable[..., Synthesis] | None = None
 
     def min_ops(self, coll: Collective, **params) -> int:
         """A lower bound on the ops of this entry's schedule of ``coll`` (it must apply)."""
@@ -133,7 +185,10 @@ def register(algo: Algorithm) -> Algorithm:
     (an algorithm may route over any healthy path; the moves the topology's declared routing
     cannot carry become relays).
     """
-    algo = replace(algo, build=_with_passes(algo.build, algo.tunes))
+    algo = replace(algo, applicable=_with_context(algo.applicable, algo.contextual),
+                   build=_with_passes(algo.build, algo.tunes, algo.contextual),
+                   synthesize=None if algo.synthesize is None
+                   else _synthesis_with_passes(algo.synthesize, algo.contextual))
     old = REGISTRY.get(algo.name)
     if old is not None:
         if old.collectives & algo.collectives:
@@ -148,16 +203,48 @@ def unregister(name: str) -> None:
     del REGISTRY[name]
 
 
-def _with_passes(build: Callable[..., Schedule], tunes: bool) -> Callable[..., Schedule]:
-    def build_route_relay(coll: Collective, cost: CostFn | None = None, **params) -> Schedule:
+def _with_context(applicable: Callable[..., str | None], contextual: bool
+                  ) -> Callable[..., str | None]:
+    def applies(coll: Collective, context: BuildContext | None = None, **params) -> str | None:
+        if contextual:
+            params["context"] = context or BuildContext()
+        return applicable(coll, **params)
+
+    return applies
+
+
+def _passes(schedule: Schedule) -> Schedule:
+    return lower_relays(route_spines(schedule))
+
+
+def _with_passes(build: Callable[..., Schedule], tunes: bool, contextual: bool
+                 ) -> Callable[..., Schedule]:
+    def build_route_relay(coll: Collective, cost: CostFn | None = None,
+                          context: BuildContext | None = None, **params) -> Schedule:
         if tunes:
             # a tuning algorithm compares its variants as routed (not yet relayed), which is
             # how they reach the machine's links
             measure = cost or lockstep_time
             params["cost"] = lambda s: measure(route_spines(s))
-        return lower_relays(route_spines(build(coll, **params)))
+        if contextual:
+            params["context"] = context or BuildContext()
+        return _passes(build(coll, **params))
 
     return build_route_relay
+
+
+def _synthesis_with_passes(synthesize: Callable[..., Synthesis], contextual: bool
+                           ) -> Callable[..., Synthesis]:
+    def synthesize_route_relay(coll: Collective, context: BuildContext | None = None,
+                               **params) -> Synthesis:
+        if contextual:
+            params["context"] = context or BuildContext()
+        found = synthesize(coll, **params)
+        if found.schedule is None:
+            return found
+        return replace(found, schedule=_passes(found.schedule))
+
+    return synthesize_route_relay
 
 
 def lockstep_time(schedule: Schedule) -> float:
@@ -179,7 +266,17 @@ def _merged(a: Algorithm, b: Algorithm) -> Algorithm:
                      tunes=a.tunes or b.tunes,
                      ops=lambda coll, **p: pick(coll).min_ops(coll, **p),
                      load=lambda coll, **p: pick(coll).traffic(coll, **p),
-                     links=lambda coll, **p: pick(coll).min_links(coll, **p))
+                     links=lambda coll, **p: pick(coll).min_links(coll, **p),
+                     contextual=a.contextual or b.contextual,
+                     synthesize=None if a.synthesize is None and b.synthesize is None
+                     else lambda coll, **p: _synthesize_of(pick(coll))(coll, **p))
+
+
+def _synthesize_of(entry: Algorithm) -> Callable[..., Synthesis]:
+    if entry.synthesize is None:
+        raise CollectiveError(f"algorithm '{entry.name}' does not synthesize "
+                              f"{', '.join(sorted(k.value for k in entry.collectives))}")
+    return entry.synthesize
 
 
 def algorithms_for(coll: Collective) -> list[Algorithm]:
