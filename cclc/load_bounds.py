@@ -54,6 +54,7 @@ algorithm's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -191,7 +192,7 @@ def candidate_bounds(coll: Collective, algos: list[Algorithm], params: dict, mod
             if a.applicable(coll, **params) is None else None for a in algos]
 
 
-def evaluation_order(bounds: list[LoadBound | NoBound | None]) -> list[int]:
+def evaluation_order(bounds: Sequence[LoadBound | NoBound | None]) -> list[int]:
     """Indices in the order ``auto`` evaluates them: candidates without a bound first (any of
     them may be the fastest), then by increasing bound, registration order among equals."""
     def key(i: int) -> tuple[bool, float, int]:

@@ -386,7 +386,8 @@ def _plan_auto(res: Resolution, context: BuildContext, all_bounds: Bounds | None
     # the fastest, the first registered among equals, whatever the order of evaluation
     if prune:
         step(0, total, f"load bounds of the {len(chosen)} candidates")
-    bounds_of = candidate_bounds(coll, list(chosen), params, context.model) if prune \
+    bounds_of: list[LoadBound | NoBound | None] = \
+        candidate_bounds(coll, list(chosen), params, context.model) if prune \
         else [None] * len(chosen)
     for n_done, i in enumerate(evaluation_order(bounds_of)):
         algo = chosen[i]

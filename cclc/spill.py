@@ -38,8 +38,10 @@ class HeldSchedule:
         if s is None or len(s.ops) <= KEEP_BEST_OPS:
             return self
         f = tempfile.TemporaryFile()
+        cols = s.ops.columns()
+        # positional arrays: the three layouts, the routes' offsets and links, the op columns
         np.savez(f, *s.layouts, s.routes.offsets, s.routes.links,
-                 **{f"op_{k}": v for k, v in s.ops.columns().items()})
+                 *(cols[k] for k in OP_COLUMNS))
         # what stays: the schedule without ops, routes and layouts (a few small fields)
         shell = s.replace(ops=Ops.empty(), routes=_EMPTY_ROUTES,
                           layouts=tuple(np.zeros(0, dtype=np.int64) for _ in Buf))
@@ -53,7 +55,7 @@ class HeldSchedule:
         shell, f = self.spilled
         f.seek(0)
         with np.load(f) as z:
-            cols = {k: z[f"op_{k}"] for k in OP_COLUMNS}
+            cols = {k: z[f"arr_{5 + i}"] for i, k in enumerate(OP_COLUMNS)}
             layouts = (z["arr_0"], z["arr_1"], z["arr_2"])
             routes = Routes(z["arr_3"], z["arr_4"])
         f.close()

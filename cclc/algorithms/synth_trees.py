@@ -193,8 +193,9 @@ def synthesize_tree_schedule(coll: Collective, context: BuildContext, **params) 
     # of the bound with equal chunks, 74.5% tapered)
     if hint_int(params, "taper", 1, low=0) and model.mode == "lockstep":
         chunks, units = _taper(coll, syn, chunks, given is not None, room, t0 + budget, model)
-    meta = (("solver", SOLVER), ("status", syn.status), ("solve_s", round(syn.solve_s, 3)),
-            ("k", _packed(syn).k), ("chunks", chunks))
+    meta: tuple[tuple[str, object], ...] = (
+        ("solver", SOLVER), ("status", syn.status), ("solve_s", round(syn.solve_s, 3)),
+        ("k", _packed(syn).k), ("chunks", chunks))
     if units is not None:
         meta += (("units", int(units.sum())),)
     if coll.kind is CollectiveKind.ALLGATHER:

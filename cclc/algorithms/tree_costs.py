@@ -167,7 +167,8 @@ def predict_pipeline(coll: Collective, g: HopGraph, ag: TreePacking | None,
     few around it. One phase on a machine with switches is, unless ``exact`` is false, the
     lockstep time of its packing too (:func:`_phase_exact`).
     """
-    k = (ag or rs).k
+    one = _one_of(ag, rs)
+    k = one.k
     if rs is not None and ag is not None:
         # per phase and for both at once, from the trees crossing each link (the joint
         # packings' loads are relative to the AllReduce bound, not to a phase's optimum)
@@ -181,7 +182,7 @@ def predict_pipeline(coll: Collective, g: HopGraph, ag: TreePacking | None,
                   (busiest(use_ag), int(ag.depth().max()))]
         both = busiest(use_rs + use_ag)
     else:
-        phases = [(block * p.load / rate, int(p.depth().max()))
+        phases = [(block * p.load / _rate(rate), int(p.depth().max()))
                   for p, rate in ((rs, rate_rs), (ag, rate_ag)) if p is not None]
     # a step costs its latency plus the software cost of the model the planner prices with
     # (nothing under the IR's lockstep model; see cclc.synth.pricing)
@@ -206,7 +207,7 @@ def predict_pipeline(coll: Collective, g: HopGraph, ag: TreePacking | None,
             best = alt
     if rs is None or ag is None:
         if exact and coll.topology.n_vertices > coll.topology.n_ranks:
-            return _phase_exact(coll, g, ag or rs, rs is not None, block, alpha, c, best,
+            return _phase_exact(coll, g, one, rs is not None, block, alpha, c, best,
                                 even, chunks is None, equal_chunks)
         return float(t[best]), int(c[best])
     # AllReduce: the closed form charges every fill and drain step a whole phase's load and
@@ -224,15 +225,30 @@ def predict_pipeline(coll: Collective, g: HopGraph, ag: TreePacking | None,
     is_even = {int(x): bool(e) for x, e in zip(c, even, strict=True)}
     if equal_chunks and even.any():
         options.add(int(c[np.flatnonzero(even)[np.argmin(t[even])]]))   # the best equal one
-    exact = {x: allreduce_lockstep_time(g, rs, ag, block, x, alpha) for x in sorted(options)}
-    chosen = min(exact, key=exact.get)
-    equal = [x for x in exact if is_even.get(x, False)]
+    timed = {x: allreduce_lockstep_time(g, rs, ag, block, x, alpha) for x in sorted(options)}
+    chosen = min(timed, key=lambda x: timed[x])
+    equal = [x for x in timed if is_even.get(x, False)]
     if equal_chunks and equal and not is_even.get(chosen, False):
         # the same preference for chunks the MSCCL runtimes can address, on the exact times
-        alt = min(equal, key=exact.get)
-        if exact[alt] <= exact[chosen] * (1 + _EQUAL_CHUNKS_SLACK):
+        alt = min(equal, key=lambda x: timed[x])
+        if timed[alt] <= timed[chosen] * (1 + _EQUAL_CHUNKS_SLACK):
             chosen = alt
-    return exact[chosen], chosen
+    return timed[chosen], chosen
+
+
+def _one_of(ag: TreePacking | None, rs: TreePacking | None) -> TreePacking:
+    """The AllGather packing, else the ReduceScatter one (a prediction has at least one)."""
+    p = ag or rs
+    if p is None:
+        raise ValueError("a tree pipeline needs an AllGather or a ReduceScatter packing")
+    return p
+
+
+def _rate(rate: float | None) -> float:
+    """The ForestColl rate of a phase that has a packing (so it has a rate)."""
+    if rate is None:
+        raise ValueError("a phase packed without its ForestColl rate")
+    return rate
 
 
 def step_alpha(g: HopGraph, model: ExecutionModel = IR_MODEL) -> float:
@@ -245,7 +261,7 @@ def step_alpha(g: HopGraph, model: ExecutionModel = IR_MODEL) -> float:
 def depth_cap(coll: Collective, ag: TreePacking | None, rs: TreePacking | None,
                max_ops: int) -> int:
     """The deepest pipeline (chunks per tree) within ``max_ops`` ops and one element a chunk."""
-    k = (ag or rs).k
+    k = _one_of(ag, rs).k
     elems = coll.count // coll.n                      # the smallest block, in elements
     # an in-tree edge is a send and, for all but a first child, a local fold: ops per chunk
     # of every tree, counted
@@ -266,16 +282,16 @@ def _phase_exact(coll: Collective, g: HopGraph, p: TreePacking, reduce: bool, bl
     and, unless the depth was given (``free`` false), shallow ones and a few around it. The
     closed form charges every fill and drain step a whole step; trees whose levels share the
     busiest links evenly fill for less (the packings balanced per level of
-    :func:`_exact_packings`)."""
+    :func:`cclc.algorithms.tree_search.synthesize_trees`)."""
     options = {int(c[best])}
     if free:
         options |= {int(x) for x in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, c[best] / 2, c[best] * 2)
                     if 1 <= x <= len(c)}
     exact = {x: phase_lockstep_time(g, p, block, x, alpha, reduce) for x in sorted(options)}
-    chosen = min(exact, key=exact.get)
+    chosen = min(exact, key=lambda x: exact[x])
     equal = [x for x in exact if even[x - 1]] if len(c) == len(even) and free else []
     if equal_chunks and equal and not even[chosen - 1]:
-        alt = min(equal, key=exact.get)
+        alt = min(equal, key=lambda x: exact[x])
         if exact[alt] <= exact[chosen] * (1 + _EQUAL_CHUNKS_SLACK):
             chosen = alt
     return exact[chosen], chosen

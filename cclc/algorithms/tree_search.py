@@ -40,6 +40,7 @@ from cclc.synth.joint_trees import pack_allreduce_trees
 from cclc.synth.splitting import split_switches
 from cclc.synth.tree_lp import (
     ALL_LEVELS,
+    FractionalPacking,
     depth_limit,
     fractional_packing,
     rounded_packing,
@@ -74,6 +75,26 @@ class TreeSynthesis:
     solve_s: float
 
 
+def _orbit_representatives(coll: Collective, node_perm: np.ndarray
+                           ) -> tuple[list[int], tuple[np.ndarray, list[int]] | None]:
+    """One member per orbit (group indices) of the machine's symmetry, and the free
+    automorphism with the representatives' ranks where one was found (``None`` else)."""
+    orbits = node_perm
+    auto = (find_free_automorphism(coll.topology, coll.group)
+            if len(node_perm) == 1 and coll.topology.dims is None else None)
+    if auto is not None:
+        # identical servers: one max-flow per orbit of a free automorphism in the rate
+        # search and the switch splitting (the trees are still packed for every root: see
+        # cclc.synth.fabric_symmetry)
+        powers = member_powers(coll, auto)
+        if powers is not None:
+            orbits = powers
+    reps = sorted({int(orbits[:, v].min()) for v in range(coll.n)})
+    if auto is None:
+        return reps, None
+    return reps, (auto, [int(coll.group[v]) for v in reps])
+
+
 def _allreduce_reference(coll: Collective) -> tuple[float, float]:
     """AllReduce's reference time: the bound of :mod:`cclc.bounds` (its joint reduce-scatter +
     allgather LP, where it runs; else the closed forms). Not the sum of the two phases'
@@ -103,17 +124,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     t0, cpu0 = time.monotonic(), time.process_time()
     g = hop_graph(coll)
     node_perm, edge_perm = translations(coll, g)
-    orbits, symmetry = node_perm, None
-    auto = (find_free_automorphism(coll.topology, coll.group)
-            if len(node_perm) == 1 and coll.topology.dims is None else None)
-    if auto is not None:
-        # identical servers: one max-flow per orbit of a free automorphism in the rate
-        # search and the switch splitting (the trees are still packed for every root: see
-        # cclc.synth.fabric_symmetry)
-        orbits = member_powers(coll, auto)
-    reps = sorted({int(orbits[:, v].min()) for v in range(coll.n)})
-    if auto is not None:
-        symmetry = (auto, [int(coll.group[v]) for v in reps])
+    reps, symmetry = _orbit_representatives(coll, node_perm)
     net, members = flow_network(coll)
     probe = [members[v] for v in reps]
     block = block_bytes(coll)
@@ -128,6 +139,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     best: _Kept | None = None
     kept = None        # the kept separate packing's phase times (see cannot_win)
     if coll.kind is CollectiveKind.ALLREDUCE:
+        assert rate_ag is not None and rate_rs is not None     # AllReduce has both phases
         optimal, best = _allreduce_start(coll, g, node_perm, edge_perm, trees, block, rate_ag,
                                          rate_rs, deadline_share(deadline, _JOINT_SHARE), model)
     # (physical moves, AllGather packing graph, ReduceScatter packing graph, symmetry,
@@ -157,8 +169,8 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
             # the column generation only where no packing kept reaches the optimum
             improve = best is None or any(p is not None and p.status != "optimal"
                                           for p in best[2:])
-            options = _options(phys, realize if improve else None, *packed, rate_ag, rate_rs,
-                               deadline, trees, realize)
+            options = _options(phys, realize if improve else None, packed[0], packed[1],
+                               rate_ag, rate_rs, deadline, trees, realize)
             for ag, rs in options:
                 # the op cap the build will use (fewer chunks under `auto`)
                 predicted = predict_pipeline(coll, phys, ag, rs, block, rate_ag, rate_rs,
@@ -236,7 +248,8 @@ def _split_candidate(coll: Collective, rate_ag: float | None, rate_rs: float | N
                     np.where(topo.link_failed, 0.0, topo.link_bandwidth),
                     np.add.reduceat(topo.link_latency[links], offsets[:-1]).astype(float))
     n = coll.n
-    merged, groups = [], []
+    merged: list[HopGraph | None] = []
+    groups: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = []
     first = 0
     for sg in parts:
         if sg is None:
@@ -254,7 +267,8 @@ def _split_candidate(coll: Collective, rate_ag: float | None, rate_rs: float | N
         first += len(sg.src)
 
     def realize(ag, rs):
-        return tuple(None if p is None else _on_links(phys, p, rate, *grp)
+        return tuple(None if p is None or rate is None or grp is None
+                     else _on_links(phys, p, rate, *grp)
                      for p, rate, grp in ((ag, rate_ag, groups[0]), (rs, rate_rs, groups[1])))
 
     g_ag = merged[0]
@@ -305,12 +319,14 @@ def _exact_packings(phys: HopGraph, ag: TreePacking | None, rs: TreePacking | No
     numbers of trees per root instead of both (the user's ``trees``)."""
     t0 = time.monotonic()
     phases = [(p, rate, graph, graph is not phys) for p, rate, graph in
-              ((ag, rate_ag, phys), (rs, rate_rs, phys.reversed())) if p is not None]
-    plans = [(ALL_LEVELS, ks or _EXACT_TREES)]
+              ((ag, rate_ag, phys), (rs, rate_rs, phys.reversed()))
+              if p is not None and rate is not None]
+    plans: list[tuple[tuple[tuple[int, int, float], ...], tuple[int, ...]]] = \
+        [(ALL_LEVELS, ks or _EXACT_TREES)]
     if len(phases) == 1:
         plans.append((windows(depth_limit(phys), _LEVEL_CHUNKS), ks or _LEVEL_TREES))
     out = []
-    fracs = [None] * len(phases)
+    fracs: list[FractionalPacking | None] = [None] * len(phases)
     for i, (wins, ks) in enumerate(plans):
         # the column generation stops with time left for the rounding; a later LP starts
         # from the earlier one's trees
@@ -321,12 +337,13 @@ def _exact_packings(phys: HopGraph, ag: TreePacking | None, rs: TreePacking | No
                                                           zip(f.trees, f.weight, strict=True)
                                                           if w > 1e-9])
                  for (p, rate, graph, reduce), f in zip(phases, fracs, strict=True)]
-        if any(f is None for f in fracs):
+        ready = [f for f in fracs if f is not None]
+        if len(ready) < len(fracs):
             break
         for k in ks:
             pair = [rounded_packing(graph, frac, rate, k, deadline, p if p.k == k else None,
                                     time.monotonic() - t0, wins, reduce)
-                    for frac, (p, rate, graph, reduce) in zip(fracs, phases, strict=True)]
+                    for frac, (p, rate, graph, reduce) in zip(ready, phases, strict=True)]
             if any(p is None for p in pair):
                 break
             out.append((pair[0] if ag is not None else None,
@@ -370,7 +387,7 @@ def _on_links(phys: HopGraph, p: TreePacking, rate: float, moves: np.ndarray,
 
 def _allreduce_start(coll: Collective, g: HopGraph, node_perm: np.ndarray,
                      edge_perm: np.ndarray, trees: int | None, block: float,
-                     rate_ag: float | None, rate_rs: float | None, deadline: float,
+                     rate_ag: float, rate_rs: float, deadline: float,
                      model: ExecutionModel) -> tuple[float, _Kept | None]:
     """AllReduce's reference time and, on a machine without switches, the best joint packing
     of its in-trees and out-trees (``(predicted, g, ag, rs)`` or ``None``)."""
@@ -392,7 +409,7 @@ def _allreduce_start(coll: Collective, g: HopGraph, node_perm: np.ndarray,
 
 def _joint_allreduce(coll: Collective, g: HopGraph, node_perm: np.ndarray,
                      edge_perm: np.ndarray, ks: list[int], block: float,
-                     bandwidth_time: float, rate_ag: float | None, rate_rs: float | None,
+                     bandwidth_time: float, rate_ag: float, rate_rs: float,
                      deadline: float, model: ExecutionModel) -> _Kept | None:
     """The best joint AllReduce packing over ``ks`` trees per root by predicted time:
     ``(predicted, g, ag, rs)``, or ``None`` when the deadline came before the first."""
