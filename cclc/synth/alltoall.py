@@ -171,7 +171,8 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
         tries = step_candidates(longest, coll.n) if orbits is None else orbit_steps(longest)
     for t in tries:
         small = bool(whole) and len(whole) * t <= MAX_LP_CELLS
-        if stagger and small and (steps is not None or t <= longest + 2):
+        if stagger and lp_time_limit is not None and small and (steps is not None
+                                                                or t <= longest + 2):
             # the LP grows with the steps and gains little past the shortest: try the
             # shortest few (HiGHS stops at the time limit; the greedy one stands then, and
             # a larger LP would not finish either: tpuv4_4x4x4_ocs, 5 and 7 steps, 22 and
