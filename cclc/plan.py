@@ -7,6 +7,13 @@ backend's lockstep or dataflow execution and its software overhead; the IR's pla
 default) and the topology's declared routing, and the fastest wins. Either way the
 :class:`Plan` records every candidate considered: its simulated time and % of the lower bound,
 or why it was not applicable.
+
+This module is where choices are made; the algorithms only build. Names resolve once
+(:func:`resolve`, a :class:`Resolution` that the size check also takes); the explicit path
+and ``auto`` are two functions; the model and the synthesis budget reach the builds as a
+:class:`~cclc.algorithms.BuildContext`; a synthesis named explicitly is raced against the
+templates by :mod:`cclc.template_race`; ``auto``'s large best-so-far waits in
+:mod:`cclc.spill`.
 """
 
 from __future__ import annotations
