@@ -2,8 +2,8 @@
 
 Cases: each torus healthy, with one failed link and with two failed links in different rings
 (32 GB/s per link direction, 100 ns, ``routing none``, 128 MiB per rank). Per case, the row
-``synth`` is :func:`cclc.algorithms.synth_flows.build_synth_alltoall` as a user gets it: the
-path LP over one commodity per orbit of the group :func:`cclc.synth.flows.choose_symmetry`
+``synth`` is ``algorithm synth`` as a user gets it (:func:`cclc.template_race.race_synthesis`):
+the path LP over one commodity per orbit of the group :func:`cclc.synth.flows.choose_symmetry`
 picks (``transl.``: the translations the faults leave intact; ``all``: every automorphism,
 with reflections and permutations of alike dimensions), the packing into steps, and the race
 against every template. With ``--compare`` a second row solves the LP over the other group and
@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 
-from cclc.algorithms.synth_flows import build_synth_alltoall
+from cclc.algorithms import BuildContext, get
 from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.errors import CclError
 from cclc.sim import simulate
@@ -50,6 +50,7 @@ from cclc.synth.alltoall import synthesize_alltoall, write_schedule
 from cclc.synth.flow_solution import pair_bytes, usable_links
 from cclc.synth.flows import choose_symmetry, solve_flows
 from cclc.synth.symmetry import translations
+from cclc.template_race import race_synthesis
 from cclc.topology import torus, with_faults
 from cclc.verify import verify
 
@@ -97,7 +98,7 @@ def _group_name(coll, full: bool | None) -> str:
 def run_default(coll) -> dict:
     """``algorithm synth`` as a user gets it (the group chosen by size, the template race)."""
     w0, c0 = _clock()
-    s = build_synth_alltoall(coll, budget=BUDGET)
+    s = race_synthesis(coll, get("synth"), BuildContext(), {"budget": BUDGET})
     w1, c1 = _clock()
     p = dict(s.params)
     return {"mode": "synth", "group": _group_name(coll, None), "order": p.get("symmetry"),

@@ -32,14 +32,12 @@ round improves).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
 
 import dsl
-from cclc.algorithms import algorithms_for, get
-from cclc.algorithms.synth_flows import synth_budget
+from cclc.algorithms import BuildContext, algorithms_for, get
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.execution import IR_MODEL, ExecutionModel, predict
@@ -98,10 +96,10 @@ def _machines(quick: bool):
 
 def run_case(label: str, topo, kind: CollectiveKind, nominal: int,
              templates: bool = True, chunks: int | None = None, models=(),
-             taper: bool = True) -> dict:
+             taper: bool = True, budget: float | None = None) -> dict:
     """One row: bound, synth and the best template at ``nominal`` bytes; synth with
-    ``chunks`` chunks per tree when given (equal ones unless ``taper``), and its time under
-    each of ``models``."""
+    ``chunks`` chunks per tree when given (equal ones unless ``taper``) and ``budget``
+    seconds (``None``: its default), and its time under each of ``models``."""
     group = topo.live_ranks()
     n = len(group)
     unit = 4 * n
@@ -111,7 +109,7 @@ def run_case(label: str, topo, kind: CollectiveKind, nominal: int,
     bound = bounds(coll)
     t0 = time.monotonic()
     # the synthesized schedule itself
-    s = get("synth").build(coll, race=0, taper=int(taper),
+    s = get("synth").build(coll, context=BuildContext(synth_budget=budget), taper=int(taper),
                            **({} if chunks is None else {"chunks": chunks}))
     build_s = time.monotonic() - t0
     synth_t = predict(s, IR_MODEL).time
@@ -181,15 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     print("predicted by the ir model: lockstep steps, no software cost; % of the best "
           "lower bound of cclc.bounds")
     kinds = [CollectiveKind(x) for x in args.kinds.split(",")] if args.kinds else KINDS
-    with synth_budget(args.budget) if args.budget else contextlib.nullcontext():
-        for label, topo in _machines(args.quick):
-            if args.only not in label:
-                continue
-            for kind in kinds:
-                for size in sizes:
-                    for chunks in depths:
-                        _print(run_case(label, topo, kind, size, not args.no_templates,
-                                        chunks, models, not args.equal_chunks))
+    for label, topo in _machines(args.quick):
+        if args.only not in label:
+            continue
+        for kind in kinds:
+            for size in sizes:
+                for chunks in depths:
+                    _print(run_case(label, topo, kind, size, not args.no_templates,
+                                    chunks, models, not args.equal_chunks, args.budget or None))
     return 0
 
 

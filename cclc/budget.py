@@ -3,7 +3,7 @@
 Planning a collective builds, verifies and simulates schedules whose op count grows like
 ``n^2`` for ring and direct schedules on ``n`` ranks, and relay lowering multiplies it by the
 hops of the routes the routing does not carry; a million-rank mesh, or an alltoall on a
-4096-rank torus, would run out of memory after minutes of work. :func:`estimate` gives a
+4096-rank torus, would run out of memory after minutes of work. :func:`estimate_size` gives a
 *lower bound* on what planning needs, from each algorithm entry's own closed form
 (:meth:`cclc.algorithms.Algorithm.min_ops`, which sees the hint parameters, ``chunks``
 included), so a refusal is never caused by an overestimate:
@@ -39,13 +39,13 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError
 from cclc.units import format_bytes
 
-__all__ = ["BYTES_PER_LINK", "BYTES_PER_OP", "MAX_OPS", "SECONDS_PER_OP", "TIME_LIMIT", "Estimate",
-           "available_memory", "check_budget", "estimate", "estimate_ops"]
+__all__ = ["BYTES_PER_LINK", "BYTES_PER_OP", "MAX_OPS", "SECONDS_PER_OP", "TIME_LIMIT",
+           "SizeEstimate", "available_memory", "check_budget", "estimate_ops", "estimate_size"]
 
 #: bytes per op at the least: 10 int32 columns + an int64 route offset, twice
 BYTES_PER_OP = 2 * (10 * 4 + 8)
 #: bytes per route link at the least: an int32 held by the builder and the verifier, and the
-#: row of the load bound's traffic (:mod:`cclc.estimate`: int64 step and link, int8 role,
+#: row of the load bound's traffic (:mod:`cclc.load_bounds`: int64 step and link, int8 role,
 #: float64 bytes)
 BYTES_PER_LINK = 2 * 4 + 8 + 8 + 1 + 8
 #: seconds per op at the least (benchmarks/ir_scale.py measures 1.5-4 us to build and verify)
@@ -62,7 +62,7 @@ _REDUCING = frozenset({CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
 
 
 @dataclass(frozen=True, slots=True)
-class Estimate:
+class SizeEstimate:
     """Lower bounds on what planning ``collective`` needs; ``largest`` names the candidate
     whose schedule dominates; ``smallest`` (name, ops) the applicable entry with the smallest
     bound when it is another one (the way out to suggest), else ``None``."""
@@ -85,9 +85,9 @@ def estimate_ops(coll: Collective, entry, params: dict | None = None) -> int:
         return every_rank_ops(coll)
 
 
-def estimate(coll: Collective, entries: Sequence, params: dict, others: Sequence = ()
-             ) -> Estimate:
-    """The :class:`Estimate` of planning ``coll`` with the registry ``entries`` (one explicit
+def estimate_size(coll: Collective, entries: Sequence, params: dict, others: Sequence = ()
+                  ) -> SizeEstimate:
+    """The :class:`SizeEstimate` of planning ``coll`` with the registry ``entries`` (one explicit
     entry, or the candidates of ``auto``); ``params`` are the hint parameters. ``others``:
     more entries serving ``coll``, without parameters, only looked at for the smallest (the
     alternatives to an explicit entry).
@@ -125,7 +125,7 @@ def estimate(coll: Collective, entries: Sequence, params: dict, others: Sequence
                    and not topo.failed_ranks and coll.pair_sizes is None)
     if coll.kind is CollectiveKind.ALLTOALL and not closed_form:
         memory += 8.0 * n * n
-    return Estimate(coll.name, ops, memory, ops * SECONDS_PER_OP, largest, smallest)
+    return SizeEstimate(coll.name, ops, memory, ops * SECONDS_PER_OP, largest, smallest)
 
 
 def _applies(coll: Collective, entry, params: dict) -> bool:
@@ -165,7 +165,7 @@ def _address_space_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
-def check_budget(est: Estimate, memory: int | None) -> None:
+def check_budget(est: SizeEstimate, memory: int | None) -> None:
     """:class:`CclError` when ``est`` has more than :data:`MAX_OPS` ops or needs more than
     ``memory`` bytes or :data:`TIME_LIMIT`; the message gives the estimate and the ways out."""
     too_big = memory is not None and est.memory > memory

@@ -1,9 +1,9 @@
 """The bytes a collective's schedule puts on every link in every step, as plain arrays.
 
-The traffic rules of :mod:`cclc.estimate` and the layout traffic of
-:mod:`cclc.algorithms.torus_alltoall.traffic` produce a :class:`Traffic`; the lower bounds of
-:mod:`cclc.estimate` consume it. It lives apart from both so that neither imports the other
-for it.
+The algorithm entries' ``load`` rules (:attr:`cclc.algorithms.Algorithm.load`, e.g.
+:mod:`cclc.algorithms.pair_traffic` and :mod:`cclc.algorithms.torus_alltoall.traffic`) produce
+a :class:`Traffic`; the planner's lower bounds (:mod:`cclc.load_bounds`) consume it. It lives
+below both so that neither imports the other for it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CARRIED", "EARLY", "LATE", "Traffic"]
+__all__ = ["CARRIED", "EARLY", "LATE", "Traffic", "traffic_rows"]
 
 
 #: roles of a (step, link) load with respect to relay lowering (:mod:`cclc.relay`):
@@ -36,3 +36,14 @@ class Traffic:
     link: np.ndarray
     role: np.ndarray
     nbytes: np.ndarray
+
+
+def traffic_rows(steps, links, nbytes, roles=None) -> Traffic:
+    """A :class:`Traffic` of ``links`` (an array) with ``steps``, ``nbytes`` and ``roles``
+    given per row or once for all (broadcast); roles default to :data:`LATE`."""
+    links = np.asarray(links, dtype=np.int64)
+    return Traffic(np.broadcast_to(np.asarray(steps, dtype=np.int64), links.shape),
+                   links,
+                   np.broadcast_to(np.asarray(LATE if roles is None else roles, dtype=np.int8),
+                                   links.shape),
+                   np.asarray(nbytes, dtype=np.float64))

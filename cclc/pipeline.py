@@ -44,7 +44,7 @@ from cclc.collective import Collective, Hint
 from cclc.errors import CclError, NotExpressible, ScheduleError
 from cclc.ir import Schedule
 from cclc.outdir import OutputDir
-from cclc.plan import Plan
+from cclc.plan import Plan, Resolution
 
 if TYPE_CHECKING:
     from backends.contract import Backend, EmitOptions, Facts
@@ -187,10 +187,9 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
     if not collectives:
         events.note(f"{request.source} declares no collective: only its topologies are "
                     "written (add 'collective NAME = KIND on TOPOLOGY { size ... }')")
-    for coll in collectives:
-        _resolve(coll, request.algorithm)
+    resolved = [_resolve(coll, request) for coll in collectives]
     if request.size_check:
-        _check_sizes(collectives)
+        _check_sizes(resolved)
 
     # the folder stays locked until every file of this run is written: a second run into it
     # is refused at once instead of mixing its files with this one's
@@ -213,11 +212,11 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
         if reason is not None and collectives:
             events.priced(model, reason)
         results = []
-        for coll in collectives:
+        for coll, resolution in zip(collectives, resolved, strict=True):
             events.start(coll)
             try:
                 # 2-5. build, route, verify and measure every candidate; keep the fastest
-                p = _plan(coll, request, model, _refusal(backends, options), events)
+                p = _plan(resolution, request, model, _refusal(backends, options), events)
             except ScheduleError as err:
                 events.failed(coll, err.message)
                 results.append(Compiled(coll, None, err.message))
@@ -285,30 +284,28 @@ def _check_algorithm_flag(name: str) -> None:
                        "write parameters in the file: algorithm pat(buffer = 4 MiB)")
 
 
-def _resolve(coll: Collective, flag: str | None) -> list:
-    """:func:`cclc.plan.resolve`; a name given by ``--algorithm`` is reported as a bad flag,
-    not at a line of the file that does not contain it."""
+def _resolve(coll: Collective, request: Request) -> Resolution:
+    """:func:`cclc.plan.resolve`, once per collective; a name given by ``--algorithm`` is
+    reported as a bad flag, not at a line of the file that does not contain it."""
+    from cclc.algorithms import BuildContext
     from cclc.plan import resolve
 
     try:
-        return resolve(coll)
+        return resolve(coll, BuildContext(synth_budget=request.synth_budget))
     except CclError as err:
-        if flag is None:
+        if request.algorithm is None:
             raise
-        raise CclError(f"--algorithm {flag}: {err.message}") from None
+        raise CclError(f"--algorithm {request.algorithm}: {err.message}") from None
 
 
-def _check_sizes(collectives: Sequence[Collective]) -> None:
+def _check_sizes(resolved: Sequence[Resolution]) -> None:
     """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget)."""
-    from cclc.algorithms import algorithms_for
-    from cclc.budget import available_memory, check_budget, estimate
-    from cclc.plan import hint_params, resolve
+    from cclc.budget import available_memory, check_budget, estimate_size
 
     memory = available_memory()
-    for coll in collectives:
+    for r in resolved:
         # every entry serving the collective is a possible way out of a refusal
-        check_budget(estimate(coll, resolve(coll), hint_params(coll), algorithms_for(coll)),
-                     memory)
+        check_budget(estimate_size(r.collective, r.entries, r.params, r.serving), memory)
 
 
 def _topologies(program: Program, collectives: Sequence[Collective], request: Request) -> dict:
@@ -331,15 +328,16 @@ def _topology_text(topo) -> str:
     return json.dumps(topology_document(topo), separators=(",", ":"), allow_nan=False) + "\n"
 
 
-def _plan(coll: Collective, request: Request, model: ExecutionModel,
+def _plan(resolution: Resolution, request: Request, model: ExecutionModel,
           refusal: Callable[[Schedule], str | None], events: Events) -> Plan:
-    from cclc.algorithms.synth_flows import synth_budget
     from cclc.plan import plan
 
-    with events.stage(f"{coll.name}: planning") as st, synth_budget(request.synth_budget):
+    coll = resolution.collective
+    with events.stage(f"{coll.name}: planning") as st:
         return plan(coll, explain=request.explain, model=model,
                     on_step=lambda i, total, what: st.update(i, what, total),
-                    refusal=refusal)
+                    refusal=refusal, synth_budget=request.synth_budget,
+                    resolution=resolution)
 
 
 def _refusal(backends: Sequence[Backend[Any, Any]], options: EmitOptions

@@ -7,34 +7,46 @@ backend's lockstep or dataflow execution and its software overhead; the IR's pla
 default) and the topology's declared routing, and the fastest wins. Either way the
 :class:`Plan` records every candidate considered: its simulated time and % of the lower bound,
 or why it was not applicable.
+
+This module is where choices are made; the algorithms only build. Names resolve once
+(:func:`resolve`, a :class:`Resolution` that the size check also takes); the explicit path
+and ``auto`` are two functions; the model and the synthesis budget reach the builds as a
+:class:`~cclc.algorithms.BuildContext`; a synthesis named explicitly is raced against the
+templates by :mod:`cclc.template_race`; ``auto``'s large best-so-far waits in
+:mod:`cclc.spill`.
 """
 
 from __future__ import annotations
 
 import difflib
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import IO
+from dataclasses import dataclass, field, replace
 
-import numpy as np
-
-from cclc.algorithms import REGISTRY, Algorithm, algorithms_for, get
+from cclc.algorithms import (
+    REGISTRY,
+    Algorithm,
+    BudgetExhausted,
+    BuildContext,
+    NoBound,
+    algorithms_for,
+    get,
+)
 from cclc.bounds import Bounds, bounds
 from cclc.collective import Collective, make_collective
 from cclc.errors import CclError, CollectiveError, ScheduleError, Span
-from cclc.estimate import candidate_bounds, evaluation_order, prune_reason
 from cclc.execution import IR_MODEL, ExecutionModel, predict
-from cclc.ir import OP_COLUMNS, Buf, Ops, Routes, Schedule
+from cclc.ir import Schedule
+from cclc.load_bounds import LoadBound, candidate_bounds, evaluation_order, prune_reason
 from cclc.relay import RelayError
-from cclc.synth.pricing import priced_with
+from cclc.spill import HeldSchedule
+from cclc.template_race import race_synthesis
 from cclc.verify import verify
 
 __all__ = [
-    "KEEP_BEST_OPS",
     "Candidate",
     "CrossoverRow",
     "Plan",
+    "Resolution",
     "crossover_table",
     "hint_key",
     "hint_params",
@@ -52,8 +64,9 @@ class Candidate:
     ``pct_of_bound`` (bound / time x 100) are ``None`` when the candidate was not applicable
     (``reason`` says why) or could not be simulated. ``planned_time``: on an ECMP fabric, the
     time if cclc's planned spines were realized (a plan: it needs a routing mechanism).
-    ``estimate``: the candidate's load bound (:mod:`cclc.estimate`), a lower bound on
-    ``time`` computed before building anything; ``pruned`` says why ``auto`` did not build a
+    ``estimate``: the candidate's load bound (:mod:`cclc.load_bounds`), a lower bound on
+    ``time`` computed before building anything, or ``no_bound``: why it has none (the
+    entry's :class:`~cclc.algorithms.NoBound`); ``pruned`` says why ``auto`` did not build a
     candidate whose bound is above a simulated time (then ``time`` is ``None``).
     ``refused``: why a requested output cannot take the schedule (``auto`` then chooses
     the fastest candidate every output takes, when one exists).
@@ -68,6 +81,7 @@ class Candidate:
     estimate: float | None = None
     pruned: str | None = None
     refused: str | None = None
+    no_bound: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -195,55 +209,43 @@ def _lookup(coll: Collective) -> list[Algorithm] | Algorithm:
     raise _unknown(coll, "algorithm", coll.algorithm.name, known)
 
 
-def _evaluate(coll: Collective, algo: Algorithm, bound: float | None,
-              model: ExecutionModel = IR_MODEL,
-              say: Callable[[str], None] = lambda what: None
-              ) -> tuple[Candidate, Schedule | None]:
-    """Build, verify and simulate one candidate (for ``auto``); ``say(what)`` is told each
-    phase before it starts."""
-    params = _params(coll)
-    reason = algo.applicable(coll, **params)
-    if reason is not None:
-        return Candidate(algo.name, False, reason), None
-    try:
-        with priced_with(model):   # synthesis packs for the model it is priced with
-            schedule = algo.build(coll, **params)  # any other failing build: a bug, propagate
-    except RelayError as err:
-        # the routing cannot carry a move and no member of the group can relay it
-        return Candidate(algo.name, False, err.message), None
-    say(f"{algo.name}: verifying {len(schedule.ops)} ops")
-    try:
-        verify(schedule)
-    except ScheduleError as err:
-        # a bug in the algorithm: never pick it, and say so in the table
-        return Candidate(algo.name, False, f"failed verification: {err.message}"), None
-    say(f"{algo.name}: simulating {len(schedule.ops)} ops")
-    time, planned = _simulate(schedule, model)
-    return Candidate(algo.name, True, None, time, _pct(bound, time), planned), schedule
+@dataclass(frozen=True, eq=False)
+class Resolution:
+    """A collective's hints resolved once (:func:`resolve`), for the size check and the
+    planner: ``entries`` is the explicitly named entry alone (``explicit``) or the candidates
+    of ``auto``; ``params`` the hint parameters they are built with; ``serving`` every entry
+    serving the collective's kind (the alternatives ``explain`` shows and the size check
+    suggests)."""
+
+    collective: Collective
+    entries: tuple[Algorithm, ...]
+    explicit: bool
+    params: dict = field(default_factory=dict)
+    serving: tuple[Algorithm, ...] = ()
 
 
-def _saying(step: Callable[[int, int, str], None], i: int, total: int
-            ) -> Callable[[str], None]:
-    """``say(what)`` for a candidate's phases: step ``i`` of ``total`` doing ``what``."""
-    return lambda what: step(i, total, what)
-
-
-def resolve(coll: Collective) -> list[Algorithm]:
-    """The entries ``plan`` would consider for ``coll``, without building anything.
+def resolve(coll: Collective, context: BuildContext | None = None) -> Resolution:
+    """The entries ``plan`` considers for ``coll`` and their parameters, without building
+    anything (``context``: what the builds will be told, which an entry's applicability may
+    depend on: a synthesis budget).
 
     Raises the same :class:`~cclc.errors.CollectiveError` as :func:`plan` for unknown names
     and for an explicit entry that does not apply, so a caller can reject a file's mistakes
     before doing any long work.
     """
+    context = context or BuildContext()
     chosen = _lookup(coll)
+    params = _params(coll)
+    serving = tuple(algorithms_for(coll))
     if isinstance(chosen, Algorithm):
-        _check_applicable(coll, chosen)
-        return [chosen]
-    return chosen
+        _check_applicable(coll, chosen, params, context)
+        return Resolution(coll, (chosen,), True, params, serving)
+    return Resolution(coll, tuple(chosen), False, params, serving)
 
 
-def _check_applicable(coll: Collective, algo: Algorithm) -> None:
-    reason = algo.applicable(coll, **_params(coll))
+def _check_applicable(coll: Collective, algo: Algorithm, params: dict,
+                      context: BuildContext) -> None:
+    reason = algo.applicable(coll, context=context, **params)
     if reason is not None:
         raise CollectiveError(f"algorithm '{algo.name}' cannot serve collective "
                               f"'{coll.name}': {reason}",
@@ -264,32 +266,73 @@ def _named_param_span(coll: Collective, reason: str) -> Span | None:
     return None
 
 
+def _evaluate(coll: Collective, algo: Algorithm, params: dict, bound: float | None,
+              context: BuildContext, say: Callable[[str], None] = lambda what: None
+              ) -> tuple[Candidate, Schedule | None]:
+    """Build, verify and simulate one candidate (for ``auto`` and ``explain``); ``say(what)``
+    is told each phase before it starts."""
+    reason = algo.applicable(coll, context=context, **params)
+    if reason is not None:
+        return Candidate(algo.name, False, reason), None
+    try:
+        schedule = algo.build(coll, context=context, **params)  # any other failure: a bug
+    except (RelayError, BudgetExhausted) as err:
+        # the routing cannot carry a move and no member of the group can relay it, or a
+        # synthesis found nothing within its budget
+        return Candidate(algo.name, False, err.message), None
+    say(f"{algo.name}: verifying {len(schedule.ops)} ops")
+    try:
+        verify(schedule)
+    except ScheduleError as err:
+        # a bug in the algorithm: never pick it, and say so in the table
+        return Candidate(algo.name, False, f"failed verification: {err.message}"), None
+    say(f"{algo.name}: simulating {len(schedule.ops)} ops")
+    time, planned = _simulate(schedule, context.model)
+    return Candidate(algo.name, True, None, time, _pct(bound, time), planned), schedule
+
+
+def _saying(step: Callable[[int, int, str], None], i: int, total: int
+            ) -> Callable[[str], None]:
+    """``say(what)`` for a candidate's phases: step ``i`` of ``total`` doing ``what``."""
+    return lambda what: step(i, total, what)
+
+
+#: ``on_step(i, total, what)``: the planner is at step ``i`` of ``total``, doing ``what``
+StepFn = Callable[[int, int, str], None]
+
+
 def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MODEL,
-         on_step: Callable[[int, int, str], None] | None = None, prune: bool = True,
-         refusal: Callable[[Schedule], str | None] | None = None) -> Plan:
+         on_step: StepFn | None = None, prune: bool = True,
+         refusal: Callable[[Schedule], str | None] | None = None,
+         synth_budget: float | None = None, resolution: Resolution | None = None) -> Plan:
     """Choose, build and check the schedule of ``coll``.
 
     With an explicit algorithm hint, that entry is built and verified (its
-    :class:`~cclc.errors.ScheduleError` propagates); ``explain=True`` also evaluates every
-    other entry serving the collective, so the table shows the alternatives. With ``auto``
-    every applicable entry is evaluated and the fastest verified one is kept (the first
-    registered among equals; the first applicable when no simulator is installed).
+    :class:`~cclc.errors.ScheduleError` propagates; a synthesizing entry is raced against
+    the templates, :mod:`cclc.template_race`); ``explain=True`` also evaluates every other
+    entry serving the collective, so the table shows the alternatives. With ``auto`` every
+    applicable entry is evaluated and the fastest verified one is kept (the first registered
+    among equals).
 
     Raises :class:`~cclc.errors.CollectiveError` (at the hint's span) for an unknown name, an
     entry that does not serve the collective or is not applicable, and when no candidate
-    applies. Times are under ``model`` (see :mod:`cclc.execution`). ``on_step(i, total, what)``
-    is called before each step (the bounds, then each candidate), for progress reports.
-    ``prune`` (``auto`` only): skip the candidates whose load bound (:mod:`cclc.estimate`)
-    is above an already simulated time; they cannot win, so the choice is the same.
+    applies. Times are under ``model`` (see :mod:`cclc.execution`), which every build that
+    asks is told (:class:`~cclc.algorithms.BuildContext`), with ``synth_budget``: the seconds
+    a synthesis may take where its hint names none. ``on_step(i, total, what)`` is called
+    before each step (the bounds, then each candidate), for progress reports. ``prune``
+    (``auto`` only): skip the candidates whose load bound (:mod:`cclc.load_bounds`) is above
+    an already simulated time; they cannot win, so the choice is the same.
     ``refusal(schedule)`` (``auto`` only): why the requested outputs cannot take a schedule,
     or None; asked of each candidate that would become the fastest, it ranks a refused
     candidate after every one the outputs take (it is chosen only when all are refused).
+    ``resolution``: ``coll``'s :func:`resolve`, when the caller has it already.
     """
     step = on_step or (lambda i, total, what: None)
-    chosen = _lookup(coll)
-    others = [a for a in algorithms_for(coll) if a.name != chosen.name] \
-        if isinstance(chosen, Algorithm) and explain else []
-    total = 1 + (len(chosen) if isinstance(chosen, list) else 1 + len(others))
+    context = BuildContext(model, synth_budget)
+    res = resolution if resolution is not None else resolve(coll, context)
+    others = [a for a in res.serving if a.name != res.entries[0].name] \
+        if res.explicit and explain else []
+    total = 1 + (1 + len(others) if res.explicit else len(res.entries))
     step(0, total, "lower bounds")
     try:
         # the bounds report what they wait for (the symmetry search, the LP and its size),
@@ -300,27 +343,49 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         # no route the routing carries joins the group: each candidate's failure says why
         # better; the bounds' error stands if one builds all the same
         all_bounds, unjoinable = None, err
-    bound = None if all_bounds is None else float(all_bounds.best)
-    if isinstance(chosen, Algorithm):
-        _check_applicable(coll, chosen)
-        step(1, total, f"{chosen.name}: building")
-        with priced_with(model):   # synthesis packs for the model it is priced with
-            schedule = chosen.build(coll, **_params(coll))
-        if unjoinable is not None:
-            raise unjoinable
-        step(1, total, f"{chosen.name}: verifying {len(schedule.ops)} ops")
-        verify(schedule)
-        step(1, total, f"{chosen.name}: simulating {len(schedule.ops)} ops")
-        time, planned = _simulate(schedule, model)
-        rows = [Candidate(chosen.name, True, None, time, _pct(bound, time), planned)]
-        # the alternatives are judged without the user's parameters, which belong to the
-        # explicit choice
-        for i, algo in enumerate(others):
-            step(2 + i, total, f"{algo.name}: building")
-            rows.append(_evaluate(coll.as_auto(), algo, bound, model,
-                                  _saying(step, 2 + i, total))[0])
-        return Plan(schedule, time, bound, tuple(rows), model, planned, all_bounds)
+    if res.explicit:
+        return _plan_explicit(res, others, context, all_bounds, unjoinable, step, total)
+    return _plan_auto(res, context, all_bounds, unjoinable, step, total, prune, refusal)
 
+
+def _plan_explicit(res: Resolution, others: list[Algorithm], context: BuildContext,
+                   all_bounds: Bounds | None, unjoinable: CclError | None, step: StepFn,
+                   total: int) -> Plan:
+    """The explicitly named entry, built and verified, and (``explain``) the ``others``
+    evaluated beside it."""
+    coll, (chosen,) = res.collective, res.entries
+    bound = None if all_bounds is None else float(all_bounds.best)
+    _check_applicable(coll, chosen, res.params, context)
+    step(1, total, f"{chosen.name}: building")
+    if chosen.synthesize is not None:
+        # the planner, not the synthesis, decides whether a template is faster
+        race = res.params.get("race", 1) != 0
+        schedule = race_synthesis(coll, chosen, context, res.params, race)
+    else:
+        schedule = chosen.build(coll, context=context, **res.params)
+    if unjoinable is not None:
+        raise unjoinable
+    step(1, total, f"{chosen.name}: verifying {len(schedule.ops)} ops")
+    verify(schedule)
+    step(1, total, f"{chosen.name}: simulating {len(schedule.ops)} ops")
+    time, planned = _simulate(schedule, context.model)
+    rows = [Candidate(chosen.name, True, None, time, _pct(bound, time), planned)]
+    # the alternatives are judged without the user's parameters, which belong to the
+    # explicit choice
+    for i, algo in enumerate(others):
+        step(2 + i, total, f"{algo.name}: building")
+        rows.append(_evaluate(coll.as_auto(), algo, {}, bound, context,
+                              _saying(step, 2 + i, total))[0])
+    return Plan(schedule, time, bound, tuple(rows), context.model, planned, all_bounds)
+
+
+def _plan_auto(res: Resolution, context: BuildContext, all_bounds: Bounds | None,
+               unjoinable: CclError | None, step: StepFn, total: int, prune: bool,
+               refusal: Callable[[Schedule], str | None] | None) -> Plan:
+    """``auto``: every candidate of ``res`` evaluated, cheapest load bound first, those that
+    cannot win pruned, the fastest kept (the first registered among equals)."""
+    coll, chosen, params = res.collective, res.entries, res.params
+    bound = None if all_bounds is None else float(all_bounds.best)
     found: list[Candidate | None] = [None] * len(chosen)
     best: _Best | None = None
     refused: _Best | None = None        # the fastest candidate the outputs refuse
@@ -328,7 +393,8 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     # the fastest, the first registered among equals, whatever the order of evaluation
     if prune:
         step(0, total, f"load bounds of the {len(chosen)} candidates")
-    bounds_of = candidate_bounds(coll, chosen, _params(coll), model) if prune \
+    bounds_of: list[LoadBound | NoBound | None] = \
+        candidate_bounds(coll, list(chosen), params, context.model) if prune \
         else [None] * len(chosen)
     for n_done, i in enumerate(evaluation_order(bounds_of)):
         algo = chosen[i]
@@ -336,24 +402,27 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         est = bounds_of[i]
         why = prune_reason(est, best.row.time if best else None,
                            best.row.name if best else None)
-        if why is not None and algo.applicable(coll, **_params(coll)) is None:
+        if why is not None and algo.applicable(coll, context=context, **params) is None:
+            assert isinstance(est, LoadBound)
             found[i] = Candidate(algo.name, True, None, estimate=est.time, pruned=why)
             continue
         if best is not None:
             best = best.make_room()
-        row, schedule = _evaluate(coll, algo, bound, model, _saying(step, 1 + n_done, total))
-        found[i] = row = replace(row, estimate=est.time if est else None)
+        row, schedule = _evaluate(coll, algo, params, bound, context,
+                                  _saying(step, 1 + n_done, total))
+        found[i] = row = replace(row, estimate=est.time if isinstance(est, LoadBound) else None,
+                                 no_bound=est.reason if isinstance(est, NoBound) else None)
         if schedule is None:
             continue
         key = (_tie_time(row.time), i)
         if best is None or key < best.key:
             why = refusal(schedule) if refusal is not None else None
             if why is None:
-                best = _Best(key, schedule, row)
+                best = _Best(key, HeldSchedule(schedule), row)
             else:
                 found[i] = row = replace(row, refused=why)
                 if refused is None or key < refused.key:
-                    refused = _Best(key, schedule, row).make_room()
+                    refused = _Best(key, HeldSchedule(schedule), row).make_room()
         del schedule
     rows = [r for r in found if r is not None]
     best = best or refused
@@ -364,52 +433,23 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
                               coll.algorithm.span or coll.span)
     if unjoinable is not None:
         raise unjoinable
-    schedule, row = best.restored(), best.row
-    return Plan(schedule, row.time, bound, tuple(rows), model, row.planned_time, all_bounds)
-
-
-#: the largest best-so-far schedule (ops) that ``auto`` keeps in memory while it builds the
-#: next candidate; a larger one waits in a temporary file, so that one schedule of millions of
-#: ops is in memory at a time (two 5M-op schedules and their analyses took 3.8 GiB)
-KEEP_BEST_OPS = 1_000_000
+    schedule, row = best.held.restored(), best.row
+    return Plan(schedule, row.time, bound, tuple(rows), context.model, row.planned_time,
+                all_bounds)
 
 
 @dataclass(frozen=True, eq=False)
 class _Best:
-    """``auto``'s fastest candidate so far: its sort key and row, and its schedule, in memory
-    or (``spilled``) its arrays in a temporary file."""
+    """``auto``'s fastest candidate so far: its sort key, its schedule (in memory, or on disk
+    while the next candidate is built: :mod:`cclc.spill`) and its row."""
 
     key: tuple[float, int]
-    schedule: Schedule | None
+    held: HeldSchedule
     row: Candidate
-    spilled: tuple[Schedule, IO[bytes]] | None = None
 
     def make_room(self) -> _Best:
-        """This entry with a large schedule moved out of memory (see :data:`KEEP_BEST_OPS`)."""
-        s = self.schedule
-        if s is None or len(s.ops) <= KEEP_BEST_OPS:
-            return self
-        f = tempfile.TemporaryFile()
-        np.savez(f, *s.layouts, s.routes.offsets, s.routes.links,
-                 **{f"op_{k}": v for k, v in s.ops.columns().items()})
-        # what stays: the schedule without ops, routes and layouts (a few small fields)
-        shell = s.replace(ops=Ops.empty(), routes=_EMPTY_ROUTES,
-                          layouts=tuple(np.zeros(0, dtype=np.int64) for _ in Buf))
-        return replace(self, schedule=None, spilled=(shell, f))
-
-    def restored(self) -> Schedule:
-        """The schedule, read back bit for bit if it was moved out of memory."""
-        if self.schedule is not None:
-            return self.schedule
-        assert self.spilled is not None
-        shell, f = self.spilled
-        f.seek(0)
-        with np.load(f) as z:
-            cols = {k: z[f"op_{k}"] for k in OP_COLUMNS}
-            layouts = (z["arr_0"], z["arr_1"], z["arr_2"])
-            routes = Routes(z["arr_3"], z["arr_4"])
-        f.close()
-        return shell.replace(ops=Ops(**cols), routes=routes, layouts=layouts)
+        """This entry with a large schedule moved out of memory."""
+        return replace(self, held=self.held.make_room())
 
 
 def _tie_time(time: float | None) -> float:
@@ -418,9 +458,6 @@ def _tie_time(time: float | None) -> float:
     wins (synth's trees on one switch price like ``direct`` up to the last bit, and which bit
     depended on the chunk count its deadline allowed, so on the machine's load)."""
     return float("inf") if time is None else float(f"{time:.9g}")
-
-
-_EMPTY_ROUTES = Routes(np.zeros(2, dtype=np.int64), np.zeros(0, dtype=np.int32))
 
 
 def crossover_table(coll: Collective, sizes) -> list[CrossoverRow]:

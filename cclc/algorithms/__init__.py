@@ -1,8 +1,11 @@
 """The table of algorithms: every way cclc knows to lower a collective into a schedule.
 
-Each entry names the collectives it serves, says whether it applies to a given collective (and
-if not, why), and builds the schedule. Modules register their entries at import; the list of
-modules imported here is the whole catalogue.
+Each entry is the whole record of one algorithm: the collectives it serves, whether it applies
+to a given collective (and if not, why), its builder, a lower bound on its schedule's ops (the
+size check, :mod:`cclc.budget`) and its link traffic (the planner's load bound,
+:mod:`cclc.load_bounds`), or an explicit :class:`NoBound` saying why it has none. Modules
+register their entries at import; the list of modules imported here is the whole catalogue,
+so adding an algorithm is one module and one line in :data:`_MODULES`.
 """
 
 from __future__ import annotations
@@ -11,12 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from cclc.collective import Collective, CollectiveKind
+from cclc.errors import CollectiveError
+from cclc.execution import IR_MODEL, ExecutionModel
 from cclc.fabric_routing import route_spines
 from cclc.ir import Schedule
+from cclc.link_traffic import Traffic
 from cclc.relay import lower_relays
 
-__all__ = ["REGISTRY", "Algorithm", "CostFn", "OpsFn", "algorithms_for", "every_rank_ops",
-           "get", "lockstep_time", "register"]
+__all__ = ["REGISTRY", "Algorithm", "BudgetExhausted", "BuildContext", "CostFn", "NoBound",
+           "OpsFn", "Synthesis", "TrafficFn", "algorithms_for", "every_rank_ops", "get",
+           "lockstep_time", "register", "unregister"]
 
 #: the predicted time (seconds) of a schedule: what an algorithm that tunes itself (e.g.
 #: hierarchical's pipeline depth) minimizes; it is given, never imported by the algorithm
@@ -29,7 +36,63 @@ CostFn = Callable[[Schedule], float]
 OpsFn = Callable[..., int]
 
 
-def every_rank_ops(coll: Collective) -> int:
+@dataclass(frozen=True, slots=True)
+class BuildContext:
+    """What the planner tells a build besides the collective and its hint parameters (given
+    to the entries that declare ``contextual=True``; every other build ignores it).
+
+    ``model``: the execution model the schedule will be priced with (synthesis packs for it,
+    :func:`cclc.synth.pricing.step_cost`); ``synth_budget``: seconds a synthesis may take where
+    its hint names no ``budget`` (``cclc compile --synth-budget``; ``None``: its default).
+    """
+
+    model: ExecutionModel = IR_MODEL
+    synth_budget: float | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Synthesis:
+    """What a synthesizing entry found (its ``synthesize`` member), for the planner to race
+    against the templates: ``schedule`` (``None`` when the budget ran out before one was
+    whole), ``params`` (what the synthesis records about itself: solver, status, ...),
+    ``optimal`` (seconds: the optimum the synthesis measures itself against, for a
+    fallback's ``lp_fraction``; ``None`` when unknown) and ``started`` (its
+    ``time.monotonic()`` start, from which a fallback's ``solve_s`` counts)."""
+
+    schedule: Schedule | None
+    params: tuple[tuple[str, object], ...]
+    optimal: float | None
+    started: float
+
+    def own(self, coll: Collective) -> Schedule:
+        """The synthesized schedule; :class:`BudgetExhausted` when there is none."""
+        if self.schedule is None:
+            raise BudgetExhausted(f"synth found no schedule for '{coll.name}' within its "
+                                  "budget", coll.span)
+        return self.schedule
+
+
+class BudgetExhausted(CollectiveError):
+    """A synthesis's budget ran out before it had a schedule (the planner then races the
+    templates, or reports the candidate as not applicable under ``auto``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NoBound:
+    """An entry's statement that it has no load bound here, and ``reason``: why (the planner
+    reports it beside the candidate, which is then always built)."""
+
+    reason: str
+
+
+#: the bytes an entry's schedule of a collective with the hint parameters puts on every link
+#: in every step before relay lowering (``load(coll, **params)``), from which the planner's
+#: load and step bounds follow (:mod:`cclc.load_bounds`): it must never be below what the
+#: schedule sends; a :class:`NoBound` where this collective or these parameters have no rule
+TrafficFn = Callable[..., "Traffic | NoBound"]
+
+
+def every_rank_ops(coll: Collective, **params) -> int:
     """The ops every schedule of ``coll`` has at the least: every rank receives something
     (aggregating schedules such as recursive doubling may need no more when ``n`` is not a
     power of two); ``n - 1`` for broadcast and reduce."""
@@ -52,9 +115,19 @@ class Algorithm:
     the schedule. ``params`` are the user's hint parameters (e.g. ``chunks=6``). An entry with
     ``tunes=True`` chooses among variants of itself by cost: its raw build also takes ``cost=``
     (a :data:`CostFn`) and the table hands it one (``build(coll, cost=..., **params)`` on a
-    registered entry; :func:`lockstep_time` by default). ``ops`` (an :data:`OpsFn`) bounds
-    its schedule's size from below before it is built; without it, :func:`every_rank_ops`.
-    ``links`` (same signature) bounds the links of its routes from below, where they are
+    registered entry; :func:`lockstep_time` by default). An entry with ``contextual=True``
+    also takes ``context=`` (a :class:`BuildContext`: the planner's model and synthesis
+    budget) in ``applicable``, ``build`` and ``synthesize``; a registered entry accepts it
+    either way. ``synthesize`` (same signature as ``build``) marks an entry that synthesizes:
+    it returns a :class:`Synthesis`, which the planner races against the templates when the
+    entry is named explicitly (:mod:`cclc.template_race`; a hint ``race=0`` skips that, where
+    the entry's ``applicable`` accepts it); ``build`` is its schedule alone.
+
+    Two rules are required, so that no entry escapes the size check or the planner's pruning
+    by omission: ``ops`` (an :data:`OpsFn`) bounds its schedule's size from below before it
+    is built (:func:`every_rank_ops` where nothing better is known), and ``load`` is its link
+    traffic (a :data:`TrafficFn`) or a :class:`NoBound` saying why it has none. ``links``
+    (same signature as ``ops``) bounds the links of its routes from below, where they are
     longer than its ops (an op sent over a route of many links the routing carries); without
     it, none are counted.
     """
@@ -63,16 +136,24 @@ class Algorithm:
     collectives: frozenset[CollectiveKind]
     applicable: Callable[..., str | None]
     build: Callable[..., Schedule]
+    ops: OpsFn
+    load: TrafficFn | NoBound
     description: str = ""
     tunes: bool = False
-    ops: OpsFn | None = None
     links: OpsFn | None = None
+    contextual: bool = False
+    synthesize: Callable[..., Synthesis] | None = None
 
     def min_ops(self, coll: Collective, **params) -> int:
         """A lower bound on the ops of this entry's schedule of ``coll`` (it must apply)."""
-        if self.ops is None:
-            return every_rank_ops(coll)
         return max(self.ops(coll, **params), every_rank_ops(coll))
+
+    def traffic(self, coll: Collective, **params) -> Traffic | NoBound:
+        """The link traffic of this entry's schedule of ``coll`` (it must apply), or why it
+        has none."""
+        if isinstance(self.load, NoBound):
+            return self.load
+        return self.load(coll, **params)
 
     def min_links(self, coll: Collective, **params) -> int:
         """A lower bound on the route links of this entry's schedule of ``coll``."""
@@ -104,7 +185,10 @@ def register(algo: Algorithm) -> Algorithm:
     (an algorithm may route over any healthy path; the moves the topology's declared routing
     cannot carry become relays).
     """
-    algo = replace(algo, build=_with_passes(algo.build, algo.tunes))
+    algo = replace(algo, applicable=_with_context(algo.applicable, algo.contextual),
+                   build=_with_passes(algo.build, algo.tunes, algo.contextual),
+                   synthesize=None if algo.synthesize is None
+                   else _synthesis_with_passes(algo.synthesize, algo.contextual))
     old = REGISTRY.get(algo.name)
     if old is not None:
         if old.collectives & algo.collectives:
@@ -114,16 +198,53 @@ def register(algo: Algorithm) -> Algorithm:
     return algo
 
 
-def _with_passes(build: Callable[..., Schedule], tunes: bool) -> Callable[..., Schedule]:
-    def build_route_relay(coll: Collective, cost: CostFn | None = None, **params) -> Schedule:
+def unregister(name: str) -> None:
+    """Remove entry ``name`` from the table (a test's own algorithm, once it is done)."""
+    del REGISTRY[name]
+
+
+def _with_context(applicable: Callable[..., str | None], contextual: bool
+                  ) -> Callable[..., str | None]:
+    def applies(coll: Collective, context: BuildContext | None = None, **params) -> str | None:
+        if contextual:
+            params["context"] = context or BuildContext()
+        return applicable(coll, **params)
+
+    return applies
+
+
+def _passes(schedule: Schedule) -> Schedule:
+    return lower_relays(route_spines(schedule))
+
+
+def _with_passes(build: Callable[..., Schedule], tunes: bool, contextual: bool
+                 ) -> Callable[..., Schedule]:
+    def build_route_relay(coll: Collective, cost: CostFn | None = None,
+                          context: BuildContext | None = None, **params) -> Schedule:
         if tunes:
             # a tuning algorithm compares its variants as routed (not yet relayed), which is
             # how they reach the machine's links
             measure = cost or lockstep_time
             params["cost"] = lambda s: measure(route_spines(s))
-        return lower_relays(route_spines(build(coll, **params)))
+        if contextual:
+            params["context"] = context or BuildContext()
+        return _passes(build(coll, **params))
 
     return build_route_relay
+
+
+def _synthesis_with_passes(synthesize: Callable[..., Synthesis], contextual: bool
+                           ) -> Callable[..., Synthesis]:
+    def synthesize_route_relay(coll: Collective, context: BuildContext | None = None,
+                               **params) -> Synthesis:
+        if contextual:
+            params["context"] = context or BuildContext()
+        found = synthesize(coll, **params)
+        if found.schedule is None:
+            return found
+        return replace(found, schedule=_passes(found.schedule))
+
+    return synthesize_route_relay
 
 
 def lockstep_time(schedule: Schedule) -> float:
@@ -144,7 +265,18 @@ def _merged(a: Algorithm, b: Algorithm) -> Algorithm:
                      description="; ".join(d for d in (a.description, b.description) if d),
                      tunes=a.tunes or b.tunes,
                      ops=lambda coll, **p: pick(coll).min_ops(coll, **p),
-                     links=lambda coll, **p: pick(coll).min_links(coll, **p))
+                     load=lambda coll, **p: pick(coll).traffic(coll, **p),
+                     links=lambda coll, **p: pick(coll).min_links(coll, **p),
+                     contextual=a.contextual or b.contextual,
+                     synthesize=None if a.synthesize is None and b.synthesize is None
+                     else lambda coll, **p: _synthesize_of(pick(coll))(coll, **p))
+
+
+def _synthesize_of(entry: Algorithm) -> Callable[..., Synthesis]:
+    if entry.synthesize is None:
+        raise CollectiveError(f"algorithm '{entry.name}' does not synthesize "
+                              f"{', '.join(sorted(k.value for k in entry.collectives))}")
+    return entry.synthesize
 
 
 def algorithms_for(coll: Collective) -> list[Algorithm]:

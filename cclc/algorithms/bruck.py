@@ -26,6 +26,7 @@ import numpy as np
 
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes
+from cclc.algorithms.pair_traffic import bruck_traffic
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, Schedule, ScheduleBuilder
 
@@ -139,4 +140,5 @@ def _build(coll: Collective, **params) -> Schedule:
 
 register(Algorithm(
     name="bruck", collectives=_KINDS, applicable=_applicable, build=_build, ops=_ops,
+    load=bruck_traffic,
     description="ceil(log2 n) rounds at distances 1, 2, 4, ...; wins on small sizes"))

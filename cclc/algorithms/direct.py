@@ -17,6 +17,7 @@ import numpy as np
 
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes, pair_distance, pair_hops
+from cclc.algorithms.pair_traffic import direct_traffic
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
@@ -103,4 +104,5 @@ register(Algorithm(
     # every pair's block in one op, over a shortest path that relay lowering may cut in hops
     ops=lambda coll, **params: pair_hops(coll),
     links=lambda coll, **params: pair_distance(coll),
+    load=direct_traffic,
     description="every pair in one step over a shortest healthy path"))

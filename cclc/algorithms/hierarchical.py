@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cclc.algorithms import Algorithm, CostFn, register
+from cclc.algorithms import Algorithm, CostFn, NoBound, register
 from cclc.algorithms.common import bad_int_param, chunks_reason, hint_int
 from cclc.algorithms.torus_collectives import KINDS, Grid, Piece, grid_schedule
 from cclc.collective import Collective, CollectiveKind
@@ -45,7 +45,7 @@ def node_grid(coll: Collective) -> tuple[np.ndarray | None, str | None]:
     """``members[h, g]``: group index of the ``g``-th GPU (by GPU id) of the ``h``-th node of the
     group (by first appearance), or the reason the group is not whole-node shaped."""
     topo = coll.topology
-    if topo.kind != "fabric" or topo.node_of_rank is None:
+    if topo.kind != "fabric" or topo.node_of_rank is None or topo.gpu_of_rank is None:
         return None, (f"hierarchical needs multi-GPU nodes (NVLink or PCIe) on a fabric; "
                       f"'{topo.name}' is a {topo.kind_name}")
     nodes: dict[int, list[tuple[int, int]]] = {}
@@ -101,7 +101,7 @@ def _pieces(coll: Collective, members: np.ndarray, chunks: int) -> list[Piece]:
 
 def _build(coll: Collective, *, cost: CostFn, **params) -> Schedule:
     members, why = node_grid(coll)
-    if why:
+    if why or members is None:
         raise CollectiveError(f"hierarchical cannot serve collective '{coll.name}': {why}")
     chunks = hint_int(params, "chunks", None)
     grid = Grid(members)
@@ -122,5 +122,7 @@ def _build(coll: Collective, *, cost: CostFn, **params) -> Schedule:
 register(Algorithm(
     name="hierarchical", collectives=KINDS, applicable=_applicable, build=_build, tunes=True,
     ops=_ops,
+    load=NoBound("no traffic rule: its pipeline depth is tuned while it builds, so it is "
+                 "always built"),
     description="intra-node reduce-scatter, inter-node per rail, intra-node all-gather "
                 "(rings in both directions, pipelined in chunks=K groups)"))

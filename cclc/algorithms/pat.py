@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from cclc.algorithms import Algorithm, register
+from cclc.algorithms import Algorithm, NoBound, every_rank_ops, register
 from cclc.algorithms.common import add_pair_routes, bad_int_param, hint_int
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
@@ -147,5 +147,7 @@ def _build(coll: Collective, **params) -> Schedule:
 
 register(Algorithm(
     name="pat", collectives=_KINDS, applicable=_applicable, build=_build,
+    ops=every_rank_ops, load=NoBound("no traffic rule: the aggregated transfers' link loads "
+                                     "are not derived before building, so it is always built"),
     description="Parallel Aggregated Trees: reversed Bruck, far hops first with little data; "
                 "buffer=B bounds the bytes aggregated per transfer"))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cclc.algorithms import Algorithm, register
+from cclc.algorithms import Algorithm, NoBound, every_rank_ops, register
 from cclc.algorithms.common import add_pair_routes, even_split
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
@@ -241,10 +241,16 @@ def _rd_build(coll: Collective, **params) -> Schedule:
     return _allreduce_doubling(coll)
 
 
+#: these entries' load bound: none (no traffic rule)
+_NO_RULE = NoBound("no traffic rule: "
+                   "the rounds' link loads are not derived before building, so "
+                   "they are always built")
+
 register(Algorithm(
     name="recursive_doubling", collectives=_AG_AR,
     applicable=lambda coll, **p: _reason(coll, "recursive_doubling", _AG_AR, p),
     build=_rd_build,
+    ops=every_rank_ops, load=_NO_RULE,
     description="log2 rounds with partners 1, 2, 4, ... apart (allreduce: whole vector per "
                 "round, latency-optimal)"))
 register(Algorithm(
@@ -252,11 +258,13 @@ register(Algorithm(
     applicable=lambda coll, **p: _reason(coll, "recursive_halving",
                                          frozenset({CollectiveKind.REDUCESCATTER}), p),
     build=lambda coll, **p: _reducescatter(coll),
+    ops=every_rank_ops, load=_NO_RULE,
     description="log2 rounds exchanging half of the remaining blocks"))
 register(Algorithm(
     name="halving_doubling", collectives=frozenset({CollectiveKind.ALLREDUCE}),
     applicable=lambda coll, **p: _reason(coll, "halving_doubling",
                                          frozenset({CollectiveKind.ALLREDUCE}), p),
     build=lambda coll, **p: _allreduce_halving_doubling(coll),
+    ops=every_rank_ops, load=_NO_RULE,
     description="allreduce as recursive-halving reduce-scatter + recursive-doubling "
                 "all-gather (Rabenseifner)"))

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from cclc.algorithms import Algorithm, register
+from cclc.algorithms import Algorithm, NoBound, register
 from cclc.algorithms.common import (
     add_pair_routes,
     bad_int_param,
@@ -220,5 +220,7 @@ _BUILDERS = {CollectiveKind.ALLGATHER: _allgather, CollectiveKind.REDUCESCATTER:
 
 register(Algorithm(
     name="ring", collectives=_KINDS, applicable=_applicable, build=build_ring, ops=_ops,
+    load=NoBound("no traffic rule: the ring's and the chain's link loads are not derived "
+                 "before building, so it is always built"),
     description="blocks passed to the successor on a ring over the group (one direction); "
                 "broadcast as a pipelined chain"))

@@ -2,13 +2,13 @@
 
 The path LP (:mod:`cclc.synth.flows`) routes every pair's bytes at the best rate the usable
 links allow; its weighted paths are cut into pieces and packed into steps
-(:mod:`cclc.synth.pack`, :mod:`cclc.synth.alltoall`). The result is compared with every
-template that serves the collective under the planner's model (a template whose lower bound,
-:mod:`cclc.estimate`, is above the synthesized time is not built: it cannot win), and when a
-template is faster (small sizes, where the templates' fewer steps win) or the time budget ran
-out, that template's schedule is returned instead, labelled ``status fallback`` / ``budget``:
-synth is never slower than the best template. Under ``algorithm auto`` the planner races the
-candidates itself, so synth returns its own schedule (a template only when the budget ran out).
+(:mod:`cclc.synth.pack`, :mod:`cclc.synth.alltoall`) for the execution model the planner prices
+with (:class:`~cclc.algorithms.BuildContext`). This module returns that schedule and nothing
+else: when ``synth`` is named explicitly the planner races it against every template
+(:mod:`cclc.template_race`) and returns a faster template instead, labelled ``status
+fallback``, or ``budget`` when the budget ran out before a schedule was whole, so that synth
+is never slower than the best template; under ``algorithm auto`` the planner races the
+candidates itself.
 
 Parameters (``algorithm synth(budget = 60, split = 2)``): ``budget`` seconds for the whole
 synthesis (default :data:`DEFAULT_BUDGET`, or ``cclc compile --synth-budget``); ``split`` pieces
@@ -24,18 +24,22 @@ seconds).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import time
 
-from cclc.algorithms import Algorithm, algorithms_for, register
+from cclc.algorithms import (
+    Algorithm,
+    BuildContext,
+    NoBound,
+    Synthesis,
+    every_rank_ops,
+    register,
+)
 from cclc.algorithms.common import bad_int_param
 from cclc.collective import Collective, CollectiveKind
-from cclc.errors import CclError, ScheduleError
 from cclc.ir import Schedule
 
 __all__ = ["AUTO_MAX_RANKS", "AUTO_STAGGER", "AUTO_SYMMETRIC_RANKS", "DEFAULT_BUDGET",
-           "budget_seconds", "build_synth_alltoall", "synth_budget"]
+           "budget_seconds", "build_synth_alltoall", "synthesize_flows"]
 
 #: seconds the synthesis may take unless told otherwise
 DEFAULT_BUDGET = 60.0
@@ -55,31 +59,17 @@ AUTO_SYMMETRIC_RANKS = 32
 #: time limit would make ``auto``'s choice depend on the machine's load
 AUTO_STAGGER = False
 
-_BUDGET: contextvars.ContextVar[float | None] = contextvars.ContextVar("synth_budget",
-                                                                      default=None)
 
-
-@contextlib.contextmanager
-def synth_budget(seconds: float | None):
-    """Within the block, ``synth`` uses ``seconds`` as its budget wherever the collective gives
-    none (``cclc compile --synth-budget``): one setting for every collective, ``auto``
-    included."""
-    token = _BUDGET.set(seconds)
-    try:
-        yield
-    finally:
-        _BUDGET.reset(token)
-
-
-def budget_seconds(params: dict) -> float | None:
-    """The time budget of ``synth`` (seconds): the hint's ``budget`` parameter, else the one
-    :func:`synth_budget` set, else ``None``."""
+def budget_seconds(params: dict, default: float | None = None) -> float | None:
+    """The time budget of ``synth`` (seconds): the hint's ``budget`` parameter, else
+    ``default`` (the planner's :attr:`~cclc.algorithms.BuildContext.synth_budget`), else
+    ``None``."""
     if "budget" in params:
         return float(params["budget"])
-    return _BUDGET.get()
+    return default
 
 
-def _applicable(coll: Collective, **params) -> str | None:
+def _applicable(coll: Collective, context: BuildContext, **params) -> str | None:
     if coll.kind is not CollectiveKind.ALLTOALL:
         return f"synth (flows) does not serve {coll.kind.value}"
     unknown = sorted(set(params) - {"budget", "split", "steps"})
@@ -100,7 +90,7 @@ def _applicable(coll: Collective, **params) -> str | None:
     if not group_connected(coll):
         return ("the group's ranks cannot reach each other through members of the group "
                 "(synth relays only through the group's ranks and switches)")
-    if budget_seconds(params) is not None:
+    if budget_seconds(params, context.synth_budget) is not None:
         return None
     if coll.n > AUTO_MAX_RANKS:
         return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes minutes of CPU time "
@@ -116,53 +106,18 @@ def _applicable(coll: Collective, **params) -> str | None:
     return None
 
 
-def _best_template(coll: Collective, beat: float | None = None
-                   ) -> tuple[str, Schedule, float] | None:
-    """The fastest applicable template under the planner's model (name, schedule, time), or
-    ``None`` when none applies or none can beat ``beat`` seconds: templates are built in the
-    order of their lower bounds (:mod:`cclc.estimate`, milliseconds each) and one whose bound
-    is above the best time so far (``beat`` included) is not built, as ``auto`` prunes them."""
-    from cclc.estimate import evaluation_order, lower_bound, prune_reason
-    from cclc.execution import predict
-    from cclc.synth.pricing import pricing_model
-    from cclc.verify import verify
-
-    plain = coll.as_auto()
-    model = pricing_model()
-    algos = [a for a in algorithms_for(coll)
-             if a.name != "synth" and a.applicable(plain) is None]
-    bounds = [lower_bound(plain, a.name, {}, model) for a in algos]
-    best = None
-    for i in evaluation_order(bounds):
-        known = [t for t in (beat, best[2] if best else None) if t is not None]
-        if prune_reason(bounds[i], min(known) if known else None, "") is not None:
-            continue                       # it cannot be faster than what is known
-        try:
-            s = algos[i].build(plain)
-            verify(s)
-        except (CclError, ScheduleError):
-            continue
-        t = float(predict(s, model).time)
-        if best is None or t < best[2]:
-            best = (algos[i].name, s, t)
-    return best
-
-
-def build_synth_alltoall(coll: Collective, **params) -> Schedule:
-    """The synthesized alltoall of ``coll``, or the best template when it is faster."""
-    from cclc.execution import predict
+def synthesize_flows(coll: Collective, context: BuildContext, **params) -> Synthesis:
+    """The synthesized alltoall of ``coll``, packed for ``context.model``; without a schedule
+    when the budget ran out before the path LP had one."""
     from cclc.sim import simulate
     from cclc.synth.alltoall import LP_TIME_LIMIT, synthesize_alltoall, write_schedule
     from cclc.synth.flows import SynthBudgetError, solve_flows
-    from cclc.synth.pricing import pricing_model
 
     t0 = time.monotonic()
-    budget = budget_seconds(params)
+    budget = budget_seconds(params, context.synth_budget)
     deadline = t0 + (DEFAULT_BUDGET if budget is None else budget)
     split = int(params["split"]) if "split" in params else None  # None: by the pieces
     steps = params.get("steps")
-    synthesized: Schedule | None = None
-    status = "budget"
     lp_time = None
     try:
         flows = solve_flows(coll, deadline=deadline)
@@ -170,41 +125,36 @@ def build_synth_alltoall(coll: Collective, **params) -> Schedule:
         auto = coll.algorithm.name == "auto" and coll.n > AUTO_SYMMETRIC_RANKS
         synth = synthesize_alltoall(coll, flows, split=split,
                                     steps=None if steps is None else int(steps),
-                                    deadline=deadline,
+                                    deadline=deadline, model=context.model,
                                     lp_time_limit=None if auto and not AUTO_STAGGER
                                     else LP_TIME_LIMIT)
-        status = flows.status if flows.status in ("optimal", "routed") else "budget"
         synthesized = write_schedule(coll, synth, ())
-        solver = "routed" if flows.status == "routed" else "pdlp"
-        meta = (("solver", solver), ("symmetry", flows.symmetry), ("rounds", flows.rounds),
-                ("lp_s", round(flows.solve_s, 3)), ("lp_cpu_s", round(flows.cpu_s, 3)))
     except SynthBudgetError:
-        meta = (("solver", "pdlp"),)
-    # under `algorithm auto` the planner races every candidate itself; a template is built
-    # here only when the synthesis ran out of budget and has nothing to return
-    race = coll.algorithm.name != "auto" or synthesized is None
-    own_time = (float(predict(synthesized, pricing_model()).time)
-                if synthesized is not None else None)
-    template = _best_template(coll, own_time) if race else None
+        return Synthesis(None, (("solver", "pdlp"),), lp_time, t0)
+    status = flows.status if flows.status in ("optimal", "routed") else "budget"
+    solver = "routed" if flows.status == "routed" else "pdlp"
+    meta = (("solver", solver), ("symmetry", flows.symmetry), ("rounds", flows.rounds),
+            ("lp_s", round(flows.solve_s, 3)), ("lp_cpu_s", round(flows.cpu_s, 3)))
     solve_s = time.monotonic() - t0
-    if synthesized is None or (template is not None and template[2] < own_time):
-        if template is None:
-            raise ScheduleError(f"synth: no routing within the budget and no template serves "
-                                f"collective '{coll.name}'")
-        name, chosen, _ = template
-        status = "fallback" if synthesized is not None else "budget"
-        extra: tuple = (("template", name),)
-    else:
-        chosen, extra = synthesized, ()
-    ir_time = float(simulate(chosen).time)          # lp_fraction is on the IR's model
-    fraction = (lp_time / ir_time) if lp_time is not None and ir_time > 0 else 0.0
+    ir_time = float(simulate(synthesized).time)          # lp_fraction is on the IR's model
+    fraction = lp_time / ir_time if lp_time is not None and ir_time > 0 else 0.0
     info = meta + (("status", status), ("solve_s", round(solve_s, 3)),
-                   ("lp_fraction", round(fraction, 4))) + extra
-    return chosen.replace(algorithm="synth", schedule="-", params=info)
+                   ("lp_fraction", round(fraction, 4)))
+    own = synthesized.replace(algorithm="synth", schedule="-", params=info)
+    return Synthesis(own, meta, lp_time, t0)
+
+
+def build_synth_alltoall(coll: Collective, context: BuildContext, **params) -> Schedule:
+    """The synthesized alltoall of ``coll`` (:func:`synthesize_flows`);
+    :class:`~cclc.algorithms.BudgetExhausted` when the budget ran out before it had one."""
+    return synthesize_flows(coll, context, **params).own(coll)
 
 
 register(Algorithm(
     name="synth", collectives=frozenset({CollectiveKind.ALLTOALL}), applicable=_applicable,
-    build=build_synth_alltoall,
-    description="alltoall: max-concurrent-flow LP paths packed into steps (falls back to the "
-                "best template when that is faster)"))
+    build=build_synth_alltoall, synthesize=synthesize_flows, contextual=True,
+    ops=every_rank_ops,
+    load=NoBound("synthesis chooses its routes while it builds: there is no traffic to bound "
+                 "before"),
+    description="alltoall: max-concurrent-flow LP paths packed into steps (named explicitly, "
+                "the best template when that is faster)"))

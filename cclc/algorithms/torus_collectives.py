@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cclc.algorithms import Algorithm, register
+from cclc.algorithms import Algorithm, NoBound, every_rank_ops, register
 from cclc.algorithms.common import (
     add_pair_routes,
     even_split,
@@ -51,7 +51,7 @@ from cclc.algorithms.common import (
     snake_order,
 )
 from cclc.collective import Collective, CollectiveKind
-from cclc.errors import CollectiveError
+from cclc.errors import CollectiveError, ScheduleError
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
 __all__ = ["KINDS", "Grid", "Piece", "folded_order", "grid_schedule"]
@@ -375,7 +375,7 @@ def _foldedring_applicable(coll: Collective, **params) -> str | None:
 
 def _foldedring(coll: Collective, **params) -> Schedule:
     broken, why = _failed_ring_hop(coll)
-    if why:
+    if why or broken is None:
         raise CollectiveError(f"foldedring cannot serve collective '{coll.name}': {why}")
     n = coll.n
     topo = coll.topology
@@ -387,7 +387,13 @@ def _foldedring(coll: Collective, **params) -> Schedule:
         a, c = int(pos[u]), int(pos[v])
         step = 1 if c > a else -1
         line = (np.arange(n) + broken + 1) % n
-        return [topo.link_id(g[line[k]], g[line[k + step]]) for k in range(a, c, step)]
+        hops = [topo.link_id(g[line[k]], g[line[k + step]]) for k in range(a, c, step)]
+        missing = [k for k, link in zip(range(a, c, step), hops, strict=True) if link is None]
+        if missing:
+            # neighbours on a torus ring are linked: a missing link is a bug in the ring
+            raise ScheduleError(f"foldedring: ranks {g[line[missing[0]]]} and "
+                                f"{g[line[missing[0] + step]]} of the ring have no link")
+        return [link for link in hops if link is not None]
 
     grid = Grid(folded_order(n, broken), hop_path)
     return grid_schedule(coll, grid, [Piece(1, (0,))], "foldedring")
@@ -424,19 +430,24 @@ def _dimrot(coll: Collective, **params) -> Schedule:
     return grid_schedule(coll, grid, pieces, "ring", "dimrotation")
 
 
+#: these entries' load bound: none (no traffic rule)
+_NO_RULE = NoBound("no traffic rule: "
+                   "the torus rings' link loads are not derived before building, so "
+                   "they are always built")
+
 register(Algorithm(
     name="biring", collectives=KINDS, applicable=_biring_applicable, build=_biring,
-    ops=lambda coll, **params: pair_ops(coll),
+    ops=lambda coll, **params: pair_ops(coll), load=_NO_RULE,
     description="ring in both directions, half the data each way (allreduce = "
                 "reduce-scatter + all-gather)"))
 register(Algorithm(
     name="foldedring", collectives=KINDS, applicable=_foldedring_applicable, build=_foldedring,
-    ops=lambda coll, **params: pair_ops(coll),
+    ops=lambda coll, **params: pair_ops(coll), load=_NO_RULE,
     description="logical ring folded over a ring with one failed link (evens up, odds down)"))
 register(Algorithm(
     name="ring+dimrotation", collectives=KINDS, applicable=_dimrot_applicable, build=_dimrot,
     # every piece brings every rank each other rank's part, one op each
-    ops=lambda coll, **params: pair_ops(coll),
+    ops=lambda coll, **params: pair_ops(coll), load=_NO_RULE,
     description="two-direction rings dimension by dimension; 2D pieces with rotated "
                 "dimension orders keep every dimension busy"))
 
@@ -509,6 +520,6 @@ def _swing(coll: Collective, **params) -> Schedule:
 
 register(Algorithm(
     name="swing", collectives=frozenset({CollectiveKind.ALLREDUCE}),
-    applicable=_swing_applicable, build=_swing,
+    applicable=_swing_applicable, build=_swing, ops=every_rank_ops, load=_NO_RULE,
     description="Swing: log2 steps per dimension with peers 1, 1, 3, 5, 11, ... away "
                 "(whole vector per step; latency-optimal on tori)"))

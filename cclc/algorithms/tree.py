@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cclc.algorithms import Algorithm, register
+from cclc.algorithms import Algorithm, NoBound, every_rank_ops, register
 from cclc.algorithms.common import add_pair_routes, ring_order
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
@@ -72,4 +72,7 @@ def build_tree(coll: Collective, **params) -> Schedule:
 
 register(Algorithm(
     name="tree", collectives=_KINDS, applicable=_applicable, build=build_tree,
+    ops=every_rank_ops,
+    load=NoBound("no traffic rule: the binomial tree's link loads are not derived before "
+                 "building, so it is always built"),
     description="binomial tree over the group (log2 n steps, whole buffer per message)"))

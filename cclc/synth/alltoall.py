@@ -18,14 +18,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from cclc.collective import Collective
-from cclc.execution import ExecutionModel, predict
+from cclc.execution import IR_MODEL, ExecutionModel, predict
 from cclc.ir import Buf, Schedule, ScheduleBuilder
 from cclc.synth.flow_solution import FlowSolution, usable_links
 from cclc.synth.flows import choose_symmetry
 from cclc.synth.orbit_pack import pack_orbits, piece_orbits
 from cclc.synth.pack import Packing, pack_pieces, pieces_of
 from cclc.synth.piece_table import Piece, hop_table
-from cclc.synth.pricing import pricing_model, step_cost
+from cclc.synth.pricing import step_cost
 from cclc.synth.stagger import MAX_LP_CELLS, stagger_lp
 from cclc.synth.symmetry import Symmetry
 from cclc.synth.vertex import basic_orbit_paths, basic_paths
@@ -133,14 +133,14 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
     (:mod:`cclc.synth.orbit_pack`) into :func:`orbit_steps` steps, and ``split`` defaults to
     :func:`orbit_split`.
 
-    ``model`` (default: the planner's, :func:`cclc.synth.pricing.pricing_model`) is the
+    ``model`` (default: the IR's lockstep model; the planner gives its own) is the
     execution model the schedule will be priced with: the packing charges every step its
     software cost (:func:`cclc.synth.pricing.step_cost`), and where the model charges any,
     the :data:`PREDICTED` best packings are written and compared by the model's own
     prediction. Each staggering LP may take ``lp_time_limit`` seconds (``None``: no
     staggering LP, the greedy packing only); once one has not finished in that time, the
     larger ones (more steps) are not tried."""
-    model = pricing_model() if model is None else model
+    model = IR_MODEL if model is None else model
     step_overhead = step_cost(model)
     left = BASIC_TIME_LIMIT if deadline is None else min(
         BASIC_TIME_LIMIT, max(deadline - time.monotonic(), 1.0))
@@ -171,7 +171,8 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
         tries = step_candidates(longest, coll.n) if orbits is None else orbit_steps(longest)
     for t in tries:
         small = bool(whole) and len(whole) * t <= MAX_LP_CELLS
-        if stagger and small and (steps is not None or t <= longest + 2):
+        if stagger and lp_time_limit is not None and small and (steps is not None
+                                                                or t <= longest + 2):
             # the LP grows with the steps and gains little past the shortest: try the
             # shortest few (HiGHS stops at the time limit; the greedy one stands then, and
             # a larger LP would not finish either: tpuv4_4x4x4_ocs, 5 and 7 steps, 22 and

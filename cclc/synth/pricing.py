@@ -1,8 +1,8 @@
-"""The execution model a synthesized schedule will be priced with, and its cost per step.
+"""The cost per step a synthesized schedule pays under the execution model it is priced with.
 
-``plan`` prices every candidate under the emitting backend's model (:mod:`cclc.execution`),
-and an algorithm's ``build`` only sees the collective. The planner therefore names the model
-around each build (:func:`priced_with`), and synthesis packs for it (:func:`pricing_model`):
+``plan`` prices every candidate under the emitting backend's model (:mod:`cclc.execution`) and
+hands that model to every build that asks for it (:class:`cclc.algorithms.BuildContext`), so
+synthesis packs for it:
 
 * ``ir``: lockstep steps, nothing but the links and their latency.
 * ``msccl``: dataflow, every op starts 3.4 us after its inputs are ready. Ops of one step start
@@ -18,30 +18,9 @@ model's own prediction (:func:`cclc.execution.predict`).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
+from cclc.execution import ExecutionModel
 
-from cclc.execution import IR_MODEL, ExecutionModel
-
-__all__ = ["priced_with", "pricing_model", "step_cost"]
-
-_MODEL: contextvars.ContextVar[ExecutionModel] = contextvars.ContextVar("synth_model",
-                                                                        default=IR_MODEL)
-
-
-@contextlib.contextmanager
-def priced_with(model: ExecutionModel):
-    """Within the block, synthesis packs for ``model`` (the planner's model)."""
-    token = _MODEL.set(model)
-    try:
-        yield
-    finally:
-        _MODEL.reset(token)
-
-
-def pricing_model() -> ExecutionModel:
-    """The model set by the innermost :func:`priced_with`, else the IR's lockstep model."""
-    return _MODEL.get()
+__all__ = ["step_cost"]
 
 
 def step_cost(model: ExecutionModel) -> float:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from cclc.algorithms.synth_flows import synth_budget
 from cclc.ir import Schedule
 
-__all__ = ["synth_budget", "synth_report"]
+__all__ = ["synth_report"]
 
 
 def synth_report(schedule: Schedule) -> str:

@@ -173,8 +173,11 @@ def test_oversubscribed_fabric_with_failed_cable_and_nvlink_nodes():
 @pytest.mark.slow
 def test_budget_runs_out_into_a_template():
     coll = _a2a(CASES["3x3x3 one fault"], algorithm="synth", budget=1e-6)
-    # the hint's parameters as the planner hands them (build() alone would use the default)
-    s = get("synth").build(coll, budget=1e-6)
+    # the hint's parameters as the planner hands them, raced as the planner races them
+    from cclc.algorithms import BuildContext
+    from cclc.template_race import race_synthesis
+
+    s = race_synthesis(coll, get("synth"), BuildContext(), {"budget": 1e-6})
     p = dict(s.params)
     assert p["status"] in ("budget", "fallback") and "template" in p or p["status"] == "budget"
     verify(s)
@@ -236,9 +239,9 @@ def test_a_group_that_only_outsiders_could_join_is_not_applicable():
 @pytest.mark.parametrize("per_pair", [4, 1 << 14])
 def test_the_template_race_skips_only_templates_that_cannot_win(per_pair):
     # brute force: every applicable template built and predicted
-    from cclc.algorithms import algorithms_for
-    from cclc.algorithms.synth_flows import _best_template
+    from cclc.algorithms import BuildContext, algorithms_for
     from cclc.execution import predict
+    from cclc.template_race import fastest_template
 
     coll = _a2a(CASES["5x5 two faults in one ring"], per_pair=per_pair, algorithm="synth")
     auto = _a2a(CASES["5x5 two faults in one ring"], per_pair=per_pair)
@@ -247,8 +250,9 @@ def test_the_template_race_skips_only_templates_that_cannot_win(per_pair):
     fastest = min(times)
     # whenever a template beats `beat`, the fastest one is found; otherwise any found
     # template is no faster than `beat` (synth keeps its own schedule)
-    assert _best_template(coll)[2] == fastest
-    assert _best_template(coll, beat=2 * fastest)[2] == fastest
-    assert _best_template(coll, beat=fastest * (1 + 1e-6))[2] == fastest
-    below = _best_template(coll, beat=0.5 * fastest)
-    assert below is None or below[2] >= fastest
+    synth, ctx = get("synth"), BuildContext()
+    assert fastest_template(coll, synth, ctx).time == fastest
+    assert fastest_template(coll, synth, ctx, beat=2 * fastest).time == fastest
+    assert fastest_template(coll, synth, ctx, beat=fastest * (1 + 1e-6)).time == fastest
+    below = fastest_template(coll, synth, ctx, beat=0.5 * fastest)
+    assert below is None or below.time >= fastest

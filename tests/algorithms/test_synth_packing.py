@@ -26,7 +26,7 @@ from cclc.synth.alltoall import (
 from cclc.synth.flow_solution import pair_bytes, usable_links
 from cclc.synth.flows import solve_flows
 from cclc.synth.pack import pieces_of
-from cclc.synth.pricing import priced_with, pricing_model, step_cost
+from cclc.synth.pricing import step_cost
 from cclc.synth.vertex import basic_paths
 from cclc.topology import torus, with_faults
 from cclc.verify import verify
@@ -131,13 +131,23 @@ def test_default_split_stays_within_the_pieces_budget():
     assert default_split(10 * MAX_PIECES) == 1
 
 
-def test_pricing_model_is_the_planners():
+def test_the_planner_hands_synthesis_its_model(monkeypatch):
+    # the model travels as a parameter (cclc.algorithms.BuildContext), not through state
+    import cclc.synth.alltoall as alltoall
+
+    seen = []
+    real = alltoall.synthesize_alltoall
+
+    def spy(*args, model=None, **kw):
+        seen.append(model)
+        return real(*args, model=model, **kw)
+    monkeypatch.setattr(alltoall, "synthesize_alltoall", spy)
     msccl = MSCCL_MODEL
-    assert pricing_model() is IR_MODEL
-    with priced_with(msccl):
-        assert pricing_model() is msccl
-        assert step_cost(msccl) == pytest.approx(3.4e-6)
-    assert pricing_model() is IR_MODEL
+    plan(_a2a(CASES["4x4 failed rank"], algorithm="synth"), model=msccl)
+    assert seen == [msccl]
+    plan(_a2a(CASES["4x4 failed rank"], algorithm="synth"))
+    assert seen == [msccl, IR_MODEL]
+    assert step_cost(msccl) == pytest.approx(3.4e-6)
     assert step_cost(IR_MODEL) == 0.0
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cclc import cli, serialize
-from cclc.algorithms import REGISTRY, Algorithm, get
+from cclc.algorithms import REGISTRY, Algorithm, NoBound, every_rank_ops, get
 from cclc.collective import CollectiveKind
 from cclc.ir import Buf, ScheduleBuilder
 from cclc.outdir import MANIFEST
@@ -97,7 +97,8 @@ def _broken_allgather(coll, **params):
 def broken(monkeypatch):
     get("ring")
     monkeypatch.setitem(REGISTRY, "broken", Algorithm(
-        "broken", frozenset({CollectiveKind.ALLGATHER}), lambda c, **p: None, _broken_allgather))
+        "broken", frozenset({CollectiveKind.ALLGATHER}), lambda c, **p: None, _broken_allgather,
+        every_rank_ops, NoBound("a test's broken entry")))
 
 
 def test_never_writes_an_unverified_schedule(tmp_path, run_cli, broken):

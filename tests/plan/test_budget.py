@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cclc.algorithms import algorithms_for
-from cclc.budget import BYTES_PER_OP, check_budget, estimate, estimate_ops
+from cclc.budget import BYTES_PER_OP, check_budget, estimate_ops, estimate_size
 from cclc.cli import main
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
@@ -57,7 +57,7 @@ def test_estimate_is_a_lower_bound_on_every_schedule_built(coll):
         built[entry.name] = ops
         assert estimate_ops(coll, entry) <= ops, entry.name
     # auto's estimate is the largest applicable candidate's, still at most what auto builds
-    est = estimate(coll, algorithms_for(coll), {})
+    est = estimate_size(coll, algorithms_for(coll), {})
     assert est.ops <= max(built.values(), default=0)
     assert est.memory >= est.ops * BYTES_PER_OP
 
@@ -65,7 +65,7 @@ def test_estimate_is_a_lower_bound_on_every_schedule_built(coll):
 def test_refusal_names_the_estimate_and_the_way_to_insist():
     coll = make_collective("big", K.ALLGATHER, torus("t", (64, 64)), tuple(range(4096)),
                            size=4096 * 4)
-    est = estimate(coll, algorithms_for(coll), {})
+    est = estimate_size(coll, algorithms_for(coll), {})
     assert est.ops == 4096 * 4095          # ring applies: one block per op
     with pytest.raises(CclError, match=r"at least 1.68e\+07 ops.*--no-size-check"):
         check_budget(est, memory=1 << 20)
@@ -77,7 +77,7 @@ def test_refusal_names_the_smallest_entry_when_it_fits():
 
     coll = make_collective("big", K.ALLGATHER, torus("t", (64, 64)), tuple(range(4096)),
                            size=4096 * 4)
-    est = estimate(coll, [get("ring")], {}, algorithms_for(coll))
+    est = estimate_size(coll, [get("ring")], {}, algorithms_for(coll))
     assert est.largest == "ring" and est.smallest is not None
     name, ops = est.smallest
     with pytest.raises(CclError, match=rf"smallest schedule \(algorithm {name}: at least"):

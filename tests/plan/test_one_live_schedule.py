@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import cclc.plan as planner
+import cclc.spill as spill
 from cclc.algorithms import synth_flows
 from cclc.collective import CollectiveKind, make_collective
 from cclc.ir import Buf
@@ -44,15 +44,15 @@ def test_a_spilled_best_comes_back_bit_for_bit(monkeypatch):
     c = _coll()
     kept = plan(c, prune=False)
     assert kept.name not in ("mate", "matee")
-    monkeypatch.setattr(planner, "KEEP_BEST_OPS", 0)       # spill every best before a build
+    monkeypatch.setattr(spill, "KEEP_BEST_OPS", 0)         # spill every best before a build
     spilled = []
-    real = planner._Best.restored
+    real = spill.HeldSchedule.restored
 
     def spy(self):
         spilled.append(self.schedule is None)
         return real(self)
 
-    monkeypatch.setattr(planner._Best, "restored", spy)
+    monkeypatch.setattr(spill.HeldSchedule, "restored", spy)
     again = plan(c, prune=False)
     assert spilled == [True]                                # the winner was read back
     assert again.name == kept.name and again.time == kept.time
@@ -62,14 +62,14 @@ def test_a_spilled_best_comes_back_bit_for_bit(monkeypatch):
 
 def test_small_schedules_stay_in_memory():
     s = plan(_coll()).schedule
-    best = planner._Best((0.0, 0), s, None)
+    best = spill.HeldSchedule(s)
     assert best.make_room() is best
     assert best.restored() is s
 
 
 def test_make_room_and_restore_round_trip(monkeypatch):
     s = plan(_coll()).schedule
-    monkeypatch.setattr(planner, "KEEP_BEST_OPS", 0)
-    best = planner._Best((0.0, 0), s, None).make_room()
+    monkeypatch.setattr(spill, "KEEP_BEST_OPS", 0)
+    best = spill.HeldSchedule(s).make_room()
     assert best.schedule is None and best.spilled is not None
     _same(best.restored(), s)

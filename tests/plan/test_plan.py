@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from cclc.algorithms import REGISTRY, Algorithm, get
+from cclc.algorithms import REGISTRY, Algorithm, NoBound, every_rank_ops, get
 from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.errors import CollectiveError, ScheduleError, Span, render_error
 from cclc.ir import Buf, ScheduleBuilder
@@ -105,7 +105,7 @@ def _broken_allgather(coll, **params):
 def broken(monkeypatch):
     get("ring")  # load the table first so the patch is not undone by a later import
     algo = Algorithm("broken", frozenset({CollectiveKind.ALLGATHER}), lambda c, **p: None,
-                     _broken_allgather)
+                     _broken_allgather, every_rank_ops, NoBound("a test's broken entry"))
     monkeypatch.setitem(REGISTRY, "broken", algo)
     return algo
 
@@ -129,7 +129,8 @@ def test_build_errors_propagate(monkeypatch):
         raise RuntimeError("bug")
 
     monkeypatch.setitem(REGISTRY, "explode", Algorithm(
-        "explode", frozenset({CollectiveKind.ALLGATHER}), lambda c, **p: None, explode))
+        "explode", frozenset({CollectiveKind.ALLGATHER}), lambda c, **p: None, explode,
+        every_rank_ops, NoBound("a test's exploding entry")))
     with pytest.raises(RuntimeError):
         plan(_coll())
 

@@ -17,6 +17,8 @@ def frozen_clock(monkeypatch):
     """The tree synthesis reads a clock that stands still (its deadlines are then exact);
     returns the instant it shows."""
     import cclc.algorithms.synth_trees as st_mod
+    import cclc.algorithms.tree_budget as tb_mod
+    import cclc.algorithms.tree_search as ts_mod
 
     t0 = time.monotonic()
 
@@ -28,5 +30,6 @@ def frozen_clock(monkeypatch):
         @staticmethod
         def process_time():
             return 0.0
-    monkeypatch.setattr(st_mod, "time", Frozen)
+    for mod in (st_mod, tb_mod, ts_mod):
+        monkeypatch.setattr(mod, "time", Frozen)
     return t0

@@ -9,10 +9,12 @@ import time
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dsl
+from cclc.algorithms import BudgetExhausted, BuildContext, get
 from cclc.algorithms.synth_trees import build_synth_trees, synthesize_trees
 from cclc.collective import CollectiveKind as K
 from cclc.collective import Hint, make_collective
@@ -21,6 +23,7 @@ from cclc.synth.fabric_symmetry import find_free_automorphism, is_automorphism, 
 from cclc.synth.hop_graph import hop_graph
 from cclc.synth.splitting import _probe, split_switches
 from cclc.synth.trees import flow_network, forestcoll_rate, pack_trees
+from cclc.template_race import race_synthesis
 from cclc.topology import NodeType, leaf_spine, with_faults
 from cclc.verify import verify
 
@@ -165,10 +168,13 @@ def test_a_deadline_in_the_past_stops_packing_before_a_tree():
 
 def test_a_tiny_budget_still_gives_a_verified_schedule():
     coll = _example("shards")
-    # the budget ends before the first packing is whole: no packing, so the fastest template
+    # the budget ends before the first packing is whole: no packing, so the planner's race
+    # returns the fastest template
     assert synthesize_trees(coll, budget=1e-3) is None
-    s = build_synth_trees(coll, budget=1e-3)
-    assert dict(s.params)["status"] == "fallback"
+    with pytest.raises(BudgetExhausted):
+        build_synth_trees(coll, BuildContext(), budget=1e-3)
+    s = race_synthesis(coll, get("synth"), BuildContext(), {"budget": 1e-3})
+    assert dict(s.params)["status"] == "budget" and "template" in dict(s.params)
     verify(s)
 
 

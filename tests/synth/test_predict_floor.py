@@ -6,7 +6,7 @@ For AllGather and ReduceScatter (one phase) this makes the skip exact under the 
 prediction (on machines with switches the kept packing is then timed by its exact lockstep time,
 which can be lower: there the skip is exact for the closed form only). AllReduce skips a graph
 when neither phase can beat the kept packing's, a heuristic (see
-``cclc.algorithms.synth_trees._cannot_win``) whose premise is what is checked here."""
+``cclc.algorithms.tree_costs.cannot_win``) whose premise is what is checked here."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cclc.algorithms import synth_trees as S
+from cclc.algorithms import get
+from cclc.algorithms import tree_costs as C
 from cclc.collective import CollectiveKind as K
 from cclc.collective import Hint, make_collective
 from cclc.errors import CollectiveError
@@ -51,7 +52,7 @@ def test_no_packing_is_predicted_below_the_floor(topo, kind, size):
                                algorithm=Hint("auto"), schedule=Hint("auto"))
     except CollectiveError:
         return
-    if S._applicable(coll) is not None:
+    if get("synth").applicable(coll) is not None:
         return
     g = hop_graph(coll)
     nodes, edges = translations(coll, g)
@@ -60,17 +61,17 @@ def test_no_packing_is_predicted_below_the_floor(topo, kind, size):
     need_rs = kind in (K.REDUCESCATTER, K.ALLREDUCE)
     rate_ag = forestcoll_rate(net, members) if need_ag else None
     rate_rs = forestcoll_rate(net.reverse(copy=True), members) if need_rs else None
-    block = S._block_bytes(coll)
+    block = C.block_bytes(coll)
     phases = [(ra, rr) for ra, rr in ((rate_ag, None), (None, rate_rs)) if (ra or rr)]
-    floors = [S._predict_floor(coll, g, (g, g.reversed()), block, ra, rr) for ra, rr in phases]
+    floors = [C.predict_floor(coll, g, (g, g.reversed()), block, ra, rr) for ra, rr in phases]
     assert all(f > 0 for f in floors)
     for k in (1, 2, 3):
         deadline = time.monotonic() + 60
         ag = pack_trees(g, rate_ag, k, nodes, edges, deadline) if need_ag else None
         rs = pack_trees(g.reversed(), rate_rs, k, nodes, edges, deadline) if need_rs else None
-        times = S._phase_times(coll, g, ag, rs, block, rate_ag, rate_rs)
+        times = C.phase_times(coll, g, ag, rs, block, rate_ag, rate_rs)
         assert all(t >= f * (1 - 1e-12) for t, f in zip(times, floors, strict=True)), k
         # the equal-chunk preference only ever lengthens a phase
         if kind is not K.ALLREDUCE:
-            predicted = S._predict(coll, g, ag, rs, block, rate_ag, rate_rs, exact=False)[0]
+            predicted = C.predict_pipeline(coll, g, ag, rs, block, rate_ag, rate_rs, exact=False)[0]
             assert predicted >= floors[0] * (1 - 1e-12), k

@@ -21,7 +21,8 @@ from backends.common import EmitOptions
 from backends.msccl import render_xml
 from backends.msccl.executor import execute
 from cclc.algorithms import get
-from cclc.algorithms.synth_trees import _step_alpha, synthesize_trees
+from cclc.algorithms.synth_trees import synthesize_trees
+from cclc.algorithms.tree_costs import step_alpha
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind as K
 from cclc.collective import Hint, make_collective
@@ -85,7 +86,7 @@ def test_pipeline_time_is_the_brute_force_sum(two_server_ag, weights):
     coll, syn = two_server_ag
     start, move = _starts(syn)
     w = np.array(weights, dtype=float) / sum(weights)
-    alpha, tree_bytes = _step_alpha(syn.graph), coll.size / coll.n / syn.ag.k
+    alpha, tree_bytes = step_alpha(syn.graph), coll.size / coll.n / syn.ag.k
     expected = _brute_time(syn.graph, start, move, w, tree_bytes, alpha)
     for prune in (False, True):
         got = pipeline_time(link_loads(syn.graph, start, move, prune), w, tree_bytes, alpha)
@@ -96,7 +97,7 @@ def test_rounded_units_against_every_composition(two_server_ag):
     coll, syn = two_server_ag
     start, move = _starts(syn)
     loads = link_loads(syn.graph, start, move, prune=True)
-    alpha, tree_bytes = _step_alpha(syn.graph), coll.size / coll.n / syn.ag.k
+    alpha, tree_bytes = step_alpha(syn.graph), coll.size / coll.n / syn.ag.k
     chunks, units = 4, 12
 
     def time_of(u):
@@ -127,7 +128,7 @@ def test_tapered_build_is_what_the_pipeline_time_predicts(two_server_ag):
     assert units.sum() == params["units"] and len(set(units.tolist())) > 1
     start, move = _starts(syn)
     predicted = pipeline_time(link_loads(syn.graph, start, move), units / units.sum(),
-                              coll.size / coll.n / syn.ag.k, _step_alpha(syn.graph))
+                              coll.size / coll.n / syn.ag.k, step_alpha(syn.graph))
     assert float(simulate(s).time) == pytest.approx(predicted, rel=1e-3)
     equal = simulate(get("synth").build(coll, race=0, taper=0)).time
     assert simulate(s).time < equal

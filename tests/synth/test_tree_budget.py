@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from synth_tori import FAULTY_5X5X5, faulty_torus, torus_with_cuts
 
 import cclc.algorithms.synth_trees as st_mod
-from cclc.algorithms import get
-from cclc.algorithms.synth_flows import synth_budget
+import cclc.algorithms.tree_budget as tb
+import cclc.algorithms.tree_costs as tc
+import cclc.algorithms.tree_search as ts
+from cclc.algorithms import BudgetExhausted, BuildContext, get
 from cclc.algorithms.synth_trees import MAX_OPS, op_limit, synthesize_trees
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
@@ -33,12 +35,12 @@ def _coll(kind, dims=(4, 4), cut=0, elems=64):
 def test_packers_stop_before_the_reserve(monkeypatch, frozen_clock, kind):
     seen = []
     for name in ("pack_trees", "pack_allreduce_trees"):
-        real = getattr(st_mod, name)
+        real = getattr(ts, name)
 
         def spy(*args, _real=real, **kw):
             seen.append(args[5] if len(args) > 5 else kw["deadline"])
             return _real(*args, **kw)
-        monkeypatch.setattr(st_mod, name, spy)
+        monkeypatch.setattr(ts, name, spy)
     t0 = frozen_clock
     coll = _coll(kind)
     syn = synthesize_trees(coll, budget=20.0, reserve=6.0)
@@ -50,16 +52,16 @@ def test_packers_stop_before_the_reserve(monkeypatch, frozen_clock, kind):
     synthesize_trees(coll, budget=20.0, reserve=1e9)
     assert max(seen) == pytest.approx(t0 + 10.0, abs=1e-9)
     if kind is K.ALLREDUCE:                  # the joint packing gets its share of that
-        assert min(seen) == pytest.approx(t0 + 10.0 * st_mod._JOINT_SHARE, abs=1e-9)
+        assert min(seen) == pytest.approx(t0 + 10.0 * ts._JOINT_SHARE, abs=1e-9)
 
 
 def test_ops_left_fit_the_time_left(frozen_clock):
     t0 = frozen_clock
-    per_op = st_mod._seconds_per_op()
-    assert st_mod._ops_left(t0 + 1.0, MAX_OPS) == int(1.0 / per_op)
-    assert st_mod._ops_left(t0 + 1e6, MAX_OPS) == MAX_OPS
+    per_op = tb.seconds_per_op()
+    assert tb.ops_left(t0 + 1.0, MAX_OPS) == int(1.0 / per_op)
+    assert tb.ops_left(t0 + 1e6, MAX_OPS) == MAX_OPS
     # past the end: as small as auto's candidate, still built
-    assert st_mod._ops_left(t0 - 5.0, MAX_OPS) == st_mod.MAX_OPS_AUTO
+    assert tb.ops_left(t0 - 5.0, MAX_OPS) == tb.MAX_OPS_AUTO
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -69,10 +71,11 @@ def test_a_budget_spent_in_packing_still_builds_a_verified_schedule(kind, dims, 
     # 1 GiB: the default depth would pipeline millions of ops; the budget is gone after the
     # first packing, so the depth is cut to what auto's candidate may have
     coll = _coll(kind, dims, cut % (2 * len(dims) * dims[0] * dims[1]), 1 << 26)
-    s = get("synth").build(coll, race=0, budget=1e-3)
-    if dict(s.params)["status"] == "fallback":
-        return                  # no packing was whole in time: a template, verified elsewhere
-    assert len(s.ops) <= st_mod.MAX_OPS_AUTO + coll.n * (1 + coll.n * 3)
+    try:
+        s = get("synth").build(coll, race=0, budget=1e-3)
+    except BudgetExhausted:
+        return                  # no packing was whole in time: the planner races templates
+    assert len(s.ops) <= tb.MAX_OPS_AUTO + coll.n * (1 + coll.n * 3)
     verify(s)
 
 
@@ -82,13 +85,13 @@ def test_expected_build_of_the_faulty_5x5x5_allreduce():
     topo = torus_with_cuts((5, 5, 5), FAULTY_5X5X5)
     coll = make_collective("ar", K.ALLREDUCE, topo, list(range(125)), size=(128 << 20) // 500 * 500)
     g = hop_graph(coll)
-    t = st_mod._expected_build(coll, g, coll.size / 125, 1e9, 1e9, MAX_OPS)
-    assert t == pytest.approx(MAX_OPS * st_mod._seconds_per_op(), rel=1e-3)
+    t = tc.expected_build(coll, g, coll.size / 125, 1e9, 1e9, MAX_OPS)
+    assert t == pytest.approx(MAX_OPS * tb.seconds_per_op(), rel=1e-3)
     # a small AllGather needs far fewer
     small = _coll(K.ALLGATHER, (4, 4), 0, 64)
     g = hop_graph(small)
-    t = st_mod._expected_build(small, g, small.size / 16, 1e9, None, MAX_OPS)
-    assert t <= 16 * 15 * 64 * st_mod._seconds_per_op() + 1e-12
+    t = tc.expected_build(small, g, small.size / 16, 1e9, None, MAX_OPS)
+    assert t <= 16 * 15 * 64 * tb.seconds_per_op() + 1e-12
 
 
 def test_compile_budget_reaches_the_trees(monkeypatch):
@@ -100,12 +103,12 @@ def test_compile_budget_reaches_the_trees(monkeypatch):
         return real(coll, budget, *args, **kw)
     monkeypatch.setattr(st_mod, "synthesize_trees", spy)
     coll = _coll(K.ALLGATHER)
-    with synth_budget(7.5):
-        get("synth").build(coll, race=0)
-        get("synth").build(coll, race=0, budget=3)     # the collective's own budget wins
+    compile_budget = BuildContext(synth_budget=7.5)
+    get("synth").build(coll, context=compile_budget, race=0)
+    get("synth").build(coll, context=compile_budget, race=0, budget=3)    # the hint's wins
     get("synth").build(coll, race=0)
-    # what is left of each budget when the packing starts (race=0: no templates first)
-    assert got == pytest.approx([7.5, 3.0, st_mod.DEFAULT_BUDGET], abs=0.5)
+    # what is left of each budget when the packing starts
+    assert got == pytest.approx([7.5, 3.0, tb.DEFAULT_BUDGET], abs=0.5)
 
 
 def test_joint_packing_past_its_deadline_is_whole_or_none(monkeypatch):
@@ -157,28 +160,27 @@ def test_slowdown_is_wall_over_cpu_seconds(monkeypatch):
         @staticmethod
         def process_time():
             return clock["cpu"]
-    monkeypatch.setattr(st_mod, "time", Fake)
+    monkeypatch.setattr(tb, "time", Fake)
     clock.update(wall=103.0, cpu=11.0)           # 3 s of wall for 1 s of CPU: a shared machine
-    assert st_mod._slowdown(100.0, 10.0) == pytest.approx(3.0)
+    assert tb.machine_slowdown(100.0, 10.0) == pytest.approx(3.0)
     clock.update(wall=150.0)                     # capped
-    assert st_mod._slowdown(100.0, 10.0) == st_mod._MAX_SLOWDOWN
+    assert tb.machine_slowdown(100.0, 10.0) == tb.MAX_SLOWDOWN
     clock.update(wall=100.5, cpu=11.0)           # more CPU than wall (threads): never below 1
-    assert st_mod._slowdown(100.0, 10.0) == 1.0
+    assert tb.machine_slowdown(100.0, 10.0) == 1.0
     clock.update(wall=105.0, cpu=10.1)           # too little CPU to tell
-    assert st_mod._slowdown(100.0, 10.0) == 1.0
+    assert tb.machine_slowdown(100.0, 10.0) == 1.0
     # the op limit of the time left shrinks with it
     clock.update(wall=100.0)
-    per_op = st_mod._seconds_per_op()
-    assert st_mod._ops_left(101.0, MAX_OPS, 2.0) == int(1.0 / (2 * per_op))
+    per_op = tb.seconds_per_op()
+    assert tb.ops_left(101.0, MAX_OPS, 2.0) == int(1.0 / (2 * per_op))
 
 
 def test_op_limit_keeps_the_build_within_half_the_budget():
     from cclc.execution import NCCL_MODEL
-    from cclc.synth.pricing import priced_with
 
     assert op_limit(30, MAX_OPS) == MAX_OPS                  # 6M ops: 12 s of 30
-    assert op_limit(5, MAX_OPS) == int(5 * 0.5 / st_mod._SECONDS_PER_OP)
+    assert op_limit(5, MAX_OPS) == int(5 * 0.5 / tb._SECONDS_PER_OP)
     assert op_limit(1e-9, MAX_OPS) == 1
-    with priced_with(NCCL_MODEL):                # its prediction costs per op too
-        assert op_limit(30, MAX_OPS) < MAX_OPS / 2
-        assert op_limit(30, MAX_OPS) * st_mod._seconds_per_op() <= 15.0
+    nccl = NCCL_MODEL                                       # its prediction costs per op too
+    assert op_limit(30, MAX_OPS, nccl) < MAX_OPS / 2
+    assert op_limit(30, MAX_OPS, nccl) * tb.seconds_per_op(nccl) <= 15.0

@@ -17,6 +17,7 @@ from cclc.algorithms.torus_alltoall.faults import (
 from cclc.algorithms.torus_alltoall.lowering import lower_layout, single_rank
 from cclc.algorithms.torus_alltoall.mate import mate_applicable, mate_layout
 from cclc.algorithms.torus_alltoall.strategies import order_param, pipeline_chunks, ring_layout
+from cclc.algorithms.torus_alltoall.traffic import layout_load
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Schedule
@@ -108,6 +109,8 @@ def _entry(algorithm: str, schedule: str, description: str) -> Algorithm:
         build=lambda coll, **p: build_torus_alltoall(coll, algorithm, schedule, **p),
         # blocks move hop by hop between neighbours, one block per op at the least
         ops=lambda coll, **p: pair_distance(coll),
+        # the layout the builder lowers, added up per link without building it
+        load=lambda coll, **p: layout_load(coll, algorithm, schedule, p),
         description=description))
 
 

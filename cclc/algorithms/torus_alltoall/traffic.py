@@ -5,9 +5,10 @@ which ring plan moves which slots of which lane on which rings from which step: 
 a link's traffic per step depends on. :func:`layout_traffic` adds it up per (step, link) over
 whole rings and slot ranges at once (no row per op, no buffers), exactly as
 :mod:`~cclc.algorithms.torus_alltoall.lowering` lays the ops out, so the lower bounds of
-:mod:`cclc.estimate` for Pipeline, DimRotation, MATE and MATEe cost milliseconds where building
-the schedule costs seconds. ``tests/plan/test_step_bounds.py`` checks it against the built
-schedules' own ops and routes.
+:mod:`cclc.load_bounds` for Pipeline, DimRotation, MATE and MATEe cost milliseconds where
+building the schedule costs seconds. :func:`layout_load` is those entries' ``load`` rule
+(:attr:`cclc.algorithms.Algorithm.load`). ``tests/plan/test_step_bounds.py`` checks it
+against the built schedules' own ops and routes.
 """
 
 from __future__ import annotations
@@ -16,17 +17,19 @@ import math
 
 import numpy as np
 
+from cclc.algorithms import NoBound
 from cclc.algorithms.common import torus_link_table
 from cclc.algorithms.torus_alltoall.faults import torus_dims
 from cclc.algorithms.torus_alltoall.lowering import split_chunks
+from cclc.algorithms.torus_alltoall.mate import mate_layout
 from cclc.algorithms.torus_alltoall.ring_plans import RING, RingPlan
-from cclc.algorithms.torus_alltoall.strategies import Group, Layout
+from cclc.algorithms.torus_alltoall.strategies import Group, Layout, ring_layout
 from cclc.collective import Collective
 from cclc.ir import Routes
 from cclc.link_traffic import CARRIED, EARLY, LATE, Traffic
 from cclc.routing import carried_routes
 
-__all__ = ["layout_traffic"]
+__all__ = ["layout_load", "layout_traffic"]
 
 
 class _PlanLinks:
@@ -117,3 +120,22 @@ def layout_traffic(coll: Collective, lay: Layout) -> Traffic:
         return Traffic(empty, empty, empty.astype(np.int8), empty.astype(np.float64))
     return Traffic(np.concatenate(out_step), np.concatenate(out_link),
                    np.concatenate(out_role), np.concatenate(out_bytes))
+
+
+def layout_load(coll: Collective, algorithm: str, schedule: str, params: dict
+                ) -> Traffic | NoBound:
+    """The traffic of ``algorithm+schedule`` (or ``schedule`` MATE / MATEe) serving ``coll``
+    with hint ``params``: the :func:`layout_traffic` of the layout its builder lowers."""
+    if coll.pair_sizes is not None:
+        return NoBound("the layouts' traffic assumes equal blocks; per-pair sizes have none")
+    if schedule in ("mate", "matee"):
+        lay = mate_layout(coll, schedule == "matee", params)
+    else:
+        lay = ring_layout(coll, algorithm, schedule, params)
+    if not lay.groups:
+        return NoBound("a single rank: nothing crosses a link")
+    t = layout_traffic(coll, lay)
+    if (t.link < 0).any():
+        # the builder refuses a plan over a missing link: there is nothing to bound
+        return NoBound("its plan crosses a missing link")
+    return t

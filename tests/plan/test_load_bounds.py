@@ -1,4 +1,4 @@
-"""Load bounds (cclc.estimate) against the simulator, and pruned ``auto`` against unpruned.
+"""Load bounds (cclc.load_bounds) against the simulator, and pruned ``auto`` against unpruned.
 
 The bound of a candidate is checked three ways: it is never above the simulated time (under
 every execution model), it equals the busiest link of the built schedule as the simulator
@@ -14,11 +14,11 @@ from faulty_tori import faulty_torus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cclc.algorithms import algorithms_for, synth_flows
+from cclc.algorithms import NoBound, algorithms_for, synth_flows
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import CclError
-from cclc.estimate import RULES, estimate, evaluation_order, prune_reason
 from cclc.execution import IR_MODEL, LOCKSTEP_NCCL_MODEL, MSCCL_MODEL, NCCL_MODEL, predict
+from cclc.load_bounds import LoadBound, evaluation_order, load_bound, prune_reason
 from cclc.plan import plan
 from cclc.sim import simulate
 from cclc.topology import torus, with_faults
@@ -33,8 +33,9 @@ def _coll(t, kind=CollectiveKind.ALLTOALL, mult=1):
 
 
 def _ruled(coll):
+    """The applicable entries with a traffic rule for ``coll``."""
     return [a for a in algorithms_for(coll)
-            if (a.name, coll.kind) in RULES and a.applicable(coll) is None]
+            if a.applicable(coll) is None and not isinstance(a.traffic(coll), NoBound)]
 
 
 def _busiest(schedule) -> float:
@@ -60,15 +61,15 @@ def test_the_bound_is_the_busiest_link_of_the_built_schedule(dims, fault, kind, 
             s = algo.build(c)
         except CclError:
             continue
-        est = estimate(c, algo.name, {})
-        if est is None:
+        est = load_bound(c, algo, {})
+        if isinstance(est, NoBound):
             assert c.n == 1 or not (simulate(s).link_bytes > 0).any()
             continue
         want = _busiest(s)
         assert est.time == pytest.approx(want, rel=1e-9), algo.name
         for model in MODELS:
             time = predict(s, model).time
-            bound = estimate(c, algo.name, {}, model.call_overhead).time
+            bound = load_bound(c, algo, {}, model.call_overhead).time
             assert bound <= time * (1 + 1e-12), (algo.name, model.name)
 
 
@@ -86,8 +87,8 @@ def test_rounding_keeps_the_bound_below_the_load(dims, fault, elems):
             s = algo.build(c)
         except CclError:
             continue
-        est = estimate(c, algo.name, {})
-        if est is not None:
+        est = load_bound(c, algo, {})
+        if not isinstance(est, NoBound):
             assert est.time <= _busiest(s) * (1 + 1e-12), algo.name
 
 
@@ -129,8 +130,8 @@ def test_a_faulty_torus_prunes_the_slow_fault_tolerant_entries(monkeypatch):
     pruned = {r.name for r in p.candidates if r.pruned is not None}
     assert {"bruck", "foldedring+pipeline", "foldedring+dimrotation"} <= pruned
     assert p.name == "mate"
-    assert all(r.estimate is not None for r in p.candidates
-               if (r.name, c.kind) in RULES and r.applicable)
+    ruled = {a.name for a in _ruled(c)}
+    assert all(r.estimate is not None for r in p.candidates if r.name in ruled)
 
 
 def test_the_stated_accuracy_under_the_ir_model():
@@ -140,21 +141,19 @@ def test_the_stated_accuracy_under_the_ir_model():
     for dims in ((4, 4), (5, 5), (4, 4, 4)):
         c = _coll(faulty_torus(dims, None), mult=4096)
         for algo in _ruled(c):
-            ratio = predict(algo.build(c)).time / estimate(c, algo.name, {}).time
+            ratio = predict(algo.build(c)).time / load_bound(c, algo, {}).time
             top = {"halfring+dimrotation": 1.01, "ring+dimrotation": 1.01, "direct": 2.4,
                    "halfring+pipeline": 1.34, "ring+pipeline": 1.34, "bruck": 2.8}[algo.name]
             assert 1.0 <= ratio <= top, (dims, algo.name, ratio)
 
 
 def test_evaluation_order_and_prune_reason():
-    from cclc.estimate import Estimate
-
-    bounds = [Estimate(3.0, 0), None, Estimate(1.0, 0), Estimate(1.0, 1), None]
+    bounds = [LoadBound(3.0, 0), None, LoadBound(1.0, 0), LoadBound(1.0, 1), None]
     assert evaluation_order(bounds) == [1, 4, 2, 3, 0]
-    assert prune_reason(Estimate(2.0, 0), 1.0, "mate") is not None
-    assert prune_reason(Estimate(1.0, 0), 1.0, "mate") is None     # equal: it may tie
+    assert prune_reason(LoadBound(2.0, 0), 1.0, "mate") is not None
+    assert prune_reason(LoadBound(1.0, 0), 1.0, "mate") is None     # equal: it may tie
     assert prune_reason(None, 1.0, "mate") is None
-    assert prune_reason(Estimate(2.0, 0), None, None) is None
+    assert prune_reason(LoadBound(2.0, 0), None, None) is None
 
 
 def test_explain_shows_bound_time_and_why_pruned():
