@@ -77,6 +77,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -398,7 +399,7 @@ class _FlowLP:
         self.lam = solver.NumVar(0.0, inf, "lambda")
         solver.Maximize(self.lam)
         vertices = sorted(set(src) | set(dst))
-        self.rows: list[dict[int, object]] = []
+        self.rows: list[dict[int, Any]] = []      # pywraplp constraints, by vertex
         flows = []
         for _ in range(k):
             x = [solver.NumVar(0.0, inf if shared else cap[e], "") for e in range(E)]
@@ -501,7 +502,7 @@ def _allreduce_lp(f: Facts, sym: Symmetry, free_owners: bool = True) -> float:
     A_ub = sp.vstack(ub).tocsr()
     b_ub = np.zeros(2 * n_flow + orbits)
     # the shares add up to the buffer (n units of S/n); fixed at one unit each unless free
-    bounds_ = [(0, None)] * n_col
+    bounds_: list[tuple[float, float | None]] = [(0, None)] * n_col
     if free_owners:
         A_eq = sp.vstack([eq, sp.csr_matrix((orbit_members.astype(float),
                                              (np.zeros(n_own, dtype=int), c_a + np.arange(n_own))),

@@ -156,7 +156,7 @@ def _pair_hop_bytes(f: Facts) -> float:
     # over uniform pairs needs only how many members sit at each coordinate of each dimension
     coords = np.array(np.unravel_index(f.group, topo.dims))
     total = 0.0
-    for d, (m, wrapped) in enumerate(zip(topo.dims, topo.wrap, strict=True)):
+    for d, (m, wrapped) in enumerate(zip(topo.grid_dims, topo.grid_wrap, strict=True)):
         count = np.bincount(coords[d], minlength=m).astype(np.float64)
         delta = np.abs(np.arange(m)[:, None] - np.arange(m)[None, :])
         dist = np.minimum(delta, m - delta) if wrapped else delta
@@ -290,7 +290,7 @@ def candidate_cuts(f: Facts) -> Iterator[tuple[str, np.ndarray]]:
     V = topo.n_vertices
     if topo.dims is not None:
         coords = np.array(np.unravel_index(np.arange(topo.n_ranks), topo.dims))
-        for d, (m, wrapped) in enumerate(zip(topo.dims, topo.wrap, strict=True)):
+        for d, (m, wrapped) in enumerate(zip(topo.grid_dims, topo.grid_wrap, strict=True)):
             if m < 2:
                 continue
             c = coords[d]
@@ -335,7 +335,7 @@ def cut_time(f: Facts, side: np.ndarray, pair: np.ndarray | None) -> float:
     cap_ab, cap_ba = float(f.bw[leaving].sum()), float(f.bw[entering].sum())
     if f.kind is K.ALLTOALL and pair is None:      # uniform: S/n per ordered pair
         need_ab = need_ba = k * (n - k) * S / n
-    elif f.kind is K.ALLTOALL:
+    elif f.kind is K.ALLTOALL and pair is not None:
         need_ab, need_ba = float(pair[a][:, ~a].sum()), float(pair[~a][:, a].sum())
     elif f.kind is K.ALLGATHER:
         need_ab, need_ba = k * S / n, (n - k) * S / n

@@ -12,6 +12,7 @@ Ctrl-C during the seconds the commands spend importing numpy, lark or OR-Tools m
 
 from __future__ import annotations
 
+import io
 import sys
 
 TYPE_CHECKING = False       # typing.TYPE_CHECKING without importing typing
@@ -93,7 +94,8 @@ def _escape_what_the_terminal_cannot_show() -> None:
     traceback: a file name or source line may hold any character, the terminal may be ASCII."""
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.reconfigure(errors="backslashreplace")
+            if isinstance(stream, io.TextIOWrapper):
+                stream.reconfigure(errors="backslashreplace")
         except (AttributeError, ValueError, OSError):
             pass        # not a text stream cclc may change (a test's capture, a closed pipe)
 

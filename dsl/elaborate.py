@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,6 +33,7 @@ from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
 from cclc.topology import (
     NodeType,
     Topology,
+    interconnect_named,
     leaf_spine,
     single_node,
     single_switch,
@@ -70,7 +72,7 @@ class Program:
     collectives: tuple[Collective, ...]
 
 
-def elaborate(file: ast.File, base_dir: str | Path = ".") -> Program:
+def elaborate(file: ast.File, base_dir: str | os.PathLike[str] = ".") -> Program:
     """Build the topologies, node types and collectives of a parsed file.
 
     ``base_dir`` is where relative file names in the source (``sizes "m.csv"``) are found:
@@ -185,7 +187,7 @@ def _node_type(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
         raise SemanticError("'ports' counts the switch ports of each NIC, but this node type "
                             "has no `nic` setting", ports.keyword_span)
     return NodeType(
-        name=stmt.name.text, interconnect=interconnect, gpus=gpus,
+        name=stmt.name.text, interconnect=interconnect_named(interconnect), gpus=gpus,
         bandwidth=bandwidth_of(link.bandwidth), latency=latency_of(link.latency),
         nics=count_of(nic.count, "the number of NICs") if nic else 0,
         nic_bandwidth=bandwidth_of(nic.bandwidth) if nic else 0.0,
@@ -241,8 +243,9 @@ def _build_torus(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
     ctor = stmt.constructor
     is_mesh = ctor.name.text == "mesh"
     where = "a mesh" if is_mesh else "a torus"
-    hints = {ast.Wrap: "a mesh never wraps around; to choose wrap-around per dimension, write "
-                       "torus(...) with `wrap`"} if is_mesh else None
+    hints: dict[type, str] | None = {
+        ast.Wrap: "a mesh never wraps around; to choose wrap-around per dimension, write "
+                  "torus(...) with `wrap`"} if is_mesh else None
     allowed = ((ast.Link, ast.Routing, *FAULT_SETTINGS) if is_mesh
                else (ast.Wrap, ast.Link, ast.Routing, *FAULT_SETTINGS))
     block = settings_block(stmt.settings, allowed, where, hints)
@@ -287,8 +290,9 @@ def _build_torus(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
         raise SemanticError(f"dimension {missing} of '{stmt.name.text}' has no link: add "
                             f"`link dim {missing}: ...` or a `link` for all dimensions",
                             stmt.name.span)
-    bandwidths = [bandwidth_of(link.bandwidth) for link in links]
-    latencies = [latency_of(link.latency) for link in links]
+    given = [link for link in links if link is not None]      # all of them (checked above)
+    bandwidths = [bandwidth_of(link.bandwidth) for link in given]
+    latencies = [latency_of(link.latency) for link in given]
     routing = _routing(block, TORUS_ROUTINGS)
     try:
         return torus(stmt.name.text, dims, wrap, bandwidths, latencies, routing=routing)

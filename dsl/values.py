@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from cclc.errors import SemanticError
-from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH, parse_quantity
+from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH, Kind, parse_quantity
 from dsl import ast
 
 __all__ = ["FAULT_SETTINGS", "MAX_BYTES", "MAX_RANKS", "bandwidth_of", "check_scale",
@@ -37,7 +37,7 @@ def choose(options: Sequence[str], name: ast.Name, what: str) -> str:
 _UNIT_EXAMPLES = {"size": "MiB or GB", "bandwidth": "GB/s or Gb/s", "time": "ns or us"}
 
 
-def convert_quantity(q: ast.Quantity, kind: str) -> float:
+def convert_quantity(q: ast.Quantity, kind: Kind) -> float:
     """``q`` in SI units of ``kind`` (bytes, bytes/s, seconds)."""
     if q.unit is None:
         raise SemanticError(f"missing unit after {q.number.text}: a {kind} needs a unit such as "
@@ -108,8 +108,8 @@ def value_text(value: ast.Quantity | ast.Name | ast.String) -> str:
 FAULT_SETTINGS = (ast.FaultLink, ast.FaultRank, ast.FaultGroup)     # the only repeatable settings
 
 
-def settings_block(settings: Iterable[ast.Setting], allowed: Sequence[type], where: str,
-           hints: dict[type, str] | None = None) -> dict[type, list]:
+def settings_block(settings: Iterable[ast.Setting], allowed: Sequence[type[ast.Setting]],
+                   where: str, hints: dict[type, str] | None = None) -> dict[type, list]:
     """The settings of a block by type, after checking each is allowed and given once."""
     out: dict[type, list] = {}
     first: dict[object, ast.Setting] = {}

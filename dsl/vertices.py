@@ -5,6 +5,7 @@ refused with a message at the endpoint that is wrong (:mod:`dsl.elaborate` uses 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from cclc.errors import SemanticError, TopologyError
 from cclc.topology import (
@@ -122,12 +123,13 @@ def _why_no_link(topo: Topology, a: int, b: int) -> str:
     differ = [d for d in range(len(ca)) if ca[d] != cb[d]]
     if len(differ) == 1:
         d = differ[0]
-        if abs(ca[d] - cb[d]) == topo.dims[d] - 1 and not topo.wrap[d]:
+        if abs(ca[d] - cb[d]) == topo.grid_dims[d] - 1 and not topo.grid_wrap[d]:
             return f"dimension {d} does not wrap around"
     return "they are not neighbours"
 
 
-def apply_faults(topo: Topology, faults: list[ast.Setting]) -> Topology:
+def apply_faults(topo: Topology,
+                 faults: Sequence[ast.FaultLink | ast.FaultRank | ast.FaultGroup]) -> Topology:
     """``topo`` with the failed links, ranks and fault groups of its block."""
     if not faults:
         return topo

@@ -45,7 +45,7 @@ def node_grid(coll: Collective) -> tuple[np.ndarray | None, str | None]:
     """``members[h, g]``: group index of the ``g``-th GPU (by GPU id) of the ``h``-th node of the
     group (by first appearance), or the reason the group is not whole-node shaped."""
     topo = coll.topology
-    if topo.kind != "fabric" or topo.node_of_rank is None:
+    if topo.kind != "fabric" or topo.node_of_rank is None or topo.gpu_of_rank is None:
         return None, (f"hierarchical needs multi-GPU nodes (NVLink or PCIe) on a fabric; "
                       f"'{topo.name}' is a {topo.kind_name}")
     nodes: dict[int, list[tuple[int, int]]] = {}
@@ -101,7 +101,7 @@ def _pieces(coll: Collective, members: np.ndarray, chunks: int) -> list[Piece]:
 
 def _build(coll: Collective, *, cost: CostFn, **params) -> Schedule:
     members, why = node_grid(coll)
-    if why:
+    if members is None:
         raise CollectiveError(f"hierarchical cannot serve collective '{coll.name}': {why}")
     chunks = hint_int(params, "chunks", None)
     grid = Grid(members)

@@ -375,7 +375,7 @@ def _foldedring_applicable(coll: Collective, **params) -> str | None:
 
 def _foldedring(coll: Collective, **params) -> Schedule:
     broken, why = _failed_ring_hop(coll)
-    if why:
+    if broken is None:
         raise CollectiveError(f"foldedring cannot serve collective '{coll.name}': {why}")
     n = coll.n
     topo = coll.topology
@@ -387,7 +387,7 @@ def _foldedring(coll: Collective, **params) -> Schedule:
         a, c = int(pos[u]), int(pos[v])
         step = 1 if c > a else -1
         line = (np.arange(n) + broken + 1) % n
-        return [topo.link_id(g[line[k]], g[line[k + step]]) for k in range(a, c, step)]
+        return [topo.link_between(g[line[k]], g[line[k + step]]) for k in range(a, c, step)]
 
     grid = Grid(folded_order(n, broken), hop_path)
     return grid_schedule(coll, grid, [Piece(1, (0,))], "foldedring")
