@@ -16,7 +16,7 @@ import numpy as np
 
 from cclc.collective import Collective
 from cclc.errors import CollectiveError
-from cclc.ir import ScheduleBuilder
+from cclc.ir import ScheduleBuilder, even_split
 from cclc.topology import Topology
 
 __all__ = [
@@ -344,14 +344,6 @@ def chunks_reason(coll: Collective, params: dict, elements: int, what: str) -> s
         return (f"chunks = {chunks} is more chunks than {what} has elements ({elements} of "
                 f"{coll.dtype.value}); use at most chunks = {max(1, elements)}")
     return None
-
-
-def even_split(total: int, parts: int) -> np.ndarray:
-    """``parts`` near-equal non-negative integers summing to ``total`` (larger ones first)."""
-    base, extra = divmod(int(total), int(parts))
-    out = np.full(parts, base, dtype=np.int64)
-    out[:extra] += 1
-    return out
 
 
 def hint_int(params: dict, key: str, default: int | None, low: int = 1) -> int | None:
