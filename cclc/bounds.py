@@ -204,7 +204,7 @@ class Bounds:
 
 
 def _families(f: Facts, sym: Symmetry | None = None) -> tuple[list[tuple[int, np.ndarray]],
-                                                                   bool]:
+                                                                  bool]:
     """Commodity families: (root vertex, net supply per vertex) and whether they share
     capacity. Supply is positive where flow enters the network, negative where it leaves.
     With a symmetry, the allgather / reducescatter families keep one member per orbit (the

@@ -373,11 +373,11 @@ class _LinkList:
     def arrays(self) -> _LinkArrays:
         n = len(self.src)
         return _LinkArrays(link_src=_frozen(np.array(self.src, dtype=np.int32)),
-                    link_dst=_frozen(np.array(self.dst, dtype=np.int32)),
-                    link_bandwidth=_frozen(np.array(self.bw, dtype=np.float64)),
-                    link_latency=_frozen(np.array(self.lat, dtype=np.float64)),
-                    link_kind=_frozen(np.array(self.kind, dtype=np.int8)),
-                    link_failed=_frozen(np.zeros(n, dtype=bool)))
+                           link_dst=_frozen(np.array(self.dst, dtype=np.int32)),
+                           link_bandwidth=_frozen(np.array(self.bw, dtype=np.float64)),
+                           link_latency=_frozen(np.array(self.lat, dtype=np.float64)),
+                           link_kind=_frozen(np.array(self.kind, dtype=np.int8)),
+                           link_failed=_frozen(np.zeros(n, dtype=bool)))
 
 
 def _per_dimension(value: Sequence[float] | float, nd: int) -> list[float]:

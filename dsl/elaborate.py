@@ -206,8 +206,9 @@ def _nccl_xml_node(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
         raise SemanticError('nccl_xml(...) takes the name of an NCCL topology file (written by '
                             'NCCL_TOPO_DUMP_FILE), e.g. nccl_xml("node.xml")', ctor.span)
     path = args[0].value
-    block = settings_block(stmt.settings, (ast.Link, ast.Ports), "a node type from an NCCL file",
-                   {ast.Nic: "the NICs and their speeds come from the NCCL file"})
+    block = settings_block(stmt.settings, (ast.Link, ast.Ports),
+                           "a node type from an NCCL file",
+                           {ast.Nic: "the NICs and their speeds come from the NCCL file"})
     link, ports = one_setting(block, ast.Link), one_setting(block, ast.Ports)
     no_link_dims(link)
     try:
@@ -313,17 +314,17 @@ def _build_node(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
 def _build_fabric(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
     """``fabric(switch)`` and ``fabric(leaf_spine)``: nodes joined by a network."""
     ctor = stmt.constructor
-    style = choose(("switch", "leaf_spine"), positional_name(ctor, "fabric style",
-                                                               "fabric(leaf_spine)"),
-                    "fabric style")
+    style = choose(("switch", "leaf_spine"),
+                   positional_name(ctor, "fabric style", "fabric(leaf_spine)"), "fabric style")
     if style == "switch":
-        block = settings_block(stmt.settings, (ast.Nodes, ast.Link, ast.Routing, *FAULT_SETTINGS),
-                       "a switch fabric")
+        block = settings_block(stmt.settings,
+                               (ast.Nodes, ast.Link, ast.Routing, *FAULT_SETTINGS),
+                               "a switch fabric")
     else:
         block = settings_block(stmt.settings, (ast.Nodes, ast.Rails, ast.Leaves, ast.Spines,
-                                       ast.Oversubscription, ast.Link, ast.Routing,
-                                       *FAULT_SETTINGS),
-                       "a leaf/spine fabric")
+                                               ast.Oversubscription, ast.Link, ast.Routing,
+                                               *FAULT_SETTINGS),
+                               "a leaf/spine fabric")
     nodes, link = one_setting(block, ast.Nodes), one_setting(block, ast.Link)
     if nodes is None:
         raise SemanticError(f"fabric '{stmt.name.text}' needs a `nodes` setting, e.g. "
