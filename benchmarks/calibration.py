@@ -5,7 +5,7 @@ comment, table or figure), predicts each point with :mod:`cclc.nccl_model` throu
 :mod:`cclc.calibration` (the same functions that compile reports and ``cclc tune`` use) and
 prints one line per point: the machine, the collective and size, the published value, the
 prediction, the relative error and NCCL's algorithm/protocol in the model. Large-size points
-marked ``yes`` must be within +-25% (tests/fabric/test_calibration.py); ``known-weak`` points
+marked ``yes`` must be within +-25% (tests/nccl_model/test_calibration.py); ``known-weak`` points
 are outside for a documented reason; small-size points are reported only.
 
     python benchmarks/calibration.py

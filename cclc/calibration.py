@@ -26,7 +26,7 @@ from cclc.nccl_model import (
     nccl_init,
     system_of,
 )
-from cclc.topology import NodeType, single_node, single_switch
+from cclc.topology import NodeType, interconnect_named, single_node, single_switch
 
 __all__ = ["Point", "Prediction", "load_points", "predict"]
 
@@ -103,7 +103,7 @@ def load_points(path: str | Path = CALIBRATION_DATA) -> list[Point]:
 
 
 def _topology(p: Point):
-    node = NodeType(p.id, p.interconnect, p.gpus, p.link_gbs * 1e9, 1e-6,
+    node = NodeType(p.id, interconnect_named(p.interconnect), p.gpus, p.link_gbs * 1e9, 1e-6,
                     nics=p.nics, nic_bandwidth=p.nic_gbps / 8 * 1e9)
     if p.nodes == 1:
         return single_node(p.id, node)

@@ -109,6 +109,13 @@ class Collective:
         return len(self.group)
 
     @property
+    def root_index(self) -> int:
+        """``root`` of a broadcast or reduce; :class:`CollectiveError` for a kind without one."""
+        if self.root is None:
+            raise CollectiveError(f"collective '{self.name}' ({self.kind.value}) has no root")
+        return self.root
+
+    @property
     def count(self) -> int:
         """Elements of ``size``."""
         return self.size // self.dtype.itemsize

@@ -287,7 +287,8 @@ def _edges(sidx, src, dst, snapped, ids: _ItemIds, rd: _Pairs, wr: _Pairs, n_ste
     # ... and an earlier write of the slot in this step (the one just before, in issue order)
     same = np.flatnonzero(wkey_s[1:] == wkey_s[:-1]) + 1
     out.append((witem_s[same], witem_s[same - 1], dst[wr.op][wo][same]))
-    return tuple(np.concatenate(c) for c in zip(*out, strict=True))
+    items, waited, ranks = (np.concatenate(c) for c in zip(*out, strict=True))
+    return items, waited, ranks
 
 
 def _ranges(keys_s, vals_s, lo_key, hi_key, me, rank):
@@ -338,7 +339,8 @@ def lower_schedule(s: Schedule, op_overhead: float = 0.0, max_lanes: int = MAX_L
     by :func:`place_local_ops`."""
     o = s.ops
     plan = lower(s.n, o.step, o.src, o.dst, o.route, o.kind, o.src_buf, o.src_off, o.dst_buf,
-                 o.dst_off, o.count, dest_counts(s), tuple(s.n_chunks(b) for b in Buf),
+                 o.dst_off, o.count, dest_counts(s),
+                 (s.n_chunks(Buf.INPUT), s.n_chunks(Buf.OUTPUT), s.n_chunks(Buf.SCRATCH)),
                  max_lanes)
     return place_local_ops(s, plan, op_overhead)
 
@@ -490,7 +492,8 @@ def _run(s: Schedule, plan: DataflowPlan, op_overhead: float, place: bool = Fals
     o = s.ops
     cols = plan.columns if plan.columns is not None else _columns_of(plan.items)
     lane = plan.lane.astype(np.int64, copy=True)
-    group = np.arange(len(o), dtype=np.int64) if place else \
+    # an op of a plan not placed is a group of its own
+    group = np.arange(len(o), dtype=np.int64) if place or plan.group is None else \
         plan.group.astype(np.int64, copy=True)
     n_items = len(cols.op)
     if not n_items:

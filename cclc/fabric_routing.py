@@ -348,35 +348,35 @@ def _assign_cpsat(fab, sizes, la, lb, cands, cap_up, cap_down, hint) -> np.ndarr
     for f, c in enumerate(cands):
         vs = []
         for s in c.tolist():
-            x[f, s] = m.NewBoolVar(f"x{f}_{s}")
-            m.AddHint(x[f, s], int(hint[f] == s))
+            x[f, s] = m.new_bool_var(f"x{f}_{s}")
+            m.add_hint(x[f, s], int(hint[f] == s))
             vs.append(x[f, s])
-        m.AddExactlyOne(vs)
+        m.add_exactly_one(vs)
     total = int(sizes.sum() // scale)
-    over = m.NewIntVar(0, total, "over")
-    busiest = m.NewIntVar(0, total, "busiest")
+    over = m.new_int_var(0, total, "over")
+    busiest = m.new_int_var(0, total, "busiest")
     by_up: dict[tuple[int, int], list] = {}
     by_down: dict[tuple[int, int], list] = {}
     for (f, s), v in x.items():
         by_up.setdefault((int(la[f]), s), []).append((w[f], v))
         by_down.setdefault((s, int(lb[f])), []).append((w[f], v))
     for (a, _spine), terms in by_up.items():
-        m.Add(sum(c * v for c, v in terms) <= int(cap_up[a] // scale) + over)
-        m.Add(sum(c * v for c, v in terms) <= busiest)
+        m.add(sum(c * v for c, v in terms) <= int(cap_up[a] // scale) + over)
+        m.add(sum(c * v for c, v in terms) <= busiest)
     for (_spine, b), terms in by_down.items():
-        m.Add(sum(c * v for c, v in terms) <= int(cap_down[b] // scale) + over)
-        m.Add(sum(c * v for c, v in terms) <= busiest)
-    m.Minimize(over * (total + 1) + busiest)
+        m.add(sum(c * v for c, v in terms) <= int(cap_down[b] // scale) + over)
+        m.add(sum(c * v for c, v in terms) <= busiest)
+    m.minimize(over * (total + 1) + busiest)
     solver = cp_model.CpSolver()
     solver.parameters.num_search_workers = 1
     solver.parameters.random_seed = 0
     solver.parameters.max_time_in_seconds = 10.0
-    status = solver.Solve(m)
+    status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return hint
     out = np.empty(len(sizes), dtype=np.int64)
     for (f, s), v in x.items():
-        if solver.Value(v):
+        if solver.value(v):
             out[f] = s
     return out
 

@@ -73,7 +73,7 @@ def _torus_automorphisms(topo: Topology) -> list[tuple[tuple[int, ...], tuple[bo
     """The dimension permutations (among dimensions of equal size and wrap) and reflections
     (dimensions where a reflection is not a translation) that, with the translations along
     wrapped dimensions, make up the automorphisms of the torus graph."""
-    return torus_point_maps(topo.dims, topo.wrap)
+    return torus_point_maps(topo.grid_dims, topo.grid_wrap)
 
 
 def torus_point_maps(dims: tuple[int, ...], wrap: tuple[bool, ...]
@@ -121,7 +121,7 @@ def torus_symmetry(topo: Topology, src: np.ndarray, dst: np.ndarray, bw: np.ndar
     V = topo.n_vertices
     if topo.dims is None or V != topo.n_ranks:
         return Symmetry.trivial(V, src, dst)
-    dims, wrap = topo.dims, topo.wrap
+    dims, wrap = topo.grid_dims, topo.grid_wrap
     nd = len(dims)
     coords = np.array(np.unravel_index(np.arange(V), dims))            # (nd, V)
     # the healthy links as a lookup: bandwidth of u -> v, 0 where there is none

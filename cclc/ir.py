@@ -31,7 +31,7 @@ from cclc.collective import Collective
 from cclc.errors import ScheduleError
 
 __all__ = ["Buf", "OpKind", "Ops", "Routes", "Schedule", "ScheduleBuilder", "OP_COLUMNS",
-           "format_schedule"]
+           "even_split", "format_schedule"]
 
 
 class Buf(IntEnum):
@@ -343,6 +343,14 @@ class ScheduleBuilder:
 
 _BUF_LETTER = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
 _KIND_WORD = {OpKind.COPY: "copy", OpKind.REDUCE: "reduce"}
+
+
+def even_split(total: int, parts: int) -> np.ndarray:
+    """``parts`` near-equal non-negative integers summing to ``total`` (larger ones first)."""
+    base, extra = divmod(int(total), int(parts))
+    out = np.full(parts, base, dtype=np.int64)
+    out[:extra] += 1
+    return out
 
 
 def format_op(s: Schedule, i: int) -> str:

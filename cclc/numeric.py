@@ -22,6 +22,7 @@ they do not.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import gcd
 
@@ -35,10 +36,11 @@ from cclc.semantics import chunk_map
 __all__ = ["DTYPES", "check_numeric", "numpy_dtype"]
 
 #: numpy storage type of each dtype (bf16 values live in float32, rounded to bf16)
-_STORAGE = {DType.FP64: np.float64, DType.FP32: np.float32, DType.FP16: np.float16,
-            DType.BF16: np.float32, DType.INT8: np.int8, DType.UINT8: np.uint8,
-            DType.INT32: np.int32, DType.UINT32: np.uint32, DType.INT64: np.int64,
-            DType.UINT64: np.uint64}
+_STORAGE: dict[DType, type[np.floating] | type[np.integer]] = {
+    DType.FP64: np.float64, DType.FP32: np.float32, DType.FP16: np.float16,
+    DType.BF16: np.float32, DType.INT8: np.int8, DType.UINT8: np.uint8,
+    DType.INT32: np.int32, DType.UINT32: np.uint32, DType.INT64: np.int64,
+    DType.UINT64: np.uint64}
 DTYPES = tuple(DType)
 
 #: up to this many elements in all buffers the run uses the real chunk sizes; beyond it the
@@ -67,8 +69,8 @@ def _round_bf16(x: np.ndarray) -> np.ndarray:
 class _Plan:
     """Element sizes used for the run and where every (buffer, rank) region lives."""
 
-    chunk_starts: tuple[np.ndarray, np.ndarray, np.ndarray]   # (n, n_chunks+1) per buffer
-    region: tuple[np.ndarray, np.ndarray, np.ndarray]         # (n,) start of each rank's buffer
+    chunk_starts: tuple[np.ndarray, ...]   # (n, n_chunks+1) per buffer
+    region: tuple[np.ndarray, ...]         # (n,) start of each rank's buffer
     total: int
     input_blocks: list[np.ndarray]    # per rank: block boundaries in the input, run elements
     output_blocks: list[np.ndarray]   # per rank: block boundaries in the output
@@ -240,14 +242,14 @@ def _inputs(rng: np.random.Generator, dtype: DType, op: ReduceOp, reducing: bool
 
 def _garbage(rng: np.random.Generator, dtype: DType, size: int) -> np.ndarray:
     t = _STORAGE[dtype]
-    if np.issubdtype(t, np.floating):
+    if issubclass(t, np.floating):
         return np.full(size, np.nan, dtype=t)
     info = np.iinfo(t)
     return rng.integers(info.min // 2, info.max // 2, size=size).astype(t)
 
 
 def _reference(kind: CollectiveKind, op: ReduceOp, dtype: DType, inputs: list[np.ndarray],
-               plan: _Plan, root: int | None) -> list[np.ndarray | None]:
+               plan: _Plan, root: int | None) -> Sequence[np.ndarray | None]:
     """numpy's answer: each rank's expected output (None where unspecified)."""
     n = len(inputs)
     t = _STORAGE[dtype]
@@ -284,6 +286,8 @@ def _reference(kind: CollectiveKind, op: ReduceOp, dtype: DType, inputs: list[np
     if kind is CollectiveKind.ALLREDUCE:
         whole = reduce(np.stack(inputs))
         return [whole for _ in range(n)]
+    if root is None:
+        raise ScheduleError(f"numeric check: a {kind.value} needs a root")
     if kind is CollectiveKind.BROADCAST:
         return [inputs[root] for _ in range(n)]
     out: list[np.ndarray | None] = [None] * n
@@ -314,7 +318,8 @@ def _expand(start: np.ndarray, length: np.ndarray) -> np.ndarray:
     return np.repeat(start - first, length) + np.arange(total)
 
 
-def _steps(s: Schedule, plan: _Plan) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _steps(s: Schedule, plan: _Plan
+           ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
     """Per step: the flat element indices every op reads and writes, and which are reduced.
 
     Computed once and shared by every dtype and op of the sweep.
@@ -360,17 +365,18 @@ def _run_one(s: Schedule, plan: _Plan, steps, dtype: DType, op: ReduceOp, reduci
         state[dst] = values
     expected = _reference(coll.kind, op, dtype, inputs, plan, coll.root)
     for r in range(n):
-        if expected[r] is None:
+        want = expected[r]
+        if want is None:
             continue
         a = int(plan.region[Buf.OUTPUT][r])
         got = state[a:a + int(plan.chunk_starts[Buf.OUTPUT][r, -1])]
-        if not np.array_equal(got, expected[r]):
-            bad = np.flatnonzero(~((got == expected[r])
-                                   | (np.isnan(got) & np.isnan(expected[r])
+        if not np.array_equal(got, want):
+            bad = np.flatnonzero(~((got == want)
+                                   | (np.isnan(got) & np.isnan(want)
                                       if np.issubdtype(t, np.floating) else False)))
             e = int(bad[0]) if len(bad) else 0
             chunk = int(np.searchsorted(plan.chunk_starts[Buf.OUTPUT][r], e, side="right") - 1)
             what = f"{dtype.value} {op.value}" if reducing else dtype.value
             raise ScheduleError(
                 f"numeric check ({what}, {plan.how}): rank {r} output element {e} (chunk "
-                f"{chunk}) is {got[e]!r} but numpy's reference is {expected[r][e]!r}")
+                f"{chunk}) is {got[e]!r} but numpy's reference is {want[e]!r}")

@@ -130,6 +130,25 @@ def lower_relays(schedule: Schedule) -> Schedule:
     kind = np.where(final, cols["kind"][o], int(OpKind.COPY))
 
     # -- scratch regions: one per landing, reused two sub-steps later ----------------------
+    scratch_layout = _place_landings(s, elems, cols, o, j, per, final, land, t, src_off, dst_off)
+
+    # ops the routing carries keep their row, in the last sub-step of their step; new rows
+    # follow them, so a stable sort by step puts every sub-step in the reference order
+    new = {"step": t, "src": at, "dst": dst, "route": seg_rid[seg], "kind": kind,
+           "src_buf": src_buf, "src_off": src_off, "dst_buf": dst_buf, "dst_off": dst_off,
+           "count": per[o]}
+    new_ops = _merge(ops.take(~relayed), new, last)
+    return s.replace(layouts=(s.layouts[Buf.INPUT], s.layouts[Buf.OUTPUT], scratch_layout),
+                     ops=new_ops, routes=Routes(route_offsets, route_links))
+
+
+def _place_landings(s: Schedule, elems: list[np.ndarray], cols: dict[str, np.ndarray],
+                    o: np.ndarray, j: np.ndarray, per: np.ndarray, final: np.ndarray,
+                    land: np.ndarray, t: np.ndarray, src_off: np.ndarray, dst_off: np.ndarray
+                    ) -> np.ndarray:
+    """Give every hop that lands at a relaying rank a scratch region behind the schedule's
+    own scratch (one per landing, reused two sub-steps later): sets the landing rows'
+    ``dst_off`` and the next hop's ``src_off`` in place; returns the scratch layout."""
     hop_piece = np.flatnonzero(~final)                # rows that land in scratch
     shape_id, shapes = _shape_ids(elems, cols, o, j, per, hop_piece)
     region = _assign_regions(land[hop_piece], shape_id, t[hop_piece], s.n, len(shapes))
@@ -148,20 +167,17 @@ def lower_relays(schedule: Schedule) -> Schedule:
         scratch_layout = np.concatenate([own, np.broadcast_to(extra, (s.n, len(extra)))], axis=1)
     else:
         scratch_layout = np.concatenate([own, extra])
+    return scratch_layout
 
-    # ops the routing carries keep their row, in the last sub-step of their step; new rows
-    # follow them, so a stable sort by step puts every sub-step in the reference order
-    keep = ops.take(~relayed)
-    new = {"step": t, "src": at, "dst": dst, "route": seg_rid[seg], "kind": kind,
-           "src_buf": src_buf, "src_off": src_off, "dst_buf": dst_buf, "dst_off": dst_off,
-           "count": per[o]}
+
+def _merge(keep: Ops, new: dict[str, np.ndarray], last: np.ndarray) -> Ops:
+    """The kept ops (each in the last sub-step of its step) followed by the new rows, sorted
+    stably by step."""
     out = {c: np.concatenate([v, new[c].astype(OP_COLUMNS[c])])
            for c, v in keep.columns().items()}
     out["step"][:len(keep)] = last[keep.step.astype(np.int64)]
     new_ops = Ops(**out)
-    order_all = np.argsort(new_ops.step, kind="stable")
-    return s.replace(layouts=(s.layouts[Buf.INPUT], s.layouts[Buf.OUTPUT], scratch_layout),
-                     ops=new_ops.take(order_all), routes=Routes(route_offsets, route_links))
+    return new_ops.take(np.argsort(new_ops.step, kind="stable"))
 
 
 def _cut_routes(topo, routes: Routes, which: np.ndarray

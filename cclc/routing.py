@@ -77,8 +77,8 @@ def _link_geometry(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
     """Per torus link: its dimension and direction (+1 towards the next coordinate)."""
     if "link_geometry" not in topo._cache:
         dims = np.array(topo.dims)
-        cs = np.array(np.unravel_index(topo.link_src, topo.dims)).T
-        cd = np.array(np.unravel_index(topo.link_dst, topo.dims)).T
+        cs = np.array(np.unravel_index(topo.link_src, topo.grid_dims)).T
+        cd = np.array(np.unravel_index(topo.link_dst, topo.grid_dims)).T
         dim = np.argmax(cs != cd, axis=1) if len(cs) else np.zeros(0, dtype=np.int64)
         rows = np.arange(len(dim))
         wraps = (np.array(topo.wrap) & (dims > 2))[dim]
@@ -93,8 +93,8 @@ def _dor_moves(topo: Topology, src: np.ndarray, dst: np.ndarray) -> tuple[np.nda
     """Per (src, dst) pair and dimension: hops and direction of the dimension-order path."""
     dims = np.array(topo.dims)
     wrap = np.array(topo.wrap) & (dims > 2)
-    cs = np.array(np.unravel_index(src, topo.dims)).T
-    cd = np.array(np.unravel_index(dst, topo.dims)).T
+    cs = np.array(np.unravel_index(src, topo.grid_dims)).T
+    cd = np.array(np.unravel_index(dst, topo.grid_dims)).T
     fwd = (cd - cs) % dims
     # a wrapped dimension goes the shorter way round, the positive way on a tie; a mesh
     # dimension (or one of size 2, which has a single link pair) goes straight

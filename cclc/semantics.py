@@ -174,7 +174,7 @@ def contract(coll: Collective) -> Contract:
             present[coll.root] = True
             # every coordinate comes from the root
             origin = np.full(n + 1, s, dtype=np.int64)
-            origin[:coll.root + 1] = 0
+            origin[:coll.root_index + 1] = 0
         if kind is CollectiveKind.REDUCE:
             checked[:] = False
             checked[coll.root] = True

@@ -380,28 +380,9 @@ def _event(s: Schedule, p: Prepared, local: np.ndarray,
         # -- ready: the latest of the slot state it depends on, first such op on a tie -----
         rd_op, rd_slot = _expand(g, read0[g], count[g])
         wr_op, wr_slot = _expand(g, write0[g], dcount[g])
-        # candidates in the loop's order per op: each read slot's writer, then each written
-        # slot's writer and its readers
-        cand_op = np.concatenate([rd_op, np.repeat(wr_op, 2)])
-        cand_seq = np.concatenate([rank_in_runs(rd_op), count[np.repeat(wr_op, 2)]
-                                   + 2 * np.repeat(rank_in_runs(wr_op), 2)
-                                   + np.tile([0, 1], len(wr_op))])
-        ws2 = np.repeat(wr_slot, 2)
-        is_rt = np.tile([False, True], len(wr_op))
-        cand_t = np.concatenate([write_t[rd_slot], np.where(is_rt, read_t[ws2], write_t[ws2])])
-        cand_who = np.concatenate([write_op[rd_slot],
-                                   np.where(is_rt, read_op[ws2], write_op[ws2])])
         local_of[g] = np.arange(len(g))
-        ready = np.zeros(len(g))
-        why = np.full(len(g), -1, dtype=np.int64)
-        if len(cand_op):
-            li = local_of[cand_op]
-            np.maximum.at(ready, li, cand_t)
-            top = np.flatnonzero((cand_t == ready[li]) & (cand_t > 0))
-            if len(top):
-                first = np.lexsort((cand_seq[top], li[top]))
-                keep = top[first][np.r_[True, np.diff(li[top][first]) != 0]]
-                why[li[keep]] = cand_who[keep]
+        ready, why = _ready(len(g), rd_op, rd_slot, wr_op, wr_slot, count, local_of, write_t,
+                            write_op, read_t, read_op)
         ready = ready + overhead
 
         # -- links: every link serves its pairs in op order, all links at once per round --
@@ -449,14 +430,51 @@ def _event(s: Schedule, p: Prepared, local: np.ndarray,
         finish[o_net] = last_end + p.route_latency[o_net]
         pred[o_net] = by[first_hit]
         _settle(g, finish, rd_op, rd_slot, wr_op, wr_slot, write_t, write_op, read_t, read_op)
+    return start, finish, _critical_path(finish, pred)
+
+
+def _critical_path(finish: np.ndarray, pred: np.ndarray) -> tuple[int, ...]:
+    """The ops the last one to finish waited for, back to one that waited for nothing."""
     path: list[int] = []
-    if n_ops:
+    if len(finish):
         o = int(np.argmax(finish))
         while o >= 0:
             path.append(o)
             o = int(pred[o])
         path.reverse()
-    return start, finish, tuple(path)
+    return tuple(path)
+
+
+def _ready(n: int, rd_op: np.ndarray, rd_slot: np.ndarray, wr_op: np.ndarray,
+           wr_slot: np.ndarray, count: np.ndarray, local_of: np.ndarray, write_t: np.ndarray,
+           write_op: np.ndarray, read_t: np.ndarray, read_op: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """For the ``n`` ops of one step (``local_of`` numbers them): when each is ready, the
+    latest finish of the slot state it depends on (the writers of the slots it reads, the
+    writer and readers of the slots it writes), and the op it waited for (-1: none; on a tie
+    the first in the one-op-at-a-time loop's order)."""
+    # candidates in the loop's order per op: each read slot's writer, then each written
+    # slot's writer and its readers
+    cand_op = np.concatenate([rd_op, np.repeat(wr_op, 2)])
+    cand_seq = np.concatenate([rank_in_runs(rd_op), count[np.repeat(wr_op, 2)]
+                               + 2 * np.repeat(rank_in_runs(wr_op), 2)
+                               + np.tile([0, 1], len(wr_op))])
+    ws2 = np.repeat(wr_slot, 2)
+    is_rt = np.tile([False, True], len(wr_op))
+    cand_t = np.concatenate([write_t[rd_slot], np.where(is_rt, read_t[ws2], write_t[ws2])])
+    cand_who = np.concatenate([write_op[rd_slot],
+                               np.where(is_rt, read_op[ws2], write_op[ws2])])
+    ready = np.zeros(n)
+    why = np.full(n, -1, dtype=np.int64)
+    if len(cand_op):
+        li = local_of[cand_op]
+        np.maximum.at(ready, li, cand_t)
+        top = np.flatnonzero((cand_t == ready[li]) & (cand_t > 0))
+        if len(top):
+            first = np.lexsort((cand_seq[top], li[top]))
+            keep = top[first][np.r_[True, np.diff(li[top][first]) != 0]]
+            why[li[keep]] = cand_who[keep]
+    return ready, why
 
 
 def _expand(op: np.ndarray, first: np.ndarray, count: np.ndarray

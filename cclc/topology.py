@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from itertools import pairwise
-from typing import Literal
+from typing import Literal, TypedDict
 
 import networkx as nx
 import numpy as np
@@ -20,7 +20,7 @@ import numpy as np
 from cclc.errors import TopologyError
 
 __all__ = ["LinkKind", "NodeType", "Topology", "torus", "single_node", "single_switch",
-           "leaf_spine", "with_faults"]
+           "leaf_spine", "with_faults", "interconnect_named"]
 
 
 class LinkKind(IntEnum):
@@ -49,6 +49,17 @@ class NodeType:
     nics: int = 0
     nic_bandwidth: float = 0.0
     nic_ports: int = 1
+
+
+_INTERCONNECTS: dict[str, Literal["nvswitch", "pcie"]] = {"nvswitch": "nvswitch", "pcie": "pcie"}
+
+
+def interconnect_named(name: str) -> Literal["nvswitch", "pcie"]:
+    """``name`` as a :attr:`NodeType.interconnect`; :class:`TopologyError` when it is none."""
+    try:
+        return _INTERCONNECTS[name]
+    except KeyError:
+        raise TopologyError(f"unknown interconnect '{name}': use nvswitch or pcie") from None
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -132,6 +143,14 @@ class Topology:
         """The directed link ``u -> v``, or ``None`` when the machine has no such link."""
         return self._links().get((u, v))
 
+    def link_between(self, u: int, v: int) -> int:
+        """The directed link ``u -> v``; :class:`TopologyError` when the machine has none."""
+        link = self.link_id(u, v)
+        if link is None:
+            raise TopologyError(f"topology '{self.name}' has no link "
+                                f"{self.vertex_names[u]}->{self.vertex_names[v]}")
+        return link
+
     def link_name(self, link: int) -> str:
         return f"{self.vertex_names[self.link_src[link]]}->{self.vertex_names[self.link_dst[link]]}"
 
@@ -140,6 +159,18 @@ class Topology:
         if self.dims is None:
             raise TopologyError(f"topology '{self.name}' is not a torus or mesh")
         return self.dims
+
+    @property
+    def grid_dims(self) -> tuple[int, ...]:
+        """``dims`` of a torus or mesh; :class:`TopologyError` on any other machine."""
+        return self._require_torus()
+
+    @property
+    def grid_wrap(self) -> tuple[bool, ...]:
+        """``wrap`` of a torus or mesh (per dimension); :class:`TopologyError` otherwise."""
+        if self.wrap is None:
+            raise TopologyError(f"topology '{self.name}' is not a torus or mesh")
+        return self.wrap
 
     def coords(self, rank: int) -> tuple[int, ...]:
         """Torus coordinates of ``rank`` (row-major: the last dimension varies fastest)."""
@@ -302,6 +333,25 @@ class Topology:
 # builders
 
 
+class _LinkArrays(TypedDict):
+    """The link columns of a :class:`Topology`, as its builders pass them on."""
+
+    link_src: np.ndarray
+    link_dst: np.ndarray
+    link_bandwidth: np.ndarray
+    link_latency: np.ndarray
+    link_kind: np.ndarray
+    link_failed: np.ndarray
+
+
+class _RankArrays(TypedDict):
+    """The per-rank columns of a :class:`Topology` made of nodes."""
+
+    node_of_rank: np.ndarray
+    gpu_of_rank: np.ndarray
+    rail_of_rank: np.ndarray
+
+
 class _LinkList:
     """Accumulates links while a builder runs; becomes read-only arrays at the end."""
 
@@ -320,14 +370,21 @@ class _LinkList:
             self.lat.append(lat)
             self.kind.append(int(kind))
 
-    def arrays(self) -> dict[str, np.ndarray]:
+    def arrays(self) -> _LinkArrays:
         n = len(self.src)
-        return dict(link_src=_frozen(np.array(self.src, dtype=np.int32)),
-                    link_dst=_frozen(np.array(self.dst, dtype=np.int32)),
-                    link_bandwidth=_frozen(np.array(self.bw, dtype=np.float64)),
-                    link_latency=_frozen(np.array(self.lat, dtype=np.float64)),
-                    link_kind=_frozen(np.array(self.kind, dtype=np.int8)),
-                    link_failed=_frozen(np.zeros(n, dtype=bool)))
+        return _LinkArrays(link_src=_frozen(np.array(self.src, dtype=np.int32)),
+                           link_dst=_frozen(np.array(self.dst, dtype=np.int32)),
+                           link_bandwidth=_frozen(np.array(self.bw, dtype=np.float64)),
+                           link_latency=_frozen(np.array(self.lat, dtype=np.float64)),
+                           link_kind=_frozen(np.array(self.kind, dtype=np.int8)),
+                           link_failed=_frozen(np.zeros(n, dtype=bool)))
+
+
+def _per_dimension(value: Sequence[float] | float, nd: int) -> list[float]:
+    """One number per dimension of a torus: the same for all, or one each."""
+    if isinstance(value, int | float | np.number):
+        return [float(value)] * nd
+    return [float(x) for x in value]
 
 
 def _check_positive(what: str, value: float) -> None:
@@ -365,10 +422,9 @@ def torus(name: str, dims: Sequence[int], wrap: Sequence[bool] | None = None,
         raise TopologyError(f"wrap has {len(wrap)} entries but the torus has "
                             f"{len(dims)} dimensions")
     nd = len(dims)
-    bws = [float(bandwidth)] * nd if np.isscalar(bandwidth) else [float(b) for b in bandwidth]
-    lats = [float(latency)] * nd if np.isscalar(latency) else [float(x) for x in latency]
-    for b in bws:
-        _check_positive("link bandwidth", b)
+    bws, lats = _per_dimension(bandwidth, nd), _per_dimension(latency, nd)
+    for value in bws:
+        _check_positive("link bandwidth", value)
     for x in lats:
         if x < 0:
             raise TopologyError(f"link latency must be >= 0, got {x:g}")
@@ -453,13 +509,13 @@ class _NodesBuilder:
         self.names.append(name)
         return len(self.names) - 1
 
-    def rank_arrays(self, rails: int) -> dict[str, np.ndarray]:
+    def rank_arrays(self, rails: int) -> _RankArrays:
         g = np.tile(np.arange(self.node.gpus), self.n_nodes)
         nics = max(self.node.nics, 1)
-        return dict(node_of_rank=_frozen(np.repeat(np.arange(self.n_nodes), self.node.gpus)),
-                    gpu_of_rank=_frozen(g.astype(np.int32)),
-                    rail_of_rank=_frozen(((g * nics // self.node.gpus) % max(rails, 1))
-                                         .astype(np.int32)))
+        return _RankArrays(
+            node_of_rank=_frozen(np.repeat(np.arange(self.n_nodes), self.node.gpus)),
+            gpu_of_rank=_frozen(g.astype(np.int32)),
+            rail_of_rank=_frozen(((g * nics // self.node.gpus) % max(rails, 1)).astype(np.int32)))
 
     def finish(self, name: str, kind: Literal["fabric", "node"], rails: int) -> Topology:
         return Topology(name=name, kind=kind, n_ranks=self.n_ranks,

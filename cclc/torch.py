@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,7 +75,7 @@ class Communicator:
         self.handle = ctypes.c_void_p()
         # release functions of the cclc libraries run on this communicator: each keeps lane
         # communicators split from it, which must go before it does
-        self._releases: dict[str, object] = {}
+        self._releases: dict[str, Callable[..., int]] = {}
         _check(nccl, nccl.ncclCommInitRank(ctypes.byref(self.handle), self.size, uid,
                                            self.rank), "ncclCommInitRank")
 
@@ -112,8 +113,8 @@ class Collective:
     split: bool
     padded: bool
     library: Path
-    _fn: object
-    _release: object
+    _fn: Callable[..., int]
+    _release: Callable[..., int]
 
     def count_of(self, numel: int) -> int:
         """The ``count`` argument for an input tensor of ``numel`` elements."""
@@ -193,7 +194,11 @@ def load(path: str | Path) -> Collective:
     release.restype = ctypes.c_int
     release.argtypes = [ctypes.c_void_p]
     root = int(consts["kRoot"])
-    op = re.search(r'kOpName = "(\w+)"', header).group(1)
+    op_name = re.search(r'kOpName = "(\w+)"', header)
+    if op_name is None:
+        raise ValueError(f"cclc_{ident}_perf.h names no kOpName: generate it again with "
+                         "cclc compile ... --emit nccl")
+    op = op_name.group(1)
     return Collective(name=ident, kind=kind, n_ranks=int(consts["kRanks"]),
                       root=None if root < 0 else root, op=None if op == "none" else op,
                       count_units=int(consts["kCountUnits"]),

@@ -17,7 +17,7 @@ _BANDWIDTH = {"B/s": 1, "KB/s": 1e3, "MB/s": 1e6, "GB/s": 1e9, "TB/s": 1e12,
               "Kb/s": 1e3 / 8, "Mb/s": 1e6 / 8, "Gb/s": 1e9 / 8, "Tb/s": 1e12 / 8}
 _TIME = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
-UNITS: dict[str, dict[str, float]] = {"size": _SIZE, "bandwidth": _BANDWIDTH, "time": _TIME}
+UNITS: dict[Kind, dict[str, float]] = {"size": _SIZE, "bandwidth": _BANDWIDTH, "time": _TIME}
 
 # Links outside these ranges are typing mistakes, and their times overflow to inf or lose all
 # precision in the simulator and the bounds (1e-300 B/s gives "inf% of bound").

@@ -386,10 +386,10 @@ class _Interpreter:
         if errors:
             j, _, what = min(errors)
             self.fail(int(idx[j]), what)
-        if self.reducing and red.any():
+        if bits is not None and red.any():         # bits: kept only when reducing
             bits[red] |= self.bits[ds[red]]
         self.val[ds] = vals - EMPTY
-        if self.reducing:
+        if bits is not None:
             self.bits[ds] = bits
 
     def reduce_errors(self, idx, op_of, ds, vals, bits, red) -> list[tuple[int, str]]:
@@ -464,7 +464,7 @@ class _Interpreter:
                     f"{self.slot_words(int(ds[m]))} would receive pieces of different data "
                     "(the source chunks are not one contiguous run of the collective's data)")
             out_v[m] = firsts.pop()
-            if out_b is not None:
+            if out_b is not None and bits is not None:      # both or neither
                 out_b[m] = bits[ks[0]]
         return out_v, out_b, None
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -33,21 +33,34 @@ from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
 from cclc.topology import (
     NodeType,
     Topology,
+    interconnect_named,
     leaf_spine,
     single_node,
     single_switch,
     torus,
-    with_faults,
 )
-from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH, UNITS, parse_quantity
+from cclc.units import UNITS, parse_quantity
 from dsl import ast
+from dsl.values import (
+    FAULT_SETTINGS,
+    MAX_BYTES,
+    MAX_RANKS,
+    bandwidth_of,
+    check_scale,
+    choose,
+    convert_quantity,
+    count_of,
+    latency_of,
+    no_link_dims,
+    one_setting,
+    plain_number,
+    positional_name,
+    quantity_text,
+    settings_block,
+)
+from dsl.vertices import apply_faults, display_name, rank_of
 
 __all__ = ["MAX_BYTES", "MAX_RANKS", "Program", "elaborate"]
-
-# Far beyond any machine cclc is meant for, and small enough that a typo (an extra zero or
-# three) is an error message instead of an out-of-memory crash while building the model.
-MAX_RANKS = 1 << 20
-MAX_BYTES = 1 << 50     # 1024 TiB: keeps byte counts exact in int64 and float64 arithmetic
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +72,7 @@ class Program:
     collectives: tuple[Collective, ...]
 
 
-def elaborate(file: ast.File, base_dir: str | Path = ".") -> Program:
+def elaborate(file: ast.File, base_dir: str | os.PathLike[str] = ".") -> Program:
     """Build the topologies, node types and collectives of a parsed file.
 
     ``base_dir`` is where relative file names in the source (``sizes "m.csv"``) are found:
@@ -148,171 +161,37 @@ class _Scope:
         raise SemanticError(message, name.span)
 
 
-def _choice(options: Sequence[str], name: ast.Name, what: str) -> str:
-    """``name`` if it is one of ``options``, else an error suggesting the closest."""
-    if name.text in options:
-        return name.text
-    message = f"unknown {what} '{name.text}'"
-    close = difflib.get_close_matches(name.text, options, n=1)
-    if close:
-        message += f"; did you mean '{close[0]}'?"
-    raise SemanticError(f"{message} (expected one of {', '.join(options)})", name.span)
-
-
-# ---- numbers and units ---------------------------------------------------------------------------
-
-
-_UNIT_EXAMPLES = {"size": "MiB or GB", "bandwidth": "GB/s or Gb/s", "time": "ns or us"}
-
-
-def _convert(q: ast.Quantity, kind: str) -> float:
-    """``q`` in SI units of ``kind`` (bytes, bytes/s, seconds)."""
-    if q.unit is None:
-        raise SemanticError(f"missing unit after {q.number.text}: a {kind} needs a unit such as "
-                            f"{_UNIT_EXAMPLES[kind]}", q.number.span)
-    try:
-        value = parse_quantity(q.number.value, q.unit.text, kind)
-    except SemanticError as err:
-        raise err.with_span(q.unit.span) from None
-    if not math.isfinite(value):
-        raise SemanticError(f"{q.number.text} is too large", q.number.span)
-    return value
-
-
-def _text(q: ast.Quantity) -> str:
-    return q.number.text + (f" {q.unit.text}" if q.unit else "")
-
-
-def _bandwidth(q: ast.Quantity) -> float:
-    value = _convert(q, "bandwidth")
-    if not value > 0:
-        raise SemanticError(f"a bandwidth must be > 0, got {_text(q)}", q.span)
-    if not MIN_BANDWIDTH <= value <= MAX_BANDWIDTH:
-        raise SemanticError(f"a bandwidth must be between 1 B/s and 1 PB/s, got {_text(q)}",
-                            q.span)
-    return value
-
-
-def _latency(q: ast.Quantity) -> float:
-    value = _convert(q, "time")
-    if value < 0:
-        raise SemanticError(f"a latency must be >= 0, got {_text(q)}", q.span)
-    if value > MAX_LATENCY:
-        raise SemanticError(f"a latency must be at most 1 s, got {_text(q)}", q.span)
-    return value
-
-
-def _count(n: ast.Number, what: str, minimum: int = 1) -> int:
-    """``n`` as a whole number of at least ``minimum`` (and at most :data:`MAX_RANKS`)."""
-    if not isinstance(n.value, int) or n.value < minimum:
-        raise SemanticError(f"{what} must be a whole number >= {minimum}, got {n.text}", n.span)
-    if n.value > MAX_RANKS:
-        raise SemanticError(f"{what} of {n.text} is too large (at most {MAX_RANKS})", n.span)
-    return n.value
-
-
-def _check_scale(name: ast.Name, what: str, count: int) -> None:
-    """A topology whose ``what`` (ranks, NIC ports, leaf-spine links) would be too many."""
-    if count > MAX_RANKS:
-        raise SemanticError(f"'{name.text}' would have {count} {what}; cclc handles at most "
-                            f"{MAX_RANKS}", name.span)
-
-
-def _plain_number(value: ast.Quantity | ast.Name | ast.String, what: str) -> ast.Number:
-    """The number of a constructor argument that must be a plain number."""
-    if not isinstance(value, ast.Quantity):
-        raise SemanticError(f"{what} must be a number, got '{_value_text(value)}'", value.span)
-    if value.unit is not None:
-        raise SemanticError(f"{what} is a plain number, without a unit", value.unit.span)
-    return value.number
-
-
-def _value_text(value: ast.Quantity | ast.Name | ast.String) -> str:
-    if isinstance(value, ast.Quantity):
-        return _text(value)
-    return value.text if isinstance(value, ast.Name) else f'"{value.value}"'
-
-
-# ---- blocks --------------------------------------------------------------------------------------
-
-
-_FAULTS = (ast.FaultLink, ast.FaultRank, ast.FaultGroup)     # the only repeatable settings
-
-
-def _block(settings: Iterable[ast.Setting], allowed: Sequence[type], where: str,
-           hints: dict[type, str] | None = None) -> dict[type, list]:
-    """The settings of a block by type, after checking each is allowed and given once."""
-    out: dict[type, list] = {}
-    first: dict[object, ast.Setting] = {}
-    for s in settings:
-        if type(s) not in allowed:
-            if hints and type(s) in hints:
-                raise SemanticError(hints[type(s)], s.keyword_span)
-            takes = ", ".join(dict.fromkeys(cls.keyword.split()[0] for cls in allowed))
-            raise SemanticError(f"'{s.keyword.split()[0]}' is not a setting of {where} "
-                                f"(it takes {takes})", s.keyword_span)
-        if not isinstance(s, _FAULTS):
-            key: object = type(s)
-            label = s.keyword
-            if isinstance(s, ast.Link) and s.dim is not None:
-                key, label = (ast.Link, s.dim.value), f"link dim {s.dim.text}"
-            if key in first:
-                raise SemanticError(f"duplicate setting '{label}': already given on line "
-                                    f"{first[key].span.line}", s.keyword_span)
-            first[key] = s
-        out.setdefault(type(s), []).append(s)
-    return out
-
-
-def _one(block: dict[type, list], cls: type):
-    return block.get(cls, [None])[0]
-
-
-def _positional_name(call: ast.Call, what: str, example: str) -> ast.Name:
-    """The single name argument of ``node(hgx)`` or ``fabric(switch)``."""
-    args = call.arguments
-    if len(args) != 1 or args[0].key is not None or not isinstance(args[0].value, ast.Name):
-        raise SemanticError(f"{call.name.text}(...) takes one {what}, e.g. {example}", call.span)
-    return args[0].value
-
-
-def _no_link_dims(link: ast.Link | None) -> None:
-    if link is not None and link.dim is not None:
-        raise SemanticError("'link dim' is only for tori and meshes; give one `link` here",
-                            link.dim.span)
-
-
 # ---- node types ----------------------------------------------------------------------------------
 
 
 def _node_type(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
     """``node NAME = nvswitch(gpus = 8) { link ...; nic ...; ports ... }``."""
     ctor = stmt.constructor
-    interconnect = _choice(("nvswitch", "pcie", "nccl_xml"), ctor.name, "node kind")
+    interconnect = choose(("nvswitch", "pcie", "nccl_xml"), ctor.name, "node kind")
     if interconnect == "nccl_xml":
         return _nccl_xml_node(stmt, base_dir)
     args = ctor.arguments
     if len(args) != 1 or args[0].key is None or args[0].key.text != "gpus":
         raise SemanticError(f"{interconnect}(...) takes the number of GPUs, e.g. "
                             f"{interconnect}(gpus = 8)", ctor.span)
-    gpus = _count(_plain_number(args[0].value, "gpus"), "gpus")
-    block = _block(stmt.settings, (ast.Link, ast.Nic, ast.Ports), "a node type")
-    link = _one(block, ast.Link)
+    gpus = count_of(plain_number(args[0].value, "gpus"), "gpus")
+    block = settings_block(stmt.settings, (ast.Link, ast.Nic, ast.Ports), "a node type")
+    link = one_setting(block, ast.Link)
     if link is None:
         raise SemanticError(f"node type '{stmt.name.text}' needs a `link` setting: the "
                             "bandwidth and latency from a GPU to the others, e.g. "
                             "link 450 GB/s, 1 us", stmt.name.span)
-    _no_link_dims(link)
-    nic, ports = _one(block, ast.Nic), _one(block, ast.Ports)
+    no_link_dims(link)
+    nic, ports = one_setting(block, ast.Nic), one_setting(block, ast.Ports)
     if ports is not None and nic is None:
         raise SemanticError("'ports' counts the switch ports of each NIC, but this node type "
                             "has no `nic` setting", ports.keyword_span)
     return NodeType(
-        name=stmt.name.text, interconnect=interconnect, gpus=gpus,
-        bandwidth=_bandwidth(link.bandwidth), latency=_latency(link.latency),
-        nics=_count(nic.count, "the number of NICs") if nic else 0,
-        nic_bandwidth=_bandwidth(nic.bandwidth) if nic else 0.0,
-        nic_ports=_count(ports.count, "ports") if ports else 1)
+        name=stmt.name.text, interconnect=interconnect_named(interconnect), gpus=gpus,
+        bandwidth=bandwidth_of(link.bandwidth), latency=latency_of(link.latency),
+        nics=count_of(nic.count, "the number of NICs") if nic else 0,
+        nic_bandwidth=bandwidth_of(nic.bandwidth) if nic else 0.0,
+        nic_ports=count_of(ports.count, "ports") if ports else 1)
 
 
 def _nccl_xml_node(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
@@ -327,15 +206,16 @@ def _nccl_xml_node(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
         raise SemanticError('nccl_xml(...) takes the name of an NCCL topology file (written by '
                             'NCCL_TOPO_DUMP_FILE), e.g. nccl_xml("node.xml")', ctor.span)
     path = args[0].value
-    block = _block(stmt.settings, (ast.Link, ast.Ports), "a node type from an NCCL file",
-                   {ast.Nic: "the NICs and their speeds come from the NCCL file"})
-    link, ports = _one(block, ast.Link), _one(block, ast.Ports)
-    _no_link_dims(link)
+    block = settings_block(stmt.settings, (ast.Link, ast.Ports),
+                           "a node type from an NCCL file",
+                           {ast.Nic: "the NICs and their speeds come from the NCCL file"})
+    link, ports = one_setting(block, ast.Link), one_setting(block, ast.Ports)
+    no_link_dims(link)
     try:
         imported = read_nccl_topology(
             base_dir / path.value, stmt.name.text,
-            latency=_latency(link.latency) if link else None,
-            bandwidth=_bandwidth(link.bandwidth) if link else None)
+            latency=latency_of(link.latency) if link else None,
+            bandwidth=bandwidth_of(link.bandwidth) if link else None)
     except OSError as err:
         raise SemanticError(f"cannot read the NCCL topology file '{path.value}': "
                             f"{err.strerror or err}", path.span) from None
@@ -344,7 +224,7 @@ def _nccl_xml_node(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
         if node.nics == 0:
             raise SemanticError(f"'ports' counts the switch ports of each NIC, but "
                                 f"'{path.value}' has no NIC", ports.keyword_span)
-        node = replace(node, nic_ports=_count(ports.count, "ports"))
+        node = replace(node, nic_ports=count_of(ports.count, "ports"))
     return node
 
 
@@ -354,9 +234,9 @@ def _nccl_xml_node(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
 def _topology(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
     """Dispatch on the constructor: torus, mesh, node or fabric."""
     ctor = stmt.constructor
-    kind = _choice(tuple(_TOPOLOGY_BUILDERS), ctor.name, "topology kind")
+    kind = choose(tuple(_TOPOLOGY_BUILDERS), ctor.name, "topology kind")
     topo = _TOPOLOGY_BUILDERS[kind](stmt, scope)
-    return _apply_faults(topo, [s for s in stmt.settings if isinstance(s, _FAULTS)])
+    return apply_faults(topo, [s for s in stmt.settings if isinstance(s, FAULT_SETTINGS)])
 
 
 def _build_torus(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
@@ -364,11 +244,12 @@ def _build_torus(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
     ctor = stmt.constructor
     is_mesh = ctor.name.text == "mesh"
     where = "a mesh" if is_mesh else "a torus"
-    hints = {ast.Wrap: "a mesh never wraps around; to choose wrap-around per dimension, write "
-                       "torus(...) with `wrap`"} if is_mesh else None
-    allowed = ((ast.Link, ast.Routing, *_FAULTS) if is_mesh
-               else (ast.Wrap, ast.Link, ast.Routing, *_FAULTS))
-    block = _block(stmt.settings, allowed, where, hints)
+    hints: dict[type, str] | None = {
+        ast.Wrap: "a mesh never wraps around; to choose wrap-around per dimension, write "
+                  "torus(...) with `wrap`"} if is_mesh else None
+    allowed = ((ast.Link, ast.Routing, *FAULT_SETTINGS) if is_mesh
+               else (ast.Wrap, ast.Link, ast.Routing, *FAULT_SETTINGS))
+    block = settings_block(stmt.settings, allowed, where, hints)
     if not ctor.arguments:
         raise SemanticError(f"{ctor.name.text}(...) needs at least one dimension size, e.g. "
                             f"{ctor.name.text}(4, 4)", ctor.span)
@@ -377,11 +258,11 @@ def _build_torus(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
         if arg.key is not None:
             raise SemanticError(f"{ctor.name.text}(...) takes only dimension sizes, e.g. "
                                 f"{ctor.name.text}(4, 4, 4)", arg.key.span)
-        dims.append(_count(_plain_number(arg.value, "a dimension size"), "a dimension size"))
+        dims.append(count_of(plain_number(arg.value, "a dimension size"), "a dimension size"))
     shape = "x".join(map(str, dims))
-    _check_scale(stmt.name, "ranks", math.prod(dims))
+    check_scale(stmt.name, "ranks", math.prod(dims))
 
-    wrap_setting = _one(block, ast.Wrap)
+    wrap_setting = one_setting(block, ast.Wrap)
     wrap = [not is_mesh] * len(dims)
     if wrap_setting is not None:
         if len(wrap_setting.flags) != len(dims):
@@ -396,7 +277,7 @@ def _build_torus(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
         if link.dim is None:
             every = link
             continue
-        d = _count(link.dim, "a dimension number", minimum=0)
+        d = count_of(link.dim, "a dimension number", minimum=0)
         if d >= len(dims):
             raise SemanticError(f"'{stmt.name.text}' has no dimension {d}: its dimensions are "
                                 f"0..{len(dims) - 1}", link.dim.span)
@@ -410,8 +291,9 @@ def _build_torus(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
         raise SemanticError(f"dimension {missing} of '{stmt.name.text}' has no link: add "
                             f"`link dim {missing}: ...` or a `link` for all dimensions",
                             stmt.name.span)
-    bandwidths = [_bandwidth(link.bandwidth) for link in links]
-    latencies = [_latency(link.latency) for link in links]
+    given = [link for link in links if link is not None]      # all of them (checked above)
+    bandwidths = [bandwidth_of(link.bandwidth) for link in given]
+    latencies = [latency_of(link.latency) for link in given]
     routing = _routing(block, TORUS_ROUTINGS)
     try:
         return torus(stmt.name.text, dims, wrap, bandwidths, latencies, routing=routing)
@@ -421,8 +303,8 @@ def _build_torus(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
 
 def _build_node(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
     """``node(hgx)``: one server on its own."""
-    _block(stmt.settings, _FAULTS, "a single-node topology")
-    node = scope.lookup(_positional_name(stmt.constructor, "node type", "node(hgx)"), "node type")
+    settings_block(stmt.settings, FAULT_SETTINGS, "a single-node topology")
+    node = scope.lookup(positional_name(stmt.constructor, "node type", "node(hgx)"), "node type")
     try:
         return single_node(stmt.name.text, node)
     except TopologyError as err:
@@ -432,60 +314,60 @@ def _build_node(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
 def _build_fabric(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
     """``fabric(switch)`` and ``fabric(leaf_spine)``: nodes joined by a network."""
     ctor = stmt.constructor
-    style = _choice(("switch", "leaf_spine"), _positional_name(ctor, "fabric style",
-                                                               "fabric(leaf_spine)"),
-                    "fabric style")
+    style = choose(("switch", "leaf_spine"),
+                   positional_name(ctor, "fabric style", "fabric(leaf_spine)"), "fabric style")
     if style == "switch":
-        block = _block(stmt.settings, (ast.Nodes, ast.Link, ast.Routing, *_FAULTS),
-                       "a switch fabric")
+        block = settings_block(stmt.settings,
+                               (ast.Nodes, ast.Link, ast.Routing, *FAULT_SETTINGS),
+                               "a switch fabric")
     else:
-        block = _block(stmt.settings, (ast.Nodes, ast.Rails, ast.Leaves, ast.Spines,
-                                       ast.Oversubscription, ast.Link, ast.Routing,
-                                       *_FAULTS),
-                       "a leaf/spine fabric")
-    nodes, link = _one(block, ast.Nodes), _one(block, ast.Link)
+        block = settings_block(stmt.settings, (ast.Nodes, ast.Rails, ast.Leaves, ast.Spines,
+                                               ast.Oversubscription, ast.Link, ast.Routing,
+                                               *FAULT_SETTINGS),
+                               "a leaf/spine fabric")
+    nodes, link = one_setting(block, ast.Nodes), one_setting(block, ast.Link)
     if nodes is None:
         raise SemanticError(f"fabric '{stmt.name.text}' needs a `nodes` setting, e.g. "
                             "nodes 16 x hgx", stmt.name.span)
     if link is None:
         raise SemanticError(f"fabric '{stmt.name.text}' needs a `link` setting: the speed and "
                             "latency of its cables, e.g. link 400 Gb/s, 2 us", stmt.name.span)
-    _no_link_dims(link)
-    n_nodes = _count(nodes.count, "the number of nodes")
+    no_link_dims(link)
+    n_nodes = count_of(nodes.count, "the number of nodes")
     node: NodeType = scope.lookup(nodes.node_type, "node type")
     if node.nics < 1:
         raise SemanticError(f"node type '{node.name}' has no NICs, so it cannot join a fabric: "
                             "add a `nic` setting to it, e.g. nic 1 x 400 Gb/s",
                             nodes.node_type.span)
-    _check_scale(stmt.name, "ranks", n_nodes * node.gpus)
-    _check_scale(stmt.name, "NIC ports", n_nodes * node.nics * node.nic_ports)
-    bandwidth, latency = _bandwidth(link.bandwidth), _latency(link.latency)
+    check_scale(stmt.name, "ranks", n_nodes * node.gpus)
+    check_scale(stmt.name, "NIC ports", n_nodes * node.nics * node.nic_ports)
+    bandwidth, latency = bandwidth_of(link.bandwidth), latency_of(link.latency)
     routing = _routing(block, FABRIC_ROUTINGS)
     try:
         if style == "switch":
             return replace(single_switch(stmt.name.text, n_nodes, node, bandwidth, latency),
                            routing=routing, _cache={})
-        rails_setting = _one(block, ast.Rails)
+        rails_setting = one_setting(block, ast.Rails)
         rails = node.nics
         if rails_setting is not None:
-            rails = _count(rails_setting.count, "rails")
+            rails = count_of(rails_setting.count, "rails")
             if rails > node.nics:
                 raise SemanticError(f"{rails} rails need {rails} NICs per node, but node type "
                                     f"'{node.name}' has {node.nics}", rails_setting.count.span)
         planes = rails * node.nic_ports
-        leaves_setting = _one(block, ast.Leaves)
+        leaves_setting = one_setting(block, ast.Leaves)
         leaves = planes
         if leaves_setting is not None:
-            leaves = _count(leaves_setting.count, "leaves")
+            leaves = count_of(leaves_setting.count, "leaves")
             if leaves % planes:
                 ports = f"{node.nic_ports} port{'s' if node.nic_ports > 1 else ''}"
                 raise SemanticError(f"{leaves} leaves cannot be split evenly over {planes} "
                                     f"planes ({rails} rails x {ports} per NIC)",
                                     leaves_setting.count.span)
-        spines_setting = _one(block, ast.Spines)
-        spines = _count(spines_setting.count, "spines") if spines_setting else leaves
-        _check_scale(stmt.name, "leaf-spine links", leaves * spines)
-        ratio_setting = _one(block, ast.Oversubscription)
+        spines_setting = one_setting(block, ast.Spines)
+        spines = count_of(spines_setting.count, "spines") if spines_setting else leaves
+        check_scale(stmt.name, "leaf-spine links", leaves * spines)
+        ratio_setting = one_setting(block, ast.Oversubscription)
         ratio = 1.0
         if ratio_setting is not None:
             ratio = ratio_setting.ratio.value
@@ -500,166 +382,12 @@ def _build_fabric(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
 
 def _routing(block: dict[type, list], allowed: Sequence[str]) -> str:
     """The declared routing, or the first of ``allowed`` (the kind's default)."""
-    setting = _one(block, ast.Routing)
-    return allowed[0] if setting is None else _choice(allowed, setting.mode, "routing")
+    setting = one_setting(block, ast.Routing)
+    return allowed[0] if setting is None else choose(allowed, setting.mode, "routing")
 
 
 _TOPOLOGY_BUILDERS = {"torus": _build_torus, "mesh": _build_torus, "node": _build_node,
                       "fabric": _build_fabric}
-
-
-# ---- vertices and faults -------------------------------------------------------------------------
-
-
-def _display(name: str) -> str:
-    """A model vertex name as the language writes it: ``node3.nic1`` -> ``node(3).nic(1)``."""
-    return re.sub(r"([A-Za-z_]+)(\d+)\b", r"\1(\2)", name)
-
-
-def _vertex(topo: Topology, endpoint: ast.Endpoint) -> int:
-    """The vertex an endpoint names: a rank id, torus coordinates or a fabric path."""
-    if isinstance(endpoint, ast.Number):
-        rank = _count(endpoint, "a rank id", minimum=0)
-        if rank >= topo.n_ranks:
-            raise SemanticError(f"rank {rank} does not exist: '{topo.name}' has ranks "
-                                f"0..{topo.n_ranks - 1}", endpoint.span)
-        return rank
-    if isinstance(endpoint, ast.Coord):
-        if topo.dims is None:
-            raise SemanticError(f"'{topo.name}' is a {topo.kind}, not a torus: name its parts "
-                                "like node(0).gpu(1), leaf(2) or spine(3)", endpoint.span)
-        dims = topo.dims
-        if len(endpoint.values) != len(dims):
-            raise SemanticError(f"these coordinates have {len(endpoint.values)} components, but "
-                                f"'{topo.name}' has {len(dims)} dimensions "
-                                f"({'x'.join(map(str, dims))})", endpoint.span)
-        coords = []
-        for d, (number, size) in enumerate(zip(endpoint.values, dims, strict=True)):
-            c = _count(number, "a coordinate", minimum=0)
-            if c >= size:
-                raise SemanticError(f"coordinate {c} is outside dimension {d} of '{topo.name}' "
-                                    f"(size {size}: 0..{size - 1})", number.span)
-            coords.append(c)
-        return topo.rank_at(coords)
-    if topo.dims is not None:
-        example = "(" + ",".join("0" for _ in topo.dims) + ")"
-        raise SemanticError(f"'{topo.name}' is a {topo.kind_name}: name a rank by its "
-                            f"coordinates, e.g. {example}, or by its number", endpoint.span)
-    parts = []
-    for part in endpoint.parts:
-        if part.index is None:
-            parts.append(part.name.text)
-        else:
-            parts.append(f"{part.name.text}{_count(part.index, 'an index', minimum=0)}")
-    try:
-        return topo.vertex(".".join(parts))
-    except TopologyError:
-        raise SemanticError(_missing_vertex(topo, parts), endpoint.span) from None
-
-
-def _missing_vertex(topo: Topology, parts: list[str]) -> str:
-    """Which step of a fabric path does not exist, and what exists there instead."""
-    names = topo.vertex_names
-    for depth in range(1, len(parts) + 1):
-        prefix = ".".join(parts[:depth])
-        if not any(n == prefix or n.startswith(prefix + ".") for n in names):
-            parent, missing = ".".join(parts[:depth - 1]), parts[depth - 1]
-            break
-    else:   # every step exists, but the path stops at a server, not at one of its parts
-        parent, missing = ".".join(parts), None
-    children: dict[str, list[int]] = {}
-    for n in names:
-        if parent and not n.startswith(parent + "."):
-            continue
-        step = n[len(parent) + 1:] if parent else n
-        m = re.fullmatch(r"([A-Za-z_]+?)(\d*)", step.split(".")[0])
-        if m:
-            children.setdefault(m.group(1), []).append(int(m.group(2)) if m.group(2) else -1)
-    have = []
-    for kind, indices in children.items():
-        lo, hi = min(indices), max(indices)
-        have.append(kind if hi < 0 else f"{kind}({lo})" if lo == hi
-                    else f"{kind}({lo})..{kind}({hi})")
-    owner = f"'{topo.name}'" if not parent else _display(parent)
-    if missing is None:
-        return f"{owner} is not a single vertex: name one of its parts ({', '.join(have)})"
-    return f"{owner} has no {_display(missing)}: it has {', '.join(have)}"
-
-
-def _rank(topo: Topology, endpoint: ast.Endpoint) -> int:
-    vertex = _vertex(topo, endpoint)
-    if vertex >= topo.n_ranks:
-        raise SemanticError(f"{_display(topo.vertex_names[vertex])} is not a rank (a GPU or "
-                            "torus chip)", endpoint.span)
-    return vertex
-
-
-def _directed_links(topo: Topology, pair: ast.LinkPair) -> list[tuple[int, int]]:
-    """The directed links ``a -- b`` or ``a -> b`` names, each checked to exist."""
-    u, v = _vertex(topo, pair.a), _vertex(topo, pair.b)
-    if u == v:
-        raise SemanticError(f"both ends of this link are {_display(topo.vertex_names[u])}",
-                            pair.span)
-    directed = [(u, v), (v, u)] if pair.both else [(u, v)]
-    for a, b in directed:
-        if topo.link_id(a, b) is None:
-            raise TopologyError(f"there is no link {_display(topo.vertex_names[a])} -> "
-                                f"{_display(topo.vertex_names[b])} in '{topo.name}': "
-                                f"{_why_no_link(topo, a, b)}", pair.span)
-    return directed
-
-
-def _why_no_link(topo: Topology, a: int, b: int) -> str:
-    if topo.dims is None:
-        return "they are not directly connected"
-    ca, cb = topo.coords(a), topo.coords(b)
-    differ = [d for d in range(len(ca)) if ca[d] != cb[d]]
-    if len(differ) == 1:
-        d = differ[0]
-        if abs(ca[d] - cb[d]) == topo.dims[d] - 1 and not topo.wrap[d]:
-            return f"dimension {d} does not wrap around"
-    return "they are not neighbours"
-
-
-def _apply_faults(topo: Topology, faults: list[ast.Setting]) -> Topology:
-    """``topo`` with the failed links, ranks and fault groups of its block."""
-    if not faults:
-        return topo
-    links: list[tuple[int, int]] = []
-    ranks: list[int] = []
-    groups: list[tuple[str, list[tuple[int, int]]]] = []
-    group_lines: dict[str, int] = {}
-    # a repeated line is a copy-paste slip that would otherwise pass without a word
-    failed_on: dict[tuple[int, int] | int, int] = {}
-    for fault in faults:
-        if isinstance(fault, ast.FaultLink):
-            directed = _directed_links(topo, fault.pair)
-            _once(failed_on, directed, "link", fault.pair.span)
-            links += directed
-        elif isinstance(fault, ast.FaultRank):
-            rank = _rank(topo, fault.rank)
-            _once(failed_on, [rank], "rank", fault.rank.span)
-            ranks.append(rank)
-        else:
-            name = fault.name.text
-            if name in group_lines:
-                raise SemanticError(f"duplicate fault group '{name}': already defined on line "
-                                    f"{group_lines[name]}", fault.name.span)
-            group_lines[name] = fault.name.span.line
-            if not fault.links:
-                raise SemanticError(f"fault group '{name}' lists no links", fault.name.span)
-            groups.append((name, [d for pair in fault.links for d in _directed_links(topo, pair)]))
-    return with_faults(topo, links, ranks, groups)
-
-
-def _once(failed_on: dict, items: list, what: str, span) -> None:
-    """Record ``items`` as failed at ``span``; a :class:`SemanticError` if one already is."""
-    for item in items:
-        if item in failed_on:
-            raise SemanticError(f"duplicate fault: this {what} already failed on line "
-                                f"{failed_on[item]}", span)
-    for item in items:
-        failed_on[item] = span.line
 
 
 # ---- collectives ---------------------------------------------------------------------------------
@@ -671,7 +399,7 @@ _KINDS = tuple(k.value for k in CollectiveKind)
 
 def _collective(stmt: ast.CollectiveDef, scope: _Scope, base_dir: Path) -> Collective:
     """``collective NAME = KIND on GROUP { size ...; dtype ...; ... }``."""
-    kind = CollectiveKind(_choice(_KINDS, stmt.kind, "collective kind"))
+    kind = CollectiveKind(choose(_KINDS, stmt.kind, "collective kind"))
     topo, group = _group(stmt.group, scope)
     allowed: list[type] = [ast.Size, ast.DTypeSetting, ast.Algorithm, ast.Schedule]
     if kind is CollectiveKind.ALLTOALL:
@@ -687,8 +415,8 @@ def _collective(stmt: ast.CollectiveDef, scope: _Scope, base_dir: Path) -> Colle
                 f"{what}",
         ast.Root: f"'root' is only for broadcast and reduce; {what}",
     }
-    block = _block(stmt.settings, allowed, f"a {kind.value}", hints)
-    size_setting, sizes_setting = _one(block, ast.Size), _one(block, ast.Sizes)
+    block = settings_block(stmt.settings, allowed, f"a {kind.value}", hints)
+    size_setting, sizes_setting = one_setting(block, ast.Size), one_setting(block, ast.Sizes)
     if size_setting is not None and sizes_setting is not None:
         later = max(size_setting, sizes_setting, key=lambda s: (s.span.line, s.span.col))
         raise SemanticError("give either 'size' or 'sizes', not both", later.keyword_span)
@@ -698,26 +426,26 @@ def _collective(stmt: ast.CollectiveDef, scope: _Scope, base_dir: Path) -> Colle
                             f"{alternative}", stmt.name.span)
     size = pair_sizes = None
     if size_setting is not None:
-        size_bytes = _convert(size_setting.size, "size")
+        size_bytes = convert_quantity(size_setting.size, "size")
         if size_bytes != math.floor(size_bytes):
-            raise SemanticError(f"{_text(size_setting.size)} is not a whole number of bytes",
-                                size_setting.size.span)
+            raise SemanticError(f"{quantity_text(size_setting.size)} is not a whole number of "
+                                "bytes", size_setting.size.span)
         if size_bytes > MAX_BYTES:
-            raise SemanticError(f"{_text(size_setting.size)} is too large (at most 1024 TiB)",
-                                size_setting.size.span)
+            raise SemanticError(f"{quantity_text(size_setting.size)} is too large (at most "
+                                "1024 TiB)", size_setting.size.span)
         size = int(size_bytes)
     else:
         pair_sizes = _read_matrix(sizes_setting.path, base_dir)
-    dtype_setting, op_setting = _one(block, ast.DTypeSetting), _one(block, ast.Op)
-    root_setting = _one(block, ast.Root)
-    algorithm, schedule = _one(block, ast.Algorithm), _one(block, ast.Schedule)
-    root = _count(root_setting.index, "root", minimum=0) if root_setting else None
+    dtype_setting, op_setting = one_setting(block, ast.DTypeSetting), one_setting(block, ast.Op)
+    root_setting = one_setting(block, ast.Root)
+    algorithm, schedule = one_setting(block, ast.Algorithm), one_setting(block, ast.Schedule)
+    root = count_of(root_setting.index, "root", minimum=0) if root_setting else None
     try:
         return make_collective(
             stmt.name.text, kind, topo, group, size=size,
-            dtype=DType(_choice(tuple(d.value for d in DType), dtype_setting.dtype, "dtype"))
+            dtype=DType(choose(tuple(d.value for d in DType), dtype_setting.dtype, "dtype"))
             if dtype_setting else DType.FP32,
-            op=ReduceOp(_choice(tuple(o.value for o in ReduceOp), op_setting.op, "op"))
+            op=ReduceOp(choose(tuple(o.value for o in ReduceOp), op_setting.op, "op"))
             if op_setting else ReduceOp.SUM,
             root=root,
             algorithm=_hint(algorithm.hint) if algorithm else Hint(),
@@ -757,7 +485,7 @@ def _group(group: ast.Group, scope: _Scope) -> tuple[Topology, tuple[int, ...]]:
                 raise SemanticError(f"'.{name}' needs an index, e.g. {topo.name}.{name}(0)",
                                     sel.span)
             try:
-                ranks = getattr(topo, name)(_count(sel.index, f"a {name} index", minimum=0))
+                ranks = getattr(topo, name)(count_of(sel.index, f"a {name} index", minimum=0))
             except TopologyError as err:
                 raise err.with_span(sel.name.span if topo.node_of_rank is None
                                     else sel.index.span) from None
@@ -782,8 +510,8 @@ def _group(group: ast.Group, scope: _Scope) -> tuple[Topology, tuple[int, ...]]:
 def _rank_list(topo: Topology, endpoints: Sequence[ast.Endpoint]) -> tuple[int, ...]:
     ranks: dict[int, ast.Endpoint] = {}
     for endpoint in endpoints:
-        rank = _rank(topo, endpoint)
-        name = _display(topo.vertex_names[rank])
+        rank = rank_of(topo, endpoint)
+        name = display_name(topo.vertex_names[rank])
         if rank in ranks:
             raise SemanticError(f"rank {name} is listed twice (first at column "
                                 f"{ranks[rank].span.col})", endpoint.span)

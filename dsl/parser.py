@@ -170,7 +170,7 @@ def _end_of_file_error(expected: set[str], text: str, filename: str) -> SyntaxEr
 
 def _unclosed_brace(text: str) -> int | None:
     """The line of the innermost '{' that is never closed, if the text lexes."""
-    stack: list[int] = []
+    stack: list[int | None] = []
     try:
         for token in PARSER.lex(text):
             if token.type == "LBRACE":
@@ -223,7 +223,8 @@ def _shorten(number: str) -> str:
 
 
 def _token_span(filename: str, token: Token) -> Span:
-    return Span(filename, token.line, token.column, token.end_line, token.end_column)
+    # the lexer sets every position of the tokens it makes
+    return Span(filename, token.line or 1, token.column or 1, token.end_line, token.end_column)
 
 
 @v_args(meta=True)

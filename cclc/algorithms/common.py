@@ -16,7 +16,7 @@ import numpy as np
 
 from cclc.collective import Collective
 from cclc.errors import CollectiveError
-from cclc.ir import ScheduleBuilder
+from cclc.ir import ScheduleBuilder, even_split
 from cclc.topology import Topology
 
 __all__ = [
@@ -79,8 +79,8 @@ def ring_order(coll: Collective) -> np.ndarray:
         best, best_cost = None, None
         # a snake exists for every order of the dimensions and runs either way round; keep
         # the one with the fewest hops that are not a single healthy link (faults, closure)
-        for perm in itertools.permutations(range(len(topo.dims))):
-            ranks = _permuted_snake(topo.dims, perm)
+        for perm in itertools.permutations(range(len(topo.grid_dims))):
+            ranks = _permuted_snake(topo.grid_dims, perm)
             ranks = ranks[idx[ranks] >= 0]
             for cand in (ranks, ranks[::-1]):
                 cost = int((~_single_healthy_hop(topo, cand, np.roll(cand, -1))).sum())
@@ -96,10 +96,8 @@ def _permuted_snake(dims: Sequence[int], perm: Sequence[int]) -> np.ndarray:
     """The snake through ``dims`` that varies dimension ``perm[-1]`` fastest."""
     pdims = tuple(dims[d] for d in perm)
     pcoords = np.unravel_index(snake_order(pdims), pdims)
-    coords = [None] * len(dims)
-    for i, d in enumerate(perm):
-        coords[d] = pcoords[i]
-    return np.ravel_multi_index(tuple(coords), tuple(dims)).astype(np.int64)
+    coords = tuple(pcoords[i] for i in np.argsort(perm))      # dimension d is perm's i-th
+    return np.asarray(np.ravel_multi_index(coords, tuple(dims)), dtype=np.int64)
 
 
 def _single_healthy_hop(topo: Topology, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -145,11 +143,11 @@ def _torus_displacements(topo: Topology, src: np.ndarray, dst: np.ndarray) -> np
     A wrapped dimension goes the short way round; the antipode of an even ring (a tie) goes +
     from even coordinates and - from odd ones, so both directions carry half the ties.
     """
-    dims = topo.dims
+    dims = topo.grid_dims
     cs = np.unravel_index(src, dims)
     cd = np.unravel_index(dst, dims)
     out = np.empty((len(src), len(dims)), dtype=np.int64)
-    for d, (size, wrap) in enumerate(zip(dims, topo.wrap, strict=True)):
+    for d, (size, wrap) in enumerate(zip(dims, topo.grid_wrap, strict=True)):
         diff = cd[d].astype(np.int64) - cs[d]
         if wrap and size > 2:
             fwd = diff % size
@@ -177,10 +175,10 @@ def torus_routes(topo: Topology, src: np.ndarray, dst: np.ndarray
     offsets = np.zeros(len(src) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     links = np.empty(int(offsets[-1]), dtype=np.int32)
-    strides = np.cumprod((1,) + tuple(topo.dims[:0:-1]))[::-1]
+    strides = np.cumprod((1,) + tuple(topo.grid_dims[:0:-1]))[::-1]
     written = offsets[:-1].copy()
     cur = src.copy()
-    for d, size in enumerate(topo.dims):
+    for d, size in enumerate(topo.grid_dims):
         h = hops[:, d]
         if not h.any():
             continue
@@ -329,7 +327,7 @@ def pair_distance(coll: Collective) -> int:
     # mean distance between two coordinates drawn independently, summed over the dimensions:
     # on a ring of m, min(x, m - x) averaged over x; on a line, (m^2 - 1) / 3m
     mean = 0.0
-    for m, wrap in zip(topo.dims, topo.wrap, strict=True):
+    for m, wrap in zip(topo.grid_dims, topo.grid_wrap, strict=True):
         mean += (sum(min(x, m - x) for x in range(m)) / m) if wrap else (m * m - 1) / (3 * m)
     # n^2 mean is the sum over ordered pairs (a rank's distance to itself is 0); rounding
     # down keeps it a lower bound
@@ -346,14 +344,6 @@ def chunks_reason(coll: Collective, params: dict, elements: int, what: str) -> s
         return (f"chunks = {chunks} is more chunks than {what} has elements ({elements} of "
                 f"{coll.dtype.value}); use at most chunks = {max(1, elements)}")
     return None
-
-
-def even_split(total: int, parts: int) -> np.ndarray:
-    """``parts`` near-equal non-negative integers summing to ``total`` (larger ones first)."""
-    base, extra = divmod(int(total), int(parts))
-    out = np.full(parts, base, dtype=np.int64)
-    out[:extra] += 1
-    return out
 
 
 def hint_int(params: dict, key: str, default: int | None, low: int = 1) -> int | None:

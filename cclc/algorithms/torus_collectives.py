@@ -51,7 +51,7 @@ from cclc.algorithms.common import (
     snake_order,
 )
 from cclc.collective import Collective, CollectiveKind
-from cclc.errors import CollectiveError, ScheduleError
+from cclc.errors import CollectiveError
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
 __all__ = ["KINDS", "Grid", "Piece", "folded_order", "grid_schedule"]
@@ -387,13 +387,7 @@ def _foldedring(coll: Collective, **params) -> Schedule:
         a, c = int(pos[u]), int(pos[v])
         step = 1 if c > a else -1
         line = (np.arange(n) + broken + 1) % n
-        hops = [topo.link_id(g[line[k]], g[line[k + step]]) for k in range(a, c, step)]
-        missing = [k for k, link in zip(range(a, c, step), hops, strict=True) if link is None]
-        if missing:
-            # neighbours on a torus ring are linked: a missing link is a bug in the ring
-            raise ScheduleError(f"foldedring: ranks {g[line[missing[0]]]} and "
-                                f"{g[line[missing[0] + step]]} of the ring have no link")
-        return [link for link in hops if link is not None]
+        return [topo.link_between(g[line[k]], g[line[k + step]]) for k in range(a, c, step)]
 
     grid = Grid(folded_order(n, broken), hop_path)
     return grid_schedule(coll, grid, [Piece(1, (0,))], "foldedring")

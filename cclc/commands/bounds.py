@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 from cclc.progress import Progress
@@ -79,7 +80,7 @@ def run(args) -> int:
             print()
         with progress.stage(f"{coll.name}: computing the lower bounds of {coll.n} ranks") as st:
             b = bounds(coll, lp=not args.no_lp, lp_max_variables=args.lp_max_variables,
-                       on_stage=lambda what, st=st: st.update(0, what))
+                       on_stage=functools.partial(st.update, 0))
         print(f"{coll.name}: {coll.kind.value} of {coll.size} B on {coll.n} ranks of "
               f"'{coll.topology.name}'")
         width = max(len(x.name) for x in b.items)

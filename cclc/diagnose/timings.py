@@ -128,8 +128,8 @@ def _parse_pairs(text: str, source: str) -> Timings:
         rows.append((src, dst, nbytes, _number(t, "seconds", ts, hang_ok=True)))
     if not rows:
         raise TimingsError("the timings file has a header but no rows", Span(source, 1, 1))
-    src, dst, nbytes, seconds = zip(*rows, strict=True)
-    return make_timings(src, dst, nbytes, seconds, source)
+    src_col, dst_col, bytes_col, seconds_col = zip(*rows, strict=True)
+    return make_timings(src_col, dst_col, bytes_col, seconds_col, source)
 
 
 def _rank(cell: str, span: Span) -> int:

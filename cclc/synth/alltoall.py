@@ -177,9 +177,11 @@ def synthesize_alltoall(coll: Collective, flows: FlowSolution, split: int | None
             # shortest few (HiGHS stops at the time limit; the greedy one stands then, and
             # a larger LP would not finish either: tpuv4_4x4x4_ocs, 5 and 7 steps, 22 and
             # 27 s of CPU time, the second without an optimum)
-            left = lp_time_limit if deadline is None else min(
-                lp_time_limit, max(deadline - time.monotonic(), 1.0))
-            found = stagger_lp(coll, whole, t, step_overhead, time_limit=left)
+            limit = lp_time_limit
+            if deadline is not None:
+                remaining = max(deadline - time.monotonic(), 1.0)
+                limit = remaining if limit is None else min(limit, remaining)
+            found = stagger_lp(coll, whole, t, step_overhead, time_limit=limit)
             stagger = found is not None
             if found is not None:
                 pieces, packing = found

@@ -337,6 +337,7 @@ class _PathLP:
 
     def shares(self) -> np.ndarray:
         """Every column's share of its commodity (renormalized per commodity)."""
+        assert self.primal is not None, "solve() sets the primal"
         x = self.primal[1:]
         tot = np.bincount(self.col_k, weights=x, minlength=len(self.data.d))
         return np.where(tot[self.col_k] > 0, x / np.maximum(tot[self.col_k], 1e-300), 0.0)
@@ -345,6 +346,7 @@ class _PathLP:
         """Add the columns with negative reduced cost; how many were new (0: optimal)."""
         data = self.data
         K = len(data.d)
+        assert self.dual is not None, "solve() sets the duals"
         # link prices: minus the capacity rows' duals (>= 0 for <= rows of a minimization),
         # per link of the row's orbit
         price = np.maximum(-self.dual[K:], 0.0) / data.orbit_size

@@ -98,6 +98,7 @@ def piece_orbits(coll: Collective, pieces: list[Piece], sym: Symmetry, usable: n
             cand = np.column_stack([index[sym.vertex[g, group[table.dst[rows]]]],
                                     part[rows], np.zeros(len(rows), dtype=np.int64), img])
             best = cand if best is None else _lex_min(best, cand)
+        assert best is not None, "the orbit's least vertex is an image of v"
         canon[rows] = best
         canon[rows, 2] = smallest[s]
     _, reps, orbit, size = np.unique(canon, axis=0, return_index=True, return_inverse=True,

@@ -86,7 +86,7 @@ def pieces_of(coll: Collective, src: np.ndarray, dst: np.ndarray, weight: np.nda
     def hops_of(path: tuple[int, ...]):
         if path not in seg_cache:
             if topo.routing == "none":
-                segs = tuple((e,) for e in path)
+                segs: tuple[tuple[int, ...], ...] = tuple((e,) for e in path)
             elif topo.routing == "source":
                 segs = (path,)
             else:
@@ -237,7 +237,7 @@ def packing_time(coll: Collective, pieces: list[Piece], start: np.ndarray, n_ste
     ``table`` is ``pieces``' :func:`~cclc.synth.piece_table.hop_table` when already built."""
     topo = coll.topology
     item = coll.dtype.itemsize
-    L = np.zeros((n_steps, topo.n_links))
+    L: np.ndarray = np.zeros((n_steps, topo.n_links))
     latency = np.zeros(n_steps)
     if pieces:
         h = hop_table(topo, pieces) if table is None else table

@@ -144,7 +144,7 @@ class _Network:
         self.ks, self.kt = np.nonzero(self.pair > 0)
         self.d = self.pair[self.ks, self.kt]
 
-    def args(self) -> tuple:
+    def args(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return (self.V, self.src, self.dst, self.cap, self.group, self.pair)
 
     def trees(self, length: np.ndarray, sources: np.ndarray) -> np.ndarray:
@@ -218,6 +218,7 @@ def _route(net: _Network, until: float | None
         lower = max(lower, certified_time(*args, length))
         if until is not None and time.monotonic() > until:
             break
+    assert best is not None, "route_alltoall yields once per pass, and there are passes"
     return best, lower, passes, trace[:best_moves]
 
 
@@ -392,6 +393,7 @@ class _Paths:
                     val = smooth_max(u + st * du_try, a)
                     if best_try is None or val < best_try[0]:
                         best_try = (val, st, d_try, du_try)
+                assert best_try is not None, "BETAS is not empty"
                 _, step, delta, du = best_try
                 x[blk] = np.maximum(xb + step * delta, 0.0)
                 u = u + step * du

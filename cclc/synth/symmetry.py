@@ -18,6 +18,7 @@ others through the link, and their exchange).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,7 +122,7 @@ def _group(coll: Collective, usable: np.ndarray, translations_only: bool) -> Sym
     V = topo.n_vertices
     if topo.dims is None or V != topo.n_ranks:
         return identity_symmetry(topo, usable)
-    dims, wrap = tuple(topo.dims), tuple(topo.wrap)
+    dims, wrap = tuple(topo.grid_dims), tuple(topo.grid_wrap)
     nd = len(dims)
     keys, ids, src, dst = _links_of(topo, usable)
     ok = np.flatnonzero(usable)
@@ -183,8 +184,9 @@ def automorphisms(coll: Collective, usable: np.ndarray) -> Symmetry:
     if topo.dims is None or topo.n_vertices != topo.n_ranks:
         return identity_symmetry(topo, usable)
     # counted, not listed: twelve alike dimensions have 12! permutations
-    bound = torus_automorphism_count(tuple(topo.dims), tuple(topo.wrap))[0] * topo.n_vertices
-    shifts = int(np.prod([m if w else 1 for m, w in zip(topo.dims, topo.wrap, strict=True)]))
+    dims, wrap = topo.grid_dims, topo.grid_wrap
+    bound = torus_automorphism_count(dims, wrap)[0] * topo.n_vertices
+    shifts = math.prod(m if w else 1 for m, w in zip(dims, wrap, strict=True))
     if bound * shifts > MAX_MAP_ENTRIES:
         # the whole group might not fit: keep it only if the translations leave room for it
         trans = translations(coll, usable)

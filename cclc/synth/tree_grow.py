@@ -154,7 +154,7 @@ def grow_tree(fam: TreeFamily, r: int, load: np.ndarray, unit: np.ndarray,
         else:
             links = touched
             price[links] = p[links]
-        if fam.single is not None:
+        if fam.single is not None and fam.move_of is not None:     # set together
             hs = fam.move_of[links]
             hs = hs[hs >= 0]
             move[hs] = price[fam.single[hs]]

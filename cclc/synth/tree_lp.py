@@ -305,6 +305,7 @@ def fractional_packing(g: HopGraph, rate: float, deadline: float,
         if not entered and time.monotonic() <= deadline:
             status = "optimal"
             break
+    assert solved is not None, "the loop above runs at least once"
     weight, z, _, _ = solved
     return FractionalPacking(tuple(cols.trees), weight, z, status)
 

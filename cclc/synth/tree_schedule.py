@@ -29,9 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cclc.algorithms.common import even_split
 from cclc.collective import Collective
-from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
+from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder, even_split
 from cclc.synth.hop_graph import HopGraph
 from cclc.synth.trees import TreePacking
 

@@ -158,7 +158,7 @@ def translations(coll: Collective, g: HopGraph) -> tuple[np.ndarray, np.ndarray]
     n = g.n
     ident = (np.arange(n)[None, :], np.arange(g.m)[None, :])
     topo = coll.topology
-    if topo.dims is None or topo.n_vertices != topo.n_ranks or not all(topo.wrap):
+    if topo.dims is None or topo.n_vertices != topo.n_ranks or not all(topo.grid_wrap):
         return ident
     if np.diff(g.offsets).max(initial=1) != 1:
         return ident

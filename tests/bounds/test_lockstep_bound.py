@@ -1,8 +1,8 @@
 """The lockstep AllGather, ReduceScatter and AllReduce bound (cclc.lockstep_bound): tight where
-one step is optimal (nodes of one GPU on a switch: `direct`'s simulated time), never above the lockstep
-time of any schedule any algorithm builds on random machines of nodes (synth tapered or not,
-every template), and on the 128-GPU fabric at 128 MiB above the bandwidth bound / 0.95: no
-lockstep schedule reaches 95% of the bandwidth bound there."""
+one step is optimal (nodes of one GPU on a switch: `direct`'s simulated time), never above the
+lockstep time of any schedule any algorithm builds on random machines of nodes (synth tapered
+or not, every template), and on the 128-GPU fabric at 128 MiB above the bandwidth bound / 0.95:
+no lockstep schedule reaches 95% of the bandwidth bound there."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The AllReduce bound over nodes as parties: every element crosses between the N nodes of the
 group at least 2(N-1) times (one-way gossip), checked by brute force on the gossip itself and
 against the closed form on rail-optimized fabrics. That no schedule of any algorithm beats it
-is the property of tests/sim/test_group_bounds.py (groups across the nodes of small fabrics,
+is the property of tests/bounds/test_group_bounds.py (groups across the nodes of small fabrics,
 every algorithm, every execution model)."""
 
 from __future__ import annotations

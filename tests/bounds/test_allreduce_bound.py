@@ -16,13 +16,13 @@ import dsl
 from cclc.algorithms import algorithms_for, get
 from cclc.bounds import (
     _allreduce_lp,
-    _Facts,
     _solve_lp,
     _symmetry,
     _with_kind,
     bounds,
     lp_bound,
 )
+from cclc.bounds_closed_form import Facts
 from cclc.collective import CollectiveKind as K
 from cclc.collective import Hint, make_collective
 from cclc.errors import CclError, CollectiveError
@@ -133,7 +133,7 @@ def facts(topo, size_per_rank: int = 1000):
         return None
     if len(group) < 2 or not topo.is_connected(group):
         return None
-    return _Facts(c)
+    return Facts(c)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
