@@ -22,16 +22,7 @@ LAYERS_DOC = ROOT / "docs" / "dev" / "pipeline.md"
 #: imports that still run up the layers, each with the part of issue 30 that removes it; an
 #: entry no longer in the graph fails :func:`test_known_upward_imports_are_still_there`, so
 #: the list only shrinks
-KNOWN_UPWARD = {
-    # the backends' emit() writes through the pipeline's writer: the one writer moves below
-    # the backends with the complete backend contract (item 3)
-    ("backends.msccl", "cclc.pipeline"),
-    ("backends.nccl", "cclc.pipeline"),
-    ("backends.tuner", "cclc.pipeline"),
-    # the synthesis report reads the synthesis budget from the algorithm: the budget becomes
-    # a parameter of the planner (item 2)
-    ("cclc.synth.report", "cclc.algorithms.synth_flows"),
-}
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:

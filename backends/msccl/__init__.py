@@ -242,7 +242,7 @@ def emit(schedule: Schedule, outdir, options: EmitOptions | None = None) -> list
     """Write ``<name>.<runtime>.xml`` and ``<name>.<runtime>.report.md`` for
     ``options.msccl_runtime`` into ``outdir`` (a folder or an :class:`~cclc.outdir.OutputDir`)
     through the pipeline's writer; return their paths."""
-    from cclc.pipeline import write_backend
+    from backends.write import write_backend
 
     return write_backend(BACKEND, schedule.collective, schedule, outdir, options)
 

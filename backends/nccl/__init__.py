@@ -209,6 +209,6 @@ def emit(schedule: Schedule, outdir, options: EmitOptions | None = None
          ) -> list[pathlib.Path]:
     """Write the sources into ``outdir/nccl-<name>/`` through the pipeline's writer (and build
     them if ``options.build``); return the paths, the built files last."""
-    from cclc.pipeline import write_backend
+    from backends.write import write_backend
 
     return write_backend(BACKEND, schedule.collective, schedule, outdir, options)

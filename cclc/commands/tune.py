@@ -87,7 +87,7 @@ def load_program(path: str):
 def run(args) -> int:
     from backends import load as load_backend
     from backends.contract import EmitOptions
-    from cclc.pipeline import write_backend
+    from backends.write import write_backend
     from cclc.tuning import outputs
     from cclc.tuning.profilers import profiler_from_spec
     from cclc.tuning.search import MeasurementCache
