@@ -38,10 +38,12 @@ import numpy as np
 from cclc.ir import Buf, OpKind, Schedule
 from cclc.sim import dest_counts, prepare, rank_in_runs
 
-__all__ = ["MAX_LANES", "DataflowPlan", "Item", "dataflow_time", "lower", "lower_schedule"]
+__all__ = ["MAX_LANES", "DataflowPlan", "Item", "dataflow_time", "lane_colouring", "lower",
+           "lower_schedule"]
 
 #: at most this many lane communicators per call (each NCCL communicator costs memory and
-#: setup): pairs beyond an edge colouring with this many colours share a lane
+#: setup, priced by cclc.lane_cost, which may choose fewer under a memory budget): pairs
+#: beyond an edge colouring with this many colours share a lane
 MAX_LANES = 32
 
 
@@ -132,6 +134,14 @@ def _colour(src: np.ndarray, dst: np.ndarray, path: np.ndarray, n: int, cap: int
         ub[c] += 1
     lane[net] = colour[inv]
     return lane
+
+
+def lane_colouring(n: int, src: np.ndarray, dst: np.ndarray, path: np.ndarray, cap: int
+                   ) -> np.ndarray:
+    """The lane of every op (-1 for local ops) as :func:`lower` chooses it with at most
+    ``cap`` lanes (what :mod:`cclc.lane_cost` prices before a plan is made)."""
+    return _colour(np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
+                   np.asarray(path), n, cap)
 
 
 def lower(n: int, step, src, dst, path, kind, src_buf, src_off, dst_buf, dst_off, count,

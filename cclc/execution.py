@@ -15,7 +15,10 @@ Every predicted time names the model it comes from:
     latency of a collective on the Simple protocol, 8.4 us (NCCL 2.21 ``src/graph/tuning.cc``,
     ``baseLat`` of ring/Simple, the fixed cost NCCL's tuner charges one launch); local copies
     and snapshots are free, as in the simulator. Timed by :func:`cclc.dataflow.dataflow_time`.
-    A model: it has not been measured on a GPU.
+    The lanes are as many as the connections' edge colouring needs, at most 32, and fewer when
+    NCCL's connection buffers for them would not fit the lane memory budget
+    (``--nccl-lane-memory``, :mod:`cclc.lane_cost`): fewer lanes make pairs share a lane and
+    wait for each other. A model: it has not been measured on a GPU.
 ``nccl-lockstep``
     The library as it was before it ran dataflow: one group per step, each step paying one
     launch of 8.4 us, then a barrier. No backend emits it any more; it is kept to show what
@@ -57,11 +60,13 @@ from typing import Literal
 
 import numpy as np
 
+from cclc.errors import ScheduleError
 from cclc.ir import Schedule
+from cclc.lane_cost import DEFAULT_LANE_MEMORY, choose_lanes
 from cclc.sim import simulate
 
 __all__ = ["BACKEND_MODELS", "IR_MODEL", "LOCKSTEP_NCCL_MODEL", "NCCL_GROUP_OVERHEAD",
-           "ExecutionModel", "Prediction", "model_for", "model_reason", "predict"]
+           "ExecutionModel", "Prediction", "model_for", "model_lanes", "model_reason", "predict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,9 @@ class ExecutionModel:
     op_overhead: float = 0.0
     call_overhead: float = 0.0
     description: str = ""
+    #: the dataflow library's lane memory budget per rank in bytes (:mod:`cclc.lane_cost`
+    #: chooses the lanes under it); None: at most :data:`cclc.dataflow.MAX_LANES` lanes
+    lane_memory: int | None = None
 
     @property
     def charges_software(self) -> bool:
@@ -104,7 +112,8 @@ LOCKSTEP_NCCL_MODEL = ExecutionModel(
     description="lockstep, one NCCL group per step, 8.4 us per step (no longer emitted)")
 BACKEND_MODELS: dict[str, ExecutionModel] = {
     "nccl": ExecutionModel("nccl", "dataflow", op_overhead=NCCL_GROUP_OVERHEAD,
-                           description="dataflow lanes, 8.4 us per NCCL group"),
+                           description="dataflow lanes, 8.4 us per NCCL group",
+                           lane_memory=DEFAULT_LANE_MEMORY),
     "msccl": ExecutionModel("msccl", "event", op_overhead=_SIMPLE_HOP,
                             call_overhead=_NCCL_LAUNCH,
                             description="dataflow, 3.4 us per op, 8.4 us per call"),
@@ -167,11 +176,26 @@ def _run(schedule: Schedule, model: ExecutionModel) -> float:
     if model.mode == "dataflow":
         from cclc.dataflow import dataflow_time, lower_schedule
 
-        plan = lower_schedule(schedule, op_overhead=model.op_overhead)
+        plan = lower_schedule(schedule, op_overhead=model.op_overhead,
+                              max_lanes=model_lanes(schedule, model))
         return dataflow_time(schedule, model.op_overhead, plan) + model.call_overhead
     r = simulate(schedule, mode=model.mode, step_overhead=model.step_overhead,
                  op_overhead=model.op_overhead)
     return float(r.time) + model.call_overhead
+
+
+def model_lanes(schedule: Schedule, model: ExecutionModel) -> int:
+    """The most lanes ``model`` runs ``schedule`` with: what :func:`cclc.lane_cost.choose_lanes`
+    allows under the model's budget, or :data:`cclc.dataflow.MAX_LANES` without a budget or
+    when none fits (the NCCL backend then refuses the schedule and says what it needs)."""
+    from cclc.dataflow import MAX_LANES
+
+    if model.lane_memory is None:
+        return MAX_LANES
+    try:
+        return choose_lanes(schedule, model.lane_memory).max_lanes
+    except ScheduleError:
+        return MAX_LANES
 
 
 def predict(schedule: Schedule, model: ExecutionModel = IR_MODEL) -> Prediction:

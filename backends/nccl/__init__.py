@@ -36,22 +36,36 @@ from backends.common import (
 )
 from backends.contract import Backend, Facts
 from backends.nccl.build import TARGET_FILES, BuildError, build, cuda_home, nccl_home
-from backends.nccl.tables import DataflowTables, dataflow_tables
+from backends.nccl.tables import DataflowTables, dataflow_tables, table_lane_cost
 from backends.units import UnitFacts, buffer_units, to_units
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, DType
 from cclc.ir import Schedule
+from cclc.lane_cost import (
+    DEFAULT_LANE_MEMORY,
+    P2P_RECV_BYTES,
+    P2P_SEND_BYTES,
+    LaneChoice,
+    LaneCost,
+    choose_lanes,
+)
 
 __all__ = ["BACKEND", "NcclBackend", "emit", "render_sources", "source_names"]
 
 _PKG = "backends.nccl"
 
 
-def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> dict[str, str]:
-    """File name -> text of every generated source (nothing is written)."""
+def render_sources(schedule: Schedule, options: EmitOptions | None = None,
+                   lane_memory: int = DEFAULT_LANE_MEMORY) -> dict[str, str]:
+    """File name -> text of every generated source (nothing is written); the lanes are chosen
+    under ``lane_memory`` bytes of NCCL buffers per rank (:func:`cclc.lane_cost.choose_lanes`;
+    :class:`~cclc.errors.ScheduleError` when even one lane does not fit)."""
     options = options or EmitOptions()
     coll = schedule.collective
     ident = c_identifier(coll.name)
-    tables = dataflow_tables(schedule, *to_units(schedule, split=True, pad=True))
+    choice = choose_lanes(schedule, lane_memory)
+    tables = dataflow_tables(schedule, *to_units(schedule, split=True, pad=True),
+                             max_lanes=choice.max_lanes)
+    cost = table_lane_cost(tables, choice.lane_ctas)
     us, unit_counts = tables.facts, buffer_units(tables.units)
     padded = is_padded(schedule)
     meaning = count_convention(coll.kind)
@@ -83,7 +97,8 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
             algorithm=algorithm, entries=rows, first=first,
             deps=dep_lines, n_lanes=tables.n_lanes, n_local=tables.n_local,
             units=", ".join(map(str, unit_counts)), staging_units=tables.staging_units,
-            input_copy=int(tables.input_copy), reducing=int(reducing)),
+            input_copy=int(tables.input_copy), reducing=int(reducing),
+            lane_ctas=choice.lane_ctas, cost=_cost_lines(cost, choice)),
         f"cclc_{ident}.h": render_template(
             _PKG, "api.h.j2", **common, pad_note=pad_note,
             reduce_note=(f" and for data types the {coll.op.value} reduction does not support"
@@ -98,6 +113,20 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
         "Makefile": render_template(_PKG, "Makefile.j2", **common, nccl_home=home,
                                     cuda_home=cuda_home(), cuda_arch=options.cuda_arch),
     }
+
+
+def _cost_lines(cost: LaneCost, choice: LaneChoice) -> list[str]:
+    """The header's account of what the library makes and allocates on each rank."""
+    mib = 2 ** 20
+    return textwrap.wrap(
+        f"On each rank (the most loaded one) the first call makes {cost.communicators} "
+        f"communicators with ncclCommSplit (one per lane, {cost.lane_ctas} CTAs each), "
+        f"{cost.streams} CUDA streams and {cost.events} CUDA events, and NCCL connects "
+        f"{cost.sends} (peer, lane) pairs it sends to and {cost.recvs} it receives from, "
+        f"{cost.connection_setups} connection setups in all; NCCL 2.30's P2P buffers for them: "
+        f"about {cost.device_bytes / mib:.0f} MiB (estimate: {P2P_SEND_BYTES // mib} MiB per "
+        f"channel sent on, {P2P_RECV_BYTES // mib} MiB per channel received on), under the "
+        f"budget of {choice.budget / mib:.0f} MiB.", 92)
 
 
 def table_text(tables: DataflowTables) -> tuple[list[str], str, list[str]]:
@@ -185,7 +214,11 @@ class NcclBackend:
     def render(self, subject: Schedule, options: EmitOptions, facts: Facts
                ) -> dict[str, str | bytes]:
         sub = f"nccl-{c_identifier(subject.collective.name)}"
-        return {f"{sub}/{name}": text for name, text in render_sources(subject, options).items()}
+        # the budget the planner priced the lanes with, when it priced with the nccl model
+        budget = facts.model.lane_memory if facts.model is not None and \
+            facts.model.lane_memory is not None else DEFAULT_LANE_MEMORY
+        return {f"{sub}/{name}": text
+                for name, text in render_sources(subject, options, budget).items()}
 
     def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
         targets = _targets(options)

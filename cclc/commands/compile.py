@@ -87,6 +87,11 @@ def add_parser(sub) -> None:
     p.add_argument("--build", action="store_true",
                    help="with --emit nccl, also build libcclc_<name>.so (nvcc, NCCL headers "
                         "from the nvidia-nccl-cu13 wheel or NCCL_HOME)")
+    p.add_argument("--nccl-lane-memory", type=_memory_size, metavar="SIZE",
+                   help="with --emit nccl, the most device memory per rank NCCL's buffers for "
+                        "the library's lane communicators may take (an estimate from NCCL's "
+                        "source); fewer lanes and fewer CTAs per lane fit a smaller budget "
+                        "(bytes, or with a K, M, G or T suffix (binary); default 2G)")
     p.add_argument("--synth-budget", type=_seconds, metavar="SECONDS",
                    help="time budget of algorithm synth for every collective (auto included; "
                         "lifts synth's rank limit under auto); past it synth falls back to the "
@@ -112,6 +117,19 @@ def _byte_count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a byte count (an integer >= 0), not "
                                          f"'{text}'")
+    return value
+
+
+_SUFFIXES = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+
+
+def _memory_size(text: str) -> int:
+    """A byte count > 0, optionally with a binary K/M/G/T suffix (``512M``, ``2G``)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, flags=re.IGNORECASE)
+    value = int(float(m.group(1)) * _SUFFIXES[m.group(2).upper()]) if m else 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a memory size > 0 such as 2G, 512M or "
+                                         f"1073741824 (bytes), not '{text}'")
     return value
 
 
@@ -235,6 +253,8 @@ class _Printer(Events):
                   "has yet, so the time above is under ECMP hashing")
         if nccl:
             print(f"  {nccl}")
+        if "nccl" in parse_emit(self.args.emit):
+            print(f"  {_lane_report(p)}")
 
     def failed(self, coll, message: str) -> None:
         print(f"error: collective '{coll.name}': the schedule failed verification, so "
@@ -255,6 +275,21 @@ class _Printer(Events):
         _progress(f"  {coll.name} done in {time.perf_counter() - self.started:.1f} s")
 
 
+def _lane_report(p) -> str:
+    """What the NCCL library's lanes make and allocate on each rank (see cclc.lane_cost)."""
+    from cclc.errors import ScheduleError
+    from cclc.execution import NCCL_GROUP_OVERHEAD
+    from cclc.lane_cost import DEFAULT_LANE_MEMORY, choose_lanes, schedule_lane_cost
+
+    budget = p.model.lane_memory if p.model.lane_memory is not None else DEFAULT_LANE_MEMORY
+    try:
+        choice = choose_lanes(p.schedule, budget)
+    except ScheduleError as err:
+        return f"nccl library: {err.message}"
+    cost = schedule_lane_cost(p.schedule, choice, NCCL_GROUP_OVERHEAD)
+    return f"nccl library: {cost.describe()} (budget {budget / 2 ** 20:.0f} MiB)"
+
+
 def _options(args):
     from backends.contract import EmitOptions
 
@@ -268,7 +303,8 @@ def run(args) -> int:
     request = Request(emit=tuple(emit), only=tuple(args.only or ()), algorithm=args.algorithm,
                       explain=args.explain, size_check=not getattr(args, "no_size_check", False),
                       options=_options(args), force=args.force, source=f"'{args.file}'",
-                      synth_budget=getattr(args, "synth_budget", None))
+                      synth_budget=getattr(args, "synth_budget", None),
+                      nccl_lane_memory=getattr(args, "nccl_lane_memory", None))
     program = load_program(args.file)
     results = compile_program(program, args.output, request, _Printer(args))
     return _summary(results)
