@@ -51,13 +51,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cclc.dataflow import MAX_LANES, lane_colouring, lower_schedule
+from cclc.dataflow import MAX_LANES, DataflowPlan, lane_colouring, lower_schedule
 from cclc.errors import ScheduleError
 from cclc.ir import Schedule
 
 __all__ = ["CUDA_IPC_MIN", "DEFAULT_LANE_MEMORY", "LANE_CTA_LIMIT", "LL128_BUFFSIZE",
            "LL_BUFFSIZE", "P2P_RECV_BYTES", "P2P_SEND_BYTES", "SIMPLE_BUFFSIZE", "LaneChoice",
-           "LaneCost", "choose_lanes", "lane_cost", "schedule_lane_cost"]
+           "LaneCost", "choose_lanes", "lane_cost", "plan_entries", "schedule_lane_cost"]
 
 #: NCCL's default per-protocol buffers of one connection on one channel (src/init.cc)
 LL_BUFFSIZE = 8 * 512 * 8 * 16
@@ -235,6 +235,15 @@ def schedule_lane_cost(s: Schedule, choice: LaneChoice, op_overhead: float) -> L
     plan = lower_schedule(s, op_overhead=op_overhead, max_lanes=choice.max_lanes)
     o = s.ops
     src, dst = o.src.astype(np.int64), o.dst.astype(np.int64)
+    return lane_cost(s.n, src, dst, plan.lane, plan.n_lanes, plan.n_local,
+                     plan_entries(s, plan), choice.lane_ctas)
+
+
+def plan_entries(s: Schedule, plan: DataflowPlan) -> np.ndarray:
+    """Per rank, the table entries ``plan`` gives it: one per snapshot and local op at its
+    rank, one per message at each of its two ranks."""
+    o = s.ops
+    src, dst = o.src.astype(np.int64), o.dst.astype(np.int64)
     cols = plan.columns
     if cols is None:            # a plan without columns has its items as tuples
         item_op = np.array([it.op for it in plan.items], dtype=np.int64)
@@ -243,6 +252,4 @@ def schedule_lane_cost(s: Schedule, choice: LaneChoice, op_overhead: float) -> L
         item_op, snap = cols.op, cols.snap
     a, b = src[item_op], dst[item_op]
     message = ~snap & (a != b)
-    entries = np.bincount(a, minlength=s.n) + np.bincount(b[message], minlength=s.n)
-    return lane_cost(s.n, src, dst, plan.lane, plan.n_lanes, plan.n_local, entries,
-                     choice.lane_ctas)
+    return np.bincount(a, minlength=s.n) + np.bincount(b[message], minlength=s.n)

@@ -253,8 +253,11 @@ class _Printer(Events):
                   "has yet, so the time above is under ECMP hashing")
         if nccl:
             print(f"  {nccl}")
-        if "nccl" in parse_emit(self.args.emit):
+        emitted = parse_emit(self.args.emit)
+        if "nccl" in emitted:
             print(f"  {_lane_report(p)}")
+        if "nccl-onesided" in emitted:
+            print(f"  {_onesided_report(p)}")
 
     def failed(self, coll, message: str) -> None:
         print(f"error: collective '{coll.name}': the schedule failed verification, so "
@@ -288,6 +291,25 @@ def _lane_report(p) -> str:
         return f"nccl library: {err.message}"
     cost = schedule_lane_cost(p.schedule, choice, NCCL_GROUP_OVERHEAD)
     return f"nccl library: {cost.describe()} (budget {budget / 2 ** 20:.0f} MiB)"
+
+
+def _onesided_report(p) -> str:
+    """What the one-sided NCCL library makes on each rank: no lanes (see cclc.execution)."""
+    import numpy as np
+
+    from cclc.dataflow import lower_schedule
+    from cclc.execution import NCCL_GROUP_OVERHEAD
+    from cclc.lane_cost import plan_entries
+
+    s = p.schedule
+    entries = plan_entries(s, lower_schedule(s, op_overhead=NCCL_GROUP_OVERHEAD))
+    net = s.ops.src != s.ops.dst
+    messages = (np.bincount(s.ops.src[net], minlength=s.n)
+                + np.bincount(s.ops.dst[net], minlength=s.n))
+    return ("nccl-onesided library: the caller's communicator only (no lane communicators, "
+            "streams or events), one registered window per rank and call size; at most "
+            f"{int(entries.max())} entries per rank run in order, {int(messages.max())} of "
+            "them messages (a credit, a put and a signal each)")
 
 
 def _options(args):
