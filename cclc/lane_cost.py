@@ -180,6 +180,11 @@ def choose_lanes(s: Schedule, budget: int = DEFAULT_LANE_MEMORY) -> LaneChoice:
     o = s.ops
     src, dst = o.src.astype(np.int64), o.dst.astype(np.int64)
     route = o.route.astype(np.int64)
+    # every pair of ranks that exchanges messages keeps one connection on some lane: below
+    # that, with one CTA, no lane count fits (and none is tried)
+    floor = _bytes(*_connections(s.n, src, dst, np.zeros(len(src), dtype=np.int64)), 1)
+    if floor > budget:
+        raise ScheduleError(_too_small(floor, budget))
     needed = None
     cap = MAX_LANES
     while cap >= 1:
@@ -196,12 +201,15 @@ def choose_lanes(s: Schedule, budget: int = DEFAULT_LANE_MEMORY) -> LaneChoice:
         needed = used if needed is None else min(needed, used)
         # fewer lanes than the colouring used before: each step down merges some connections
         cap = min(cap, lanes) - 1
-    raise ScheduleError(
-        f"the NCCL library needs at least {_mib(needed or 0)} per rank for its connection "
-        f"buffers ({P2P_SEND_BYTES // 2 ** 20} MiB per connection sent on, "
-        f"{P2P_RECV_BYTES // 2 ** 20} MiB per connection received on, one channel each: "
-        f"NCCL 2.30's P2P transport), more than the budget of {_mib(budget)}; raise "
-        "--nccl-lane-memory")
+    raise ScheduleError(_too_small(needed or 0, budget))
+
+
+def _too_small(needed: int, budget: int) -> str:
+    return (f"the NCCL library needs at least {_mib(needed)} per rank for its connection "
+            f"buffers ({P2P_SEND_BYTES // 2 ** 20} MiB per connection sent on, "
+            f"{P2P_RECV_BYTES // 2 ** 20} MiB per connection received on, one channel each: "
+            f"NCCL 2.30's P2P transport), more than the budget of {_mib(budget)}; raise "
+            "--nccl-lane-memory")
 
 
 def _mib(value: int) -> str:

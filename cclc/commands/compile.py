@@ -30,8 +30,9 @@ DIR/.cclc-manifest.json). A run locks DIR while it writes: a second compile or t
 meanwhile is refused at once (exit 2) and writes nothing.
 
 Times are predicted under the execution model of the first code-emitting backend in --emit
-(nccl: dataflow lanes with a per-group cost; msccl: dataflow with a per-op cost; json
-only: the IR's plain lockstep) and the topology's declared routing; every printed time names
+(nccl: dataflow lanes with a per-group cost; nccl-onesided: each rank's ops in order with
+a per-message signal cost; msccl: dataflow with a per-op cost; json only: the IR's plain
+lockstep) and the topology's declared routing; every printed time names
 its model, and a note says which output chose it (the same file may choose another algorithm
 with another --emit). On an ECMP fabric the time with cclc's planned spines is printed beside
 it, as a plan.
@@ -85,7 +86,8 @@ def add_parser(sub) -> None:
                         "size; microsoft/msccl allocates scratch for it at init; 0 means no "
                         "bound for msccl-executor and rccl)")
     p.add_argument("--build", action="store_true",
-                   help="with --emit nccl, also build libcclc_<name>.so (nvcc, NCCL headers "
+                   help="with --emit nccl or nccl-onesided, also build libcclc_<name>.so "
+                        "(nvcc, NCCL headers "
                         "from the nvidia-nccl-cu13 wheel or NCCL_HOME)")
     p.add_argument("--nccl-lane-memory", type=_memory_size, metavar="SIZE",
                    help="with --emit nccl, the most device memory per rank NCCL's buffers for "

@@ -166,6 +166,12 @@ def test_compile_reports_lanes_and_takes_the_budget(tmp_path):
     assert small.returncode == 1 and "raise --nccl-lane-memory" in small.stderr
     unpriced = _compile(tmp_path, "--emit", "json", "--nccl-lane-memory", "1G", "--force")
     assert unpriced.returncode == 2 and "needs nccl" in unpriced.stderr
+    onesided = _compile(tmp_path, "--emit", "json,nccl-onesided", "--force")
+    assert onesided.returncode == 0, onesided.stderr
+    assert "nccl-onesided model" in onesided.stdout
+    assert re.search(r"nccl-onesided library: the caller's communicator only .* at most \d+ "
+                     r"entries per rank run in order", onesided.stdout), onesided.stdout
+    assert (tmp_path / "out" / "nccl-onesided-a2a" / "cclc_onesided.h").exists()
 
 
 def test_lanes_are_ncclcommsplit_per_lane():
