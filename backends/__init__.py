@@ -25,13 +25,15 @@ BACKENDS: dict[str, str] = {
     "msccl": "backends.msccl",
     "mscclpp": "backends.mscclpp",
     "nccl": "backends.nccl",
+    "nccl-onesided": "backends.nccl.onesided",
     "html": "backends.html",
     "tuner": "backends.tuner",
 }
 
 #: the outputs of a compiled schedule, what ``cclc compile --emit`` offers (the tuner's subject
 #: is a table of NCCL parameters, written by ``cclc tune``)
-SCHEDULE_BACKENDS: tuple[str, ...] = ("json", "msccl", "mscclpp", "nccl", "html")
+SCHEDULE_BACKENDS: tuple[str, ...] = ("json", "msccl", "mscclpp", "nccl", "nccl-onesided",
+                                      "html")
 
 
 #: the members of :class:`backends.contract.Backend`: what the pipeline reads of every backend

@@ -38,10 +38,12 @@ import numpy as np
 from cclc.ir import Buf, OpKind, Schedule
 from cclc.sim import dest_counts, prepare, rank_in_runs
 
-__all__ = ["MAX_LANES", "DataflowPlan", "Item", "dataflow_time", "lower", "lower_schedule"]
+__all__ = ["MAX_LANES", "DataflowPlan", "Item", "dataflow_time", "lane_colouring", "lower",
+           "lower_schedule"]
 
 #: at most this many lane communicators per call (each NCCL communicator costs memory and
-#: setup): pairs beyond an edge colouring with this many colours share a lane
+#: setup, priced by cclc.lane_cost, which may choose fewer under a memory budget): pairs
+#: beyond an edge colouring with this many colours share a lane
 MAX_LANES = 32
 
 
@@ -132,6 +134,14 @@ def _colour(src: np.ndarray, dst: np.ndarray, path: np.ndarray, n: int, cap: int
         ub[c] += 1
     lane[net] = colour[inv]
     return lane
+
+
+def lane_colouring(n: int, src: np.ndarray, dst: np.ndarray, path: np.ndarray, cap: int
+                   ) -> np.ndarray:
+    """The lane of every op (-1 for local ops) as :func:`lower` chooses it with at most
+    ``cap`` lanes (what :mod:`cclc.lane_cost` prices before a plan is made)."""
+    return _colour(np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
+                   np.asarray(path), n, cap)
 
 
 def lower(n: int, step, src, dst, path, kind, src_buf, src_off, dst_buf, dst_off, count,
@@ -333,20 +343,21 @@ def _plan(ids: _ItemIds, snapped, red, count, edges, lane, n_lanes) -> DataflowP
 MAX_LOCAL_LANES = 8
 
 
-def lower_schedule(s: Schedule, op_overhead: float = 0.0, max_lanes: int = MAX_LANES
-                   ) -> DataflowPlan:
+def lower_schedule(s: Schedule, op_overhead: float = 0.0, max_lanes: int = MAX_LANES,
+                   grouping: bool = True) -> DataflowPlan:
     """:func:`lower` in the schedule's own chunks (the simulator's slots), local ops placed
-    by :func:`place_local_ops`."""
+    by :func:`place_local_ops` (``grouping``: whether ready messages of a lane share a
+    launch)."""
     o = s.ops
     plan = lower(s.n, o.step, o.src, o.dst, o.route, o.kind, o.src_buf, o.src_off, o.dst_buf,
                  o.dst_off, o.count, dest_counts(s),
                  (s.n_chunks(Buf.INPUT), s.n_chunks(Buf.OUTPUT), s.n_chunks(Buf.SCRATCH)),
                  max_lanes)
-    return place_local_ops(s, plan, op_overhead)
+    return place_local_ops(s, plan, op_overhead, grouping)
 
 
-def place_local_ops(s: Schedule, plan: DataflowPlan, op_overhead: float = 0.0
-                    ) -> DataflowPlan:
+def place_local_ops(s: Schedule, plan: DataflowPlan, op_overhead: float = 0.0,
+                    grouping: bool = True) -> DataflowPlan:
     """Lanes for local ops and groups for messages, chosen with the simulator's times at the
     schedule's size (any choice is correct; these make the library as fast as event mode).
 
@@ -356,8 +367,9 @@ def place_local_ops(s: Schedule, plan: DataflowPlan, op_overhead: float = 0.0
     ready earliest). A message joins the open group of its lane (one ``ncclGroupStart`` ...
     ``ncclGroupEnd``, one launch) when nothing else used the lane on either rank since the
     group began, every edge it has comes before the group's first item, and it is ready when
-    the group starts: then it waits for nothing more and the group pays one launch."""
-    time, lanes, group = _run(s, plan, op_overhead, place=True)
+    the group starts: then it waits for nothing more and the group pays one launch. Without
+    ``grouping`` (a runtime that pays per message) every message is a group of its own."""
+    time, lanes, group = _run(s, plan, op_overhead, place=True, grouping=grouping)
     n_local = int(lanes.max()) + 1 - plan.n_lanes if len(lanes) else 0
     return DataflowPlan(plan.item_tuple, lanes, plan.n_lanes, max(n_local, 0), plan.staging,
                         group, time, op_overhead, plan.columns)
@@ -477,8 +489,8 @@ def _successors(cols: _Columns) -> tuple[np.ndarray, np.ndarray]:
     return ptr.astype(np.int64), then
 
 
-def _run(s: Schedule, plan: DataflowPlan, op_overhead: float, place: bool = False
-         ) -> tuple[float, np.ndarray, np.ndarray]:
+def _run(s: Schedule, plan: DataflowPlan, op_overhead: float, place: bool = False,
+         grouping: bool = True) -> tuple[float, np.ndarray, np.ndarray]:
     """The plan's items in issue order under the simulator's link model (see
     :func:`dataflow_time` and :func:`place_local_ops`): the time, every op's lane and group.
 
@@ -498,7 +510,7 @@ def _run(s: Schedule, plan: DataflowPlan, op_overhead: float, place: bool = Fals
     n_items = len(cols.op)
     if not n_items:
         return 0.0, lane, group
-    st = _RunState.start(s, p, plan, cols, place, lane)
+    st = _RunState.start(s, p, plan, cols, place, lane, grouping)
     succ = st.successors(cols, place, lane)
     indegree = succ.indegree(n_items)
     wave = np.flatnonzero(indegree == 0)
@@ -550,10 +562,12 @@ class _RunState:
     g_first: np.ndarray
     pool_ready: np.ndarray
     pool_size: np.ndarray
+    #: while placing, whether messages join groups (see place_local_ops)
+    grouping: bool = True
 
     @classmethod
     def start(cls, s: Schedule, p, plan: DataflowPlan, cols: _Columns, place: bool,
-              lane: np.ndarray) -> _RunState:
+              lane: np.ndarray, grouping: bool = True) -> _RunState:
         o = s.ops
         io = cols.op
         n_items, n_ops = len(io), len(o)
@@ -583,7 +597,7 @@ class _RunState:
                    np.zeros(s.topology.n_links), np.zeros(s.n * width),
                    np.full(s.n * width, -1, dtype=np.int64), np.full(n_ops, -1.0),
                    np.full(n_ops, -1, dtype=np.int64),
-                   np.zeros((s.n, MAX_LOCAL_LANES)), np.zeros(s.n, dtype=np.int64))
+                   np.zeros((s.n, MAX_LOCAL_LANES)), np.zeros(s.n, dtype=np.int64), grouping)
 
     def successors(self, cols: _Columns, place: bool, lane: np.ndarray) -> _Succ:
         """The next item on each lane slot of every item, on each link of its route and
@@ -620,7 +634,7 @@ class _RunState:
         ln = lane[op]
         x0 = src * self.width + ln
         x1 = np.where(net, self.dst[w] * self.width + ln, x0)
-        if self.place:
+        if self.place and self.grouping:
             self._join_groups(w, ready, x0, x1, group)
         member = net & (group[op] != op)
         ready = np.where(member, self.g_start[group[op]],

@@ -18,7 +18,20 @@ Every predicted time names the model it comes from:
     latency of a collective on the Simple protocol, 8.4 us (NCCL 2.21 ``src/graph/tuning.cc``,
     ``baseLat`` of ring/Simple, the fixed cost NCCL's tuner charges one launch); local copies
     and snapshots are free, as in the simulator. Timed by :func:`cclc.dataflow.dataflow_time`.
-    A model: it has not been measured on a GPU.
+    The lanes are as many as the connections' edge colouring needs, at most 32, and fewer when
+    NCCL's connection buffers for them would not fit the lane memory budget
+    (``--nccl-lane-memory``, :mod:`cclc.lane_cost`): fewer lanes make pairs share a lane and
+    wait for each other. A model: it has not been measured on a GPU.
+``nccl-onesided``
+    The one-sided form of the NCCL library (``--emit nccl-onesided``): no lane
+    communicators; each rank runs its table entries one after another on the caller's stream,
+    and every message is a credit signal from the receiver (its slot is free) then a put with
+    a signal from the sender (``ncclSignal``, ``ncclPutSignal``, ``ncclWaitSignal``). Timed as
+    dataflow over one lane (a message starts when both of its ranks are done with everything
+    before it), each message paying 2.345 us of signalling: one signal+wait round trip of
+    MSCCL++'s memory channel (below), a borrowed figure for the same mechanism, since NCCL
+    publishes none for its one-sided calls. No launch cost per message (NCCL runs the puts on
+    the copy engines, not in a kernel). A model, not measured.
 ``nccl-lockstep``
     The library as it was before it ran dataflow: one group per step, each step paying one
     launch of 8.4 us, then a barrier. No backend emits it any more; it is kept to show what
@@ -61,12 +74,14 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from cclc.errors import ScheduleError
 from cclc.ir import Schedule
+from cclc.lane_cost import DEFAULT_LANE_MEMORY, choose_lanes
 from cclc.sim import simulate
 
 __all__ = ["IR_MODEL", "LOCKSTEP_NCCL_MODEL", "MODELS", "MSCCLPP_MODEL", "MSCCL_MODEL",
-           "NCCL_GROUP_OVERHEAD", "NCCL_MODEL", "ExecutionModel", "Output", "Prediction",
-           "model_for", "model_reason", "predict"]
+           "NCCL_GROUP_OVERHEAD", "NCCL_MODEL", "NCCL_ONESIDED_MODEL", "ExecutionModel",
+           "Output", "Prediction", "model_for", "model_lanes", "model_reason", "predict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +94,14 @@ class ExecutionModel:
     op_overhead: float = 0.0
     call_overhead: float = 0.0
     description: str = ""
+    #: the dataflow library's lane memory budget per rank in bytes (:mod:`cclc.lane_cost`
+    #: chooses the lanes under it); None: at most :data:`cclc.dataflow.MAX_LANES` lanes
+    lane_memory: int | None = None
+    #: a fixed lane limit of a dataflow runtime (None: :data:`cclc.dataflow.MAX_LANES`, or
+    #: what ``lane_memory`` allows)
+    max_lanes: int | None = None
+    #: whether ready messages of a dataflow lane share one launch (False: each pays its own)
+    groups: bool = True
 
     @property
     def charges_software(self) -> bool:
@@ -100,6 +123,13 @@ _SIMPLE_HOP = 3.4e-6
 #: 4f3638b6, SemaphorePerfTest.SignalPingPong, "Red-based (new): 2.345 us/iter")
 _MSCCLPP_ROUND_TRIP = 2.345e-6
 
+#: what one message of the one-sided NCCL library costs in signalling: a credit from the
+#: receiver and the data signal from the sender, two one-way signals, priced as one
+#: signal+wait round trip of MSCCL++'s memory channel (the figure above): a borrowed
+#: measurement of the same mechanism (a flag written into a peer GPU's memory and polled
+#: there), not one of NCCL's one-sided calls, which publish none
+_ONESIDED_MESSAGE = _MSCCLPP_ROUND_TRIP
+
 #: what one group (one launch) of the dataflow NCCL library costs
 NCCL_GROUP_OVERHEAD = _NCCL_LAUNCH
 
@@ -107,9 +137,16 @@ IR_MODEL = ExecutionModel("ir", "lockstep", description="lockstep steps, no soft
 LOCKSTEP_NCCL_MODEL = ExecutionModel(
     "nccl-lockstep", "lockstep", step_overhead=_NCCL_LAUNCH,
     description="lockstep, one NCCL group per step, 8.4 us per step (no longer emitted)")
-#: the generated NCCL library (``backends.nccl``)
+#: the generated NCCL library (``backends.nccl``): lanes under a memory budget
 NCCL_MODEL = ExecutionModel("nccl", "dataflow", op_overhead=NCCL_GROUP_OVERHEAD,
-                            description="dataflow lanes, 8.4 us per NCCL group")
+                            description="dataflow lanes, 8.4 us per NCCL group",
+                            lane_memory=DEFAULT_LANE_MEMORY)
+#: the one-sided form of the NCCL library (``--emit nccl-onesided``)
+NCCL_ONESIDED_MODEL = ExecutionModel(
+    "nccl-onesided", "dataflow", op_overhead=_ONESIDED_MESSAGE, max_lanes=1, groups=False,
+    description="one-sided puts on the caller's communicator, each rank's entries in "
+    "order, 2.345 us of signalling per message (MSCCL++'s measured signal+wait round "
+    "trip, H100, borrowed)")
 #: the MSCCL runtimes (``backends.msccl``)
 MSCCL_MODEL = ExecutionModel("msccl", "event", op_overhead=_SIMPLE_HOP,
                              call_overhead=_NCCL_LAUNCH,
@@ -124,7 +161,8 @@ MSCCLPP_MODEL = ExecutionModel("mscclpp", "lockstep", step_overhead=_MSCCLPP_ROU
 #: every model by its own name (what reports print and benchmarks' ``--model`` takes); the
 #: model an output is priced with hangs on its backend, never looked up here by output name
 MODELS: dict[str, ExecutionModel] = {m.name: m for m in (IR_MODEL, LOCKSTEP_NCCL_MODEL,
-                                                         NCCL_MODEL, MSCCL_MODEL,
+                                                         NCCL_MODEL, NCCL_ONESIDED_MODEL,
+                                                         MSCCL_MODEL,
                                                          MSCCLPP_MODEL)}
 
 
@@ -186,11 +224,28 @@ def _run(schedule: Schedule, model: ExecutionModel) -> float:
     if model.mode == "dataflow":
         from cclc.dataflow import dataflow_time, lower_schedule
 
-        plan = lower_schedule(schedule, op_overhead=model.op_overhead)
+        plan = lower_schedule(schedule, op_overhead=model.op_overhead,
+                              max_lanes=model_lanes(schedule, model), grouping=model.groups)
         return dataflow_time(schedule, model.op_overhead, plan) + model.call_overhead
     r = simulate(schedule, mode=model.mode, step_overhead=model.step_overhead,
                  op_overhead=model.op_overhead)
     return float(r.time) + model.call_overhead
+
+
+def model_lanes(schedule: Schedule, model: ExecutionModel) -> int:
+    """The most lanes ``model`` runs ``schedule`` with: what :func:`cclc.lane_cost.choose_lanes`
+    allows under the model's budget, or :data:`cclc.dataflow.MAX_LANES` without a budget or
+    when none fits (the NCCL backend then refuses the schedule and says what it needs)."""
+    from cclc.dataflow import MAX_LANES
+
+    if model.max_lanes is not None:
+        return model.max_lanes
+    if model.lane_memory is None:
+        return MAX_LANES
+    try:
+        return choose_lanes(schedule, model.lane_memory).max_lanes
+    except ScheduleError:
+        return MAX_LANES
 
 
 def predict(schedule: Schedule, model: ExecutionModel = IR_MODEL) -> Prediction:

@@ -85,6 +85,10 @@ class Request:
     source: str = "the file"
     #: seconds ``synth`` may spend on a collective that names no budget (``None``: its default)
     synth_budget: float | None = None
+    #: bytes per rank the NCCL library's lane buffers may take (``None``: the nccl model's
+    #: default, :data:`cclc.lane_cost.DEFAULT_LANE_MEMORY`); it travels in the model, which
+    #: prices the lanes and hands the budget to the backend through :class:`Facts`
+    nccl_lane_memory: int | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,9 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
     events = events or Events()
     options = request.options or EmitOptions()
     backends = [load(name) for name in request.emit]
+    # the outputs decide the execution model that prices the candidates (each runtime pays
+    # software costs of its own); a lane budget for a model without lanes is refused first
+    model = _with_lane_memory(model_for(backends), request)
 
     # 1. resolve: the collectives asked for, each checked against the algorithm table
     if not program.topologies:
@@ -205,9 +212,7 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
             with events.stage(f"writing {topology_file(name)}"):
                 events.wrote(out.write_text(topology_file(name), _topology_text(topo)))
 
-        # the outputs decide the execution model that prices the candidates (each runtime
-        # pays software costs of its own), so the same file may choose differently: say so
-        model = model_for(backends)
+        # the same file may choose differently under another output's model: say so
         reason = model_reason(backends)
         if reason is not None and collectives:
             events.priced(model, reason)
@@ -255,6 +260,18 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
 
 
 # -- the stages --------------------------------------------------------------------------------
+
+def _with_lane_memory(model: ExecutionModel, request: Request) -> ExecutionModel:
+    """``model`` with the lane memory budget asked for; refused when ``model`` is not the
+    dataflow library's (its lanes would not be priced with the budget)."""
+    if request.nccl_lane_memory is None:
+        return model
+    if model.lane_memory is None:
+        raise CclError("--nccl-lane-memory needs nccl as the first code-emitting output of "
+                       f"--emit (the candidates are priced under the {model.name} model, "
+                       "which has no lanes)")
+    return dataclasses.replace(model, lane_memory=request.nccl_lane_memory)
+
 
 def _select(program: Program, request: Request) -> list[Collective]:
     collectives = list(program.collectives)

@@ -36,23 +36,47 @@ from backends.common import (
 )
 from backends.contract import Backend, Facts
 from backends.nccl.build import TARGET_FILES, BuildError, build, cuda_home, nccl_home
-from backends.nccl.tables import DataflowTables, dataflow_tables
+from backends.nccl.tables import DataflowTables, dataflow_tables, table_lane_cost
 from backends.units import UnitFacts, buffer_units, to_units
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, DType
-from cclc.execution import NCCL_MODEL, ExecutionModel
+from cclc.dataflow import MAX_LANES
+from cclc.errors import ScheduleError
+from cclc.execution import NCCL_MODEL, NCCL_ONESIDED_MODEL, ExecutionModel
 from cclc.ir import Schedule
+from cclc.lane_cost import (
+    DEFAULT_LANE_MEMORY,
+    P2P_RECV_BYTES,
+    P2P_SEND_BYTES,
+    LaneChoice,
+    LaneCost,
+    choose_lanes,
+)
 
-__all__ = ["BACKEND", "NcclBackend", "emit", "render_sources", "source_names"]
+__all__ = ["APIS", "BACKEND", "ONESIDED", "NcclBackend", "emit", "render_sources", "source_names"]
 
 _PKG = "backends.nccl"
 
 
-def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> dict[str, str]:
-    """File name -> text of every generated source (nothing is written)."""
+def render_sources(schedule: Schedule, options: EmitOptions | None = None,
+                   lane_memory: int = DEFAULT_LANE_MEMORY, api: str = "lanes"
+                   ) -> dict[str, str]:
+    """File name -> text of every generated source (nothing is written).
+
+    ``api`` ``"lanes"``: the lanes are chosen under ``lane_memory`` bytes of NCCL buffers per
+    rank (:func:`cclc.lane_cost.choose_lanes`; :class:`~cclc.errors.ScheduleError` when even
+    one lane does not fit). ``"onesided"``: the same tables run on NCCL's one-sided API (and
+    MPI's) on the caller's communicator alone; the lanes only order the tables."""
+    if api not in APIS:
+        raise ScheduleError(f"unknown NCCL library form '{api}': choose one of "
+                            + ", ".join(APIS))
     options = options or EmitOptions()
     coll = schedule.collective
     ident = c_identifier(coll.name)
-    tables = dataflow_tables(schedule, *to_units(schedule, split=True, pad=True))
+    choice = choose_lanes(schedule, lane_memory) if api == "lanes" else None
+    tables = dataflow_tables(schedule, *to_units(schedule, split=True, pad=True),
+                             max_lanes=choice.max_lanes if choice else MAX_LANES)
+    cost = _cost_lines(table_lane_cost(tables, choice.lane_ctas), choice) if choice else \
+        _onesided_lines(tables)
     us, unit_counts = tables.facts, buffer_units(tables.units)
     padded = is_padded(schedule)
     meaning = count_convention(coll.kind)
@@ -84,21 +108,57 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
             algorithm=algorithm, entries=rows, first=first,
             deps=dep_lines, n_lanes=tables.n_lanes, n_local=tables.n_local,
             units=", ".join(map(str, unit_counts)), staging_units=tables.staging_units,
-            input_copy=int(tables.input_copy), reducing=int(reducing)),
+            input_copy=int(tables.input_copy), reducing=int(reducing),
+            lane_ctas=choice.lane_ctas if choice else 1, cost=cost),
         f"cclc_{ident}.h": render_template(
             _PKG, "api.h.j2", **common, pad_note=pad_note,
             reduce_note=(f" and for data types the {coll.op.value} reduction does not support"
-                         if reducing else "")),
-        f"cclc_{ident}.cu": render_template(_PKG, "nccl.cu.j2", **common),
+                         if reducing else ""), onesided=api == "onesided"),
+        f"cclc_{ident}.cu": render_template(_PKG, _FORMS[api][0], **common),
         f"cclc_{ident}_mpi.h": render_template(_PKG, "mpi.h.j2", **common),
-        f"cclc_{ident}_mpi.cc": render_template(_PKG, "mpi.cc.j2", **common),
+        f"cclc_{ident}_mpi.cc": render_template(_PKG, _FORMS[api][1], **common),
         f"cclc_{ident}_mpi_main.cc": render_template(
             _PKG, "mpi_main.cc.j2", **common, in_units=unit_counts[0],
             out_units=unit_counts[1]),
         **_perf_sources(schedule, common, us, unit_counts, algorithm),
         "Makefile": render_template(_PKG, "Makefile.j2", **common, nccl_home=home,
-                                    cuda_home=cuda_home(), cuda_arch=options.cuda_arch),
+                                    cuda_home=cuda_home(), cuda_arch=options.cuda_arch,
+                                    onesided=api == "onesided"),
+        **({"cclc_onesided.h": render_template(_PKG, "cclc_onesided.h.j2")}
+           if api == "onesided" else {}),
     }
+
+
+#: the library's forms: its NCCL source's and its MPI source's templates
+_FORMS = {"lanes": ("nccl.cu.j2", "mpi.cc.j2"),
+          "onesided": ("onesided.cu.j2", "mpi_onesided.cc.j2")}
+#: the forms, by the name :func:`render_sources` takes
+APIS = tuple(_FORMS)
+
+
+def _onesided_lines(tables: DataflowTables) -> list[str]:
+    """The header's account of what the one-sided form makes and allocates on each rank."""
+    rank_entries = np.diff(tables.first)
+    return textwrap.wrap(
+        "One-sided form: no communicator besides the caller's, no stream besides the "
+        "caller's, no CUDA event; on each rank one symmetric window per call size (input, "
+        "output, scratch and staging), and at most "
+        f"{int(rank_entries.max()) if len(rank_entries) else 0} entries run one after "
+        "another, each message a credit signal, a put and a data signal.", 92)
+
+
+def _cost_lines(cost: LaneCost, choice: LaneChoice) -> list[str]:
+    """The header's account of what the library makes and allocates on each rank."""
+    mib = 2 ** 20
+    return textwrap.wrap(
+        f"On each rank (the most loaded one) the first call makes {cost.communicators} "
+        f"communicators with ncclCommSplit (one per lane, {cost.lane_ctas} CTAs each), "
+        f"{cost.streams} CUDA streams and {cost.events} CUDA events, and NCCL connects "
+        f"{cost.sends} (peer, lane) pairs it sends to and {cost.recvs} it receives from, "
+        f"{cost.connection_setups} connection setups in all; NCCL 2.30's P2P buffers for them: "
+        f"about {cost.device_bytes / mib:.0f} MiB (estimate: {P2P_SEND_BYTES // mib} MiB per "
+        f"channel sent on, {P2P_RECV_BYTES // mib} MiB per channel received on), under the "
+        f"budget of {choice.budget / mib:.0f} MiB.", 92)
 
 
 def table_text(tables: DataflowTables) -> tuple[list[str], str, list[str]]:
@@ -160,9 +220,10 @@ def _perf_sources(schedule: Schedule, common: dict, us: UnitFacts,
             f"cclc_{ident}_mpi_perf.cc": render_template(_PKG, "mpi_perf.cc.j2", **values)}
 
 
-def source_names(ident: str) -> tuple[str, ...]:
+def source_names(ident: str, api: str = "lanes") -> tuple[str, ...]:
     """The files :func:`render_sources` renders for the C identifier ``ident``."""
-    return ("cclc_exec.h", f"cclc_{ident}_schedule.h", f"cclc_{ident}.h", f"cclc_{ident}.cu",
+    return (*(("cclc_onesided.h",) if api == "onesided" else ()),
+            "cclc_exec.h", f"cclc_{ident}_schedule.h", f"cclc_{ident}.h", f"cclc_{ident}.cu",
             f"cclc_{ident}_mpi.h", f"cclc_{ident}_mpi.cc", f"cclc_{ident}_mpi_main.cc",
             f"cclc_{ident}_perf.h", f"cclc_{ident}_perf.cu", f"cclc_{ident}_mpi_perf.cc",
             "Makefile")
@@ -173,21 +234,35 @@ def _targets(options: EmitOptions) -> list[str]:
 
 
 class NcclBackend:
-    """The C++/CUDA library (and its MPI variant) in ``nccl-<name>/``."""
+    """The C++/CUDA library (and its MPI variant) in ``<name>-<collective>/``: ``nccl``, the
+    lanes form, or ``nccl-onesided``, the one-sided form (``api``, one of :data:`APIS`).
+    ``name`` is what ``--emit`` takes and the prefix of the output folder."""
 
-    name = "nccl"
     wants_simulation = False
     execution_model: ExecutionModel | None = NCCL_MODEL
+
+    def __init__(self, api: str = "lanes") -> None:
+        if api not in APIS:
+            raise ScheduleError(f"unknown NCCL library form '{api}': choose one of "
+                                + ", ".join(APIS))
+        self.api = api
+        self.name = "nccl" if api == "lanes" else f"nccl-{api}"
+        self.execution_model = NCCL_MODEL if api == "lanes" else NCCL_ONESIDED_MODEL
 
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
         ident = c_identifier(key.name)
         built = [TARGET_FILES[t].format(ident=ident) for t in _targets(options)]
-        return tuple(f"nccl-{ident}/{name}" for name in (*source_names(ident), *built))
+        return tuple(f"{self.name}-{ident}/{name}"
+                     for name in (*source_names(ident, self.api), *built))
 
     def render(self, subject: Schedule, options: EmitOptions, facts: Facts
                ) -> dict[str, str | bytes]:
-        sub = f"nccl-{c_identifier(subject.collective.name)}"
-        return {f"{sub}/{name}": text for name, text in render_sources(subject, options).items()}
+        sub = f"{self.name}-{c_identifier(subject.collective.name)}"
+        # the budget the planner priced the lanes with, when it priced with the nccl model
+        budget = facts.model.lane_memory if facts.model is not None and \
+            facts.model.lane_memory is not None else DEFAULT_LANE_MEMORY
+        return {f"{sub}/{name}": text
+                for name, text in render_sources(subject, options, budget, self.api).items()}
 
     def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
         """The library runs every verified schedule (it has no
@@ -198,17 +273,22 @@ class NcclBackend:
         targets = _targets(options)
         if not targets:
             return []
-        sub = f"nccl-{c_identifier(key.name)}"
+        sub = f"{self.name}-{c_identifier(key.name)}"
         return [f"{sub}/{path.name}" for path in build(folder / sub, targets, options)]
 
 
 BACKEND: Backend[Collective, Schedule] = NcclBackend()
 
 
-def emit(schedule: Schedule, outdir, options: EmitOptions | None = None
+ONESIDED: Backend[Collective, Schedule] = NcclBackend("onesided")
+
+
+def emit(schedule: Schedule, outdir, options: EmitOptions | None = None, api: str = "lanes"
          ) -> list[pathlib.Path]:
-    """Write the sources into ``outdir/nccl-<name>/`` through the pipeline's writer (and build
-    them if ``options.build``); return the paths, the built files last."""
+    """Write the sources into ``outdir/nccl-<name>/`` (``api`` ``"onesided"``:
+    ``outdir/nccl-onesided-<name>/``) through the pipeline's writer (and build them if
+    ``options.build``); return the paths, the built files last."""
     from backends.write import write_backend
 
-    return write_backend(BACKEND, schedule.collective, schedule, outdir, options)
+    backend = ONESIDED if api == "onesided" else BACKEND
+    return write_backend(backend, schedule.collective, schedule, outdir, options)

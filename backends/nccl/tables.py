@@ -20,13 +20,14 @@ from itertools import chain
 import numpy as np
 
 from backends.units import UnitFacts, buffer_units, writes_input
-from cclc.dataflow import DataflowPlan, lower, lower_schedule
+from cclc.dataflow import MAX_LANES, DataflowPlan, lower, lower_schedule
 from cclc.errors import ScheduleError
 from cclc.execution import NCCL_GROUP_OVERHEAD
 from cclc.ir import Buf, OpKind, Schedule
+from cclc.lane_cost import LaneCost, lane_cost
 
 __all__ = ["COLUMNS", "DataflowEntry", "DataflowRole", "DataflowTables", "dataflow_tables",
-           "tables_of_plan", "unit_plan"]
+           "table_lane_cost", "tables_of_plan", "unit_plan"]
 
 
 class DataflowRole(IntEnum):
@@ -142,16 +143,17 @@ def _issue_order(plan: DataflowPlan, group: list[int], src: list[int], dst: list
     return out
 
 
-def unit_plan(schedule: Schedule, units: Schedule) -> DataflowPlan:
+def unit_plan(schedule: Schedule, units: Schedule, max_lanes: int = MAX_LANES) -> DataflowPlan:
     """The dataflow plan the tables run: items and edges on ``units`` (the schedule in
     units), lanes of local ops and message groups chosen on the schedule's own chunks, with
-    the simulator's times at its size and the library's launch cost."""
-    chunk_plan = lower_schedule(schedule, op_overhead=NCCL_GROUP_OVERHEAD)
+    the simulator's times at its size and the library's launch cost; at most ``max_lanes``
+    message lanes (:func:`cclc.lane_cost.choose_lanes` chooses them under a memory budget)."""
+    chunk_plan = lower_schedule(schedule, op_overhead=NCCL_GROUP_OVERHEAD, max_lanes=max_lanes)
     ops = units.ops
     unit_count = ops.count.astype(np.int64)
     plan = lower(units.n, ops.step, ops.src, ops.dst, ops.route, ops.kind, ops.src_buf,
                  ops.src_off, ops.dst_buf, ops.dst_off, unit_count, unit_count,
-                 buffer_units(units))
+                 buffer_units(units), max_lanes)
     net = ops.src != ops.dst
     if not np.array_equal(plan.lane[net], chunk_plan.lane[net]):
         raise ScheduleError("internal error: lanes differ between chunks and units")
@@ -161,10 +163,12 @@ def unit_plan(schedule: Schedule, units: Schedule) -> DataflowPlan:
                         plan.staging, chunk_plan.group)
 
 
-def dataflow_tables(schedule: Schedule, units: Schedule, facts: UnitFacts) -> DataflowTables:
+def dataflow_tables(schedule: Schedule, units: Schedule, facts: UnitFacts,
+                    max_lanes: int = MAX_LANES) -> DataflowTables:
     """The per-rank dataflow tables of ``schedule`` in units (``units`` and ``facts`` from
-    :func:`backends.units.to_units`; see the module docstring)."""
-    return tables_of_plan(unit_plan(schedule, units), units, facts)
+    :func:`backends.units.to_units`; see the module docstring), with at most ``max_lanes``
+    message lanes."""
+    return tables_of_plan(unit_plan(schedule, units, max_lanes), units, facts)
 
 
 def tables_of_plan(plan: DataflowPlan, units: Schedule, facts: UnitFacts) -> DataflowTables:
@@ -267,3 +271,16 @@ def _entry_deps(item_op: np.ndarray, item_deps: tuple, row_item: np.ndarray, ran
     signal[dep] = True
     dep_first = np.concatenate([[0], np.cumsum(np.bincount(waiter, minlength=n_rows))])
     return dep - first[rank[dep]], dep_first, signal
+
+
+def table_lane_cost(tables: DataflowTables, lane_ctas: int) -> LaneCost:
+    """What the library makes and allocates for ``tables`` on its most loaded rank (see
+    :mod:`cclc.lane_cost`): connections from the send and receive entries' (peer, lane), an
+    event per entry."""
+    n = len(tables.first) - 1
+    rank = np.repeat(np.arange(n), np.diff(tables.first))
+    rows = tables.rows
+    role, peer, lane = (rows[:, COLUMNS.index(c)] for c in ("role", "peer", "lane"))
+    send = role == DataflowRole.SEND
+    return lane_cost(n, rank[send], peer[send], lane[send], tables.n_lanes, tables.n_local,
+                     np.diff(tables.first), lane_ctas)

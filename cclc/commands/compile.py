@@ -30,8 +30,9 @@ DIR/.cclc-manifest.json). A run locks DIR while it writes: a second compile or t
 meanwhile is refused at once (exit 2) and writes nothing.
 
 Times are predicted under the execution model of the first code-emitting backend in --emit
-(nccl: dataflow lanes with a per-group cost; msccl: dataflow with a per-op cost; json
-only: the IR's plain lockstep) and the topology's declared routing; every printed time names
+(nccl: dataflow lanes with a per-group cost; nccl-onesided: each rank's ops in order with
+a per-message signal cost; msccl: dataflow with a per-op cost; json only: the IR's plain
+lockstep) and the topology's declared routing; every printed time names
 its model, and a note says which output chose it (the same file may choose another algorithm
 with another --emit). On an ECMP fabric the time with cclc's planned spines is printed beside
 it, as a plan.
@@ -85,8 +86,14 @@ def add_parser(sub) -> None:
                         "size; microsoft/msccl allocates scratch for it at init; 0 means no "
                         "bound for msccl-executor and rccl)")
     p.add_argument("--build", action="store_true",
-                   help="with --emit nccl, also build libcclc_<name>.so (nvcc, NCCL headers "
+                   help="with --emit nccl or nccl-onesided, also build libcclc_<name>.so "
+                        "(nvcc, NCCL headers "
                         "from the nvidia-nccl-cu13 wheel or NCCL_HOME)")
+    p.add_argument("--nccl-lane-memory", type=_memory_size, metavar="SIZE",
+                   help="with --emit nccl, the most device memory per rank NCCL's buffers for "
+                        "the library's lane communicators may take (an estimate from NCCL's "
+                        "source); fewer lanes and fewer CTAs per lane fit a smaller budget "
+                        "(bytes, or with a K, M, G or T suffix (binary); default 2G)")
     p.add_argument("--synth-budget", type=_seconds, metavar="SECONDS",
                    help="time budget of algorithm synth for every collective (auto included; "
                         "lifts synth's rank limit under auto); past it synth falls back to the "
@@ -112,6 +119,19 @@ def _byte_count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a byte count (an integer >= 0), not "
                                          f"'{text}'")
+    return value
+
+
+_SUFFIXES = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+
+
+def _memory_size(text: str) -> int:
+    """A byte count > 0, optionally with a binary K/M/G/T suffix (``512M``, ``2G``)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, flags=re.IGNORECASE)
+    value = int(float(m.group(1)) * _SUFFIXES[m.group(2).upper()]) if m else 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a memory size > 0 such as 2G, 512M or "
+                                         f"1073741824 (bytes), not '{text}'")
     return value
 
 
@@ -235,6 +255,11 @@ class _Printer(Events):
                   "has yet, so the time above is under ECMP hashing")
         if nccl:
             print(f"  {nccl}")
+        emitted = parse_emit(self.args.emit)
+        if "nccl" in emitted:
+            print(f"  {_lane_report(p)}")
+        if "nccl-onesided" in emitted:
+            print(f"  {_onesided_report(p)}")
 
     def failed(self, coll, message: str) -> None:
         print(f"error: collective '{coll.name}': the schedule failed verification, so "
@@ -255,6 +280,40 @@ class _Printer(Events):
         _progress(f"  {coll.name} done in {time.perf_counter() - self.started:.1f} s")
 
 
+def _lane_report(p) -> str:
+    """What the NCCL library's lanes make and allocate on each rank (see cclc.lane_cost)."""
+    from cclc.errors import ScheduleError
+    from cclc.execution import NCCL_GROUP_OVERHEAD
+    from cclc.lane_cost import DEFAULT_LANE_MEMORY, choose_lanes, schedule_lane_cost
+
+    budget = p.model.lane_memory if p.model.lane_memory is not None else DEFAULT_LANE_MEMORY
+    try:
+        choice = choose_lanes(p.schedule, budget)
+    except ScheduleError as err:
+        return f"nccl library: {err.message}"
+    cost = schedule_lane_cost(p.schedule, choice, NCCL_GROUP_OVERHEAD)
+    return f"nccl library: {cost.describe()} (budget {budget / 2 ** 20:.0f} MiB)"
+
+
+def _onesided_report(p) -> str:
+    """What the one-sided NCCL library makes on each rank: no lanes (see cclc.execution)."""
+    import numpy as np
+
+    from cclc.dataflow import lower_schedule
+    from cclc.execution import NCCL_GROUP_OVERHEAD
+    from cclc.lane_cost import plan_entries
+
+    s = p.schedule
+    entries = plan_entries(s, lower_schedule(s, op_overhead=NCCL_GROUP_OVERHEAD))
+    net = s.ops.src != s.ops.dst
+    messages = (np.bincount(s.ops.src[net], minlength=s.n)
+                + np.bincount(s.ops.dst[net], minlength=s.n))
+    return ("nccl-onesided library: the caller's communicator only (no lane communicators, "
+            "streams or events), one registered window per rank and call size; at most "
+            f"{int(entries.max())} entries per rank run in order, {int(messages.max())} of "
+            "them messages (a credit, a put and a signal each)")
+
+
 def _options(args):
     from backends.contract import EmitOptions
 
@@ -268,7 +327,8 @@ def run(args) -> int:
     request = Request(emit=tuple(emit), only=tuple(args.only or ()), algorithm=args.algorithm,
                       explain=args.explain, size_check=not getattr(args, "no_size_check", False),
                       options=_options(args), force=args.force, source=f"'{args.file}'",
-                      synth_budget=getattr(args, "synth_budget", None))
+                      synth_budget=getattr(args, "synth_budget", None),
+                      nccl_lane_memory=getattr(args, "nccl_lane_memory", None))
     program = load_program(args.file)
     results = compile_program(program, args.output, request, _Printer(args))
     return _summary(results)

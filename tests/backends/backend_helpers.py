@@ -246,16 +246,17 @@ def reference(kind: CollectiveKind, op: ReduceOp, inputs: list[np.ndarray], root
 
 
 def run_mpi(schedule: Schedule, workdir: pathlib.Path, scale: int = 1, inplace: bool = False,
-            seed: int = 0, dtype: DType | None = None, count: int | None = None) -> None:
-    """Emit + build the MPI driver, run it on ``n`` processes with random inputs of ``scale``
-    times the compiled count, or of ``count`` (in ``dtype``, default the collective's), and
-    assert every output buffer equals the numpy reference."""
+            seed: int = 0, dtype: DType | None = None, count: int | None = None,
+            api: str = "lanes") -> None:
+    """Emit + build the MPI driver (of the library's form ``api``), run it on ``n`` processes
+    with random inputs of ``scale`` times the compiled count, or of ``count`` (in ``dtype``,
+    default the collective's), and assert every output buffer equals the numpy reference."""
     from backends.common import EmitOptions, entry_count
     from backends.nccl import emit
     from backends.units import buffer_units, to_units
 
     coll = schedule.collective
-    files = emit(schedule, workdir, EmitOptions(mpi=True))
+    files = emit(schedule, workdir, EmitOptions(mpi=True), api=api)
     exe = files[-1]
     units, us = to_units(schedule, split=True)
     widths = buffer_units(units)

@@ -48,6 +48,8 @@ typedef struct {
   int split;               // 0: count is a multiple of count_units and units are equal;
                            // 1, 2: blocks of count elements cut into count_units near-equal
                            // units (see cclc_units), for any count
+  int lane_ctas;           // NCCL build: maxCTAs of every lane communicator (lanes x CTAs <= 32,
+                           // a power of two, chosen under the lane memory budget)
 } cclc_plan;
 
 // Element offsets of units for one call: with K = count_units, unit u is unit i = u % K of

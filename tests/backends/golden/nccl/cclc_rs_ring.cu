@@ -122,10 +122,11 @@ ncclResult_t cclc_get_lanes(const cclc_plan& plan, ncclComm_t comm, int rank, La
   l->parent = comm;
   ncclResult_t r = ncclSuccess;
   // a lane's kernels wait for their peers while they hold their SMs: every lane must be able
-  // to run at once, so the lanes together use at most 32 CTAs
+  // to run at once, so the lanes together use at most 32 CTAs; fewer CTAs also mean fewer
+  // channels per peer, and so fewer NCCL buffers (the compiler chose them under a budget)
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.minCTAs = 1;
-  config.maxCTAs = plan.n_lanes >= 32 ? 1 : 32 / plan.n_lanes;
+  config.maxCTAs = plan.lane_ctas;
   for (int i = 0; i < plan.n_lanes && r == ncclSuccess; ++i) {
     ncclComm_t c = nullptr;
     r = ncclCommSplit(comm, 0, rank, &c, &config);

@@ -13,7 +13,8 @@ extern "C" {
 // Runs the schedule on `comm` (exactly 3 ranks, rank i = member i of the group), in
 // stream order on `stream`. The first call on a communicator is collective in one more way:
 // every rank splits `comm` into the schedule's lane communicators (ncclCommSplit), kept for
-// later calls until cclc_rs_ring_release(comm). `count` counts elements each rank receives (recvcount); it must be a multiple of
+// later calls until cclc_rs_ring_release(comm).
+// `count` counts elements each rank receives (recvcount); it must be a multiple of
 // 1. sendbuf == recvbuf (in place) is allowed. Returns ncclInvalidArgument for
 // bad arguments and for data types the sum reduction does not support.
 ncclResult_t cclc_rs_ring(const void* sendbuf, void* recvbuf, size_t count,
