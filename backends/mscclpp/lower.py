@@ -219,15 +219,9 @@ def _packet_programs(ops: Ops, programs: list[list[Instr]], own_scratch: np.ndar
             prog = programs[r]
             first = sorted({p for op in puts for p in op.peers} - written[r])
             written[r] |= set(first)
-            if first:
-                prog += _waits(first, r, channels) + [Instr("nop")]
-            prog += puts
-            if puts:
-                prog.append(Instr("nop"))
-            work = _ordered(local + landings, r, s)
-            prog += work
-            if work:
-                prog.append(Instr("nop"))
+            prog += _fenced(_waits(first, r, channels))
+            prog += _fenced(puts)
+            prog += _fenced(_ordered(local + landings, r, s))
 
 
 def _packet_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: list[int]
@@ -236,20 +230,32 @@ def _packet_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: 
     local ops; ``staging[d]`` counts the slots rank ``d`` has handed out in this call."""
     out: dict[int, _Moves] = defaultdict(lambda: ([], [], []))
     for i in rows:
-        a, b, count = int(ops.src[i]), int(ops.dst[i]), int(ops.count[i])
-        src = Region(Buf(ops.src_buf[i]), int(ops.src_off[i]), count)
-        dst = Region(Buf(ops.dst_buf[i]), int(ops.dst_off[i]), count)
-        reduce = ops.kind[i] == OpKind.REDUCE
+        a, b, src, dst, reduce = _move(ops, i)
         if a == b:
-            out[a][2].append(Instr("re" if reduce else "copy",
-                                   src=(dst, src) if reduce else (src,), dst=(dst,)))
+            out[a][2].append(_combine(reduce, src, dst))
             continue
-        slot = Region(Buf.SCRATCH, int(own_scratch[b]) + staging[b], count)
-        staging[b] += count
+        slot = Region(Buf.SCRATCH, int(own_scratch[b]) + staging[b], src.size)
+        staging[b] += src.size
         out[a][0].append(Instr("ppkt", "memory", (b,), (src,), (slot,)))
-        out[b][1].append(Instr("repkt" if reduce else "upkt",
-                               src=(dst, slot) if reduce else (slot,), dst=(dst,)))
+        out[b][1].append(_combine(reduce, slot, dst, packets=True))
     return out
+
+
+def _move(ops: Ops, i: int) -> tuple[int, int, Region, Region, bool]:
+    """Op ``i`` as (sender, receiver, source region, destination region, reduces)."""
+    count = int(ops.count[i])
+    return (int(ops.src[i]), int(ops.dst[i]),
+            Region(Buf(ops.src_buf[i]), int(ops.src_off[i]), count),
+            Region(Buf(ops.dst_buf[i]), int(ops.dst_off[i]), count),
+            bool(ops.kind[i] == OpKind.REDUCE))
+
+
+def _combine(reduce: bool, src: Region, dst: Region, packets: bool = False) -> Instr:
+    """The local op that puts ``src`` into ``dst``: a copy, or a reduce that sums ``src`` into
+    ``dst`` once (``upkt``/``repkt`` when ``src`` holds LL packets)."""
+    if reduce:
+        return Instr("repkt" if packets else "re", src=(dst, src), dst=(dst,))
+    return Instr("upkt" if packets else "copy", src=(src,), dst=(dst,))
 
 
 def _in_units(schedule: Schedule) -> tuple[Schedule, UnitFacts]:
@@ -319,27 +325,20 @@ def _rank_step(r: int, s: int, moves: tuple[list[Instr], list[Instr], list[Instr
     puts, landings, local = moves
     prog: list[Instr] = []
     credits = _waits(sorted(traffic.targets[s][r]), r, channels)
-    if credits:
-        # one thread per channel waited: every thread must know before it puts
-        prog += credits + [Instr("nop")]
-    prog += puts
-    if puts:
-        prog.append(Instr("nop"))
+    # one thread per channel waited: every thread must know before it puts
+    prog += _fenced(credits)
+    prog += _fenced(puts)
     # a port channel's put is a ``pwsf`` (put, signal, flush: the proxy has read the source
     # when it returns) and signals by itself; a memory channel's puts are done when every
     # thread passed the nop, then one signal per peer says so
     memory = [p for p in sorted(traffic.targets[s][r]) if channels[(r, p)] == "memory"]
     prog += _signals(memory, r, channels)
     incoming = sorted(traffic.writers[s][r])
-    prog += _waits([p for p in incoming if channels[(r, p)] == "memory"], r, channels)
+    waits = _waits([p for p in incoming if channels[(r, p)] == "memory"], r, channels)
     for p, k in sorted(traffic.port_puts[s][r].items()):
-        prog += [Instr("wait", "port", (p,))] * k
-    if incoming:
-        prog.append(Instr("nop"))
-    work = _ordered(local + landings, r, s)
-    prog += work
-    if work:
-        prog.append(Instr("nop"))
+        waits += [Instr("wait", "port", (p,))] * k
+    prog += _fenced(waits)
+    prog += _fenced(_ordered(local + landings, r, s))
     prog += _signals(sorted(traffic.writers[s + 1][r]), r, channels)
     return prog
 
@@ -393,26 +392,27 @@ def _step_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: li
     out: dict[int, _Moves] = defaultdict(lambda: ([], [], []))
     used: defaultdict[int, int] = defaultdict(int)
     for i in rows:
-        a, b, count = int(ops.src[i]), int(ops.dst[i]), int(ops.count[i])
-        src = Region(Buf(ops.src_buf[i]), int(ops.src_off[i]), count)
-        dst = Region(Buf(ops.dst_buf[i]), int(ops.dst_off[i]), count)
-        reduce = ops.kind[i] == OpKind.REDUCE
+        a, b, src, dst, reduce = _move(ops, i)
         if a == b:
-            name = "re" if reduce else "copy"
-            out[a][2].append(Instr(name, src=(dst, src) if reduce else (src,), dst=(dst,)))
+            out[a][2].append(_combine(reduce, src, dst))
             continue
         put = "put" if channels[(a, b)] == "memory" else "pwsf"
         if reduce or any(dst.overlaps(x) for x in reads[b]):
-            land = Region(Buf.SCRATCH, int(own_scratch[b]) + used[b], count)
-            used[b] += count
+            land = Region(Buf.SCRATCH, int(own_scratch[b]) + used[b], src.size)
+            used[b] += src.size
             out[a][0].append(Instr(put, channels[(a, b)], (b,), (src,), (land,)))
-            name = "re" if reduce else "copy"
-            out[b][1].append(Instr(name, src=(dst, land) if reduce else (land,), dst=(dst,)))
+            out[b][1].append(_combine(reduce, land, dst))
         else:
             out[a][0].append(Instr(put, channels[(a, b)], (b,), (src,), (dst,)))
     for b, k in used.items():
         staging[b] = max(staging[b], k)
     return out
+
+
+def _fenced(ops: list[Instr]) -> list[Instr]:
+    """``ops`` and a ``nop`` after them (a block-wide barrier: what one thread waited for or
+    every thread wrote is known to all before the next op), or nothing when there are none."""
+    return [*ops, Instr("nop")] if ops else []
 
 
 def _signals(peers: list[int], rank: int, channels) -> list[Instr]:
