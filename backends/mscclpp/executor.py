@@ -28,8 +28,20 @@ consumed or a device semaphore left changed (both would break the plan's next ca
 loader or executor refuses (op names, ``MAX_OPERATION``, zero chunks, message size), and a
 result that differs from the collective's postcondition computed here with numpy (sum, copies,
 transposes), on in-place and out-of-place plans alike; an out-of-place plan must leave its input
-as it was. LL packet ops, ``pipeline`` and switch (NVLS) ops are not modelled: such a plan is
-refused with :class:`Unsupported`.
+as it was.
+
+* a ``pipeline`` runs its inner ops once per iteration on the iteration's slice of every region
+  (:func:`backends.mscclpp.loader.load_ops`); an iteration that starts past an op's region is
+  an error (``handlePipeline``'s uint32 ``size - offset`` would wrap and the op run past it);
+* a ``switch`` channel is an NVLS multicast object over its group's buffers of one type:
+  ``glres`` (``handleMultiLoadReduceStore``) sums the source region of every member and stores
+  the sum into the destination region of every member of its destination channel, ``gstore``
+  (``handleMultiStore``) stores a local region into every member; each member's element is
+  an access with the race checks above. A member that does not declare the group is refused
+  (:func:`backends.mscclpp.loader.switch_channels`).
+
+LL packet ops other than ``ppkt``/``upkt``/``repkt`` are not modelled: such a plan is refused
+with :class:`Unsupported`.
 
 Run ``python -m backends.mscclpp.executor PLAN.json [--seeds 5]`` for a one-line verdict.
 """
@@ -45,26 +57,19 @@ from typing import Any
 
 import numpy as np
 
+from backends.mscclpp.loader import (
+    MAX_CHANNEL,
+    PlanError,
+    SwitchGroup,
+    Unsupported,
+    expected_outputs,
+    load_ops,
+    switch_channels,
+)
+
 __all__ = ["PlanError", "Unsupported", "execute", "run"]
 
-_LOADER_OPS = frozenset(
-    "nop barrier put pws pwsf get copy signal wait flush re res rre rres ppkt rppkt respkt "
-    "cpkt upkt repkt recpkt recspkt glres gstore gstorepkt rlxsignal rlxwait pipeline "
-    "sem_acquire sem_release".split())
-_MODELLED = frozenset("nop barrier put pws pwsf get copy signal wait flush re res rre rres "
-                      "rlxsignal rlxwait sem_acquire sem_release ppkt upkt repkt".split())
-_MAX_OPERATION = 64
-_MAX_CHANNEL = 16
-_MAX_CHANNEL_PER_OPERATION = 8
 _ELEM = 4  # bytes of the float32 elements the executor moves
-
-
-class PlanError(Exception):
-    """The plan is refused by MSCCL++, races, deadlocks, or computes the wrong result."""
-
-
-class Unsupported(PlanError):
-    """The plan uses ops this executor does not model (packets, pipeline, switch channels)."""
 
 
 @dataclass
@@ -74,6 +79,8 @@ class _Actor:
     index: int
     name: str
     ops: list = field(default_factory=list)
+    windows: list = field(default_factory=list)
+    """per op: the pipeline iteration's (offset, unit) in bytes, or None"""
     pc: int = 0
     clock: int = 0
     known: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -137,6 +144,8 @@ class _Machine:
             raise PlanError(f"no size in [{lo}, {hi}] is a multiple of {granule} B "
                             "(buffer_alignment x chunks): the loader refuses every call")
         self.size_per_rank, self.n_chunks = ((self.in_bytes, ic) if ic else (self.out_bytes, oc))
+        # getUpperBoundChunkSize: what a pipeline's num_chunks are counted in
+        self.upper_chunk = -(-(self.size_per_rank // self.align) // self.n_chunks) * self.align
 
     def _offset(self, index: int) -> int:
         return self._calc(self.size_per_rank, index, self.n_chunks)
@@ -183,13 +192,15 @@ class _Machine:
     def _actors(self) -> None:
         self.actors: list[_Actor] = []
         self.channels: list[dict[str, list[int]]] = []   # per rank: type -> peer per channel id
+        self.switch = switch_channels(self.plan["gpus"])
         for r, g in enumerate(self.plan["gpus"]):
             peers: dict[str, list[int]] = {"memory": [], "port": []}
             for ch in g.get("channels", []):
                 t = ch["channel_type"]
-                if t not in peers:
-                    raise Unsupported(f"gpu {r}: '{t}' channels are not modelled")
-                peers[t] += [int(p) for p in ch["connected_to"]]
+                if t not in ("memory", "port", "switch"):
+                    raise PlanError(f"gpu {r}: channel type '{t}' ('Invalid channel type')")
+                if t != "switch":
+                    peers[t] += [int(p) for p in ch["connected_to"]]
             self.channels.append(peers)
             rbufs = [(int(b["rank"]), b["type"], tuple(b["access_channel_types"]))
                      for b in g.get("remote_buffers", [])]
@@ -197,7 +208,10 @@ class _Machine:
                 if int(tb["id"]) != k:
                     raise PlanError(f"gpu {r}: threadblocks[{k}] has id {tb['id']}")
                 a = _Actor(len(self.actors), f"gpu {r} tb {k}", rank=r, tb=k)
-                _load_threadblock(a, tb, peers, rbufs)
+                steps = load_ops(a.name, list(tb["ops"]), self.upper_chunk)
+                a.ops = [op for op, _ in steps]
+                a.windows = [w for _, w in steps]
+                _load_channels(a, tb, peers, len(self.switch[r]), rbufs)
                 self.actors.append(a)
         # one semaphore per channel: a rank's k-th channel to a peer is paired with the peer's
         # k-th channel to the rank (the executor connects them in that order); a port
@@ -248,6 +262,14 @@ class _Machine:
             k, slices = int(tbg["tb_id"]), int(tbg["tbg_size"])
             lo, nbytes = lo + self._calc(nbytes, k, slices), (
                 self._calc(nbytes, k + 1, slices) - self._calc(nbytes, k, slices))
+        window = actor.windows[actor.pc] if actor.pc < len(actor.windows) else None
+        if window is not None:
+            offset, unit = window
+            if offset > nbytes:
+                raise PlanError(f"{actor.name}: a pipeline iteration starts at byte {offset} "
+                                f"of a {nbytes}-byte region of '{buf}' (handlePipeline's uint32 "
+                                "'size - offset' wraps and the op runs past its region)")
+            lo, nbytes = lo + offset, min(nbytes - offset, unit)
         start = self.base[rank][buf] + lo // _ELEM
         end = start + nbytes // _ELEM
         limit = {"i": self.in_bytes, "o": self.out_bytes,
@@ -453,6 +475,37 @@ class _Machine:
         dst = self._local(a, op["dst_buff"][0])
         self._write(a, know, a.rank, (dst[0], dst[0] + len(total)), total)
 
+    def _switch(self, a, buff) -> SwitchGroup:
+        if "switch_channel_id" not in buff:
+            raise PlanError(f"{a.name}: a {self._cur(a)['name']} buffer names no "
+                            "switch_channel_id")
+        cid = int(buff["switch_channel_id"])
+        if not 0 <= cid < len(a.chans["switch"]):
+            raise PlanError(f"{a.name}: switch channel {cid} is not one of its threadblock's")
+        return self.switch[a.rank][a.chans["switch"][cid]]
+
+    def _multicast(self, a, know, buff, values: np.ndarray) -> None:
+        """A multimem store: ``values`` into the region ``buff`` of every member."""
+        ranks, buf = self._switch(a, buff)
+        for m in ranks:
+            span = self._region(a, m, buf, int(buff["index"]), int(buff["size"]), self._cur(a))
+            self._write(a, know, m, (span[0], span[0] + len(values)), values)
+
+    def _op_glres(self, a, op, know):
+        src = op["src_buff"][0]
+        ranks, buf = self._switch(a, src)
+        total = None
+        for m in ranks:
+            span = self._region(a, m, buf, int(src["index"]), int(src["size"]), op)
+            vals = self._read(a, know, m, span)
+            total = vals if total is None else total + vals
+        for dst in op["dst_buff"]:
+            self._multicast(a, know, dst, total)
+
+    def _op_gstore(self, a, op, know):
+        vals = self._read(a, know, a.rank, self._local(a, op["src_buff"][0]))
+        self._multicast(a, know, op["dst_buff"][0], vals)
+
     def _cur(self, a):
         return a.ops[a.pc]
 
@@ -623,34 +676,23 @@ class _Machine:
             self._deliver(entry[2], p.known)
 
 
-def _load_threadblock(a: _Actor, tb: dict, peers: dict[str, list[int]], rbufs: list) -> None:
-    """A threadblock's ops, channels and remote buffers, checked as the loader and executor
-    check them (or as their fixed-size arrays require)."""
-    for op in tb["ops"]:
-        if op["name"] not in _LOADER_OPS:
-            raise PlanError(f"{a.name}: op '{op['name']}' is not one the loader knows "
-                            "('Invalid operation type')")
-        if op["name"] not in _MODELLED:
-            raise Unsupported(f"{a.name}: op '{op['name']}' is not modelled")
-        if len(op.get("channel_ids", ())) > _MAX_CHANNEL_PER_OPERATION:
-            raise PlanError(f"{a.name}: an op names {len(op['channel_ids'])} channels, more "
-                            "than MAX_CHANNEL_PER_OPERATION (8)")
-    a.ops = list(tb["ops"])
-    if len(a.ops) > _MAX_OPERATION:
-        raise PlanError(f"{a.name} has {len(a.ops)} ops, more than MAX_OPERATION "
-                        f"({_MAX_OPERATION}); the executor refuses the plan")
-    chans: dict[str, list[int]] = {"memory": [], "port": []}
+def _load_channels(a: _Actor, tb: dict, peers: dict[str, list[int]], n_switch: int,
+                   rbufs: list) -> None:
+    """A threadblock's channels and remote buffers, checked as the loader and executor check
+    them (or as their fixed-size arrays require)."""
+    chans: dict[str, list[int]] = {"memory": [], "port": [], "switch": []}
     for ch in tb.get("channels", []):
         t = ch["channel_type"]
         if t not in chans:
-            raise Unsupported(f"{a.name}: '{t}' channels are not modelled")
+            raise PlanError(f"{a.name}: channel type '{t}' ('Invalid channel type')")
+        count = n_switch if t == "switch" else len(peers[t])
         for cid in ch["channel_ids"]:
-            if not 0 <= cid < len(peers[t]):
+            if not 0 <= cid < count:
                 raise PlanError(f"{a.name}: {t} channel {cid} does not exist")
             chans[t].append(int(cid))
-        if len(chans[t]) > _MAX_CHANNEL:
+        if len(chans[t]) > MAX_CHANNEL:
             raise PlanError(f"{a.name} uses {len(chans[t])} {t} channels, more than "
-                            f"MAX_CHANNEL ({_MAX_CHANNEL})")
+                            f"MAX_CHANNEL ({MAX_CHANNEL})")
     refs: dict[str, list] = {"memory": [], "port": []}
     for ref in tb.get("remote_buffer_refs", []):
         t = ref["access_channel_type"]
@@ -659,27 +701,11 @@ def _load_threadblock(a: _Actor, tb: dict, peers: dict[str, list[int]], rbufs: l
                 raise PlanError(f"{a.name}: remote buffer {bid} is not accessible through "
                                 f"{t} channels")
             refs[t].append(rbufs[bid][:2])
-        if len(refs[t]) > _MAX_CHANNEL:
+        if len(refs[t]) > MAX_CHANNEL:
             raise PlanError(f"{a.name} refers to {len(refs[t])} remote buffers, more than "
-                            f"MAX_CHANNEL ({_MAX_CHANNEL})")
+                            f"MAX_CHANNEL ({MAX_CHANNEL})")
     a.chans = chans
     a.refs = refs
-
-
-def _expected(coll: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    n = len(inputs)
-    if coll == "allreduce":
-        total = np.sum(inputs, axis=0)
-        return [total] * n
-    if coll == "allgather":
-        return [np.concatenate(inputs)] * n
-    if coll == "reducescatter":
-        total = np.sum(inputs, axis=0)
-        return list(np.split(total, n))
-    if coll == "alltoall":
-        blocks = [np.split(x, n) for x in inputs]
-        return [np.concatenate([blocks[q][r] for q in range(n)]) for r in range(n)]
-    raise Unsupported(f"collective '{coll}'")
 
 
 def execute(plan: dict | str, seed: int = 0, chunk_bytes: int = 64) -> None:
@@ -688,7 +714,7 @@ def execute(plan: dict | str, seed: int = 0, chunk_bytes: int = 64) -> None:
     doc: dict = json.loads(plan) if isinstance(plan, str) else plan
     m = _Machine(doc, seed, chunk_bytes)
     m.run()
-    want = _expected(m.coll, m.inputs)
+    want = expected_outputs(m.coll, m.inputs)
     for r in range(m.n):
         ob = m.out_bytes // _ELEM
         got = m.mem[r][m.base[r]["o"]:m.base[r]["o"] + ob]
