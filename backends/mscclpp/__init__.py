@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from collections.abc import Iterator
 
 from backends.common import c_identifier
 from backends.contract import Backend, Contents, EmitOptions, Facts
@@ -31,8 +32,8 @@ from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, ReduceOp
 from cclc.errors import NotExpressible, ScheduleError
 from cclc.ir import Schedule
 
-__all__ = ["BACKEND", "COLLECTIVES", "LL_MAX_BYTES", "MscclppBackend", "render_plan",
-           "render_plans", "served_sizes"]
+__all__ = ["BACKEND", "COLLECTIVES", "LL_MAX_BYTES", "MscclppBackend", "iter_plans",
+           "render_plan", "render_plans", "served_sizes"]
 
 #: the collectives an MSCCL++ plan names (python/mscclpp/language/collectives.py: AllGather,
 #: AllReduce, ReduceScatter, AllToAll); it has no broadcast or reduce plan
@@ -127,28 +128,32 @@ def render_plans(schedule: Schedule, options: EmitOptions | None = None) -> dict
     size window asked for, LL plans for calls up to :data:`LL_MAX_BYTES` beside Simple plans
     for larger ones, when the schedule stays inside one server (LL plans use memory channels
     only)."""
+    return dict(iter_plans(schedule, options))
+
+
+def iter_plans(schedule: Schedule, options: EmitOptions | None = None
+               ) -> Iterator[tuple[str, dict]]:
+    """The plans of :func:`render_plans` one at a time, so that a caller writing them holds one
+    (a large schedule's plan is a JSON tree of a million ops)."""
     options = options or EmitOptions()
     base = c_identifier(schedule.collective.name)
-    plans = {f"{base}{suffix}.mscclpp.json": render_plan(schedule, options, inplace=inplace)
-             for inplace, suffix in ((False, ""), (True, ".inplace"))}
-    simple = plans[f"{base}.mscclpp.json"]
-    one_server = all(ch["channel_type"] == "memory" for g in simple["gpus"]
-                     for ch in g["channels"])
-    if not (options.protocol == "Simple" and options.min_bytes is None
+    _checked(schedule)
+    low = _lowered(schedule)
+    one_server = all(kind == "memory" for kind in low.channels.values())
+    ll_max = 0
+    if (options.protocol == "Simple" and options.min_bytes is None
             and options.max_bytes is None and one_server):
-        return plans
-    gpu = simple["gpus"][0]
-    chunks = gpu["output_chunks" if simple["collective"] == "allgather" else "input_chunks"]
-    granularity = simple["buffer_alignment"] * chunks
-    largest = simple["max_message_size"]
-    ll_max = min(LL_MAX_BYTES // granularity * granularity, largest)
-    if ll_max == 0:
-        return plans
+        granularity, _, largest = served_sizes(schedule, low)
+        ll_max = min(LL_MAX_BYTES // granularity * granularity, largest)
     for inplace, suffix in ((False, ""), (True, ".inplace")):
-        plans[f"{base}.ll{suffix}.mscclpp.json"] = render_plan(
-            schedule, options, inplace=inplace, protocol="LL", window=(0, ll_max))
-        plans[f"{base}{suffix}.mscclpp.json"]["min_message_size"] = ll_max + granularity
-    return plans
+        plan = render_plan(schedule, options, inplace=inplace)
+        if ll_max:
+            plan["min_message_size"] = ll_max + granularity
+        yield f"{base}{suffix}.mscclpp.json", plan
+    if ll_max:
+        for inplace, suffix in ((False, ""), (True, ".inplace")):
+            yield f"{base}.ll{suffix}.mscclpp.json", render_plan(
+                schedule, options, inplace=inplace, protocol="LL", window=(0, ll_max))
 
 
 class MscclppBackend:
@@ -165,7 +170,7 @@ class MscclppBackend:
     def render(self, subject: Schedule, options: EmitOptions, facts: Facts
                ) -> dict[str, Contents]:
         return {name: json.dumps(plan, separators=(",", ":")) + "\n"
-                for name, plan in render_plans(subject, options).items()}
+                for name, plan in iter_plans(subject, options)}
 
     def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
         return []

@@ -43,6 +43,7 @@ at the remote one, right only when the two indices are equal.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -191,9 +192,10 @@ def _simple_programs(ops: Ops, programs: list[list[Instr]], own_scratch: np.ndar
         # this rank's previous call of the plan is done with its buffers
         programs[r] += _signals(sorted(traffic.writers[0][r]), r, channels)
     by_step = _by_step(ops)
+    moves = _moves(ops)
     for s in range(ops.n_steps):
-        rows = by_step.get(s, np.zeros(0, dtype=np.int64))
-        per_rank = _step_moves(ops, rows, own_scratch, staging, channels)
+        rows = by_step.get(s, [])
+        per_rank = _step_moves(moves, rows, own_scratch, staging, channels)
         for r in range(n):
             programs[r] += _rank_step(r, s, per_rank.get(r, ([], [], [])), traffic, channels)
 
@@ -212,9 +214,10 @@ def _packet_programs(ops: Ops, programs: list[list[Instr]], own_scratch: np.ndar
         programs[r] += _signals(sorted(writers_ever[r]), r, channels)
     written: list[set[int]] = [set() for _ in range(n)]
     by_step = _by_step(ops)
+    moves = _moves(ops)
     for s in range(ops.n_steps):
-        rows = by_step.get(s, np.zeros(0, dtype=np.int64))
-        for r, (puts, landings, local) in _packet_moves(ops, rows, own_scratch,
+        rows = by_step.get(s, [])
+        for r, (puts, landings, local) in _packet_moves(moves, rows, own_scratch,
                                                         staging).items():
             prog = programs[r]
             first = sorted({p for op in puts for p in op.peers} - written[r])
@@ -224,13 +227,13 @@ def _packet_programs(ops: Ops, programs: list[list[Instr]], own_scratch: np.ndar
             prog += _fenced(_ordered(local + landings, r, s))
 
 
-def _packet_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: list[int]
-                  ) -> dict[int, _Moves]:
+def _packet_moves(moves: list[_Move], rows: list[int], own_scratch: np.ndarray,
+                  staging: list[int]) -> dict[int, _Moves]:
     """Per rank at one step: its ``ppkt`` puts, its landings (``upkt`` or ``repkt``) and its
     local ops; ``staging[d]`` counts the slots rank ``d`` has handed out in this call."""
     out: dict[int, _Moves] = defaultdict(lambda: ([], [], []))
     for i in rows:
-        a, b, src, dst, reduce = _move(ops, i)
+        a, b, src, dst, reduce = moves[i]
         if a == b:
             out[a][2].append(_combine(reduce, src, dst))
             continue
@@ -241,13 +244,18 @@ def _packet_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: 
     return out
 
 
-def _move(ops: Ops, i: int) -> tuple[int, int, Region, Region, bool]:
-    """Op ``i`` as (sender, receiver, source region, destination region, reduces)."""
-    count = int(ops.count[i])
-    return (int(ops.src[i]), int(ops.dst[i]),
-            Region(Buf(ops.src_buf[i]), int(ops.src_off[i]), count),
-            Region(Buf(ops.dst_buf[i]), int(ops.dst_off[i]), count),
-            bool(ops.kind[i] == OpKind.REDUCE))
+_Move = tuple[int, int, Region, Region, bool]
+
+
+def _moves(ops: Ops) -> list[_Move]:
+    """Every op as (sender, receiver, source region, destination region, reduces), read from
+    the columns once (indexing numpy arrays op by op costs more than the lowering itself)."""
+    bufs = {int(b): b for b in Buf}
+    return [(a, b, Region(bufs[sb], so, c), Region(bufs[db], do, c), k == OpKind.REDUCE)
+            for a, b, sb, so, db, do, c, k in zip(
+                ops.src.tolist(), ops.dst.tolist(), ops.src_buf.tolist(), ops.src_off.tolist(),
+                ops.dst_buf.tolist(), ops.dst_off.tolist(), ops.count.tolist(),
+                ops.kind.tolist(), strict=True)]
 
 
 def _combine(reduce: bool, src: Region, dst: Region, packets: bool = False) -> Instr:
@@ -368,36 +376,37 @@ def _read_snapshot(ops: Ops, snapshot: np.ndarray, input_chunks: int
     return Ops(**cols), snapshot + input_chunks
 
 
-def _by_step(ops) -> dict[int, np.ndarray]:
+def _by_step(ops) -> dict[int, list[int]]:
+    """Step -> the rows of its ops, in order."""
     order = np.argsort(ops.step, kind="stable")
     steps = ops.step[order]
     cuts = np.flatnonzero(np.diff(steps)) + 1
-    return {int(steps[g[0]]): g for g in np.split(order, cuts) if len(g)} if len(order) else {}
+    return ({int(steps[g[0]]): g.tolist() for g in np.split(order, cuts) if len(g)}
+            if len(order) else {})
 
 
 _Moves = tuple[list[Instr], list[Instr], list[Instr]]
 
 
-def _step_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: list[int],
-                channels: dict[tuple[int, int], str]) -> dict[int, _Moves]:
+def _step_moves(moves: list[_Move], rows: list[int], own_scratch: np.ndarray,
+                staging: list[int], channels: dict[tuple[int, int], str]) -> dict[int, _Moves]:
     """Per rank, the puts it issues, the landings it runs and its local ops at one step;
     ``staging[d]`` grows to the most staged chunks rank ``d`` receives at any step."""
-    reads: dict[int, list[Region]] = defaultdict(list)
+    reads: dict[int, _Regions] = defaultdict(_Regions)
     for i in rows:
-        reads[int(ops.src[i])].append(Region(Buf(ops.src_buf[i]), int(ops.src_off[i]),
-                                             int(ops.count[i])))
-        if ops.kind[i] == OpKind.REDUCE and ops.src[i] == ops.dst[i]:
-            reads[int(ops.dst[i])].append(Region(Buf(ops.dst_buf[i]), int(ops.dst_off[i]),
-                                                 int(ops.count[i])))
+        a, b, src, dst, reduce = moves[i]
+        reads[a].add(src)
+        if reduce and a == b:
+            reads[b].add(dst)
     out: dict[int, _Moves] = defaultdict(lambda: ([], [], []))
     used: defaultdict[int, int] = defaultdict(int)
     for i in rows:
-        a, b, src, dst, reduce = _move(ops, i)
+        a, b, src, dst, reduce = moves[i]
         if a == b:
             out[a][2].append(_combine(reduce, src, dst))
             continue
         put = "put" if channels[(a, b)] == "memory" else "pwsf"
-        if reduce or any(dst.overlaps(x) for x in reads[b]):
+        if reduce or reads[b].meets(dst):
             land = Region(Buf.SCRATCH, int(own_scratch[b]) + used[b], src.size)
             used[b] += src.size
             out[a][0].append(Instr(put, channels[(a, b)], (b,), (src,), (land,)))
@@ -407,6 +416,44 @@ def _step_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: li
     for b, k in used.items():
         staging[b] = max(staging[b], k)
     return out
+
+
+class _Regions:
+    """A set of regions that answers "does this region meet any of them?" by bisection."""
+
+    __slots__ = ("_spans", "_sorted")
+
+    def __init__(self) -> None:
+        self._spans: dict[Buf, list[tuple[int, int]]] = defaultdict(list)
+        self._sorted: dict[Buf, tuple[list[int], list[int]]] = {}
+
+    def add(self, region: Region) -> None:
+        self._spans[region.buf].append((region.index, region.index + region.size))
+        self._sorted.pop(region.buf, None)
+
+    def disjoint(self) -> bool:
+        """Whether no two of the regions overlap."""
+        for spans in self._spans.values():
+            spans.sort()
+            if any(spans[k][0] < spans[k - 1][1] for k in range(1, len(spans))):
+                return False
+        return True
+
+    def meets(self, region: Region) -> bool:
+        if region.buf not in self._spans:
+            return False
+        if region.buf not in self._sorted:
+            # merged into disjoint spans: then starts and ends are both sorted
+            merged: list[list[int]] = []
+            for lo, hi in sorted(self._spans[region.buf]):
+                if merged and lo <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], hi)
+                else:
+                    merged.append([lo, hi])
+            self._sorted[region.buf] = ([m[0] for m in merged], [m[1] for m in merged])
+        starts, ends = self._sorted[region.buf]
+        k = bisect_right(ends, region.index)
+        return k < len(starts) and starts[k] < region.index + region.size
 
 
 def _fenced(ops: list[Instr]) -> list[Instr]:
@@ -438,7 +485,7 @@ def _ordered(work: list[Instr], rank: int, step: int) -> list[Instr]:
     """``work`` ordered so that an op reading a region runs before the op that overwrites it
     (a step reads the state the previous step left), with a ``nop`` between ops that touch
     one region (different threads run them)."""
-    if len(work) <= 1:
+    if len(work) <= 1 or _independent(work):
         return list(work)
     n = len(work)
     # before[j] holds the ops that must run before j: those reading what j writes
@@ -467,6 +514,24 @@ def _ordered(work: list[Instr], rank: int, step: int) -> list[Instr]:
     return out
 
 
+def _independent(work: list[Instr]) -> bool:
+    """Whether no op writes a region another op reads or writes (then any order is right and
+    no ``nop`` is needed): the usual step, found without comparing every pair."""
+    written = _Regions()
+    for op in work:
+        for w in op.dst:
+            written.add(w)
+    if not written.disjoint():
+        return False
+    for op in work:
+        own = op.dst[0] if op.dst else None
+        for x in op.src:
+            # a reduce reads its own destination; only another op's write conflicts
+            if x != own and written.meets(x):
+                return False
+    return True
+
+
 def _conflict(a: Instr, b: Instr) -> bool:
     return (any(w.overlaps(x) for w in a.dst for x in b.src + b.dst)
             or any(w.overlaps(x) for w in b.dst for x in a.src))
@@ -482,22 +547,22 @@ def _split(program: list[Instr], rank: int) -> tuple[tuple[Instr, ...], ...]:
     room = max_ops - 4
     blocks: list[list[Instr]] = []
     cur: list[Instr] = []
-    chans: set = set()
-    bufs: set = set()
+    # per channel type, the peers and the remote (peer, buffer)s the current block holds
+    chans: dict[str, set] = defaultdict(set)
+    bufs: dict[str, set] = defaultdict(set)
     for op in program:
-        new_chans = {(op.channel, p) for p in op.peers}
-        new_bufs = ({(op.channel, op.peers[0], d.buf) for d in op.dst}
-                    if op.name in ("put", "pwsf", "ppkt") else set())
-        if cur and (len(cur) >= room
-                    or len({c for c in chans | new_chans if c[0] == "memory"}) > max_channels
-                    or len({c for c in chans | new_chans if c[0] == "port"}) > max_channels
-                    or len({b for b in bufs | new_bufs if b[0] == "memory"}) > max_buffers
-                    or len({b for b in bufs | new_bufs if b[0] == "port"}) > max_buffers):
+        kind, peers, remote = _held_by(op)
+        if cur and (len(cur) >= room or kind is not None and (
+                len(chans[kind] | peers) > max_channels
+                or len(bufs[kind] | remote) > max_buffers)):
             blocks.append(cur)
-            cur, chans, bufs = [], set(), set()
+            cur = []
+            chans.clear()
+            bufs.clear()
         cur.append(op)
-        chans |= new_chans
-        bufs |= new_bufs
+        if kind is not None:
+            chans[kind] |= peers
+            bufs[kind] |= remote
     if cur or not blocks:
         blocks.append(cur)
     out = []
@@ -509,3 +574,13 @@ def _split(program: list[Instr], rank: int) -> tuple[tuple[Instr, ...], ...]:
             body = body + [Instr("nop"), Instr("sem_release", semaphores=(k,))]
         out.append(tuple(body))
     return tuple(out)
+
+
+def _held_by(op: Instr) -> tuple[str | None, set, set]:
+    """The channel type an op uses, the peers it needs channels to and the remote buffers
+    (peer, buffer) it writes: what a threadblock must hold for it."""
+    if op.channel is None or not op.peers:
+        return None, set(), set()
+    remote = ({(op.peers[0], d.buf) for d in op.dst} if op.name in ("put", "pwsf", "ppkt")
+              else set())
+    return op.channel, set(op.peers), remote
