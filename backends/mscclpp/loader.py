@@ -15,11 +15,13 @@ or None outside a pipeline.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["LOADER_OPS", "MAX_CHANNEL", "MAX_CHANNEL_PER_OPERATION", "MAX_ITERATIONS",
+__all__ = ["CallSizes", "LOADER_OPS", "MAX_CHANNEL", "MAX_CHANNEL_PER_OPERATION", "MAX_ITERATIONS",
            "MAX_OPERATION", "MODELLED_OPS", "PlanError", "SwitchGroup", "Unsupported",
-           "expected_outputs", "load_ops", "switch_channels"]
+           "expected_outputs", "load_channels", "load_ops", "switch_channels"]
 
 #: op names the loader accepts (execution_plan.cc getOpType)
 LOADER_OPS = frozenset(
@@ -136,6 +138,94 @@ def _check_op(name: str, op: dict) -> None:
     if len(op.get("channel_ids", ())) > MAX_CHANNEL_PER_OPERATION:
         raise PlanError(f"{name}: an op names {len(op['channel_ids'])} channels, more "
                         f"than MAX_CHANNEL_PER_OPERATION ({MAX_CHANNEL_PER_OPERATION})")
+
+
+def load_channels(name: str, tb: dict, peers: dict[str, list[int]], n_switch: int,
+                  rbufs: list) -> tuple[dict[str, list[int]], dict[str, list]]:
+    """A threadblock's channels (type -> the GPU's channel ids, by the threadblock's index)
+    and remote buffers (type -> (rank, buffer type) by buffer_id), checked as the loader and
+    executor check them (or as their fixed-size arrays require)."""
+    chans: dict[str, list[int]] = {"memory": [], "port": [], "switch": []}
+    for ch in tb.get("channels", []):
+        t = ch["channel_type"]
+        if t not in chans:
+            raise PlanError(f"{name}: channel type '{t}' ('Invalid channel type')")
+        count = n_switch if t == "switch" else len(peers[t])
+        for cid in ch["channel_ids"]:
+            if not 0 <= cid < count:
+                raise PlanError(f"{name}: {t} channel {cid} does not exist")
+            chans[t].append(int(cid))
+        if len(chans[t]) > MAX_CHANNEL:
+            raise PlanError(f"{name} uses {len(chans[t])} {t} channels, more than "
+                            f"MAX_CHANNEL ({MAX_CHANNEL})")
+    refs: dict[str, list] = {"memory": [], "port": []}
+    for ref in tb.get("remote_buffer_refs", []):
+        t = ref["access_channel_type"]
+        for bid in ref["remote_buffer_ids"]:
+            if t not in rbufs[bid][2]:
+                raise PlanError(f"{name}: remote buffer {bid} is not accessible through "
+                                f"{t} channels")
+            refs[t].append(rbufs[bid][:2])
+        if len(refs[t]) > MAX_CHANNEL:
+            raise PlanError(f"{name} refers to {len(refs[t])} remote buffers, more than "
+                            f"MAX_CHANNEL ({MAX_CHANNEL})")
+    return chans, refs
+
+
+@dataclass(frozen=True, slots=True)
+class CallSizes:
+    """A call's buffer sizes as the loader derives them (``getSizeAndChunks``,
+    ``checkMessageSize``, ``getUpperBoundChunkSize``): ``chunk_bytes`` per chunk of the buffer
+    whose chunks the plan counts."""
+
+    align: int
+    in_bytes: int
+    out_bytes: int
+    size_per_rank: int
+    n_chunks: int
+    upper_chunk: int
+
+    @classmethod
+    def of(cls, plan: dict, chunk_bytes: int) -> CallSizes:
+        g0 = plan["gpus"][0]
+        ic, oc = int(g0["input_chunks"]), int(g0["output_chunks"])
+        coll, n = plan["collective"], len(plan["gpus"])
+        align = int(plan.get("buffer_alignment", 16))
+        if ic == 0 and oc == 0:
+            raise PlanError("input_chunks and output_chunks are both 0 (the loader throws)")
+        per = {"allgather": (1, n), "reducescatter": (n, 1)}.get(coll, (1, 1))
+        if coll not in ("allreduce", "allgather", "reducescatter", "alltoall"):
+            raise Unsupported(f"collective '{coll}' has no postcondition here")
+        if ic:
+            in_bytes = chunk_bytes * ic
+            out_bytes = in_bytes * per[1] // per[0]
+        else:
+            out_bytes = chunk_bytes * oc
+            in_bytes = out_bytes * per[0] // per[1]
+        if ic and oc and in_bytes // ic != out_bytes // oc:
+            raise PlanError(f"input_chunks {ic} and output_chunks {oc} do not describe one "
+                            f"{coll} (the loader's getSizeAndChunks throws)")
+        for what, size, c in (("input", in_bytes, ic), ("output", out_bytes, oc)):
+            if size % align or (c and (size // align) % c):
+                raise PlanError(f"{what} size {size} is not a multiple of buffer_alignment x "
+                                f"{what}_chunks (checkMessageSize)")
+        size = out_bytes if coll == "allgather" else in_bytes
+        lo = int(plan.get("min_message_size", 0))
+        hi = int(plan.get("max_message_size", 2**64 - 1))
+        # a plan is size-generic (every chunk scales alike), so it runs here at small chunks;
+        # its window must still hold a size the loader accepts
+        granule = size // (chunk_bytes // align)
+        if -(-lo // granule) * granule > hi:
+            raise PlanError(f"no size in [{lo}, {hi}] is a multiple of {granule} B "
+                            "(buffer_alignment x chunks): the loader refuses every call")
+        per_rank, chunks = (in_bytes, ic) if ic else (out_bytes, oc)
+        upper = -(-(per_rank // align) // chunks) * align
+        return cls(align, in_bytes, out_bytes, per_rank, chunks, upper)
+
+    def calc(self, size: int, index: int, slices: int) -> int:
+        """Byte offset of slice ``index`` of ``slices`` of ``size`` bytes (``calcOffset``)."""
+        nelems = size // self.align
+        return (index * (nelems // slices) + min(index, nelems % slices)) * self.align
 
 
 def expected_outputs(coll: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
