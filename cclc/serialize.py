@@ -72,6 +72,8 @@ def topology_to_json(t: Topology) -> dict[str, Any]:
         "gpu_of_rank": _opt(t.gpu_of_rank),
         "rail_of_rank": _opt(t.rail_of_rank),
         "fault_groups": [{"name": name, "links": list(links)} for name, links in t.fault_groups],
+        # written only when set, so documents of machines without it stay as they were
+        **({"multicast": True} if t.multicast else {}),
     }
 
 
@@ -398,6 +400,9 @@ def _topology(t: _Doc) -> Topology:
                             + ", ".join(repr(r) for r in allowed))
     per_rank = _per_rank(t, n_ranks)
     groups = _fault_groups(t, len(cols["src"]))
+    multicast = t.get("multicast", optional=True)
+    if multicast not in (None, True, False):
+        raise ScheduleError(f"'{t.path('multicast')}' is {multicast!r}, not true or false")
     return Topology(
         name=t.str("name"), kind=kind, n_ranks=n_ranks, vertex_names=names,
         link_src=_ro(cols["src"], np.int32), link_dst=_ro(cols["dst"], np.int32),
@@ -406,7 +411,8 @@ def _topology(t: _Doc) -> Topology:
         link_failed=_ro(cols["failed"], bool), failed_ranks=frozenset(failed_ranks.tolist()),
         dims=None if dims is None else tuple(dims.tolist()),
         wrap=None if wrap is None else tuple(wrap.tolist()),
-        n_nodes=t.int("n_nodes"), fault_groups=groups, routing=routing, **per_rank)
+        n_nodes=t.int("n_nodes"), fault_groups=groups, routing=routing,
+        multicast=bool(multicast), **per_rank)
 
 
 def _link_columns(links: _Doc, n_vertices: int) -> tuple[dict[str, np.ndarray], np.ndarray]:

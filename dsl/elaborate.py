@@ -296,7 +296,7 @@ def _node_type(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
         raise SemanticError(f"{interconnect}(...) takes the number of GPUs, e.g. "
                             f"{interconnect}(gpus = 8)", ctor.span)
     gpus = _count(_plain_number(args[0].value, "gpus"), "gpus")
-    block = _block(stmt.settings, (ast.Link, ast.Nic, ast.Ports), "a node type")
+    block = _block(stmt.settings, (ast.Link, ast.Nic, ast.Ports, ast.Multicast), "a node type")
     link = _one(block, ast.Link)
     if link is None:
         raise SemanticError(f"node type '{stmt.name.text}' needs a `link` setting: the "
@@ -307,12 +307,16 @@ def _node_type(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
     if ports is not None and nic is None:
         raise SemanticError("'ports' counts the switch ports of each NIC, but this node type "
                             "has no `nic` setting", ports.keyword_span)
+    multicast = _one(block, ast.Multicast)
+    if multicast is not None and interconnect != "nvswitch":
+        raise SemanticError("'multicast' says the node's NVSwitch does NVLS multicast; a "
+                            f"{interconnect} node has no NVSwitch", multicast.keyword_span)
     return NodeType(
         name=stmt.name.text, interconnect=interconnect, gpus=gpus,
         bandwidth=_bandwidth(link.bandwidth), latency=_latency(link.latency),
         nics=_count(nic.count, "the number of NICs") if nic else 0,
         nic_bandwidth=_bandwidth(nic.bandwidth) if nic else 0.0,
-        nic_ports=_count(ports.count, "ports") if ports else 1)
+        nic_ports=_count(ports.count, "ports") if ports else 1, multicast=multicast is not None)
 
 
 def _nccl_xml_node(stmt: ast.NodeDef, base_dir: Path) -> NodeType:

@@ -126,6 +126,21 @@ def channel_type(schedule: Schedule, src: int, dst: int) -> str:
     return "port"
 
 
+def switch_groups(schedule: Schedule) -> dict[int, tuple[int, ...]]:
+    """Rank -> the ranks of its server that an NVLS multicast store reaches (itself
+    included), for ranks on a node that declares ``multicast`` and shares it with another
+    rank of the collective; empty when the machine has no multicast."""
+    topo = schedule.topology
+    nodes = topo.node_of_rank
+    if not topo.multicast or nodes is None:
+        return {}
+    group = schedule.collective.group
+    members: dict[int, list[int]] = defaultdict(list)
+    for r, g in enumerate(group):
+        members[int(nodes[g])].append(r)
+    return {r: tuple(m) for m in members.values() if len(m) > 1 for r in m}
+
+
 def lower(schedule: Schedule, inplace: bool = False, protocol: str = "Simple") -> LoweredPlan:
     """The MSCCL++ program of every rank of ``schedule`` (verified, uniform buffers).
 
@@ -134,6 +149,12 @@ def lower(schedule: Schedule, inplace: bool = False, protocol: str = "Simple") -
     the rank's slice of its input). Each rank first copies its input into scratch and the
     schedule reads that copy, so writes into the output never clobber input still to be read;
     no peer writes into a rank before the rank's first credit, sent after the copy.
+
+    On a node that declares ``multicast`` (Simple protocol), a rank that copies one region
+    into the same place on every GPU of its server at one step (itself included) does it with
+    one ``gstore`` through a switch channel (NVLS multicast) instead of a put per peer,
+    unless a member reads that place at the same step; the credits and data signals are those
+    of the puts it replaces.
 
     ``protocol="LL"``: every remote move is written as LL packets (``ppkt``: data and a flag
     the reader spins on, so no signal or wait per step) into a scratch slot of its own for the
@@ -172,7 +193,8 @@ def lower(schedule: Schedule, inplace: bool = False, protocol: str = "Simple") -
     if protocol == "LL":
         _packet_programs(ops, programs, own_scratch, staging, traffic, channels)
     else:
-        _simple_programs(ops, programs, own_scratch, staging, traffic, channels)
+        _simple_programs(ops, programs, own_scratch, staging, traffic, channels,
+                         switch_groups(schedule))
     tbs = tuple(_split(prog, r) for r, prog in enumerate(programs))
     return LoweredPlan(
         threadblocks=tbs, channels=channels, input_chunks=units.n_chunks(Buf.INPUT),
@@ -184,7 +206,8 @@ def lower(schedule: Schedule, inplace: bool = False, protocol: str = "Simple") -
 
 def _simple_programs(ops: Ops, programs: list[list[Instr]], own_scratch: np.ndarray,
                      staging: list[int], traffic: _Traffic,
-                     channels: dict[tuple[int, int], str]) -> None:
+                     channels: dict[tuple[int, int], str],
+                     switch: dict[int, tuple[int, ...]]) -> None:
     """Each rank's steps with puts, credits and data signals (the module docstring)."""
     n = len(programs)
     for r in range(n):
@@ -195,7 +218,7 @@ def _simple_programs(ops: Ops, programs: list[list[Instr]], own_scratch: np.ndar
     moves = _moves(ops)
     for s in range(ops.n_steps):
         rows = by_step.get(s, [])
-        per_rank = _step_moves(moves, rows, own_scratch, staging, channels)
+        per_rank = _step_moves(moves, rows, own_scratch, staging, channels, switch)
         for r in range(n):
             programs[r] += _rank_step(r, s, per_rank.get(r, ([], [], [])), traffic, channels)
 
@@ -389,9 +412,11 @@ _Moves = tuple[list[Instr], list[Instr], list[Instr]]
 
 
 def _step_moves(moves: list[_Move], rows: list[int], own_scratch: np.ndarray,
-                staging: list[int], channels: dict[tuple[int, int], str]) -> dict[int, _Moves]:
-    """Per rank, the puts it issues, the landings it runs and its local ops at one step;
-    ``staging[d]`` grows to the most staged chunks rank ``d`` receives at any step."""
+                staging: list[int], channels: dict[tuple[int, int], str],
+                switch: dict[int, tuple[int, ...]] | None = None) -> dict[int, _Moves]:
+    """Per rank, the puts (and multicast stores) it issues, the landings it runs and its
+    local ops at one step; ``staging[d]`` grows to the most staged chunks rank ``d`` receives
+    at any step."""
     reads: dict[int, _Regions] = defaultdict(_Regions)
     for i in rows:
         a, b, src, dst, reduce = moves[i]
@@ -399,9 +424,17 @@ def _step_moves(moves: list[_Move], rows: list[int], own_scratch: np.ndarray,
         if reduce and a == b:
             reads[b].add(dst)
     out: dict[int, _Moves] = defaultdict(lambda: ([], [], []))
+    switch = switch or {}
+    stored = _multicast_stores(moves, rows, reads, switch)
+    done: set[tuple] = set()
     used: defaultdict[int, int] = defaultdict(int)
     for i in rows:
         a, b, src, dst, reduce = moves[i]
+        if (a, src, dst) in stored:
+            if (a, src, dst) not in done:
+                done.add((a, src, dst))
+                out[a][0].append(Instr("gstore", "switch", switch[a], (src,), (dst,)))
+            continue
         if a == b:
             out[a][2].append(_combine(reduce, src, dst))
             continue
@@ -415,6 +448,34 @@ def _step_moves(moves: list[_Move], rows: list[int], own_scratch: np.ndarray,
             out[a][0].append(Instr(put, channels[(a, b)], (b,), (src,), (dst,)))
     for b, k in used.items():
         staging[b] = max(staging[b], k)
+    return out
+
+
+def _multicast_stores(moves: list[_Move], rows: list[int], reads: dict[int, _Regions],
+                      switch: dict[int, tuple[int, ...]]) -> set[tuple]:
+    """The copies at one step that become one ``gstore`` each, as (sender, source,
+    destination): a sender that copies a source into the same destination on every member of
+    its multicast group, itself included (or every other member, when the destination is the
+    source itself: the store rewrites the sender's own copy with the same values), where no
+    other op of the step reads the destination on a member."""
+    if not switch:
+        return set()
+    receivers: dict[tuple, set[int]] = defaultdict(set)
+    for i in rows:
+        a, b, src, dst, reduce = moves[i]
+        if not reduce and a in switch and b in switch[a]:
+            receivers[(a, src, dst)].add(b)
+    out = set()
+    for (a, src, dst), got in receivers.items():
+        group = set(switch[a])
+        if got == group:
+            readers = group
+        elif src == dst and got == group - {a}:
+            readers = got  # the sender reads its own region to store it
+        else:
+            continue
+        if not any(reads[m].meets(dst) for m in readers):
+            out.add((a, src, dst))
     return out
 
 
@@ -581,6 +642,9 @@ def _held_by(op: Instr) -> tuple[str | None, set, set]:
     (peer, buffer) it writes: what a threadblock must hold for it."""
     if op.channel is None or not op.peers:
         return None, set(), set()
+    if op.channel == "switch":
+        # one switch channel per multicast group and buffer
+        return op.channel, {(op.peers, op.dst[0].buf)}, set()
     remote = ({(op.peers[0], d.buf) for d in op.dst} if op.name in ("put", "pwsf", "ppkt")
               else set())
     return op.channel, set(op.peers), remote

@@ -226,3 +226,22 @@ def test_a_number_of_100000_digits_is_refused(tmp_path):
     p.write_text(p.read_text().replace("{", '{"pad": ' + "9" * 100_000 + ", ", 1))
     with pytest.raises(ScheduleError, match=r"big\.json holds a number too large to be read"):
         load(p)
+
+
+def test_round_trip_keeps_multicast(tmp_path):
+    node = NodeType("hgx", "nvswitch", 4, 450e9, 1e-6, nics=2, nic_bandwidth=50e9,
+                    multicast=True)
+    t = leaf_spine("fab", 2, node, rails=2, leaves=None, spines=2, oversubscription=1.0,
+                   bandwidth=50e9, latency=2e-6)
+    s = direct_alltoall(make_collective("a", K.ALLTOALL, t, tuple(range(8)), 8 * 8 * 4))
+    doc = to_json(s)
+    assert doc["topology"]["multicast"] is True
+    assert from_json(json.loads(json.dumps(doc))).topology.multicast
+    # a machine without it writes no key: documents written before it stay as they were
+    plain = leaf_spine("fab", 2, NodeType("hgx", "nvswitch", 4, 450e9, 1e-6, nics=2,
+                                          nic_bandwidth=50e9),
+                       rails=2, leaves=None, spines=2, oversubscription=1.0, bandwidth=50e9,
+                       latency=2e-6)
+    doc = to_json(direct_alltoall(make_collective("a", K.ALLTOALL, plain, tuple(range(8)),
+                                                  8 * 8 * 4)))
+    assert "multicast" not in doc["topology"]
