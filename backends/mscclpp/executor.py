@@ -198,7 +198,9 @@ class _Machine:
                         self.actors.append(a)
                         self.proxies[(r, cid)] = a
         self.inbound: dict[tuple, int] = {}      # (t, receiver, sender, k) -> signals received
-        self.inbound_vc: dict[tuple, list] = {}  # joins of the first j signals' clocks
+        # the join of the clocks of every signal received so far: a wait returns having seen
+        # the semaphore's current value, which carries every release up to it
+        self.inbound_vc: dict[tuple, np.ndarray] = {}
         self.expected: dict[tuple, int] = {}
         self.device_sems = [[int(s["init_value"]) for s in g.get("semaphores", [])]
                             for g in self.plan["gpus"]]
@@ -654,8 +656,10 @@ class _Machine:
         key = (t, p, r, k)  # the receiver's view: its k-th channel to r
         got = self.inbound.get(key, 0) + 1
         self.inbound[key] = got
-        prev = self.inbound_vc.setdefault(key, [np.zeros(len(self.actors), dtype=np.int64)])
-        prev.append(prev[-1] if vc is None else np.maximum(prev[-1], vc))
+        if key not in self.inbound_vc:
+            self.inbound_vc[key] = np.zeros(len(self.actors), dtype=np.int64)
+        if vc is not None:
+            np.maximum(self.inbound_vc[key], vc, out=self.inbound_vc[key])
         self._wake(("in", key))
 
     def _op_signal(self, a, op, know):
@@ -666,7 +670,7 @@ class _Machine:
 
     def _op_wait(self, a, op, know):
         for key, _ in a.waiting:
-            np.maximum(a.pending, self.inbound_vc[key][self.inbound[key]], out=a.pending)
+            np.maximum(a.pending, self.inbound_vc[key], out=a.pending)
 
     def _op_rlxwait(self, a, op, know):
         pass
