@@ -22,8 +22,9 @@ from cclc.cli import main
 EXAMPLES = sorted((pathlib.Path(__file__).parents[3] / "examples").glob("*.ccl"))
 #: the executor keeps a vector clock per threadblock and per port channel's proxy (one int64
 #: per actor, per actor): plans up to this many actors take at most a few hundred MB there.
-#: hgx16_leafspine's 128-rank allreduce has about 16,000 threadblocks (its schedule's 190k ops
-#: cut into blocks of 64 operations), far past it: those plans get the limit checks only
+#: hgx16_leafspine's 128-rank allreduce has 16,000 threadblocks (a 522k-op schedule, a million
+#: plan operations cut into blocks of 64) and its reducescatter 10,624, far past it: those
+#: plans get the limit checks only
 MAX_ACTORS = 3000
 #: what MSCCL++ cannot run, in the words the backend uses
 REFUSED = re.compile(r"no (broadcast|reduce) collective|sums every reduction|non-uniform "
