@@ -28,10 +28,10 @@ from backends.common import c_identifier
 from backends.contract import Backend, Contents, EmitOptions, Facts
 from backends.msccl.lower import LimitError
 from backends.mscclpp.limits import COMMIT, LIMITS, REPOSITORY
-from backends.mscclpp.lower import LoweredPlan, chunk_refusal, lower
+from backends.mscclpp.lower import LoweredPlan, chunk_refusal, lower, lowering_refusal
 from backends.mscclpp.plan import plan_document
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, ReduceOp
-from cclc.errors import NotExpressible, ScheduleError
+from cclc.errors import NotExpressible
 from cclc.ir import Schedule
 
 __all__ = ["BACKEND", "COLLECTIVES", "LL_MAX_BYTES", "MscclppBackend", "iter_plans",
@@ -47,9 +47,8 @@ COLLECTIVES = {k: k.value for k in (CollectiveKind.ALLREDUCE, CollectiveKind.ALL
 #: ``selectSingleNodeAllreduce``: "<= 64KB or <= 1MB" without NVLS zero-copy)
 LL_MAX_BYTES = 1 << 20
 
-#: the last lowerings, so that the candidate ``auto`` asked about and then chose is lowered
-#: once for its out-of-place Simple plan; two, since the next candidate is asked about before
-#: the winner is rendered
+#: the last lowerings: the out-of-place Simple plan's lowering is asked for its served sizes
+#: and then rendered; two, so that an in-place one does not push it out before its render
 _RECENT_LOWERINGS: list[tuple[Schedule, tuple[bool, str], LoweredPlan]] = []
 
 
@@ -195,15 +194,10 @@ class MscclppBackend:
 
     def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
         """Why :meth:`render` would refuse ``subject``: a collective MSCCL++ has no plan for,
-        or what the lowering refuses, whatever the op count (the lowering is kept for the
-        render that follows when this candidate wins)."""
-        try:
-            why = _why_not(subject) or chunk_refusal(subject)
-            if why is None:
-                _lowered(subject)
-        except ScheduleError as err:
-            return err.message
-        return why
+        or what the lowering refuses, whatever the op count, found by the lowering's own checks
+        without building the programs (:func:`~backends.mscclpp.lower.lowering_refusal`: a
+        candidate costs its unit conversion, not a lowering, and only the winner is lowered)."""
+        return _why_not(subject) or chunk_refusal(subject) or lowering_refusal(subject)
 
 
 BACKEND: Backend[Collective, Schedule] = MscclppBackend()

@@ -55,7 +55,7 @@ from cclc.errors import NotExpressible, ScheduleError
 from cclc.ir import Buf, OpKind, Ops, Schedule
 
 __all__ = ["BUF_LETTER", "Instr", "LoweredPlan", "Region", "channel_type", "chunk_refusal",
-           "lower"]
+           "lower", "lowering_refusal", "switch_groups"]
 
 #: MSCCL++'s buffer spellings (execution_plan.cc ``convertToBufferType``)
 BUF_LETTER = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
@@ -372,6 +372,27 @@ def _rank_step(r: int, s: int, moves: tuple[list[Instr], list[Instr], list[Instr
     prog += _fenced(_ordered(local + landings, r, s))
     prog += _signals(sorted(traffic.writers[s + 1][r]), r, channels)
     return prog
+
+
+def lowering_refusal(schedule: Schedule) -> str | None:
+    """Why :func:`lower` (Simple, out-of-place) would refuse ``schedule``, without building
+    its programs: its refusals are the equal-chunk ones of :func:`_in_units` and a step whose
+    local ops read and write each other's regions in a cycle, and the landings it adds to a
+    step cannot join a cycle (they read staging that no local op writes)."""
+    try:
+        units, _ = _in_units(schedule)
+        moves = _moves(units.ops)
+        for s, rows in _by_step(units.ops).items():
+            local: dict[int, list[Instr]] = defaultdict(list)
+            for i in rows:
+                a, b, src, dst, reduce = moves[i]
+                if a == b:
+                    local[a].append(_combine(reduce, src, dst))
+            for r, work in local.items():
+                _ordered(work, r, s)
+    except ScheduleError as err:
+        return err.message
+    return None
 
 
 def chunk_refusal(schedule: Schedule) -> str | None:

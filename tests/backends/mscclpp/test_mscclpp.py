@@ -393,3 +393,39 @@ def test_every_schedule_on_a_multicast_node_runs(kind):
             plan = render_plan(schedule, inplace=inplace)
             check_limits(plan)
             run(plan, seeds=2)
+
+
+def _local_swap():
+    """An allgather whose ranks, after gathering, swap their two output slots in one step
+    (each copy reads what the other writes): no order of the two copies keeps the meaning."""
+    from cclc.ir import Buf, ScheduleBuilder
+
+    topo = torus("pair", (2,))
+    coll = make_collective("ag-swap", CollectiveKind.ALLGATHER, topo, (0, 1), 16)
+    b = ScheduleBuilder(coll, input=[1, 1], output=[2, 2])
+    for r in range(2):
+        o = 1 - r
+        b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
+              dst_off=1 - r)
+        b.add(step=0, src=r, dst=o, route=b.route(topo.shortest_path_links(r, o)),
+              src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT, dst_off=1 - r)
+        for slot in range(2):
+            b.add(step=1, src=r, dst=r, src_buf=Buf.OUTPUT, src_off=slot,
+                  dst_buf=Buf.OUTPUT, dst_off=1 - slot)
+    return b.build("swap")
+
+
+def test_refusal_agrees_with_the_lowering():
+    """The backend asks the lowering's checks without building programs: it refuses exactly
+    what the lowering refuses, with the same words."""
+    from backends.mscclpp.lower import lower, lowering_refusal
+
+    cases = [swap_allreduce(), _local_swap()] + [SCHEDULES[k] for k in sorted(SCHEDULES)[:12]]
+    for s in cases:
+        try:
+            lower(s)
+            lowered = None
+        except ScheduleError as err:
+            lowered = err.message
+        assert lowering_refusal(s) == lowered
+    assert "cycle" in lowering_refusal(_local_swap())
