@@ -79,6 +79,8 @@ def topology_to_json(t: Topology) -> dict[str, Any]:
         "gpu_of_rank": _opt(t.gpu_of_rank),
         "rail_of_rank": _opt(t.rail_of_rank),
         "fault_groups": [{"name": name, "links": list(links)} for name, links in t.fault_groups],
+        # written only when set, so documents of machines without it stay as they were
+        **({"multicast": True} if t.multicast else {}),
     }
 
 
@@ -411,6 +413,9 @@ def _topology(t: _Doc) -> Topology:
                             + ", ".join(repr(r) for r in allowed))
     per_rank = _per_rank(t, n_ranks)
     groups = _fault_groups(t, len(cols["src"]))
+    multicast = t.get("multicast", optional=True)
+    if multicast not in (None, True, False):
+        raise ScheduleError(f"'{t.path('multicast')}' is {multicast!r}, not true or false")
     return Topology(
         name=t.string("name"), kind=kind, n_ranks=n_ranks, vertex_names=names,
         link_src=_ro(cols["src"], np.int32), link_dst=_ro(cols["dst"], np.int32),
@@ -421,7 +426,7 @@ def _topology(t: _Doc) -> Topology:
         wrap=None if wrap is None else tuple(wrap.tolist()),
         n_nodes=t.integer("n_nodes"), fault_groups=groups, routing=routing,
         node_of_rank=per_rank["node_of_rank"], gpu_of_rank=per_rank["gpu_of_rank"],
-        rail_of_rank=per_rank["rail_of_rank"])
+        rail_of_rank=per_rank["rail_of_rank"], multicast=bool(multicast))
 
 
 def _link_columns(links: _Doc, n_vertices: int) -> tuple[dict[str, np.ndarray], np.ndarray]:

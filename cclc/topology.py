@@ -49,6 +49,9 @@ class NodeType:
     nics: int = 0
     nic_bandwidth: float = 0.0
     nic_ports: int = 1
+    #: the NVSwitch does NVLS multicast (``multicast`` in the language): one load-reduce or
+    #: store reaches every GPU of the node
+    multicast: bool = False
 
 
 _INTERCONNECTS: dict[str, Literal["nvswitch", "pcie"]] = {"nvswitch": "nvswitch", "pcie": "pcie"}
@@ -91,6 +94,8 @@ class Topology:
     fault_groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
     #: what the network carries by itself (see :mod:`cclc.routing`)
     routing: str = "source"
+    #: every node's NVSwitch does NVLS multicast (:attr:`NodeType.multicast`)
+    multicast: bool = False
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     # -- sizes -------------------------------------------------------------------------------
@@ -520,7 +525,8 @@ class _NodesBuilder:
     def finish(self, name: str, kind: Literal["fabric", "node"], rails: int) -> Topology:
         return Topology(name=name, kind=kind, n_ranks=self.n_ranks,
                         vertex_names=tuple(self.names), n_nodes=self.n_nodes, routing="ecmp",
-                        **self.links.arrays(), **self.rank_arrays(rails))
+                        multicast=self.node.multicast, **self.links.arrays(),
+                        **self.rank_arrays(rails))
 
 
 def single_node(name: str, node: NodeType) -> Topology:

@@ -12,8 +12,15 @@ that group) and :func:`load` opens ``nccl-<name>/libcclc_<name>.so``::
     grads = load("out/nccl-grads")               # cclc compile ... --emit nccl --build
     out = grads(x, comm=comm)                    # x: a CUDA tensor; returns the output tensor
 
+MSCCL++ (microsoft/mscclpp) runs the plans of ``cclc compile ... --emit mscclpp`` instead, through
+its NCCL-API library: an unchanged ``torch.distributed`` program, started with
+:func:`mscclpp_environment` (``LD_PRELOAD=libmscclpp_nccl.so``), calls the plans that
+:func:`register_mscclpp` registered before ``init_process_group``; :func:`mscclpp_plans` reads
+which calls each plan serves.
+
 torch is imported when these functions run, never when cclc is imported: cclc does not depend
-on it. The library and the communicator must use the same ``libnccl.so.2``; :func:`load` opens
+on it (nor on MSCCL++'s Python package, imported by :func:`register_mscclpp` only). The library and
+the communicator must use the same ``libnccl.so.2``; :func:`load` opens
 the library first, so NCCL is the one its rpath names unless the process already loaded one
 (PyTorch's), which the dynamic loader then shares.
 """
@@ -21,12 +28,15 @@ the library first, so NCCL is the one its rpath names unless the process already
 from __future__ import annotations
 
 import ctypes
+import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Collective", "Communicator", "load", "nccl_type"]
+__all__ = ["Collective", "Communicator", "MscclppPlan", "load", "mscclpp_environment",
+           "mscclpp_plans", "nccl_type", "register_mscclpp"]
 
 #: ncclDataType_t by torch dtype name (uint32/uint64 exist in recent PyTorch only)
 _NCCL_TYPES = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5,
@@ -205,6 +215,100 @@ def load(path: str | Path) -> Collective:
                       in_units=int(consts["kInUnits"]), out_units=int(consts["kOutUnits"]),
                       split=consts["kSplit"] != "0", padded=consts["kPadded"] == "true",
                       library=lib_path, _fn=fn, _release=release)
+
+
+@dataclass(frozen=True, slots=True)
+class MscclppPlan:
+    """One MSCCL++ execution plan written by ``--emit mscclpp``, and the calls it serves.
+
+    MSCCL++'s NCCL interface gives a call to the first registered plan that matches it
+    (microsoft/mscclpp 1f5f065, ``src/ext/nccl/algorithm_selector.cc`` ``matchExecutionPlan``):
+    the same collective, world size and ranks per node, buffer mode, and a size (the input's
+    bytes; the output's for allgather) within ``[min_bytes, max_bytes]``. The loader also needs
+    the size to be a multiple of ``granularity`` (``checkMessageSize``).
+    """
+
+    path: Path
+    name: str
+    collective: str
+    inplace: bool
+    protocol: str
+    world_size: int
+    granularity: int
+    min_bytes: int
+    max_bytes: int
+
+    def serves(self, collective: str, nbytes: int, inplace: bool) -> bool:
+        """Whether MSCCL++ runs a ``collective`` call of ``nbytes`` bytes (per rank's input;
+        for allgather the gathered output) with this plan."""
+        return (collective == self.collective and inplace == self.inplace
+                and self.min_bytes <= nbytes <= self.max_bytes
+                and nbytes % self.granularity == 0)
+
+
+def mscclpp_plans(folder: str | Path) -> tuple[MscclppPlan, ...]:
+    """The MSCCL++ plans in a ``cclc compile -o FOLDER --emit mscclpp`` folder, by name."""
+    plans = []
+    for path in sorted(Path(folder).glob("*.mscclpp.json")):
+        doc = json.loads(path.read_text())
+        gpu = doc["gpus"][0]
+        chunks = gpu["output_chunks" if doc["collective"] == "allgather" else "input_chunks"]
+        plans.append(MscclppPlan(
+            path=path.resolve(), name=doc["name"], collective=doc["collective"],
+            inplace=bool(doc["inplace"]), protocol=doc["protocol"],
+            world_size=len(doc["gpus"]), granularity=int(doc["buffer_alignment"]) * chunks,
+            min_bytes=int(doc["min_message_size"]), max_bytes=int(doc["max_message_size"])))
+    if not plans:
+        raise FileNotFoundError(f"no *.mscclpp.json plan in {folder}: write them with "
+                                "cclc compile FILE --emit mscclpp -o FOLDER")
+    return tuple(plans)
+
+
+def mscclpp_environment(mscclpp_lib: str | Path, nccl_lib: str | Path | None = None
+                        ) -> dict[str, str]:
+    """The environment under which ``torchrun`` runs an unchanged program on MSCCL++:
+    ``LD_PRELOAD`` of ``libmscclpp_nccl.so`` (``mscclpp_lib``: the file, or the folder of an
+    MSCCL++ build's ``lib``), so that PyTorch's ``ncclAllReduce``, ``ncclAllGather`` and
+    ``ncclReduceScatter`` reach MSCCL++; with ``nccl_lib`` (a ``libnccl.so``) also
+    ``MSCCLPP_NCCL_LIB_PATH``, the real NCCL that MSCCL++ hands the calls no plan serves
+    (``src/core/env.cpp``; without it such calls fail)."""
+    lib = Path(mscclpp_lib)
+    if lib.is_dir():
+        lib = lib / "libmscclpp_nccl.so"
+    env = {"LD_PRELOAD": str(lib)}
+    if nccl_lib is not None:
+        env["MSCCLPP_NCCL_LIB_PATH"] = str(nccl_lib)
+    return env
+
+
+def register_mscclpp(folder: str | Path, *, inplace: bool, rank: int | None = None,
+                     ranks_per_node: int | None = None) -> tuple[MscclppPlan, ...]:
+    """Register the plans of ``folder`` with MSCCL++'s NCCL interface (call it before
+    ``torch.distributed.init_process_group``, whose ``ncclCommInitRank`` builds MSCCL++'s
+    algorithm collection from what was registered); returns the plans registered.
+
+    Only the plans of one buffer mode are registered: ``inplace=True`` for
+    ``all_reduce`` (in place), ``False`` for ``all_gather_into_tensor`` and
+    ``reduce_scatter_tensor`` into a separate output. At microsoft/mscclpp 1f5f065
+    ``DslAlgorithm::bufferMode`` (``src/core/algorithm.cc``) keeps the mode in a function-level
+    ``static``, so every registered plan reports the mode of the first one asked: with both
+    modes registered, a call could run a plan written for the other mode. ``rank`` and
+    ``ranks_per_node`` default to torchrun's ``RANK`` and ``LOCAL_WORLD_SIZE``.
+    """
+    import mscclpp
+    import mscclpp.ext
+
+    rank = int(os.environ["RANK"]) if rank is None else rank
+    per_node = (int(os.environ["LOCAL_WORLD_SIZE"]) if ranks_per_node is None
+                else ranks_per_node)
+    chosen = tuple(p for p in mscclpp_plans(folder) if p.inplace == inplace)
+    builder = mscclpp.ext.AlgorithmCollectionBuilder()
+    for plan in chosen:
+        algo = mscclpp.Algorithm(
+            id=plan.name, execution_plan=mscclpp.ExecutionPlan(str(plan.path), rank),
+            constraint=mscclpp.Algorithm.Constraint(plan.world_size, per_node), tags={})
+        builder.add_algorithm_builder(algo)
+    return chosen
 
 
 def _check(nccl, rc: int, what: str) -> None:

@@ -307,6 +307,14 @@ class Ports(Setting):
 
 
 @dataclass(frozen=True, slots=True)
+class Multicast(Setting):
+    """``multicast``: the node's NVSwitch does NVLS multicast (loads that reduce and stores
+    that reach every GPU of the node in one operation)."""
+
+    keyword: ClassVar[str] = "multicast"
+
+
+@dataclass(frozen=True, slots=True)
 class Size(Setting):
     """``size Q``: the collective's size (see docs/language.md for what it counts)."""
 

@@ -175,7 +175,8 @@ def _node_type(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
         raise SemanticError(f"{interconnect}(...) takes the number of GPUs, e.g. "
                             f"{interconnect}(gpus = 8)", ctor.span)
     gpus = count_of(plain_number(args[0].value, "gpus"), "gpus")
-    block = settings_block(stmt.settings, (ast.Link, ast.Nic, ast.Ports), "a node type")
+    block = settings_block(stmt.settings, (ast.Link, ast.Nic, ast.Ports, ast.Multicast),
+                           "a node type")
     link = one_setting(block, ast.Link)
     if link is None:
         raise SemanticError(f"node type '{stmt.name.text}' needs a `link` setting: the "
@@ -186,12 +187,17 @@ def _node_type(stmt: ast.NodeDef, base_dir: Path) -> NodeType:
     if ports is not None and nic is None:
         raise SemanticError("'ports' counts the switch ports of each NIC, but this node type "
                             "has no `nic` setting", ports.keyword_span)
+    multicast = one_setting(block, ast.Multicast)
+    if multicast is not None and interconnect != "nvswitch":
+        raise SemanticError("'multicast' says the node's NVSwitch does NVLS multicast; a "
+                            f"{interconnect} node has no NVSwitch", multicast.keyword_span)
     return NodeType(
         name=stmt.name.text, interconnect=interconnect_named(interconnect), gpus=gpus,
         bandwidth=bandwidth_of(link.bandwidth), latency=latency_of(link.latency),
         nics=count_of(nic.count, "the number of NICs") if nic else 0,
         nic_bandwidth=bandwidth_of(nic.bandwidth) if nic else 0.0,
-        nic_ports=count_of(ports.count, "ports") if ports else 1)
+        nic_ports=count_of(ports.count, "ports") if ports else 1,
+        multicast=multicast is not None)
 
 
 def _nccl_xml_node(stmt: ast.NodeDef, base_dir: Path) -> NodeType:

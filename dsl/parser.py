@@ -366,6 +366,9 @@ class _ToAst(Transformer):
     def ports(self, meta, children):
         return ast.Ports(span=self._span(meta), count=self._values(children)[0])
 
+    def multicast(self, meta, children):
+        return ast.Multicast(span=self._span(meta))
+
     def size(self, meta, children):
         return ast.Size(span=self._span(meta), size=self._values(children)[0])
 

@@ -18,22 +18,25 @@ plan is size-generic: it serves every call whose size is a multiple of ``buffer_
 
 from __future__ import annotations
 
+import gc
 import json
 import pathlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from backends.common import c_identifier
 from backends.contract import Backend, Contents, EmitOptions, Facts
 from backends.msccl.lower import LimitError
 from backends.mscclpp.limits import COMMIT, LIMITS, REPOSITORY
-from backends.mscclpp.lower import LoweredPlan, chunk_refusal, lower
+from backends.mscclpp.lower import LoweredPlan, chunk_refusal, lower, lowering_refusal
 from backends.mscclpp.plan import plan_document
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, ReduceOp
-from cclc.errors import NotExpressible, ScheduleError
+from cclc.errors import NotExpressible
 from cclc.execution import MSCCLPP_MODEL, ExecutionModel
 from cclc.ir import Schedule
 
-__all__ = ["BACKEND", "COLLECTIVES", "LL_MAX_BYTES", "MscclppBackend", "render_plan",
-           "render_plans", "served_sizes"]
+__all__ = ["BACKEND", "COLLECTIVES", "LL_MAX_BYTES", "MscclppBackend", "iter_plans",
+           "render_plan", "render_plans", "served_sizes"]
 
 #: the collectives an MSCCL++ plan names (python/mscclpp/language/collectives.py: AllGather,
 #: AllReduce, ReduceScatter, AllToAll); it has no broadcast or reduce plan
@@ -45,10 +48,23 @@ COLLECTIVES = {k: k.value for k in (CollectiveKind.ALLREDUCE, CollectiveKind.ALL
 #: ``selectSingleNodeAllreduce``: "<= 64KB or <= 1MB" without NVLS zero-copy)
 LL_MAX_BYTES = 1 << 20
 
-#: the last lowerings, so that the candidate ``auto`` asked about and then chose is lowered
-#: once for its out-of-place Simple plan; two, since the next candidate is asked about before
-#: the winner is rendered
+#: the last lowerings: the out-of-place Simple plan's lowering is asked for its served sizes
+#: and then rendered; two, so that an in-place one does not push it out before its render
 _RECENT_LOWERINGS: list[tuple[Schedule, tuple[bool, str], LoweredPlan]] = []
+
+
+@contextmanager
+def _without_cycle_collection() -> Iterator[None]:
+    """Lowering and writing a plan allocate millions of small objects that form no cycles;
+    CPython's cyclic collector would walk every live one again at each full pass (half the
+    time of a 32k-op schedule's lowering, more on larger ones), so it pauses meanwhile."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _lowered(schedule: Schedule, inplace: bool = False, protocol: str = "Simple"
@@ -56,7 +72,8 @@ def _lowered(schedule: Schedule, inplace: bool = False, protocol: str = "Simple"
     for seen, key, low in _RECENT_LOWERINGS:
         if seen is schedule and key == (inplace, protocol):
             return low
-    low = lower(schedule, inplace=inplace, protocol=protocol)
+    with _without_cycle_collection():
+        low = lower(schedule, inplace=inplace, protocol=protocol)
     _RECENT_LOWERINGS.insert(0, (schedule, (inplace, protocol), low))
     del _RECENT_LOWERINGS[2:]
     return low
@@ -117,10 +134,11 @@ def render_plan(schedule: Schedule, options: EmitOptions | None = None,
                          f"({LIMITS['threads_per_block'].cite()})")
     name = (c_identifier(schedule.collective.name) + ("_ll" if protocol == "LL" else "")
             + ("_inplace" if inplace else ""))
-    return plan_document(low, name=name,
-                         collective=COLLECTIVES[schedule.collective.kind],
-                         min_bytes=options.min_bytes or min_bytes,
-                         max_bytes=options.max_bytes or max_bytes, threads=threads)
+    with _without_cycle_collection():
+        return plan_document(low, name=name,
+                             collective=COLLECTIVES[schedule.collective.kind],
+                             min_bytes=options.min_bytes or min_bytes,
+                             max_bytes=options.max_bytes or max_bytes, threads=threads)
 
 
 def render_plans(schedule: Schedule, options: EmitOptions | None = None) -> dict[str, dict]:
@@ -128,28 +146,32 @@ def render_plans(schedule: Schedule, options: EmitOptions | None = None) -> dict
     size window asked for, LL plans for calls up to :data:`LL_MAX_BYTES` beside Simple plans
     for larger ones, when the schedule stays inside one server (LL plans use memory channels
     only)."""
+    return dict(iter_plans(schedule, options))
+
+
+def iter_plans(schedule: Schedule, options: EmitOptions | None = None
+               ) -> Iterator[tuple[str, dict]]:
+    """The plans of :func:`render_plans` one at a time, so that a caller writing them holds one
+    (a large schedule's plan is a JSON tree of a million ops)."""
     options = options or EmitOptions()
     base = c_identifier(schedule.collective.name)
-    plans = {f"{base}{suffix}.mscclpp.json": render_plan(schedule, options, inplace=inplace)
-             for inplace, suffix in ((False, ""), (True, ".inplace"))}
-    simple = plans[f"{base}.mscclpp.json"]
-    one_server = all(ch["channel_type"] == "memory" for g in simple["gpus"]
-                     for ch in g["channels"])
-    if not (options.protocol == "Simple" and options.min_bytes is None
+    _checked(schedule)
+    low = _lowered(schedule)
+    one_server = all(kind == "memory" for kind in low.channels.values())
+    ll_max = 0
+    if (options.protocol == "Simple" and options.min_bytes is None
             and options.max_bytes is None and one_server):
-        return plans
-    gpu = simple["gpus"][0]
-    chunks = gpu["output_chunks" if simple["collective"] == "allgather" else "input_chunks"]
-    granularity = simple["buffer_alignment"] * chunks
-    largest = simple["max_message_size"]
-    ll_max = min(LL_MAX_BYTES // granularity * granularity, largest)
-    if ll_max == 0:
-        return plans
+        granularity, _, largest = served_sizes(schedule, low)
+        ll_max = min(LL_MAX_BYTES // granularity * granularity, largest)
     for inplace, suffix in ((False, ""), (True, ".inplace")):
-        plans[f"{base}.ll{suffix}.mscclpp.json"] = render_plan(
-            schedule, options, inplace=inplace, protocol="LL", window=(0, ll_max))
-        plans[f"{base}{suffix}.mscclpp.json"]["min_message_size"] = ll_max + granularity
-    return plans
+        plan = render_plan(schedule, options, inplace=inplace)
+        if ll_max:
+            plan["min_message_size"] = ll_max + granularity
+        yield f"{base}{suffix}.mscclpp.json", plan
+    if ll_max:
+        for inplace, suffix in ((False, ""), (True, ".inplace")):
+            yield f"{base}.ll{suffix}.mscclpp.json", render_plan(
+                schedule, options, inplace=inplace, protocol="LL", window=(0, ll_max))
 
 
 class MscclppBackend:
@@ -167,22 +189,17 @@ class MscclppBackend:
     def render(self, subject: Schedule, options: EmitOptions, facts: Facts
                ) -> dict[str, Contents]:
         return {name: json.dumps(plan, separators=(",", ":")) + "\n"
-                for name, plan in render_plans(subject, options).items()}
+                for name, plan in iter_plans(subject, options)}
 
     def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
         return []
 
     def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
         """Why :meth:`render` would refuse ``subject``: a collective MSCCL++ has no plan for,
-        or what the lowering refuses, whatever the op count (the lowering is kept for the
-        render that follows when this candidate wins)."""
-        try:
-            why = _why_not(subject) or chunk_refusal(subject)
-            if why is None:
-                _lowered(subject)
-        except ScheduleError as err:
-            return err.message
-        return why
+        or what the lowering refuses, whatever the op count, found by the lowering's own checks
+        without building the programs (:func:`~backends.mscclpp.lower.lowering_refusal`: a
+        candidate costs its unit conversion, not a lowering, and only the winner is lowered)."""
+        return _why_not(subject) or chunk_refusal(subject) or lowering_refusal(subject)
 
 
 BACKEND: Backend[Collective, Schedule] = MscclppBackend()

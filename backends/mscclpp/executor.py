@@ -28,8 +28,20 @@ consumed or a device semaphore left changed (both would break the plan's next ca
 loader or executor refuses (op names, ``MAX_OPERATION``, zero chunks, message size), and a
 result that differs from the collective's postcondition computed here with numpy (sum, copies,
 transposes), on in-place and out-of-place plans alike; an out-of-place plan must leave its input
-as it was. LL packet ops, ``pipeline`` and switch (NVLS) ops are not modelled: such a plan is
-refused with :class:`Unsupported`.
+as it was.
+
+* a ``pipeline`` runs its inner ops once per iteration on the iteration's slice of every region
+  (:func:`backends.mscclpp.loader.load_ops`); an iteration that starts past an op's region is
+  an error (``handlePipeline``'s uint32 ``size - offset`` would wrap and the op run past it);
+* a ``switch`` channel is an NVLS multicast object over its group's buffers of one type:
+  ``glres`` (``handleMultiLoadReduceStore``) sums the source region of every member and stores
+  the sum into the destination region of every member of its destination channel, ``gstore``
+  (``handleMultiStore``) stores a local region into every member; each member's element is
+  an access with the race checks above. A member that does not declare the group is refused
+  (:func:`backends.mscclpp.loader.switch_channels`).
+
+LL packet ops other than ``ppkt``/``upkt``/``repkt`` are not modelled: such a plan is refused
+with :class:`Unsupported`.
 
 Run ``python -m backends.mscclpp.executor PLAN.json [--seeds 5]`` for a one-line verdict.
 """
@@ -45,26 +57,20 @@ from typing import Any
 
 import numpy as np
 
+from backends.mscclpp.loader import (
+    CallSizes,
+    PlanError,
+    SwitchGroup,
+    Unsupported,
+    expected_outputs,
+    load_channels,
+    load_ops,
+    switch_channels,
+)
+
 __all__ = ["PlanError", "Unsupported", "execute", "run"]
 
-_LOADER_OPS = frozenset(
-    "nop barrier put pws pwsf get copy signal wait flush re res rre rres ppkt rppkt respkt "
-    "cpkt upkt repkt recpkt recspkt glres gstore gstorepkt rlxsignal rlxwait pipeline "
-    "sem_acquire sem_release".split())
-_MODELLED = frozenset("nop barrier put pws pwsf get copy signal wait flush re res rre rres "
-                      "rlxsignal rlxwait sem_acquire sem_release ppkt upkt repkt".split())
-_MAX_OPERATION = 64
-_MAX_CHANNEL = 16
-_MAX_CHANNEL_PER_OPERATION = 8
 _ELEM = 4  # bytes of the float32 elements the executor moves
-
-
-class PlanError(Exception):
-    """The plan is refused by MSCCL++, races, deadlocks, or computes the wrong result."""
-
-
-class Unsupported(PlanError):
-    """The plan uses ops this executor does not model (packets, pipeline, switch channels)."""
 
 
 @dataclass
@@ -74,6 +80,8 @@ class _Actor:
     index: int
     name: str
     ops: list = field(default_factory=list)
+    windows: list = field(default_factory=list)
+    """per op: the pipeline iteration's (offset, unit) in bytes, or None"""
     pc: int = 0
     clock: int = 0
     known: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -105,45 +113,14 @@ class _Machine:
 
     # -- loading -------------------------------------------------------------------------
     def _sizes(self, chunk_bytes: int) -> None:
-        g0 = self.plan["gpus"][0]
-        ic, oc = int(g0["input_chunks"]), int(g0["output_chunks"])
-        if ic == 0 and oc == 0:
-            raise PlanError("input_chunks and output_chunks are both 0 (the loader throws)")
-        n = self.n
-        per = {"allgather": (1, n), "reducescatter": (n, 1)}.get(self.coll, (1, 1))
-        if self.coll not in ("allreduce", "allgather", "reducescatter", "alltoall"):
-            raise Unsupported(f"collective '{self.coll}' has no postcondition here")
-        # the call: ``chunk_bytes`` per chunk of the buffer whose chunks the plan counts
-        if ic:
-            self.in_bytes = chunk_bytes * ic
-            self.out_bytes = self.in_bytes * per[1] // per[0]
-        else:
-            self.out_bytes = chunk_bytes * oc
-            self.in_bytes = self.out_bytes * per[0] // per[1]
-        if ic and oc and self.in_bytes // ic != self.out_bytes // oc:
-            raise PlanError(f"input_chunks {ic} and output_chunks {oc} do not describe one "
-                            f"{self.coll} (the loader's getSizeAndChunks throws)")
-        for what, size, c in (("input", self.in_bytes, ic), ("output", self.out_bytes, oc)):
-            if size % self.align or (c and (size // self.align) % c):
-                raise PlanError(f"{what} size {size} is not a multiple of buffer_alignment x "
-                                f"{what}_chunks (checkMessageSize)")
-        size = self.out_bytes if self.coll == "allgather" else self.in_bytes
-        lo = int(self.plan.get("min_message_size", 0))
-        hi = int(self.plan.get("max_message_size", 2**64 - 1))
-        # a plan is size-generic (every chunk scales alike), so it runs here at small chunks;
-        # its window must still hold a size the loader accepts
-        granule = size // (chunk_bytes // self.align)
-        if -(-lo // granule) * granule > hi:
-            raise PlanError(f"no size in [{lo}, {hi}] is a multiple of {granule} B "
-                            "(buffer_alignment x chunks): the loader refuses every call")
-        self.size_per_rank, self.n_chunks = ((self.in_bytes, ic) if ic else (self.out_bytes, oc))
+        sizes = CallSizes.of(self.plan, chunk_bytes)
+        self.calc = sizes.calc
+        self.in_bytes, self.out_bytes = sizes.in_bytes, sizes.out_bytes
+        self.size_per_rank, self.n_chunks = sizes.size_per_rank, sizes.n_chunks
+        self.upper_chunk = sizes.upper_chunk
 
     def _offset(self, index: int) -> int:
-        return self._calc(self.size_per_rank, index, self.n_chunks)
-
-    def _calc(self, size: int, index: int, slices: int) -> int:
-        nelems = size // self.align
-        return (index * (nelems // slices) + min(index, nelems % slices)) * self.align
+        return self.calc(self.size_per_rank, index, self.n_chunks)
 
     def _memory(self, seed: int) -> None:
         rng = np.random.default_rng(seed)
@@ -183,13 +160,15 @@ class _Machine:
     def _actors(self) -> None:
         self.actors: list[_Actor] = []
         self.channels: list[dict[str, list[int]]] = []   # per rank: type -> peer per channel id
+        self.switch = switch_channels(self.plan["gpus"])
         for r, g in enumerate(self.plan["gpus"]):
             peers: dict[str, list[int]] = {"memory": [], "port": []}
             for ch in g.get("channels", []):
                 t = ch["channel_type"]
-                if t not in peers:
-                    raise Unsupported(f"gpu {r}: '{t}' channels are not modelled")
-                peers[t] += [int(p) for p in ch["connected_to"]]
+                if t not in ("memory", "port", "switch"):
+                    raise PlanError(f"gpu {r}: channel type '{t}' ('Invalid channel type')")
+                if t != "switch":
+                    peers[t] += [int(p) for p in ch["connected_to"]]
             self.channels.append(peers)
             rbufs = [(int(b["rank"]), b["type"], tuple(b["access_channel_types"]))
                      for b in g.get("remote_buffers", [])]
@@ -197,7 +176,10 @@ class _Machine:
                 if int(tb["id"]) != k:
                     raise PlanError(f"gpu {r}: threadblocks[{k}] has id {tb['id']}")
                 a = _Actor(len(self.actors), f"gpu {r} tb {k}", rank=r, tb=k)
-                _load_threadblock(a, tb, peers, rbufs)
+                steps = load_ops(a.name, list(tb["ops"]), self.upper_chunk)
+                a.ops = [op for op, _ in steps]
+                a.windows = [w for _, w in steps]
+                a.chans, a.refs = load_channels(a.name, tb, peers, len(self.switch[r]), rbufs)
                 self.actors.append(a)
         # one semaphore per channel: a rank's k-th channel to a peer is paired with the peer's
         # k-th channel to the rank (the executor connects them in that order); a port
@@ -216,7 +198,9 @@ class _Machine:
                         self.actors.append(a)
                         self.proxies[(r, cid)] = a
         self.inbound: dict[tuple, int] = {}      # (t, receiver, sender, k) -> signals received
-        self.inbound_vc: dict[tuple, list] = {}  # joins of the first j signals' clocks
+        # the join of the clocks of every signal received so far: a wait returns having seen
+        # the semaphore's current value, which carries every release up to it
+        self.inbound_vc: dict[tuple, np.ndarray] = {}
         self.expected: dict[tuple, int] = {}
         self.device_sems = [[int(s["init_value"]) for s in g.get("semaphores", [])]
                             for g in self.plan["gpus"]]
@@ -230,9 +214,13 @@ class _Machine:
         self.packet = [np.zeros(self.mem_size, dtype=bool) for _ in range(self.n)]
         self.last_w = [np.full(self.mem_size, -1, dtype=np.int64) for _ in range(self.n)]
         self.last_wc = [np.zeros(self.mem_size, dtype=np.int64) for _ in range(self.n)]
-        # per rank, the clock of each actor's last read of each element (int32: clocks count
-        # one actor's ops)
-        self.reads = [np.zeros((n_actors, self.mem_size), dtype=np.int32) for _ in range(self.n)]
+        # per rank, the clock of each reader's last read of each element (int32: clocks count
+        # one actor's ops), one row per actor that has read that rank's memory
+        self.reads = [np.zeros((0, self.mem_size), dtype=np.int32) for _ in range(self.n)]
+        self.read_rows: list[dict[int, int]] = [{} for _ in range(self.n)]
+        self.row_actor = [np.zeros(0, dtype=np.int64) for _ in range(self.n)]
+        self.pool = _Pool(self.rng)
+        self.sleepers: dict[tuple, set[int]] = {}
 
     # -- memory with race checks ------------------------------------------------------------
     def _region(self, actor: _Actor, rank: int, buf: str, index: int, size_chunks: int,
@@ -246,8 +234,16 @@ class _Machine:
         tbg = op.get("tbg_info")
         if tbg:
             k, slices = int(tbg["tb_id"]), int(tbg["tbg_size"])
-            lo, nbytes = lo + self._calc(nbytes, k, slices), (
-                self._calc(nbytes, k + 1, slices) - self._calc(nbytes, k, slices))
+            lo, nbytes = lo + self.calc(nbytes, k, slices), (
+                self.calc(nbytes, k + 1, slices) - self.calc(nbytes, k, slices))
+        window = actor.windows[actor.pc] if actor.pc < len(actor.windows) else None
+        if window is not None:
+            offset, unit = window
+            if offset > nbytes:
+                raise PlanError(f"{actor.name}: a pipeline iteration starts at byte {offset} "
+                                f"of a {nbytes}-byte region of '{buf}' (handlePipeline's uint32 "
+                                "'size - offset' wraps and the op runs past its region)")
+            lo, nbytes = lo + offset, min(nbytes - offset, unit)
         start = self.base[rank][buf] + lo // _ELEM
         end = start + nbytes // _ELEM
         limit = {"i": self.in_bytes, "o": self.out_bytes,
@@ -272,7 +268,8 @@ class _Machine:
               ) -> np.ndarray:
         lo, hi = span
         self._after_last_write(actor, know, rank, lo, hi, "reads")
-        self.reads[rank][actor.index, lo:hi] = actor.clock
+        row = self._row(rank, actor.index)  # before indexing: it may grow the array
+        self.reads[rank][row, lo:hi] = actor.clock
         vals = self.mem[rank][lo:hi].copy()
         if np.isnan(vals).any():
             raise PlanError(f"{actor.name} ({self._what(actor)}) reads gpu {rank} memory that "
@@ -284,15 +281,29 @@ class _Machine:
         lo, hi = span
         self._after_last_write(actor, know, rank, lo, hi, "overwrites a write of")
         reads = self.reads[rank][:, lo:hi]
-        late = reads > know[:, None]
-        late[actor.index] &= reads[actor.index] != actor.clock
+        late = reads > know[self.row_actor[rank]][:, None]
+        own = self.read_rows[rank].get(actor.index)
+        if own is not None:
+            late[own] &= reads[own] != actor.clock
         if late.any():
-            b, j = (int(x[0]) for x in np.nonzero(late))
-            self._race(actor, rank, lo + j, b, int(reads[b, j]), "overwrites a read of")
+            row, j = (int(x[0]) for x in np.nonzero(late))
+            self._race(actor, rank, lo + j, int(self.row_actor[rank][row]), int(reads[row, j]),
+                       "overwrites a read of")
         reads[:] = 0
         self.last_w[rank][lo:hi] = actor.index
         self.last_wc[rank][lo:hi] = actor.clock
         self.mem[rank][lo:hi] = values
+
+    def _row(self, rank: int, actor_index: int) -> int:
+        """The row of ``self.reads[rank]`` that records ``actor_index``'s reads (added on its
+        first read: most actors never touch most ranks' memory)."""
+        row = self.read_rows[rank].get(actor_index)
+        if row is None:
+            row = self.read_rows[rank][actor_index] = len(self.row_actor[rank])
+            self.reads[rank] = np.vstack([self.reads[rank],
+                                          np.zeros((1, self.mem_size), dtype=np.int32)])
+            self.row_actor[rank] = np.append(self.row_actor[rank], actor_index)
+        return row
 
     def _race(self, actor: _Actor, rank: int, elem: int, other: int, clock: int, how: str):
         where = next((f"{b} element {elem - off}" for b, off in sorted(
@@ -307,11 +318,22 @@ class _Machine:
 
     # -- running ----------------------------------------------------------------------------
     def run(self) -> None:
-        while True:
-            ready = [a for a in self.actors if self._can_move(a)]
-            if not ready:
-                break
-            self._step(self.rng.choice(ready))
+        # candidates: actors that may be able to move; one that cannot sleeps on the events
+        # that could let it (a signal on its channel, a semaphore, a barrier, packets, a proxy
+        # draining) and is woken by them, so a step costs no scan of every actor
+        for a in self.actors:
+            if a.pc < len(a.ops) or a.fifo:
+                self.pool.add(a)
+        while self.pool.items:
+            a = self.pool.pick()
+            if not self._can_move(a):
+                self.pool.remove(a)
+                for key in self._wake_keys(a):
+                    self.sleepers.setdefault(key, set()).add(a.index)
+                continue
+            self._step(a)
+            if a.pc >= len(a.ops) and not a.fifo:
+                self.pool.remove(a)
         stuck = [a for a in self.actors if a.pc < len(a.ops) or a.fifo]
         if stuck:
             lines = [f"{a.name} at op {a.pc} ({a.ops[a.pc]['name'] if a.pc < len(a.ops) else '-'})"
@@ -327,6 +349,33 @@ class _Machine:
             init = [int(s["init_value"]) for s in self.plan["gpus"][r].get("semaphores", [])]
             if sems != init:
                 raise PlanError(f"gpu {r}: device semaphores end at {sems}, not {init}")
+
+    def _wake(self, key: tuple) -> None:
+        for i in self.sleepers.pop(key, ()):
+            self.pool.add(self.actors[i])
+
+    def _enqueue(self, proxy: _Actor, entry: tuple) -> None:
+        proxy.fifo.append(entry)
+        self.pool.add(proxy)
+
+    def _wake_keys(self, a: _Actor) -> list[tuple]:
+        """The events that can let ``a``, which cannot move now, move."""
+        if a.name.startswith("proxy") or a.pc >= len(a.ops):
+            return []  # a proxy is woken by _enqueue
+        op = a.ops[a.pc]
+        name = op["name"]
+        if name in ("wait", "rlxwait"):
+            return [("in", key) for key, _ in a.waiting]
+        if name == "sem_acquire":
+            return [("sem", a.rank, s) for s in op["semaphore_ids"]]
+        if name == "barrier":
+            return [("bar", (a.rank, int(op["barrier_id"])))]
+        if name in ("upkt", "repkt"):
+            return [("pkt", a.rank)]
+        if name in ("pwsf", "flush"):
+            return [("fifo", self.proxies[(a.rank, a.chans["port"][op["channel_ids"][i]])].index)
+                    for i in range(self._flush_count(op))]
+        return []
 
     def _can_move(self, a: _Actor) -> bool:
         if a.name.startswith("proxy"):
@@ -357,6 +406,7 @@ class _Machine:
                 vc[a.index] = a.clock
                 self.barriers.setdefault(key, []).append(vc)
                 a.waiting = len(self.barriers[key])
+                self._wake(("bar", key))
             need = int(op["num_threadblocks"])
             first = (a.waiting - 1) // need * need
             return len(self.barriers[key]) >= first + need
@@ -430,12 +480,14 @@ class _Machine:
                                 "one call (a reader cannot tell them apart: same flag)")
             self._write(a, know, rank, span, np.concatenate([vals, vals]))
             self.packet[rank][span[0]:span[1]] = True
+            self._wake(("pkt", rank))
 
     def _packets(self, a, buff, size: int) -> np.ndarray:
         """The data of the packets a reader has spun on (ordered by their flags, not by
         signals: read without the ordering check, but recorded)."""
         lo = self._packet_start(a, buff)
-        self.reads[a.rank][a.index, lo:lo + 2 * size] = a.clock
+        row = self._row(a.rank, a.index)
+        self.reads[a.rank][row, lo:lo + 2 * size] = a.clock
         return self.mem[a.rank][lo:lo + size].copy()
 
     def _op_upkt(self, a, op, know):
@@ -452,6 +504,36 @@ class _Machine:
             total = total + self._packets(a, buff, len(total))
         dst = self._local(a, op["dst_buff"][0])
         self._write(a, know, a.rank, (dst[0], dst[0] + len(total)), total)
+
+    def _switch(self, a, buff) -> SwitchGroup:
+        if "switch_channel_id" not in buff:
+            raise PlanError(f"{a.name}: a {self._cur(a)['name']} buffer names no "
+                            "switch_channel_id")
+        cid = int(buff["switch_channel_id"])
+        if not 0 <= cid < len(a.chans["switch"]):
+            raise PlanError(f"{a.name}: switch channel {cid} is not one of its threadblock's")
+        return self.switch[a.rank][a.chans["switch"][cid]]
+
+    def _multicast(self, a, know, buff, values: np.ndarray) -> None:
+        """A multimem store: ``values`` into the region ``buff`` of every member."""
+        ranks, buf = self._switch(a, buff)
+        for m in ranks:
+            span = self._region(a, m, buf, int(buff["index"]), int(buff["size"]), self._cur(a))
+            self._write(a, know, m, (span[0], span[0] + len(values)), values)
+
+    def _op_glres(self, a, op, know):
+        src = op["src_buff"][0]
+        ranks, buf = self._switch(a, src)
+        spans = [self._region(a, m, buf, int(src["index"]), int(src["size"]), op)
+                 for m in ranks]
+        total = np.sum([self._read(a, know, m, span) for m, span in zip(ranks, spans,
+                                                                         strict=True)], axis=0)
+        for dst in op["dst_buff"]:
+            self._multicast(a, know, dst, total)
+
+    def _op_gstore(self, a, op, know):
+        vals = self._read(a, know, a.rank, self._local(a, op["src_buff"][0]))
+        self._multicast(a, know, op["dst_buff"][0], vals)
 
     def _cur(self, a):
         return a.ops[a.pc]
@@ -540,10 +622,10 @@ class _Machine:
             cid = a.chans[t][op["channel_ids"][i]]
             entry = ("put", a.known.copy(), a.rank, span, rank, dst, self.names[(a.index,
                                                                                   a.clock)])
-            self.proxies[(a.rank, cid)].fifo.append(entry)
+            self._enqueue(self.proxies[(a.rank, cid)], entry)
             if signal:
-                self.proxies[(a.rank, cid)].fifo.append(("signal", a.known.copy(),
-                                                         self.channel_key[(t, a.rank, cid)]))
+                self._enqueue(self.proxies[(a.rank, cid)],
+                              ("signal", a.known.copy(), self.channel_key[(t, a.rank, cid)]))
 
     def _op_put(self, a, op, know):
         self._put(a, op, signal=False)
@@ -564,8 +646,8 @@ class _Machine:
         for i in range(len(op["channel_ids"])):
             cid = a.chans[t][op["channel_ids"][i]]
             if t == "port":
-                self.proxies[(a.rank, cid)].fifo.append(("signal", a.known.copy(),
-                                                         self.channel_key[(t, a.rank, cid)]))
+                self._enqueue(self.proxies[(a.rank, cid)],
+                              ("signal", a.known.copy(), self.channel_key[(t, a.rank, cid)]))
                 continue
             self._deliver(self.channel_key[(t, a.rank, cid)], a.known if ordered else None)
 
@@ -574,8 +656,11 @@ class _Machine:
         key = (t, p, r, k)  # the receiver's view: its k-th channel to r
         got = self.inbound.get(key, 0) + 1
         self.inbound[key] = got
-        prev = self.inbound_vc.setdefault(key, [np.zeros(len(self.actors), dtype=np.int64)])
-        prev.append(prev[-1] if vc is None else np.maximum(prev[-1], vc))
+        if key not in self.inbound_vc:
+            self.inbound_vc[key] = np.zeros(len(self.actors), dtype=np.int64)
+        if vc is not None:
+            np.maximum(self.inbound_vc[key], vc, out=self.inbound_vc[key])
+        self._wake(("in", key))
 
     def _op_signal(self, a, op, know):
         self._signal(a, op, True)
@@ -585,7 +670,7 @@ class _Machine:
 
     def _op_wait(self, a, op, know):
         for key, _ in a.waiting:
-            np.maximum(a.pending, self.inbound_vc[key][self.inbound[key]], out=a.pending)
+            np.maximum(a.pending, self.inbound_vc[key], out=a.pending)
 
     def _op_rlxwait(self, a, op, know):
         pass
@@ -598,6 +683,7 @@ class _Machine:
     def _op_sem_release(self, a, op, know):
         for s in op["semaphore_ids"]:
             self.device_sems[a.rank][s] += 1
+            self._wake(("sem", a.rank, s))
             prev = self.sem_vc[a.rank][s]
             self.sem_vc[a.rank][s] = a.known.copy() if prev is None else np.maximum(prev,
                                                                                     a.known)
@@ -610,6 +696,7 @@ class _Machine:
 
     def _proxy_step(self, p: _Actor) -> None:
         entry = p.fifo.pop(0)
+        self._wake(("fifo", p.index))
         np.maximum(p.known, entry[1], out=p.known)
         p.clock += 1
         p.known[p.index] = p.clock
@@ -623,63 +710,28 @@ class _Machine:
             self._deliver(entry[2], p.known)
 
 
-def _load_threadblock(a: _Actor, tb: dict, peers: dict[str, list[int]], rbufs: list) -> None:
-    """A threadblock's ops, channels and remote buffers, checked as the loader and executor
-    check them (or as their fixed-size arrays require)."""
-    for op in tb["ops"]:
-        if op["name"] not in _LOADER_OPS:
-            raise PlanError(f"{a.name}: op '{op['name']}' is not one the loader knows "
-                            "('Invalid operation type')")
-        if op["name"] not in _MODELLED:
-            raise Unsupported(f"{a.name}: op '{op['name']}' is not modelled")
-        if len(op.get("channel_ids", ())) > _MAX_CHANNEL_PER_OPERATION:
-            raise PlanError(f"{a.name}: an op names {len(op['channel_ids'])} channels, more "
-                            "than MAX_CHANNEL_PER_OPERATION (8)")
-    a.ops = list(tb["ops"])
-    if len(a.ops) > _MAX_OPERATION:
-        raise PlanError(f"{a.name} has {len(a.ops)} ops, more than MAX_OPERATION "
-                        f"({_MAX_OPERATION}); the executor refuses the plan")
-    chans: dict[str, list[int]] = {"memory": [], "port": []}
-    for ch in tb.get("channels", []):
-        t = ch["channel_type"]
-        if t not in chans:
-            raise Unsupported(f"{a.name}: '{t}' channels are not modelled")
-        for cid in ch["channel_ids"]:
-            if not 0 <= cid < len(peers[t]):
-                raise PlanError(f"{a.name}: {t} channel {cid} does not exist")
-            chans[t].append(int(cid))
-        if len(chans[t]) > _MAX_CHANNEL:
-            raise PlanError(f"{a.name} uses {len(chans[t])} {t} channels, more than "
-                            f"MAX_CHANNEL ({_MAX_CHANNEL})")
-    refs: dict[str, list] = {"memory": [], "port": []}
-    for ref in tb.get("remote_buffer_refs", []):
-        t = ref["access_channel_type"]
-        for bid in ref["remote_buffer_ids"]:
-            if t not in rbufs[bid][2]:
-                raise PlanError(f"{a.name}: remote buffer {bid} is not accessible through "
-                                f"{t} channels")
-            refs[t].append(rbufs[bid][:2])
-        if len(refs[t]) > _MAX_CHANNEL:
-            raise PlanError(f"{a.name} refers to {len(refs[t])} remote buffers, more than "
-                            f"MAX_CHANNEL ({_MAX_CHANNEL})")
-    a.chans = chans
-    a.refs = refs
+class _Pool:
+    """Actors to pick from at random, with O(1) add, remove and pick."""
 
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.items: list[_Actor] = []
+        self.pos: dict[int, int] = {}
 
-def _expected(coll: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    n = len(inputs)
-    if coll == "allreduce":
-        total = np.sum(inputs, axis=0)
-        return [total] * n
-    if coll == "allgather":
-        return [np.concatenate(inputs)] * n
-    if coll == "reducescatter":
-        total = np.sum(inputs, axis=0)
-        return list(np.split(total, n))
-    if coll == "alltoall":
-        blocks = [np.split(x, n) for x in inputs]
-        return [np.concatenate([blocks[q][r] for q in range(n)]) for r in range(n)]
-    raise Unsupported(f"collective '{coll}'")
+    def add(self, a: _Actor) -> None:
+        if a.index not in self.pos:
+            self.pos[a.index] = len(self.items)
+            self.items.append(a)
+
+    def remove(self, a: _Actor) -> None:
+        i = self.pos.pop(a.index)
+        last = self.items.pop()
+        if last is not a:
+            self.items[i] = last
+            self.pos[last.index] = i
+
+    def pick(self) -> _Actor:
+        return self.items[self.rng.randrange(len(self.items))]
 
 
 def execute(plan: dict | str, seed: int = 0, chunk_bytes: int = 64) -> None:
@@ -688,7 +740,7 @@ def execute(plan: dict | str, seed: int = 0, chunk_bytes: int = 64) -> None:
     doc: dict = json.loads(plan) if isinstance(plan, str) else plan
     m = _Machine(doc, seed, chunk_bytes)
     m.run()
-    want = _expected(m.coll, m.inputs)
+    want = expected_outputs(m.coll, m.inputs)
     for r in range(m.n):
         ob = m.out_bytes // _ELEM
         got = m.mem[r][m.base[r]["o"]:m.base[r]["o"] + ob]

@@ -43,8 +43,10 @@ LIMITS: dict[str, Limit] = {
     # executor.cc refuses a threadblock with more ops (DeviceExecutionPlan::operations)
     "ops_per_tb": Limit(64, _COMMON, "MAX_OPERATION (checked in executor.cc "
                         "setupDeviceExecutionPlan)", True),
-    # Channels::memoryChannels / portChannels are arrays of this size per threadblock
-    "channels_per_tb": Limit(16, _COMMON, "MAX_CHANNEL (Channels::memoryChannels)", False),
+    # Channels::memoryChannels / portChannels / nvlsChannels are arrays of this size per
+    # threadblock (one switch channel per multicast group and buffer)
+    "channels_per_tb": Limit(16, _COMMON, "MAX_CHANNEL (Channels::memoryChannels, "
+                             "portChannels, nvlsChannels)", False),
     # RemoteBuffers::memoryChannelBufferPtrs / portChannelBufferIds per threadblock
     "remote_buffers_per_tb": Limit(16, _COMMON, "MAX_CHANNEL (RemoteBuffers::"
                                    "memoryChannelBufferPtrs)", False),

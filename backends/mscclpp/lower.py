@@ -43,6 +43,7 @@ at the remote one, right only when the two indices are equal.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -54,7 +55,7 @@ from cclc.errors import NotExpressible, ScheduleError
 from cclc.ir import Buf, OpKind, Ops, Schedule
 
 __all__ = ["BUF_LETTER", "Instr", "LoweredPlan", "Region", "channel_type", "chunk_refusal",
-           "lower"]
+           "lower", "lowering_refusal", "switch_groups"]
 
 #: MSCCL++'s buffer spellings (execution_plan.cc ``convertToBufferType``)
 BUF_LETTER = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
@@ -125,6 +126,21 @@ def channel_type(schedule: Schedule, src: int, dst: int) -> str:
     return "port"
 
 
+def switch_groups(schedule: Schedule) -> dict[int, tuple[int, ...]]:
+    """Rank -> the ranks of its server that an NVLS multicast store reaches (itself
+    included), for ranks on a node that declares ``multicast`` and shares it with another
+    rank of the collective; empty when the machine has no multicast."""
+    topo = schedule.topology
+    nodes = topo.node_of_rank
+    if not topo.multicast or nodes is None:
+        return {}
+    group = schedule.collective.group
+    members: dict[int, list[int]] = defaultdict(list)
+    for r, g in enumerate(group):
+        members[int(nodes[g])].append(r)
+    return {r: tuple(m) for m in members.values() if len(m) > 1 for r in m}
+
+
 def lower(schedule: Schedule, inplace: bool = False, protocol: str = "Simple") -> LoweredPlan:
     """The MSCCL++ program of every rank of ``schedule`` (verified, uniform buffers).
 
@@ -133,6 +149,12 @@ def lower(schedule: Schedule, inplace: bool = False, protocol: str = "Simple") -
     the rank's slice of its input). Each rank first copies its input into scratch and the
     schedule reads that copy, so writes into the output never clobber input still to be read;
     no peer writes into a rank before the rank's first credit, sent after the copy.
+
+    On a node that declares ``multicast`` (Simple protocol), a rank that copies one region
+    into the same place on every GPU of its server at one step (itself included) does it with
+    one ``gstore`` through a switch channel (NVLS multicast) instead of a put per peer,
+    unless a member reads that place at the same step; the credits and data signals are those
+    of the puts it replaces.
 
     ``protocol="LL"``: every remote move is written as LL packets (``ppkt``: data and a flag
     the reader spins on, so no signal or wait per step) into a scratch slot of its own for the
@@ -171,7 +193,8 @@ def lower(schedule: Schedule, inplace: bool = False, protocol: str = "Simple") -
     if protocol == "LL":
         _packet_programs(ops, programs, own_scratch, staging, traffic, channels)
     else:
-        _simple_programs(ops, programs, own_scratch, staging, traffic, channels)
+        _simple_programs(ops, programs, own_scratch, staging, traffic, channels,
+                         switch_groups(schedule))
     tbs = tuple(_split(prog, r) for r, prog in enumerate(programs))
     return LoweredPlan(
         threadblocks=tbs, channels=channels, input_chunks=units.n_chunks(Buf.INPUT),
@@ -183,7 +206,8 @@ def lower(schedule: Schedule, inplace: bool = False, protocol: str = "Simple") -
 
 def _simple_programs(ops: Ops, programs: list[list[Instr]], own_scratch: np.ndarray,
                      staging: list[int], traffic: _Traffic,
-                     channels: dict[tuple[int, int], str]) -> None:
+                     channels: dict[tuple[int, int], str],
+                     switch: dict[int, tuple[int, ...]]) -> None:
     """Each rank's steps with puts, credits and data signals (the module docstring)."""
     n = len(programs)
     for r in range(n):
@@ -191,9 +215,10 @@ def _simple_programs(ops: Ops, programs: list[list[Instr]], own_scratch: np.ndar
         # this rank's previous call of the plan is done with its buffers
         programs[r] += _signals(sorted(traffic.writers[0][r]), r, channels)
     by_step = _by_step(ops)
+    moves = _moves(ops)
     for s in range(ops.n_steps):
-        rows = by_step.get(s, np.zeros(0, dtype=np.int64))
-        per_rank = _step_moves(ops, rows, own_scratch, staging, channels)
+        rows = by_step.get(s, [])
+        per_rank = _step_moves(moves, rows, own_scratch, staging, channels, switch)
         for r in range(n):
             programs[r] += _rank_step(r, s, per_rank.get(r, ([], [], [])), traffic, channels)
 
@@ -212,44 +237,56 @@ def _packet_programs(ops: Ops, programs: list[list[Instr]], own_scratch: np.ndar
         programs[r] += _signals(sorted(writers_ever[r]), r, channels)
     written: list[set[int]] = [set() for _ in range(n)]
     by_step = _by_step(ops)
+    moves = _moves(ops)
     for s in range(ops.n_steps):
-        rows = by_step.get(s, np.zeros(0, dtype=np.int64))
-        for r, (puts, landings, local) in _packet_moves(ops, rows, own_scratch,
+        rows = by_step.get(s, [])
+        for r, (puts, landings, local) in _packet_moves(moves, rows, own_scratch,
                                                         staging).items():
             prog = programs[r]
             first = sorted({p for op in puts for p in op.peers} - written[r])
             written[r] |= set(first)
-            if first:
-                prog += _waits(first, r, channels) + [Instr("nop")]
-            prog += puts
-            if puts:
-                prog.append(Instr("nop"))
-            work = _ordered(local + landings, r, s)
-            prog += work
-            if work:
-                prog.append(Instr("nop"))
+            prog += _fenced(_waits(first, r, channels))
+            prog += _fenced(puts)
+            prog += _fenced(_ordered(local + landings, r, s))
 
 
-def _packet_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: list[int]
-                  ) -> dict[int, _Moves]:
+def _packet_moves(moves: list[_Move], rows: list[int], own_scratch: np.ndarray,
+                  staging: list[int]) -> dict[int, _Moves]:
     """Per rank at one step: its ``ppkt`` puts, its landings (``upkt`` or ``repkt``) and its
     local ops; ``staging[d]`` counts the slots rank ``d`` has handed out in this call."""
     out: dict[int, _Moves] = defaultdict(lambda: ([], [], []))
     for i in rows:
-        a, b, count = int(ops.src[i]), int(ops.dst[i]), int(ops.count[i])
-        src = Region(Buf(ops.src_buf[i]), int(ops.src_off[i]), count)
-        dst = Region(Buf(ops.dst_buf[i]), int(ops.dst_off[i]), count)
-        reduce = ops.kind[i] == OpKind.REDUCE
+        a, b, src, dst, reduce = moves[i]
         if a == b:
-            out[a][2].append(Instr("re" if reduce else "copy",
-                                   src=(dst, src) if reduce else (src,), dst=(dst,)))
+            out[a][2].append(_combine(reduce, src, dst))
             continue
-        slot = Region(Buf.SCRATCH, int(own_scratch[b]) + staging[b], count)
-        staging[b] += count
+        slot = Region(Buf.SCRATCH, int(own_scratch[b]) + staging[b], src.size)
+        staging[b] += src.size
         out[a][0].append(Instr("ppkt", "memory", (b,), (src,), (slot,)))
-        out[b][1].append(Instr("repkt" if reduce else "upkt",
-                               src=(dst, slot) if reduce else (slot,), dst=(dst,)))
+        out[b][1].append(_combine(reduce, slot, dst, packets=True))
     return out
+
+
+_Move = tuple[int, int, Region, Region, bool]
+
+
+def _moves(ops: Ops) -> list[_Move]:
+    """Every op as (sender, receiver, source region, destination region, reduces), read from
+    the columns once (indexing numpy arrays op by op costs more than the lowering itself)."""
+    bufs = {int(b): b for b in Buf}
+    return [(a, b, Region(bufs[sb], so, c), Region(bufs[db], do, c), k == OpKind.REDUCE)
+            for a, b, sb, so, db, do, c, k in zip(
+                ops.src.tolist(), ops.dst.tolist(), ops.src_buf.tolist(), ops.src_off.tolist(),
+                ops.dst_buf.tolist(), ops.dst_off.tolist(), ops.count.tolist(),
+                ops.kind.tolist(), strict=True)]
+
+
+def _combine(reduce: bool, src: Region, dst: Region, packets: bool = False) -> Instr:
+    """The local op that puts ``src`` into ``dst``: a copy, or a reduce that sums ``src`` into
+    ``dst`` once (``upkt``/``repkt`` when ``src`` holds LL packets)."""
+    if reduce:
+        return Instr("repkt" if packets else "re", src=(dst, src), dst=(dst,))
+    return Instr("upkt" if packets else "copy", src=(src,), dst=(dst,))
 
 
 def _in_units(schedule: Schedule) -> tuple[Schedule, UnitFacts]:
@@ -319,29 +356,43 @@ def _rank_step(r: int, s: int, moves: tuple[list[Instr], list[Instr], list[Instr
     puts, landings, local = moves
     prog: list[Instr] = []
     credits = _waits(sorted(traffic.targets[s][r]), r, channels)
-    if credits:
-        # one thread per channel waited: every thread must know before it puts
-        prog += credits + [Instr("nop")]
-    prog += puts
-    if puts:
-        prog.append(Instr("nop"))
+    # one thread per channel waited: every thread must know before it puts
+    prog += _fenced(credits)
+    prog += _fenced(puts)
     # a port channel's put is a ``pwsf`` (put, signal, flush: the proxy has read the source
     # when it returns) and signals by itself; a memory channel's puts are done when every
     # thread passed the nop, then one signal per peer says so
     memory = [p for p in sorted(traffic.targets[s][r]) if channels[(r, p)] == "memory"]
     prog += _signals(memory, r, channels)
     incoming = sorted(traffic.writers[s][r])
-    prog += _waits([p for p in incoming if channels[(r, p)] == "memory"], r, channels)
+    waits = _waits([p for p in incoming if channels[(r, p)] == "memory"], r, channels)
     for p, k in sorted(traffic.port_puts[s][r].items()):
-        prog += [Instr("wait", "port", (p,))] * k
-    if incoming:
-        prog.append(Instr("nop"))
-    work = _ordered(local + landings, r, s)
-    prog += work
-    if work:
-        prog.append(Instr("nop"))
+        waits += [Instr("wait", "port", (p,))] * k
+    prog += _fenced(waits)
+    prog += _fenced(_ordered(local + landings, r, s))
     prog += _signals(sorted(traffic.writers[s + 1][r]), r, channels)
     return prog
+
+
+def lowering_refusal(schedule: Schedule) -> str | None:
+    """Why :func:`lower` (Simple, out-of-place) would refuse ``schedule``, without building
+    its programs: its refusals are the equal-chunk ones of :func:`_in_units` and a step whose
+    local ops read and write each other's regions in a cycle, and the landings it adds to a
+    step cannot join a cycle (they read staging that no local op writes)."""
+    try:
+        units, _ = _in_units(schedule)
+        moves = _moves(units.ops)
+        for s, rows in _by_step(units.ops).items():
+            local: dict[int, list[Instr]] = defaultdict(list)
+            for i in rows:
+                a, b, src, dst, reduce = moves[i]
+                if a == b:
+                    local[a].append(_combine(reduce, src, dst))
+            for r, work in local.items():
+                _ordered(work, r, s)
+    except ScheduleError as err:
+        return err.message
+    return None
 
 
 def chunk_refusal(schedule: Schedule) -> str | None:
@@ -369,50 +420,128 @@ def _read_snapshot(ops: Ops, snapshot: np.ndarray, input_chunks: int
     return Ops(**cols), snapshot + input_chunks
 
 
-def _by_step(ops) -> dict[int, np.ndarray]:
+def _by_step(ops) -> dict[int, list[int]]:
+    """Step -> the rows of its ops, in order."""
     order = np.argsort(ops.step, kind="stable")
     steps = ops.step[order]
     cuts = np.flatnonzero(np.diff(steps)) + 1
-    return {int(steps[g[0]]): g for g in np.split(order, cuts) if len(g)} if len(order) else {}
+    return ({int(steps[g[0]]): g.tolist() for g in np.split(order, cuts) if len(g)}
+            if len(order) else {})
 
 
 _Moves = tuple[list[Instr], list[Instr], list[Instr]]
 
 
-def _step_moves(ops: Ops, rows: np.ndarray, own_scratch: np.ndarray, staging: list[int],
-                channels: dict[tuple[int, int], str]) -> dict[int, _Moves]:
-    """Per rank, the puts it issues, the landings it runs and its local ops at one step;
-    ``staging[d]`` grows to the most staged chunks rank ``d`` receives at any step."""
-    reads: dict[int, list[Region]] = defaultdict(list)
+def _step_moves(moves: list[_Move], rows: list[int], own_scratch: np.ndarray,
+                staging: list[int], channels: dict[tuple[int, int], str],
+                switch: dict[int, tuple[int, ...]] | None = None) -> dict[int, _Moves]:
+    """Per rank, the puts (and multicast stores) it issues, the landings it runs and its
+    local ops at one step; ``staging[d]`` grows to the most staged chunks rank ``d`` receives
+    at any step."""
+    reads: dict[int, _Regions] = defaultdict(_Regions)
     for i in rows:
-        reads[int(ops.src[i])].append(Region(Buf(ops.src_buf[i]), int(ops.src_off[i]),
-                                             int(ops.count[i])))
-        if ops.kind[i] == OpKind.REDUCE and ops.src[i] == ops.dst[i]:
-            reads[int(ops.dst[i])].append(Region(Buf(ops.dst_buf[i]), int(ops.dst_off[i]),
-                                                 int(ops.count[i])))
+        a, b, src, dst, reduce = moves[i]
+        reads[a].add(src)
+        if reduce and a == b:
+            reads[b].add(dst)
     out: dict[int, _Moves] = defaultdict(lambda: ([], [], []))
+    switch = switch or {}
+    stored = _multicast_stores(moves, rows, reads, switch)
+    done: set[tuple] = set()
     used: defaultdict[int, int] = defaultdict(int)
     for i in rows:
-        a, b, count = int(ops.src[i]), int(ops.dst[i]), int(ops.count[i])
-        src = Region(Buf(ops.src_buf[i]), int(ops.src_off[i]), count)
-        dst = Region(Buf(ops.dst_buf[i]), int(ops.dst_off[i]), count)
-        reduce = ops.kind[i] == OpKind.REDUCE
+        a, b, src, dst, reduce = moves[i]
+        if (a, src, dst) in stored:
+            if (a, src, dst) not in done:
+                done.add((a, src, dst))
+                out[a][0].append(Instr("gstore", "switch", switch[a], (src,), (dst,)))
+            continue
         if a == b:
-            name = "re" if reduce else "copy"
-            out[a][2].append(Instr(name, src=(dst, src) if reduce else (src,), dst=(dst,)))
+            out[a][2].append(_combine(reduce, src, dst))
             continue
         put = "put" if channels[(a, b)] == "memory" else "pwsf"
-        if reduce or any(dst.overlaps(x) for x in reads[b]):
-            land = Region(Buf.SCRATCH, int(own_scratch[b]) + used[b], count)
-            used[b] += count
+        if reduce or reads[b].meets(dst):
+            land = Region(Buf.SCRATCH, int(own_scratch[b]) + used[b], src.size)
+            used[b] += src.size
             out[a][0].append(Instr(put, channels[(a, b)], (b,), (src,), (land,)))
-            name = "re" if reduce else "copy"
-            out[b][1].append(Instr(name, src=(dst, land) if reduce else (land,), dst=(dst,)))
+            out[b][1].append(_combine(reduce, land, dst))
         else:
             out[a][0].append(Instr(put, channels[(a, b)], (b,), (src,), (dst,)))
     for b, k in used.items():
         staging[b] = max(staging[b], k)
     return out
+
+
+def _multicast_stores(moves: list[_Move], rows: list[int], reads: dict[int, _Regions],
+                      switch: dict[int, tuple[int, ...]]) -> set[tuple]:
+    """The copies at one step that become one ``gstore`` each, as (sender, source,
+    destination): a sender that copies a source into the same destination on every member of
+    its multicast group, itself included (or every other member, when the destination is the
+    source itself: the store rewrites the sender's own copy with the same values), where no
+    other op of the step reads the destination on a member."""
+    if not switch:
+        return set()
+    receivers: dict[tuple, set[int]] = defaultdict(set)
+    for i in rows:
+        a, b, src, dst, reduce = moves[i]
+        if not reduce and a in switch and b in switch[a]:
+            receivers[(a, src, dst)].add(b)
+    out = set()
+    for (a, src, dst), got in receivers.items():
+        group = set(switch[a])
+        if got == group:
+            readers = group
+        elif src == dst and got == group - {a}:
+            readers = got  # the sender reads its own region to store it
+        else:
+            continue
+        if not any(reads[m].meets(dst) for m in readers):
+            out.add((a, src, dst))
+    return out
+
+
+class _Regions:
+    """A set of regions that answers "does this region meet any of them?" by bisection."""
+
+    __slots__ = ("_spans", "_sorted")
+
+    def __init__(self) -> None:
+        self._spans: dict[Buf, list[tuple[int, int]]] = defaultdict(list)
+        self._sorted: dict[Buf, tuple[list[int], list[int]]] = {}
+
+    def add(self, region: Region) -> None:
+        self._spans[region.buf].append((region.index, region.index + region.size))
+        self._sorted.pop(region.buf, None)
+
+    def disjoint(self) -> bool:
+        """Whether no two of the regions overlap."""
+        for spans in self._spans.values():
+            spans.sort()
+            if any(spans[k][0] < spans[k - 1][1] for k in range(1, len(spans))):
+                return False
+        return True
+
+    def meets(self, region: Region) -> bool:
+        if region.buf not in self._spans:
+            return False
+        if region.buf not in self._sorted:
+            # merged into disjoint spans: then starts and ends are both sorted
+            merged: list[list[int]] = []
+            for lo, hi in sorted(self._spans[region.buf]):
+                if merged and lo <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], hi)
+                else:
+                    merged.append([lo, hi])
+            self._sorted[region.buf] = ([m[0] for m in merged], [m[1] for m in merged])
+        starts, ends = self._sorted[region.buf]
+        k = bisect_right(ends, region.index)
+        return k < len(starts) and starts[k] < region.index + region.size
+
+
+def _fenced(ops: list[Instr]) -> list[Instr]:
+    """``ops`` and a ``nop`` after them (a block-wide barrier: what one thread waited for or
+    every thread wrote is known to all before the next op), or nothing when there are none."""
+    return [*ops, Instr("nop")] if ops else []
 
 
 def _signals(peers: list[int], rank: int, channels) -> list[Instr]:
@@ -438,7 +567,7 @@ def _ordered(work: list[Instr], rank: int, step: int) -> list[Instr]:
     """``work`` ordered so that an op reading a region runs before the op that overwrites it
     (a step reads the state the previous step left), with a ``nop`` between ops that touch
     one region (different threads run them)."""
-    if len(work) <= 1:
+    if len(work) <= 1 or _independent(work):
         return list(work)
     n = len(work)
     # before[j] holds the ops that must run before j: those reading what j writes
@@ -467,6 +596,24 @@ def _ordered(work: list[Instr], rank: int, step: int) -> list[Instr]:
     return out
 
 
+def _independent(work: list[Instr]) -> bool:
+    """Whether no op writes a region another op reads or writes (then any order is right and
+    no ``nop`` is needed): the usual step, found without comparing every pair."""
+    written = _Regions()
+    for op in work:
+        for w in op.dst:
+            written.add(w)
+    if not written.disjoint():
+        return False
+    for op in work:
+        own = op.dst[0] if op.dst else None
+        for x in op.src:
+            # a reduce reads its own destination; only another op's write conflicts
+            if x != own and written.meets(x):
+                return False
+    return True
+
+
 def _conflict(a: Instr, b: Instr) -> bool:
     return (any(w.overlaps(x) for w in a.dst for x in b.src + b.dst)
             or any(w.overlaps(x) for w in b.dst for x in a.src))
@@ -482,22 +629,22 @@ def _split(program: list[Instr], rank: int) -> tuple[tuple[Instr, ...], ...]:
     room = max_ops - 4
     blocks: list[list[Instr]] = []
     cur: list[Instr] = []
-    chans: set = set()
-    bufs: set = set()
+    # per channel type, the peers and the remote (peer, buffer)s the current block holds
+    chans: dict[str, set] = defaultdict(set)
+    bufs: dict[str, set] = defaultdict(set)
     for op in program:
-        new_chans = {(op.channel, p) for p in op.peers}
-        new_bufs = ({(op.channel, op.peers[0], d.buf) for d in op.dst}
-                    if op.name in ("put", "pwsf", "ppkt") else set())
-        if cur and (len(cur) >= room
-                    or len({c for c in chans | new_chans if c[0] == "memory"}) > max_channels
-                    or len({c for c in chans | new_chans if c[0] == "port"}) > max_channels
-                    or len({b for b in bufs | new_bufs if b[0] == "memory"}) > max_buffers
-                    or len({b for b in bufs | new_bufs if b[0] == "port"}) > max_buffers):
+        kind, peers, remote = _held_by(op)
+        if cur and (len(cur) >= room or kind is not None and (
+                len(chans[kind] | peers) > max_channels
+                or len(bufs[kind] | remote) > max_buffers)):
             blocks.append(cur)
-            cur, chans, bufs = [], set(), set()
+            cur = []
+            chans.clear()
+            bufs.clear()
         cur.append(op)
-        chans |= new_chans
-        bufs |= new_bufs
+        if kind is not None:
+            chans[kind] |= peers
+            bufs[kind] |= remote
     if cur or not blocks:
         blocks.append(cur)
     out = []
@@ -509,3 +656,16 @@ def _split(program: list[Instr], rank: int) -> tuple[tuple[Instr, ...], ...]:
             body = body + [Instr("nop"), Instr("sem_release", semaphores=(k,))]
         out.append(tuple(body))
     return tuple(out)
+
+
+def _held_by(op: Instr) -> tuple[str | None, set, set]:
+    """The channel type an op uses, the peers it needs channels to and the remote buffers
+    (peer, buffer) it writes: what a threadblock must hold for it."""
+    if op.channel is None or not op.peers:
+        return None, set(), set()
+    if op.channel == "switch":
+        # one switch channel per multicast group and buffer
+        return op.channel, {(op.peers, op.dst[0].buf)}, set()
+    remote = ({(op.peers[0], d.buf) for d in op.dst} if op.name in ("put", "pwsf", "ppkt")
+              else set())
+    return op.channel, set(op.peers), remote

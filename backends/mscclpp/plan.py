@@ -6,7 +6,11 @@ Channel and buffer ids are positions: a GPU's ``channels`` list its peers per ch
 a channel id is the peer's position among that type's peers; a threadblock's ``channels``
 name the GPU's channel ids it uses and an op's ``channel_ids`` are positions in the
 threadblock's list; ``remote_buffers`` are numbered in order and an op's ``buffer_id`` is a
-position in its threadblock's ``remote_buffer_refs`` for the op's channel type.
+position in its threadblock's ``remote_buffer_refs`` for the op's channel type. Switch
+(NVLS multicast) channels are one per multicast group and buffer that any rank's ``gstore``
+uses, declared alike on every member of the group (MSCCL++ connects them with a collective call
+over the group, ``connectNvlsCollective``); an op's ``switch_channel_id`` is a position in its
+threadblock's switch channels.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ def plan_document(low: LoweredPlan, *, name: str, collective: str, min_bytes: in
                   max_bytes: int, threads: int) -> dict:
     """The plan as a JSON-ready dict."""
     n = len(low.threadblocks)
-    gpus = [_gpu(low, r) for r in range(n)]
+    switches = sorted({(op.peers, op.dst[0].buf) for tbs in low.threadblocks for tb in tbs
+                       for op in tb if op.channel == "switch"})
+    gpus = [_gpu(low, r, [sw for sw in switches if r in sw[0]]) for r in range(n)]
     return {
         "name": name,
         "collective": collective,
@@ -42,10 +48,11 @@ def plan_document(low: LoweredPlan, *, name: str, collective: str, min_bytes: in
     }
 
 
-def _gpu(low: LoweredPlan, rank: int) -> dict:
+def _gpu(low: LoweredPlan, rank: int, switches: list) -> dict:
     peers = {t: sorted(p for (a, p), kind in low.channels.items() if a == rank and kind == t)
              for t in _CHANNEL_TYPES}
     channel_id = {(t, p): i for t in _CHANNEL_TYPES for i, p in enumerate(peers[t])}
+    channel_id.update({("switch", sw): i for i, sw in enumerate(switches)})
     buffers: dict[tuple[str, int, int], int] = {}
     for tb in low.threadblocks[rank]:
         for op in tb:
@@ -59,7 +66,10 @@ def _gpu(low: LoweredPlan, rank: int) -> dict:
         "scratch_chunks": low.scratch_chunks[rank],
         "threadblocks": tbs,
         "channels": [{"channel_type": t, "connected_to": peers[t]} for t in _CHANNEL_TYPES
-                     if peers[t]],
+                     if peers[t]] + [
+            {"channel_type": "switch", "buffer_type": BUF_LETTER[buf],
+             "rank_groups": [{"size": len(group), "ranks": list(group)}]}
+            for group, buf in switches],
         "remote_buffers": [{"rank": p, "type": BUF_LETTER[Buf(buf)],
                             "access_channel_types": [t]} for (t, p, buf) in buffers],
         "semaphores": [{"init_value": 0} for _ in range(len(low.threadblocks[rank]) - 1)],
@@ -67,10 +77,11 @@ def _gpu(low: LoweredPlan, rank: int) -> dict:
 
 
 def _threadblock(tb_id: int, ops: tuple[Instr, ...], channel_id: dict, buffers: dict) -> dict:
-    chans: dict[str, list[int]] = {t: [] for t in _CHANNEL_TYPES}
+    chans: dict[str, list[int]] = {t: [] for t in (*_CHANNEL_TYPES, "switch")}
     refs: dict[str, list[int]] = {t: [] for t in _CHANNEL_TYPES}
     for op in ops:
-        for p in op.peers:
+        keys = ([(op.peers, op.dst[0].buf)] if op.channel == "switch" else op.peers)
+        for p in keys:
             cid = channel_id[(op.channel, p)]
             if cid not in chans[_channel(op)]:
                 chans[_channel(op)].append(cid)
@@ -78,14 +89,13 @@ def _threadblock(tb_id: int, ops: tuple[Instr, ...], channel_id: dict, buffers: 
             bid = buffers[_buffer_key(op)]
             if bid not in refs[_channel(op)]:
                 refs[_channel(op)].append(bid)
-    local_channel = {t: {g: i for i, g in enumerate(chans[t])} for t in _CHANNEL_TYPES}
+    local_channel = {t: {g: i for i, g in enumerate(chans[t])} for t in chans}
     local_buffer = {t: {g: i for i, g in enumerate(refs[t])} for t in _CHANNEL_TYPES}
     out_ops = [_op(op, channel_id, buffers, local_channel, local_buffer) for op in ops]
     return {
         "id": tb_id,
         "ops": out_ops,
-        "channels": [{"channel_type": t, "channel_ids": chans[t]} for t in _CHANNEL_TYPES
-                     if chans[t]],
+        "channels": [{"channel_type": t, "channel_ids": chans[t]} for t in chans if chans[t]],
         "remote_buffer_refs": [{"access_channel_type": t, "remote_buffer_ids": refs[t]}
                                for t in _CHANNEL_TYPES if refs[t]],
     }
@@ -126,6 +136,12 @@ def _op(op: Instr, channel_id: dict, buffers: dict, local_channel: dict, local_b
         d["channel_ids"] = [local_channel[op.channel][channel_id[(op.channel, p)]]
                             for p in op.peers]
         d["channel_type"] = op.channel
+    elif op.name == "gstore":
+        sid = channel_id[("switch", (op.peers, op.dst[0].buf))]
+        d["src_buff"] = [_local(op.src[0])]
+        d["dst_buff"] = [{"switch_channel_id": local_channel["switch"][sid],
+                          "index": op.dst[0].index, "size": op.dst[0].size}]
+        d["channel_type"] = "switch"
     elif op.name in ("sem_acquire", "sem_release"):
         d["semaphore_ids"] = list(op.semaphores)
     elif op.name != "nop":

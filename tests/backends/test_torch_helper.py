@@ -52,3 +52,91 @@ def test_load_reads_the_collective_and_its_buffers(tmp_path, schedule):
 def test_load_says_what_is_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="no single libcclc_<name>.so"):
         load(tmp_path)
+
+
+def _one_server_allreduce():
+    from cclc.algorithms import algorithms_for
+    from cclc.collective import CollectiveKind, make_collective
+    from cclc.topology import NodeType, single_node
+
+    topo = single_node("box", NodeType("box4", "nvswitch", 4, 450e9, 1e-6))
+    coll = make_collective("grads", CollectiveKind.ALLREDUCE, topo, (0, 1, 2, 3), 4 * 4 * 16)
+    return next(a.build(coll) for a in algorithms_for(coll) if a.applicable(coll) is None)
+
+
+def _write_plans(folder, schedule):
+    import json
+
+    from backends.mscclpp import render_plans
+
+    for name, doc in render_plans(schedule).items():
+        (folder / name).write_text(json.dumps(doc))
+
+
+def test_mscclpp_plans_say_which_calls_they_serve(tmp_path):
+    from cclc.torch import mscclpp_plans
+
+    _write_plans(tmp_path, _one_server_allreduce())
+    plans = {p.path.name: p for p in mscclpp_plans(tmp_path)}
+    assert sorted(plans) == ["grads.inplace.mscclpp.json", "grads.ll.inplace.mscclpp.json",
+                             "grads.ll.mscclpp.json", "grads.mscclpp.json"]
+    ll, simple = plans["grads.ll.inplace.mscclpp.json"], plans["grads.inplace.mscclpp.json"]
+    assert (ll.protocol, simple.protocol, ll.world_size) == ("LL", "Simple", 4)
+    # every size is served by exactly one plan of each buffer mode, none of the other mode
+    g = simple.granularity
+    for nbytes in (g, 1 << 20, (1 << 20) + g, 3 * g << 20):
+        for inplace in (False, True):
+            serving = [p.path.name for p in plans.values()
+                       if p.serves("allreduce", nbytes, inplace)]
+            assert len(serving) == 1 and (".inplace." in serving[0]) == inplace, serving
+    assert not simple.serves("allreduce", g + 1, True)
+    assert not simple.serves("allgather", 1 << 24, True)
+    with pytest.raises(FileNotFoundError, match="--emit mscclpp"):
+        mscclpp_plans(tmp_path / "nothing")
+
+
+def test_mscclpp_environment_preloads_the_nccl_interface(tmp_path):
+    from cclc.torch import mscclpp_environment
+
+    assert mscclpp_environment(tmp_path) == {"LD_PRELOAD": f"{tmp_path}/libmscclpp_nccl.so"}
+    env = mscclpp_environment("/opt/mscclpp/lib/libmscclpp_nccl.so", "/usr/lib/libnccl.so.2")
+    assert env == {"LD_PRELOAD": "/opt/mscclpp/lib/libmscclpp_nccl.so",
+                   "MSCCLPP_NCCL_LIB_PATH": "/usr/lib/libnccl.so.2"}
+
+
+def test_register_mscclpp_registers_one_buffer_mode(tmp_path, monkeypatch):
+    """MSCCL++'s Python package is not installed here: a recording stand-in for its three
+    names checks what register_mscclpp hands over (the real registration needs a GPU)."""
+    import types
+
+    from cclc.torch import register_mscclpp
+
+    calls = []
+
+    class Algorithm:
+        class Constraint:
+            def __init__(self, world_size, n_ranks_per_node):
+                self.args = (world_size, n_ranks_per_node)
+
+        def __init__(self, id, execution_plan, constraint, tags):
+            self.args = (id, execution_plan, constraint.args, tags)
+
+    class Builder:
+        def add_algorithm_builder(self, algo):
+            calls.append(algo.args)
+
+    pkg = types.ModuleType("mscclpp")
+    ext = types.ModuleType("mscclpp.ext")
+    pkg.Algorithm = Algorithm
+    pkg.ExecutionPlan = lambda path, rank: (path.rsplit("/", 1)[-1], rank)
+    ext.AlgorithmCollectionBuilder = Builder
+    pkg.ext = ext
+    monkeypatch.setitem(sys.modules, "mscclpp", pkg)
+    monkeypatch.setitem(sys.modules, "mscclpp.ext", ext)
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    _write_plans(tmp_path, _one_server_allreduce())
+    got = register_mscclpp(tmp_path, inplace=True)
+    assert [p.name for p in got] == ["grads_inplace", "grads_ll_inplace"]
+    assert calls == [("grads_inplace", ("grads.inplace.mscclpp.json", 2), (4, 4), {}),
+                     ("grads_ll_inplace", ("grads.ll.inplace.mscclpp.json", 2), (4, 4), {})]

@@ -228,3 +228,17 @@ def test_a_file_that_declares_nothing_is_an_error(text):
     with pytest.raises(CclError, match="the file declares nothing") as info:
         loads(text, "empty.ccl")
     assert (info.value.span.file, info.value.span.line, info.value.span.col) == ("empty.ccl", 1, 1)
+
+
+def test_multicast_marks_an_nvswitch_node_and_its_topology():
+    program = _program("node n = nvswitch(gpus = 4) { link 450 GB/s, 1 us; multicast }\n"
+                       "topology one = node(n)")
+    assert program.node_types["n"].multicast and program.topologies["one"].multicast
+    plain = _program("node n = nvswitch(gpus = 4) { link 450 GB/s, 1 us }\ntopology one = node(n)")
+    assert not plain.node_types["n"].multicast and not plain.topologies["one"].multicast
+
+
+def test_multicast_on_a_pcie_node_is_an_error():
+    with pytest.raises(CclError, match="a pcie node has no NVSwitch") as err:
+        _program("node n = pcie(gpus = 4) { link 24 GB/s, 2 us; multicast }")
+    assert err.value.span is not None and err.value.span.line == 1

@@ -245,3 +245,22 @@ def test_save_goes_through_the_writer(tmp_path):
     assert mine.read_text() == "{}"
     save(s, mine, force=True)
     assert load(mine).n_steps == s.n_steps
+
+
+def test_round_trip_keeps_multicast(tmp_path):
+    node = NodeType("hgx", "nvswitch", 4, 450e9, 1e-6, nics=2, nic_bandwidth=50e9,
+                    multicast=True)
+    t = leaf_spine("fab", 2, node, rails=2, leaves=None, spines=2, oversubscription=1.0,
+                   bandwidth=50e9, latency=2e-6)
+    s = direct_alltoall(make_collective("a", K.ALLTOALL, t, tuple(range(8)), 8 * 8 * 4))
+    doc = to_json(s)
+    assert doc["topology"]["multicast"] is True
+    assert from_json(json.loads(json.dumps(doc))).topology.multicast
+    # a machine without it writes no key: documents written before it stay as they were
+    plain = leaf_spine("fab", 2, NodeType("hgx", "nvswitch", 4, 450e9, 1e-6, nics=2,
+                                          nic_bandwidth=50e9),
+                       rails=2, leaves=None, spines=2, oversubscription=1.0, bandwidth=50e9,
+                       latency=2e-6)
+    doc = to_json(direct_alltoall(make_collective("a", K.ALLTOALL, plain, tuple(range(8)),
+                                                  8 * 8 * 4)))
+    assert "multicast" not in doc["topology"]

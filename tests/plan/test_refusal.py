@@ -156,6 +156,12 @@ def test_the_lowering_asked_about_is_the_one_rendered(monkeypatch):
     assert len(calls) == 1
 
 
+TORUS_4X4X4 = ("topology t = torus(4, 4, 4) {\n    link 32 GB/s, 100 ns\n"
+               "    routing none\n    fault link (0,0,0) -- (1,0,0)\n"
+               "    fault link (2,1,3) -- (2,2,3)\n}\n"
+               "collective a2a = alltoall on t { size 64 MiB }\n")
+
+
 @pytest.mark.slow  # synthesis of a 64-rank AllToAll: a minute or more
 def test_a_4x4x4_torus_whose_synthesized_alltoall_msccl_refuses_writes_its_xml(tmp_path):
     # the synthesized schedule (over 100k ops) waits on more threadblocks than microsoft/msccl's
@@ -164,10 +170,26 @@ def test_a_4x4x4_torus_whose_synthesized_alltoall_msccl_refuses_writes_its_xml(t
     from cclc.cli import main
 
     source = tmp_path / "t.ccl"
-    source.write_text("topology t = torus(4, 4, 4) {\n    link 32 GB/s, 100 ns\n"
-                      "    routing none\n    fault link (0,0,0) -- (1,0,0)\n"
-                      "    fault link (2,1,3) -- (2,2,3)\n}\n"
-                      "collective a2a = alltoall on t { size 64 MiB }\n", encoding="utf-8")
+    source.write_text(TORUS_4X4X4, encoding="utf-8")
     out = tmp_path / "out"
     assert main(["compile", str(source), "-o", str(out), "--emit", "json,msccl"]) == 0
     assert (out / "a2a.msccl.xml").is_file() and (out / "a2a.schedule.json").is_file()
+
+
+@pytest.mark.slow  # synthesis of a 64-rank AllToAll: a minute or more
+def test_the_4x4x4_torus_writes_its_mscclpp_plans(tmp_path):
+    # the same case asked for MSCCL++ plans: auto lowers every candidate it ranks, so the
+    # compile ends with both plans written (port channels on a torus: no LL plans)
+    import json
+
+    from backends.mscclpp.executor import run
+    from cclc.cli import main
+
+    source = tmp_path / "t.ccl"
+    source.write_text(TORUS_4X4X4, encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["compile", str(source), "-o", str(out), "--emit", "json,mscclpp"]) == 0
+    for name in ("a2a.mscclpp.json", "a2a.inplace.mscclpp.json"):
+        plan = json.loads((out / name).read_text())
+        assert len(plan["gpus"]) == 64
+        run(plan, seeds=1)

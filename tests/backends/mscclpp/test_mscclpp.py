@@ -333,3 +333,100 @@ def test_one_server_gets_ll_plans_for_small_calls():
     two = render_plans(SCHEDULES["two-allreduce-ring"])
     assert sorted(two) == ["allreduce.inplace.mscclpp.json", "allreduce.mscclpp.json"]
     assert two["allreduce.mscclpp.json"]["min_message_size"] == 0
+
+
+def _multicast_box(kind: CollectiveKind, multicast: bool = True):
+    node = NodeType("box4", "nvswitch", 4, 450e9, 1e-6, multicast=multicast)
+    topo = single_node("box", node)
+    coll = make_collective(kind.value, kind, topo, (0, 1, 2, 3), 4 * 4 * 16)
+    return {a.name: a.build(coll) for a in algorithms_for(coll) if a.applicable(coll) is None}
+
+
+def test_multicast_node_stores_through_a_switch_channel():
+    """On a node that declares multicast, a direct allgather's copies of one chunk to every
+    GPU become one gstore each; the plan declares the switch channel on every member and runs
+    correctly; a member that drops it is refused (the group is connected collectively)."""
+    schedule = _multicast_box(CollectiveKind.ALLGATHER)["direct"]
+    for inplace in (False, True):
+        plan = render_plan(schedule, inplace=inplace)
+        check_limits(plan)
+        run(plan, seeds=3)
+        for g in plan["gpus"]:
+            switch = [c for c in g["channels"] if c["channel_type"] == "switch"]
+            assert switch == [{"channel_type": "switch", "buffer_type": "o",
+                               "rank_groups": [{"size": 4, "ranks": [0, 1, 2, 3]}]}]
+            ops = [o for tb in g["threadblocks"] for o in tb["ops"]]
+            assert [o["name"] for o in ops].count("gstore") == 1
+            assert not any(o["name"] in ("put", "copy") for o in ops if not inplace)
+    m = copy.deepcopy(render_plan(schedule))
+    m["gpus"][2]["channels"] = [c for c in m["gpus"][2]["channels"]
+                                if c["channel_type"] != "switch"]
+    with pytest.raises(PlanError, match="connectNvlsCollective|switch channel"):
+        run(m)
+    # the stored chunk is another GPU's: the postcondition fails
+    m = copy.deepcopy(render_plan(schedule))
+    op = next(o for tb in m["gpus"][1]["threadblocks"] for o in tb["ops"]
+              if o["name"] == "gstore")
+    op["dst_buff"][0]["index"] = 2
+    with pytest.raises(PlanError):
+        run(m)
+
+
+def test_multicast_allreduce_broadcasts_each_reduced_chunk_once():
+    # direct allreduce: each owner sends its reduced chunk to the same place on the others
+    plan = render_plan(_multicast_box(CollectiveKind.ALLREDUCE)["direct"])
+    for g in plan["gpus"]:
+        ops = [o["name"] for tb in g["threadblocks"] for o in tb["ops"]]
+        assert ops.count("gstore") == 1 and "put" in ops  # the reduce-scatter half still puts
+    run(plan, seeds=3)
+
+
+def test_without_multicast_no_switch_channel():
+    plan = render_plan(_multicast_box(CollectiveKind.ALLGATHER, multicast=False)["direct"])
+    assert all(c["channel_type"] == "memory" for g in plan["gpus"] for c in g["channels"])
+
+
+@pytest.mark.parametrize("kind", [CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE,
+                                  CollectiveKind.REDUCESCATTER, CollectiveKind.ALLTOALL])
+def test_every_schedule_on_a_multicast_node_runs(kind):
+    for schedule in _multicast_box(kind).values():
+        for inplace in (False, True):
+            plan = render_plan(schedule, inplace=inplace)
+            check_limits(plan)
+            run(plan, seeds=2)
+
+
+def _local_swap():
+    """An allgather whose ranks, after gathering, swap their two output slots in one step
+    (each copy reads what the other writes): no order of the two copies keeps the meaning."""
+    from cclc.ir import Buf, ScheduleBuilder
+
+    topo = torus("pair", (2,))
+    coll = make_collective("ag-swap", CollectiveKind.ALLGATHER, topo, (0, 1), 16)
+    b = ScheduleBuilder(coll, input=[1, 1], output=[2, 2])
+    for r in range(2):
+        o = 1 - r
+        b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
+              dst_off=1 - r)
+        b.add(step=0, src=r, dst=o, route=b.route(topo.shortest_path_links(r, o)),
+              src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT, dst_off=1 - r)
+        for slot in range(2):
+            b.add(step=1, src=r, dst=r, src_buf=Buf.OUTPUT, src_off=slot,
+                  dst_buf=Buf.OUTPUT, dst_off=1 - slot)
+    return b.build("swap")
+
+
+def test_refusal_agrees_with_the_lowering():
+    """The backend asks the lowering's checks without building programs: it refuses exactly
+    what the lowering refuses, with the same words."""
+    from backends.mscclpp.lower import lower, lowering_refusal
+
+    cases = [swap_allreduce(), _local_swap()] + [SCHEDULES[k] for k in sorted(SCHEDULES)[:12]]
+    for s in cases:
+        try:
+            lower(s)
+            lowered = None
+        except ScheduleError as err:
+            lowered = err.message
+        assert lowering_refusal(s) == lowered
+    assert "cycle" in lowering_refusal(_local_swap())
