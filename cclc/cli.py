@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 #: subcommands in the order ``--help`` lists them
-COMMANDS = ["check", "compile", "verify", "sim", "bounds", "viz", "tune", "diagnose", "import"]
+COMMANDS = ["check", "compile", "catalog", "verify", "sim", "bounds", "viz", "tune", "diagnose",
+            "import"]
 
 EPILOG = """examples:
   cclc check examples/torus5x5_fault.ccl
