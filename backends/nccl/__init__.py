@@ -46,8 +46,11 @@ __all__ = ["BACKEND", "NcclBackend", "emit", "render_sources", "source_names"]
 _PKG = "backends.nccl"
 
 
-def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> dict[str, str]:
-    """File name -> text of every generated source (nothing is written)."""
+def render_sources(schedule: Schedule, options: EmitOptions | None = None,
+                   catalog: tuple[str, ...] = ()) -> dict[str, str]:
+    """File name -> text of every generated source (nothing is written). ``catalog``: the
+    catalog's extra headers (:mod:`backends.nccl.catalog`), which the entry points then
+    include to run the schedule selected for a fault set."""
     options = options or EmitOptions()
     coll = schedule.collective
     ident = c_identifier(coll.name)
@@ -71,7 +74,8 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None) -> di
     common = {"name": coll.name, "ident": ident, "ident_upper": ident.upper(),
               "kind": coll.kind.value, "n": coll.n, "count_units": us.count_units,
               "count_meaning": meaning, "op": coll.op.value,
-              "split": us.split}
+              "split": us.split, "catalog": bool(catalog),
+              "catalog_headers": "".join(f" {h}" for h in catalog)}
     try:
         home = nccl_home(options)
     except BuildError:  # the wheel is optional: the Makefile still takes NCCL_HOME=...

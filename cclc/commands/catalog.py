@@ -60,6 +60,9 @@ def add_parser(sub) -> None:
                         "that carries them (default: json)")
     p.add_argument("--only", metavar="NAME", action="append",
                    help="catalog only this collective (repeatable)")
+    p.add_argument("--build", action="store_true",
+                   help="with --emit nccl, also build libcclc_<name>.so (nvcc, NCCL headers "
+                        "from the nvidia-nccl-cu13 wheel or NCCL_HOME)")
     p.add_argument("--force", action="store_true",
                    help="replace files in DIR that cclc did not write")
     p.set_defaults(run=run)
@@ -137,10 +140,11 @@ def _write(catalog, out, args) -> int:
     for f in files:
         print(f"wrote {out.path / f}", file=sys.stderr)
     if args.emit == "nccl":
+        from backends.contract import EmitOptions
         from backends.nccl.catalog import write_catalog_library
 
         try:
-            for f in write_catalog_library(catalog, out):
+            for f in write_catalog_library(catalog, out, EmitOptions(build=args.build)):
                 print(f"wrote {out.path / f}", file=sys.stderr)
         except CclError as err:
             print(f"error: collective '{name}': no nccl output: {err.message}", file=sys.stderr)
