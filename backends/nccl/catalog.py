@@ -6,7 +6,9 @@ for the machine as compiled (schedule 0), plus:
 * ``cclc_<name>_s<k>_tables.h``: the dataflow tables of schedule ``k`` of the catalog;
 * ``cclc_<name>_catalog.h``: every schedule's tables, the members (fault set as connections,
   schedule, rank permutation) and the selection: ``cclc_<name>_select_faults(comm, links, n)``
-  (``cclc_<name>_mpi_select_faults`` in the MPI build) and ``CCLC_FAULTS`` at the first call.
+  (``cclc_<name>_mpi_select_faults`` in the MPI build) and ``CCLC_FAULTS`` at the first call;
+* ``cclc_<name>_catalog_check.cc``: ``make catalogcheck`` builds a tool that prints what a
+  fault set selects (every rank's messages) and how long selecting takes, without MPI or GPU.
 
 Every schedule is cut at rank blocks first (:func:`cclc.catalog.relabel.split_at_blocks`), so
 that relabeling an entry is a lookup per offset: a rank block is a fixed number of units in
@@ -73,6 +75,8 @@ def catalog_sources(catalog: Catalog, options: EmitOptions | None = None) -> dic
     extra = [k for k, e in enumerate(catalog.schedules) if k and e.plan is not None]
     names = [f"cclc_{ident}_catalog.h"] + [f"cclc_{ident}_s{k}_tables.h" for k in extra]
     out = render_sources(split_at_blocks(head.plan.schedule), options, catalog=tuple(names))
+    out[f"cclc_{ident}_catalog_check.cc"] = render_template(_PKG, "catalog_check.cc.j2",
+                                                            name=coll.name, ident=ident)
     block_units = [_block_units(to_units(split_at_blocks(head.plan.schedule), split=True,
                                          pad=True)[0], coll.kind)]
     for k in range(1, len(catalog.schedules)):
@@ -140,7 +144,7 @@ class CatalogNcclBackend:
 
     def files(self, key: Catalog, options: EmitOptions) -> tuple[str, ...]:
         ident = c_identifier(key.collective.name)
-        extra = [f"cclc_{ident}_catalog.h"] + [
+        extra = [f"cclc_{ident}_catalog.h", f"cclc_{ident}_catalog_check.cc"] + [
             f"cclc_{ident}_s{k}_tables.h" for k, e in enumerate(key.schedules)
             if k and e.plan is not None]
         return NcclBackend().files(key.collective, options) + tuple(
