@@ -41,7 +41,7 @@ schedules compiled, the time, and the worst and median % of the lower bound over
 
 examples:
   cclc catalog examples/torus5x5.ccl --faults link -o out/
-  cclc catalog examples/torus5x5.ccl --faults link,link-pairs -o out/ --emit nccl
+  cclc catalog examples/mesh4x4.ccl --faults link,link-pairs -o out/ --emit nccl
   cclc catalog examples/torus4x4_failed_rank.ccl --faults rank -o out/"""
 
 
