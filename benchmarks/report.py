@@ -213,7 +213,8 @@ def render_catalog(data: dict) -> list[str]:
            f"{data['members']} ({data['directed_links']})", str(data["orbits"]),
            str(data["schedules_compiled"]), f"{data['seconds']:.0f} s",
            f"{data['worst_pct_of_bound']:.1f}% / {data['median_pct_of_bound']:.1f}%",
-           f"{data['select_us_max']:.0f} us", f"{data['catalog_over_one_schedule']:.2f}x"]
+           f"{data['select_us_max']:.0f} us (first {data['select_us_first']:.0f} us)",
+           f"{data['catalog_over_one_schedule']:.2f}x"]
     lines = _table(head, [row]) + [""]
     for s in data["schedules"]:
         what = "healthy machine" if not s["faults"] else f"links {s['faults']} failed"

@@ -61,11 +61,11 @@ def split_at_blocks(schedule: Schedule) -> Schedule:
     block_of = {buf: block_chunks(schedule, buf) for buf in indexed}
     count = ops.count.astype(np.int64)
     crosses = np.zeros(len(ops), dtype=bool)
+    sides = ((ops.src_buf, ops.src_off, ops.src), (ops.dst_buf, ops.dst_off, ops.dst))
     for buf, chunk_block in block_of.items():
-        for side_buf, off in ((ops.src_buf, ops.src_off), (ops.dst_buf, ops.dst_off)):
+        for side_buf, off, side_rank in sides:
             m = (side_buf == buf) & (count > 1)
-            o, rank = off[m].astype(np.int64), (ops.src if side_buf is ops.src_buf
-                                                  else ops.dst)[m]
+            o, rank = off[m].astype(np.int64), side_rank[m]
             crosses[np.flatnonzero(m)] |= (chunk_block[rank, o]
                                            != chunk_block[rank, o + count[m] - 1])
     if not crosses.any():
@@ -76,8 +76,7 @@ def split_at_blocks(schedule: Schedule) -> Schedule:
     row = np.repeat(cut, reps)
     k = np.arange(len(row)) - np.repeat(np.cumsum(reps) - reps, reps)
     key = np.zeros((len(row), 2), dtype=np.int64)
-    for side, (side_buf, off, rank) in enumerate(((ops.src_buf, ops.src_off, ops.src),
-                                                  (ops.dst_buf, ops.dst_off, ops.dst))):
+    for side, (side_buf, off, rank) in enumerate(sides):
         chunk = off[row].astype(np.int64) + k
         for buf, chunk_block in block_of.items():
             m = side_buf[row] == buf
