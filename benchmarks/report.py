@@ -206,12 +206,13 @@ def render_diagnose(data: dict) -> list[str]:
 
 def render_catalog(data: dict) -> list[str]:
     head = ["topology", "collective", "fault sets (directed links)", "orbits",
-            "schedules compiled", "compile time", "worst / median % of bound",
+            "schedules compiled", "compile time (wall, CPU)", "worst / median % of bound",
             "selection (slowest rank)", "catalog tables / one schedule's"]
     row = [f"{data['topology']} ({data['ranks']} ranks)",
            f"{data['collective']} {_size(data['size'])}",
            f"{data['members']} ({data['directed_links']})", str(data["orbits"]),
-           str(data["schedules_compiled"]), f"{data['seconds']:.0f} s",
+           str(data["schedules_compiled"]),
+           f"{data['seconds']:.0f} s ({data['cpu_seconds']:.0f} s CPU)",
            f"{data['worst_pct_of_bound']:.1f}% / {data['median_pct_of_bound']:.1f}%",
            f"{data['select_us_max']:.0f} us (first {data['select_us_first']:.0f} us)",
            f"{data['catalog_over_one_schedule']:.2f}x"]
