@@ -3,9 +3,10 @@
 ``cclc.catalog.build.build_catalog`` on ``examples/torus5x5x5.ccl``'s AllToAll (125 MiB per
 rank) with the ``link`` class: every cable (both directions of one connection: 375 cables,
 750 directed links) fails in turn. Reported: the fault sets and orbits, the schedules compiled
-(the healthy machine's and one per orbit), the catalog's compile time (wall and CPU: the machine is shared), the worst and median %
-of the lower bound over all members (each member's bound equals its representative's: an
-automorphism of the torus maps one faulty machine onto the other), a spot check of one member
+(the healthy machine's and one per orbit), the catalog's compile time (wall and CPU: the
+machine is shared), the worst and median % of the lower bound over all members (each member's
+bound equals its representative's: an automorphism of the torus maps one faulty machine onto
+the other), a spot check of one member
 per dimension (its orbit schedule relabeled, verified, and none of its routes on the failed
 cable), and from the NCCL library's catalog (``--emit nccl`` sources, its check tool built with
 g++): the time to select a fault set (the slowest rank's match and relabeling, each rank's
@@ -117,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
           f" {summary['members']} fault sets in {summary['orbits']} orbits, "
           f"{summary['schedules_compiled']} schedules compiled in {summary['seconds']:.1f} s "
           f"({cpu:.1f} s of CPU); "
-          f"worst {summary['worst_pct_of_bound']:.1f}%, median "
-          f"{summary['median_pct_of_bound']:.1f}% of bound over the members")
+          f"worst {summary['worst_pct_of_bound']:.2f}%, median "
+          f"{summary['median_pct_of_bound']:.2f}% of bound over the members")
     for s in schedules:
         print(f"  {s['faults'] or 'healthy'}: {s['algorithm']} {s['pct_of_bound']:.1f}% "
               f"of bound, {s['seconds']} s")

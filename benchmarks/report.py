@@ -213,14 +213,14 @@ def render_catalog(data: dict) -> list[str]:
            f"{data['members']} ({data['directed_links']})", str(data["orbits"]),
            str(data["schedules_compiled"]),
            f"{data['seconds']:.0f} s ({data['cpu_seconds']:.0f} s CPU)",
-           f"{data['worst_pct_of_bound']:.1f}% / {data['median_pct_of_bound']:.1f}%",
+           f"{data['worst_pct_of_bound']:.2f}% / {data['median_pct_of_bound']:.2f}%",
            f"{data['select_us_max']:.0f} us (first {data['select_us_first']:.0f} us)",
            f"{data['catalog_over_one_schedule']:.2f}x"]
     lines = _table(head, [row]) + [""]
     for s in data["schedules"]:
         what = "healthy machine" if not s["faults"] else f"links {s['faults']} failed"
         lines.append(f"- schedule for the {what}: {s['algorithm']}, "
-                     f"{s['pct_of_bound']:.1f}% of bound, compiled in {s['seconds']:.0f} s")
+                     f"{s['pct_of_bound']:.2f}% of bound, compiled in {s['seconds']:.0f} s")
     checked = data["spot_checks"]
     lines.append(f"- {len(checked)} members (one per dimension) relabeled and verified; none "
                  "routes over its failed link: "

@@ -88,9 +88,8 @@ class Catalog:
             "members": sum(len(o.members) for o in self.classes),
             "orbits": sum(o.n_orbits for o in self.classes),
             "schedules_compiled": len(self.schedules),
-            "unserved": sum(len(o.members) for c, o in enumerate(self.classes)
-                            for m in o.members
-                            if self.schedules[self.schedule_of(c, m.orbit)].plan is None),
+            "unserved": sum(self.schedules[self.schedule_of(c, m.orbit)].plan is None
+                            for c, o in enumerate(self.classes) for m in o.members),
             "seconds": round(self.seconds, 3),
             "worst_pct_of_bound": round(min(pcts), 3) if pcts else None,
             "median_pct_of_bound": round(statistics.median(pcts), 3) if pcts else None,

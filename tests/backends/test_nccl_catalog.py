@@ -10,7 +10,13 @@ import subprocess
 
 import numpy as np
 import pytest
-from backend_helpers import MPIRUN, NP_TYPES, check_outputs, write_exact_inputs
+from backend_helpers import (
+    MPIRUN,
+    NP_TYPES,
+    NVCC_BUILD_UNAVAILABLE,
+    check_outputs,
+    write_exact_inputs,
+)
 
 import dsl
 from backends.common import EmitOptions, entry_count
@@ -86,6 +92,21 @@ def test_every_member_runs_its_relabeled_schedule(built):
     s0 = catalog.schedules[0].plan.schedule
     net = s0.ops.src != s0.ops.dst
     assert healthy == set(zip(s0.ops.src[net].tolist(), s0.ops.dst[net].tolist(), strict=True))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NVCC_BUILD_UNAVAILABLE is not None, reason=str(NVCC_BUILD_UNAVAILABLE))
+def test_nccl_build_with_the_catalog_compiles_warning_free(built):
+    # nvcc with warnings as errors; select_faults and the catalog entry point included
+    catalog, lib = built
+    proc = subprocess.run(["make", "-C", str(lib), "all"], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    header = (lib / "cclc_cat.h").read_text()
+    assert "int cclc_cat_select_faults(ncclComm_t comm, const int* links, int n);" in header
+    symbols = subprocess.run(["nm", "-D", str(lib / "libcclc_cat.so")], capture_output=True,
+                             text=True, check=True).stdout
+    assert "cclc_cat_select_faults" in symbols and "cclc_cat_fault_error" in symbols
 
 
 @pytest.mark.slow

@@ -57,3 +57,29 @@ def test_help_has_examples(capsys):
     with pytest.raises(SystemExit):
         main(["catalog", "--help"])
     assert "cclc catalog examples/torus5x5.ccl --faults link -o out/" in capsys.readouterr().out
+
+
+FABRIC = """node gpu1 = pcie(gpus = 1) {
+    link 48 GB/s, 1 us
+    nic  1 x 400 Gb/s
+}
+topology sw = fabric(switch) {
+    nodes 4 x gpu1
+    link  400 Gb/s, 2 us
+}
+collective ag = allgather on sw { size 4 MiB }
+"""
+
+
+def test_fabric_classes_and_unserved_fault_sets(tmp_path, capsys):
+    # one NIC per server: losing it (or its cable) cuts the server off, which no schedule
+    # serves; the four servers are alike, so each class is one orbit
+    path = tmp_path / "fab.ccl"
+    path.write_text(FABRIC)
+    assert main(["catalog", str(path), "--faults", "nic,cable", "-o", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "class nic: 4 fault sets in 1 orbits" in out
+    assert "class cable: 4 fault sets in 1 orbits" in out
+    assert "the faults disconnect the group" in out and "8 fault sets unserved" in out
+    doc = json.loads((tmp_path / "o" / "ag.catalog.json").read_text())
+    assert doc["summary"]["unserved"] == 8 and "perm" not in doc["members"][0]
