@@ -10,8 +10,8 @@ of the machine alone, so the % of bound of a member is its representative's.
 
 :func:`catalog_document` is the catalog file (format ``cclc-catalog``, version 1): the
 schedules by orbit, each stored once (their documents are separate files), and the members as
-(fault set, schedule, rank permutation ``perm``: member rank ``perm[q]`` runs what rank ``q``
-runs in the stored schedule).
+(fault set, orbit within its class, schedule, rank permutation ``perm``: member rank
+``perm[q]`` runs what rank ``q`` runs in the stored schedule).
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def catalog_document(catalog: Catalog) -> dict:
         for k, m in enumerate(orbits.members):
             index = catalog.schedule_of(c, m.orbit)
             row = {"class": orbits.fault_class, "faults": _faults_json(m.faults),
-                   "schedule": index}
+                   "orbit": m.orbit, "schedule": index}
             if catalog.schedules[index].collective is not None:
                 row["perm"] = perm_of(catalog, c, k).tolist()
             members.append(row)
