@@ -202,6 +202,30 @@ def render_diagnose(data: dict) -> list[str]:
             + _table(["machine", "fault", *(f"noise {n * 100:g}%" for n in noises)], out))
 
 
+def render_catalog(data: dict) -> list[str]:
+    head = ["topology", "collective", "fault sets (directed links)", "orbits",
+            "schedules compiled", "compile time (wall, CPU)", "worst / median % of bound",
+            "selection (slowest rank)", "catalog tables / one schedule's"]
+    row = [f"{data['topology']} ({data['ranks']} ranks)",
+           f"{data['collective']} {_size(data['size'])}",
+           f"{data['members']} ({data['directed_links']})", str(data["orbits"]),
+           str(data["schedules_compiled"]),
+           f"{data['seconds']:.0f} s ({data['cpu_seconds']:.0f} s CPU)",
+           f"{data['worst_pct_of_bound']:.2f}% / {data['median_pct_of_bound']:.2f}%",
+           f"{data['select_us_max']:.0f} us (first {data['select_us_first']:.0f} us)",
+           f"{data['catalog_over_one_schedule']:.2f}x"]
+    lines = _table(head, [row]) + [""]
+    for s in data["schedules"]:
+        what = "healthy machine" if not s["faults"] else f"links {s['faults']} failed"
+        lines.append(f"- schedule for the {what}: {s['algorithm']}, "
+                     f"{s['pct_of_bound']:.2f}% of bound, compiled in {s['seconds']:.0f} s")
+    checked = data["spot_checks"]
+    lines.append(f"- {len(checked)} members (one per dimension) relabeled and verified; none "
+                 "routes over its failed link: "
+                 f"{'yes' if all(c['avoids_failed_links'] for c in checked) else 'NO'}")
+    return lines
+
+
 BENCHMARKS = (
     Benchmark("calibration", "Model of NCCL against published measurements", (),
               "cclc's model of NCCL (`cclc/nccl_model.py`) against nccl-tests figures "
@@ -225,6 +249,11 @@ BENCHMARKS = (
               "all-pairs probe timed by cclc's lockstep alpha-beta simulator on the faulty "
               "machine, with log-normal noise", "the injected fault (top-1, precision, "
               "recall)", render_diagnose),
+    Benchmark("catalog", "Fault catalog: every single link of a 5x5x5 torus", (),
+              "lockstep IR model (`cclc catalog`'s default); selection timed by the catalog's "
+              "check tool (C++, g++ -O2) on this machine", "`cclc.bounds.bounds(coll).best` of "
+              "each member's own faulty machine (equal to its orbit representative's)",
+              render_catalog),
 )
 
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 #: the modules of :mod:`cclc.commands` whose subcommands ``--help`` lists, in this order
-COMMANDS = ["check", "compile", "verify", "sim", "bounds", "viz", "tune", "diagnose",
+COMMANDS = ["check", "compile", "catalog", "verify", "sim", "bounds", "viz", "tune", "diagnose",
             "import_topology"]
 
 EPILOG = """examples:

@@ -52,30 +52,36 @@ from cclc.lane_cost import (
     choose_lanes,
 )
 
-__all__ = ["APIS", "BACKEND", "ONESIDED", "NcclBackend", "emit", "render_sources", "source_names"]
+__all__ = ["APIS", "BACKEND", "ONESIDED", "NcclBackend", "emit", "lane_cost_lines",
+           "render_sources", "source_names"]
 
 _PKG = "backends.nccl"
 
 
 def render_sources(schedule: Schedule, options: EmitOptions | None = None,
-                   lane_memory: int = DEFAULT_LANE_MEMORY, api: str = "lanes"
-                   ) -> dict[str, str]:
+                   lane_memory: int = DEFAULT_LANE_MEMORY, api: str = "lanes",
+                   catalog: tuple[str, ...] = ()) -> dict[str, str]:
     """File name -> text of every generated source (nothing is written).
 
     ``api`` ``"lanes"``: the lanes are chosen under ``lane_memory`` bytes of NCCL buffers per
     rank (:func:`cclc.lane_cost.choose_lanes`; :class:`~cclc.errors.ScheduleError` when even
     one lane does not fit). ``"onesided"``: the same tables run on NCCL's one-sided API (and
-    MPI's) on the caller's communicator alone; the lanes only order the tables."""
+    MPI's) on the caller's communicator alone; the lanes only order the tables. ``catalog``:
+    the catalog's extra headers (:mod:`backends.nccl.catalog`), which the entry points then
+    include to run the schedule selected for a fault set (lanes form only)."""
     if api not in APIS:
         raise ScheduleError(f"unknown NCCL library form '{api}': choose one of "
                             + ", ".join(APIS))
+    if catalog and api != "lanes":
+        raise ScheduleError("a fault catalog is carried by the lanes form of the NCCL library "
+                            f"only, not the {api} form")
     options = options or EmitOptions()
     coll = schedule.collective
     ident = c_identifier(coll.name)
     choice = choose_lanes(schedule, lane_memory) if api == "lanes" else None
     tables = dataflow_tables(schedule, *to_units(schedule, split=True, pad=True),
                              max_lanes=choice.max_lanes if choice else MAX_LANES)
-    cost = _cost_lines(table_lane_cost(tables, choice.lane_ctas), choice) if choice else \
+    cost = lane_cost_lines(table_lane_cost(tables, choice.lane_ctas), choice) if choice else \
         _onesided_lines(tables)
     us, unit_counts = tables.facts, buffer_units(tables.units)
     padded = is_padded(schedule)
@@ -96,7 +102,8 @@ def render_sources(schedule: Schedule, options: EmitOptions | None = None,
     common = {"name": coll.name, "ident": ident, "ident_upper": ident.upper(),
               "kind": coll.kind.value, "n": coll.n, "count_units": us.count_units,
               "count_meaning": meaning, "op": coll.op.value,
-              "split": us.split}
+              "split": us.split, "catalog": bool(catalog),
+              "catalog_headers": "".join(f" {h}" for h in catalog)}
     try:
         home = nccl_home(options)
     except BuildError:  # the wheel is optional: the Makefile still takes NCCL_HOME=...
@@ -147,7 +154,7 @@ def _onesided_lines(tables: DataflowTables) -> list[str]:
         "another, each message a credit signal, a put and a data signal.", 92)
 
 
-def _cost_lines(cost: LaneCost, choice: LaneChoice) -> list[str]:
+def lane_cost_lines(cost: LaneCost, choice: LaneChoice) -> list[str]:
     """The header's account of what the library makes and allocates on each rank."""
     mib = 2 ** 20
     return textwrap.wrap(

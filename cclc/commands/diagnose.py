@@ -50,6 +50,7 @@ examples:
   cclc diagnose probe.csv --topology examples/torus5x5.ccl --patch fixed.ccl
   cclc diagnose peers.*.rank*.json --topology cluster.ccl
   cclc diagnose sendrecv.*.log --topology cluster.ccl --hosts hosts.txt
+  cclc diagnose peers.*.rank*.json --topology cluster.ccl --fault-set
   cclc compile fixed.ccl -o out/"""
 
 
@@ -72,6 +73,10 @@ def add_parser(sub) -> None:
                    help="write the .ccl file with the fault statements added to its topology")
     p.add_argument("--force", action="store_true",
                    help="let --faults and --patch replace a file cclc did not write")
+    p.add_argument("--fault-set", action="store_true",
+                   help="print the suspects as the fault set a 'cclc catalog' library takes: "
+                        "CCLC_FAULTS=<directed link ids> (also the links argument of "
+                        "cclc_<name>_select_faults)")
     p.add_argument("--pairwise", action="store_true",
                    help="the pairs were timed one at a time, not all at once")
     p.add_argument("--min-score", type=float, default=8.0, metavar="SIGMAS",
@@ -135,7 +140,26 @@ def run(args) -> int:
                     f"{opts.min_slowdown:g}x)")
         print(msg)
     _write_statements(args, topo, d)
+    if args.fault_set:
+        _print_fault_set(topo, d)
     return 1 if d.problem else 0
+
+
+def _print_fault_set(topo, d) -> None:
+    """The confident suspects as a catalog library's fault set (one line to paste)."""
+    from cclc.diagnose.faults import fault_set
+
+    links, ranks = fault_set(topo, d.confident)
+    if links:
+        names = ", ".join(topo.link_name(li) for li in links)
+        print(f"fault set for a catalog library ({names}):")
+    elif not ranks:
+        print("fault set for a catalog library: none (the machine as compiled)")
+    print(f"CCLC_FAULTS={','.join(map(str, links))}")
+    if ranks:
+        print(f"note: suspected ranks {', '.join(topo.vertex_names[r] for r in ranks)} are "
+              "not in a link fault set: rebuild the communicator without them "
+              "(ncclCommShrink) and use a library compiled for the remaining ranks")
 
 
 def _print_suspect(i: int, s) -> None:

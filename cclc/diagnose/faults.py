@@ -4,6 +4,10 @@ A slow link or cable becomes ``fault link A -> B`` / ``A -- B``; a slow NIC or s
 ``fault group`` of all its cables; a slow GPU (sender, receiver or both) ``fault rank R``: it
 is isolated, as C4D isolates a faulty node, and the collectives over the whole topology run on
 the others. Compiling the patched file routes every schedule around the suspects.
+
+:func:`fault_set` gives the same suspects as the libraries of ``cclc catalog`` take them: the
+directed link ids (``CCLC_FAULTS``, ``cclc_<name>_select_faults``), so a running job switches
+to the schedule for them without recompiling.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from cclc.diagnose.localize import Suspect
 from cclc.errors import CclError
 from cclc.topology import Topology
 
-__all__ = ["fault_statements", "patch_source"]
+__all__ = ["fault_set", "fault_statements", "patch_source"]
 
 
 def ccl_name(topo: Topology, v: int) -> str:
@@ -61,6 +65,17 @@ def fault_statements(topo: Topology, suspects: tuple[Suspect, ...]) -> list[str]
             group = re.sub(r"[^A-Za-z0-9_]", "_", f"suspect_{s.name}")
             lines.append(f"fault group {group} {{ {'; '.join(cables)} }}")
     return lines
+
+
+def fault_set(topo: Topology, suspects: tuple[Suspect, ...]
+              ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The directed link ids of the suspects' healthy links, sorted (the form a catalog
+    library selects by), and the suspected ranks, which a link fault set cannot name (the
+    communicator must be rebuilt without them)."""
+    links = sorted({int(li) for s in suspects if s.rank is None for li in s.links
+                    if not topo.link_failed[li]})
+    ranks = sorted({int(s.rank) for s in suspects if s.rank is not None})
+    return tuple(links), tuple(ranks)
 
 
 def _x(slowdown: float) -> str:
