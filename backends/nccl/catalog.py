@@ -172,7 +172,7 @@ def write_catalog_library(catalog: Catalog, out, options: EmitOptions | None = N
                           ) -> list[str]:
     """Write (and with ``options.build``/``mpi`` build) the catalog's library into the
     :class:`~cclc.outdir.OutputDir` ``out``; returns the names written."""
-    from cclc.pipeline import write_backend
+    from backends.write import write_backend
 
     options = options or EmitOptions()
     paths = write_backend(BACKEND, catalog, catalog, out, options)

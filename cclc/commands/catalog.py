@@ -79,20 +79,17 @@ def parse_classes(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _refusal(emit: str):
-    """Why the requested output cannot take a schedule, as the backend says (or None)."""
-    if emit != "nccl":
-        return None
-    from backends import load
+def _refusal(backend):
+    """Why the requested output cannot take a schedule, as its backend says."""
     from backends.contract import EmitOptions
 
-    backend = load("nccl")
-    check = getattr(backend, "refusal", None)
-    return None if check is None else (lambda s: check(s, EmitOptions()))
+    options = EmitOptions()
+    return lambda s: backend.refusal(s, options)
 
 
 def run(args) -> int:
     import dsl
+    from backends import load
     from cclc.catalog.build import build_catalog
     from cclc.execution import model_for
     from cclc.outdir import OutputDir
@@ -109,13 +106,14 @@ def run(args) -> int:
             raise CclError(f"--only {name}: '{args.file}' has no collective '{name}'")
     if not collectives:
         raise CclError(f"'{args.file}' declares no collective to catalog")
-    model = model_for([args.emit])
+    backend = load(args.emit)
+    model = model_for([backend])
     progress = Progress(lambda line: print(line, file=sys.stderr, flush=True))
     status = 0
     with OutputDir(args.output, force=args.force) as out:
         for coll in collectives:
             with progress.stage(f"{coll.name}: catalog") as st:
-                catalog = build_catalog(coll, classes, model=model, refusal=_refusal(args.emit),
+                catalog = build_catalog(coll, classes, model=model, refusal=_refusal(backend),
                                         on_step=lambda i, total, what: st.update(i, what,
                                                                                   total))
             status |= _write(catalog, out, args)
