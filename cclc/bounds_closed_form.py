@@ -41,8 +41,10 @@ every rank they are every healthy link (nothing changes).
     the bisection of every dimension at every offset (half the ring on one side; for a mesh
     every prefix) — for a healthy torus the largest dimension's bisection, ``2 n / d_max``
     links each way; on machines made of nodes, every node (its GPUs, switch and NICs); on a
-    leaf/spine fabric, every pod that remains connected when the spines are removed (its
-    leaf-spine uplinks are the cut, which is where oversubscription shows).
+    leaf/spine fabric, every pod that remains connected when the spines (and cores) are removed
+    (its leaf-spine uplinks are the cut, which is where oversubscription shows); on a
+    three-tier fabric also every pod that remains connected when the cores are removed (its
+    spine-core uplinks, where the core's oversubscription shows).
 ``latency``
     The latency of the slowest pair that must communicate: the group's diameter latency (via
     :meth:`Topology.diameter_latency`); broadcast / reduce: the root's eccentricity.
@@ -307,19 +309,30 @@ def candidate_cuts(f: Facts) -> Iterator[tuple[str, np.ndarray]]:
         if topo.n_nodes > 1:
             for i in range(topo.n_nodes):
                 yield f"node {i}", vnode == i
-        spines = [v for v in range(topo.n_ranks, V) if topo.vertex_names[v].startswith("spine")]
-        if spines:
-            g = topo.healthy_graph().to_undirected(as_view=False)
-            g.remove_nodes_from(spines)
-            comps = [c for c in nx.connected_components(g) if any(v < topo.n_ranks for v in c)]
-            if len(comps) > 1:
-                for c in comps:
-                    mask = np.zeros(V, dtype=bool)
-                    mask[list(c)] = True
-                    leaves = sorted(topo.vertex_names[v] for v in c
-                                    if topo.vertex_names[v].startswith("leaf"))
-                    yield ("pod under " + ", ".join(leaves[:4])
-                           + (" ..." if len(leaves) > 4 else "") + " (its spine uplinks)", mask)
+        yield from _tier_cuts(topo)
+
+
+def _tier_cuts(topo) -> Iterator[tuple[str, np.ndarray]]:
+    """The pods of a fabric, one tier at a time: what stays connected without the spines and
+    cores (cut: its leaves' spine uplinks), then without the cores alone (cut: its spines'
+    core uplinks, where a three-tier fabric's core oversubscription shows)."""
+    V, names = topo.n_vertices, topo.vertex_names
+    tiers = {t: [v for v in range(topo.n_ranks, V) if names[v].startswith(t)]
+             for t in ("spine", "core")}
+    for removed, uplinks in ((tiers["spine"] + tiers["core"], "spine"), (tiers["core"], "core")):
+        if not removed or (uplinks == "spine" and not tiers["spine"]):
+            continue
+        g = topo.healthy_graph().to_undirected(as_view=False)
+        g.remove_nodes_from(removed)
+        comps = [c for c in nx.connected_components(g) if any(v < topo.n_ranks for v in c)]
+        if len(comps) < 2:
+            continue
+        for c in comps:
+            mask = np.zeros(V, dtype=bool)
+            mask[list(c)] = True
+            leaves = sorted(names[v] for v in c if names[v].startswith("leaf"))
+            yield ("pod under " + ", ".join(leaves[:4]) + (" ..." if len(leaves) > 4 else "")
+                   + f" (its {uplinks} uplinks)", mask)
 
 
 def cut_time(f: Facts, side: np.ndarray, pair: np.ndarray | None) -> float:

@@ -1,5 +1,5 @@
-"""Routes through a leaf/spine fabric: ECMP hashing (what a user gets today) or a planned \
-assignment.
+"""Routes through a leaf/spine or three-tier (leaf/spine/core) fabric: ECMP hashing (what a \
+user gets today) or a planned assignment.
 
 A schedule's ops name explicit link paths, and the simulator charges exactly those links, so the
 choice of spine for every flow that leaves its leaf *is* the routing model:
@@ -15,7 +15,12 @@ choice of spine for every flow that leaves its leaf *is* the routing model:
   carries more than its fair share (:func:`step_fair_share`) and no failed link is used: a greedy
   largest-first assignment, repaired by a small CP-SAT model when the greedy one overloads a link.
 
-Both return a new :class:`~cclc.ir.Schedule`; only the spine hop of each route changes. The
+On a three-tier fabric (:func:`cclc.topology.fat_tree`) a flow between pods climbs leaf,
+spine, core, spine, leaf; its choice is the core (which fixes both spines, one per pod). ECMP
+hashes it over the healthy (spine, core) paths; the plan gives every flow of a step, in its pod
+or between pods, the path whose busiest link (in seconds) stays least busy, largest flows first.
+
+Both return a new :class:`~cclc.ir.Schedule`; only the spine (and core) hops change. The
 routing pass :func:`route_spines` applies the planned assignment to every schedule the algorithm
 table builds.
 """
@@ -87,12 +92,53 @@ def _fabric(topo: Topology) -> dict | None:
             info = {"leaf_index": li, "spine_index": si, "up": up, "down": down,
                     "up_ok": (up >= 0) & ~topo.link_failed[np.maximum(up, 0)],
                     "down_ok": (down >= 0) & ~topo.link_failed[np.maximum(down, 0)]}
+            cores = [v for v in range(topo.n_ranks, topo.n_vertices)
+                     if names[v].startswith("core")]
+            if cores:
+                info.update(_core_tier(topo, li, si, cores, up))
     topo._cache["fabric_routing"] = info
     return info
 
 
-def _spine_hops(s: Schedule, fab: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """For each route: position of its leaf->spine link (-1 if none), source leaf, dest leaf."""
+def _core_tier(topo: Topology, li: dict, si: dict, cores: list[int], up: np.ndarray) -> dict:
+    """The spine<->core links of a three-tier fabric, and for every pod (leaves and spines
+    joined by leaf-spine links) the spine through which it reaches each core (-1: none)."""
+    ci = {v: i for i, v in enumerate(cores)}
+    sc = np.full((len(si), len(cores)), -1, dtype=np.int64)
+    cs = np.full((len(cores), len(si)), -1, dtype=np.int64)
+    pairs = zip(topo.link_src.tolist(), topo.link_dst.tolist(), strict=True)
+    for link, (u, v) in enumerate(pairs):
+        if u in si and v in ci:
+            sc[si[u], ci[v]] = link
+        elif u in ci and v in si:
+            cs[ci[u], si[v]] = link
+    # pods: connected components of the leaf-spine wiring (failed or not)
+    n_leaves = len(li)
+    wiring = np.argwhere(up >= 0)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n = n_leaves + len(si)
+    adj = coo_matrix((np.ones(len(wiring)), (wiring[:, 0], n_leaves + wiring[:, 1])),
+                     shape=(n, n))
+    _, label = connected_components(adj, directed=False)
+    pods = {int(x): i for i, x in enumerate(dict.fromkeys(label[:n_leaves].tolist()))}
+    leaf_pod = np.array([pods[int(x)] for x in label[:n_leaves]], dtype=np.int64)
+    spine_pod = np.array([pods.get(int(x), -1) for x in label[n_leaves:]], dtype=np.int64)
+    pod_spine = np.full((len(pods), len(cores)), -1, dtype=np.int64)
+    for s_, c in np.argwhere(sc >= 0).tolist():
+        if spine_pod[s_] >= 0:
+            pod_spine[spine_pod[s_], c] = s_
+    return {"core_index": ci, "sc": sc, "cs": cs,
+            "sc_ok": (sc >= 0) & ~topo.link_failed[np.maximum(sc, 0)],
+            "cs_ok": (cs >= 0) & ~topo.link_failed[np.maximum(cs, 0)],
+            "leaf_pod": leaf_pod, "pod_spine": pod_spine}
+
+
+def _spine_hops(s: Schedule, fab: dict
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each route: position of its leaf->spine link (-1 if none), source leaf, dest leaf,
+    and whether it climbs to a core (leaf, spine, core, spine, leaf: three tiers)."""
     topo = s.topology
     li, si = fab["leaf_index"], fab["spine_index"]
     n_routes = len(s.routes)
@@ -103,6 +149,8 @@ def _spine_hops(s: Schedule, fab: dict) -> tuple[np.ndarray, np.ndarray, np.ndar
     src_v, dst_v = topo.link_src[links], topo.link_dst[links]
     is_up = np.isin(src_v, list(li)) & np.isin(dst_v, list(si))
     twice = np.zeros(n_routes, dtype=bool)
+    core = np.zeros(n_routes, dtype=bool)
+    ci = fab.get("core_index", {})
     for k in np.flatnonzero(is_up).tolist():
         r = int(np.searchsorted(offs, k, side="right")) - 1
         if pos[r] >= 0:
@@ -114,13 +162,22 @@ def _spine_hops(s: Schedule, fab: dict) -> tuple[np.ndarray, np.ndarray, np.ndar
             raise ScheduleError(f"route {r} ends at a spine")
         pos[r] = k - offs[r]
         la[r] = li[int(src_v[k])]
-        lb[r] = li[int(dst_v[k + 1])]
-    pos[twice], la[twice], lb[twice] = -1, -1, -1
-    return pos, la, lb, offs
+        if int(dst_v[k + 1]) in ci:
+            if k + 3 >= offs[r + 1] or int(dst_v[k + 3]) not in li:
+                raise ScheduleError(f"route {r} climbs to a core and does not come down to a "
+                                    "leaf")
+            core[r] = True
+            lb[r] = li[int(dst_v[k + 3])]
+        else:
+            lb[r] = li[int(dst_v[k + 1])]
+    pos[twice], la[twice], lb[twice], core[twice] = -1, -1, -1, False
+    return pos, la, lb, offs, core
 
 
-def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarray) -> Schedule:
-    """``s`` with the spine of every op where ``spine_of_op >= 0`` replaced."""
+def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarray,
+             core_of_op: np.ndarray | None = None) -> Schedule:
+    """``s`` with the spine of every op where ``spine_of_op >= 0`` replaced, and the core
+    (and with it both spines) of every op where ``core_of_op >= 0``."""
     ops = s.ops
     new_route = ops.route.astype(np.int64).copy()
     table: dict[tuple[int, ...], int] = {}
@@ -142,12 +199,15 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarra
         spine = int(spine_of_op[i])
         path[k] = int(fab["up"][fab["leaf_index"][leaf_a], spine])
         path[k + 1] = int(fab["down"][spine, fab["leaf_index"][leaf_b]])
-        p = tuple(path)
-        rid = table.get(p)
-        if rid is None:
-            rid = table[p] = len(paths)
-            paths.append(p)
-        new_route[i] = rid
+        new_route[i] = _route_id(table, paths, tuple(path))
+    for i in (np.flatnonzero(core_of_op >= 0).tolist() if core_of_op is not None else ()):
+        r = int(ops.route[i])
+        path = list(s.routes.path(r))
+        k = int(hop_pos[r])
+        a = fab["leaf_index"][int(topo.link_src[path[k]])]
+        b = fab["leaf_index"][int(topo.link_dst[path[k + 3]])]
+        path[k:k + 4] = _core_path(fab, a, b, int(core_of_op[i])).tolist()
+        new_route[i] = _route_id(table, paths, tuple(path))
     offsets = np.zeros(len(paths) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(p) for p in paths])
     links = np.fromiter((x for p in paths for x in p), dtype=np.int32, count=int(offsets[-1]))
@@ -156,20 +216,53 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarra
     return s.replace(ops=type(ops)(**cols), routes=Routes(offsets, links))
 
 
+def _route_id(table: dict[tuple[int, ...], int], paths: list[tuple[int, ...]],
+              path: tuple[int, ...]) -> int:
+    """The id of ``path`` in the new route table, adding it when new."""
+    rid = table.get(path)
+    if rid is None:
+        rid = table[path] = len(paths)
+        paths.append(path)
+    return rid
+
+
 def _flows(s: Schedule):
-    """(fabric info, hop positions per route, ops crossing spines, their source/dest leaves)."""
+    """(fabric info, hop positions per route, ops crossing spines, their source/dest leaves,
+    whether each climbs to a core), or ``None`` without spines."""
     fab = _fabric(s.topology)
     if fab is None:
         return None
-    pos, la, lb, _ = _spine_hops(s, fab)
+    pos, la, lb, _, core = _spine_hops(s, fab)
     r = s.ops.route
     crossing = np.flatnonzero(pos[r] >= 0)
-    return fab, pos, crossing, la[r[crossing]], lb[r[crossing]]
+    rc = r[crossing]
+    return fab, pos, crossing, la[rc], lb[rc], core[rc]
 
 
 def _candidates(fab: dict, a: int, b: int) -> np.ndarray:
     """Spines reachable from leaf ``a`` to leaf ``b`` over healthy links."""
     return np.flatnonzero(fab["up_ok"][a] & fab["down_ok"][:, b])
+
+
+def _core_candidates(fab: dict, a: int, b: int) -> np.ndarray:
+    """Cores through which leaf ``a`` reaches leaf ``b`` (in another pod) over healthy links:
+    up to the spine of ``a``'s pod wired to the core, down from the one of ``b``'s pod."""
+    sa = fab["pod_spine"][fab["leaf_pod"][a]]
+    sb = fab["pod_spine"][fab["leaf_pod"][b]]
+    cores = np.arange(len(sa))
+    wired = (sa >= 0) & (sb >= 0)
+    sa_, sb_ = np.maximum(sa, 0), np.maximum(sb, 0)
+    ok = (wired & fab["up_ok"][a, sa_] & fab["sc_ok"][sa_, cores] & fab["cs_ok"][cores, sb_]
+          & fab["down_ok"][sb_, b])
+    return np.flatnonzero(ok)
+
+
+def _core_path(fab: dict, a: int, b: int, core: int) -> np.ndarray:
+    """The four links leaf ``a`` -> spine -> ``core`` -> spine -> leaf ``b``."""
+    sa = int(fab["pod_spine"][fab["leaf_pod"][a], core])
+    sb = int(fab["pod_spine"][fab["leaf_pod"][b], core])
+    return np.array([fab["up"][a, sa], fab["sc"][sa, core], fab["cs"][core, sb],
+                     fab["down"][sb, b]], dtype=np.int64)
 
 
 def _no_path(s: Schedule, a: int, b: int) -> ScheduleError:
@@ -202,7 +295,7 @@ def ecmp_routes(s: Schedule, seed: int = 0) -> Schedule:
     got = _flows(s)
     if got is None:
         return s
-    fab, pos, crossing, la, lb = got
+    fab, pos, crossing, la, lb, up3 = got
     if not len(crossing):
         return s
     group = np.asarray(s.collective.group, dtype=np.int64)
@@ -213,15 +306,19 @@ def ecmp_routes(s: Schedule, seed: int = 0) -> Schedule:
             + ops.step[crossing].astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B9)
     h = _mix(key)
     spine_of_op = np.full(len(ops), -1, dtype=np.int64)
-    cand_cache: dict[tuple[int, int], np.ndarray] = {}
-    for j, (i, a, b) in enumerate(zip(crossing.tolist(), la.tolist(), lb.tolist(), strict=True)):
-        cand = cand_cache.get((a, b))
+    core_of_op = np.full(len(ops), -1, dtype=np.int64)
+    cand_cache: dict[tuple[int, int, bool], np.ndarray] = {}
+    for j, (i, a, b, c) in enumerate(zip(crossing.tolist(), la.tolist(), lb.tolist(),
+                                         up3.tolist(), strict=True)):
+        cand = cand_cache.get((a, b, c))
         if cand is None:
-            cand = cand_cache[(a, b)] = _candidates(fab, a, b)
+            cand = cand_cache[(a, b, c)] = (_core_candidates if c else _candidates)(fab, a, b)
         if not len(cand):
             raise _no_path(s, a, b)
-        spine_of_op[i] = cand[int(h[j] % np.uint64(len(cand)))]
-    return _rewrite(s, fab, spine_of_op, pos)
+        # through a core, one hash over the (spine, core) paths: with the fat tree's equal
+        # groups, as even as a leaf hashing onto a spine and the spine onto a core
+        (core_of_op if c else spine_of_op)[i] = cand[int(h[j] % np.uint64(len(cand)))]
+    return _rewrite(s, fab, spine_of_op, pos, core_of_op)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -295,7 +392,11 @@ def fair_shares(s: Schedule) -> dict[int, np.ndarray]:
     got = _flows(s)
     if fab is None or got is None:
         return {}
-    _, _, crossing, la, lb = got
+    if "core_index" in fab:
+        raise ScheduleError(f"'{s.topology.name}' has three tiers: fair shares are computed for "
+                            "leaf/spine fabrics only (routes through the core are planned by "
+                            "least load; see planned_routes)")
+    _, _, crossing, la, lb, _ = got
     sizes = s.op_bytes()[crossing]
     steps = s.ops.step[crossing]
     out: dict[int, np.ndarray] = {}
@@ -390,9 +491,11 @@ def planned_routes(s: Schedule) -> Schedule:
     got = _flows(s)
     if got is None:
         return s
-    fab, pos, crossing, la, lb = got
+    fab, pos, crossing, la, lb, up3 = got
     if not len(crossing):
         return s
+    if "core_index" in fab:
+        return _planned_tiers(s, fab, pos, crossing, la, lb, up3)
     for a, b in set(zip(la.tolist(), lb.tolist(), strict=True)):
         if not len(_candidates(fab, a, b)):
             raise _no_path(s, a, b)
@@ -413,8 +516,64 @@ def planned_routes(s: Schedule) -> Schedule:
     return _rewrite(s, fab, spine_of_op, pos)
 
 
+def _planned_tiers(s: Schedule, fab: dict, pos: np.ndarray, crossing: np.ndarray,
+                   la: np.ndarray, lb: np.ndarray, up3: np.ndarray) -> Schedule:
+    """:func:`planned_routes` on a three-tier fabric: every flow of a step, in its pod or
+    through a core, gets the path that keeps the busiest link it crosses least busy (in
+    seconds: core links may be faster than leaf links), largest flows first. No fair-share
+    repair here: the Hall bounds of :func:`step_fair_share` are for two tiers."""
+    for a, b, c in set(zip(la.tolist(), lb.tolist(), up3.tolist(), strict=True)):
+        if not len((_core_candidates if c else _candidates)(fab, a, b)):
+            raise _no_path(s, a, b)
+    sizes = s.op_bytes()[crossing]
+    steps = s.ops.step[crossing]
+    choice_of_op = np.full(len(s.ops), -1, dtype=np.int64)
+    memo: dict[bytes, np.ndarray] = {}
+    paths: dict[tuple[int, int, bool], tuple[np.ndarray, np.ndarray]] = {}
+    for idx in np.split(np.arange(len(crossing)), np.flatnonzero(np.diff(steps)) + 1):
+        order = np.lexsort((sizes[idx], up3[idx], lb[idx], la[idx]))
+        idx = idx[order]
+        key = np.stack([la[idx], lb[idx], sizes[idx], up3[idx]]).tobytes()
+        choice = memo.get(key)
+        if choice is None:
+            choice = memo[key] = _assign_step_tiers(s.topology.link_bandwidth, fab, paths,
+                                                    sizes[idx], la[idx], lb[idx], up3[idx])
+        choice_of_op[crossing[idx]] = choice
+    core_op = np.zeros(len(s.ops), dtype=bool)
+    core_op[crossing] = up3
+    return _rewrite(s, fab, np.where(core_op, -1, choice_of_op), pos,
+                    np.where(core_op, choice_of_op, -1))
+
+
+def _assign_step_tiers(bandwidth: np.ndarray, fab: dict, paths: dict, sizes: np.ndarray,
+                       la: np.ndarray, lb: np.ndarray, up3: np.ndarray) -> np.ndarray:
+    """Spine (in a pod) or core (between pods) per flow of one step: least busiest link in
+    seconds, then least total, largest flows first (LPT)."""
+    load = np.zeros(len(bandwidth))
+    choice = np.empty(len(sizes), dtype=np.int64)
+    for f in np.argsort(-sizes, kind="stable").tolist():
+        key = (int(la[f]), int(lb[f]), bool(up3[f]))
+        got = paths.get(key)
+        if got is None:
+            a, b, c = key
+            if c:
+                cand = _core_candidates(fab, a, b)
+                links = np.array([_core_path(fab, a, b, x) for x in cand.tolist()])
+            else:
+                cand = _candidates(fab, a, b)
+                links = np.stack([fab["up"][a, cand], fab["down"][cand, b]], axis=1)
+            got = paths[key] = (cand, links)
+        cand, links = got
+        busy = (load[links] + sizes[f]) / bandwidth[links]
+        pick = int(np.lexsort((busy.sum(axis=1), busy.max(axis=1)))[0])
+        choice[f] = cand[pick]
+        load[links[pick]] += sizes[f]
+    return choice
+
+
 def spine_link_loads(s: Schedule) -> dict[int, np.ndarray]:
-    """Bytes per step on every leaf<->spine link: ``{link id: bytes per step}`` (links used only).
+    """Bytes per step on every leaf<->spine (and spine<->core) link: ``{link id: bytes per
+    step}`` (links used only).
 
     For tests and reports: compare with :func:`fair_shares` or look for ECMP collisions.
     """
@@ -423,6 +582,9 @@ def spine_link_loads(s: Schedule) -> dict[int, np.ndarray]:
         return {}
     spine_links = set(fab["up"][fab["up"] >= 0].tolist()) | set(fab["down"][fab["down"] >= 0]
                                                                .tolist())
+    for tier in ("sc", "cs"):
+        if tier in fab:
+            spine_links |= set(fab[tier][fab[tier] >= 0].tolist())
     out: dict[int, np.ndarray] = {}
     nb = s.op_bytes()
     n_steps = s.n_steps

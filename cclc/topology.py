@@ -20,7 +20,7 @@ import numpy as np
 from cclc.errors import TopologyError
 
 __all__ = ["LinkKind", "NodeType", "Topology", "torus", "single_node", "single_switch",
-           "leaf_spine", "with_faults", "interconnect_named"]
+           "leaf_spine", "fat_tree", "with_faults", "interconnect_named"]
 
 
 class LinkKind(IntEnum):
@@ -91,6 +91,8 @@ class Topology:
     gpu_of_rank: np.ndarray | None = None
     rail_of_rank: np.ndarray | None = None
     n_nodes: int = 1
+    #: pod of every node on a three-tier fabric (:func:`fat_tree`); ``None`` elsewhere
+    pod_of_node: np.ndarray | None = None
     fault_groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
     #: what the network carries by itself (see :mod:`cclc.routing`)
     routing: str = "source"
@@ -550,6 +552,51 @@ def single_switch(name: str, n_nodes: int, node: NodeType, bandwidth: float,
     return b.finish(name, "fabric", rails=1)
 
 
+def _check_fabric(n_nodes: int, node: NodeType, rails: int, oversubscription: float,
+                  bandwidth: float, latency: float) -> None:
+    _check_positive("the number of nodes", n_nodes)
+    _check_positive("rails", rails)
+    _check_positive("oversubscription", oversubscription)
+    _check_positive("link bandwidth", bandwidth)
+    if latency < 0:
+        raise TopologyError(f"link latency must be >= 0, got {latency:g}")
+    if node.nics < 1:
+        raise TopologyError(f"node type '{node.name}' has no NICs to connect to a fabric")
+    if rails > node.nics:
+        raise TopologyError(f"{rails} rails need at least {rails} NICs per node; node type "
+                            f"'{node.name}' has {node.nics}")
+
+
+def _pod(b: _NodesBuilder, nodes: range, rails: int, leaf_v: list[int], spine_v: list[int],
+         oversubscription: float, bandwidth: float, latency: float) -> np.ndarray:
+    """Link ``nodes`` to their leaves and every leaf to every spine (one leaf/spine pod);
+    returns the leaf-facing capacity of each spine."""
+    node = b.node
+    planes = rails * node.nic_ports
+    if len(leaf_v) % planes:
+        raise TopologyError(f"{len(leaf_v)} leaves cannot be split evenly over {rails} rails x "
+                            f"{node.nic_ports} ports = {planes} planes")
+    per_plane = len(leaf_v) // planes
+    port_bw = min(node.nic_bandwidth / node.nic_ports, bandwidth)
+    downlinks = np.zeros(len(leaf_v))
+    for n in nodes:
+        for i in range(node.nics):
+            rail = i % rails
+            for p in range(node.nic_ports):
+                leaf = ((rail * node.nic_ports + p) * per_plane
+                        + (n - nodes.start) * per_plane // len(nodes))
+                b.links.add(b.nic_vertex[(n, i)], leaf_v[leaf], port_bw, latency, LinkKind.IB)
+                downlinks[leaf] += port_bw
+    spine_down = np.zeros(len(spine_v))
+    for li, lv in enumerate(leaf_v):
+        need = downlinks[li] / (len(spine_v) * oversubscription)
+        cables = max(1, math.ceil(need / bandwidth - 1e-9))
+        for si, sv in enumerate(spine_v):
+            b.links.add(lv, sv, cables * bandwidth, latency, LinkKind.IB)
+            spine_down[si] += cables * bandwidth
+    return spine_down
+
+
 def leaf_spine(name: str, n_nodes: int, node: NodeType, rails: int, leaves: int | None,
                spines: int, oversubscription: float, bandwidth: float,
                latency: float) -> Topology:
@@ -561,42 +608,72 @@ def leaf_spine(name: str, n_nodes: int, node: NodeType, rails: int, leaves: int 
     parallel cables of speed ``bandwidth`` needed to carry the leaf's downlinks divided by
     ``oversubscription``.
     """
-    _check_positive("the number of nodes", n_nodes)
-    _check_positive("rails", rails)
+    _check_fabric(n_nodes, node, rails, oversubscription, bandwidth, latency)
     _check_positive("spines", spines)
-    _check_positive("oversubscription", oversubscription)
-    _check_positive("link bandwidth", bandwidth)
-    if latency < 0:
-        raise TopologyError(f"link latency must be >= 0, got {latency:g}")
-    if node.nics < 1:
-        raise TopologyError(f"node type '{node.name}' has no NICs to connect to a fabric")
-    if rails > node.nics:
-        raise TopologyError(f"{rails} rails need at least {rails} NICs per node; node type "
-                            f"'{node.name}' has {node.nics}")
-    planes = rails * node.nic_ports
-    leaves = planes if leaves is None else leaves
+    leaves = rails * node.nic_ports if leaves is None else leaves
     _check_positive("leaves", leaves)
-    if leaves % planes:
-        raise TopologyError(f"{leaves} leaves cannot be split evenly over {rails} rails x "
-                            f"{node.nic_ports} ports = {planes} planes")
-    per_plane = leaves // planes
     b = _NodesBuilder(n_nodes, node)
     leaf_v = [b._new(f"leaf{i}") for i in range(leaves)]
     spine_v = [b._new(f"spine{i}") for i in range(spines)]
-    port_bw = min(node.nic_bandwidth / node.nic_ports, bandwidth)
-    downlinks = np.zeros(leaves)
-    for (n, i), nic in b.nic_vertex.items():
-        rail = i % rails
-        for p in range(node.nic_ports):
-            leaf = (rail * node.nic_ports + p) * per_plane + n * per_plane // n_nodes
-            b.links.add(nic, leaf_v[leaf], port_bw, latency, LinkKind.IB)
-            downlinks[leaf] += port_bw
-    for li, lv in enumerate(leaf_v):
-        need = downlinks[li] / (spines * oversubscription)
-        cables = max(1, math.ceil(need / bandwidth - 1e-9))
-        for sv in spine_v:
-            b.links.add(lv, sv, cables * bandwidth, latency, LinkKind.IB)
+    _pod(b, range(n_nodes), rails, leaf_v, spine_v, oversubscription, bandwidth, latency)
     return b.finish(name, "fabric", rails=rails)
+
+
+def fat_tree(name: str, n_nodes: int, node: NodeType, pods: int, rails: int,
+             leaves: int | None, spines: int | None, cores: int | None,
+             oversubscription: tuple[float, float], bandwidth: float,
+             latency: float) -> Topology:
+    """A rail-optimized three-tier fabric: ``pods`` leaf/spine pods joined by core switches.
+
+    Nodes are split evenly over the pods (pod ``p`` holds nodes ``p * n_nodes / pods``
+    onwards). Inside a pod, leaves and spines are laid out as by :func:`leaf_spine`, with
+    ``leaves`` and ``spines`` counted *per pod* (defaults: rails x ports leaves, as many
+    spines as leaves) and numbered across the fabric: pod ``p`` holds ``leaf(p * leaves)``
+    onwards. The ``cores`` (default: as many as spines per pod) form ``spines`` equal groups;
+    spine ``j`` of every pod links to every core of group ``j`` (the three-level fat tree of
+    Al-Fares, Loukissas and Vahdat, SIGCOMM 2008), so a flow between pods picks a spine
+    position ``j`` and a core of group ``j``.
+
+    ``oversubscription`` is ``(leaf -> spine, spine -> core)``: a leaf's uplinks carry its
+    downlinks divided by the first, a spine's core uplinks its leaf-facing capacity divided
+    by the second; each link aggregates the parallel cables of speed ``bandwidth`` needed.
+
+    >>> hgx = NodeType("hgx", "nvswitch", 8, 450e9, 1e-6, nics=8, nic_bandwidth=50e9)
+    >>> t = fat_tree("c", 4, hgx, pods=2, rails=8, leaves=None, spines=2, cores=4,
+    ...              oversubscription=(1, 2), bandwidth=50e9, latency=2e-6)
+    >>> t.vertex_names[-4:], t.pod_of_node.tolist()
+    (('core0', 'core1', 'core2', 'core3'), [0, 0, 1, 1])
+    """
+    down_ratio, core_ratio = oversubscription
+    _check_fabric(n_nodes, node, rails, down_ratio, bandwidth, latency)
+    _check_positive("pods", pods)
+    _check_positive("spine -> core oversubscription", core_ratio)
+    if n_nodes % pods:
+        raise TopologyError(f"{n_nodes} nodes cannot be split evenly over {pods} pods")
+    leaves = rails * node.nic_ports if leaves is None else leaves
+    spines = leaves if spines is None else spines
+    cores = spines if cores is None else cores
+    for what, count in (("leaves", leaves), ("spines", spines), ("cores", cores)):
+        _check_positive(what, count)
+    if cores % spines:
+        raise TopologyError(f"{cores} cores cannot be split evenly over the {spines} spines of "
+                            "a pod (spine j of every pod links to core group j)")
+    per_pod, group = n_nodes // pods, cores // spines
+    b = _NodesBuilder(n_nodes, node)
+    leaf_v = [b._new(f"leaf{i}") for i in range(pods * leaves)]
+    spine_v = [b._new(f"spine{i}") for i in range(pods * spines)]
+    core_v = [b._new(f"core{i}") for i in range(cores)]
+    for p in range(pods):
+        pod_spines = spine_v[p * spines:(p + 1) * spines]
+        spine_down = _pod(b, range(p * per_pod, (p + 1) * per_pod), rails,
+                          leaf_v[p * leaves:(p + 1) * leaves], pod_spines, down_ratio,
+                          bandwidth, latency)
+        for j, sv in enumerate(pod_spines):
+            cables = max(1, math.ceil(spine_down[j] / (group * core_ratio) / bandwidth - 1e-9))
+            for cv in core_v[j * group:(j + 1) * group]:
+                b.links.add(sv, cv, cables * bandwidth, latency, LinkKind.IB)
+    return replace(b.finish(name, "fabric", rails=rails),
+                   pod_of_node=_frozen(np.repeat(np.arange(pods), per_pod)))
 
 
 def with_faults(topo: Topology, links: Iterable[tuple[int, int]] = (),

@@ -18,11 +18,14 @@ __all__ = [
     "Call",
     "CollectiveDef",
     "Coord",
+    "Cores",
     "DTypeSetting",
     "Endpoint",
     "FaultGroup",
     "FaultLink",
+    "FaultNic",
     "FaultRank",
+    "FaultSwitch",
     "File",
     "Flag",
     "Group",
@@ -38,6 +41,7 @@ __all__ = [
     "Oversubscription",
     "Path",
     "PathPart",
+    "Pods",
     "Ports",
     "Quantity",
     "Rails",
@@ -241,6 +245,22 @@ class FaultGroup(Setting):
 
 
 @dataclass(frozen=True, slots=True)
+class FaultSwitch(Setting):
+    """``fault switch core(3)``: a failed switch, and with it all its links."""
+
+    keyword: ClassVar[str] = "fault switch"
+    device: Endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class FaultNic(Setting):
+    """``fault nic node(5).nic(2)``: a failed NIC, and with it all its links."""
+
+    keyword: ClassVar[str] = "fault nic"
+    device: Endpoint
+
+
+@dataclass(frozen=True, slots=True)
 class Nodes(Setting):
     """``nodes N x TYPE``: the servers of a fabric."""
 
@@ -274,11 +294,29 @@ class Spines(Setting):
 
 
 @dataclass(frozen=True, slots=True)
+class Pods(Setting):
+    """``pods N``: leaf/spine pods of a three-tier fabric, joined by core switches."""
+
+    keyword: ClassVar[str] = "pods"
+    count: Number
+
+
+@dataclass(frozen=True, slots=True)
+class Cores(Setting):
+    """``cores N``: core switches of a three-tier fabric."""
+
+    keyword: ClassVar[str] = "cores"
+    count: Number
+
+
+@dataclass(frozen=True, slots=True)
 class Oversubscription(Setting):
-    """``oversubscription R``: leaf downlink over uplink bandwidth (2 means 2:1)."""
+    """``oversubscription R`` or ``oversubscription R, C``: leaf downlink over uplink bandwidth
+    (2 means 2:1), and on a three-tier fabric the spine's over its core uplinks."""
 
     keyword: ClassVar[str] = "oversubscription"
     ratio: Number
+    core_ratio: Number | None = None
 
 
 @dataclass(frozen=True, slots=True)

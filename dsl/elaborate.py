@@ -33,6 +33,7 @@ from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
 from cclc.topology import (
     NodeType,
     Topology,
+    fat_tree,
     interconnect_named,
     leaf_spine,
     single_node,
@@ -317,20 +318,25 @@ def _build_node(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
         raise err.with_span(stmt.constructor.span) from None
 
 
+#: the settings of each fabric style, beyond the faults
+_FABRIC_SETTINGS = {
+    "switch": ((ast.Nodes, ast.Link, ast.Routing), "a switch fabric"),
+    "leaf_spine": ((ast.Nodes, ast.Rails, ast.Leaves, ast.Spines, ast.Oversubscription,
+                    ast.Link, ast.Routing), "a leaf/spine fabric"),
+    "fat_tree": ((ast.Nodes, ast.Pods, ast.Rails, ast.Leaves, ast.Spines, ast.Cores,
+                  ast.Oversubscription, ast.Link, ast.Routing), "a three-tier fabric"),
+}
+
+
 def _build_fabric(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
-    """``fabric(switch)`` and ``fabric(leaf_spine)``: nodes joined by a network."""
+    """``fabric(switch)``, ``fabric(leaf_spine)`` and ``fabric(fat_tree)``: nodes joined by a
+    network."""
     ctor = stmt.constructor
-    style = choose(("switch", "leaf_spine"),
-                   positional_name(ctor, "fabric style", "fabric(leaf_spine)"), "fabric style")
-    if style == "switch":
-        block = settings_block(stmt.settings,
-                               (ast.Nodes, ast.Link, ast.Routing, *FAULT_SETTINGS),
-                               "a switch fabric")
-    else:
-        block = settings_block(stmt.settings, (ast.Nodes, ast.Rails, ast.Leaves, ast.Spines,
-                                               ast.Oversubscription, ast.Link, ast.Routing,
-                                               *FAULT_SETTINGS),
-                               "a leaf/spine fabric")
+    style = choose(tuple(_FABRIC_SETTINGS), positional_name(ctor, "fabric style",
+                                                            "fabric(leaf_spine)"),
+                   "fabric style")
+    allowed, where = _FABRIC_SETTINGS[style]
+    block = settings_block(stmt.settings, (*allowed, *FAULT_SETTINGS), where)
     nodes, link = one_setting(block, ast.Nodes), one_setting(block, ast.Link)
     if nodes is None:
         raise SemanticError(f"fabric '{stmt.name.text}' needs a `nodes` setting, e.g. "
@@ -353,37 +359,78 @@ def _build_fabric(stmt: ast.TopologyDef, scope: _Scope) -> Topology:
         if style == "switch":
             return replace(single_switch(stmt.name.text, n_nodes, node, bandwidth, latency),
                            routing=routing, _cache={})
-        rails_setting = one_setting(block, ast.Rails)
-        rails = node.nics
-        if rails_setting is not None:
-            rails = count_of(rails_setting.count, "rails")
-            if rails > node.nics:
-                raise SemanticError(f"{rails} rails need {rails} NICs per node, but node type "
-                                    f"'{node.name}' has {node.nics}", rails_setting.count.span)
-        planes = rails * node.nic_ports
-        leaves_setting = one_setting(block, ast.Leaves)
-        leaves = planes
-        if leaves_setting is not None:
-            leaves = count_of(leaves_setting.count, "leaves")
-            if leaves % planes:
-                ports = f"{node.nic_ports} port{'s' if node.nic_ports > 1 else ''}"
-                raise SemanticError(f"{leaves} leaves cannot be split evenly over {planes} "
-                                    f"planes ({rails} rails x {ports} per NIC)",
-                                    leaves_setting.count.span)
-        spines_setting = one_setting(block, ast.Spines)
-        spines = count_of(spines_setting.count, "spines") if spines_setting else leaves
-        check_scale(stmt.name, "leaf-spine links", leaves * spines)
-        ratio_setting = one_setting(block, ast.Oversubscription)
-        ratio = 1.0
-        if ratio_setting is not None:
-            ratio = ratio_setting.ratio.value
-            if not ratio > 0:
-                raise SemanticError(f"oversubscription must be > 0 (2 means 2:1), got "
-                                    f"{ratio_setting.ratio.text}", ratio_setting.ratio.span)
-        return replace(leaf_spine(stmt.name.text, n_nodes, node, rails, leaves, spines, ratio,
-                                  bandwidth, latency), routing=routing, _cache={})
+        rails, leaves, spines, ratio = _pod_shape(stmt, block, node, style)
+        if style == "leaf_spine":
+            return replace(leaf_spine(stmt.name.text, n_nodes, node, rails, leaves, spines,
+                                      ratio[0], bandwidth, latency), routing=routing, _cache={})
+        pods, cores = _pods_and_cores(stmt, block, n_nodes, spines)
+        return replace(fat_tree(stmt.name.text, n_nodes, node, pods, rails, leaves, spines, cores,
+                                ratio, bandwidth, latency), routing=routing, _cache={})
     except TopologyError as err:
         raise err.with_span(ctor.span) from None
+
+
+def _pod_shape(stmt: ast.TopologyDef, block: dict[type, list], node: NodeType, style: str
+               ) -> tuple[int, int, int, tuple[float, float]]:
+    """Rails, leaves, spines and oversubscription ratios (leaf -> spine, spine -> core) of a
+    leaf/spine fabric or of each pod of a three-tier one (leaves and spines per pod)."""
+    rails_setting = one_setting(block, ast.Rails)
+    rails = node.nics
+    if rails_setting is not None:
+        rails = count_of(rails_setting.count, "rails")
+        if rails > node.nics:
+            raise SemanticError(f"{rails} rails need {rails} NICs per node, but node type "
+                                f"'{node.name}' has {node.nics}", rails_setting.count.span)
+    planes = rails * node.nic_ports
+    leaves_setting = one_setting(block, ast.Leaves)
+    leaves = planes
+    if leaves_setting is not None:
+        leaves = count_of(leaves_setting.count, "leaves")
+        if leaves % planes:
+            ports = f"{node.nic_ports} port{'s' if node.nic_ports > 1 else ''}"
+            raise SemanticError(f"{leaves} leaves cannot be split evenly over {planes} "
+                                f"planes ({rails} rails x {ports} per NIC)",
+                                leaves_setting.count.span)
+    spines_setting = one_setting(block, ast.Spines)
+    spines = count_of(spines_setting.count, "spines") if spines_setting else leaves
+    check_scale(stmt.name, "leaf-spine links", leaves * spines)
+    setting = one_setting(block, ast.Oversubscription)
+    ratios = [1.0, 1.0]
+    if setting is not None:
+        given = [setting.ratio] + ([setting.core_ratio] if setting.core_ratio else [])
+        if style == "leaf_spine" and len(given) == 2:
+            raise SemanticError("a leaf/spine fabric has one tier of uplinks: give one ratio "
+                                "(a second, spine -> core, needs fabric(fat_tree))",
+                                setting.core_ratio.span)
+        for i, number in enumerate(given):
+            ratios[i] = number.value
+            if not number.value > 0:
+                raise SemanticError(f"oversubscription must be > 0 (2 means 2:1), got "
+                                    f"{number.text}", number.span)
+    return rails, leaves, spines, (ratios[0], ratios[1])
+
+
+def _pods_and_cores(stmt: ast.TopologyDef, block: dict[type, list], n_nodes: int,
+                    spines: int) -> tuple[int, int]:
+    """The ``pods`` (nodes split evenly) and ``cores`` (split evenly over a pod's spines) of
+    a three-tier fabric, each checked at its number."""
+    pods_setting, cores_setting = one_setting(block, ast.Pods), one_setting(block, ast.Cores)
+    if pods_setting is None:
+        raise SemanticError(f"fabric '{stmt.name.text}' needs a `pods` setting: how many "
+                            "leaf/spine pods the core joins, e.g. pods 8", stmt.name.span)
+    pods = count_of(pods_setting.count, "pods")
+    if n_nodes % pods:
+        raise SemanticError(f"{n_nodes} nodes cannot be split evenly over {pods} pods",
+                            pods_setting.count.span)
+    cores = spines
+    if cores_setting is not None:
+        cores = count_of(cores_setting.count, "cores")
+        if cores % spines:
+            raise SemanticError(f"{cores} cores cannot be split evenly over the {spines} "
+                                "spines of a pod (spine j of every pod links to core group j)",
+                                cores_setting.count.span)
+    check_scale(stmt.name, "spine-core links", pods * cores)
+    return pods, cores
 
 
 def _routing(block: dict[type, list], allowed: Sequence[str]) -> str:

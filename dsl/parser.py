@@ -336,6 +336,12 @@ class _ToAst(Transformer):
         (rank,) = self._values(children)
         return ast.FaultRank(span=self._span(meta), rank=rank)
 
+    def fault_switch(self, meta, children):
+        return ast.FaultSwitch(span=self._span(meta), device=self._values(children)[0])
+
+    def fault_nic(self, meta, children):
+        return ast.FaultNic(span=self._span(meta), device=self._values(children)[0])
+
     def fault_group(self, meta, children):
         name, *links = self._values(children)
         return ast.FaultGroup(span=self._span(meta), name=name, links=tuple(links))
@@ -353,8 +359,16 @@ class _ToAst(Transformer):
     def spines(self, meta, children):
         return ast.Spines(span=self._span(meta), count=self._values(children)[0])
 
+    def pods(self, meta, children):
+        return ast.Pods(span=self._span(meta), count=self._values(children)[0])
+
+    def cores(self, meta, children):
+        return ast.Cores(span=self._span(meta), count=self._values(children)[0])
+
     def oversubscription(self, meta, children):
-        return ast.Oversubscription(span=self._span(meta), ratio=self._values(children)[0])
+        ratio, *core = self._values(children)
+        return ast.Oversubscription(span=self._span(meta), ratio=ratio,
+                                    core_ratio=core[0] if core else None)
 
     def routing(self, meta, children):
         return ast.Routing(span=self._span(meta), mode=self._values(children)[0])

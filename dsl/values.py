@@ -105,7 +105,8 @@ def value_text(value: ast.Quantity | ast.Name | ast.String) -> str:
     return value.text if isinstance(value, ast.Name) else f'"{value.value}"'
 
 
-FAULT_SETTINGS = (ast.FaultLink, ast.FaultRank, ast.FaultGroup)     # the only repeatable settings
+FAULT_SETTINGS = (ast.FaultLink, ast.FaultRank, ast.FaultGroup, ast.FaultSwitch,
+                  ast.FaultNic)     # the only repeatable settings
 
 
 def settings_block(settings: Iterable[ast.Setting], allowed: Sequence[type[ast.Setting]],

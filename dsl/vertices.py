@@ -148,6 +148,10 @@ def apply_faults(topo: Topology,
             rank = rank_of(topo, fault.rank)
             _once(failed_on, [rank], "rank", fault.rank.span)
             ranks.append(rank)
+        elif isinstance(fault, ast.FaultSwitch | ast.FaultNic):
+            device = _device(topo, fault)
+            _once(failed_on, [device], fault.keyword.split()[1], fault.device.span)
+            links += _links_of(topo, device)
         else:
             name = fault.name.text
             if name in group_lines:
@@ -158,6 +162,36 @@ def apply_faults(topo: Topology,
                 raise SemanticError(f"fault group '{name}' lists no links", fault.name.span)
             groups.append((name, [d for pair in fault.links for d in _directed_links(topo, pair)]))
     return with_faults(topo, links, ranks, groups)
+
+
+#: how the builders of :mod:`cclc.topology` name switches and NICs (``leaf3``,
+#: ``node0.nvswitch``, ``node5.nic2``)
+_DEVICE_NAME = {"switch": re.compile(r"(leaf|spine|core)\d+|switch|node\d+\.(nvswitch|pcie)"),
+                "nic": re.compile(r"node\d+\.nic\d+")}
+
+
+def _device(topo: Topology, fault: ast.FaultSwitch | ast.FaultNic) -> int:
+    """The switch or NIC a ``fault switch`` / ``fault nic`` names, checked to be one."""
+    what = fault.keyword.split()[1]
+    if topo.dims is not None:
+        raise SemanticError(f"'{topo.name}' is a {topo.kind_name}: it has no {what}es to fail "
+                            "(fail its links or ranks instead)" if what == "switch" else
+                            f"'{topo.name}' is a {topo.kind_name}: it has no NICs to fail "
+                            "(fail its links or ranks instead)", fault.device.span)
+    vertex = _vertex(topo, fault.device)
+    name = topo.vertex_names[vertex]
+    if not _DEVICE_NAME[what].fullmatch(name):
+        example = "leaf(0), spine(1) or core(2)" if what == "switch" else "node(0).nic(1)"
+        raise SemanticError(f"{display_name(name)} is not a {'NIC' if what == 'nic' else what}"
+                            f": name one like {example}", fault.device.span)
+    return vertex
+
+
+def _links_of(topo: Topology, vertex: int) -> list[tuple[int, int]]:
+    """Every directed link into or out of ``vertex``: what fails with it."""
+    touching = (topo.link_src == vertex) | (topo.link_dst == vertex)
+    return [(int(u), int(v)) for u, v in zip(topo.link_src[touching].tolist(),
+                                             topo.link_dst[touching].tolist(), strict=True)]
 
 
 def _once(failed_on: dict, items: list, what: str, span) -> None:
