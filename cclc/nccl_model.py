@@ -33,14 +33,16 @@ Known simplifications (docs/nccl-model.md lists where the model is weak): the tr
 ring graph; the NVLS graph follows NCCL 2.27 search.cc's NVLS rules in closed form (heads,
 NVLink load, NIC path) rather than a path search; CollNet/SHARP is never on,
 because a cclc topology cannot declare in-network reduction; link faults inside the fabric are
-invisible to NCCL's search and so to this model; a torus is seen as one NVLink domain whose
+invisible to NCCL's search and so to this model; on a three-tier fabric the choice is made
+fabric-blind, as NCCL makes it, and its time then held to what the pods' core links carry
+(:mod:`cclc.nccl_fabric`); a torus is seen as one NVLink domain whose
 rings use one link per hop.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from pathlib import Path
 
@@ -48,6 +50,7 @@ import numpy as np
 
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
+from cclc.nccl_fabric import CoreLimits, core_limits
 from cclc.topology import LinkKind, Topology
 from cclc.units import format_time
 
@@ -289,6 +292,9 @@ class NcclChoice:
     threads: int
     table: tuple[tuple[Algo, Proto, float | None], ...]
     model: NcclModel
+    #: the bus bandwidth (GB/s) a three-tier fabric's core held the choice to, when it did
+    #: (:func:`nccl_estimate`; ``time_us`` includes it)
+    core_limit: float | None = None
 
     @property
     def name(self) -> str:
@@ -747,7 +753,24 @@ def nccl_estimate(coll: Collective, arch: str = "hopper") -> NcclChoice | None:
     if func is None or coll.n < 2:
         return None
     model = nccl_init(system_of(coll.topology, coll.group, arch))
-    return nccl_choice(model, func, coll.size)
+    choice = nccl_choice(model, func, coll.size)
+    limits = core_limits(coll.topology, coll.group)
+    if choice is None or limits is None:
+        return choice
+    return _core_limited(choice, limits)
+
+
+def _core_limited(choice: NcclChoice, limits: CoreLimits) -> NcclChoice:
+    """``choice`` run across pods: NCCL chooses without seeing the fabric, then the pods' core
+    links hold its ring (or tree: Tree, NVLSTree) to :mod:`cclc.nccl_fabric`'s bound; the
+    bandwidth term of the time stretches by how far the bus exceeds it."""
+    limit = limits.ring if choice.algo in (Algo.RING, Algo.PAT) else limits.tree
+    bus = _bus_bw(choice.func, choice.algo, choice.proto, choice.model)
+    if not bus > limit:
+        return choice
+    latency = _latency(choice.func, choice.algo, choice.proto, choice.model, choice.nbytes)
+    stretched = latency + (choice.time_us - latency) * bus / limit
+    return replace(choice, time_us=stretched, core_limit=limit)
 
 
 def speedup_text(baseline: float, ours: float) -> str:
@@ -781,6 +804,13 @@ class NcclComparison:
         return speedup_text(self.nccl_time, self.time)
 
     @property
+    def _core(self) -> str:
+        """What holds NCCL's ring or tree on a three-tier fabric (empty elsewhere)."""
+        limit = self.nccl.core_limit
+        return ("" if limit is None else
+                f" (held by the pods' core links to {limit:.0f} GB/s of bus bandwidth)")
+
+    @property
     def line(self) -> str:
         """One line for reports: NCCL's choice and time, and the comparison with its caveats
         (inside the calibration error; no software cost on cclc's side)."""
@@ -795,8 +825,8 @@ class NcclComparison:
             verdict += (" (cclc's time charges no software cost and NCCL's does: emit nccl or "
                         "msccl for a like-for-like time)")
         return (f"NCCL today (predicted by cclc's model of NCCL): {self.nccl.name} "
-                f"{format_time(self.nccl_time)}, busbw {self.nccl.busbw:.1f} GB/s; cclc's "
-                f"schedule is predicted {verdict}")
+                f"{format_time(self.nccl_time)}, busbw {self.nccl.busbw:.1f} GB/s"
+                f"{self._core}; cclc's schedule is predicted {verdict}")
 
 
 def nccl_comparison(coll: Collective, time: float, software_cost: bool = True

@@ -261,8 +261,10 @@ def _proportional(g: _Graph, w: int) -> None:
             gamma = _clipped(gamma, a, b, over)
         for i, ea in enumerate(ins):
             for o, eb in enumerate(outs):
-                if ok[i, o] and gamma[i, o] > 0:
-                    g.split(ea, eb, float(gamma[i, o]))
+                # rounding can leave a row or column a hair above its edge's capacity, and
+                # an edge taken to within tolerance is gone: never split more than is left
+                if ok[i, o] and gamma[i, o] > 0 and ea in g.edges and eb in g.edges:
+                    g.split(ea, eb, min(float(gamma[i, o]), g.edges[ea][2], g.edges[eb][2]))
     g.remove_vertex(w)
 
 
