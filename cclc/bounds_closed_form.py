@@ -289,7 +289,6 @@ def candidate_cuts(f: Facts) -> Iterator[tuple[str, np.ndarray]]:
     One at a time: a 1000x1000 mesh has 2000 cuts of a million vertices each.
     """
     topo = f.topo
-    V = topo.n_vertices
     if topo.dims is not None:
         coords = np.array(np.unravel_index(np.arange(topo.n_ranks), topo.dims))
         for d, (m, wrapped) in enumerate(zip(topo.grid_dims, topo.grid_wrap, strict=True)):

@@ -200,7 +200,9 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarra
         path[k] = int(fab["up"][fab["leaf_index"][leaf_a], spine])
         path[k + 1] = int(fab["down"][spine, fab["leaf_index"][leaf_b]])
         new_route[i] = _route_id(table, paths, tuple(path))
-    for i in (np.flatnonzero(core_of_op >= 0).tolist() if core_of_op is not None else ()):
+    through_core = [] if core_of_op is None else np.flatnonzero(core_of_op >= 0).tolist()
+    for i in through_core:
+        assert core_of_op is not None
         r = int(ops.route[i])
         path = list(s.routes.path(r))
         k = int(hop_pos[r])

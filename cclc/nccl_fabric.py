@@ -86,17 +86,14 @@ def _pod_capacity(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
     assert topo.pod_of_node is not None and topo.node_of_rank is not None
     names, src, dst = topo.vertex_names, topo.link_src, topo.link_dst
     pod_of_vertex = np.full(topo.n_vertices, -1, dtype=np.int64)
-    nic = np.array([n.startswith("node") and ".nic" in n for n in names])
-    node_of_nic = {v: int(names[v][4:names[v].index(".")]) for v in np.flatnonzero(nic)}
-    # a leaf is in the pod of the nodes whose NICs it serves, a spine in the pod of its leaves
-    for prefix, below in (("leaf", node_of_nic), ("spine", None)):
-        for k in np.flatnonzero([names[v].startswith(prefix) for v in dst.tolist()]):
-            u = int(src[k])
-            pod = (topo.pod_of_node[below[u]] if below is not None and u in below
-                   else pod_of_vertex[u] if below is None and names[u].startswith("leaf")
-                   else -1)
-            if pod >= 0:
-                pod_of_vertex[int(dst[k])] = pod
+    for v in range(topo.n_ranks, topo.n_vertices):
+        if names[v].startswith("node") and ".nic" in names[v]:
+            pod_of_vertex[v] = topo.pod_of_node[int(names[v][4:names[v].index(".")])]
+    # a leaf is in the pod of the NICs it serves, a spine in the pod of its leaves
+    for lower, upper in (("node", "leaf"), ("leaf", "spine")):
+        wired = np.array([names[u].startswith(lower) and names[v].startswith(upper)
+                          for u, v in zip(src.tolist(), dst.tolist(), strict=True)])
+        pod_of_vertex[dst[wired]] = pod_of_vertex[src[wired]]
     core = np.array([n.startswith("core") for n in names])
     ok = ~topo.link_failed
     pods = int(topo.pod_of_node.max()) + 1
