@@ -36,9 +36,6 @@ from cclc.topology import Topology
 
 __all__ = ["group_links"]
 
-#: member-pair tests per chunk of the fewest-hop check (bounds memory to ~32 MB of floats)
-_CHUNK_ELEMENTS = 1 << 22
-
 
 def group_links(topo: Topology, group: np.ndarray) -> np.ndarray:
     """Boolean per link of ``topo``: healthy and on a route the declared routing carries
@@ -71,28 +68,35 @@ def _group_links(topo: Topology, group: np.ndarray) -> np.ndarray:
     V = topo.n_vertices
     ok = np.flatnonzero(healthy)
     adj = csr_matrix((np.ones(len(ok)), (src[ok], dst[ok])), shape=(V, V))
-    # d_from[i, v] = d(member i, v); d_to[j, v] = d(v, member j)
+    # d_from[i, v] = d(member i, v)
     d_from = shortest_path(adj, method="D", unweighted=True, indices=group)
-    d_to = shortest_path(adj.T.tocsr(), method="D", unweighted=True, indices=group)
     out = between.copy()
     if topo.routing == "source":
+        d_to = shortest_path(adj.T.tocsr(), method="D", unweighted=True, indices=group)
         # a walk member -> u -> v -> member exists
         reach_u = np.isfinite(d_from).any(axis=0)[src[todo]]
         back_v = np.isfinite(d_to).any(axis=0)[dst[todo]]
         out[todo] = reach_u & back_v
         return out
-    # fewest-hop routes: per source member a, the vertices v from which a fewest-hop path
-    # from a continues to some member b (d(a, v) + d(v, b) = d(a, b)); the link u -> v is on
-    # such a path when it is one hop further from a than u is
-    n = len(group)
-    d_mm = d_from[:, group]                                       # d(a, b)
-    rows = max(1, _CHUNK_ELEMENTS // max(1, n * V))
+    # fewest-hop routes, one source member a at a time over its shortest-path DAG (the links
+    # u -> v with d(a, v) = d(a, u) + 1): v continues along it to some member when v is a
+    # member or one of its DAG successors does, found layer by layer from the farthest in;
+    # u -> v is used when it is a DAG link into such a v. O(links x depth) per member, where
+    # comparing every pair of members (a, b) at every vertex was O(n^2 V)
     u, v = src[todo], dst[todo]
     used = np.zeros(len(todo), dtype=bool)
-    for lo in range(0, n, rows):
-        da = d_from[lo:lo + rows]                                 # (r, V)
-        onward = ((da[:, None, :] + d_to[None, :, :] == d_mm[lo:lo + rows, :, None])
-                  & np.isfinite(d_mm[lo:lo + rows, :, None])).any(axis=1)   # (r, V)
-        used |= ((da[:, u] + 1 == da[:, v]) & onward[:, v]).any(axis=0)
+    okay_src, okay_dst = src[ok], dst[ok]
+    for row in d_from:
+        dag = row[okay_src] + 1 == row[okay_dst]
+        onward = member & np.isfinite(row)
+        tail, head = okay_src[dag], okay_dst[dag]
+        depth = row[tail]
+        finite = row[np.isfinite(row)]
+        for level in range(int(finite.max(initial=0)) - 1, -1, -1):
+            at = depth == level
+            np.logical_or.at(onward, tail[at], onward[head[at]])
+        used |= (row[u] + 1 == row[v]) & onward[v]
+        if used.all():
+            break
     out[todo] = used
     return out
