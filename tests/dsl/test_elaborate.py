@@ -30,6 +30,10 @@ EXPECTED_TOPOLOGIES = {
     # per node: 4 GPU<->switch + 2 switch<->NIC + 2 NIC<->leaf pairs; 2 leaves x 2 spines
     "pcie_oversubscribed.ccl": {"cluster": (32, 8 * 16 + 2 * 2 * 2, 2, 1)},
     "alltoall_nonuniform.ccl": {"ring": (8, 16, 0, 0)},
+    # per node: 8 GPU<->NVSwitch + 8 GPU<->NIC + 8 NIC<->leaf pairs; per pod 16 leaves x 16
+    # spines; 8 pods x 16 spines x 2 cores of their group
+    "pods512_fattree.ccl": {"cluster": (4096, 512 * 48 + 2 * 8 * 16 * 16 + 2 * 8 * 16 * 2,
+                                        0, 0)},
 }
 
 # example -> [(collective, kind, group size, size in bytes)]
@@ -58,6 +62,10 @@ EXPECTED_COLLECTIVES = {
                                 ("sum", "reduce", 8, 16 << 20)],
     # the largest row sum of the matrix: 4 MiB + 6 x 1 MiB + 512 KiB
     "alltoall_nonuniform.ccl": [("moe", "alltoall", 8, (10 << 20) + (512 << 10))],
+    "pods512_fattree.ccl": [("grads", "allreduce", 4096, 1 << 30),
+                            ("params", "allgather", 4096, 1 << 30),
+                            ("shards", "reducescatter", 4096, 1 << 30),
+                            ("tokens", "alltoall", 4096, 1 << 30)],
 }
 
 
