@@ -191,25 +191,30 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarra
     old_to_new = np.array([table[s.routes.path(r)] for r in range(len(s.routes))], dtype=np.int64)
     new_route = old_to_new[new_route]
     topo = s.topology
-    for i in np.flatnonzero(spine_of_op >= 0).tolist():
-        r = int(ops.route[i])
-        path = list(s.routes.path(r))
-        k = int(hop_pos[r])
-        leaf_a, leaf_b = int(topo.link_src[path[k]]), int(topo.link_dst[path[k + 1]])
-        spine = int(spine_of_op[i])
-        path[k] = int(fab["up"][fab["leaf_index"][leaf_a], spine])
-        path[k + 1] = int(fab["down"][spine, fab["leaf_index"][leaf_b]])
-        new_route[i] = _route_id(table, paths, tuple(path))
-    through_core = [] if core_of_op is None else np.flatnonzero(core_of_op >= 0).tolist()
-    for i in through_core:
-        assert core_of_op is not None
-        r = int(ops.route[i])
-        path = list(s.routes.path(r))
-        k = int(hop_pos[r])
-        a = fab["leaf_index"][int(topo.link_src[path[k]])]
-        b = fab["leaf_index"][int(topo.link_dst[path[k + 3]])]
-        path[k:k + 4] = _core_path(fab, a, b, int(core_of_op[i])).tolist()
-        new_route[i] = _route_id(table, paths, tuple(path))
+    # one new path per distinct (old route, choice): millions of ops share a few thousand
+    for choice, hops in ((spine_of_op, 2), (core_of_op, 4)):
+        if choice is None:
+            continue
+        picked = np.flatnonzero(choice >= 0)
+        if not len(picked):
+            continue
+        pairs, first, inverse = np.unique(np.stack([ops.route[picked].astype(np.int64),
+                                                    choice[picked]], axis=1), axis=0,
+                                          return_index=True, return_inverse=True)
+        ids = np.empty(len(pairs), dtype=np.int64)
+        # in the order the ops first use them, so new routes are numbered as op by op
+        for j in np.argsort(first, kind="stable").tolist():
+            r, c = (int(x) for x in pairs[j])
+            path = list(s.routes.path(r))
+            k = int(hop_pos[r])
+            a = fab["leaf_index"][int(topo.link_src[path[k]])]
+            b = fab["leaf_index"][int(topo.link_dst[path[k + hops - 1]])]
+            if hops == 2:
+                path[k], path[k + 1] = int(fab["up"][a, c]), int(fab["down"][c, b])
+            else:
+                path[k:k + 4] = _core_path(fab, a, b, c).tolist()
+            ids[j] = _route_id(table, paths, tuple(path))
+        new_route[picked] = ids[inverse.ravel()]
     offsets = np.zeros(len(paths) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(p) for p in paths])
     links = np.fromiter((x for p in paths for x in p), dtype=np.int32, count=int(offsets[-1]))
