@@ -26,10 +26,7 @@ from cclc.errors import ScheduleError
 from cclc.topology import Topology, with_faults
 from cclc.verify import verify
 
-#: every example but the 4,096-GPU fabric, which the size check refuses (its collectives
-#: are too large to plan per test)
-EXAMPLES = sorted(p for p in (pathlib.Path(__file__).parents[2] / "examples").glob("*.ccl")
-                  if p.name != "pods512_fattree.ccl")
+EXAMPLES = sorted((pathlib.Path(__file__).parents[2] / "examples").glob("*.ccl"))
 #: the property test samples examples up to this many ranks (MSCCL lowering of 100k-op
 #: schedules takes minutes); the auto choice of every example is checked below regardless
 MAX_RANKS = 64

@@ -20,10 +20,7 @@ from backends.msccl.executor import execute
 from backends.msccl.lower import LimitError
 from cclc.errors import ScheduleError
 
-#: every example but the 4,096-GPU fabric, which the size check refuses (its collectives
-#: are too large to plan per test)
-EXAMPLES = sorted(p for p in (pathlib.Path(__file__).parents[2] / "examples").glob("*.ccl")
-                  if p.name != "pods512_fattree.ccl")
+EXAMPLES = sorted((pathlib.Path(__file__).parents[2] / "examples").glob("*.ccl"))
 #: the executor keeps a vector clock per threadblock: fine for thousands of ops, not millions
 MAX_OPS = 6000
 #: above this the lowering takes minutes (plain Python): such collectives are the slow tier's

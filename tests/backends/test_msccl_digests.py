@@ -35,10 +35,7 @@ from cclc.errors import ScheduleError
 from cclc.topology import torus
 
 DIGESTS = GOLDEN / "msccl_digests.json"
-#: every example but the 4,096-GPU fabric, which the size check refuses (its collectives
-#: are too large to plan per test)
-EXAMPLES = sorted(p for p in (pathlib.Path(__file__).parents[2] / "examples").glob("*.ccl")
-                  if p.name != "pods512_fattree.ccl")
+EXAMPLES = sorted((pathlib.Path(__file__).parents[2] / "examples").glob("*.ccl"))
 SLOW_OPS = 16_000
 RUNTIMES = ("msccl", "msccl-executor", "rccl")
 #: option sets every schedule is lowered with (runtime is added per case)

@@ -11,6 +11,13 @@ from cclc.errors import CclError, CollectiveError
 from dsl import Program, load, loads
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+#: machine descriptions the benchmarks use that cclc cannot compile whole yet (the 4,096-GPU
+#: fabric, which the size check refuses): they elaborate like the examples
+MACHINES = Path(__file__).resolve().parents[2] / "benchmarks" / "machines"
+
+
+def _file(name: str) -> Path:
+    return EXAMPLES / name if (EXAMPLES / name).exists() else MACHINES / name
 
 # example -> {topology: (ranks, directed links, failed links, failed ranks)}
 EXPECTED_TOPOLOGIES = {
@@ -70,12 +77,13 @@ EXPECTED_COLLECTIVES = {
 
 
 def test_every_example_is_listed():
-    assert sorted(p.name for p in EXAMPLES.glob("*.ccl")) == sorted(EXPECTED_TOPOLOGIES)
+    files = [*EXAMPLES.glob("*.ccl"), *MACHINES.glob("*.ccl")]
+    assert sorted(p.name for p in files) == sorted(EXPECTED_TOPOLOGIES)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_TOPOLOGIES))
 def test_example_topologies(name):
-    program = load(EXAMPLES / name)
+    program = load(_file(name))
     got = {t: (topo.n_ranks, topo.n_links, topo.n_failed_links, len(topo.failed_ranks))
            for t, topo in program.topologies.items()}
     assert got == EXPECTED_TOPOLOGIES[name]
@@ -83,7 +91,7 @@ def test_example_topologies(name):
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_COLLECTIVES))
 def test_example_collectives(name):
-    program = load(EXAMPLES / name)
+    program = load(_file(name))
     got = [(c.name, c.kind.value, len(c.group), c.size) for c in program.collectives]
     assert got == EXPECTED_COLLECTIVES[name]
     for c in program.collectives:
