@@ -129,8 +129,9 @@ def _why_no_link(topo: Topology, a: int, b: int) -> str:
 
 
 def apply_faults(topo: Topology,
-                 faults: Sequence[ast.FaultLink | ast.FaultRank | ast.FaultGroup]) -> Topology:
-    """``topo`` with the failed links, ranks and fault groups of its block."""
+                 faults: Sequence[ast.FaultLink | ast.FaultRank | ast.FaultGroup
+                                  | ast.FaultSwitch | ast.FaultNic]) -> Topology:
+    """``topo`` with the failed links, ranks, switches, NICs and fault groups of its block."""
     if not faults:
         return topo
     links: list[tuple[int, int]] = []

@@ -34,6 +34,7 @@ from cclc.catalog.faultsets import cables
 from cclc.catalog.relabel import RANK_BUFFERS, split_at_blocks
 from cclc.collective import REDUCING_KINDS
 from cclc.errors import CclError
+from cclc.execution import NCCL_MODEL, ExecutionModel
 from cclc.lane_cost import DEFAULT_LANE_MEMORY, choose_lanes
 
 __all__ = ["BACKEND", "CatalogNcclBackend", "catalog_sources", "write_catalog_library"]
@@ -146,6 +147,13 @@ class CatalogNcclBackend:
 
     name = "nccl"
     wants_simulation = False
+    #: every schedule of the catalog was planned and priced as the library's
+    execution_model: ExecutionModel | None = NCCL_MODEL
+
+    def refusal(self, subject: Catalog, options: EmitOptions) -> str | None:
+        """The library takes every catalog the command lets through (lost ranks are refused
+        before planning, by ``cclc catalog``)."""
+        return None
 
     def files(self, key: Catalog, options: EmitOptions) -> tuple[str, ...]:
         ident = c_identifier(key.collective.name)
