@@ -19,7 +19,7 @@ arguments, calls it and prints what it reports, and the tests and benchmarks cal
    output takes (:meth:`backends.contract.Backend.refusal`) (stages 2-5 for all candidates
    are :func:`cclc.plan.plan`);
 6. **compare** -- what NCCL would take on the same machine
-   (:func:`cclc.nccl_model.nccl_comparison`), computed once and handed to the outputs in
+   (:func:`cclc.nccl_comparison.nccl_comparison`), computed once and handed to the outputs in
    their :class:`~backends.contract.Facts`;
 7. **render and write** -- every backend renders its files (:mod:`backends.contract`) and this
    module writes them through :class:`~cclc.outdir.OutputDir`, which never overwrites a file
@@ -49,7 +49,7 @@ from cclc.plan import Plan, Resolution
 if TYPE_CHECKING:
     from backends.contract import Backend, EmitOptions, Facts
     from cclc.execution import ExecutionModel
-    from cclc.nccl_model import NcclComparison
+    from cclc.nccl_comparison import NcclComparison
     from dsl import Program
 
 __all__ = [
@@ -372,7 +372,7 @@ def _refusal(backends: Sequence[Backend[Any, Any]], options: EmitOptions
 
 
 def _compare(coll: Collective, p: Plan) -> NcclComparison | None:
-    from cclc.nccl_model import nccl_comparison
+    from cclc.nccl_comparison import nccl_comparison
 
     if p.time is None:
         return None
@@ -388,7 +388,7 @@ def measure(schedule: Schedule, p: Plan | None = None, simulate: bool = True,
     without a plan (``cclc viz``), that of its lockstep time."""
     from backends.contract import Facts
     from cclc.bounds import bounds
-    from cclc.nccl_model import nccl_comparison
+    from cclc.nccl_comparison import nccl_comparison
     from cclc.sim import simulate as run_sim
 
     found = p.bounds if p is not None and p.bounds is not None else bounds(schedule.collective)

@@ -60,7 +60,7 @@ def run(args) -> int:
     from cclc.bounds import bounds
     from cclc.errors import CclError, ScheduleError
     from cclc.execution import IR_MODEL, predict
-    from cclc.nccl_model import compare_with_nccl
+    from cclc.nccl_comparison import compare_with_nccl
     from cclc.serialize import load
     from cclc.sim import simulate
     from cclc.verify import verify
