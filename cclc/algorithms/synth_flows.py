@@ -39,6 +39,7 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Schedule
 from cclc.sim import simulate
 from cclc.synth.flow_solution import group_connected, usable_links
+from cclc.synth.symmetry import translations
 
 __all__ = ["AUTO_MAX_RANKS", "AUTO_STAGGER", "AUTO_SYMMETRIC_RANKS", "DEFAULT_BUDGET",
            "budget_seconds", "build_synth_alltoall", "synthesize_flows"]
@@ -97,9 +98,6 @@ def _applicable(coll: Collective, context: BuildContext, **params) -> str | None
         return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes minutes of CPU time "
                 "here; give it a budget (synth(budget = 300) or --synth-budget) to run it")
     if coll.algorithm.name == "auto" and coll.n > AUTO_SYMMETRIC_RANKS:
-        # cclc.synth.symmetry only when this runs, not for cclc --help
-        from cclc.synth.symmetry import translations
-
         if translations(coll, usable_links(coll)).order == coll.n:
             return (f"{coll.n} ranks on a torus whose translations all survive: the torus "
                     "templates reach the bandwidth bound there; synth(budget = 60) or "

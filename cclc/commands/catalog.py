@@ -87,8 +87,8 @@ def _refusal(backend):
 
 
 def run(args) -> int:
-    # the .ccl front end (lark, ~0.3 s to import) only when a .ccl file is read, not for
-    # cclc --help; cclc.catalog.build only when this runs, not for cclc --help
+    # the .ccl front end (lark, ~0.3 s to import) and cclc.catalog.build only when this command
+    # runs, not for cclc --help
     import dsl
     from cclc.catalog.build import build_catalog
 

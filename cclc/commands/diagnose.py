@@ -99,8 +99,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    # the .ccl front end (lark, ~0.3 s to import) only when a .ccl file is read, not for
-    # cclc --help; cclc.diagnose.timings only when this runs, not for cclc --help
+    # the .ccl front end (lark, ~0.3 s to import) and cclc.diagnose.timings only when this
+    # command runs, not for cclc --help
     import dsl
     from cclc.diagnose.timings import read_timings_files
 

@@ -9,6 +9,7 @@ from backends import load as load_backend
 from cclc.bounds import bounds
 from cclc.errors import CclError, ScheduleError
 from cclc.execution import IR_MODEL, predict
+from cclc.nccl_comparison import compare_with_nccl
 from cclc.progress import Progress
 from cclc.sim import simulate
 from cclc.verify import verify
@@ -62,8 +63,7 @@ def _gbps(bw: float) -> str:
 
 
 def run(args) -> int:
-    # cclc.nccl_comparison, cclc.serialize only when this runs, not for cclc --help
-    from cclc.nccl_comparison import compare_with_nccl
+    # cclc.serialize only when this runs, not for cclc --help
     from cclc.serialize import load
 
     if args.links < 0:

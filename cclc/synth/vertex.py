@@ -90,7 +90,7 @@ def basic_orbit_paths(coll: Collective, flows: FlowSolution, sym: Symmetry,
     (one row per pair orbit). With every orbit's paths at one share, all links of a link orbit
     ``O`` carry the same load: the orbit's bytes over the links' bandwidth, divided by |O|
     (one row per link orbit)."""
-    # cclc.synth.orbit_pack only when this runs, not for cclc --help
+    # cclc.synth.orbit_pack (~50 ms to import) only when orbit paths are built, not for cclc --help
     from cclc.synth.orbit_pack import piece_orbits
 
     if len(flows.path) == 0:
