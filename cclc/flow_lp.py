@@ -35,8 +35,6 @@ from scipy.optimize import linprog
 from scipy.sparse.csgraph import breadth_first_order
 
 from cclc.errors import CclError
-from cclc.flow_dual import certified_time
-from cclc.flow_route import route_alltoall
 from cclc.topology import Topology
 
 __all__ = ["CertifiedLP", "Symmetry", "alltoall_lp_certified", "alltoall_lp_routed",
@@ -278,9 +276,12 @@ def alltoall_lp_certified(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap
     to conserve flow exactly (:func:`_repair`), give an upper value. A fixed thread count
     (``PDLP_THREADS``: PDLP shards its sums by it) and iteration limit: the same input gives
     the same numbers on every run. ``prices``: more link lengths to certify (a cut's links)."""
-    # OR-Tools (0.1-0.4 s to import) only when this model is solved
+    # OR-Tools (0.1-0.4 s to import) only when this model is solved; cclc.flow_dual only when
+    # this runs, not for cclc --help
     from ortools.pdlp import solvers_pb2
     from ortools.pdlp.python import pdlp
+
+    from cclc.flow_dual import certified_time
 
     lp = _reduced_lp(n_vertices, src, dst, cap, group, pair, sym)
     n_col = lp.conservation.shape[1]
@@ -337,6 +338,10 @@ def alltoall_lp_routed(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: n
     ``target_gap``). Every source is its own family (no symmetry reduction: the routing is
     cheap per source); deterministic, so the same input gives the same numbers. ``iterations``
     counts the passes."""
+    # cclc.flow_dual, cclc.flow_route only when this runs, not for cclc --help
+    from cclc.flow_dual import certified_time
+    from cclc.flow_route import route_alltoall
+
     args = (n_vertices, src, dst, cap, group, pair)
     lower = max(certified_time(*args, length) for length in [np.ones(len(src)), *prices])
     if not np.isfinite(lower):           # a pair with bytes and no path between them

@@ -45,12 +45,10 @@ from backends.contract import EmitOptions, Facts
 from backends.write import write_backend, write_outputs
 from cclc.algorithms import BuildContext
 from cclc.bounds import bounds
-from cclc.budget import available_memory, check_budget, estimate_size
 from cclc.collective import Collective, Hint
 from cclc.errors import CclError, NotExpressible, ScheduleError
 from cclc.execution import model_for, model_reason
 from cclc.ir import Schedule
-from cclc.nccl_comparison import nccl_comparison
 from cclc.outdir import OutputDir
 from cclc.plan import Plan, Resolution, plan, resolve
 from cclc.sim import simulate as run_sim
@@ -320,6 +318,9 @@ def _resolve(coll: Collective, request: Request) -> Resolution:
 
 def _check_sizes(resolved: Sequence[Resolution]) -> None:
     """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget)."""
+    # cclc.budget only when this runs, not for cclc --help
+    from cclc.budget import available_memory, check_budget, estimate_size
+
     memory = available_memory()
     for r in resolved:
         # every entry serving the collective is a possible way out of a refusal
@@ -370,6 +371,9 @@ def _refusal(backends: Sequence[Backend[Any, Any]], options: EmitOptions
 
 
 def _compare(coll: Collective, p: Plan) -> NcclComparison | None:
+    # cclc.nccl_comparison only when this runs, not for cclc --help
+    from cclc.nccl_comparison import nccl_comparison
+
     if p.time is None:
         return None
     return nccl_comparison(coll, p.time, software_cost=p.model.charges_software)
@@ -382,6 +386,9 @@ def measure(schedule: Schedule, p: Plan | None = None, simulate: bool = True,
     differently), with ``simulate`` its lockstep and event-driven simulations, and the
     comparison with NCCL: ``nccl`` (the pipeline's, of the plan's time) or, for a schedule
     without a plan (``cclc viz``), that of its lockstep time."""
+    # cclc.nccl_comparison only when this runs, not for cclc --help
+    from cclc.nccl_comparison import nccl_comparison
+
     found = p.bounds if p is not None and p.bounds is not None else bounds(schedule.collective)
     lockstep = run_sim(schedule, mode="lockstep") if simulate else None
     if nccl is None and (p is None or p.time is None) and lockstep is not None:

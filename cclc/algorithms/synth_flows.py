@@ -38,8 +38,6 @@ from cclc.algorithms.common import bad_int_param
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Schedule
 from cclc.sim import simulate
-from cclc.synth.flow_solution import group_connected, usable_links
-from cclc.synth.symmetry import translations
 
 __all__ = ["AUTO_MAX_RANKS", "AUTO_STAGGER", "AUTO_SYMMETRIC_RANKS", "DEFAULT_BUDGET",
            "budget_seconds", "build_synth_alltoall", "synthesize_flows"]
@@ -73,6 +71,10 @@ def budget_seconds(params: dict, default: float | None = None) -> float | None:
 
 
 def _applicable(coll: Collective, context: BuildContext, **params) -> str | None:
+    # cclc.synth.flow_solution, cclc.synth.symmetry only when this runs, not for cclc --help
+    from cclc.synth.flow_solution import group_connected, usable_links
+    from cclc.synth.symmetry import translations
+
     if coll.kind is not CollectiveKind.ALLTOALL:
         return f"synth (flows) does not serve {coll.kind.value}"
     unknown = sorted(set(params) - {"budget", "split", "steps"})

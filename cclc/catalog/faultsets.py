@@ -35,7 +35,6 @@ import numpy as np
 from cclc.collective import Collective
 from cclc.errors import CclError
 from cclc.synth.fabric_symmetry import find_free_automorphism
-from cclc.synth.symmetry import automorphisms
 from cclc.topology import LinkKind, Topology
 
 __all__ = ["CLASSES", "MAX_MEMBERS", "FaultOrbits", "FaultSet", "Member", "cables",
@@ -150,6 +149,9 @@ def symmetry_maps(coll: Collective) -> np.ndarray:
     one vertex map per row, the identity first: the torus group of
     :func:`cclc.synth.symmetry.automorphisms`, or on a fabric the powers of one free
     automorphism; those that fix the root of a rooted collective."""
+    # cclc.synth.symmetry only when this runs, not for cclc --help
+    from cclc.synth.symmetry import automorphisms
+
     topo = coll.topology
     usable = ~topo.link_failed
     if topo.dims is not None:

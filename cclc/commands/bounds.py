@@ -7,7 +7,6 @@ import functools
 import sys
 
 from cclc.bounds import bounds
-from cclc.lockstep_bound import lockstep_bound
 from cclc.progress import Progress
 
 __all__ = ["add_parser", "run"]
@@ -71,8 +70,10 @@ def _positive(text: str) -> int:
 
 
 def run(args) -> int:
-    # the .ccl front end (lark, ~0.3 s to import) only when a .ccl file is read, not for cclc --help
+    # the .ccl front end (lark, ~0.3 s to import) and cclc.lockstep_bound only when this command
+    # runs, not for cclc --help
     import dsl
+    from cclc.lockstep_bound import lockstep_bound
 
     program = dsl.load(args.file)       # errors carry spans: the CLI renders them
     progress = Progress(lambda line: print(line, file=sys.stderr, flush=True))

@@ -21,7 +21,6 @@ from cclc.lane_cost import DEFAULT_LANE_MEMORY, choose_lanes, plan_entries, sche
 from cclc.pipeline import Compiled, Events, Request, compile_program
 from cclc.plan import hint_key
 from cclc.progress import Progress
-from cclc.synth.report import synth_report
 from cclc.units import format_time
 
 __all__ = ["add_parser", "format_candidates", "parse_emit", "run"]
@@ -242,6 +241,9 @@ class _Printer(Events):
                   f"{coll.topology.name}")
 
     def planned(self, coll, p, nccl: str | None) -> None:
+        # cclc.synth.report only when this runs, not for cclc --help
+        from cclc.synth.report import synth_report
+
         pct = f", {p.pct_of_bound:.1f}% of bound" if p.pct_of_bound is not None else ""
         t = f" {format_time(p.time)}" if p.time is not None else ""
         if self.args.explain:

@@ -8,7 +8,6 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from cclc.commands.argtypes import path_named
-from cclc.diagnose.faults import fault_set, fault_statements, patch_source
 from cclc.diagnose.localize import (
     MIN_BASELINE,
     MIN_EVIDENCE,
@@ -156,6 +155,9 @@ def run(args) -> int:
 
 def _print_fault_set(topo, d) -> None:
     """The confident suspects as a catalog library's fault set (one line to paste)."""
+    # cclc.diagnose.faults only when this runs, not for cclc --help
+    from cclc.diagnose.faults import fault_set
+
     links, ranks = fault_set(topo, d.confident)
     if links:
         names = ", ".join(topo.link_name(li) for li in links)
@@ -183,8 +185,10 @@ def _print_suspect(i: int, s) -> None:
 
 def _write_statements(args, topo, d) -> None:
     """The fault statements of the suspects that reach the confidence, printed and written."""
-    # the .ccl front end (lark, ~0.3 s to import) only when a .ccl file is read, not for cclc --help
+    # the .ccl front end (lark, ~0.3 s to import) and cclc.diagnose.faults only when this runs,
+    # not for cclc --help
     import dsl
+    from cclc.diagnose.faults import fault_statements, patch_source
 
     targets = [x for x in (args.faults, args.patch) if x]
     if not d.suspects:

@@ -9,7 +9,6 @@ from backends import load as load_backend
 from cclc.bounds import bounds
 from cclc.errors import CclError, ScheduleError
 from cclc.execution import IR_MODEL, predict
-from cclc.nccl_comparison import compare_with_nccl
 from cclc.progress import Progress
 from cclc.sim import simulate
 from cclc.verify import verify
@@ -63,7 +62,8 @@ def _gbps(bw: float) -> str:
 
 
 def run(args) -> int:
-    # cclc.serialize only when this runs, not for cclc --help
+    # cclc.nccl_comparison, cclc.serialize only when this runs, not for cclc --help
+    from cclc.nccl_comparison import compare_with_nccl
     from cclc.serialize import load
 
     if args.links < 0:
