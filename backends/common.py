@@ -83,6 +83,7 @@ def padded_count(schedule: Schedule) -> int:
 def render_template(package: str, template: str, **values) -> str:
     """Render jinja2 template ``template`` that sits beside ``package`` (strict: a missing value is
     an error, not an empty string)."""
+    # jinja2 only when a template is rendered, not when cclc --help lists the backends
     import jinja2
 
     env = _ENVS.get(package)

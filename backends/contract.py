@@ -32,7 +32,7 @@ from cclc.errors import ScheduleError
 if TYPE_CHECKING:
     from cclc.bounds import Bounds
     from cclc.execution import ExecutionModel
-    from cclc.nccl_model import NcclComparison
+    from cclc.nccl_comparison import NcclComparison
     from cclc.plan import Candidate
     from cclc.sim import SimResult
 
@@ -101,9 +101,9 @@ class Facts:
     ``event`` (:func:`cclc.sim.simulate` in each mode; ``None`` unless a backend asked for them
     with ``wants_simulation``), ``time`` (the planner's prediction under ``model``, the
     execution model it priced the choice with: what ``cclc compile`` prints),
-    ``candidates`` (the planner's table) and ``nccl`` (:func:`cclc.nccl_model.nccl_comparison`
-    of that time: NCCL's predicted choice on the same machine; ``None`` where NCCL's tables
-    have nothing to say)."""
+    ``candidates`` (the planner's table) and ``nccl``
+    (:func:`cclc.nccl_comparison.nccl_comparison` of that time: NCCL's predicted choice on the
+    same machine; ``None`` where NCCL's tables have nothing to say)."""
 
     bounds: Bounds | None = None
     lockstep: SimResult | None = None

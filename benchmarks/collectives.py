@@ -39,7 +39,8 @@ from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, DType, make_collective
 from cclc.execution import IR_MODEL, MODELS, ExecutionModel, predict
 from cclc.fabric_routing import has_spines, planned_routes
-from cclc.nccl_model import bus_factor, nccl_estimate, speedup_text
+from cclc.nccl_comparison import speedup_text
+from cclc.nccl_model import bus_factor, nccl_estimate
 
 KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 SIZES = [1024 * 4 ** k for k in range(12)]  # 1 KiB .. 4 GiB

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cclc.nccl_model import CALIBRATION_TOLERANCE, speedup_text
+from cclc.nccl_comparison import speedup_text
+from cclc.nccl_model import CALIBRATION_TOLERANCE
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

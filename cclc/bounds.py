@@ -81,6 +81,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.optimize import linprog
 
 from cclc.bounds_closed_form import (
     Bound,
@@ -384,6 +385,7 @@ class _FlowLP:
     largest bandwidth), shared by all families or separate for each."""
 
     def __init__(self, f: Facts, k: int, shared: bool):
+        # OR-Tools (0.1-0.4 s to import) only when this model is solved
         from ortools.linear_solver import pywraplp
 
         self.pywraplp = pywraplp
@@ -438,8 +440,6 @@ class _FlowLP:
 def _allreduce_lp(f: Facts, sym: Symmetry, free_owners: bool = True) -> float:
     """The joint reduce-scatter + allgather LP of an allreduce (seconds); see the module
     docstring. Units: bytes of ``S/n`` and capacities over the largest bandwidth."""
-    from scipy.optimize import linprog
-
     V, E, n = f.topo.n_vertices, len(f.src), f.n
     g = f.group
     reps = sym.representatives(g)

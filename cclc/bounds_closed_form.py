@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import shortest_path
+from scipy.sparse.csgraph import dijkstra, shortest_path
 
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError
@@ -401,7 +401,6 @@ def latency_bound(coll: Collective) -> Bound:
     latency at least their sum)."""
     if coll.n < 2:
         return Bound("latency", 0.0, "a single rank")
-    from scipy.sparse.csgraph import dijkstra
 
     f = Facts(coll)
     adj = latency_graph(f.src, f.dst, f.topo.link_latency[f.ok], f.topo.n_vertices)

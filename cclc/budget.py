@@ -158,8 +158,9 @@ def _machine_memory() -> int | None:
 
 def _address_space_limit() -> int | None:
     try:
+        # not on every platform (not on Windows), where a module-level import would fail
         import resource
-    except ImportError:             # not on every platform
+    except ImportError:
         return None
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     return None if soft == resource.RLIM_INFINITY else int(soft)

@@ -37,6 +37,8 @@ Run 'cclc COMMAND --help' for the details of one command."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # imported inside main's handler, so that a Ctrl-C while importing ends in 'interrupted' (see
+    # the module docstring)
     import argparse
     import importlib
 
@@ -59,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(argv)
     except KeyboardInterrupt:
+        # imported inside main's handler, so that a Ctrl-C while importing ends in 'interrupted'
+        # (see the module docstring)
         # a second Ctrl-C while we say so must not print a traceback either
         import signal
 
@@ -68,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
+    # imported inside main's handler, so that a Ctrl-C while importing ends in 'interrupted' (see
+    # the module docstring)
     from cclc.allocator import reuse_freed_memory
     from cclc.errors import CclError, render_error
 
@@ -93,6 +99,8 @@ def _run(argv: list[str] | None) -> int:
 def _escape_what_the_terminal_cannot_show() -> None:
     """Print a character the output's encoding lacks as an escape (``\\u043e``), not as a
     traceback: a file name or source line may hold any character, the terminal may be ASCII."""
+    # imported inside main's handler, so that a Ctrl-C while importing ends in 'interrupted' (see
+    # the module docstring)
     import io
 
     for stream in (sys.stdout, sys.stderr):
@@ -107,6 +115,8 @@ def _escape_what_the_terminal_cannot_show() -> None:
 def _source_of(err: CclError) -> str | None:
     """The text of the file an error points into, decoded as the parser decoded it; ``None``
     when it cannot be read or is not text (the error then says so), so no line is shown."""
+    # imported inside main's handler, so that a Ctrl-C while importing ends in 'interrupted' (see
+    # the module docstring)
     from dsl import display_source
 
     text = None if err.span is None else display_source(err.span.file)

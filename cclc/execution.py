@@ -74,7 +74,9 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from cclc.dataflow import MAX_LANES, dataflow_time, lower_schedule
 from cclc.errors import ScheduleError
+from cclc.fabric_routing import ecmp_routes, has_spines
 from cclc.ir import Schedule
 from cclc.lane_cost import DEFAULT_LANE_MEMORY, choose_lanes
 from cclc.sim import simulate
@@ -222,7 +224,6 @@ class Prediction:
 
 def _run(schedule: Schedule, model: ExecutionModel) -> float:
     if model.mode == "dataflow":
-        from cclc.dataflow import dataflow_time, lower_schedule
 
         plan = lower_schedule(schedule, op_overhead=model.op_overhead,
                               max_lanes=model_lanes(schedule, model), grouping=model.groups)
@@ -236,8 +237,6 @@ def model_lanes(schedule: Schedule, model: ExecutionModel) -> int:
     """The most lanes ``model`` runs ``schedule`` with: what :func:`cclc.lane_cost.choose_lanes`
     allows under the model's budget, or :data:`cclc.dataflow.MAX_LANES` without a budget or
     when none fits (the NCCL backend then refuses the schedule and says what it needs)."""
-    from cclc.dataflow import MAX_LANES
-
     if model.max_lanes is not None:
         return model.max_lanes
     if model.lane_memory is None:
@@ -250,8 +249,6 @@ def model_lanes(schedule: Schedule, model: ExecutionModel) -> int:
 
 def predict(schedule: Schedule, model: ExecutionModel = IR_MODEL) -> Prediction:
     """The time of ``schedule`` under ``model`` and its topology's declared routing."""
-    from cclc.fabric_routing import ecmp_routes, has_spines
-
     topo = schedule.topology
     if has_spines(topo) and topo.routing == "ecmp":
         hashed = ecmp_routes(schedule)

@@ -115,6 +115,7 @@ def _core_tier(topo: Topology, li: dict, si: dict, cores: list[int], up: np.ndar
     # pods: connected components of the leaf-spine wiring (failed or not)
     n_leaves = len(li)
     wiring = np.argwhere(up >= 0)
+    # scipy.sparse (~0.2 s to import) only when this runs: importing the module needs no scipy
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -447,6 +448,7 @@ def _assign_step(fab: dict, sizes: np.ndarray, la: np.ndarray, lb: np.ndarray) -
 def _assign_cpsat(fab, sizes, la, lb, cands, cap_up, cap_down, hint) -> np.ndarray:
     """Exact assignment: minimise the worst link's overload above its fair share (0 when the
     shares can all be met), then the busiest link's load."""
+    # OR-Tools (0.1-0.4 s to import) only when this model is solved
     from ortools.sat.python import cp_model
 
     scale = max(1, int(np.gcd.reduce(sizes.astype(np.int64))))

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
+from scipy.sparse.csgraph import breadth_first_order
 
 from cclc.errors import CclError
 from cclc.topology import Topology
@@ -275,6 +276,8 @@ def alltoall_lp_certified(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap
     to conserve flow exactly (:func:`_repair`), give an upper value. A fixed thread count
     (``PDLP_THREADS``: PDLP shards its sums by it) and iteration limit: the same input gives
     the same numbers on every run. ``prices``: more link lengths to certify (a cut's links)."""
+    # OR-Tools (0.1-0.4 s to import) only when this model is solved; cclc.flow_dual only when
+    # this runs, not for cclc --help
     from ortools.pdlp import solvers_pb2
     from ortools.pdlp.python import pdlp
 
@@ -335,6 +338,7 @@ def alltoall_lp_routed(n_vertices: int, src: np.ndarray, dst: np.ndarray, cap: n
     ``target_gap``). Every source is its own family (no symmetry reduction: the routing is
     cheap per source); deterministic, so the same input gives the same numbers. ``iterations``
     counts the passes."""
+    # cclc.flow_dual, cclc.flow_route only when this runs, not for cclc --help
     from cclc.flow_dual import certified_time
     from cclc.flow_route import route_alltoall
 
@@ -375,8 +379,6 @@ def _tree_loads(n_vertices: int, src: np.ndarray, dst: np.ndarray, roots: np.nda
                 demand: np.ndarray) -> np.ndarray:
     """Per root ``r``, the load on every link ``src -> dst`` of sending ``demand[r, v]`` from
     ``roots[r]`` to each ``v`` down a fewest-hop tree (k x links)."""
-    from scipy.sparse.csgraph import breadth_first_order
-
     V, E, k = n_vertices, len(src), len(roots)
     key = src.astype(np.int64) * V + dst
     order = np.argsort(key, kind="stable")

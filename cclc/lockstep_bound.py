@@ -50,6 +50,7 @@ larger of the two.
 from __future__ import annotations
 
 import numpy as np
+from scipy.sparse.csgraph import dijkstra
 
 from cclc.bounds import Bound, latency_graph, vertex_nodes
 from cclc.collective import Collective, CollectiveKind
@@ -134,8 +135,6 @@ def _node_count(coll: Collective, reverse: bool) -> tuple[float, str, bool] | No
 
 def _least_latency_from(group: np.ndarray, src, dst, lat, n_vertices: int) -> np.ndarray:
     """Per vertex: the least latency of a path to it from any member (0 at the members)."""
-    from scipy.sparse.csgraph import dijkstra
-
     return dijkstra(latency_graph(src, dst, lat, n_vertices), directed=True, indices=group,
                     min_only=True)
 
@@ -167,6 +166,7 @@ def _steps_lp(K: int, drain: bool, G: int, foreign: float, local: float, c_in: f
               c_gpu: float, alpha_in: float, alpha_gpu: float, entering: float) -> float:
     """The least time of ``K`` steps that cross into the node and, with ``drain``, one step
     after them (microseconds inside, to keep the LP well scaled)."""
+    # OR-Tools (0.1-0.4 s to import) only when this model is solved
     from ortools.linear_solver import pywraplp
 
     us, MB = 1e6, 1e-6            # seconds -> us, bytes -> MB: rates in MB/us

@@ -1,8 +1,9 @@
 """The one model of NCCL: what its topology search builds and what its cost model predicts.
 
 Every "vs NCCL" figure of cclc (compile and sim reports, ``cclc tune``'s baseline, the
-benchmarks) comes from this module. It replays, on a cclc topology, the two things NCCL does
-at communicator init and at every call:
+benchmarks) comes from this module; :mod:`cclc.nccl_comparison` sets it beside cclc's own.
+It replays, on a cclc topology, the two things NCCL does at communicator init and at every
+call:
 
 1. **Topology search** (NCCL ``src/graph/search.cc`` ``ncclTopoCompute``; ``paths.cc``): a
    ring graph (and a tree graph, modelled as the same channels) is a set of channels, each
@@ -52,7 +53,6 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.nccl_fabric import CoreLimits, core_limits
 from cclc.topology import LinkKind, Topology
-from cclc.units import format_time
 
 __all__ = [
     "ARCHS",
@@ -73,19 +73,16 @@ __all__ = [
     "Func",
     "Graph",
     "NcclChoice",
-    "NcclComparison",
     "NcclModel",
     "NcclSystem",
     "NvlinkRate",
     "Proto",
     "bus_factor",
-    "compare_with_nccl",
     "cost_table",
     "gpu_nic_bandwidth",
     "graph_busbw",
     "latency_us",
     "nccl_choice",
-    "nccl_comparison",
     "nccl_chunk",
     "nccl_estimate",
     "nccl_init",
@@ -94,7 +91,6 @@ __all__ = [
     "nsteps",
     "nvlink_as_nccl_sees_it",
     "scale_index",
-    "speedup_text",
     "system_of",
 ]
 
@@ -771,76 +767,3 @@ def _core_limited(choice: NcclChoice, limits: CoreLimits) -> NcclChoice:
     latency = _latency(choice.func, choice.algo, choice.proto, choice.model, choice.nbytes)
     stretched = latency + (choice.time_us - latency) * bus / limit
     return replace(choice, time_us=stretched, core_limit=limit)
-
-
-def speedup_text(baseline: float, ours: float) -> str:
-    """``"1.27x faster"``, ``"1.27x slower"`` or ``"as fast"``: a ratio said the right way."""
-    if ours <= 0 or baseline <= 0:
-        return "not comparable"
-    ratio = baseline / ours
-    if abs(ratio - 1) < 0.005:
-        return "as fast"
-    return f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower"
-
-
-@dataclass(frozen=True, slots=True)
-class NcclComparison:
-    """NCCL's predicted choice for a collective beside cclc's predicted ``time`` (seconds) for
-    it; ``software_cost=False`` when cclc's time charges no launch or per-op cost (the ``ir``
-    model), which NCCL's does. Computed once by the pipeline and handed to every output."""
-
-    nccl: NcclChoice
-    time: float
-    software_cost: bool = True
-
-    @property
-    def nccl_time(self) -> float:
-        """NCCL's predicted time (seconds)."""
-        return self.nccl.time_us * 1e-6
-
-    @property
-    def speedup(self) -> str:
-        """How cclc's time compares, said the right way (:func:`speedup_text`)."""
-        return speedup_text(self.nccl_time, self.time)
-
-    @property
-    def _core(self) -> str:
-        """What holds NCCL's ring or tree on a three-tier fabric (empty elsewhere)."""
-        limit = self.nccl.core_limit
-        return ("" if limit is None else
-                f" (held by the pods' core links to {limit:.0f} GB/s of bus bandwidth)")
-
-    @property
-    def line(self) -> str:
-        """One line for reports: NCCL's choice and time, and the comparison with its caveats
-        (inside the calibration error; no software cost on cclc's side)."""
-        verdict = self.speedup
-        # The model is only shown to be right within the calibration tolerance: a smaller
-        # difference is not a claim the model can carry, so the line says so instead of
-        # standing as a speed-up.
-        if (verdict != "as fast"
-                and abs(self.nccl_time / self.time - 1) <= CALIBRATION_TOLERANCE):
-            verdict += f", inside the model's +-{CALIBRATION_TOLERANCE:.0%} calibration error"
-        if not self.software_cost:
-            verdict += (" (cclc's time charges no software cost and NCCL's does: emit nccl or "
-                        "msccl for a like-for-like time)")
-        return (f"NCCL today (predicted by cclc's model of NCCL): {self.nccl.name} "
-                f"{format_time(self.nccl_time)}, busbw {self.nccl.busbw:.1f} GB/s"
-                f"{self._core}; cclc's schedule is predicted {verdict}")
-
-
-def nccl_comparison(coll: Collective, time: float, software_cost: bool = True
-                    ) -> NcclComparison | None:
-    """NCCL's predicted choice for ``coll`` beside cclc's ``time`` for it; ``None`` where
-    NCCL's tables have nothing to say (:func:`nccl_estimate`) or ``time`` is not positive."""
-    est = nccl_estimate(coll)
-    if est is None or time <= 0:
-        return None
-    return NcclComparison(est, time, software_cost)
-
-
-def compare_with_nccl(coll: Collective, time: float, software_cost: bool = True) -> str | None:
-    """The report line of :func:`nccl_comparison` (:attr:`NcclComparison.line`), or
-    ``None``."""
-    comparison = nccl_comparison(coll, time, software_cost)
-    return None if comparison is None else comparison.line

@@ -19,7 +19,7 @@ arguments, calls it and prints what it reports, and the tests and benchmarks cal
    output takes (:meth:`backends.contract.Backend.refusal`) (stages 2-5 for all candidates
    are :func:`cclc.plan.plan`);
 6. **compare** -- what NCCL would take on the same machine
-   (:func:`cclc.nccl_model.nccl_comparison`), computed once and handed to the outputs in
+   (:func:`cclc.nccl_comparison.nccl_comparison`), computed once and handed to the outputs in
    their :class:`~backends.contract.Facts`;
 7. **render and write** -- every backend renders its files (:mod:`backends.contract`) and this
    module writes them through :class:`~cclc.outdir.OutputDir`, which never overwrites a file
@@ -33,23 +33,30 @@ what happens is told to an :class:`Events` object.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from backends import load
+from backends.contract import EmitOptions, Facts
 from backends.write import write_backend, write_outputs
+from cclc.algorithms import BuildContext
+from cclc.bounds import bounds
 from cclc.collective import Collective, Hint
 from cclc.errors import CclError, NotExpressible, ScheduleError
+from cclc.execution import model_for, model_reason
 from cclc.ir import Schedule
 from cclc.outdir import OutputDir
-from cclc.plan import Plan, Resolution
+from cclc.plan import Plan, Resolution, plan, resolve
+from cclc.sim import simulate as run_sim
 
 if TYPE_CHECKING:
-    from backends.contract import Backend, EmitOptions, Facts
+    from backends.contract import Backend
     from cclc.execution import ExecutionModel
-    from cclc.nccl_model import NcclComparison
+    from cclc.nccl_comparison import NcclComparison
     from dsl import Program
 
 __all__ = [
@@ -156,6 +163,7 @@ def compile_source(text: str, output: str | os.PathLike | OutputDir,
                    events: Events | None = None, filename: str = "<string>"
                    ) -> tuple[Compiled, ...]:
     """:func:`compile_program` on the text of a ``.ccl`` file."""
+    # the .ccl front end (lark, ~0.3 s to import) only when a .ccl file is read, not for cclc --help
     import dsl
 
     return compile_program(dsl.loads(text, filename), output, request, events)
@@ -174,10 +182,6 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
     fails verification, or an output a schedule cannot take, is reported in its
     :class:`Compiled` and the rest goes on.
     """
-    from backends import load
-    from backends.contract import EmitOptions
-    from cclc.execution import model_for, model_reason
-
     events = events or Events()
     options = request.options or EmitOptions()
     backends = [load(name) for name in request.emit]
@@ -304,9 +308,6 @@ def _check_algorithm_flag(name: str) -> None:
 def _resolve(coll: Collective, request: Request) -> Resolution:
     """:func:`cclc.plan.resolve`, once per collective; a name given by ``--algorithm`` is
     reported as a bad flag, not at a line of the file that does not contain it."""
-    from cclc.algorithms import BuildContext
-    from cclc.plan import resolve
-
     try:
         return resolve(coll, BuildContext(synth_budget=request.synth_budget))
     except CclError as err:
@@ -317,6 +318,7 @@ def _resolve(coll: Collective, request: Request) -> Resolution:
 
 def _check_sizes(resolved: Sequence[Resolution]) -> None:
     """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget)."""
+    # cclc.budget only when this runs, not for cclc --help
     from cclc.budget import available_memory, check_budget, estimate_size
 
     memory = available_memory()
@@ -338,8 +340,7 @@ def topology_file(name: str) -> str:
 
 
 def _topology_text(topo) -> str:
-    import json
-
+    # cclc.serialize only when this runs, not for cclc --help
     from cclc.serialize import topology_document
 
     return json.dumps(topology_document(topo), separators=(",", ":"), allow_nan=False) + "\n"
@@ -347,8 +348,6 @@ def _topology_text(topo) -> str:
 
 def _plan(resolution: Resolution, request: Request, model: ExecutionModel,
           refusal: Callable[[Schedule], str | None], events: Events) -> Plan:
-    from cclc.plan import plan
-
     coll = resolution.collective
     with events.stage(f"{coll.name}: planning") as st:
         return plan(coll, explain=request.explain, model=model,
@@ -372,7 +371,8 @@ def _refusal(backends: Sequence[Backend[Any, Any]], options: EmitOptions
 
 
 def _compare(coll: Collective, p: Plan) -> NcclComparison | None:
-    from cclc.nccl_model import nccl_comparison
+    # cclc.nccl_comparison only when this runs, not for cclc --help
+    from cclc.nccl_comparison import nccl_comparison
 
     if p.time is None:
         return None
@@ -386,10 +386,8 @@ def measure(schedule: Schedule, p: Plan | None = None, simulate: bool = True,
     differently), with ``simulate`` its lockstep and event-driven simulations, and the
     comparison with NCCL: ``nccl`` (the pipeline's, of the plan's time) or, for a schedule
     without a plan (``cclc viz``), that of its lockstep time."""
-    from backends.contract import Facts
-    from cclc.bounds import bounds
-    from cclc.nccl_model import nccl_comparison
-    from cclc.sim import simulate as run_sim
+    # cclc.nccl_comparison only when this runs, not for cclc --help
+    from cclc.nccl_comparison import nccl_comparison
 
     found = p.bounds if p is not None and p.bounds is not None else bounds(schedule.collective)
     lockstep = run_sim(schedule, mode="lockstep") if simulate else None

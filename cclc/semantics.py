@@ -28,6 +28,7 @@ import numpy as np
 
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind
 from cclc.errors import ScheduleError
+from cclc.ir import Buf
 
 __all__ = [
     "EMPTY",
@@ -267,8 +268,6 @@ def chunk_map(schedule) -> ChunkMap:
     Raises :class:`ScheduleError` when a buffer has the wrong number of elements or a chunk
     straddles a block boundary of the collective.
     """
-    from cclc.ir import Buf
-
     coll = schedule.collective
     c = contract(coll)
     inp = _chunk_coords("input", coll, schedule.chunk_elems(Buf.INPUT), c.input_blocks,

@@ -244,6 +244,7 @@ class Topology:
             return True
         if any(r in self.failed_ranks for r in ranks):
             return False
+        # scipy.sparse (~0.2 s to import) only when this runs: importing the module needs no scipy
         # strongly connected components on a sparse matrix: a networkx graph of a million-rank
         # mesh takes half a minute to build
         from scipy.sparse.csgraph import connected_components
@@ -255,6 +256,7 @@ class Topology:
     def _healthy_matrix(self):
         """Healthy links as a sparse ``(V, V)`` matrix of latencies (the lowest of parallel
         links); zero latencies are stored explicitly, so they stay edges for scipy.csgraph."""
+        # scipy.sparse (~0.2 s to import) only when this runs: importing the module needs no scipy
         from scipy.sparse import csr_matrix
 
         ok = ~self.link_failed
@@ -280,6 +282,7 @@ class Topology:
         ranks = list(self.live_ranks() if ranks is None else ranks)
         if len(ranks) < 2:
             return 0.0
+        # scipy.sparse (~0.2 s to import) only when this runs: importing the module needs no scipy
         from scipy.sparse.csgraph import dijkstra
 
         adj = self._healthy_matrix()

@@ -69,6 +69,7 @@ class Communicator:
     """
 
     def __init__(self, group=None):
+        # optional dependency: present only where it is installed
         import torch.distributed as dist
 
         nccl = _libnccl()
@@ -147,6 +148,7 @@ class Collective:
                  stream=None):
         """Run on ``input`` (a contiguous CUDA tensor) into ``output`` (allocated if ``None``;
         ``output is input`` runs in place) on ``stream`` (the current one by default)."""
+        # optional dependency: present only where it is installed
         import torch
 
         if not input.is_cuda or not input.is_contiguous():
@@ -295,6 +297,7 @@ def register_mscclpp(folder: str | Path, *, inplace: bool, rank: int | None = No
     modes registered, a call could run a plan written for the other mode. ``rank`` and
     ``ranks_per_node`` default to torchrun's ``RANK`` and ``LOCAL_WORLD_SIZE``.
     """
+    # optional dependency: present only where it is installed
     import mscclpp
     import mscclpp.ext
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -259,3 +260,74 @@ def test_known_upward_imports_are_still_there():
     edges, _ = _graph()
     gone = sorted(pair for pair in KNOWN_UPWARD if pair[1] not in edges.get(pair[0], set()))
     assert not gone, f"fixed, so remove them from KNOWN_UPWARD: {gone}"
+
+
+def _function_imports_without_a_reason(path: Path) -> list[int]:
+    """The lines of the imports inside functions of ``path`` that no comment explains: a
+    comment on the import's lines, or on the line above the run of imports it belongs to."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: list[ast.stmt] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, True)
+            elif isinstance(child, (ast.Import, ast.ImportFrom)) and in_function:
+                found.append(child)
+            else:
+                visit(child, in_function)
+
+    visit(ast.parse("\n".join(lines), str(path)), False)
+    import_lines = {i for node in found for i in range(node.lineno, (node.end_lineno or 0) + 1)}
+    missing = []
+    for node in found:
+        if any("#" in lines[i - 1] for i in range(node.lineno, (node.end_lineno or 0) + 1)):
+            continue
+        above = node.lineno - 1                 # 1-based: the line above the import
+        # up over the imports of the same run (and the blank lines that group them)
+        while above in import_lines or (not lines[above - 1].strip() and above - 1 in import_lines):
+            above -= 1
+        if above < 1 or not lines[above - 1].strip().startswith("#"):
+            missing.append(node.lineno)
+    return missing
+
+
+def test_the_function_import_check_needs_a_comment(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(textwrap.dedent("""\
+        import os
+
+
+        def f():
+            # why: one comment covers the run of imports, blank lines between groups too
+            import json
+            import re
+
+            import ast
+            return os, json, re, ast
+
+
+        def g():
+            x = 1
+            import json
+            return json, x
+
+
+        def h():
+            import json  # why
+            return json
+        """))
+    assert _function_imports_without_a_reason(source) == [15]     # g's import
+
+
+def test_every_import_inside_a_function_says_why():
+    """An import belongs at the top of its module; one inside a function is there for a
+    reason (it keeps an expensive or optional package off a path that does not need it, or
+    ``cclc.cli``'s rule that every import happens inside ``main``'s handler), and a comment on
+    it or above its run of imports says which, so the exception stays one."""
+    missing = [f"{path.relative_to(ROOT)}:{line}"
+               for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
+               for line in _function_imports_without_a_reason(path)]
+    assert not missing, ("imports inside functions without a comment saying why (move them to "
+                         "the top of the module, or say what they keep off which path):\n"
+                         + "\n".join(missing))

@@ -23,6 +23,7 @@ from backends.msccl.lower import Lowered, chunks_limit_message, counted_refusal,
 from backends.msccl.runtimes import Runtime, runtime_named
 from backends.msccl.xml import xml_pieces
 from backends.units import UnitFacts, buffer_units, units_refusal, writes_input
+from backends.write import write_backend
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import NotExpressible, ScheduleError
 from cclc.execution import MSCCL_MODEL, ExecutionModel
@@ -242,8 +243,6 @@ def emit(schedule: Schedule, outdir, options: EmitOptions | None = None) -> list
     """Write ``<name>.<runtime>.xml`` and ``<name>.<runtime>.report.md`` for
     ``options.msccl_runtime`` into ``outdir`` (a folder or an :class:`~cclc.outdir.OutputDir`)
     through the pipeline's writer; return their paths."""
-    from backends.write import write_backend
-
     return write_backend(BACKEND, schedule.collective, schedule, outdir, options)
 
 

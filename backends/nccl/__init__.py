@@ -38,6 +38,7 @@ from backends.contract import Backend, Facts
 from backends.nccl.build import TARGET_FILES, BuildError, build, cuda_home, nccl_home
 from backends.nccl.tables import DataflowTables, dataflow_tables, table_lane_cost
 from backends.units import UnitFacts, buffer_units, to_units
+from backends.write import write_backend
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, DType
 from cclc.dataflow import MAX_LANES
 from cclc.errors import ScheduleError
@@ -295,7 +296,5 @@ def emit(schedule: Schedule, outdir, options: EmitOptions | None = None, api: st
     """Write the sources into ``outdir/nccl-<name>/`` (``api`` ``"onesided"``:
     ``outdir/nccl-onesided-<name>/``) through the pipeline's writer (and build them if
     ``options.build``); return the paths, the built files last."""
-    from backends.write import write_backend
-
     backend = ONESIDED if api == "onesided" else BACKEND
     return write_backend(backend, schedule.collective, schedule, outdir, options)

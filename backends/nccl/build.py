@@ -25,6 +25,7 @@ def nccl_home(options: EmitOptions | None = None) -> str:
     if os.environ.get("NCCL_HOME"):
         return os.environ["NCCL_HOME"]
     try:
+        # optional dependency: present only where it is installed
         import nvidia.nccl as wheel  # a namespace package: no __file__
     except ImportError:
         raise BuildError("NCCL headers not found: pip install 'cclc[nccl]' (the "

@@ -29,6 +29,7 @@ from backends.contract import Backend, Facts
 from backends.nccl import NcclBackend, lane_cost_lines, render_sources, table_text
 from backends.nccl.tables import dataflow_tables, table_lane_cost
 from backends.units import buffer_units, to_units
+from backends.write import write_backend
 from cclc.catalog.build import Catalog, perm_of
 from cclc.catalog.faultsets import cables
 from cclc.catalog.relabel import RANK_BUFFERS, split_at_blocks
@@ -180,8 +181,6 @@ def write_catalog_library(catalog: Catalog, out, options: EmitOptions | None = N
                           ) -> list[str]:
     """Write (and with ``options.build``/``mpi`` build) the catalog's library into the
     :class:`~cclc.outdir.OutputDir` ``out``; returns the names written."""
-    from backends.write import write_backend
-
     options = options or EmitOptions()
     paths = write_backend(BACKEND, catalog, catalog, out, options)
     return [str(pathlib.Path(p).relative_to(out.path)) for p in paths]

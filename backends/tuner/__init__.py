@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from backends.contract import Backend, EmitOptions, Facts, TunerRows
+from backends.write import write_backend
 from cclc.errors import CclError
 
 if TYPE_CHECKING:
@@ -141,7 +142,5 @@ def emit(rows: TunerRows, outdir, build_library: bool = True, cc: str | None = N
     """Write ``plugin.c`` and ``Makefile`` (and, with ``build_library``, build the ``.so``)
     into ``outdir`` -- a :class:`cclc.outdir.OutputDir` or a folder path -- through the
     pipeline's writer; returns the names written."""
-    from backends.write import write_backend
-
     paths = write_backend(BACKEND, rows, rows, outdir, EmitOptions(build=build_library, cc=cc))
     return [p.name for p in paths]

@@ -10,6 +10,7 @@ so adding an algorithm is one module and one line in :data:`_MODULES`.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -20,6 +21,7 @@ from cclc.fabric_routing import route_spines
 from cclc.ir import Schedule
 from cclc.link_traffic import Traffic
 from cclc.relay import lower_relays
+from cclc.sim import simulate
 
 __all__ = ["REGISTRY", "Algorithm", "BudgetExhausted", "BuildContext", "CostFn", "NoBound",
            "OpsFn", "Synthesis", "TrafficFn", "algorithms_for", "every_rank_ops", "get",
@@ -250,8 +252,6 @@ def _synthesis_with_passes(synthesize: Callable[..., Synthesis], contextual: boo
 def lockstep_time(schedule: Schedule) -> float:
     """The IR's plain lockstep time of ``schedule`` (:func:`cclc.sim.simulate`): the default
     :data:`CostFn` of a tuning algorithm."""
-    from cclc.sim import simulate
-
     return simulate(schedule).time
 
 
@@ -292,8 +292,6 @@ def get(name: str) -> Algorithm | None:
 
 def _load_all() -> None:
     # importing a module registers its algorithms; the order here is the order of reports
-    import importlib
-
     for mod in _MODULES:
         importlib.import_module(f"cclc.algorithms.{mod}")
 

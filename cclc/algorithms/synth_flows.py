@@ -37,6 +37,7 @@ from cclc.algorithms import (
 from cclc.algorithms.common import bad_int_param
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Schedule
+from cclc.sim import simulate
 
 __all__ = ["AUTO_MAX_RANKS", "AUTO_STAGGER", "AUTO_SYMMETRIC_RANKS", "DEFAULT_BUDGET",
            "budget_seconds", "build_synth_alltoall", "synthesize_flows"]
@@ -70,6 +71,10 @@ def budget_seconds(params: dict, default: float | None = None) -> float | None:
 
 
 def _applicable(coll: Collective, context: BuildContext, **params) -> str | None:
+    # cclc.synth.flow_solution, cclc.synth.symmetry only when this runs, not for cclc --help
+    from cclc.synth.flow_solution import group_connected, usable_links
+    from cclc.synth.symmetry import translations
+
     if coll.kind is not CollectiveKind.ALLTOALL:
         return f"synth (flows) does not serve {coll.kind.value}"
     unknown = sorted(set(params) - {"budget", "split", "steps"})
@@ -85,7 +90,6 @@ def _applicable(coll: Collective, context: BuildContext, **params) -> str | None
             return why
     if coll.n < 2:
         return "a single rank has nothing to move"
-    from cclc.synth.flow_solution import group_connected
 
     if not group_connected(coll):
         return ("the group's ranks cannot reach each other through members of the group "
@@ -96,9 +100,6 @@ def _applicable(coll: Collective, context: BuildContext, **params) -> str | None
         return (f"{coll.n} ranks > {AUTO_MAX_RANKS}: synthesis takes minutes of CPU time "
                 "here; give it a budget (synth(budget = 300) or --synth-budget) to run it")
     if coll.algorithm.name == "auto" and coll.n > AUTO_SYMMETRIC_RANKS:
-        from cclc.synth.flow_solution import usable_links
-        from cclc.synth.symmetry import translations
-
         if translations(coll, usable_links(coll)).order == coll.n:
             return (f"{coll.n} ranks on a torus whose translations all survive: the torus "
                     "templates reach the bandwidth bound there; synth(budget = 60) or "
@@ -109,7 +110,7 @@ def _applicable(coll: Collective, context: BuildContext, **params) -> str | None
 def synthesize_flows(coll: Collective, context: BuildContext, **params) -> Synthesis:
     """The synthesized alltoall of ``coll``, packed for ``context.model``; without a schedule
     when the budget ran out before the path LP had one."""
-    from cclc.sim import simulate
+    # cclc.synth.alltoall, cclc.synth.flows only when this runs, not for cclc --help
     from cclc.synth.alltoall import LP_TIME_LIMIT, synthesize_alltoall, write_schedule
     from cclc.synth.flows import SynthBudgetError, solve_flows
 

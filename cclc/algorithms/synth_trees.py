@@ -36,6 +36,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
 
 from cclc.algorithms import (
     Algorithm,
@@ -60,6 +62,7 @@ from cclc.algorithms.tree_search import TreeSynthesis, synthesize_trees
 from cclc.collective import Collective, CollectiveKind
 from cclc.execution import ExecutionModel
 from cclc.ir import Schedule
+from cclc.sim import simulate
 from cclc.synth import tree_schedule
 from cclc.synth.hop_graph import HopGraph, hop_graph
 from cclc.synth.phase_time import edge_levels
@@ -98,9 +101,6 @@ def _applicable(coll: Collective, context: BuildContext, **params) -> str | None
 
 
 def _strongly_connected(g: HopGraph) -> bool:
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import connected_components
-
     mat = csr_matrix((np.ones(g.m), (g.src, g.dst)), shape=(g.n, g.n))
     return connected_components(mat, directed=True, connection="strong")[0] == 1
 
@@ -164,8 +164,6 @@ def synthesize_tree_schedule(coll: Collective, context: BuildContext, **params) 
     """The synthesized schedule of an AllGather, ReduceScatter or AllReduce, packed and
     pipelined for ``context.model``; without a schedule when the budget ended before any
     packing was whole (the planner then races the templates: :mod:`cclc.template_race`)."""
-    from cclc.sim import simulate
-
     # the collective's own budget, else `cclc compile --synth-budget`, else the default
     budget = budget_seconds(params, context.synth_budget)
     budget = DEFAULT_BUDGET if budget is None else budget

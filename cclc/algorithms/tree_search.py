@@ -32,6 +32,7 @@ from cclc.algorithms.tree_costs import (
     phase_times,
     predict_pipeline,
 )
+from cclc.bounds import bounds
 from cclc.collective import Collective, CollectiveKind
 from cclc.execution import IR_MODEL, ExecutionModel
 from cclc.synth.fabric_symmetry import find_free_automorphism, member_powers
@@ -100,8 +101,6 @@ def _allreduce_reference(coll: Collective) -> tuple[float, float]:
     allgather LP, where it runs; else the closed forms). Not the sum of the two phases'
     optima: overlapping the phases on full-duplex links beats that sum. Also returns the
     strongest bandwidth bound (all but the latency bound), the joint packing's target."""
-    from cclc.bounds import bounds
-
     # the best of all: the LP prices bandwidth only, the closed forms include latency
     b = bounds(coll)
     return b.best, max(x.seconds for x in b.items if x.name != "latency")

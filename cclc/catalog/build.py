@@ -24,12 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from cclc.catalog.faultsets import FaultOrbits, FaultSet, fault_orbits
-from cclc.catalog.relabel import group_map
+from cclc.catalog.relabel import group_map, relabel, split_at_blocks
 from cclc.collective import Collective, CollectiveKind, make_collective
 from cclc.errors import CclError
 from cclc.execution import IR_MODEL, ExecutionModel
 from cclc.ir import Schedule
-from cclc.plan import Plan
+from cclc.plan import Plan, plan
 from cclc.topology import with_faults
 
 __all__ = ["FORMAT", "VERSION", "Catalog", "Compiled", "build_catalog", "catalog_document",
@@ -131,8 +131,6 @@ def build_catalog(coll: Collective, classes: tuple[str, ...],
     :data:`cclc.catalog.faultsets.CLASSES`), every schedule planned under ``model``
     (``refusal``: as :func:`cclc.plan.plan` takes it). ``on_step(i, total, what)`` is told
     before each compile. :class:`CclError` for a class the machine does not have."""
-    from cclc.plan import plan
-
     started = time.perf_counter()
     if coll.pair_sizes is not None:
         raise CclError(f"collective '{coll.name}' has per-pair sizes; a catalog moves whole "
@@ -162,8 +160,6 @@ def build_catalog(coll: Collective, classes: tuple[str, ...],
 def member_schedule(catalog: Catalog, class_index: int, member: int) -> Schedule:
     """The schedule that serves one member: its orbit's schedule relabeled (for checks; the
     runtimes relabel their tables instead). :class:`CclError` when none serves it."""
-    from cclc.catalog.relabel import relabel, split_at_blocks
-
     m = catalog.classes[class_index].members[member]
     entry = catalog.schedules[catalog.schedule_of(class_index, m.orbit)]
     if entry.plan is None:

@@ -34,6 +34,7 @@ import numpy as np
 
 from cclc.collective import Collective
 from cclc.errors import CclError
+from cclc.synth.fabric_symmetry import find_free_automorphism
 from cclc.topology import LinkKind, Topology
 
 __all__ = ["CLASSES", "MAX_MEMBERS", "FaultOrbits", "FaultSet", "Member", "cables",
@@ -148,7 +149,7 @@ def symmetry_maps(coll: Collective) -> np.ndarray:
     one vertex map per row, the identity first: the torus group of
     :func:`cclc.synth.symmetry.automorphisms`, or on a fabric the powers of one free
     automorphism; those that fix the root of a rooted collective."""
-    from cclc.synth.fabric_symmetry import find_free_automorphism
+    # cclc.synth.symmetry only when this runs, not for cclc --help
     from cclc.synth.symmetry import automorphisms
 
     topo = coll.topology

@@ -6,6 +6,7 @@ import argparse
 import functools
 import sys
 
+from cclc.bounds import bounds
 from cclc.progress import Progress
 
 __all__ = ["add_parser", "run"]
@@ -69,8 +70,9 @@ def _positive(text: str) -> int:
 
 
 def run(args) -> int:
+    # the .ccl front end (lark, ~0.3 s to import) and cclc.lockstep_bound only when this command
+    # runs, not for cclc --help
     import dsl
-    from cclc.bounds import bounds
     from cclc.lockstep_bound import lockstep_bound
 
     program = dsl.load(args.file)       # errors carry spans: the CLI renders them

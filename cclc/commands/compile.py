@@ -8,9 +8,18 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+import backends
+from backends.contract import EmitOptions
+from backends.msccl.runtimes import RUNTIMES
 from cclc.commands.argtypes import path_named
-from cclc.errors import CclError
+from cclc.dataflow import lower_schedule
+from cclc.errors import CclError, ScheduleError
+from cclc.execution import NCCL_GROUP_OVERHEAD
+from cclc.lane_cost import DEFAULT_LANE_MEMORY, choose_lanes, plan_entries, schedule_lane_cost
 from cclc.pipeline import Compiled, Events, Request, compile_program
+from cclc.plan import hint_key
 from cclc.progress import Progress
 from cclc.units import format_time
 
@@ -44,14 +53,12 @@ examples:
 
 
 def _outputs() -> tuple[str, ...]:
-    from backends import SCHEDULE_BACKENDS
-
-    return SCHEDULE_BACKENDS
+    """The backends ``--emit`` takes, read when the flag is parsed: the table may have grown
+    since this module was imported (a test's stand-in backend)."""
+    return backends.SCHEDULE_BACKENDS
 
 
 def _runtimes() -> list[str]:
-    from backends.msccl.runtimes import RUNTIMES
-
     return list(RUNTIMES)
 
 
@@ -137,6 +144,7 @@ def _memory_size(text: str) -> int:
 
 def load_program(path: str):
     """``dsl.load(path)``; a seam so the command can be tested on hand-built programs."""
+    # the .ccl front end (lark, ~0.3 s to import) only when a .ccl file is read, not for cclc --help
     import dsl
 
     return dsl.load(path)
@@ -233,7 +241,8 @@ class _Printer(Events):
                   f"{coll.topology.name}")
 
     def planned(self, coll, p, nccl: str | None) -> None:
-        from cclc.plan import hint_key
+        # cclc.synth.report only when this runs, not for cclc --help
+        from cclc.synth.report import synth_report
 
         pct = f", {p.pct_of_bound:.1f}% of bound" if p.pct_of_bound is not None else ""
         t = f" {format_time(p.time)}" if p.time is not None else ""
@@ -246,7 +255,6 @@ class _Printer(Events):
         print(f"{coll.name}: {p.name}{t}{pct}, {len(p.schedule.ops)} ops in "
               f"{p.schedule.n_steps} steps ({p.model.label}; routing {coll.topology.routing})")
         if p.schedule.algorithm == "synth":
-            from cclc.synth.report import synth_report
 
             print(f"  {synth_report(p.schedule)}")
         if p.planned_time is not None:
@@ -282,10 +290,6 @@ class _Printer(Events):
 
 def _lane_report(p) -> str:
     """What the NCCL library's lanes make and allocate on each rank (see cclc.lane_cost)."""
-    from cclc.errors import ScheduleError
-    from cclc.execution import NCCL_GROUP_OVERHEAD
-    from cclc.lane_cost import DEFAULT_LANE_MEMORY, choose_lanes, schedule_lane_cost
-
     budget = p.model.lane_memory if p.model.lane_memory is not None else DEFAULT_LANE_MEMORY
     try:
         choice = choose_lanes(p.schedule, budget)
@@ -297,12 +301,6 @@ def _lane_report(p) -> str:
 
 def _onesided_report(p) -> str:
     """What the one-sided NCCL library makes on each rank: no lanes (see cclc.execution)."""
-    import numpy as np
-
-    from cclc.dataflow import lower_schedule
-    from cclc.execution import NCCL_GROUP_OVERHEAD
-    from cclc.lane_cost import plan_entries
-
     s = p.schedule
     entries = plan_entries(s, lower_schedule(s, op_overhead=NCCL_GROUP_OVERHEAD))
     net = s.ops.src != s.ops.dst
@@ -315,8 +313,6 @@ def _onesided_report(p) -> str:
 
 
 def _options(args):
-    from backends.contract import EmitOptions
-
     return EmitOptions(msccl_runtime=getattr(args, "msccl_runtime", "msccl"),
                        max_bytes=getattr(args, "msccl_max_bytes", None),
                        build=getattr(args, "build", False))

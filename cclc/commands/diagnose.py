@@ -8,7 +8,15 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from cclc.commands.argtypes import path_named
-from cclc.diagnose.localize import MIN_BASELINE, MIN_EVIDENCE, PATCH_CONFIDENCE
+from cclc.diagnose.localize import (
+    MIN_BASELINE,
+    MIN_EVIDENCE,
+    PATCH_CONFIDENCE,
+    DiagnoseOptions,
+    diagnose,
+)
+from cclc.errors import CclError
+from cclc.outdir import OutputDir
 
 __all__ = ["add_parser", "run"]
 
@@ -90,10 +98,10 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    # the .ccl front end (lark, ~0.3 s to import) and cclc.diagnose.timings only when this
+    # command runs, not for cclc --help
     import dsl
-    from cclc.diagnose.localize import DiagnoseOptions, diagnose
     from cclc.diagnose.timings import read_timings_files
-    from cclc.errors import CclError
 
     program = dsl.load(args.topology)
     topos = program.topologies
@@ -147,6 +155,7 @@ def run(args) -> int:
 
 def _print_fault_set(topo, d) -> None:
     """The confident suspects as a catalog library's fault set (one line to paste)."""
+    # cclc.diagnose.faults only when this runs, not for cclc --help
     from cclc.diagnose.faults import fault_set
 
     links, ranks = fault_set(topo, d.confident)
@@ -176,9 +185,10 @@ def _print_suspect(i: int, s) -> None:
 
 def _write_statements(args, topo, d) -> None:
     """The fault statements of the suspects that reach the confidence, printed and written."""
+    # the .ccl front end (lark, ~0.3 s to import) and cclc.diagnose.faults only when this runs,
+    # not for cclc --help
     import dsl
     from cclc.diagnose.faults import fault_statements, patch_source
-    from cclc.outdir import OutputDir
 
     targets = [x for x in (args.faults, args.patch) if x]
     if not d.suspects:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from backends import load as load_backend
+from cclc.bounds import bounds
+from cclc.errors import CclError, ScheduleError
+from cclc.execution import IR_MODEL, predict
 from cclc.progress import Progress
+from cclc.sim import simulate
+from cclc.verify import verify
 
 __all__ = ["add_parser", "run"]
 
@@ -56,14 +62,9 @@ def _gbps(bw: float) -> str:
 
 
 def run(args) -> int:
-    from backends import load as load_backend
-    from cclc.bounds import bounds
-    from cclc.errors import CclError, ScheduleError
-    from cclc.execution import IR_MODEL, predict
-    from cclc.nccl_model import compare_with_nccl
+    # cclc.nccl_comparison, cclc.serialize only when this runs, not for cclc --help
+    from cclc.nccl_comparison import compare_with_nccl
     from cclc.serialize import load
-    from cclc.sim import simulate
-    from cclc.verify import verify
 
     if args.links < 0:
         raise CclError(f"--links must be >= 0, got {args.links}")

@@ -6,7 +6,9 @@ import argparse
 import sys
 
 from cclc.commands.argtypes import int_at_least
+from cclc.errors import ScheduleError
 from cclc.progress import Progress
+from cclc.verify import verify
 
 __all__ = ["add_parser", "run"]
 
@@ -37,10 +39,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from cclc.errors import ScheduleError
+    # cclc.numeric, cclc.serialize only when this runs, not for cclc --help
     from cclc.numeric import check_numeric
     from cclc.serialize import load
-    from cclc.verify import verify
 
     progress = Progress(lambda line: print(line, file=sys.stderr, flush=True))
     with progress.stage(f"reading {args.file}"):

@@ -7,7 +7,10 @@ import sys
 from pathlib import Path
 
 from cclc.commands.argtypes import path_named
-from cclc.errors import CclError
+from cclc.errors import CclError, ScheduleError
+from cclc.outdir import OutputDir
+from cclc.pipeline import measure
+from cclc.verify import verify
 
 HELP = """Draw one or more schedules (JSON written by 'cclc compile') as a single offline HTML
 page: the topology with link load per step (slider, play/pause, left/right keys), a timeline of
@@ -33,12 +36,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    # backends.html, cclc.serialize only when this runs, not for cclc --help
     from backends.html import render
-    from cclc.errors import ScheduleError
-    from cclc.outdir import OutputDir
-    from cclc.pipeline import measure
     from cclc.serialize import load
-    from cclc.verify import verify
 
     out = Path(args.output)
     if out.exists() and not out.is_file():

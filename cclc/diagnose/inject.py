@@ -16,8 +16,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from cclc.collective import CollectiveKind, make_collective
 from cclc.diagnose.pair_timings import Timings, make_timings
 from cclc.diagnose.routes import pair_routes
+from cclc.ir import Buf, ScheduleBuilder
+from cclc.sim import simulate
 from cclc.topology import Topology
 
 __all__ = ["Fault", "probe_timings"]
@@ -39,10 +42,6 @@ def probe_timings(topo: Topology, faults: tuple[Fault, ...] = (), noise: float =
                   bytes_per_pair: int = 1 << 20, seed: int = 0,
                   ranks: tuple[int, ...] | None = None) -> Timings:
     """Per-pair times of an all-pairs probe among ``ranks`` (default: every live rank)."""
-    from cclc.collective import CollectiveKind, make_collective
-    from cclc.ir import Buf, ScheduleBuilder
-    from cclc.sim import simulate
-
     group = tuple(ranks) if ranks is not None else topo.live_ranks()
     n = len(group)
     g = np.asarray(group, dtype=np.int64)

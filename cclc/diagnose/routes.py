@@ -14,6 +14,10 @@ import hashlib
 
 import numpy as np
 
+from cclc.algorithms.common import add_pair_routes
+from cclc.collective import CollectiveKind, make_collective
+from cclc.fabric_routing import ecmp_routes, has_spines
+from cclc.ir import Buf, ScheduleBuilder
 from cclc.topology import Topology
 
 __all__ = ["PairRoutes", "pair_routes"]
@@ -50,11 +54,6 @@ def pair_routes(topo: Topology, src: np.ndarray, dst: np.ndarray) -> PairRoutes:
 
 
 def _pair_routes(topo: Topology, src: np.ndarray, dst: np.ndarray) -> PairRoutes:
-    from cclc.algorithms.common import add_pair_routes
-    from cclc.collective import CollectiveKind, make_collective
-    from cclc.fabric_routing import ecmp_routes, has_spines
-    from cclc.ir import Buf, ScheduleBuilder
-
     group = tuple(sorted(set(src.tolist()) | set(dst.tolist())))
     index = {r: i for i, r in enumerate(group)}
     gs = np.array([index[r] for r in src.tolist()], dtype=np.int64)

@@ -68,6 +68,7 @@ def usable_links(coll: Collective) -> np.ndarray:
 def group_connected(coll: Collective) -> bool:
     """Whether every rank of the group reaches every other over usable links (relaying only
     through members of the group and switches)."""
+    # scipy.sparse (~0.2 s to import) only when this runs: importing the module needs no scipy
     from scipy.sparse.csgraph import connected_components
 
     topo = coll.topology

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
+from scipy.sparse.csgraph import connected_components, dijkstra
 
 from cclc.collective import Collective
 from cclc.topology import Topology
@@ -150,7 +150,5 @@ def _nearest_member_moves(coll: Collective, srcs, dsts, paths):
 
 def _connected(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
     """Whether moves ``src -> dst`` join all ``n`` members (strongly)."""
-    from scipy.sparse.csgraph import connected_components
-
     mat = csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
     return connected_components(mat, directed=True, connection="strong")[0] == 1

@@ -40,6 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import shortest_path
 
+from cclc.bounds import cut_bound, hop_bytes_bound, injection_bound
 from cclc.collective import Collective
 from cclc.errors import CclError
 from cclc.flow_dual import certified_time
@@ -423,6 +424,4 @@ def _cut(x: np.ndarray, hops: np.ndarray) -> np.ndarray:
 
 def _closed_form_bound(coll: Collective) -> float:
     """The strongest closed-form bandwidth bound in seconds (hop bytes, injection, cut)."""
-    from cclc.bounds import cut_bound, hop_bytes_bound, injection_bound
-
     return max(b(coll).seconds for b in (hop_bytes_bound, injection_bound, cut_bound))

@@ -47,6 +47,7 @@ from scipy.sparse.csgraph import maximum_flow, shortest_path
 from cclc.collective import Collective
 from cclc.ir import Routes
 from cclc.routing import carried_routes
+from cclc.synth.trees import forestcoll_rate
 from cclc.topology import Topology
 
 __all__ = ["SplitGraph", "split_switches"]
@@ -385,8 +386,6 @@ def split_switches(coll: Collective, rate: float, reverse: bool, deadline: float
 
 def _finish(coll: Collective, g: _Graph, members: list[int], reverse: bool,
             target: float) -> SplitGraph:
-    from cclc.synth.trees import forestcoll_rate
-
     topo = coll.topology
     index = {v: i for i, v in enumerate(members)}
     edges = list(g.edges.values())

@@ -131,6 +131,7 @@ def tapered_units(loads: LinkLoads, chunks: int, units: int, tree_bytes: float,
 
 
 def _lp_fractions(loads: LinkLoads, chunks: int, tree_bytes: float) -> np.ndarray | None:
+    # OR-Tools (0.1-0.4 s to import) only when this model is solved
     from ortools.linear_solver import pywraplp
 
     rates = loads.rates * tree_bytes

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
 from cclc.collective import Collective
 from cclc.synth.hop_graph import HopGraph, live_links
@@ -121,8 +122,6 @@ def _scipy_cuts(graph: nx.DiGraph, members: list, probe: list, x: float):
     """:func:`_networkx_cuts` with SciPy's max-flow on capacities in units of ``N x / 10^8``,
     rounded up: a shortfall under a unit per cut edge can go unseen, so the rate may stop
     that much (relatively 10^-8 per edge) above the exact one."""
-    from scipy.sparse.csgraph import breadth_first_order, maximum_flow
-
     n = len(members)
     unit = n * x / _UNITS
     nodes = list(graph.nodes)

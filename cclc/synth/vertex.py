@@ -25,7 +25,8 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 
 from cclc.collective import Collective
-from cclc.synth.flow_solution import FlowSolution, pair_bytes
+from cclc.synth.flow_solution import FlowSolution, pair_bytes, usable_links
+from cclc.synth.piece_table import Piece, hop_table
 from cclc.synth.symmetry import Symmetry
 
 __all__ = ["basic_orbit_paths", "basic_paths"]
@@ -89,9 +90,8 @@ def basic_orbit_paths(coll: Collective, flows: FlowSolution, sym: Symmetry,
     (one row per pair orbit). With every orbit's paths at one share, all links of a link orbit
     ``O`` carry the same load: the orbit's bytes over the links' bandwidth, divided by |O|
     (one row per link orbit)."""
-    from cclc.synth.flow_solution import usable_links
+    # cclc.synth.orbit_pack (~50 ms to import) only when orbit paths are built, not for cclc --help
     from cclc.synth.orbit_pack import piece_orbits
-    from cclc.synth.piece_table import Piece, hop_table
 
     if len(flows.path) == 0:
         return flows

@@ -8,6 +8,8 @@ size, and NCCL's chunk snapped to the space's chunk axis.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cclc.nccl_model import NcclModel, nccl_choice, nccl_chunk, nccl_init, nccl_resources
 from cclc.tuning.space import Config, Machine, Space, Subspace, max_chunk
 
@@ -19,7 +21,6 @@ def machine_model(m: Machine) -> NcclModel:
     model = nccl_init(m.nccl_system)
     if model.channels != m.nccl_channels:
         # the user overrode NCCL's channel count (--nccl-channels): NCCL runs that many
-        from dataclasses import replace
 
         model = replace(model, channels=m.nccl_channels)
     return model

@@ -101,6 +101,7 @@ def _lockstep_shares(normal: np.ndarray, normal_fr: np.ndarray | None,
     ``accel[l]``: per-unit cost per accelerating step of lane ``l``. A small LP: minimize the
     sum over steps of the slowest lane, shares summing to one.
     """
+    # OR-Tools (0.1-0.4 s to import) only when this model is solved
     from ortools.linear_solver import pywraplp
 
     # costs are ~1e-11 s/B: scale them to ~1 so that they sit far above the LP's tolerances
