@@ -6,13 +6,8 @@ collective's ``size`` (nccl-tests convention, see :class:`cclc.collective.Collec
 the group size, ``B`` bandwidths of healthy links only (a failed link or rank carries
 nothing).
 
-"Links" below are only those a schedule of the group can use (:mod:`cclc.group_links`): on a
-route the declared routing carries between two members. A GPU outside the group runs nothing
-and relays nothing (the relay lowering refuses it), so a member of a sub-group never reaches
-the NIC of another GPU of its server unless a fewest-hop route to a member goes that way. Each
-bound below is a bound for flows on some subgraph; every schedule's flows live on these links,
-so each stays a lower bound for every schedule the declared machine runs, and for a group of
-every rank they are every healthy link (nothing changes).
+"Links" below are only those a schedule of the group can use (:mod:`cclc.group_links`; why
+that keeps every bound a bound: :mod:`cclc.bounds_closed_form`).
 
 ``hop_bytes``, ``injection``, ``cut``, ``latency``
     The closed forms, each described where it is computed (:mod:`cclc.bounds_closed_form`).

@@ -81,14 +81,7 @@ def _fabric(topo: Topology) -> dict | None:
         if leaves and spines:
             li = {v: i for i, v in enumerate(leaves)}
             si = {v: i for i, v in enumerate(spines)}
-            up = np.full((len(leaves), len(spines)), -1, dtype=np.int64)
-            down = np.full((len(spines), len(leaves)), -1, dtype=np.int64)
-            pairs = zip(topo.link_src.tolist(), topo.link_dst.tolist(), strict=True)
-            for link, (u, v) in enumerate(pairs):
-                if u in li and v in si:
-                    up[li[u], si[v]] = link
-                elif u in si and v in li:
-                    down[si[u], li[v]] = link
+            up, down = _tier_links(topo, li, si)
             info = {"leaf_index": li, "spine_index": si, "up": up, "down": down,
                     "up_ok": (up >= 0) & ~topo.link_failed[np.maximum(up, 0)],
                     "down_ok": (down >= 0) & ~topo.link_failed[np.maximum(down, 0)]}
@@ -100,18 +93,25 @@ def _fabric(topo: Topology) -> dict | None:
     return info
 
 
+def _tier_links(topo: Topology, lower: dict, upper: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The links between two tiers of switches (``lower`` and ``upper``: vertex -> index):
+    ``up[i, j]`` from lower ``i`` to upper ``j`` and ``down[j, i]`` back (-1: no link)."""
+    up = np.full((len(lower), len(upper)), -1, dtype=np.int64)
+    down = np.full((len(upper), len(lower)), -1, dtype=np.int64)
+    pairs = zip(topo.link_src.tolist(), topo.link_dst.tolist(), strict=True)
+    for link, (u, v) in enumerate(pairs):
+        if u in lower and v in upper:
+            up[lower[u], upper[v]] = link
+        elif u in upper and v in lower:
+            down[upper[u], lower[v]] = link
+    return up, down
+
+
 def _core_tier(topo: Topology, li: dict, si: dict, cores: list[int], up: np.ndarray) -> dict:
     """The spine<->core links of a three-tier fabric, and for every pod (leaves and spines
     joined by leaf-spine links) the spine through which it reaches each core (-1: none)."""
     ci = {v: i for i, v in enumerate(cores)}
-    sc = np.full((len(si), len(cores)), -1, dtype=np.int64)
-    cs = np.full((len(cores), len(si)), -1, dtype=np.int64)
-    pairs = zip(topo.link_src.tolist(), topo.link_dst.tolist(), strict=True)
-    for link, (u, v) in enumerate(pairs):
-        if u in si and v in ci:
-            sc[si[u], ci[v]] = link
-        elif u in ci and v in si:
-            cs[ci[u], si[v]] = link
+    sc, cs = _tier_links(topo, si, ci)
     # pods: connected components of the leaf-spine wiring (failed or not)
     n_leaves = len(li)
     wiring = np.argwhere(up >= 0)
