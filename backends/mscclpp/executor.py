@@ -84,9 +84,9 @@ class _Actor:
     """per op: the pipeline iteration's (offset, unit) in bytes, or None"""
     pc: int = 0
     clock: int = 0
-    known: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    known: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     """the vector clock every thread of the tb holds"""
-    pending: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    pending: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     """what some thread learnt since the last nop"""
     waiting: Any = None                  # state of a blocking op in progress
     fifo: list = field(default_factory=list)
@@ -207,20 +207,53 @@ class _Machine:
         self.sem_vc = [[None] * len(s) for s in self.device_sems]
         self.barriers: dict[tuple, list] = {}
         n_actors = len(self.actors)
+        self.clock = _clock_type(self._most_ticks())
+        # every clock has one more entry, always at its largest: the "writer" of memory no
+        # one has written, so the race check needs no test for it
+        self.unwritten = n_actors
         for a in self.actors:
-            a.known = np.zeros(n_actors, dtype=np.int64)
-            a.pending = np.zeros(n_actors, dtype=np.int64)
+            a.known = self._zero_clock()
+            a.pending = self._zero_clock()
         # which scratch elements hold a packet of this call (LL: a reader spins on its flag)
         self.packet = [np.zeros(self.mem_size, dtype=bool) for _ in range(self.n)]
-        self.last_w = [np.full(self.mem_size, -1, dtype=np.int64) for _ in range(self.n)]
-        self.last_wc = [np.zeros(self.mem_size, dtype=np.int64) for _ in range(self.n)]
-        # per rank, the clock of each reader's last read of each element (int32: clocks count
-        # one actor's ops), one row per actor that has read that rank's memory
-        self.reads = [np.zeros((0, self.mem_size), dtype=np.int32) for _ in range(self.n)]
+        self.last_w = [np.full(self.mem_size, n_actors, dtype=np.int64) for _ in range(self.n)]
+        self.last_wc = [np.zeros(self.mem_size, dtype=self.clock) for _ in range(self.n)]
+        # per rank, the clock of each reader's last read of each element, one row per actor
+        # that has read that rank's memory (rows past row_actor's length are spare capacity)
+        self.reads = [np.zeros((0, self.mem_size), dtype=self.clock) for _ in range(self.n)]
         self.read_rows: list[dict[int, int]] = [{} for _ in range(self.n)]
         self.row_actor = [np.zeros(0, dtype=np.int64) for _ in range(self.n)]
         self.pool = _Pool(self.rng)
         self.sleepers: dict[tuple, set[int]] = {}
+
+    def _zero_clock(self) -> np.ndarray:
+        vc = np.zeros(len(self.actors) + 1, dtype=self.clock)
+        vc[-1] = np.iinfo(self.clock).max
+        return vc
+
+    def _most_ticks(self) -> int:
+        """The most any actor's clock reaches: a tb ticks once per op (twice for a port
+        ``pwsf``: its put and its wait for the drain), a proxy once per FIFO entry."""
+        most = 0
+        entries: dict[tuple[int, int], int] = {}
+        for a in self.actors:
+            ticks = len(a.ops)
+            for op in a.ops:
+                if op.get("channel_type") != "port":
+                    continue
+                name = op["name"]
+                ticks += name == "pwsf"
+                per = {"put": 1, "pws": 2, "pwsf": 2}.get(name, 0)
+                chans = op.get("channel_ids", ())
+                for i in range(len(op.get("dst_buff", ())) if per else 0):
+                    key = (a.rank, a.chans["port"][chans[i]])
+                    entries[key] = entries.get(key, 0) + per
+                if name == "signal":
+                    for c in chans:
+                        key = (a.rank, a.chans["port"][c])
+                        entries[key] = entries.get(key, 0) + 1
+            most = max(most, ticks)
+        return max([most, *entries.values()])
 
     # -- memory with race checks ------------------------------------------------------------
     def _region(self, actor: _Actor, rank: int, buf: str, index: int, size_chunks: int,
@@ -258,8 +291,10 @@ class _Machine:
         """A race unless every byte's last write is ordered before ``actor`` (or is its own)."""
         w = self.last_w[rank][lo:hi]
         wc = self.last_wc[rank][lo:hi]
-        bad = (w >= 0) & (know[np.maximum(w, 0)] < wc) & ~((w == actor.index)
-                                                           & (wc == actor.clock))
+        bad = know[w] < wc
+        if not bad.any():
+            return  # the common case, checked with the fewest numpy calls
+        bad &= ~((w == actor.index) & (wc == actor.clock))
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
             self._race(actor, rank, lo + j, int(w[j]), int(wc[j]), verb)
@@ -280,7 +315,7 @@ class _Machine:
                values: np.ndarray) -> None:
         lo, hi = span
         self._after_last_write(actor, know, rank, lo, hi, "overwrites a write of")
-        reads = self.reads[rank][:, lo:hi]
+        reads = self.reads[rank][:len(self.row_actor[rank]), lo:hi]
         late = reads > know[self.row_actor[rank]][:, None]
         own = self.read_rows[rank].get(actor.index)
         if own is not None:
@@ -300,8 +335,9 @@ class _Machine:
         row = self.read_rows[rank].get(actor_index)
         if row is None:
             row = self.read_rows[rank][actor_index] = len(self.row_actor[rank])
-            self.reads[rank] = np.vstack([self.reads[rank],
-                                          np.zeros((1, self.mem_size), dtype=np.int32)])
+            if row == len(self.reads[rank]):  # grow by half: a copy per row would be quadratic
+                spare = np.zeros((row // 2 + 4, self.mem_size), dtype=self.clock)
+                self.reads[rank] = np.vstack([self.reads[rank], spare])
             self.row_actor[rank] = np.append(self.row_actor[rank], actor_index)
         return row
 
@@ -444,9 +480,9 @@ class _Machine:
             return
         a.clock += 1
         self.names[(a.index, a.clock)] = f"op {a.pc} {name}"
-        know = a.known.copy()
-        know[a.index] = max(know[a.index], 0)
-        getattr(self, "_op_" + name)(a, op, know)
+        # the ops that change what the tb knows (nop, barrier) access no memory, so the
+        # checks may read the tb's clock in place
+        getattr(self, "_op_" + name)(a, op, a.known)
         a.waiting = None
         a.pc += 1
 
@@ -615,9 +651,8 @@ class _Machine:
             size = dst[1] - dst[0]
             span = (src[0], src[0] + size)
             if t == "memory":
-                know = a.known.copy()
-                vals = self._read(a, know, a.rank, span)
-                self._write(a, know, rank, dst, vals)
+                vals = self._read(a, a.known, a.rank, span)
+                self._write(a, a.known, rank, dst, vals)
                 continue
             cid = a.chans[t][op["channel_ids"][i]]
             entry = ("put", a.known.copy(), a.rank, span, rank, dst, self.names[(a.index,
@@ -657,7 +692,7 @@ class _Machine:
         got = self.inbound.get(key, 0) + 1
         self.inbound[key] = got
         if key not in self.inbound_vc:
-            self.inbound_vc[key] = np.zeros(len(self.actors), dtype=np.int64)
+            self.inbound_vc[key] = self._zero_clock()
         if vc is not None:
             np.maximum(self.inbound_vc[key], vc, out=self.inbound_vc[key])
         self._wake(("in", key))
@@ -708,6 +743,15 @@ class _Machine:
         else:
             self.names[(p.index, p.clock)] = "proxy signal"
             self._deliver(entry[2], p.known)
+
+
+def _clock_type(ticks: int) -> type[np.signedinteger]:
+    """The narrowest integer that holds every clock: the clocks' memory grows with the square
+    of the actors (16,000 threadblocks: 0.5 GB per copy of every tb's clock at int16)."""
+    for t in (np.int16, np.int32):
+        if ticks <= np.iinfo(t).max:
+            return t
+    raise Unsupported(f"an actor runs {ticks} ops: past the executor's int32 clocks")
 
 
 class _Pool:
