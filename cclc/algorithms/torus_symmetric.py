@@ -1,0 +1,116 @@
+"""A torus AllToAll built in symmetric form: the journeys of rank 0's blocks, and the group.
+
+Every rank sends the same pattern, translated, so the schedule is built for rank 0's data only
+(a :class:`~cclc.symmetric.SymmetricSchedule`) and never expanded: ~300 thousand
+representative ops stand for the 1.2 billion of a 16x16x16 torus.
+
+The schedule is DimRotation over HalfRing, store and forward, one hop per step:
+
+* each block is cut into ``2 D`` *units* (``D`` dimensions of size > 1): piece ``c`` of two
+  halves visits the dimensions in the order ``c, c + 1, ...`` (one dimension per *phase*), so
+  in every phase every dimension carries one piece of every block;
+* in a phase a unit travels its block's offset in that dimension the shorter way round, one
+  link per step; at an even ring's antipode the two halves go opposite ways, so both
+  directions of every ring carry the same bytes;
+* a unit waits between hops in the scratch chunk of its block at the rank it has reached (one
+  chunk per block and unit: the same relative journey never meets itself, so no two blocks
+  share a chunk at one time).
+
+On a ring of ``N`` ranks a phase lasts ``floor(N/2)`` steps and its ``+`` link carries, at hop
+``h``, the units of every block whose offset exceeds ``h``: summed over the phase that is the
+hop-bytes of the ring spread over its two directions, and DimRotation keeps every dimension busy
+in every phase, so the bandwidth term meets the hop-bytes bound of a torus whose sides are
+alike; each step adds a link latency.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cclc.collective import Collective, CollectiveKind
+from cclc.errors import CollectiveError
+from cclc.ir import Buf, OpKind, Ops, Routes, even_split
+from cclc.symmetric import SymmetricSchedule, TranslationGroup
+
+__all__ = ["symmetric_alltoall"]
+
+
+def _link_lookup(topo, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Link ids ``src[i] -> dst[i]`` (every pair must be joined by a link)."""
+    V = topo.n_vertices
+    keys = topo.link_src.astype(np.int64) * V + topo.link_dst
+    order = np.argsort(keys, kind="stable")
+    want = src * V + dst
+    at = np.searchsorted(keys[order], want)
+    return order[at]
+
+
+def symmetric_alltoall(coll: Collective) -> SymmetricSchedule:
+    """The DimRotation-over-HalfRing AllToAll of ``coll`` (see the module docstring) as a
+    symmetric schedule; :class:`~cclc.errors.ScheduleError` when translations are no symmetry
+    of ``coll``'s machine (:meth:`~cclc.symmetric.TranslationGroup.of` says why)."""
+    if coll.kind is not CollectiveKind.ALLTOALL:
+        raise CollectiveError(f"symmetric_alltoall builds alltoall, not {coll.kind.value}")
+    group = TranslationGroup.of(coll)
+    topo, n = coll.topology, coll.n
+    shape = group.shape
+    active = [d for d, m in enumerate(shape) if m > 1]
+    D = max(len(active), 1)
+    units = 2 * D
+    pattern = even_split(coll.count // n, units)
+    layout = np.tile(pattern, n)
+    coords = group.coords(np.arange(n))                  # (dims, n): block p's offsets
+    phase_len = max((shape[d] // 2 for d in active), default=0)
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "src", "dst", "route",
+                                                         "src_buf", "src_off", "dst_buf",
+                                                         "dst_off", "count")}
+
+    def add(**kw) -> None:
+        for k, v in kw.items():
+            cols[k].append(np.broadcast_to(np.asarray(v, dtype=np.int64),
+                                           np.shape(kw["src"])).copy())
+
+    # block 0 is rank 0's own: one local copy
+    add(step=0, src=np.zeros(1), dst=np.zeros(1), route=0, src_buf=Buf.INPUT, src_off=0,
+        dst_buf=Buf.OUTPUT, dst_off=0, count=units)
+    blocks = np.arange(1, n)
+    for u in range(units if n > 1 else 0):
+        piece, half = divmod(u, 2)
+        # per block (but block 0): the moves of unit u, in order, from phase to phase
+        moves = []
+        for phase in range(D):
+            d = active[(piece + phase) % D] if active else 0
+            m = shape[d]
+            off = coords[d, blocks]
+            plus = (2 * off < m) | ((2 * off == m) & (half == 0))
+            hops = np.where(plus, off, m - off)
+            moves.append((phase, d, np.where(plus, 1, -1), hops))
+        total = sum(h for *_, h in moves)
+        done = np.zeros(len(blocks), dtype=np.int64)
+        at = np.zeros((len(shape), len(blocks)), dtype=np.int64)     # where the unit is
+        for phase, d, sign, hops in moves:
+            for h in range(int(hops.max(initial=0))):
+                go = hops > h
+                frm = np.ravel_multi_index(tuple(at[:, go]), shape)
+                at[d, go] = (at[d, go] + sign[go]) % shape[d]
+                to = np.ravel_multi_index(tuple(at[:, go]), shape)
+                first, last = done[go] == 0, done[go] + 1 == total[go]
+                chunk = blocks[go] * units + u
+                add(step=phase * phase_len + h, src=frm, dst=to, route=0,
+                    src_buf=np.where(first, Buf.INPUT, Buf.SCRATCH), src_off=chunk,
+                    dst_buf=np.where(last, Buf.OUTPUT, Buf.SCRATCH),
+                    dst_off=np.where(last, u, chunk), count=1)
+                done[go] += 1
+    cat = {k: np.concatenate(v) for k, v in cols.items()}
+    remote = cat["src"] != cat["dst"]
+    links = _link_lookup(topo, cat["src"][remote], cat["dst"][remote])
+    used, inverse = np.unique(links, return_inverse=True)
+    cat["route"][remote] = inverse + 1
+    # steps without ops (a phase shorter than another's) are dropped
+    steps, cat["step"] = np.unique(cat["step"], return_inverse=True)
+    order = np.argsort(cat["step"], kind="stable")
+    ops = Ops(kind=np.full(len(order), OpKind.COPY), **{k: v[order] for k, v in cat.items()})
+    routes = Routes(np.arange(-1, len(used) + 1).clip(0), used)
+    return SymmetricSchedule(collective=coll, group=group,
+                             layouts=(layout, layout, layout), ops=ops, routes=routes,
+                             algorithm="halfring", schedule="dimrotation-symmetric")
