@@ -173,7 +173,11 @@ def verify_symmetric(s: SymmetricSchedule) -> None:
                             f"translation group of '{s.topology.name}'")
     o = s.ops
     static_bad, why = _static_bad(s)
-    first_static = int(np.flatnonzero(static_bad)[0]) if static_bad.any() else None
+    first_static = None
+    if static_bad.any():
+        # the first in step order (then op order), as the expanded verifier reports it
+        bad = np.flatnonzero(static_bad)
+        first_static = int(bad[np.lexsort((bad, o.step[bad]))[0]])
     base = np.concatenate([[0], np.cumsum([len(lay) for lay in s.layouts])]).astype(np.int64)
     val = np.full(int(base[-1]), EMPTY, dtype=np.int64)
     in_lay = s.layouts[Buf.INPUT]
