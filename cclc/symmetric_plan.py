@@ -1,0 +1,89 @@
+"""Planning in symmetric form: what ``auto`` does where the size check refuses the whole schedule.
+
+A collective that the size check (:mod:`cclc.budget`) refuses may still be planned when its
+machine is a healthy torus and a schedule of it is the same from every rank up to a
+translation: the schedule is then built, verified, timed and written as representatives and
+the group (:mod:`cclc.symmetric`), never expanded. Today that is the AllToAll under ``auto``
+(the HalfRing + DimRotation of :mod:`cclc.algorithms.torus_symmetric`), timed under a
+lockstep model; anything else keeps the refusal. :func:`symmetric_reason` says why a
+collective cannot take this path, :func:`plan_symmetric` takes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cclc.algorithms.torus_symmetric import symmetric_alltoall
+from cclc.bounds import Bounds, bounds
+from cclc.collective import Collective, CollectiveKind
+from cclc.errors import ScheduleError
+from cclc.execution import IR_MODEL, ExecutionModel
+from cclc.plan import Resolution
+from cclc.symmetric import SymmetricSchedule, TranslationGroup
+from cclc.symmetric_check import simulate_lockstep, verify_symmetric
+
+__all__ = ["SymmetricPlan", "plan_symmetric", "symmetric_model", "symmetric_reason"]
+
+
+@dataclass(frozen=True, eq=False)
+class SymmetricPlan:
+    """The schedule ``auto`` chose in symmetric form (verified by
+    :func:`cclc.symmetric_check.verify_symmetric`), its lockstep time under ``model`` and the
+    collective's bounds (``bound`` the best)."""
+
+    schedule: SymmetricSchedule
+    time: float
+    bound: float | None
+    bounds: Bounds
+    model: ExecutionModel
+
+    @property
+    def name(self) -> str:
+        s = self.schedule
+        return s.algorithm if s.schedule in ("-", "") else f"{s.algorithm}+{s.schedule}"
+
+    @property
+    def pct_of_bound(self) -> float | None:
+        if self.bound is None or self.time <= 0:
+            return None
+        return 100.0 * self.bound / self.time
+
+
+def symmetric_reason(resolution: Resolution) -> str | None:
+    """Why ``resolution``'s collective cannot be planned in symmetric form (``None`` when it
+    can)."""
+    coll = resolution.collective
+    if resolution.explicit:
+        return "an algorithm is named (the symmetric form is built under auto)"
+    if coll.kind is not CollectiveKind.ALLTOALL:
+        return f"it is built for alltoall only, not {coll.kind.value}"
+    try:
+        TranslationGroup.of(coll)
+    except ScheduleError as err:
+        return err.message
+    return None
+
+
+def symmetric_model(model: ExecutionModel) -> ExecutionModel:
+    """The model a symmetric plan is timed under: ``model`` where it is a lockstep model (its
+    per-step cost is charged), else the IR model (the form has no dataflow or event
+    simulation; an output that runs under ``model`` needs the expanded schedule anyway)."""
+    return model if model.mode == "lockstep" else IR_MODEL
+
+
+def plan_symmetric(coll: Collective, model: ExecutionModel,
+                   on_stage: Callable[[str], None] = lambda what: None) -> SymmetricPlan:
+    """Build ``coll``'s schedule in symmetric form, verify it, time it under
+    :func:`symmetric_model` of ``model`` and bound it; :class:`ScheduleError` when it fails
+    verification. ``symmetric_reason`` must have accepted ``coll``."""
+    model = symmetric_model(model)
+    on_stage("building the schedule in symmetric form")
+    schedule = symmetric_alltoall(coll)
+    on_stage(f"verifying {len(schedule.ops):,} representative ops")
+    verify_symmetric(schedule)
+    on_stage("simulating")
+    time = simulate_lockstep(schedule, step_overhead=model.step_overhead).time
+    found = bounds(coll, on_stage=on_stage)
+    return SymmetricPlan(schedule=schedule, time=time, bound=found.best, bounds=found,
+                         model=model)
