@@ -115,3 +115,26 @@ def test_plan_symmetric_charges_a_lockstep_models_step_cost():
     steps = int(np.max(free.schedule.ops.step)) + 1
     assert paid.time == pytest.approx(free.time + steps * 1e-6, rel=1e-12)
     assert json.dumps(free.name) and free.bound == free.bounds.best
+
+
+def test_cclc_verify_checks_a_document_stored_by_symmetry(tmp_path, refuse_everything, capsys):
+    from cclc.cli import main
+    from cclc.serialize import symmetric_document_pieces
+
+    compile_source(SOURCE.format(fault="", kind="alltoall"), tmp_path / "o")
+    path = tmp_path / "o" / "a2a.schedule.json"
+    assert main(["verify", str(path)]) == 0
+    assert "representative ops for" in capsys.readouterr().out
+    assert main(["verify", "--numeric", str(path)]) == 2
+    assert "stored by symmetry" in capsys.readouterr().err
+    # one representative moved to another output chunk: every translate of it is wrong too
+    sym = read_document(path)
+    assert isinstance(sym, SymmetricSchedule)
+    cols = sym.ops.columns()
+    last = int(np.flatnonzero(cols["dst_buf"] == 1)[-1])
+    cols["dst_off"] = cols["dst_off"].copy()
+    cols["dst_off"][last] = (cols["dst_off"][last] + 1) % len(sym.layouts[1])
+    bad = tmp_path / "bad.schedule.json"
+    bad.write_bytes(b"".join(symmetric_document_pieces(sym.replace(ops=type(sym.ops)(**cols)))))
+    assert main(["verify", str(bad)]) == 1
+    assert "verification failed" in capsys.readouterr().err
