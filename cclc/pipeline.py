@@ -333,30 +333,33 @@ def _resolve(coll: Collective, request: Request) -> Resolution:
 
 def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel, events: Events
                  ) -> frozenset[str]:
-    """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget),
-    unless ``auto`` can plan it stored by symmetry (cclc.symmetric_plan): the names of those."""
+    """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget);
+    the names of those ``auto`` plans stored by symmetry instead (cclc.symmetric_plan): the
+    ones it can whose estimate is over ``SYMMETRIC_FROM_OPS``."""
     # cclc.budget, cclc.symmetric_plan only when this runs, not for cclc --help
     from cclc.budget import available_memory, check_budget, estimate_size
-    from cclc.symmetric_plan import symmetric_model, symmetric_reason
+    from cclc.symmetric_plan import SYMMETRIC_FROM_OPS, symmetric_model, symmetric_reason
 
     memory = available_memory()
     symmetric = set()
     for r in resolved:
-        try:
-            # every entry serving the collective is a possible way out of a refusal
-            check_budget(estimate_size(r.collective, r.entries, r.params, r.serving), memory)
-        except CclError as err:
-            why = symmetric_reason(r)
-            if why is not None:
-                raise CclError(f"{err.message}; nor can it be stored by symmetry: {why}"
-                               ) from None
+        # every entry serving the collective is a possible way out of a refusal
+        est = estimate_size(r.collective, r.entries, r.params, r.serving)
+        why = symmetric_reason(r) if est.ops > SYMMETRIC_FROM_OPS else "small enough"
+        if why is None:
             priced = symmetric_model(model)
-            events.note(f"{r.collective.name}: {err.message.split('; use ')[0]}; planned "
-                        "stored by symmetry instead (one representative op per orbit of the "
-                        "torus's translations)" + ("" if priced == model else
-                                                   f", timed under the {priced.name} model: "
-                                                   "the form has no dataflow simulation"))
+            events.note(f"{r.collective.name}: its {est.largest} schedule alone has at least "
+                        f"{est.ops:.3g} ops; planned stored by symmetry instead (one "
+                        "representative op per orbit of the torus's translations)"
+                        + ("" if priced == model else f", timed under the {priced.name} "
+                           "model: the form has no dataflow simulation"))
             symmetric.add(r.collective.name)
+            continue
+        try:
+            check_budget(est, memory)
+        except CclError as err:
+            raise CclError(f"{err.message}; nor can it be stored by symmetry: {why}"
+                           ) from None
     return frozenset(symmetric)
 
 

@@ -12,9 +12,9 @@ The group acts on everything an op names:
   named by the rank it sends rank 0 to, so element ``t`` maps 0 to ``t``);
 * a link goes to the link between the images of its ends;
 * a chunk of a buffer whose blocks belong to ranks (AllToAll's input and output, AllGather's
-  output: block ``b`` is rank ``b``'s) moves with its block: chunk ``j`` of block ``b`` goes
-  to chunk ``j`` of block ``b + t``. Chunks of the other buffers (scratch, AllGather's input)
-  stay where they are.
+  output, AllReduce's vector cut into ``n`` blocks: block ``b`` is rank ``b``'s) moves with its
+  block: chunk ``j`` of block ``b`` goes to chunk ``j`` of block ``b + t``. Chunks of the other
+  buffers (scratch, AllGather's input) stay where they are; an op must not cross a block.
 
 For that to be a symmetry of the collective every translation must map usable links onto
 usable links of the same bandwidth and latency (:meth:`TranslationGroup.of` checks it: a failed
@@ -47,11 +47,14 @@ from cclc.ir import Buf, Ops, Routes, Schedule
 
 __all__ = ["RANK_INDEXED", "SymmetricSchedule", "TranslationGroup", "expand", "symmetric_form"]
 
-#: the buffers whose blocks belong to ranks, per collective kind the symmetric form serves
-#: (the reducing collectives' contributor sets would move with the group too: not done yet)
+#: the buffers whose blocks belong to ranks (move with the group), per collective kind the
+#: symmetric form serves. AllReduce's vector is cut into ``n`` blocks, block ``b`` the one rank
+#: ``b`` reduces: the collective's contract is the same after moving ranks, blocks, data and
+#: contributor sets alike, so a schedule may be symmetric under that action
 RANK_INDEXED: dict[CollectiveKind, tuple[Buf, ...]] = {
     CollectiveKind.ALLTOALL: (Buf.INPUT, Buf.OUTPUT),
     CollectiveKind.ALLGATHER: (Buf.OUTPUT,),
+    CollectiveKind.ALLREDUCE: (Buf.INPUT, Buf.OUTPUT),
 }
 
 
@@ -227,8 +230,12 @@ def _moved_ops(s: SymmetricSchedule, t: np.ndarray, rows: np.ndarray) -> dict[st
         off = cols[f"{side}_off"].astype(np.int64)
         for buf in RANK_INDEXED[s.collective.kind]:
             m = cols[f"{side}_buf"] == buf
+            k = s.per_block(buf) or 1
+            if m.any() and ((off[m] % k) + cols["count"][m] > k).any():
+                raise ScheduleError("a representative op crosses a block of a buffer whose "
+                                    "blocks the group moves apart: split it at the block")
             if m.any():
-                off[m] = g.chunk_image(off[m], s.per_block(buf) or 1, t[m])
+                off[m] = g.chunk_image(off[m], k, t[m])
         cols[f"{side}_off"] = off
     return cols
 

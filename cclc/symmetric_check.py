@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cclc.collective import REDUCING_KINDS
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind
 from cclc.routing import carried_routes
@@ -71,8 +72,14 @@ def _static_bad(s: SymmetricSchedule) -> tuple[np.ndarray, str]:
     bad |= (o.src_off.astype(np.int64) + o.count > nc[sb])
     bad |= (o.dst_off.astype(np.int64) + o.count > nc[db])
     checks.append((bad.copy(), "reads or writes past the end of a buffer"))
-    kind_bad = ~bad & (o.kind != OpKind.COPY)
-    bad |= kind_bad
+    for side, buf in (("src", sb), ("dst", db)):
+        off = getattr(o, f"{side}_off").astype(np.int64)
+        for b in RANK_INDEXED[s.collective.kind]:
+            k = s.per_block(b) or 1
+            bad |= ~bad & (buf == b) & ((off % k) + o.count > k)
+    checks.append((bad.copy(), "crosses a block of a buffer whose blocks the group moves apart"))
+    if s.collective.kind not in REDUCING_KINDS:
+        bad |= ~bad & (o.kind != OpKind.COPY)
     checks.append((bad.copy(), "reduces in a copy collective"))
     # chunk by chunk: a source chunk and its destination chunk hold as many elements
     rows, j = _chunk_rows(np.where(bad, 1, o.count))
@@ -144,6 +151,11 @@ def _route_table(s: SymmetricSchedule) -> tuple[np.ndarray, np.ndarray, np.ndarr
 def _move_values(s: SymmetricSchedule, g: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Data coordinates ``g`` (none empty) moved by elements ``t``."""
     group = s.group
+    if s.collective.kind in REDUCING_KINDS:
+        # a position in the result, in the block of the rank that block belongs to
+        B = int(s.layouts[Buf.OUTPUT].sum()) // s.n
+        block, within = np.divmod(g, B)
+        return group.act(block, t) * B + within
     E = int(s.layouts[Buf.INPUT].sum())
     rank, pos = np.divmod(g, E)
     if Buf.INPUT in RANK_INDEXED[s.collective.kind]:
@@ -151,6 +163,20 @@ def _move_values(s: SymmetricSchedule, g: np.ndarray, t: np.ndarray) -> np.ndarr
         block, within = np.divmod(pos, B)
         pos = group.act(block, t) * B + within
     return group.act(rank, t) * E + pos
+
+
+def _move_sets(s: SymmetricSchedule, sets: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Contributor sets (one row of ``n`` booleans each) moved by ``t`` (one per row): rank
+    ``r`` becomes ``r + t``. The rows are grouped by element (a step's ops move by a few)."""
+    shape = s.group.shape
+    out = np.empty_like(sets)
+    for e in np.unique(t).tolist():
+        m = t == e
+        shift = tuple(int(x) for x in s.group.coords(np.array([e]))[:, 0])
+        cube = sets[m].reshape(-1, *shape)
+        out[m] = np.roll(cube, shift, axis=tuple(range(1, len(shape) + 1))).reshape(
+            int(m.sum()), -1)
+    return out
 
 
 def _frame(s: SymmetricSchedule, buf: np.ndarray, chunk: np.ndarray, t: np.ndarray
@@ -182,6 +208,11 @@ def verify_symmetric(s: SymmetricSchedule) -> None:
     val = np.full(int(base[-1]), EMPTY, dtype=np.int64)
     in_lay = s.layouts[Buf.INPUT]
     val[:len(in_lay)] = np.concatenate([[0], np.cumsum(in_lay)[:-1]])    # rank 0's input
+    # reducing: the ranks whose contributions each of rank 0's chunks sums (its input: its own)
+    sets = None
+    if s.collective.kind in REDUCING_KINDS:
+        sets = np.zeros((len(val), s.n), dtype=bool)
+        sets[:len(in_lay), 0] = True
     stamp = np.full(len(val), -1, dtype=np.int64)
     order = np.argsort(o.step, kind="stable")
     cuts = np.flatnonzero(np.diff(o.step[order])) + 1
@@ -189,46 +220,80 @@ def verify_symmetric(s: SymmetricSchedule) -> None:
         step = int(o.step[idx[0]])
         if first_static is not None and step >= int(o.step[first_static]):
             _fail(s, first_static, why)
-        rows, j = _chunk_rows(o.count[idx])
-        op = idx[rows]
-        src, dst = o.src[op].astype(np.int64), o.dst[op].astype(np.int64)
-        g = s.group
-        read = base[o.src_buf[op]] + _frame(s, o.src_buf[op], o.src_off[op] + j, g.inverse(src))
-        write = base[o.dst_buf[op]] + _frame(s, o.dst_buf[op], o.dst_off[op] + j,
-                                             g.inverse(dst))
-        got = val[read]
-        empty = got == EMPTY
-        if empty.any():
-            _fail(s, int(op[np.flatnonzero(empty)[0]]), "reads a chunk that is empty then")
-        # two writes to one chunk of rank 0 in one step: the last stamp wins, the others see it
-        stamp[write] = np.arange(len(write))
-        clash = stamp[write] != np.arange(len(write))
-        if clash.any():
-            k = int(np.flatnonzero(clash)[0])
-            _fail(s, int(op[k]), f"writes a chunk that {_op_text(s, int(op[stamp[write[k]]]))}"
-                                 " (or a translate of it) also writes in the same step")
-        val[write] = _move_values(s, got, g.act(src, g.inverse(dst)))
+        _run_step(s, idx, base, val, sets, stamp)
     if first_static is not None:
         _fail(s, first_static, why)
-    _check_output(s, val[base[Buf.OUTPUT]:base[Buf.OUTPUT + 1]])
+    _check_output(s, val[base[Buf.OUTPUT]:base[Buf.OUTPUT + 1]],
+                  None if sets is None else sets[base[Buf.OUTPUT]:base[Buf.OUTPUT + 1]])
 
 
-def _check_output(s: SymmetricSchedule, got: np.ndarray) -> None:
+def _run_step(s: SymmetricSchedule, idx: np.ndarray, base: np.ndarray, val: np.ndarray,
+              sets: np.ndarray | None, stamp: np.ndarray) -> None:
+    """The ops ``idx`` of one step in rank 0's frame: all read, then all write."""
+    o, g = s.ops, s.group
+    rows, j = _chunk_rows(o.count[idx])
+    op = idx[rows]
+    src, dst = o.src[op].astype(np.int64), o.dst[op].astype(np.int64)
+    read = base[o.src_buf[op]] + _frame(s, o.src_buf[op], o.src_off[op] + j, g.inverse(src))
+    write = base[o.dst_buf[op]] + _frame(s, o.dst_buf[op], o.dst_off[op] + j, g.inverse(dst))
+    got = val[read]
+    empty = got == EMPTY
+    if empty.any():
+        _fail(s, int(op[np.flatnonzero(empty)[0]]), "reads a chunk that is empty then")
+    # two writes to one chunk of rank 0 in one step: the last stamp wins, the others see it
+    stamp[write] = np.arange(len(write))
+    clash = stamp[write] != np.arange(len(write))
+    if clash.any():
+        k = int(np.flatnonzero(clash)[0])
+        _fail(s, int(op[k]), f"writes a chunk that {_op_text(s, int(op[stamp[write[k]]]))}"
+                             " (or a translate of it) also writes in the same step")
+    moved = g.act(src, g.inverse(dst))
+    value = _move_values(s, got, moved)
+    brought = None if sets is None else _move_sets(s, sets[read], moved)
+    reduce = o.kind[op] == OpKind.REDUCE
+    if reduce.any():
+        assert sets is not None and brought is not None      # reductions: _static_bad
+        old = val[write[reduce]]
+        at = np.flatnonzero(reduce)
+        bad = (old == EMPTY) | (old != value[reduce])
+        if bad.any():
+            _fail(s, int(op[at[np.flatnonzero(bad)[0]]]),
+                  "reduces into a chunk that is empty or holds other data")
+        twice = (sets[write[reduce]] & brought[reduce]).any(axis=1)
+        if twice.any():
+            _fail(s, int(op[at[np.flatnonzero(twice)[0]]]),
+                  "adds a rank's contribution that the chunk already holds")
+        brought[reduce] |= sets[write[reduce]]
+    val[write] = value
+    if sets is not None and brought is not None:
+        sets[write] = brought
+
+
+def _check_output(s: SymmetricSchedule, got: np.ndarray, sets: np.ndarray | None) -> None:
     """Rank 0's output chunk ``j`` of block ``b`` must start with rank ``b``'s data at the same
-    place of its block for rank 0 (AllToAll) or of its input (AllGather)."""
+    place of its block for rank 0 (AllToAll) or of its input (AllGather), or with result
+    element ``b B + j``'s place summed over every rank (AllReduce)."""
     lay = s.layouts[Buf.OUTPUT]
     k = s.per_block(Buf.OUTPUT) or 1
-    E = int(s.layouts[Buf.INPUT].sum())
     block, within = np.divmod(np.arange(len(lay)), k)
     start_in_block = np.concatenate([[0], np.cumsum(lay[:k])[:-1]])[within]
-    want = block * E + start_in_block
+    if sets is not None:
+        want = block * int(lay[:k].sum()) + start_in_block
+    else:
+        want = block * int(s.layouts[Buf.INPUT].sum()) + start_in_block
     bad = (lay > 0) & (got != want)
+    if sets is not None:
+        bad |= (lay > 0) & ~sets.all(axis=1)
     if bad.any():
         c = int(np.flatnonzero(bad)[0])
         held = "nothing" if got[c] == EMPTY else f"data coordinate {int(got[c])}"
+        if sets is not None and got[c] == want[c]:
+            held += f" summed over {int(sets[c].sum())} of the {s.n} ranks"
         raise ScheduleError(f"rank 0's output chunk {c} (block {int(block[c])}) holds {held} "
-                            f"at the end; it should hold {int(want[c])} (rank "
-                            f"{int(block[c])}'s data), and likewise at every translate")
+                            f"at the end; it should hold {int(want[c])}"
+                            + (" summed over every rank" if sets is not None else
+                               f" (rank {int(block[c])}'s data)")
+                            + ", and likewise at every translate")
 
 
 def link_orbits(s: SymmetricSchedule) -> np.ndarray:

@@ -1,12 +1,13 @@
-"""Planning in symmetric form: what ``auto`` does where the size check refuses the whole schedule.
+"""Planning in symmetric form: what ``auto`` does where the whole schedule is too large.
 
-A collective that the size check (:mod:`cclc.budget`) refuses may still be planned when its
-machine is a healthy torus and a schedule of it is the same from every rank up to a
-translation: the schedule is then built, verified, timed and written as representatives and
-the group (:mod:`cclc.symmetric`), never expanded. Today that is the AllToAll under ``auto``
-(the HalfRing + DimRotation of :mod:`cclc.algorithms.torus_symmetric`), timed under a
-lockstep model; anything else keeps the refusal. :func:`symmetric_reason` says why a
-collective cannot take this path, :func:`plan_symmetric` takes it.
+A collective whose size estimate (:mod:`cclc.budget`) is over :data:`SYMMETRIC_FROM_OPS` is
+planned in symmetric form when its machine is a healthy torus and a schedule of it is the same
+from every rank up to a translation: the schedule is then built, verified, timed and written
+as representatives and the group (:mod:`cclc.symmetric`), never expanded. Today that is the
+AllToAll and the AllReduce under ``auto`` (:data:`BUILDERS`, from
+:mod:`cclc.algorithms.torus_symmetric`), timed under a lockstep model; anything else is
+planned whole, or refused by the size check. :func:`symmetric_reason` says why a collective
+cannot take this path, :func:`plan_symmetric` takes it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cclc.algorithms.torus_symmetric import symmetric_alltoall
+from cclc.algorithms.torus_symmetric import symmetric_allreduce, symmetric_alltoall
 from cclc.bounds import Bounds, bounds
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import ScheduleError
@@ -23,7 +24,21 @@ from cclc.plan import Resolution
 from cclc.symmetric import SymmetricSchedule, TranslationGroup
 from cclc.symmetric_check import simulate_lockstep, verify_symmetric
 
-__all__ = ["SymmetricPlan", "plan_symmetric", "symmetric_model", "symmetric_reason"]
+__all__ = ["BUILDERS", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "plan_symmetric",
+           "symmetric_model", "symmetric_reason"]
+
+#: the size check's estimate (ops, a lower bound on the largest candidate, cclc.budget) above
+#: which ``auto`` plans a collective in symmetric form where it can: a quarter of the limit
+#: (cclc.budget.MAX_OPS), because whole schedules run to about three times the estimate at
+#: 4,096 ranks (a 16x16x16 torus AllReduce: ring estimated at 16.8M ops, built with 50.3M,
+#: 14 GB before it was stopped)
+SYMMETRIC_FROM_OPS = 5_000_000
+
+#: the builder of each collective kind that ``auto`` plans in symmetric form
+BUILDERS: dict[CollectiveKind, Callable[[Collective], SymmetricSchedule]] = {
+    CollectiveKind.ALLTOALL: symmetric_alltoall,
+    CollectiveKind.ALLREDUCE: symmetric_allreduce,
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,8 +71,11 @@ def symmetric_reason(resolution: Resolution) -> str | None:
     coll = resolution.collective
     if resolution.explicit:
         return "an algorithm is named (the symmetric form is built under auto)"
-    if coll.kind is not CollectiveKind.ALLTOALL:
-        return f"it is built for alltoall only, not {coll.kind.value}"
+    if coll.kind not in BUILDERS:
+        return (f"it is built for {' and '.join(k.value for k in BUILDERS)} only, not "
+                f"{coll.kind.value}")
+    if coll.count % coll.n:
+        return f"its {coll.count} elements do not cut into {coll.n} equal blocks"
     try:
         TranslationGroup.of(coll)
     except ScheduleError as err:
@@ -79,7 +97,7 @@ def plan_symmetric(coll: Collective, model: ExecutionModel,
     verification. ``symmetric_reason`` must have accepted ``coll``."""
     model = symmetric_model(model)
     on_stage("building the schedule in symmetric form")
-    schedule = symmetric_alltoall(coll)
+    schedule = BUILDERS[coll.kind](coll)
     on_stage(f"verifying {len(schedule.ops):,} representative ops")
     verify_symmetric(schedule)
     on_stage("simulating")

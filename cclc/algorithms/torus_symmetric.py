@@ -32,7 +32,7 @@ from cclc.errors import CollectiveError
 from cclc.ir import Buf, OpKind, Ops, Routes, even_split
 from cclc.symmetric import SymmetricSchedule, TranslationGroup
 
-__all__ = ["symmetric_alltoall"]
+__all__ = ["symmetric_allreduce", "symmetric_alltoall"]
 
 
 def _link_lookup(topo, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -114,3 +114,84 @@ def symmetric_alltoall(coll: Collective) -> SymmetricSchedule:
     return SymmetricSchedule(collective=coll, group=group,
                              layouts=(layout, layout, layout), ops=ops, routes=routes,
                              algorithm="halfring", schedule="dimrotation-symmetric")
+
+
+def _ring_sets(shape: tuple[int, ...], fixed: list[int], dim: int, j: int) -> np.ndarray:
+    """The blocks whose coordinates are 0 on the dimensions ``fixed`` and ``j`` on ``dim`` (rank
+    0's set ``j`` of a ring phase on ``dim`` after the phases on ``fixed``)."""
+    coords = np.array(np.unravel_index(np.arange(int(np.prod(shape))), shape))
+    keep = coords[dim] == j
+    for d in fixed:
+        keep &= coords[d] == 0
+    return np.flatnonzero(keep)
+
+
+def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
+    """A torus AllReduce in symmetric form: DimRotation over bidirectional rings, a
+    reduce-scatter dimension by dimension then an allgather in the reverse order.
+
+    The vector is cut into ``n`` blocks (block ``b`` ends reduced on rank ``b``) of ``2 D``
+    units: piece ``c`` of two halves runs its phases on the dimensions ``c, c + 1, ...``; half
+    0 goes the ``+`` way round every ring, half 1 the ``-`` way. A reduce-scatter phase on a
+    ring of ``N`` is ``N - 1`` steps in which every rank adds the set of blocks it has summed
+    so far into its ring neighbour's (set ``x - k - 1`` at step ``k`` from coordinate ``x``,
+    the blocks that agree with the rank on the dimensions already reduced); after the phases
+    of every dimension rank ``b`` holds block ``b`` summed over every rank, and the allgather
+    phases copy the sets back the same way round. Every phase keeps every link of its
+    dimension equally busy, and the data of phase ``i`` is ``N`` times that of phase ``i+1``,
+    so the bandwidth term is ``2 (n - 1) S / (n 2D bw)``: the injection bound of a torus whose
+    sides are alike. Needs an element count divisible by ``n``."""
+    if coll.kind is not CollectiveKind.ALLREDUCE:
+        raise CollectiveError(f"symmetric_allreduce builds allreduce, not {coll.kind.value}")
+    group = TranslationGroup.of(coll)
+    n, shape = coll.n, group.shape
+    if coll.count % n:
+        raise CollectiveError(f"{coll.count} elements do not cut into {n} equal blocks")
+    active = [d for d, m in enumerate(shape) if m > 1]
+    D = max(len(active), 1)
+    units = 2 * D
+    layout = np.tile(even_split(coll.count // n, units), n)
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "src", "dst", "kind",
+                                                         "src_buf", "src_off", "dst_buf",
+                                                         "dst_off", "count")}
+
+    def add(step, dst, kind, src_buf, chunks, count=1) -> None:
+        m = len(chunks)
+        for k, v in (("step", step), ("src", 0), ("dst", dst), ("kind", kind),
+                     ("src_buf", src_buf), ("src_off", chunks), ("dst_buf", Buf.OUTPUT),
+                     ("dst_off", chunks), ("count", count)):
+            cols[k].append(np.broadcast_to(np.asarray(v, dtype=np.int64), (m,)).copy())
+
+    # every block of rank 0's input into its output (one op per block: ops do not cross blocks)
+    add(0, 0, OpKind.COPY, Buf.INPUT, np.arange(n) * units, count=units)
+    ring = max((shape[d] - 1 for d in active), default=0)
+    step = 1
+    for stage, kind in ((range(D), OpKind.REDUCE), (range(D - 1, -1, -1), OpKind.COPY)):
+        for phase in stage:
+            for u in range(units if n > 1 else 0):
+                piece, half = divmod(u, 2)
+                order = [active[(piece + i) % D] for i in range(D)]
+                d, m = order[phase], shape[order[phase]]
+                sign = 1 if half == 0 else -1
+                unit = np.zeros(len(shape), dtype=np.int64)
+                unit[d] = sign
+                neighbour = group.element(unit)
+                for k in range(m - 1):
+                    # reduce-scatter: set x - k - 1 from coordinate x = 0; allgather: set x - k
+                    j = (-sign * (k + 1)) % m if kind is OpKind.REDUCE else (-sign * k) % m
+                    blocks = _ring_sets(shape, order[:phase], d, j)
+                    add(step + k, neighbour, kind, Buf.OUTPUT, blocks * units + u)
+            step += ring
+    cat = {k: np.concatenate(v) for k, v in cols.items()}
+    remote = cat["src"] != cat["dst"]
+    route = np.zeros(len(cat["src"]), dtype=np.int64)
+    links = _link_lookup(coll.topology, cat["src"][remote], cat["dst"][remote])
+    used, inverse = np.unique(links, return_inverse=True)
+    route[remote] = inverse + 1
+    steps, cat["step"] = np.unique(cat["step"], return_inverse=True)
+    order_ = np.argsort(cat["step"], kind="stable")
+    ops = Ops(route=route[order_], **{k: v[order_] for k, v in cat.items()})
+    routes = Routes(np.arange(-1, len(used) + 1).clip(0), used)
+    return SymmetricSchedule(collective=coll, group=group, layouts=(layout, layout, np.zeros(0)),
+                             ops=ops, routes=routes, algorithm="ring",
+                             schedule="dimrotation-symmetric")
