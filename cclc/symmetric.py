@@ -196,6 +196,12 @@ class SymmetricSchedule:
             if rest or (coll.n > 1 and not (lay.reshape(coll.n, k) == lay[:k]).all()):
                 raise ScheduleError(f"the {buf.name.lower()} layout is not one block's cut "
                                     f"repeated for each of the {coll.n} blocks")
+            if (lay == 0).any():
+                # an empty chunk's data coordinate is its block's end, which no translation
+                # moves as it moves the block's elements
+                raise ScheduleError(f"the {buf.name.lower()} layout has empty chunks: the "
+                                    "symmetric form moves blocks, and an empty chunk names no "
+                                    "block")
         object.__setattr__(self, "layouts", lays)
 
     @property

@@ -81,7 +81,9 @@ def _static_bad(s: SymmetricSchedule) -> tuple[np.ndarray, str]:
     if s.collective.kind not in REDUCING_KINDS:
         bad |= ~bad & (o.kind != OpKind.COPY)
     checks.append((bad.copy(), "reduces in a copy collective"))
-    # chunk by chunk: a source chunk and its destination chunk hold as many elements
+    # chunk by chunk: a source chunk and its destination chunk hold as many elements (ops
+    # already wrong read as chunk 0 of the input, which every rank-indexed layout has)
+    sb, db = np.where(bad, 0, o.src_buf), np.where(bad, 0, o.dst_buf)
     rows, j = _chunk_rows(np.where(bad, 1, o.count))
     src_el = _elems(s, sb[rows], np.where(bad, 0, o.src_off)[rows] + j)
     dst_el = _elems(s, db[rows], np.where(bad, 0, o.dst_off)[rows] + j)

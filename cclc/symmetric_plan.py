@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cclc.algorithms.torus_symmetric import symmetric_allreduce, symmetric_alltoall
+from cclc.algorithms.torus_symmetric import symmetric_reason as builders_reason
 from cclc.bounds import Bounds, bounds
 from cclc.collective import Collective, CollectiveKind
-from cclc.errors import ScheduleError
 from cclc.execution import IR_MODEL, ExecutionModel
 from cclc.plan import Resolution
-from cclc.symmetric import SymmetricSchedule, TranslationGroup
+from cclc.symmetric import SymmetricSchedule
 from cclc.symmetric_check import simulate_lockstep, verify_symmetric
 
 __all__ = ["BUILDERS", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "plan_symmetric",
@@ -71,16 +71,7 @@ def symmetric_reason(resolution: Resolution) -> str | None:
     coll = resolution.collective
     if resolution.explicit:
         return "an algorithm is named (the symmetric form is built under auto)"
-    if coll.kind not in BUILDERS:
-        return (f"it is built for {' and '.join(k.value for k in BUILDERS)} only, not "
-                f"{coll.kind.value}")
-    if coll.count % coll.n:
-        return f"its {coll.count} elements do not cut into {coll.n} equal blocks"
-    try:
-        TranslationGroup.of(coll)
-    except ScheduleError as err:
-        return err.message
-    return None
+    return builders_reason(coll)
 
 
 def symmetric_model(model: ExecutionModel) -> ExecutionModel:

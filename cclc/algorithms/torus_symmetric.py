@@ -28,11 +28,33 @@ from __future__ import annotations
 import numpy as np
 
 from cclc.collective import Collective, CollectiveKind
-from cclc.errors import CollectiveError
+from cclc.errors import CollectiveError, ScheduleError
 from cclc.ir import Buf, OpKind, Ops, Routes, even_split
 from cclc.symmetric import SymmetricSchedule, TranslationGroup
 
-__all__ = ["symmetric_allreduce", "symmetric_alltoall"]
+__all__ = ["symmetric_allreduce", "symmetric_alltoall", "symmetric_reason"]
+
+
+def symmetric_reason(coll: Collective) -> str | None:
+    """Why the builders here cannot serve ``coll`` (``None`` when one can): an AllToAll or
+    AllReduce on a torus whose translations are a symmetry of it, with at least ``2 D``
+    elements in every rank's block (one per unit) and, for AllReduce, equal blocks."""
+    builders = (CollectiveKind.ALLTOALL, CollectiveKind.ALLREDUCE)
+    if coll.kind not in builders:
+        return (f"it is built for {' and '.join(k.value for k in builders)} only, not "
+                f"{coll.kind.value}")
+    try:
+        group = TranslationGroup.of(coll)
+    except ScheduleError as err:
+        return err.message
+    per = coll.count // coll.n          # elements of a rank's block (for every rank)
+    units = 2 * max(sum(m > 1 for m in group.shape), 1)
+    if coll.kind is CollectiveKind.ALLREDUCE and coll.count % coll.n:
+        return f"its {coll.count} elements do not cut into {coll.n} equal blocks"
+    if per < units:
+        return (f"its blocks of {per} elements are too small to cut into {units} units (one "
+                "per dimension and direction)")
+    return None
 
 
 def _link_lookup(topo, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -47,10 +69,14 @@ def _link_lookup(topo, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 
 def symmetric_alltoall(coll: Collective) -> SymmetricSchedule:
     """The DimRotation-over-HalfRing AllToAll of ``coll`` (see the module docstring) as a
-    symmetric schedule; :class:`~cclc.errors.ScheduleError` when translations are no symmetry
-    of ``coll``'s machine (:meth:`~cclc.symmetric.TranslationGroup.of` says why)."""
+    symmetric schedule; :class:`~cclc.errors.CollectiveError` when translations are no
+    symmetry of ``coll``'s machine or its blocks are too small (:func:`symmetric_reason` says
+    why)."""
     if coll.kind is not CollectiveKind.ALLTOALL:
         raise CollectiveError(f"symmetric_alltoall builds alltoall, not {coll.kind.value}")
+    why = symmetric_reason(coll)
+    if why is not None:
+        raise CollectiveError(f"no symmetric alltoall of '{coll.name}': {why}")
     group = TranslationGroup.of(coll)
     topo, n = coll.topology, coll.n
     shape = group.shape
@@ -140,13 +166,15 @@ def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
     phases copy the sets back the same way round. Every phase keeps every link of its
     dimension equally busy, and the data of phase ``i`` is ``N`` times that of phase ``i+1``,
     so the bandwidth term is ``2 (n - 1) S / (n 2D bw)``: the injection bound of a torus whose
-    sides are alike. Needs an element count divisible by ``n``."""
+    sides are alike. :class:`~cclc.errors.CollectiveError` where :func:`symmetric_reason`
+    says it cannot."""
     if coll.kind is not CollectiveKind.ALLREDUCE:
         raise CollectiveError(f"symmetric_allreduce builds allreduce, not {coll.kind.value}")
+    why = symmetric_reason(coll)
+    if why is not None:
+        raise CollectiveError(f"no symmetric allreduce of '{coll.name}': {why}")
     group = TranslationGroup.of(coll)
     n, shape = coll.n, group.shape
-    if coll.count % n:
-        raise CollectiveError(f"{coll.count} elements do not cut into {n} equal blocks")
     active = [d for d, m in enumerate(shape) if m > 1]
     D = max(len(active), 1)
     units = 2 * D

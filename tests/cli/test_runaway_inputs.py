@@ -151,3 +151,13 @@ def test_a_deep_hierarchical_pipeline_is_refused(tmp_path, chunks, message):
                 str(tmp_path / "out"))
     assert run.returncode == 2, run.stderr
     assert message in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.slow
+def test_allreduce_on_a_healthy_4096_rank_torus_is_compiled_stored_by_symmetry(tmp_path):
+    # whole, auto's ring candidate alone was 50M ops and 14 GB when it was stopped
+    text = TORUS.format(dims="16,16,16").replace("alltoall", "allreduce")
+    run = _cclc(tmp_path, text, "compile", "-o", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stderr
+    assert "planned stored by symmetry instead" in run.stderr
+    assert "53,236 representative ops for 218,054,656 ops" in run.stdout

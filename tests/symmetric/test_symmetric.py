@@ -10,10 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cclc.algorithms import get
-from cclc.algorithms.torus_symmetric import symmetric_alltoall
+from cclc.algorithms.torus_symmetric import (
+    symmetric_allreduce,
+    symmetric_alltoall,
+    symmetric_reason,
+)
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, make_collective
-from cclc.errors import ScheduleError
+from cclc.errors import CollectiveError, ScheduleError
 from cclc.ir import Buf, Ops
 from cclc.sim import simulate
 from cclc.symmetric import TranslationGroup, expand, symmetric_form
@@ -40,6 +44,16 @@ def _verdict(fn, s) -> bool:
     return True
 
 
+def _expanded_verdict(sym) -> bool:
+    """The ordinary verifier's verdict on the expansion (an op that crosses a block has no
+    expansion: the form refuses it)."""
+    try:
+        full = expand(sym)
+    except ScheduleError:
+        return False
+    return _verdict(verify, full)
+
+
 def _same_as_expanded(sym) -> None:
     full = expand(sym)
     assert len(full.ops) == sym.expanded_ops()
@@ -64,42 +78,79 @@ def _check_alltoall(dims, per_pair, latency) -> None:
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(shapes, st.integers(1, 13), st.sampled_from([0.0, 1e-6]))
+@given(shapes, st.integers(6, 13), st.sampled_from([0.0, 1e-6]))
 def test_symmetric_alltoall_matches_its_expansion(dims, per_pair, latency):
     _check_alltoall(dims, per_pair, latency)
 
 
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(shapes, st.integers(1, 13), st.sampled_from([0.0, 1e-6]))
+@given(shapes, st.integers(6, 13), st.sampled_from([0.0, 1e-6]))
 def test_symmetric_alltoall_matches_its_expansion_many(dims, per_pair, latency):
     _check_alltoall(dims, per_pair, latency)
 
 
+def _allreduce(dims, per_rank=4, latency=1e-6):
+    topo = torus("t", tuple(dims), bandwidth=25e9, latency=latency)
+    n = topo.n_ranks
+    return make_collective("ar", CollectiveKind.ALLREDUCE, topo, tuple(range(n)),
+                           size=4 * n * per_rank)
+
+
+def _check_allreduce(dims, per_rank, latency) -> None:
+    coll = _allreduce(dims, per_rank, latency)
+    sym = symmetric_allreduce(coll)
+    _same_as_expanded(sym)
+    assert simulate_lockstep(sym).time >= bounds(coll, lp=False).best * (1 - 1e-12)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shapes, st.integers(6, 13), st.sampled_from([0.0, 1e-6]))
+def test_symmetric_allreduce_matches_its_expansion(dims, per_rank, latency):
+    _check_allreduce(dims, per_rank, latency)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shapes, st.integers(6, 13), st.sampled_from([0.0, 1e-6]))
+def test_symmetric_allreduce_matches_its_expansion_many(dims, per_rank, latency):
+    _check_allreduce(dims, per_rank, latency)
+
+
+@pytest.mark.parametrize("dims", [(4,), (4, 4), (2, 2, 2), (3, 3, 3)])
+def test_symmetric_allreduce_meets_the_bandwidth_bound_on_alike_sides(dims):
+    # latency 0: the bandwidth term alone, 2 (n-1)/n S over the links out of a rank (two per
+    # dimension, one where a side of 2 joins the same two ranks both ways round)
+    coll = _allreduce(dims, 12 * len(dims), latency=0.0)
+    time = simulate_lockstep(symmetric_allreduce(coll)).time
+    n, links = coll.n, sum(1 if m == 2 else 2 for m in dims)
+    assert time == pytest.approx(2 * (n - 1) / n * coll.size / (links * 25e9), rel=1e-9)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(shapes, st.data())
-def test_a_mutated_representative_gets_the_same_verdict(dims, data):
+@given(shapes, st.booleans(), st.data())
+def test_a_mutated_representative_gets_the_same_verdict(dims, reducing, data):
     # 12 elements per block: every one of the (at most 6) units holds data, so an op dropped
     # loses some
-    sym = symmetric_alltoall(_alltoall(dims, 12))
+    sym = (symmetric_allreduce(_allreduce(dims, 12)) if reducing
+           else symmetric_alltoall(_alltoall(dims, 12)))
     ops = sym.ops
     i = data.draw(st.integers(0, len(ops) - 1), label="op")
     field = data.draw(st.sampled_from(["drop", "step", "dst", "src_off", "dst_off",
-                                       "dst_buf"]), label="field")
+                                       "dst_buf", "kind"]), label="field")
     cols = ops.columns()
     if field == "drop":
         keep = np.arange(len(ops)) != i
         cols = {k: v[keep] for k, v in cols.items()}
     else:
         col = cols[field].astype(np.int64).copy()
-        limit = {"step": int(ops.step.max()) + 2, "dst": sym.n, "dst_buf": 3}.get(
-            field, len(sym.layouts[Buf.SCRATCH]))
+        limit = {"step": int(ops.step.max()) + 2, "dst": sym.n, "dst_buf": 3, "kind": 2}.get(
+            field, max(len(lay) for lay in sym.layouts))
         col[i] = data.draw(st.integers(0, limit - 1).filter(lambda v: v != col[i]),
                            label="value")
         cols[field] = col
     bad = sym.replace(ops=Ops(**cols))
-    full = expand(bad)
-    assert _verdict(verify_symmetric, bad) == _verdict(verify, full)
+    assert _verdict(verify_symmetric, bad) == _expanded_verdict(bad)
     if field == "drop":
         assert not _verdict(verify_symmetric, bad)
 
@@ -138,9 +189,17 @@ def test_a_failed_link_breaks_the_translations():
     coll = make_collective("a", CollectiveKind.ALLTOALL, topo, tuple(range(16)), size=4 * 16)
     with pytest.raises(ScheduleError, match="failed link breaks the translations"):
         TranslationGroup.of(coll)
-    sym = symmetric_alltoall(_alltoall((4, 4), 1))
+    sym = symmetric_alltoall(_alltoall((4, 4), 4))
     with pytest.raises(ScheduleError, match="failed link"):
         verify_symmetric(sym.replace(collective=coll))
+
+
+def test_blocks_too_small_for_the_units_are_refused_with_the_reason():
+    coll = _alltoall((3, 3), per_pair=3)            # 3 elements per block, 4 units
+    assert "too small to cut into 4 units" in (symmetric_reason(coll) or "")
+    with pytest.raises(CollectiveError, match="too small"):
+        symmetric_alltoall(coll)
+    assert symmetric_reason(_allreduce((3, 3), per_rank=4)) is None
 
 
 def test_group_actions_are_translations():

@@ -66,6 +66,25 @@ def test_a_refused_healthy_torus_alltoall_is_compiled_stored_by_symmetry(
         load_schedule(tmp_path / "o" / "a2a.schedule.json")
 
 
+def test_a_refused_healthy_torus_allreduce_is_compiled_stored_by_symmetry(
+        tmp_path, refuse_everything):
+    (r,) = compile_source(SOURCE.format(fault="", kind="allreduce"), tmp_path / "o",
+                          Request(emit=("json",)))
+    assert r.symmetric is not None and not r.failed
+    doc = read_document(tmp_path / "o" / "a2a.schedule.json")
+    assert isinstance(doc, SymmetricSchedule)
+    whole = expand(doc)
+    verify(whole)
+    assert simulate(whole).time == pytest.approx(r.symmetric.time, rel=1e-12)
+
+
+def test_a_small_collective_is_planned_whole(tmp_path):
+    text = ("topology t = torus(4) { link 50 GB/s, 100 ns }\n"
+            "collective a2a = alltoall on t { size 64 KiB }\n")
+    (r,) = compile_source(text, tmp_path / "o")
+    assert r.plan is not None and r.symmetric is None
+
+
 def test_an_output_that_needs_every_rank_gets_the_expansion_where_it_fits(
         tmp_path, refuse_everything):
     (r,) = compile_source(SOURCE.format(fault="", kind="alltoall"), tmp_path / "o",
@@ -89,7 +108,7 @@ def test_an_output_refuses_an_expansion_over_the_limit_with_the_reason():
 
 @pytest.mark.parametrize("fault, kind, why", [
     ("\n    fault link (0,0) -- (1,0)", "alltoall", "failed link breaks the translations"),
-    ("", "allreduce", "alltoall only")])
+    ("", "allgather", "alltoall and allreduce only")])
 def test_what_cannot_be_stored_by_symmetry_keeps_the_refusal_and_says_why(
         tmp_path, refuse_everything, fault, kind, why):
     with pytest.raises(CclError, match=f"too large to plan here.*nor can it be stored by "
