@@ -18,7 +18,7 @@ from cclc.algorithms.torus_symmetric import (
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import CollectiveError, ScheduleError
-from cclc.ir import Buf, Ops
+from cclc.ir import Ops
 from cclc.sim import simulate
 from cclc.symmetric import TranslationGroup, expand, symmetric_form
 from cclc.symmetric_check import link_loads, simulate_lockstep, verify_symmetric
