@@ -152,22 +152,35 @@ def _ring_sets(shape: tuple[int, ...], fixed: list[int], dim: int, j: int) -> np
     return np.flatnonzero(keep)
 
 
+def _chains(m: int, half: int) -> tuple[int, int]:
+    """The lengths ``(P, M)`` of the plus and minus chains of a ring of ``m`` for unit ``half``:
+    ``P + M = m - 1`` (every other rank of the ring once), as even as can be with ``P != M``
+    (so that the two chains' last hops, into the target, fall in different steps), and the
+    other half swapped so that both directions carry ``m - 1`` sets in all."""
+    if m % 2 == 0:
+        plus, minus = m // 2, m // 2 - 1
+    else:
+        plus, minus = (m + 1) // 2, (m - 3) // 2
+    return (plus, minus) if half == 0 else (minus, plus)
+
+
 def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
-    """A torus AllReduce in symmetric form: DimRotation over bidirectional rings, a
-    reduce-scatter dimension by dimension then an allgather in the reverse order.
+    """A torus AllReduce in symmetric form: DimRotation over rings, a reduce-scatter dimension
+    by dimension then an allgather in the reverse order, each ring phase done by two chains.
 
     The vector is cut into ``n`` blocks (block ``b`` ends reduced on rank ``b``) of ``2 D``
-    units: piece ``c`` of two halves runs its phases on the dimensions ``c, c + 1, ...``; half
-    0 goes the ``+`` way round every ring, half 1 the ``-`` way. A reduce-scatter phase on a
-    ring of ``N`` is ``N - 1`` steps in which every rank adds the set of blocks it has summed
-    so far into its ring neighbour's (set ``x - k - 1`` at step ``k`` from coordinate ``x``,
-    the blocks that agree with the rank on the dimensions already reduced); after the phases
-    of every dimension rank ``b`` holds block ``b`` summed over every rank, and the allgather
-    phases copy the sets back the same way round. Every phase keeps every link of its
-    dimension equally busy, and the data of phase ``i`` is ``N`` times that of phase ``i+1``,
-    so the bandwidth term is ``2 (n - 1) S / (n 2D bw)``: the injection bound of a torus whose
-    sides are alike. :class:`~cclc.errors.CollectiveError` where :func:`symmetric_reason`
-    says it cannot."""
+    units: piece ``c`` of two halves runs its phases on the dimensions ``c, c + 1, ...``. In a
+    reduce-scatter phase on a ring of ``N`` the ranks sum the *set* of blocks of every target
+    ``x`` of the ring (the blocks that agree with ``x`` on the dimensions reduced so far) along
+    two chains that end at ``x``: the plus chain from ``x - P`` (each rank adds its own part
+    and passes the sum on), the minus chain from ``x + M``, ``P + M = N - 1``
+    (:func:`_chains`; the two halves swap ``P`` and ``M``). After the phases of every dimension
+    rank ``b`` holds block ``b`` summed over every rank, and the allgather phases copy the sets
+    back out along the same chains. A phase lasts ``ceil(N/2)`` steps, half a ring's ``N - 1``,
+    and every link of its dimension carries ``N - 1`` sets of one unit, as a ring would; the
+    data of phase ``i`` is ``N`` times that of phase ``i + 1``, so the bandwidth term is
+    ``2 (n - 1) S / (n 2D bw)``: the injection bound of a torus whose sides are alike and even.
+    :class:`~cclc.errors.CollectiveError` where :func:`symmetric_reason` says it cannot."""
     if coll.kind is not CollectiveKind.ALLREDUCE:
         raise CollectiveError(f"symmetric_allreduce builds allreduce, not {coll.kind.value}")
     why = symmetric_reason(coll)
@@ -192,7 +205,8 @@ def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
 
     # every block of rank 0's input into its output (one op per block: ops do not cross blocks)
     add(0, 0, OpKind.COPY, Buf.INPUT, np.arange(n) * units, count=units)
-    ring = max((shape[d] - 1 for d in active), default=0)
+    # a phase on a ring of N lasts ceil(N/2) steps (the longer chain of _chains)
+    span = max(((shape[d] + 1) // 2 for d in active), default=0)
     step = 1
     for stage, kind in ((range(D), OpKind.REDUCE), (range(D - 1, -1, -1), OpKind.COPY)):
         for phase in stage:
@@ -200,16 +214,18 @@ def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
                 piece, half = divmod(u, 2)
                 order = [active[(piece + i) % D] for i in range(D)]
                 d, m = order[phase], shape[order[phase]]
-                sign = 1 if half == 0 else -1
-                unit = np.zeros(len(shape), dtype=np.int64)
-                unit[d] = sign
-                neighbour = group.element(unit)
-                for k in range(m - 1):
-                    # reduce-scatter: set x - k - 1 from coordinate x = 0; allgather: set x - k
-                    j = (-sign * (k + 1)) % m if kind is OpKind.REDUCE else (-sign * k) % m
-                    blocks = _ring_sets(shape, order[:phase], d, j)
-                    add(step + k, neighbour, kind, Buf.OUTPUT, blocks * units + u)
-            step += ring
+                for sign, length in zip((1, -1), _chains(m, half), strict=True):
+                    unit = np.zeros(len(shape), dtype=np.int64)
+                    unit[d] = sign
+                    neighbour = group.element(unit)
+                    for k in range(length):
+                        # rank 0 is hop k of the chain of target x: x - P + k = 0 on the plus
+                        # chain of a reduce-scatter (x + M - k = 0 on the minus one), x + k = 0
+                        # (x - k) when the allgather spreads x's set
+                        x = (sign * (length - k) if kind is OpKind.REDUCE else -sign * k) % m
+                        blocks = _ring_sets(shape, order[:phase], d, x)
+                        add(step + k, neighbour, kind, Buf.OUTPUT, blocks * units + u)
+            step += span
     cat = {k: np.concatenate(v) for k, v in cols.items()}
     remote = cat["src"] != cat["dst"]
     route = np.zeros(len(cat["src"]), dtype=np.int64)
