@@ -8,17 +8,20 @@ of ops has exactly one member that writes to rank 0 (translations act freely): r
 is rank 0's chunk ``x - (s - d)`` moved by ``s - d``; so in rank 0's frame op ``i`` reads rank
 0's source chunk moved by ``-s``, moves the value it finds by ``s - d`` and writes it into rank
 0's destination chunk moved by ``-d``. Two writes to one of rank 0's chunks in a step, a read
-of an empty chunk, and a wrong output are then exactly those of the expanded schedule, at rank
-0 and, moved, at every rank. Routes are checked on the representatives (a path of usable
+of an empty chunk, a wrong reduction and a wrong output are then exactly those of the expanded
+schedule, at rank 0 and, moved, at every rank. Routes are checked on the representatives (a path of usable
 links from the source to the destination that the topology's routing carries), and
 :meth:`~cclc.symmetric.TranslationGroup.of` checks that every translation maps usable links onto
 usable links alike, so every image route is one too.
 
-Values are data coordinates as in :mod:`cclc.semantics` for copy collectives: element ``e`` of
-rank ``r``'s input is ``r E + e`` (``E`` elements per input). A translation by ``t`` moves
+Values are data coordinates as in :mod:`cclc.semantics`. Copy collectives: element ``e`` of
+rank ``r``'s input is ``r E + e`` (``E`` elements per input); a translation by ``t`` moves
 ``r`` to ``r + t`` and, where the input's blocks belong to ranks (AllToAll), block ``b`` to
-``b + t``. An op copies its source chunks one to one onto its destination chunks, which must
-have the same sizes (the expanded verifier also accepts a chunk gathered from two adjacent
+``b + t``. AllReduce: a coordinate is a position in the result, whose block moves to ``b + t``,
+and a chunk also holds the set of ranks whose contributions it sums (one boolean per rank, for
+rank 0's chunks only), moved to ``{r + t}``; a reduction must add the same data and no rank
+twice. An op copies or reduces its source chunks one to one onto its destination chunks, which
+must have the same sizes (the expanded verifier also accepts a chunk gathered from two adjacent
 ones; the symmetric one refuses such a schedule, never accepts a wrong one).
 
 The lockstep time is the one :func:`cclc.sim.simulate` gives the expanded schedule: a link's
