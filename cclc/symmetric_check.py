@@ -9,8 +9,9 @@ is rank 0's chunk ``x - (s - d)`` moved by ``s - d``; so in rank 0's frame op ``
 0's source chunk moved by ``-s``, moves the value it finds by ``s - d`` and writes it into rank
 0's destination chunk moved by ``-d``. Two writes to one of rank 0's chunks in a step, a read
 of an empty chunk, a wrong reduction and a wrong output are then exactly those of the expanded
-schedule, at rank 0 and, moved, at every rank. Routes are checked on the representatives (a path of usable
-links from the source to the destination that the topology's routing carries), and
+schedule, at rank 0 and, moved, at every rank. Routes are checked on the representatives (a
+path of usable links from the source to the destination that the topology's routing carries),
+and
 :meth:`~cclc.symmetric.TranslationGroup.of` checks that every translation maps usable links onto
 usable links alike, so every image route is one too.
 
