@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cclc.errors import ScheduleError
 
@@ -35,8 +35,9 @@ if TYPE_CHECKING:
     from cclc.nccl_comparison import NcclComparison
     from cclc.plan import Candidate
     from cclc.sim import SimResult
+    from cclc.symmetric import SymmetricSchedule
 
-__all__ = ["Backend", "Contents", "EmitOptions", "Facts", "TunerRows"]
+__all__ = ["Backend", "Contents", "EmitOptions", "Facts", "TunerRows", "symmetric_refusal"]
 
 _PROTOCOLS = ("Simple", "LL", "LL128")
 
@@ -119,11 +120,15 @@ class Backend(Protocol[Key, Subject]):
     pipeline for :attr:`Facts.lockstep` and :attr:`Facts.event`; ``execution_model`` is how
     the runtime the output is for executes a schedule (:mod:`cclc.execution`), the model
     ``auto`` prices the candidates with when this is the first such output of ``--emit``
-    (``None``: the output runs nothing, as the schedule document or the page)."""
+    (``None``: the output runs nothing, as the schedule document or the page);
+    ``renders_symmetric`` says that :meth:`render` also takes a schedule stored by symmetry
+    (:class:`~cclc.symmetric.SymmetricSchedule`) as it is; any other output gets the expanded
+    schedule, where it fits the size limit (:func:`symmetric_refusal`)."""
 
     name: str
     wants_simulation: bool
     execution_model: ExecutionModel | None
+    renders_symmetric: bool
 
     def files(self, key: Key, options: EmitOptions) -> tuple[str, ...]:
         """Every file (relative POSIX names) the backend will write for ``key``, including what
@@ -149,3 +154,15 @@ class Backend(Protocol[Key, Subject]):
         ``options.build`` asks for it; returns the built files' names relative to ``folder``
         (``[]`` when there is nothing to build)."""
         ...
+
+
+def symmetric_refusal(backend: Backend[Any, Any], subject: SymmetricSchedule, max_ops: int
+                      ) -> str | None:
+    """Why ``backend`` cannot take the schedule stored by symmetry ``subject``: it needs every
+    rank's ops (not ``renders_symmetric``) and the expanded schedule has more than ``max_ops``
+    (the size check's limit); ``None`` when it renders the form itself or the expansion fits."""
+    if backend.renders_symmetric or subject.expanded_ops() <= max_ops:
+        return None
+    return (f"the {backend.name} output needs every rank's ops, and this schedule is stored by "
+            f"symmetry: expanded it has {subject.expanded_ops():,} ops, over cclc's limit of "
+            f"{max_ops:,}; --emit json writes it in symmetric form")

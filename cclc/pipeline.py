@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from backends.contract import Backend
     from cclc.execution import ExecutionModel
     from cclc.nccl_comparison import NcclComparison
+    from cclc.symmetric_plan import SymmetricPlan
     from dsl import Program
 
 __all__ = [
@@ -112,6 +113,14 @@ class Compiled:
     missing: tuple[tuple[str, str], ...] = ()
     #: outputs whose format has no form for this collective (``(backend, why)``)
     skipped: tuple[tuple[str, str], ...] = ()
+    #: the plan stored by symmetry, where the whole schedule was too large (``plan`` is then
+    #: ``None``: nothing failed)
+    symmetric: SymmetricPlan | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the collective's schedule failed verification (no plan of either form)."""
+        return self.plan is None and self.symmetric is None
 
 
 class Events:
@@ -135,6 +144,9 @@ class Events:
 
     def planned(self, coll: Collective, plan: Plan, nccl: str | None) -> None:
         """``coll`` was planned, verified and measured (before anything is written for it)."""
+
+    def planned_symmetric(self, coll: Collective, plan: SymmetricPlan) -> None:
+        """``coll`` was planned stored by symmetry (``planned``'s counterpart)."""
 
     def failed(self, coll: Collective, message: str) -> None:
         """``coll``'s schedule failed verification: nothing is written for it."""
@@ -199,8 +211,8 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
         events.note(f"{request.source} declares no collective: only its topologies are "
                     "written (add 'collective NAME = KIND on TOPOLOGY { size ... }')")
     resolved = [_resolve(coll, request) for coll in collectives]
-    if request.size_check:
-        _check_sizes(resolved)
+    # the collectives too large to plan whole that auto plans stored by symmetry instead
+    symmetric = _check_sizes(resolved, model, events) if request.size_check else frozenset()
 
     # the folder stays locked until every file of this run is written: a second run into it
     # is refused at once instead of mixing its files with this one's
@@ -223,6 +235,9 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
         results = []
         for coll, resolution in zip(collectives, resolved, strict=True):
             events.start(coll)
+            if coll.name in symmetric:
+                results.append(_compile_symmetric(coll, model, backends, out, options, events))
+                continue
             try:
                 # 2-5. build, route, verify and measure every candidate; keep the fastest
                 p = _plan(resolution, request, model, _refusal(backends, options), events)
@@ -316,15 +331,81 @@ def _resolve(coll: Collective, request: Request) -> Resolution:
         raise CclError(f"--algorithm {request.algorithm}: {err.message}") from None
 
 
-def _check_sizes(resolved: Sequence[Resolution]) -> None:
-    """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget)."""
-    # cclc.budget only when this runs, not for cclc --help
+def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel, events: Events
+                 ) -> frozenset[str]:
+    """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget);
+    the names of those ``auto`` plans stored by symmetry instead (cclc.symmetric_plan): the
+    ones it can whose estimate is over ``SYMMETRIC_FROM_OPS``."""
+    # cclc.budget, cclc.symmetric_plan only when this runs, not for cclc --help
     from cclc.budget import available_memory, check_budget, estimate_size
+    from cclc.symmetric_plan import SYMMETRIC_FROM_OPS, symmetric_model, symmetric_reason
 
     memory = available_memory()
+    symmetric = set()
     for r in resolved:
         # every entry serving the collective is a possible way out of a refusal
-        check_budget(estimate_size(r.collective, r.entries, r.params, r.serving), memory)
+        est = estimate_size(r.collective, r.entries, r.params, r.serving)
+        why = symmetric_reason(r) if est.ops > SYMMETRIC_FROM_OPS else "small enough"
+        if why is None:
+            priced = symmetric_model(model)
+            events.note(f"{r.collective.name}: its {est.largest} schedule alone has at least "
+                        f"{est.ops:.3g} ops; planned stored by symmetry instead (one "
+                        "representative op per orbit of the torus's translations)"
+                        + ("" if priced == model else f", timed under the {priced.name} "
+                           "model: the form has no dataflow simulation"))
+            symmetric.add(r.collective.name)
+            continue
+        try:
+            check_budget(est, memory)
+        except CclError as err:
+            raise CclError(f"{err.message}; nor can it be stored by symmetry: {why}"
+                           ) from None
+    return frozenset(symmetric)
+
+
+def _compile_symmetric(coll: Collective, model: ExecutionModel,
+                       backends: Sequence[Backend[Any, Any]], out: OutputDir,
+                       options: EmitOptions, events: Events) -> Compiled:
+    """Plan ``coll`` stored by symmetry and write every output that takes it: the form itself
+    where the backend renders it, else the expanded schedule where it fits the size limit;
+    any other output is reported missing with the reason."""
+    # cclc.budget, cclc.symmetric* only when this runs, not for cclc --help
+    from backends.contract import symmetric_refusal
+    from cclc.budget import MAX_OPS
+    from cclc.symmetric import expand
+    from cclc.symmetric_plan import plan_symmetric
+
+    try:
+        with events.stage(f"{coll.name}: planning stored by symmetry") as st:
+            p = plan_symmetric(coll, model, on_stage=lambda what: st.update(0, what))
+    except ScheduleError as err:
+        events.failed(coll, err.message)
+        return Compiled(coll, None, err.message)
+    events.planned_symmetric(coll, p)
+    facts = Facts(bounds=p.bounds, time=p.time, model=p.model)
+    files: list[str] = []
+    missing: list[tuple[str, str]] = []
+    for backend in backends:
+        why = symmetric_refusal(backend, p.schedule, MAX_OPS)
+        try:
+            if why is not None:
+                raise CclError(why)
+            if backend.renders_symmetric:
+                files += write_outputs(backend, coll, p.schedule, out, options, facts)
+                continue
+            whole = expand(p.schedule)
+            why = backend.refusal(whole, options)
+            if why is not None:
+                raise CclError(why)
+            files += write_outputs(backend, coll, whole, out, options,
+                                   measure(whole, simulate=backend.wants_simulation))
+        except CclError as err:
+            missing.append((backend.name, err.message))
+            events.missing(coll, backend.name, err.message)
+    for name in files:
+        events.wrote(name)
+    events.done(coll)
+    return Compiled(coll, None, None, None, tuple(files), tuple(missing), symmetric=p)
 
 
 def _topologies(program: Program, collectives: Sequence[Collective], request: Request) -> dict:

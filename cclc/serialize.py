@@ -8,6 +8,10 @@ documents every key. Floats are written with Python's shortest round-trip ``repr
 
 Reading checks the document's shape and raises :class:`ScheduleError` that says which key is
 wrong; whether the schedule is *correct* is :func:`cclc.verify.verify`'s job.
+
+A schedule stored by symmetry (:class:`~cclc.symmetric.SymmetricSchedule`) is the same document
+of its representative ops with one more key, ``"symmetry"`` (the group); :func:`from_json`
+refuses it (its ops are not the whole schedule) and :func:`symmetric_from_json` reads it.
 """
 
 from __future__ import annotations
@@ -26,14 +30,21 @@ from cclc.errors import CclError, ScheduleError, Span
 from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
 from cclc.outdir import write_file
 from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
+from cclc.symmetric import SymmetricSchedule, TranslationGroup
 from cclc.topology import LinkKind, Topology
 from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH
 
-__all__ = ["FORMAT", "VERSION", "document_pieces", "dumps", "from_json", "int_array_json",
-           "load", "save", "to_json", "topology_document", "topology_to_json"]
+__all__ = ["FORMAT", "SYMMETRY_KEY", "VERSION", "document_pieces", "dumps", "from_json",
+           "int_array_json", "load", "read_document", "save", "symmetric_document_pieces",
+           "symmetric_from_json", "to_json", "topology_document", "topology_to_json"]
 
 FORMAT = "cclc-schedule"
 VERSION = 1
+#: the key of a document stored by symmetry: ``{"group": "translations", "shape": [...]}``
+SYMMETRY_KEY = "symmetry"
+_STORED_BY_SYMMETRY = (f"a schedule stored by symmetry ('{SYMMETRY_KEY}'): its ops are one "
+                       "representative per orbit, not the whole schedule; 'cclc verify' "
+                       "checks it (this command does not take it yet)")
 
 _E = TypeVar("_E", bound=Enum)
 #: the kinds of topology a document may name, as the :class:`Topology` field spells them
@@ -215,6 +226,24 @@ def document_pieces(s: Schedule) -> Iterator[bytes]:
     """The compact JSON document of ``s`` in pieces, byte for byte what
     ``json.dumps(to_json(s), separators=(",", ":"), allow_nan=False)`` gives: the large
     integer arrays by :func:`int_array_json`, the rest by :mod:`json`."""
+    return _pieces(s, None)
+
+
+def _representatives(s: SymmetricSchedule) -> Schedule:
+    """The representative ops of ``s`` held as a :class:`Schedule` (for writing only: they
+    are not the whole schedule)."""
+    return Schedule(collective=s.collective, layouts=s.layouts, ops=s.ops, routes=s.routes,
+                    algorithm=s.algorithm, schedule=s.schedule, params=s.params)
+
+
+def symmetric_document_pieces(s: SymmetricSchedule) -> Iterator[bytes]:
+    """The compact JSON document of a schedule stored by symmetry, in pieces: the document of
+    its representative ops (:func:`document_pieces`) with the key :data:`SYMMETRY_KEY`."""
+    return _pieces(_representatives(s), {"group": "translations",
+                                         "shape": list(s.group.shape)})
+
+
+def _pieces(s: Schedule, symmetry: dict | None) -> Iterator[bytes]:
     marker = f"cclc-array-{uuid.uuid4().hex}-"
     arrays: list[np.ndarray] = []
 
@@ -222,7 +251,10 @@ def document_pieces(s: Schedule) -> Iterator[bytes]:
         arrays.append(a)
         return f"{marker}{len(arrays) - 1}"
 
-    text = json.dumps(_document(s, later), separators=(",", ":"), allow_nan=False)
+    doc = _document(s, later)
+    if symmetry is not None:
+        doc[SYMMETRY_KEY] = symmetry
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
     head, *pieces = text.split(f'"{marker}')
     yield head.encode("utf-8")
     for piece in pieces:
@@ -536,6 +568,31 @@ def from_json(doc: Any) -> Schedule:
     """
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ScheduleError(f"not a cclc schedule document: expected \"format\": \"{FORMAT}\"")
+    if SYMMETRY_KEY in doc:
+        raise ScheduleError(_STORED_BY_SYMMETRY)
+    return _plain(doc)
+
+
+def symmetric_from_json(doc: Any) -> SymmetricSchedule:
+    """The :class:`~cclc.symmetric.SymmetricSchedule` a document stored by symmetry describes
+    (:class:`ScheduleError` as :func:`from_json`, and for a group it does not know)."""
+    if not isinstance(doc, dict) or SYMMETRY_KEY not in doc:
+        raise ScheduleError(f"not a schedule stored by symmetry: no '{SYMMETRY_KEY}' key")
+    g = _Doc(doc, "").obj(SYMMETRY_KEY)
+    if g.string("group") != "translations":
+        raise ScheduleError(f"'{SYMMETRY_KEY}.group' is {g.string('group')!r}; this cclc knows "
+                            "\"translations\"")
+    shape = tuple(int(x) for x in g.array("shape", "int").tolist())
+    reps = _plain({k: v for k, v in doc.items() if k != SYMMETRY_KEY})
+    if shape != (reps.topology.dims or ()):
+        raise ScheduleError(f"'{SYMMETRY_KEY}.shape' {list(shape)} is not the torus's sides")
+    return SymmetricSchedule(collective=reps.collective, group=TranslationGroup(shape),
+                             layouts=reps.layouts, ops=reps.ops, routes=reps.routes,
+                             algorithm=reps.algorithm, schedule=reps.schedule,
+                             params=reps.params)
+
+
+def _plain(doc: dict) -> Schedule:
     d = _Doc(doc, "")
     version = d.get("version")
     if version != VERSION:
@@ -618,6 +675,14 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def load(path: str | os.PathLike) -> Schedule:
     """Read a schedule document; :class:`CclError` if the file cannot be read,
     :class:`ScheduleError` if it is not a valid schedule document."""
+    schedule = read_document(path)
+    if isinstance(schedule, SymmetricSchedule):
+        raise ScheduleError(f"{os.fspath(path)}: {_STORED_BY_SYMMETRY}")
+    return schedule
+
+
+def read_document(path: str | os.PathLike) -> Schedule | SymmetricSchedule:
+    """Read a schedule document, whole or stored by symmetry (:func:`load`'s errors)."""
     p = os.fspath(path)
     try:
         with open(p, encoding="utf-8") as f:
@@ -639,6 +704,8 @@ def load(path: str | os.PathLike) -> Schedule:
     except ScheduleError as e:
         raise ScheduleError(f"{p}: {e.message}") from None
     try:
+        if isinstance(doc, dict) and SYMMETRY_KEY in doc:
+            return symmetric_from_json(doc)
         return from_json(doc)
     except ScheduleError as e:
         raise ScheduleError(f"{p}: {e.message}") from None

@@ -49,6 +49,7 @@ class HtmlBackend:
 
     name = "html"
     wants_simulation = True
+    renders_symmetric = False
     #: a page runs nothing
     execution_model: ExecutionModel | None = None
 

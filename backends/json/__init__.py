@@ -1,5 +1,7 @@
 """The schedule document: ``<collective>.schedule.json`` (format: docs/schedule-format.md).
 
+A schedule stored by symmetry is written in that form (its representatives and the group).
+
 The IR itself, written by :func:`cclc.serialize.document_pieces` (the document of
 :func:`cclc.serialize.to_json`, its large integer arrays formatted by numpy and written as they
 come); ``cclc verify``, ``sim`` and ``viz`` read it back.
@@ -14,7 +16,8 @@ from backends.contract import Backend, Contents, EmitOptions, Facts
 from cclc.collective import Collective
 from cclc.execution import ExecutionModel
 from cclc.ir import Schedule
-from cclc.serialize import document_pieces
+from cclc.serialize import document_pieces, symmetric_document_pieces
+from cclc.symmetric import SymmetricSchedule
 
 __all__ = ["BACKEND", "JsonBackend"]
 
@@ -24,26 +27,32 @@ class JsonBackend:
 
     name = "json"
     wants_simulation = False
+    renders_symmetric = True
     #: a document runs nothing
     execution_model: ExecutionModel | None = None
 
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
         return (f"{key.name}.schedule.json",)
 
-    def render(self, subject: Schedule, options: EmitOptions, facts: Facts
+    def render(self, subject: Schedule | SymmetricSchedule, options: EmitOptions, facts: Facts
                ) -> dict[str, Contents]:
         def pieces() -> Iterator[bytes]:
-            yield from document_pieces(subject)
+            if isinstance(subject, SymmetricSchedule):
+                yield from symmetric_document_pieces(subject)
+            else:
+                yield from document_pieces(subject)
             yield b"\n"
 
         return {f"{subject.collective.name}.schedule.json": pieces()}
 
-    def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
-        """The document has a form for every verified schedule."""
+    def refusal(self, subject: Schedule | SymmetricSchedule, options: EmitOptions
+                ) -> str | None:
+        """The document has a form for every verified schedule, whole or stored by
+        symmetry."""
         return None
 
     def build(self, folder: Path, key: Collective, options: EmitOptions) -> list[str]:
         return []
 
 
-BACKEND: Backend[Collective, Schedule] = JsonBackend()
+BACKEND: Backend[Collective, Schedule | SymmetricSchedule] = JsonBackend()

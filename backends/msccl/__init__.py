@@ -185,6 +185,7 @@ class MscclBackend:
 
     name = "msccl"
     wants_simulation = False
+    renders_symmetric = False
     execution_model: ExecutionModel | None = MSCCL_MODEL
 
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:

@@ -179,6 +179,7 @@ class MscclppBackend:
 
     name = "mscclpp"
     wants_simulation = False
+    renders_symmetric = False
     execution_model: ExecutionModel | None = MSCCLPP_MODEL
 
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:

@@ -247,6 +247,7 @@ class NcclBackend:
     ``name`` is what ``--emit`` takes and the prefix of the output folder."""
 
     wants_simulation = False
+    renders_symmetric = False
     execution_model: ExecutionModel | None = NCCL_MODEL
 
     def __init__(self, api: str = "lanes") -> None:

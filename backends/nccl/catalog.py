@@ -148,6 +148,7 @@ class CatalogNcclBackend:
 
     name = "nccl"
     wants_simulation = False
+    renders_symmetric = False
     #: every schedule of the catalog was planned and priced as the library's
     execution_model: ExecutionModel | None = NCCL_MODEL
 

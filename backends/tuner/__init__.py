@@ -108,6 +108,7 @@ class TunerBackend:
 
     name = "tuner"
     wants_simulation = False
+    renders_symmetric = False
     #: the plugin picks NCCL's own algorithms: it runs no schedule of cclc's
     execution_model: ExecutionModel | None = None
 

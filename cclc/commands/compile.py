@@ -269,6 +269,15 @@ class _Printer(Events):
         if "nccl-onesided" in emitted:
             print(f"  {_onesided_report(p)}")
 
+    def planned_symmetric(self, coll, p) -> None:
+        pct = f", {p.pct_of_bound:.1f}% of bound" if p.pct_of_bound is not None else ""
+        s = p.schedule
+        print(f"{coll.name}: {p.name} {format_time(p.time)}{pct}, {len(s.ops):,} "
+              f"representative ops for {s.expanded_ops():,} ops in {int(s.ops.step.max()) + 1} "
+              f"steps, stored by symmetry (the translations of the "
+              f"{'x'.join(map(str, s.group.shape))} torus) ({p.model.label}; routing "
+              f"{coll.topology.routing})")
+
     def failed(self, coll, message: str) -> None:
         print(f"error: collective '{coll.name}': the schedule failed verification, so "
               f"nothing was written for it:\n{message}", file=sys.stderr)
@@ -331,7 +340,7 @@ def run(args) -> int:
 
 
 def _summary(results: tuple[Compiled, ...]) -> int:
-    failures = sum(r.plan is None for r in results)
+    failures = sum(r.failed for r in results)
     missing = [f"{r.collective.name}: {name}" for r in results for name, _ in r.missing]
     if failures:
         print(f"error: {failures} of {len(results)} collectives failed verification",

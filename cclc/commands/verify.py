@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from cclc.commands.argtypes import int_at_least
 from cclc.errors import ScheduleError
 from cclc.progress import Progress
 from cclc.verify import verify
+
+if TYPE_CHECKING:
+    from cclc.symmetric import SymmetricSchedule
 
 __all__ = ["add_parser", "run"]
 
@@ -21,6 +25,11 @@ reduction op, and is compared with numpy.
 
 Prints one line on success; on failure the reason (with the ops around the faulty one) goes to
 stderr and the exit status is 1. An unreadable or malformed file exits with status 2.
+
+A schedule stored by symmetry (one representative op per orbit of a torus's translations,
+what 'cclc compile' writes where the whole schedule is too large) is verified in that form:
+rank 0's view of every orbit, the routes of the representatives and the group
+(docs/performance.md); --numeric needs the whole schedule and refuses it.
 
 examples:
   cclc verify out/a2a.schedule.json
@@ -41,11 +50,14 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     # cclc.numeric, cclc.serialize only when this runs, not for cclc --help
     from cclc.numeric import check_numeric
-    from cclc.serialize import load
+    from cclc.serialize import read_document
+    from cclc.symmetric import SymmetricSchedule
 
     progress = Progress(lambda line: print(line, file=sys.stderr, flush=True))
     with progress.stage(f"reading {args.file}"):
-        schedule = load(args.file)      # a bad file raises CclError: the CLI exits 2
+        schedule = read_document(args.file)     # a bad file raises CclError: the CLI exits 2
+    if isinstance(schedule, SymmetricSchedule):
+        return _run_symmetric(args, schedule, progress)
     name = schedule.collective.name
     try:
         with progress.stage(f"verifying {len(schedule.ops)} ops"):
@@ -58,4 +70,27 @@ def run(args) -> int:
         return 1
     checked = "verified and checked numerically" if args.numeric else "verified"
     print(f"ok: {name}: {len(schedule.ops)} ops, {schedule.n_steps} steps, {checked}")
+    return 0
+
+
+def _run_symmetric(args, schedule: SymmetricSchedule, progress: Progress) -> int:
+    # cclc.symmetric_check only when this runs, not for cclc --help
+    from cclc.symmetric_check import verify_symmetric
+
+    name = schedule.collective.name
+    if args.numeric:
+        print(f"{args.file}: --numeric runs every op of the whole schedule, and this one is "
+              f"stored by symmetry ({schedule.expanded_ops():,} ops); verify it without "
+              "--numeric", file=sys.stderr)
+        return 2
+    try:
+        with progress.stage(f"verifying {len(schedule.ops)} representative ops"):
+            verify_symmetric(schedule)
+    except ScheduleError as err:
+        print(f"{args.file}: verification failed: {err.message}", file=sys.stderr)
+        return 1
+    shape = "x".join(map(str, schedule.group.shape))
+    print(f"ok: {name}: {len(schedule.ops)} representative ops for "
+          f"{schedule.expanded_ops()} ops (stored by symmetry: the translations of the "
+          f"{shape} torus), verified")
     return 0

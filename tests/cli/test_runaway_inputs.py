@@ -65,21 +65,52 @@ def _cclc(tmp_path: Path, text: str, *args: str) -> subprocess.CompletedProcess:
                           timeout=GUARD_SECONDS, preexec_fn=_cap_memory)
 
 
+FAULTY_TORUS = """topology t = torus({dims}) {{
+    link 50 GB/s, 100 ns
+    fault link ({zero}) -- ({one})
+}}
+collective a2a = alltoall on t {{ size 16 MiB }}
+"""
+
+
 @pytest.mark.parametrize("dims, ops", [("2,2,2,2,2,2,2,2,2,2,2,2", "1.01e+08"),
                                        ("16,16,16", "2.01e+08")])
-def test_alltoall_on_a_4096_rank_torus_is_refused_with_the_estimate_and_the_way_out(
+def test_alltoall_on_a_faulty_4096_rank_torus_is_refused_with_the_estimate_and_the_way_out(
         tmp_path, dims, ops):
     out = tmp_path / "out"
-    run = _cclc(tmp_path, TORUS.format(dims=dims), "compile", "-o", str(out))
+    nd = dims.count(",") + 1
+    text = FAULTY_TORUS.format(dims=dims, zero=",".join("0" * nd),
+                               one=",".join("1" + "0" * (nd - 1)))
+    run = _cclc(tmp_path, text, "compile", "-o", str(out))
     assert run.returncode == 2, run.stderr
     err = run.stderr
     assert "too large to plan here" in err and f"at least {ops} ops" in err
     # the ways out: a smaller collective or the flag; no algorithm is one (every schedule of
-    # a 4096-rank alltoall is over the limit), and the message says so
+    # a 4096-rank alltoall is over the limit), and the message says so; the failed link
+    # breaks the translations that would store it by symmetry
     assert "smaller topology" in err and "--no-size-check" in err
     assert "(the smallest, bruck, has at least 3.35e+07 ops)" in err
+    assert "nor can it be stored by symmetry" in err and "failed link" in err
     assert "Traceback" not in err
     assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dims, reps", [("2,2,2,2,2,2,2,2,2,2,2,2", "589,825"),
+                                        ("16,16,16", "294,913")])
+def test_alltoall_on_a_healthy_4096_rank_torus_is_compiled_stored_by_symmetry(
+        tmp_path, dims, reps):
+    out = tmp_path / "out"
+    run = _cclc(tmp_path, TORUS.format(dims=dims), "compile", "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    assert "planned stored by symmetry instead" in run.stderr
+    assert f"{reps} representative ops for" in run.stdout and "% of bound" in run.stdout
+    check = subprocess.run([sys.executable, "-m", "cclc.cli", "verify",
+                            str(out / "a2a.schedule.json")], cwd=ROOT,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                           text=True, timeout=GUARD_SECONDS, preexec_fn=_cap_memory)
+    assert check.returncode == 0, check.stderr
+    assert f"ok: a2a: {reps.replace(',', '')} representative ops" in check.stdout
 
 
 @pytest.mark.parametrize("dims", ["2,2,2,2,2,2,2,2,2,2,2,2", "16,16,16"])
@@ -120,3 +151,13 @@ def test_a_deep_hierarchical_pipeline_is_refused(tmp_path, chunks, message):
                 str(tmp_path / "out"))
     assert run.returncode == 2, run.stderr
     assert message in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.slow
+def test_allreduce_on_a_healthy_4096_rank_torus_is_compiled_stored_by_symmetry(tmp_path):
+    # whole, auto's ring candidate alone was 50M ops and 14 GB when it was stopped
+    text = TORUS.format(dims="16,16,16").replace("alltoall", "allreduce")
+    run = _cclc(tmp_path, text, "compile", "-o", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stderr
+    assert "planned stored by symmetry instead" in run.stderr
+    assert "53,236 representative ops for 218,054,656 ops" in run.stdout

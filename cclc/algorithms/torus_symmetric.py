@@ -1,0 +1,241 @@
+"""A torus AllToAll built in symmetric form: the journeys of rank 0's blocks, and the group.
+
+Every rank sends the same pattern, translated, so the schedule is built for rank 0's data only
+(a :class:`~cclc.symmetric.SymmetricSchedule`) and never expanded: ~300 thousand
+representative ops stand for the 1.2 billion of a 16x16x16 torus.
+
+The schedule is DimRotation over HalfRing, store and forward, one hop per step:
+
+* each block is cut into ``2 D`` *units* (``D`` dimensions of size > 1): piece ``c`` of two
+  halves visits the dimensions in the order ``c, c + 1, ...`` (one dimension per *phase*), so
+  in every phase every dimension carries one piece of every block;
+* in a phase a unit travels its block's offset in that dimension the shorter way round, one
+  link per step; at an even ring's antipode the two halves go opposite ways, so both
+  directions of every ring carry the same bytes;
+* a unit waits between hops in the scratch chunk of its block at the rank it has reached (one
+  chunk per block and unit: the same relative journey never meets itself, so no two blocks
+  share a chunk at one time).
+
+On a ring of ``N`` ranks a phase lasts ``floor(N/2)`` steps and its ``+`` link carries, at hop
+``h``, the units of every block whose offset exceeds ``h``: summed over the phase that is the
+hop-bytes of the ring spread over its two directions, and DimRotation keeps every dimension busy
+in every phase, so the bandwidth term meets the hop-bytes bound of a torus whose sides are
+alike; each step adds a link latency.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cclc.collective import Collective, CollectiveKind
+from cclc.errors import CollectiveError, ScheduleError
+from cclc.ir import Buf, OpKind, Ops, Routes, even_split
+from cclc.symmetric import SymmetricSchedule, TranslationGroup
+
+__all__ = ["symmetric_allreduce", "symmetric_alltoall", "symmetric_reason"]
+
+
+def symmetric_reason(coll: Collective) -> str | None:
+    """Why the builders here cannot serve ``coll`` (``None`` when one can): an AllToAll or
+    AllReduce on a torus whose translations are a symmetry of it, with at least ``2 D``
+    elements in every rank's block (one per unit) and, for AllReduce, equal blocks."""
+    builders = (CollectiveKind.ALLTOALL, CollectiveKind.ALLREDUCE)
+    if coll.kind not in builders:
+        return (f"it is built for {' and '.join(k.value for k in builders)} only, not "
+                f"{coll.kind.value}")
+    try:
+        group = TranslationGroup.of(coll)
+    except ScheduleError as err:
+        return err.message
+    per = coll.count // coll.n          # elements of a rank's block (for every rank)
+    units = 2 * max(sum(m > 1 for m in group.shape), 1)
+    if coll.kind is CollectiveKind.ALLREDUCE and coll.count % coll.n:
+        return f"its {coll.count} elements do not cut into {coll.n} equal blocks"
+    if per < units:
+        return (f"its blocks of {per} elements are too small to cut into {units} units (one "
+                "per dimension and direction)")
+    return None
+
+
+def _link_lookup(topo, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Link ids ``src[i] -> dst[i]`` (every pair must be joined by a link)."""
+    V = topo.n_vertices
+    keys = topo.link_src.astype(np.int64) * V + topo.link_dst
+    order = np.argsort(keys, kind="stable")
+    want = src * V + dst
+    at = np.searchsorted(keys[order], want)
+    return order[at]
+
+
+def symmetric_alltoall(coll: Collective) -> SymmetricSchedule:
+    """The DimRotation-over-HalfRing AllToAll of ``coll`` (see the module docstring) as a
+    symmetric schedule; :class:`~cclc.errors.CollectiveError` when translations are no
+    symmetry of ``coll``'s machine or its blocks are too small (:func:`symmetric_reason` says
+    why)."""
+    if coll.kind is not CollectiveKind.ALLTOALL:
+        raise CollectiveError(f"symmetric_alltoall builds alltoall, not {coll.kind.value}")
+    why = symmetric_reason(coll)
+    if why is not None:
+        raise CollectiveError(f"no symmetric alltoall of '{coll.name}': {why}")
+    group = TranslationGroup.of(coll)
+    topo, n = coll.topology, coll.n
+    shape = group.shape
+    active = [d for d, m in enumerate(shape) if m > 1]
+    D = max(len(active), 1)
+    units = 2 * D
+    pattern = even_split(coll.count // n, units)
+    layout = np.tile(pattern, n)
+    coords = group.coords(np.arange(n))                  # (dims, n): block p's offsets
+    phase_len = max((shape[d] // 2 for d in active), default=0)
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "src", "dst", "route",
+                                                         "src_buf", "src_off", "dst_buf",
+                                                         "dst_off", "count")}
+
+    def add(**kw) -> None:
+        for k, v in kw.items():
+            cols[k].append(np.broadcast_to(np.asarray(v, dtype=np.int64),
+                                           np.shape(kw["src"])).copy())
+
+    # block 0 is rank 0's own: one local copy
+    add(step=0, src=np.zeros(1), dst=np.zeros(1), route=0, src_buf=Buf.INPUT, src_off=0,
+        dst_buf=Buf.OUTPUT, dst_off=0, count=units)
+    blocks = np.arange(1, n)
+    for u in range(units if n > 1 else 0):
+        piece, half = divmod(u, 2)
+        # per block (but block 0): the moves of unit u, in order, from phase to phase
+        moves = []
+        for phase in range(D):
+            d = active[(piece + phase) % D] if active else 0
+            m = shape[d]
+            off = coords[d, blocks]
+            plus = (2 * off < m) | ((2 * off == m) & (half == 0))
+            hops = np.where(plus, off, m - off)
+            moves.append((phase, d, np.where(plus, 1, -1), hops))
+        total = sum(h for *_, h in moves)
+        done = np.zeros(len(blocks), dtype=np.int64)
+        at = np.zeros((len(shape), len(blocks)), dtype=np.int64)     # where the unit is
+        for phase, d, sign, hops in moves:
+            for h in range(int(hops.max(initial=0))):
+                go = hops > h
+                frm = np.ravel_multi_index(tuple(at[:, go]), shape)
+                at[d, go] = (at[d, go] + sign[go]) % shape[d]
+                to = np.ravel_multi_index(tuple(at[:, go]), shape)
+                first, last = done[go] == 0, done[go] + 1 == total[go]
+                chunk = blocks[go] * units + u
+                add(step=phase * phase_len + h, src=frm, dst=to, route=0,
+                    src_buf=np.where(first, Buf.INPUT, Buf.SCRATCH), src_off=chunk,
+                    dst_buf=np.where(last, Buf.OUTPUT, Buf.SCRATCH),
+                    dst_off=np.where(last, u, chunk), count=1)
+                done[go] += 1
+    cat = {k: np.concatenate(v) for k, v in cols.items()}
+    remote = cat["src"] != cat["dst"]
+    links = _link_lookup(topo, cat["src"][remote], cat["dst"][remote])
+    used, inverse = np.unique(links, return_inverse=True)
+    cat["route"][remote] = inverse + 1
+    # steps without ops (a phase shorter than another's) are dropped
+    steps, cat["step"] = np.unique(cat["step"], return_inverse=True)
+    order = np.argsort(cat["step"], kind="stable")
+    ops = Ops(kind=np.full(len(order), OpKind.COPY), **{k: v[order] for k, v in cat.items()})
+    routes = Routes(np.arange(-1, len(used) + 1).clip(0), used)
+    return SymmetricSchedule(collective=coll, group=group,
+                             layouts=(layout, layout, layout), ops=ops, routes=routes,
+                             algorithm="halfring", schedule="dimrotation-symmetric")
+
+
+def _ring_sets(shape: tuple[int, ...], fixed: list[int], dim: int, j: int) -> np.ndarray:
+    """The blocks whose coordinates are 0 on the dimensions ``fixed`` and ``j`` on ``dim`` (rank
+    0's set ``j`` of a ring phase on ``dim`` after the phases on ``fixed``)."""
+    coords = np.array(np.unravel_index(np.arange(int(np.prod(shape))), shape))
+    keep = coords[dim] == j
+    for d in fixed:
+        keep &= coords[d] == 0
+    return np.flatnonzero(keep)
+
+
+def _chains(m: int, half: int) -> tuple[int, int]:
+    """The lengths ``(P, M)`` of the plus and minus chains of a ring of ``m`` for unit ``half``:
+    ``P + M = m - 1`` (every other rank of the ring once), as even as can be with ``P != M``
+    (so that the two chains' last hops, into the target, fall in different steps), and the
+    other half swapped so that both directions carry ``m - 1`` sets in all."""
+    if m % 2 == 0:
+        plus, minus = m // 2, m // 2 - 1
+    else:
+        plus, minus = (m + 1) // 2, (m - 3) // 2
+    return (plus, minus) if half == 0 else (minus, plus)
+
+
+def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
+    """A torus AllReduce in symmetric form: DimRotation over rings, a reduce-scatter dimension
+    by dimension then an allgather in the reverse order, each ring phase done by two chains.
+
+    The vector is cut into ``n`` blocks (block ``b`` ends reduced on rank ``b``) of ``2 D``
+    units: piece ``c`` of two halves runs its phases on the dimensions ``c, c + 1, ...``. In a
+    reduce-scatter phase on a ring of ``N`` the ranks sum the *set* of blocks of every target
+    ``x`` of the ring (the blocks that agree with ``x`` on the dimensions reduced so far) along
+    two chains that end at ``x``: the plus chain from ``x - P`` (each rank adds its own part
+    and passes the sum on), the minus chain from ``x + M``, ``P + M = N - 1``
+    (:func:`_chains`; the two halves swap ``P`` and ``M``). After the phases of every dimension
+    rank ``b`` holds block ``b`` summed over every rank, and the allgather phases copy the sets
+    back out along the same chains. A phase lasts ``ceil(N/2)`` steps, half a ring's ``N - 1``,
+    and every link of its dimension carries ``N - 1`` sets of one unit, as a ring would; the
+    data of phase ``i`` is ``N`` times that of phase ``i + 1``, so the bandwidth term is
+    ``2 (n - 1) S / (n 2D bw)``: the injection bound of a torus whose sides are alike and even.
+    :class:`~cclc.errors.CollectiveError` where :func:`symmetric_reason` says it cannot."""
+    if coll.kind is not CollectiveKind.ALLREDUCE:
+        raise CollectiveError(f"symmetric_allreduce builds allreduce, not {coll.kind.value}")
+    why = symmetric_reason(coll)
+    if why is not None:
+        raise CollectiveError(f"no symmetric allreduce of '{coll.name}': {why}")
+    group = TranslationGroup.of(coll)
+    n, shape = coll.n, group.shape
+    active = [d for d, m in enumerate(shape) if m > 1]
+    D = max(len(active), 1)
+    units = 2 * D
+    layout = np.tile(even_split(coll.count // n, units), n)
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "src", "dst", "kind",
+                                                         "src_buf", "src_off", "dst_buf",
+                                                         "dst_off", "count")}
+
+    def add(step, dst, kind, src_buf, chunks, count=1) -> None:
+        m = len(chunks)
+        for k, v in (("step", step), ("src", 0), ("dst", dst), ("kind", kind),
+                     ("src_buf", src_buf), ("src_off", chunks), ("dst_buf", Buf.OUTPUT),
+                     ("dst_off", chunks), ("count", count)):
+            cols[k].append(np.broadcast_to(np.asarray(v, dtype=np.int64), (m,)).copy())
+
+    # every block of rank 0's input into its output (one op per block: ops do not cross blocks)
+    add(0, 0, OpKind.COPY, Buf.INPUT, np.arange(n) * units, count=units)
+    # a phase on a ring of N lasts ceil(N/2) steps (the longer chain of _chains)
+    span = max(((shape[d] + 1) // 2 for d in active), default=0)
+    step = 1
+    for stage, kind in ((range(D), OpKind.REDUCE), (range(D - 1, -1, -1), OpKind.COPY)):
+        for phase in stage:
+            for u in range(units if n > 1 else 0):
+                piece, half = divmod(u, 2)
+                order = [active[(piece + i) % D] for i in range(D)]
+                d, m = order[phase], shape[order[phase]]
+                for sign, length in zip((1, -1), _chains(m, half), strict=True):
+                    unit = np.zeros(len(shape), dtype=np.int64)
+                    unit[d] = sign
+                    neighbour = group.element(unit)
+                    for k in range(length):
+                        # rank 0 is hop k of the chain of target x: x - P + k = 0 on the plus
+                        # chain of a reduce-scatter (x + M - k = 0 on the minus one), x + k = 0
+                        # (x - k) when the allgather spreads x's set
+                        x = (sign * (length - k) if kind is OpKind.REDUCE else -sign * k) % m
+                        blocks = _ring_sets(shape, order[:phase], d, x)
+                        add(step + k, neighbour, kind, Buf.OUTPUT, blocks * units + u)
+            step += span
+    cat = {k: np.concatenate(v) for k, v in cols.items()}
+    remote = cat["src"] != cat["dst"]
+    route = np.zeros(len(cat["src"]), dtype=np.int64)
+    links = _link_lookup(coll.topology, cat["src"][remote], cat["dst"][remote])
+    used, inverse = np.unique(links, return_inverse=True)
+    route[remote] = inverse + 1
+    steps, cat["step"] = np.unique(cat["step"], return_inverse=True)
+    order_ = np.argsort(cat["step"], kind="stable")
+    ops = Ops(route=route[order_], **{k: v[order_] for k, v in cat.items()})
+    routes = Routes(np.arange(-1, len(used) + 1).clip(0), used)
+    return SymmetricSchedule(collective=coll, group=group, layouts=(layout, layout, np.zeros(0)),
+                             ops=ops, routes=routes, algorithm="ring",
+                             schedule="dimrotation-symmetric")

@@ -1,0 +1,98 @@
+"""Planning in symmetric form: what ``auto`` does where the whole schedule is too large.
+
+A collective whose size estimate (:mod:`cclc.budget`) is over :data:`SYMMETRIC_FROM_OPS` is
+planned in symmetric form when its machine is a healthy torus and a schedule of it is the same
+from every rank up to a translation: the schedule is then built, verified, timed and written
+as representatives and the group (:mod:`cclc.symmetric`), never expanded. Today that is the
+AllToAll and the AllReduce under ``auto`` (:data:`BUILDERS`, from
+:mod:`cclc.algorithms.torus_symmetric`), timed under a lockstep model; anything else is
+planned whole, or refused by the size check. :func:`symmetric_reason` says why a collective
+cannot take this path, :func:`plan_symmetric` takes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cclc.algorithms.torus_symmetric import symmetric_allreduce, symmetric_alltoall
+from cclc.algorithms.torus_symmetric import symmetric_reason as builders_reason
+from cclc.bounds import Bounds, bounds
+from cclc.collective import Collective, CollectiveKind
+from cclc.execution import IR_MODEL, ExecutionModel
+from cclc.plan import Resolution
+from cclc.symmetric import SymmetricSchedule
+from cclc.symmetric_check import simulate_lockstep, verify_symmetric
+
+__all__ = ["BUILDERS", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "plan_symmetric",
+           "symmetric_model", "symmetric_reason"]
+
+#: the size check's estimate (ops, a lower bound on the largest candidate, cclc.budget) above
+#: which ``auto`` plans a collective in symmetric form where it can: a quarter of the limit
+#: (cclc.budget.MAX_OPS), because whole schedules run to about three times the estimate at
+#: 4,096 ranks (a 16x16x16 torus AllReduce: ring estimated at 16.8M ops, built with 50.3M,
+#: 14 GB before it was stopped)
+SYMMETRIC_FROM_OPS = 5_000_000
+
+#: the builder of each collective kind that ``auto`` plans in symmetric form
+BUILDERS: dict[CollectiveKind, Callable[[Collective], SymmetricSchedule]] = {
+    CollectiveKind.ALLTOALL: symmetric_alltoall,
+    CollectiveKind.ALLREDUCE: symmetric_allreduce,
+}
+
+
+@dataclass(frozen=True, eq=False)
+class SymmetricPlan:
+    """The schedule ``auto`` chose in symmetric form (verified by
+    :func:`cclc.symmetric_check.verify_symmetric`), its lockstep time under ``model`` and the
+    collective's bounds (``bound`` the best)."""
+
+    schedule: SymmetricSchedule
+    time: float
+    bound: float | None
+    bounds: Bounds
+    model: ExecutionModel
+
+    @property
+    def name(self) -> str:
+        s = self.schedule
+        return s.algorithm if s.schedule in ("-", "") else f"{s.algorithm}+{s.schedule}"
+
+    @property
+    def pct_of_bound(self) -> float | None:
+        if self.bound is None or self.time <= 0:
+            return None
+        return 100.0 * self.bound / self.time
+
+
+def symmetric_reason(resolution: Resolution) -> str | None:
+    """Why ``resolution``'s collective cannot be planned in symmetric form (``None`` when it
+    can)."""
+    coll = resolution.collective
+    if resolution.explicit:
+        return "an algorithm is named (the symmetric form is built under auto)"
+    return builders_reason(coll)
+
+
+def symmetric_model(model: ExecutionModel) -> ExecutionModel:
+    """The model a symmetric plan is timed under: ``model`` where it is a lockstep model (its
+    per-step cost is charged), else the IR model (the form has no dataflow or event
+    simulation; an output that runs under ``model`` needs the expanded schedule anyway)."""
+    return model if model.mode == "lockstep" else IR_MODEL
+
+
+def plan_symmetric(coll: Collective, model: ExecutionModel,
+                   on_stage: Callable[[str], None] = lambda what: None) -> SymmetricPlan:
+    """Build ``coll``'s schedule in symmetric form, verify it, time it under
+    :func:`symmetric_model` of ``model`` and bound it; :class:`ScheduleError` when it fails
+    verification. ``symmetric_reason`` must have accepted ``coll``."""
+    model = symmetric_model(model)
+    on_stage("building the schedule in symmetric form")
+    schedule = BUILDERS[coll.kind](coll)
+    on_stage(f"verifying {len(schedule.ops):,} representative ops")
+    verify_symmetric(schedule)
+    on_stage("simulating")
+    time = simulate_lockstep(schedule, step_overhead=model.step_overhead).time
+    found = bounds(coll, on_stage=on_stage)
+    return SymmetricPlan(schedule=schedule, time=time, bound=found.best, bounds=found,
+                         model=model)

@@ -1,0 +1,159 @@
+"""cclc/symmetric_plan.py and its path through the pipeline: a collective the size check refuses
+is planned stored by symmetry where auto can, written in that form by the JSON output, expanded
+for an output that needs every rank's ops where that fits, and refused with the reason where not.
+
+The size check is made to refuse a small torus (its estimate replaced), so the path runs in
+milliseconds; the 4,096-rank compile itself is in tests/cli/test_runaway_inputs.py."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import cclc.budget
+from backends import load
+from backends.contract import symmetric_refusal
+from cclc.algorithms.torus_symmetric import symmetric_alltoall
+from cclc.collective import CollectiveKind, make_collective
+from cclc.errors import CclError
+from cclc.execution import IR_MODEL, MSCCL_MODEL
+from cclc.pipeline import Request, compile_source
+from cclc.plan import resolve
+from cclc.serialize import load as load_schedule
+from cclc.serialize import read_document
+from cclc.sim import simulate
+from cclc.symmetric import SymmetricSchedule, expand
+from cclc.symmetric_check import verify_symmetric
+from cclc.symmetric_plan import plan_symmetric, symmetric_model, symmetric_reason
+from cclc.topology import torus
+from cclc.verify import verify
+
+SOURCE = """topology t = torus(4, 4) {{
+    link 50 GB/s, 100 ns{fault}
+}}
+collective a2a = {kind} on t {{ size 64 KiB }}
+"""
+
+
+@pytest.fixture
+def refuse_everything(monkeypatch):
+    """The size check sees every collective as far too large (its estimate, not its limit)."""
+    real = cclc.budget.estimate_size
+
+    def huge(*args, **kwargs):
+        return replace(real(*args, **kwargs), ops=10 ** 12)
+
+    monkeypatch.setattr(cclc.budget, "estimate_size", huge)
+
+
+def test_a_refused_healthy_torus_alltoall_is_compiled_stored_by_symmetry(
+        tmp_path, refuse_everything):
+    (r,) = compile_source(SOURCE.format(fault="", kind="alltoall"), tmp_path / "o",
+                          Request(emit=("json",)))
+    assert r.plan is None and r.symmetric is not None and not r.failed and not r.missing
+    doc = read_document(tmp_path / "o" / "a2a.schedule.json")
+    assert isinstance(doc, SymmetricSchedule) and doc.group.shape == (4, 4)
+    verify_symmetric(doc)
+    whole = expand(doc)
+    verify(whole)
+    assert simulate(whole).time == pytest.approx(r.symmetric.time, rel=1e-12)
+    assert r.symmetric.pct_of_bound is not None and r.symmetric.pct_of_bound <= 100.0 + 1e-9
+    # a reader of whole schedules refuses the document and says why
+    with pytest.raises(CclError, match="stored by symmetry"):
+        load_schedule(tmp_path / "o" / "a2a.schedule.json")
+
+
+def test_a_refused_healthy_torus_allreduce_is_compiled_stored_by_symmetry(
+        tmp_path, refuse_everything):
+    (r,) = compile_source(SOURCE.format(fault="", kind="allreduce"), tmp_path / "o",
+                          Request(emit=("json",)))
+    assert r.symmetric is not None and not r.failed
+    doc = read_document(tmp_path / "o" / "a2a.schedule.json")
+    assert isinstance(doc, SymmetricSchedule)
+    whole = expand(doc)
+    verify(whole)
+    assert simulate(whole).time == pytest.approx(r.symmetric.time, rel=1e-12)
+
+
+def test_a_small_collective_is_planned_whole(tmp_path):
+    text = ("topology t = torus(4) { link 50 GB/s, 100 ns }\n"
+            "collective a2a = alltoall on t { size 64 KiB }\n")
+    (r,) = compile_source(text, tmp_path / "o")
+    assert r.plan is not None and r.symmetric is None
+
+
+def test_an_output_that_needs_every_rank_gets_the_expansion_where_it_fits(
+        tmp_path, refuse_everything):
+    (r,) = compile_source(SOURCE.format(fault="", kind="alltoall"), tmp_path / "o",
+                          Request(emit=("json", "msccl")))
+    assert r.symmetric is not None and not r.missing
+    assert (tmp_path / "o" / "a2a.msccl.xml").is_file()
+    # the symmetric plan is timed under the IR model (msccl's dataflow model has no symmetric
+    # simulation)
+    assert r.symmetric.model == IR_MODEL == symmetric_model(MSCCL_MODEL)
+
+
+def test_an_output_refuses_an_expansion_over_the_limit_with_the_reason():
+    coll = make_collective("a2a", CollectiveKind.ALLTOALL, torus("t", (4, 4)), tuple(range(16)),
+                           size=64 << 10)
+    sym = symmetric_alltoall(coll)
+    why = symmetric_refusal(load("msccl"), sym, max_ops=sym.expanded_ops() - 1)
+    assert why is not None and f"{sym.expanded_ops():,} ops" in why and "--emit json" in why
+    assert symmetric_refusal(load("msccl"), sym, max_ops=sym.expanded_ops()) is None
+    assert symmetric_refusal(load("json"), sym, max_ops=0) is None
+
+
+@pytest.mark.parametrize("fault, kind, why", [
+    ("\n    fault link (0,0) -- (1,0)", "alltoall", "failed link breaks the translations"),
+    ("", "allgather", "alltoall and allreduce only")])
+def test_what_cannot_be_stored_by_symmetry_keeps_the_refusal_and_says_why(
+        tmp_path, refuse_everything, fault, kind, why):
+    with pytest.raises(CclError, match=f"too large to plan here.*nor can it be stored by "
+                                       f"symmetry: .*{why}"):
+        compile_source(SOURCE.format(fault=fault, kind=kind), tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_named_algorithm_is_not_replaced():
+    topo = torus("t", (4, 4))
+    coll = make_collective("a2a", CollectiveKind.ALLTOALL, topo, tuple(range(16)), size=64 << 10)
+    assert symmetric_reason(resolve(coll)) is None
+    named = replace(coll, algorithm=replace(coll.algorithm, name="direct"))
+    assert "an algorithm is named" in (symmetric_reason(resolve(named)) or "")
+
+
+def test_plan_symmetric_charges_a_lockstep_models_step_cost():
+    coll = make_collective("a2a", CollectiveKind.ALLTOALL, torus("t", (4, 4)), tuple(range(16)),
+                           size=64 << 10)
+    free = plan_symmetric(coll, IR_MODEL)
+    costly = replace(IR_MODEL, name="test", step_overhead=1e-6)
+    paid = plan_symmetric(coll, costly)
+    steps = int(np.max(free.schedule.ops.step)) + 1
+    assert paid.time == pytest.approx(free.time + steps * 1e-6, rel=1e-12)
+    assert json.dumps(free.name) and free.bound == free.bounds.best
+
+
+def test_cclc_verify_checks_a_document_stored_by_symmetry(tmp_path, refuse_everything, capsys):
+    from cclc.cli import main
+    from cclc.serialize import symmetric_document_pieces
+
+    compile_source(SOURCE.format(fault="", kind="alltoall"), tmp_path / "o")
+    path = tmp_path / "o" / "a2a.schedule.json"
+    assert main(["verify", str(path)]) == 0
+    assert "representative ops for" in capsys.readouterr().out
+    assert main(["verify", "--numeric", str(path)]) == 2
+    assert "stored by symmetry" in capsys.readouterr().err
+    # one representative moved to another output chunk: every translate of it is wrong too
+    sym = read_document(path)
+    assert isinstance(sym, SymmetricSchedule)
+    cols = sym.ops.columns()
+    last = int(np.flatnonzero(cols["dst_buf"] == 1)[-1])
+    cols["dst_off"] = cols["dst_off"].copy()
+    cols["dst_off"][last] = (cols["dst_off"][last] + 1) % len(sym.layouts[1])
+    bad = tmp_path / "bad.schedule.json"
+    bad.write_bytes(b"".join(symmetric_document_pieces(sym.replace(ops=type(sym.ops)(**cols)))))
+    assert main(["verify", str(bad)]) == 1
+    assert "verification failed" in capsys.readouterr().err
