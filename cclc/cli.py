@@ -94,6 +94,13 @@ def _run(argv: list[str] | None) -> int:
         where = f" '{err.filename}'" if err.filename else ""
         print(f"error: cannot use{where}: {err.strerror or err}", file=sys.stderr)
         return 2
+    except MemoryError as err:
+        # the size check refuses what its estimates say will not fit; an estimate that falls
+        # short must still end in a sentence, not a traceback (numpy's message names the array)
+        detail = f" ({err})" if str(err) else ""
+        print(f"error: ran out of memory{detail}; the size check's estimate fell short for this "
+              "input: use a smaller topology, group, size or chunks", file=sys.stderr)
+        return 2
 
 
 def _escape_what_the_terminal_cannot_show() -> None:

@@ -244,3 +244,18 @@ def test_an_ascii_terminal_gets_escapes_not_a_traceback(tmp_path, monkeypatch):
     shown = err.getvalue().decode("ascii")
     assert "\\u0442\\u043e\\u0440.ccl:2:40: error: unexpected character '\\u041c'" in shown
     assert "Traceback" not in shown
+
+
+def test_running_out_of_memory_is_a_sentence_not_a_traceback(tmp_path, capsys, monkeypatch):
+    # the size check's estimates keep what would not fit out; one that falls short must still
+    # end the compile with exit 2 and a message, whatever stage ran out
+    import cclc.commands.compile as compile_command
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError("Unable to allocate 16.0 GiB for an array")
+
+    monkeypatch.setattr(compile_command, "compile_program", exhausted)
+    source = _write(tmp_path, "topology t = torus(4) { link 50 GB/s, 100 ns }\n"
+                              "collective c = allgather on t { size 1 MiB }\n")
+    _errors(["compile", source, "-o", str(tmp_path / "out")], capsys,
+            "ran out of memory (Unable to allocate 16.0 GiB", "size check")
