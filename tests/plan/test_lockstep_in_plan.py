@@ -4,8 +4,13 @@ beside the % of the bound every model shares; under the dataflow models only the
 
 from __future__ import annotations
 
-import pytest
+import os
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dsl
 from cclc import cli
 from cclc.collective import CollectiveKind as K
 from cclc.collective import Hint, make_collective
@@ -13,13 +18,17 @@ from cclc.execution import MODELS
 from cclc.lockstep_bound import lockstep_bound
 from cclc.plan import plan
 from cclc.topology import NodeType, single_switch
+from cclc.verify import verify
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 
 
-def _machine():
-    # three servers of two GPUs, one 50 GB/s NIC each, on a 25 GB/s switch: every byte that
-    # enters a server reaches its second GPU a step later, so the lockstep bound is stronger
-    node = NodeType("box", "nvswitch", 2, 450e9, 1e-6, nics=1, nic_bandwidth=50e9)
-    return single_switch("s", 3, node, 25e9, 2e-6)
+def _machine(nodes: int = 3, gpus: int = 2, nics: int = 1):
+    # by default three servers of two GPUs, one 50 GB/s NIC each, on a 25 GB/s switch: every
+    # byte that enters a server reaches its second GPU a step later, so the lockstep bound is
+    # stronger than the bandwidth bound
+    node = NodeType("box", "nvswitch", gpus, 450e9, 1e-6, nics=nics, nic_bandwidth=50e9)
+    return single_switch("s", nodes, node, 25e9, 2e-6)
 
 
 def _collective(kind, algorithm="hierarchical"):
@@ -76,3 +85,38 @@ def test_compile_prints_it_beside_the_bound(tmp_path, monkeypatch, capsys, emit,
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("ag: "))
     assert "% of bound" in line
     assert ("% of the lockstep bound)" in line) is shown
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None)
+@given(st.integers(2, 4), st.integers(1, 3), st.data(), st.sampled_from([1 << 12, 1 << 20]),
+       st.sampled_from([K.ALLGATHER, K.REDUCESCATTER, K.ALLREDUCE]),
+       st.sampled_from(["ir", "mscclpp"]))
+def test_no_plan_beats_it(nodes, gpus, data, block, kind, model):
+    # whatever `auto` picks on a random machine of nodes under a lockstep model: verified,
+    # and never faster than the lockstep bound it is reported against
+    topo = _machine(nodes, gpus, data.draw(st.integers(1, gpus)))
+    group = topo.live_ranks()
+    coll = make_collective(kind.value, kind, topo, group, size=block * len(group))
+    p = plan(coll, model=MODELS[model])
+    verify(p.schedule)
+    if p.lockstep is not None:
+        assert p.time >= p.lockstep.seconds * (1 - 1e-9)
+        assert p.lockstep.seconds > p.bound
+        assert p.pct_of_lockstep_bound <= 100 + 1e-7
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, floor", [(K.ALLGATHER, 96.0), (K.REDUCESCATTER, 96.0),
+                                         (K.ALLREDUCE, 91.5)])
+def test_synth_on_the_128_gpu_fabric_against_its_lockstep_bound(kind, floor):
+    # hgx16_leafspine at 128 MiB, `algorithm synth` under the IR model: AllGather and
+    # ReduceScatter at 96.2% of the lockstep bound, AllReduce at 92.0% (issue 32 asks 95%:
+    # not reached, see docs/limits.md); a floor under what it reaches now
+    topo = dsl.load(os.path.join(EXAMPLES, "hgx16_leafspine.ccl")).topologies["cluster"]
+    group = topo.live_ranks()
+    coll = make_collective(kind.value, kind, topo, group, size=128 << 20,
+                           algorithm=Hint("synth"))
+    p = plan(coll, model=MODELS["ir"])
+    assert p.lockstep is not None and p.lockstep.seconds > p.bound
+    assert floor <= p.pct_of_lockstep_bound <= 100 + 1e-7
