@@ -57,7 +57,7 @@ from cclc.algorithms.tree_budget import (
     op_limit,
     ops_left,
 )
-from cclc.algorithms.tree_costs import block_bytes, depth_cap, predict_pipeline, step_alpha
+from cclc.algorithms.tree_costs import block_bytes, depth_cap, predict_pipeline
 from cclc.algorithms.tree_search import TreeSynthesis, synthesize_trees
 from cclc.collective import Collective, CollectiveKind
 from cclc.execution import ExecutionModel
@@ -66,6 +66,7 @@ from cclc.sim import simulate
 from cclc.synth import tree_schedule
 from cclc.synth.hop_graph import HopGraph, hop_graph
 from cclc.synth.phase_time import edge_levels
+from cclc.synth.pricing import step_cost
 from cclc.synth.taper import link_loads, pipeline_time, tapered_units
 from cclc.synth.tree_time import edge_starts
 from cclc.synth.trees import TreePacking
@@ -118,8 +119,8 @@ def _taper(coll: Collective, syn: TreeSynthesis, chunks: int, fixed: bool, max_o
     ag, rs, g = syn.ag, syn.rs, syn.graph
     k = _packed(syn).k
     cap = depth_cap(coll, ag, rs, max_ops)
-    depths = [chunks] if fixed else sorted({chunks, min(cap, -(-3 * chunks // 2)),
-                                           min(cap, 2 * chunks)})
+    depths = [chunks] if fixed else sorted({chunks, min(cap, -(-5 * chunks // 4)),
+                                           min(cap, -(-3 * chunks // 2)), min(cap, 2 * chunks)})
     depths = [c for c in depths if 2 <= c <= _TAPER_MAX_DEPTH]
     if not depths:
         return chunks, None
@@ -129,8 +130,10 @@ def _taper(coll: Collective, syn: TreeSynthesis, chunks: int, fixed: bool, max_o
     else:
         start, move = edge_levels(_packed(syn), ag is None)
         blocks = {coll.count // coll.n}
-    loads = link_loads(g, start, move, prune=True)
-    tree_bytes, alpha = block_bytes(coll) / k, step_alpha(g, model)
+    # each step charged its own links' latency, as the simulator does (a step that moves over
+    # NVLink only is not charged the network's), and the model's software cost per step
+    loads = link_loads(g, start, move, prune=True, latency=True)
+    tree_bytes, alpha = block_bytes(coll) / k, step_cost(model)
     equal = pipeline_time(loads, np.full(chunks, 1.0 / chunks), tree_bytes, alpha)
     best: tuple[float, int, np.ndarray | None] = (equal * (1 - _TAPER_GAIN), chunks, None)
     for c in depths:
