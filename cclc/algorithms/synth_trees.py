@@ -57,7 +57,7 @@ from cclc.algorithms.tree_budget import (
     op_limit,
     ops_left,
 )
-from cclc.algorithms.tree_costs import block_bytes, depth_cap, predict_pipeline
+from cclc.algorithms.tree_costs import block_bytes, depth_cap, predict_pipeline, step_alpha
 from cclc.algorithms.tree_search import TreeSynthesis, synthesize_trees
 from cclc.collective import Collective, CollectiveKind
 from cclc.execution import ExecutionModel
@@ -130,23 +130,31 @@ def _taper(coll: Collective, syn: TreeSynthesis, chunks: int, fixed: bool, max_o
     else:
         start, move = edge_levels(_packed(syn), ag is None)
         blocks = {coll.count // coll.n}
-    # each step charged its own links' latency, as the simulator does (a step that moves over
-    # NVLink only is not charged the network's), and the model's software cost per step
-    loads = link_loads(g, start, move, prune=True, latency=True)
-    tree_bytes, alpha = block_bytes(coll) / k, step_cost(model)
-    equal = pipeline_time(loads, np.full(chunks, 1.0 / chunks), tree_bytes, alpha)
+    # every pipeline is timed as the simulator times it: each step its own links' latency (a
+    # step that moves over NVLink only is not charged the network's) and the model's software
+    # cost per step
+    exact = link_loads(g, start, move, prune=True, latency=True)
+    tree_bytes, cost = block_bytes(coll) / k, step_cost(model)
+    # the LP prices steps so too; where moves differ in latency it is also solved charging
+    # every step the slowest move's, whose whole units can round better (the 128-GPU fabric's
+    # 1 GiB AllGather: 2605 us that way, 2619 us from the exact LP's units)
+    pricings = [(exact, cost)]
+    if len(np.unique(g.latency[move])) > 1:
+        pricings.append((link_loads(g, start, move, prune=True), step_alpha(g, model)))
+    equal = pipeline_time(exact, np.full(chunks, 1.0 / chunks), tree_bytes, cost)
     best: tuple[float, int, np.ndarray | None] = (equal * (1 - _TAPER_GAIN), chunks, None)
     for c in depths:
         per_tree = next((u for u in range(_TAPER_UNITS * c, 2 * c - 1, -1)
                          if all(b % (k * u) == 0 for b in blocks)), None)
-        if per_tree is None or time.monotonic() > deadline:
-            continue
-        units = tapered_units(loads, c, per_tree, tree_bytes, alpha, deadline)
-        if units is None:
-            continue
-        t = pipeline_time(loads, units / per_tree, tree_bytes, alpha)
-        if t < best[0]:
-            best = (t, c, units)
+        for loads, alpha in pricings:
+            if per_tree is None or time.monotonic() > deadline:
+                continue
+            units = tapered_units(loads, c, per_tree, tree_bytes, alpha, deadline)
+            if units is None:
+                continue
+            t = pipeline_time(exact, units / per_tree, tree_bytes, cost)
+            if t < best[0]:
+                best = (t, c, units)
     return best[1], best[2]
 
 
