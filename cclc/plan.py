@@ -367,7 +367,7 @@ def _lockstep(coll: Collective, model: ExecutionModel, bound: float | None) -> B
     if model.mode != "lockstep" or bound is None:
         return None
     found = lockstep_bound(coll)
-    if found is None or (bound is not None and found.seconds <= bound):
+    if found is None or found.seconds <= bound:
         return None
     return found
 

@@ -60,7 +60,8 @@ class LinkLoads:
     def row_moving(self, chunks: int) -> np.ndarray:
         """``[r, t]``: some move of row ``r``'s latency carries a chunk in step ``t`` (rows of
         :func:`link_loads` with ``latency``)."""
-        assert self.starts is not None
+        if self.starts is None:
+            raise ValueError("row_moving needs the rows of link_loads(..., latency=True)")
         rows, span = self.starts.shape
         prefix = np.concatenate([np.zeros((rows, 1)), np.cumsum(self.starts, axis=1)], axis=1)
         t = np.arange(span + chunks - 1)
