@@ -258,6 +258,32 @@ def render_symmetric(data: dict) -> list[str]:
         "where the size estimate is over 5M ops."]
 
 
+def render_lockstep_limits(data: dict) -> list[str]:
+    rows = data["rows"]
+    first = rows[0]
+    kinds: list[str] = []
+    for r in rows:
+        if r["collective"] not in kinds:
+            kinds.append(r["collective"])
+    bounds = "; ".join(
+        f"{k} {next(r['bound_s'] for r in rows if r['collective'] == k) * 1e6:.1f} us"
+        + (f" (lockstep {lock * 1e6:.1f} us)"
+           if (lock := next(r["lockstep_bound_s"] for r in rows if r["collective"] == k))
+           else "") for k in kinds)
+    lines = [f"{_size(first['bytes'])} over the {first['ranks']} GPUs of `{data['example']}`, "
+             f"`algorithm synth` planned for each model's runtime. Bounds: {bounds}.", ""]
+    out = []
+    for r in rows:
+        what = r["schedule"] + (f" (returned {r['template']}, faster)"
+                                if r["status"] == "fallback" and r["template"] else "")
+        lock = (f"{r['pct_of_lockstep_bound']:.1f}%" if r["pct_of_lockstep_bound"] is not None
+                else "– (dataflow)")
+        out.append([r["collective"], f"{r['model']} ({r['mode']})", what,
+                    f"{r['time_s'] * 1e6:.1f} us", f"{r['pct_of_bound']:.1f}%", lock])
+    return lines + _table(["collective", "model", "schedule", "time", "% of bound",
+                           "% of lockstep bound"], out)
+
+
 BENCHMARKS = (
     Benchmark("calibration", "Model of NCCL against published measurements", (),
               "cclc's model of NCCL (`cclc/nccl_model.py`) against nccl-tests figures "
@@ -292,6 +318,12 @@ BENCHMARKS = (
               "AllToAll: HalfRing + DimRotation, AllReduce: DimRotation over rings, built in "
               "symmetric form; 16 MiB, links of 32 GB/s and 100 ns",
               "`cclc.bounds.bounds(coll, lp=False).best` (closed forms)", render_symmetric),
+    Benchmark("lockstep_limits", "Synthesis against the lockstep bound (128-GPU fabric)", (),
+              "each row's execution model (`cclc.execution`: `ir` and `mscclpp` lockstep, "
+              "`nccl` and `msccl` dataflow) under the declared ECMP routing",
+              "`cclc.bounds.bounds(coll).best` (every model's) and, under the lockstep models, "
+              "`cclc.lockstep_bound` (no lockstep schedule beats it; a dataflow runtime is not "
+              "held to it)", render_lockstep_limits),
 )
 
 

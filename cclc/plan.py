@@ -31,12 +31,13 @@ from cclc.algorithms import (
     algorithms_for,
     get,
 )
-from cclc.bounds import Bounds, bounds
+from cclc.bounds import Bound, Bounds, bounds
 from cclc.collective import Collective, make_collective
 from cclc.errors import CclError, CollectiveError, ScheduleError, Span
 from cclc.execution import IR_MODEL, ExecutionModel, predict
 from cclc.ir import Schedule
 from cclc.load_bounds import LoadBound, candidate_bounds, evaluation_order, prune_reason
+from cclc.lockstep_bound import lockstep_bound
 from cclc.relay import RelayError
 from cclc.spill import HeldSchedule
 from cclc.template_race import race_synthesis
@@ -97,6 +98,9 @@ class Plan:
     planned_time: float | None = None
     #: every lower bound of the collective (``bound`` is the best of them)
     bounds: Bounds | None = None
+    #: the bound of :mod:`cclc.lockstep_bound`, where ``model`` runs lockstep steps (no
+    #: dataflow runtime is held to it) and it is stronger than ``bound``; else ``None``
+    lockstep: Bound | None = None
 
     @property
     def name(self) -> str:
@@ -105,6 +109,11 @@ class Plan:
     @property
     def pct_of_bound(self) -> float | None:
         return _pct(self.bound, self.time)
+
+    @property
+    def pct_of_lockstep_bound(self) -> float | None:
+        """The lockstep bound / ``time`` x 100, where there is one (see ``lockstep``)."""
+        return _pct(self.lockstep.seconds if self.lockstep is not None else None, self.time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,8 +353,23 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         # better; the bounds' error stands if one builds all the same
         all_bounds, unjoinable = None, err
     if res.explicit:
-        return _plan_explicit(res, others, context, all_bounds, unjoinable, step, total)
-    return _plan_auto(res, context, all_bounds, unjoinable, step, total, prune, refusal)
+        chosen = _plan_explicit(res, others, context, all_bounds, unjoinable, step, total)
+    else:
+        chosen = _plan_auto(res, context, all_bounds, unjoinable, step, total, prune, refusal)
+    return replace(chosen, lockstep=_lockstep(coll, model, chosen.bound))
+
+
+def _lockstep(coll: Collective, model: ExecutionModel, bound: float | None) -> Bound | None:
+    """The lockstep bound of ``coll`` where ``model`` runs lockstep steps and the bound is
+    above ``bound`` (``None``: the bounds failed). A model with a cost per step takes the
+    IR's lockstep time plus that cost, so the bound holds under it too; a dataflow runtime
+    does not wait for a step's slowest op, so no dataflow time is held to it."""
+    if model.mode != "lockstep" or bound is None:
+        return None
+    found = lockstep_bound(coll)
+    if found is None or found.seconds <= bound:
+        return None
+    return found
 
 
 def _plan_explicit(res: Resolution, others: list[Algorithm], context: BuildContext,

@@ -66,6 +66,7 @@ from cclc.sim import simulate
 from cclc.synth import tree_schedule
 from cclc.synth.hop_graph import HopGraph, hop_graph
 from cclc.synth.phase_time import edge_levels
+from cclc.synth.pricing import step_cost
 from cclc.synth.taper import link_loads, pipeline_time, tapered_units
 from cclc.synth.tree_time import edge_starts
 from cclc.synth.trees import TreePacking
@@ -118,8 +119,8 @@ def _taper(coll: Collective, syn: TreeSynthesis, chunks: int, fixed: bool, max_o
     ag, rs, g = syn.ag, syn.rs, syn.graph
     k = _packed(syn).k
     cap = depth_cap(coll, ag, rs, max_ops)
-    depths = [chunks] if fixed else sorted({chunks, min(cap, -(-3 * chunks // 2)),
-                                           min(cap, 2 * chunks)})
+    depths = [chunks] if fixed else sorted({chunks, min(cap, -(-5 * chunks // 4)),
+                                           min(cap, -(-3 * chunks // 2)), min(cap, 2 * chunks)})
     depths = [c for c in depths if 2 <= c <= _TAPER_MAX_DEPTH]
     if not depths:
         return chunks, None
@@ -129,21 +130,31 @@ def _taper(coll: Collective, syn: TreeSynthesis, chunks: int, fixed: bool, max_o
     else:
         start, move = edge_levels(_packed(syn), ag is None)
         blocks = {coll.count // coll.n}
-    loads = link_loads(g, start, move, prune=True)
-    tree_bytes, alpha = block_bytes(coll) / k, step_alpha(g, model)
-    equal = pipeline_time(loads, np.full(chunks, 1.0 / chunks), tree_bytes, alpha)
+    # every pipeline is timed as the simulator times it: each step its own links' latency (a
+    # step that moves over NVLink only is not charged the network's) and the model's software
+    # cost per step
+    exact = link_loads(g, start, move, prune=True, latency=True)
+    tree_bytes, cost = block_bytes(coll) / k, step_cost(model)
+    # the LP prices steps so too; where moves differ in latency it is also solved charging
+    # every step the slowest move's, whose whole units can round better (the 128-GPU fabric's
+    # 1 GiB AllGather: 2605 us that way, 2619 us from the exact LP's units)
+    pricings = [(exact, cost)]
+    if len(np.unique(g.latency[move])) > 1:
+        pricings.append((link_loads(g, start, move, prune=True), step_alpha(g, model)))
+    equal = pipeline_time(exact, np.full(chunks, 1.0 / chunks), tree_bytes, cost)
     best: tuple[float, int, np.ndarray | None] = (equal * (1 - _TAPER_GAIN), chunks, None)
     for c in depths:
         per_tree = next((u for u in range(_TAPER_UNITS * c, 2 * c - 1, -1)
                          if all(b % (k * u) == 0 for b in blocks)), None)
-        if per_tree is None or time.monotonic() > deadline:
-            continue
-        units = tapered_units(loads, c, per_tree, tree_bytes, alpha, deadline)
-        if units is None:
-            continue
-        t = pipeline_time(loads, units / per_tree, tree_bytes, alpha)
-        if t < best[0]:
-            best = (t, c, units)
+        for loads, alpha in pricings:
+            if per_tree is None or time.monotonic() > deadline:
+                continue
+            units = tapered_units(loads, c, per_tree, tree_bytes, alpha, deadline)
+            if units is None:
+                continue
+            t = pipeline_time(exact, units / per_tree, tree_bytes, cost)
+            if t < best[0]:
+                best = (t, c, units)
     return best[1], best[2]
 
 

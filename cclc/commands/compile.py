@@ -245,6 +245,9 @@ class _Printer(Events):
         from cclc.synth.report import synth_report
 
         pct = f", {p.pct_of_bound:.1f}% of bound" if p.pct_of_bound is not None else ""
+        if p.pct_of_lockstep_bound is not None:
+            # beside the bound every model shares: the one no lockstep schedule beats
+            pct += f" ({p.pct_of_lockstep_bound:.1f}% of the lockstep bound)"
         t = f" {format_time(p.time)}" if p.time is not None else ""
         if self.args.explain:
             print(f"{coll.name}: {coll.kind.value} on {coll.n} ranks; candidates:")

@@ -12,7 +12,13 @@ shorten the drain (96% there): a *tapered* pipeline.
 The lockstep time of chunk fractions ``w`` (summing to 1) is ``sum_t alpha [t moves data] +
 max_l sum_c uses[l, t - c] w_c b / cap_l`` (``uses[l, s]``: the tree edges through link
 ``l`` that carry their first chunk in step ``s``; ``b``: a tree's bytes), convex and
-piecewise linear in ``w``: an LP over ``w`` and one time per step (GLOP). The runtimes move
+piecewise linear in ``w``: an LP over ``w`` and one time per step (GLOP). That charges every
+step the slowest move's latency (in ``alpha``). :func:`link_loads` with ``latency`` charges
+each step what :mod:`cclc.sim` does instead: the most over its links of the link's busy time
+plus the latency of a move through it that runs in the step, so a step that only moves over
+NVLink (1 us) is not charged the network's 4 us; then ``alpha`` is the software cost alone.
+It is one row per link and latency of the moves through it (the link's whole load, active in
+the steps where a move of that latency runs). The runtimes move
 whole equal units (MSCCL's chunks, the C++ backends' units), so the LP's fractions are
 rounded to whole units per chunk (cumulatively, every chunk at least one unit) and polished
 by moving single units between chunks while the time falls.
@@ -40,11 +46,27 @@ class LinkLoads:
 
     rates: np.ndarray
     active: np.ndarray
+    #: per row, where rows are a link and a latency (``link_loads(..., latency=True)``): the
+    #: latency of the row's moves, and ``starts[r, s]``: one of them carries its first chunk in
+    #: step ``s``; ``None``: rows are links and ``alpha`` carries the latency
+    latency: np.ndarray | None = None
+    starts: np.ndarray | None = None
 
     def moving(self, chunks: int) -> np.ndarray:
         """Steps (of ``span + chunks - 1``) in which some edge carries a chunk."""
         run = np.convolve(self.active.astype(float), np.ones(chunks))
         return run > 0
+
+    def row_moving(self, chunks: int) -> np.ndarray:
+        """``[r, t]``: some move of row ``r``'s latency carries a chunk in step ``t`` (rows of
+        :func:`link_loads` with ``latency``)."""
+        if self.starts is None:
+            raise ValueError("row_moving needs the rows of link_loads(..., latency=True)")
+        rows, span = self.starts.shape
+        prefix = np.concatenate([np.zeros((rows, 1)), np.cumsum(self.starts, axis=1)], axis=1)
+        t = np.arange(span + chunks - 1)
+        return (prefix[:, np.minimum(t, span - 1) + 1]
+                - prefix[:, np.clip(t - chunks + 1, 0, span)]) > 0
 
     def loads(self, fractions: np.ndarray) -> np.ndarray:
         """``[l, t]``: link ``l``'s busy time in step ``t`` per byte of a tree."""
@@ -62,10 +84,12 @@ class LinkLoads:
         return out
 
 
-def link_loads(g: HopGraph, start: np.ndarray, move: np.ndarray, prune: bool = False
-               ) -> LinkLoads:
+def link_loads(g: HopGraph, start: np.ndarray, move: np.ndarray, prune: bool = False,
+               latency: bool = False) -> LinkLoads:
     """The :class:`LinkLoads` of edges ``move`` of ``g`` with first steps ``start``; with
-    ``prune``, one row per distinct row and no dominated row (for the LP)."""
+    ``prune``, one row per distinct row and no dominated row (for the LP); with ``latency``,
+    one row per link and latency of the moves through it, each charged its latency (see the
+    module docstring)."""
     lengths = np.diff(g.offsets)[move]
     first = np.repeat(g.offsets[move], lengths)
     within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
@@ -79,7 +103,22 @@ def link_loads(g: HopGraph, start: np.ndarray, move: np.ndarray, prune: bool = F
     cap = g.capacity[used]
     ok = cap > 0
     rates = hist[ok] / cap[ok, None]
-    return LinkLoads(_undominated(np.unique(rates, axis=0)) if prune else rates, active)
+    if not latency:
+        return LinkLoads(_undominated(np.unique(rates, axis=0)) if prune else rates, active)
+    # one row per (link, latency) of the moves through it: the link's whole load, charged
+    # that latency in the steps where such a move runs
+    row_of_link = np.cumsum(ok) - 1
+    pair_lat = np.repeat(g.latency[move], lengths)
+    keep = ok[link]
+    classes, cls = np.unique(np.stack([link[keep], pair_lat[keep]]), axis=1, return_inverse=True)
+    starts = np.zeros((classes.shape[1], span))
+    np.add.at(starts, (cls.reshape(-1), step[keep]), 1.0)
+    rows = np.hstack([classes[1][:, None], rates[row_of_link[classes[0].astype(np.int64)]],
+                      (starts > 0).astype(float)])
+    if prune:
+        # a row no larger than another in latency, load and steps never sets a step's time
+        rows = _undominated(np.unique(rows, axis=0))
+    return LinkLoads(rows[:, 1:span + 1], active, rows[:, 0].copy(), rows[:, span + 1:] > 0)
 
 
 def _undominated(rows: np.ndarray) -> np.ndarray:
@@ -99,10 +138,17 @@ def _undominated(rows: np.ndarray) -> np.ndarray:
 def pipeline_time(loads: LinkLoads, fractions: np.ndarray, tree_bytes: float,
                   alpha: float) -> float:
     """Seconds of the lockstep pipeline whose chunk ``c`` holds ``fractions[c]`` of every
-    tree's ``tree_bytes``, each step that moves data charged ``alpha`` plus its busiest link."""
-    busy = loads.loads(np.asarray(fractions, dtype=float)).max(axis=0) * tree_bytes
+    tree's ``tree_bytes``, each step that moves data charged ``alpha`` plus its busiest link
+    (with ``loads.latency``: plus the most over its links of the link's busy time and
+    latency)."""
+    busy = loads.loads(np.asarray(fractions, dtype=float)) * tree_bytes
     moving = loads.moving(len(fractions))
-    return float(busy[moving].sum() + alpha * moving.sum())
+    if loads.latency is None:
+        step = busy.max(axis=0)
+    else:
+        on = loads.row_moving(len(fractions))
+        step = np.where(on, busy + loads.latency[:, None], 0.0).max(axis=0)
+    return float(step[moving].sum() + alpha * moving.sum())
 
 
 #: the most nonzero coefficients the LP may have (beyond, no taper is tried): the LP is built
@@ -147,8 +193,11 @@ def _lp_fractions(loads: LinkLoads, chunks: int, tree_bytes: float) -> np.ndarra
         cs = range(max(0, t - span + 1), min(chunks, t + 1))
         for r in range(rows):
             terms = [(c, rates[r, t - c]) for c in cs if rates[r, t - c] > 0]
+            if loads.starts is not None and not any(loads.starts[r, t - c] for c in cs):
+                continue                    # no move of this row's latency runs in step t
             if terms:
-                ct = solver.Constraint(-solver.infinity(), 0.0)
+                lat = 0.0 if loads.latency is None else float(loads.latency[r])
+                ct = solver.Constraint(-solver.infinity(), -lat)
                 ct.SetCoefficient(s, -1.0)
                 for c, a in terms:
                     ct.SetCoefficient(w[c], float(a))

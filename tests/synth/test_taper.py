@@ -73,6 +73,26 @@ def _brute_time(g, start, move, fractions, tree_bytes, alpha):
     return total
 
 
+def _brute_sim_time(g, start, move, fractions, tree_bytes):
+    """Every step as ``cclc.sim`` times it: the most over the moves that run in it of the
+    move's latency plus the busiest link on its route (each link's load from every move)."""
+    chunks = len(fractions)
+    total = 0.0
+    for t in range(int(start.max()) + chunks):
+        load: dict[int, float] = {}
+        running = []
+        for s, m in zip(start.tolist(), move.tolist(), strict=True):
+            c = t - s
+            if 0 <= c < chunks:
+                running.append(m)
+                for link in g.links[g.offsets[m]:g.offsets[m + 1]].tolist():
+                    load[link] = load.get(link, 0.0) + fractions[c] * tree_bytes
+        total += max((g.latency[m] + max(load[link] / g.capacity[link]
+                                         for link in g.links[g.offsets[m]:g.offsets[m + 1]])
+                      for m in running), default=0.0)
+    return total
+
+
 @pytest.fixture(scope="module")
 def two_server_ag():
     # every move 4 us (the prediction charges every step the slowest move's latency)
@@ -91,6 +111,48 @@ def test_pipeline_time_is_the_brute_force_sum(two_server_ag, weights):
     for prune in (False, True):
         got = pipeline_time(link_loads(syn.graph, start, move, prune), w, tree_bytes, alpha)
         assert got == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def mixed_latency_ar():
+    # NVLink moves 1 us, network moves 4 us: a step that moves over NVLink only costs 1 us
+    # blocks of whole units: 20 units per tree, up to 6 trees per root
+    coll = _coll(K.ALLREDUCE, _two_servers(), 6 * 20 * 512)
+    return coll, synthesize_trees(coll, 30)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=7))
+def test_pipeline_time_with_latency_is_the_simulators_rule(mixed_latency_ar, weights):
+    coll, syn = mixed_latency_ar
+    start, move = _starts(syn)
+    assert len(set(syn.graph.latency[move].tolist())) > 1, "moves of two latencies"
+    w = np.array(weights, dtype=float) / sum(weights)
+    tree_bytes = coll.size / coll.n / syn.ag.k
+    expected = _brute_sim_time(syn.graph, start, move, w, tree_bytes)
+    for prune in (False, True):
+        loads = link_loads(syn.graph, start, move, prune, latency=True)
+        assert pipeline_time(loads, w, tree_bytes, 0.0) == pytest.approx(expected, rel=1e-9)
+    # charging every step the slowest move's latency is never less
+    legacy = pipeline_time(link_loads(syn.graph, start, move), w, tree_bytes,
+                           step_alpha(syn.graph))
+    assert legacy >= expected * (1 - 1e-12)
+
+
+def test_tapered_allreduce_with_two_latencies_is_what_it_predicts(mixed_latency_ar):
+    coll, syn = mixed_latency_ar
+    start, move = _starts(syn)
+    chunks = 5
+    loads = link_loads(syn.graph, start, move, prune=True, latency=True)
+    tree_bytes = coll.size / coll.n / syn.ag.k
+    units = tapered_units(loads, chunks, 20, tree_bytes, 0.0)
+    assert units is not None and units.sum() == 20
+    s = _with_units(coll, syn, units.tolist())
+    verify(s)
+    check_numeric(s)
+    predicted = pipeline_time(link_loads(syn.graph, start, move, latency=True),
+                              units / units.sum(), tree_bytes, 0.0)
+    assert float(simulate(s).time) == pytest.approx(predicted, rel=1e-3)
 
 
 def test_rounded_units_against_every_composition(two_server_ag):
