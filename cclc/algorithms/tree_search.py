@@ -19,6 +19,7 @@ import numpy as np
 
 from cclc.algorithms.tree_budget import (
     DEFAULT_BUDGET,
+    MAX_OPS,
     MAX_RESERVE,
     deadline_share,
     machine_slowdown,
@@ -135,12 +136,15 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     expected = 0.0 if max_ops is None else expected_build(
         coll, g, block, rate_ag, rate_rs, max_ops, model) * machine_slowdown(t0, cpu0)
     deadline = t0 + budget - min(max(reserve, expected), budget * MAX_RESERVE)
+    # the packings are compared at the pipeline depth the build may reach
+    cap = op_cap(coll, MAX_OPS if max_ops is None else max_ops)
     best: _Kept | None = None
     kept = None        # the kept separate packing's phase times (see cannot_win)
     if coll.kind is CollectiveKind.ALLREDUCE:
         assert rate_ag is not None and rate_rs is not None     # AllReduce has both phases
         optimal, best = _allreduce_start(coll, g, node_perm, edge_perm, trees, block, rate_ag,
-                                         rate_rs, deadline_share(deadline, _JOINT_SHARE), model)
+                                         rate_rs, deadline_share(deadline, _JOINT_SHARE), model,
+                                         cap)
     # (physical moves, AllGather packing graph, ReduceScatter packing graph, symmetry,
     #  packings -> physical moves, numbers of trees to try)
     ks = [trees] if trees else list(_TREES_TRIED)
@@ -173,7 +177,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
             for ag, rs in options:
                 # the op cap the build will use (fewer chunks under `auto`)
                 predicted = predict_pipeline(coll, phys, ag, rs, block, rate_ag, rate_rs,
-                                             model, max_ops=op_cap(coll))[0]
+                                             model, max_ops=cap)[0]
                 if best is None or predicted < best[0] * (1 - margin):
                     best = (predicted, phys, ag, rs)
                     kept = phase_times(coll, phys, ag, rs, block, rate_ag, rate_rs, model)
@@ -387,7 +391,7 @@ def _on_links(phys: HopGraph, p: TreePacking, rate: float, moves: np.ndarray,
 def _allreduce_start(coll: Collective, g: HopGraph, node_perm: np.ndarray,
                      edge_perm: np.ndarray, trees: int | None, block: float,
                      rate_ag: float, rate_rs: float, deadline: float,
-                     model: ExecutionModel) -> tuple[float, _Kept | None]:
+                     model: ExecutionModel, cap: int) -> tuple[float, _Kept | None]:
     """AllReduce's reference time and, on a machine without switches, the best joint packing
     of its in-trees and out-trees (``(predicted, g, ag, rs)`` or ``None``)."""
     optimal, bandwidth_time = _allreduce_reference(coll)
@@ -403,14 +407,15 @@ def _allreduce_start(coll: Collective, g: HopGraph, node_perm: np.ndarray,
     # optimum: 76-84% of the bound)
     return optimal, _joint_allreduce(coll, g, node_perm, edge_perm,
                                      [trees] if trees else list(_TREES_TRIED), block,
-                                     bandwidth_time, rate_ag, rate_rs, deadline, model)
+                                     bandwidth_time, rate_ag, rate_rs, deadline, model, cap)
 
 
 def _joint_allreduce(coll: Collective, g: HopGraph, node_perm: np.ndarray,
                      edge_perm: np.ndarray, ks: list[int], block: float,
                      bandwidth_time: float, rate_ag: float, rate_rs: float,
-                     deadline: float, model: ExecutionModel) -> _Kept | None:
-    """The best joint AllReduce packing over ``ks`` trees per root by predicted time:
+                     deadline: float, model: ExecutionModel, cap: int) -> _Kept | None:
+    """The best joint AllReduce packing over ``ks`` trees per root by predicted time (at
+    pipeline depths within ``cap`` ops):
     ``(predicted, g, ag, rs)``, or ``None`` when the deadline came before the first."""
     best = None
     # trees as deep as the farthest member's hop distance, then a level deeper: neither wins
@@ -428,7 +433,7 @@ def _joint_allreduce(coll: Collective, g: HopGraph, node_perm: np.ndarray,
         rs, ag = (replace(p, load=phase_load(g, p, rate)) for p, rate in
                   ((rs, rate_rs), (ag, rate_ag)))
         predicted = predict_pipeline(coll, g, ag, rs, block, None, None, model,
-                                     max_ops=op_cap(coll))[0]
+                                     max_ops=cap)[0]
         if best is None or predicted < best[0] * (1 - _BETTER_BY):
             best = (predicted, g, ag, rs)
         if ag.status == "optimal":
