@@ -29,7 +29,7 @@ MAX_OPS_AUTO = 200_000
 #: :func:`auto_op_limit`). The planner builds every candidate, so the synthesis gets a small
 #: share: at the default 30 s, 1.5 s, 750k ops for the schedule document alone (the 128-GPU
 #: fabric's 1 GiB AllReduce: 16 chunks per tree, 98.0% of its bound, where 200k ops gave 4
-#: chunks and 84.7%); with a code output, whose lowering costs 30-130 us per op, it stays at
+#: chunks and 84.7%); with a code output, whose lowering costs 33-134 us per op, it stays at
 #: :data:`MAX_OPS_AUTO`
 AUTO_SHARE = 0.05
 #: default time budget of the search, seconds
