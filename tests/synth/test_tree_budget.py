@@ -207,9 +207,9 @@ def test_auto_op_limit_is_a_share_of_the_budget_paid_per_op():
     from backends import SCHEDULE_BACKENDS, load
     for name in SCHEDULE_BACKENDS:
         backend = load(name)
-        model = backend.execution_model
-        if model is not None:
-            assert tb.auto_op_limit(tb.DEFAULT_BUDGET, model,
+        runs = backend.execution_model
+        if runs is not None:
+            assert tb.auto_op_limit(tb.DEFAULT_BUDGET, runs,
                                     backend.seconds_per_op) == tb.MAX_OPS_AUTO, name
 
 
