@@ -223,10 +223,12 @@ def test_auto_candidate_is_built_within_its_op_limit(monkeypatch):
     auto = make_collective(coll.name, coll.kind, coll.topology, coll.group, size=coll.size,
                            algorithm=Hint("auto"))
     monkeypatch.setattr(tb, "MAX_OPS_AUTO", 1000)
+    synth = get("synth")
+    assert synth is not None
 
     def ops(share, emit=0.0):
         monkeypatch.setattr(tb, "AUTO_SHARE", share)
-        s = get("synth").build(auto, context=BuildContext(emit_seconds_per_op=emit))
+        s = synth.build(auto, context=BuildContext(emit_seconds_per_op=emit))
         verify(s)
         return len(s.ops)
 
