@@ -55,6 +55,24 @@ def test_packers_stop_before_the_reserve(monkeypatch, frozen_clock, kind):
         assert min(seen) == pytest.approx(t0 + 10.0 * ts._JOINT_SHARE, abs=1e-9)
 
 
+def test_the_deadline_follows_the_load_measured_while_packing(monkeypatch, frozen_clock):
+    # the load shows only once the packing has run a while: the start measures 1.0, every
+    # round after 3.0, so the packers stop 3 x the build's expected 2 s before the end
+    t0 = frozen_clock
+    slowdowns = iter([1.0])
+    monkeypatch.setattr(ts, "machine_slowdown", lambda *a: next(slowdowns, 3.0))
+    monkeypatch.setattr(ts, "expected_build", lambda *a, **kw: 2.0)
+    seen = []
+    real = ts.pack_trees
+
+    def spy(*args, **kw):
+        seen.append(args[5] if len(args) > 5 else kw["deadline"])
+        return real(*args, **kw)
+    monkeypatch.setattr(ts, "pack_trees", spy)
+    assert synthesize_trees(_coll(K.ALLGATHER), budget=20.0, max_ops=1000) is not None
+    assert seen and all(d == pytest.approx(t0 + 20.0 - 6.0, abs=1e-9) for d in seen)
+
+
 def test_ops_left_fit_the_time_left(frozen_clock):
     t0 = frozen_clock
     per_op = tb.seconds_per_op()
