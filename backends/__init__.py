@@ -37,7 +37,8 @@ SCHEDULE_BACKENDS: tuple[str, ...] = ("json", "msccl", "mscclpp", "nccl", "nccl-
 
 
 #: the members of :class:`backends.contract.Backend`: what the pipeline reads of every backend
-MEMBERS = ("name", "wants_simulation", "execution_model", "files", "render", "refusal", "build")
+MEMBERS = ("name", "wants_simulation", "execution_model", "seconds_per_op", "files", "render",
+           "refusal", "build")
 
 
 def load(name: str) -> Backend[Any, Any]:

@@ -11,9 +11,11 @@ whose sources need a build step (the NCCL library, the tuner plugin) builds them
 
 Everything the planner needs to know about an output hangs on its backend too: the execution
 model of the runtime it emits for (:attr:`Backend.execution_model`, what ``auto`` prices the
-candidates with) and the limits it can check cheaply (:meth:`Backend.refusal`, asked of each
-candidate that would become the fastest). This module imports no backend: each backend checks
-the options that only it reads (the MSCCL runtime's name is checked by ``backends.msccl``).
+candidates with), what rendering costs per op (:attr:`Backend.seconds_per_op`, what ``auto``'s
+synthesis candidate budgets for) and the limits it can check cheaply (:meth:`Backend.refusal`,
+asked of each candidate that would become the fastest). This module imports no backend: each
+backend checks the options that only it reads (the MSCCL runtime's name is checked by
+``backends.msccl``).
 
 A schedule backend's key is the :class:`~cclc.collective.Collective` (file names depend on its
 name only) and its subject the verified :class:`~cclc.ir.Schedule`; the tuner's key and subject
@@ -123,12 +125,16 @@ class Backend(Protocol[Key, Subject]):
     (``None``: the output runs nothing, as the schedule document or the page);
     ``renders_symmetric`` says that :meth:`render` also takes a schedule stored by symmetry
     (:class:`~cclc.symmetric.SymmetricSchedule`) as it is; any other output gets the expanded
-    schedule, where it fits the size limit (:func:`symmetric_refusal`)."""
+    schedule, where it fits the size limit (:func:`symmetric_refusal`); ``seconds_per_op`` is
+    what rendering a schedule (and the simulations it wants) costs per op, measured, which
+    ``auto``'s synthesis candidate pays for within its budget
+    (:func:`cclc.algorithms.tree_budget.auto_op_limit`)."""
 
     name: str
     wants_simulation: bool
     execution_model: ExecutionModel | None
     renders_symmetric: bool
+    seconds_per_op: float
 
     def files(self, key: Key, options: EmitOptions) -> tuple[str, ...]:
         """Every file (relative POSIX names) the backend will write for ``key``, including what

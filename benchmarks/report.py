@@ -284,6 +284,23 @@ def render_lockstep_limits(data: dict) -> list[str]:
                            "% of lockstep bound"], out)
 
 
+def render_auto_synth(data: dict) -> list[str]:
+    out = []
+    for r in data["rows"]:
+        if "error" in r:
+            out.append([f"`--emit {r['emit']}`", r["algorithm"], "failed: " + r["error"],
+                        "", "", "", ""])
+            continue
+        out.append([f"`--emit {r['emit']}` ({r['model']} model)", r["algorithm"],
+                    f"{r['chosen']}, {r['chunks']} chunks" if r["chunks"] else r["chosen"],
+                    f"{r['ops']:,}", f"{r['pct_of_bound']:.1f}%",
+                    f"{r['plan_wall_s']:.1f} s ({r['plan_cpu_s']:.1f} s CPU)",
+                    f"{r['peak_bytes'] / 2**30:.2f} GiB"])
+    return [f"{data['collective']}: `auto` against `algorithm synth`.", ""] + _table(
+        ["outputs (model)", "algorithm", "schedule", "ops", "% of bound", "planning",
+         "peak memory"], out)
+
+
 BENCHMARKS = (
     Benchmark("calibration", "Model of NCCL against published measurements", (),
               "cclc's model of NCCL (`cclc/nccl_model.py`) against nccl-tests figures "
@@ -324,6 +341,12 @@ BENCHMARKS = (
               "`cclc.bounds.bounds(coll).best` (every model's) and, under the lockstep models, "
               "`cclc.lockstep_bound` (no lockstep schedule beats it; a dataflow runtime is not "
               "held to it)", render_lockstep_limits),
+    Benchmark("auto_synth", "`auto` against `algorithm synth` on the 128-GPU fabric", (),
+              "the execution model each `--emit` prices with: the IR's lockstep model for "
+              "`json`, the msccl model for `json,msccl` (whose render cost per op also bounds "
+              "`auto`'s synthesis candidate); planning times are this machine's wall and CPU "
+              "seconds", "`cclc.bounds.bounds(coll).best` (LP included), the bound `cclc "
+              "compile` prints", render_auto_synth),
 )
 
 

@@ -240,7 +240,8 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
                 continue
             try:
                 # 2-5. build, route, verify and measure every candidate; keep the fastest
-                p = _plan(resolution, request, model, _refusal(backends, options), events)
+                p = _plan(resolution, request, model, _refusal(backends, options),
+                          sum(b.seconds_per_op for b in backends), events)
             except ScheduleError as err:
                 events.failed(coll, err.message)
                 results.append(Compiled(coll, None, err.message))
@@ -428,13 +429,16 @@ def _topology_text(topo) -> str:
 
 
 def _plan(resolution: Resolution, request: Request, model: ExecutionModel,
-          refusal: Callable[[Schedule], str | None], events: Events) -> Plan:
+          refusal: Callable[[Schedule], str | None], emit_seconds_per_op: float,
+          events: Events) -> Plan:
     coll = resolution.collective
     with events.stage(f"{coll.name}: planning") as st:
+        # the outputs' cost per op bounds the ops of `auto`'s synthesis candidate: the
+        # schedule kept is written to every one of them
         return plan(coll, explain=request.explain, model=model,
                     on_step=lambda i, total, what: st.update(i, what, total),
                     refusal=refusal, synth_budget=request.synth_budget,
-                    resolution=resolution)
+                    resolution=resolution, emit_seconds_per_op=emit_seconds_per_op)
 
 
 def _refusal(backends: Sequence[Backend[Any, Any]], options: EmitOptions

@@ -313,7 +313,8 @@ StepFn = Callable[[int, int, str], None]
 def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MODEL,
          on_step: StepFn | None = None, prune: bool = True,
          refusal: Callable[[Schedule], str | None] | None = None,
-         synth_budget: float | None = None, resolution: Resolution | None = None) -> Plan:
+         synth_budget: float | None = None, resolution: Resolution | None = None,
+         emit_seconds_per_op: float = 0.0) -> Plan:
     """Choose, build and check the schedule of ``coll``.
 
     With an explicit algorithm hint, that entry is built and verified (its
@@ -335,9 +336,12 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     or None; asked of each candidate that would become the fastest, it ranks a refused
     candidate after every one the outputs take (it is chosen only when all are refused).
     ``resolution``: ``coll``'s :func:`resolve`, when the caller has it already.
+    ``emit_seconds_per_op``: what writing the requested outputs costs per op of the schedule
+    kept, which ``auto``'s synthesis candidate pays for within its budget (its op limit,
+    :func:`cclc.algorithms.tree_budget.auto_op_limit`).
     """
     step = on_step or (lambda i, total, what: None)
-    context = BuildContext(model, synth_budget)
+    context = BuildContext(model, synth_budget, emit_seconds_per_op)
     res = resolution if resolution is not None else resolve(coll, context)
     others = [a for a in res.serving if a.name != res.entries[0].name] \
         if res.explicit and explain else []

@@ -163,7 +163,7 @@ def test_a_backend_without_a_member_of_the_contract_is_refused_by_name(monkeypat
     import sys
     import types
 
-    class Partial:                      # no execution_model, no refusal
+    class Partial:                      # no execution_model, seconds_per_op, refusal
         name = "partial"
         wants_simulation = False
 
@@ -180,7 +180,8 @@ def test_a_backend_without_a_member_of_the_contract_is_refused_by_name(monkeypat
     module.BACKEND = Partial()
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setitem(backends.BACKENDS, "partial", module.__name__)
-    with pytest.raises(CclError, match="lacks execution_model, refusal of the backend contract"):
+    with pytest.raises(CclError, match="lacks execution_model, seconds_per_op, refusal of the "
+                       "backend contract"):
         backends.load("partial")
 
 

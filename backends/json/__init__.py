@@ -30,6 +30,10 @@ class JsonBackend:
     renders_symmetric = True
     #: a document runs nothing
     execution_model: ExecutionModel | None = None
+    #: nothing beyond the planner's own per-op cost, which was measured with the document
+    #: written (cclc.algorithms.tree_budget; the document alone: 0.5 us per op, CPU seconds
+    #: rendering hgx16_leafspine's `shards`, `hierarchical`'s 262,272 ops)
+    seconds_per_op = 0.0
 
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
         return (f"{key.name}.schedule.json",)

@@ -53,7 +53,8 @@ from cclc.lane_cost import (
     choose_lanes,
 )
 
-__all__ = ["APIS", "BACKEND", "ONESIDED", "NcclBackend", "emit", "lane_cost_lines",
+__all__ = ["APIS", "BACKEND", "ONESIDED", "SECONDS_PER_OP", "NcclBackend", "emit",
+           "lane_cost_lines",
            "render_sources", "source_names"]
 
 _PKG = "backends.nccl"
@@ -241,6 +242,12 @@ def _targets(options: EmitOptions) -> list[str]:
     return (["all"] if options.build else []) + (["mpi"] if options.mpi else [])
 
 
+#: what rendering a schedule's tables and sources costs per op, by library form: lanes 40 us,
+#: one-sided 33 us (CPU seconds rendering hgx16_leafspine's `shards`, `hierarchical`'s 262,272
+#: ops, on the two-core machine beside other work)
+SECONDS_PER_OP = {"lanes": 40e-6, "onesided": 33e-6}
+
+
 class NcclBackend:
     """The C++/CUDA library (and its MPI variant) in ``<name>-<collective>/``: ``nccl``, the
     lanes form, or ``nccl-onesided``, the one-sided form (``api``, one of :data:`APIS`).
@@ -257,6 +264,7 @@ class NcclBackend:
         self.api = api
         self.name = "nccl" if api == "lanes" else f"nccl-{api}"
         self.execution_model = NCCL_MODEL if api == "lanes" else NCCL_ONESIDED_MODEL
+        self.seconds_per_op = SECONDS_PER_OP[api]
 
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
         ident = c_identifier(key.name)

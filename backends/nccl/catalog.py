@@ -26,7 +26,13 @@ import numpy as np
 
 from backends.common import EmitOptions, c_identifier, render_template
 from backends.contract import Backend, Facts
-from backends.nccl import NcclBackend, lane_cost_lines, render_sources, table_text
+from backends.nccl import (
+    SECONDS_PER_OP,
+    NcclBackend,
+    lane_cost_lines,
+    render_sources,
+    table_text,
+)
 from backends.nccl.tables import dataflow_tables, table_lane_cost
 from backends.units import buffer_units, to_units
 from backends.write import write_backend
@@ -151,6 +157,8 @@ class CatalogNcclBackend:
     renders_symmetric = False
     #: every schedule of the catalog was planned and priced as the library's
     execution_model: ExecutionModel | None = NCCL_MODEL
+    #: the tables of every schedule, as the library's (:data:`backends.nccl.SECONDS_PER_OP`)
+    seconds_per_op = SECONDS_PER_OP["lanes"]
 
     def refusal(self, subject: Catalog, options: EmitOptions) -> str | None:
         """The library takes every catalog the command lets through (lost ranks are refused

@@ -111,6 +111,8 @@ class TunerBackend:
     renders_symmetric = False
     #: the plugin picks NCCL's own algorithms: it runs no schedule of cclc's
     execution_model: ExecutionModel | None = None
+    #: its subject is a table of parameters, not a schedule
+    seconds_per_op = 0.0
 
     def files(self, key: TunerRows, options: EmitOptions) -> tuple[str, ...]:
         return ("plugin.c", "Makefile") + ((LIBRARY,) if options.build else ())

@@ -45,11 +45,15 @@ class BuildContext:
 
     ``model``: the execution model the schedule will be priced with (synthesis packs for it,
     :func:`cclc.synth.pricing.step_cost`); ``synth_budget``: seconds a synthesis may take where
-    its hint names no ``budget`` (``cclc compile --synth-budget``; ``None``: its default).
+    its hint names no ``budget`` (``cclc compile --synth-budget``; ``None``: its default);
+    ``emit_seconds_per_op``: what writing the requested outputs costs per op of the schedule
+    kept (their :attr:`backends.contract.Backend.seconds_per_op` added), which ``auto``'s
+    synthesis candidate pays for within its budget.
     """
 
     model: ExecutionModel = IR_MODEL
     synth_budget: float | None = None
+    emit_seconds_per_op: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,9 +23,11 @@ the planner returns the fastest template when one beats the synthesized schedule
 the synthesized one; ``algorithm auto`` races every candidate anyway); ``trees`` (``k``;
 default: the best of 1..6 by predicted time); ``chunks`` (``C``; default: the pipeline depth
 that minimizes ``(C + D) * (alpha + beta / C)`` for tree depth ``D``, latency ``alpha`` and
-bandwidth time ``beta``, with at most :data:`MAX_OPS` ops, :data:`MAX_OPS_AUTO` under
-``algorithm auto`` so that the candidate costs the planner what a template does, fewer when
-the time left would not build them: :func:`op_limit`,
+bandwidth time ``beta``, with at most :data:`MAX_OPS` ops; under ``algorithm auto`` the ops
+that a small share of the budget builds, predicts and writes to the requested outputs
+(:func:`~cclc.algorithms.tree_budget.auto_op_limit`, at least :data:`MAX_OPS_AUTO`), so that
+the candidate costs the planner about what a template does; fewer when the time left would not
+build them: :func:`op_limit`,
 :func:`~cclc.algorithms.tree_budget.ops_left`); ``taper`` (1 by default: chunks that shrink
 down the pipeline where the lockstep model says they drain it sooner, :func:`_taper`; 0:
 equal chunks).
@@ -53,6 +55,7 @@ from cclc.algorithms.tree_budget import (
     DEFAULT_BUDGET,
     MAX_OPS,
     MAX_OPS_AUTO,
+    auto_op_limit,
     machine_slowdown,
     op_limit,
     ops_left,
@@ -180,10 +183,12 @@ def synthesize_tree_schedule(coll: Collective, context: BuildContext, **params) 
     budget = DEFAULT_BUDGET if budget is None else budget
     model = context.model
     t0, cpu0 = time.monotonic(), time.process_time()
-    # `auto` builds, verifies, simulates (and, for the nccl backend, lowers) every candidate:
-    # its synth candidate pipelines fewer chunks so that it costs what a template costs
-    max_ops = op_limit(budget, MAX_OPS_AUTO if coll.algorithm.name == "auto" else MAX_OPS,
-                       model)
+    # `auto` builds, verifies and predicts every candidate, and writes the requested outputs
+    # of the one it keeps: its synth candidate pipelines the ops a share of the budget pays
+    # for, fewer where an output's lowering costs more per op
+    cap = (auto_op_limit(budget, model, context.emit_seconds_per_op)
+           if coll.algorithm.name == "auto" else MAX_OPS)
+    max_ops = op_limit(budget, cap, model)
     # the budget is a deadline for the whole synthesis: the packers stop early enough that
     # the ops are built (and verified) within what is left, and the pipeline depth fits it
     left = max(budget - (time.monotonic() - t0), 1e-3)

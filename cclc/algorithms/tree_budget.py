@@ -1,7 +1,8 @@
 """The time and op budget of tree synthesis (:mod:`cclc.algorithms.synth_trees`).
 
-How many ops the built pipeline may have (:data:`MAX_OPS`, :data:`MAX_OPS_AUTO` under
-``algorithm auto``, fewer when the budget would not build them: :func:`op_limit`,
+How many ops the built pipeline may have (:data:`MAX_OPS`; under ``algorithm auto`` what
+:data:`AUTO_SHARE` of the budget builds, predicts and writes, at least :data:`MAX_OPS_AUTO`:
+:func:`auto_op_limit`; fewer when the budget would not build them: :func:`op_limit`,
 :func:`ops_left`), what one op costs to build, verify and predict under the execution model the
 planner prices with (:func:`seconds_per_op`), and how much a machine shared with other work
 stretches that (:func:`machine_slowdown`).
@@ -14,14 +15,23 @@ import time
 from cclc.collective import Collective
 from cclc.execution import IR_MODEL, ExecutionModel
 
-__all__ = ["DEFAULT_BUDGET", "MAX_OPS", "MAX_OPS_AUTO", "MAX_RESERVE", "MAX_SLOWDOWN",
-           "deadline_share", "machine_slowdown", "op_cap", "op_limit", "ops_left",
-           "seconds_per_op"]
+__all__ = ["AUTO_SHARE", "DEFAULT_BUDGET", "MAX_OPS", "MAX_OPS_AUTO", "MAX_RESERVE",
+           "MAX_SLOWDOWN", "auto_op_limit", "deadline_share", "machine_slowdown", "op_cap",
+           "op_limit", "ops_left", "seconds_per_op"]
 
 #: the most ops a default pipeline depth may produce (bounds compile, verify and emit time)
 MAX_OPS = 6_000_000
-#: the same under ``algorithm auto``
+#: the fewest ops ``algorithm auto``'s candidate may have (:func:`auto_op_limit`): what it was
+#: held to before its limit grew with the budget, so that no output's compile gets slower
 MAX_OPS_AUTO = 200_000
+#: the share of the budget that ``algorithm auto``'s synthesis candidate may spend on its ops
+#: after the packing (building, verifying, predicting them and writing the requested outputs,
+#: :func:`auto_op_limit`). The planner builds every candidate, so the synthesis gets a small
+#: share: at the default 30 s, 1.5 s, 750k ops for the schedule document alone (the 128-GPU
+#: fabric's 1 GiB AllReduce: 16 chunks per tree, 98.0% of its bound, where 200k ops gave 4
+#: chunks and 84.7%); with a code output, whose lowering costs 33-134 us per op, it stays at
+#: :data:`MAX_OPS_AUTO`
+AUTO_SHARE = 0.05
 #: default time budget of the search, seconds
 DEFAULT_BUDGET = 30.0
 
@@ -87,6 +97,19 @@ def machine_slowdown(t0: float, cpu0: float) -> float:
 MAX_SLOWDOWN = 4.0
 
 
-def op_cap(coll: Collective) -> int:
-    """The most ops the built schedule may have (:data:`MAX_OPS_AUTO` under `auto`)."""
-    return MAX_OPS_AUTO if coll.algorithm.name == "auto" else MAX_OPS
+def auto_op_limit(budget: float, model: ExecutionModel = IR_MODEL,
+                  emit_seconds_per_op: float = 0.0) -> int:
+    """The most ops ``algorithm auto``'s synthesis candidate may have: what building,
+    verifying and predicting them under ``model`` (:func:`seconds_per_op`) and writing the
+    requested outputs (``emit_seconds_per_op``, what their renders cost per op:
+    :attr:`backends.contract.Backend.seconds_per_op`) take in :data:`AUTO_SHARE` of
+    ``budget``; between :data:`MAX_OPS_AUTO` and :data:`MAX_OPS`."""
+    per_op = seconds_per_op(model) + emit_seconds_per_op
+    return min(MAX_OPS, max(MAX_OPS_AUTO, int(budget * AUTO_SHARE / per_op)))
+
+
+def op_cap(coll: Collective, max_ops: int) -> int:
+    """The op limit a packing's pipeline is predicted with: the build's ``max_ops`` under
+    `auto` (:func:`auto_op_limit`, so the packing that wins is the one the build pipelines
+    best within it), :data:`MAX_OPS` for a synthesis named explicitly."""
+    return max_ops if coll.algorithm.name == "auto" else MAX_OPS

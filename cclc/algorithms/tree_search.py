@@ -19,6 +19,7 @@ import numpy as np
 
 from cclc.algorithms.tree_budget import (
     DEFAULT_BUDGET,
+    MAX_OPS,
     MAX_RESERVE,
     deadline_share,
     machine_slowdown,
@@ -132,15 +133,18 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
     rate_ag = forestcoll_rate(net, members, probe) if need_ag else None
     rate_rs = forestcoll_rate(net.reverse(copy=True), members, probe) if need_rs else None
     optimal = sum(block / r for r in (rate_ag, rate_rs) if r is not None)
-    expected = 0.0 if max_ops is None else expected_build(
-        coll, g, block, rate_ag, rate_rs, max_ops, model) * machine_slowdown(t0, cpu0)
-    deadline = t0 + budget - min(max(reserve, expected), budget * MAX_RESERVE)
+    build_s = 0.0 if max_ops is None else expected_build(
+        coll, g, block, rate_ag, rate_rs, max_ops, model)
+    deadline = _deadline(t0, cpu0, budget, reserve, build_s)
+    # the packings are compared at the pipeline depth the build may reach
+    cap = op_cap(coll, MAX_OPS if max_ops is None else max_ops)
     best: _Kept | None = None
     kept = None        # the kept separate packing's phase times (see cannot_win)
     if coll.kind is CollectiveKind.ALLREDUCE:
         assert rate_ag is not None and rate_rs is not None     # AllReduce has both phases
         optimal, best = _allreduce_start(coll, g, node_perm, edge_perm, trees, block, rate_ag,
-                                         rate_rs, deadline_share(deadline, _JOINT_SHARE), model)
+                                         rate_rs, deadline_share(deadline, _JOINT_SHARE), model,
+                                         cap)
     # (physical moves, AllGather packing graph, ReduceScatter packing graph, symmetry,
     #  packings -> physical moves, numbers of trees to try)
     ks = [trees] if trees else list(_TREES_TRIED)
@@ -158,6 +162,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
             # on the 128-GPU fabric example this skips 30 s of packing the split graph
             continue
         for k in k_list:
+            deadline = _deadline(t0, cpu0, budget, reserve, build_s)   # the load so far
             if time.monotonic() > deadline:
                 break
             packed = [pack_trees(pg, rate, k, nodes, edges, deadline) if rate is not None
@@ -173,7 +178,7 @@ def synthesize_trees(coll: Collective, budget: float = DEFAULT_BUDGET,
             for ag, rs in options:
                 # the op cap the build will use (fewer chunks under `auto`)
                 predicted = predict_pipeline(coll, phys, ag, rs, block, rate_ag, rate_rs,
-                                             model, max_ops=op_cap(coll))[0]
+                                             model, max_ops=cap)[0]
                 if best is None or predicted < best[0] * (1 - margin):
                     best = (predicted, phys, ag, rs)
                     kept = phase_times(coll, phys, ag, rs, block, rate_ag, rate_rs, model)
@@ -217,6 +222,20 @@ _TIE = 1e-6
 #: switches, so equal-weight trees need more of them to fit the capacities closely (most
 #: promising first: the budget may end the list)
 _SPLIT_TREES = [8, 4, 12, 2, 1]
+
+
+def _deadline(t0: float, cpu0: float, budget: float, reserve: float, build_s: float) -> float:
+    """When the packers must stop: the budget from ``t0`` less ``reserve`` or the build's
+    expected seconds ``build_s`` stretched by the load measured since ``(t0, cpu0)``
+    (:func:`machine_slowdown`), whichever is more, and at most :data:`MAX_RESERVE` of it.
+
+    Asked again before each round of packing: at the start too little has run to measure the
+    load (the rates take a fraction of a CPU second). A 128-rank AllReduce beside other work
+    measured 1.0 at the start and 3.1 at the end, and its build was left a third of the time
+    its 731k ops needed (tpuv4_8x4x4's ``grads`` under ``auto``: 86.8% of its bound, 95.5-96.2%
+    with the deadline asked again)."""
+    expected = build_s * machine_slowdown(t0, cpu0)
+    return t0 + budget - min(max(reserve, expected), budget * MAX_RESERVE)
 
 
 def _split_candidate(coll: Collective, rate_ag: float | None, rate_rs: float | None,
@@ -387,7 +406,7 @@ def _on_links(phys: HopGraph, p: TreePacking, rate: float, moves: np.ndarray,
 def _allreduce_start(coll: Collective, g: HopGraph, node_perm: np.ndarray,
                      edge_perm: np.ndarray, trees: int | None, block: float,
                      rate_ag: float, rate_rs: float, deadline: float,
-                     model: ExecutionModel) -> tuple[float, _Kept | None]:
+                     model: ExecutionModel, cap: int) -> tuple[float, _Kept | None]:
     """AllReduce's reference time and, on a machine without switches, the best joint packing
     of its in-trees and out-trees (``(predicted, g, ag, rs)`` or ``None``)."""
     optimal, bandwidth_time = _allreduce_reference(coll)
@@ -403,14 +422,15 @@ def _allreduce_start(coll: Collective, g: HopGraph, node_perm: np.ndarray,
     # optimum: 76-84% of the bound)
     return optimal, _joint_allreduce(coll, g, node_perm, edge_perm,
                                      [trees] if trees else list(_TREES_TRIED), block,
-                                     bandwidth_time, rate_ag, rate_rs, deadline, model)
+                                     bandwidth_time, rate_ag, rate_rs, deadline, model, cap)
 
 
 def _joint_allreduce(coll: Collective, g: HopGraph, node_perm: np.ndarray,
                      edge_perm: np.ndarray, ks: list[int], block: float,
                      bandwidth_time: float, rate_ag: float, rate_rs: float,
-                     deadline: float, model: ExecutionModel) -> _Kept | None:
-    """The best joint AllReduce packing over ``ks`` trees per root by predicted time:
+                     deadline: float, model: ExecutionModel, cap: int) -> _Kept | None:
+    """The best joint AllReduce packing over ``ks`` trees per root by predicted time (at
+    pipeline depths within ``cap`` ops):
     ``(predicted, g, ag, rs)``, or ``None`` when the deadline came before the first."""
     best = None
     # trees as deep as the farthest member's hop distance, then a level deeper: neither wins
@@ -428,7 +448,7 @@ def _joint_allreduce(coll: Collective, g: HopGraph, node_perm: np.ndarray,
         rs, ag = (replace(p, load=phase_load(g, p, rate)) for p, rate in
                   ((rs, rate_rs), (ag, rate_ag)))
         predicted = predict_pipeline(coll, g, ag, rs, block, None, None, model,
-                                     max_ops=op_cap(coll))[0]
+                                     max_ops=cap)[0]
         if best is None or predicted < best[0] * (1 - _BETTER_BY):
             best = (predicted, g, ag, rs)
         if ag.status == "optimal":

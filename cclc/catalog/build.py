@@ -126,11 +126,13 @@ def faulted(coll: Collective, faults: FaultSet) -> Collective:
 def build_catalog(coll: Collective, classes: tuple[str, ...],
                   model: ExecutionModel = IR_MODEL,
                   refusal: Callable[[Schedule], str | None] | None = None,
-                  on_step: Callable[[int, int, str], None] | None = None) -> Catalog:
+                  on_step: Callable[[int, int, str], None] | None = None,
+                  emit_seconds_per_op: float = 0.0) -> Catalog:
     """The catalog of ``coll`` for the fault ``classes`` (names of
     :data:`cclc.catalog.faultsets.CLASSES`), every schedule planned under ``model``
-    (``refusal``: as :func:`cclc.plan.plan` takes it). ``on_step(i, total, what)`` is told
-    before each compile. :class:`CclError` for a class the machine does not have."""
+    (``refusal`` and ``emit_seconds_per_op``: as :func:`cclc.plan.plan` takes them).
+    ``on_step(i, total, what)`` is told before each compile. :class:`CclError` for a class
+    the machine does not have."""
     started = time.perf_counter()
     if coll.pair_sizes is not None:
         raise CclError(f"collective '{coll.name}' has per-pair sizes; a catalog moves whole "
@@ -148,7 +150,8 @@ def build_catalog(coll: Collective, classes: tuple[str, ...],
         t0 = time.perf_counter()
         try:
             target = faulted(coll, faults)
-            p = plan(target, model=model, refusal=refusal)
+            p = plan(target, model=model, refusal=refusal,
+                     emit_seconds_per_op=emit_seconds_per_op)
             compiled.append(Compiled(faults, target, p, None, time.perf_counter() - t0))
         except CclError as err:
             # a fault set no schedule serves (a disconnected group, a lost root): the library

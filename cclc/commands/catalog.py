@@ -113,7 +113,8 @@ def run(args) -> int:
             with progress.stage(f"{coll.name}: catalog") as st:
                 catalog = build_catalog(coll, classes, model=model, refusal=_refusal(backend),
                                         on_step=lambda i, total, what: st.update(i, what,
-                                                                                  total))
+                                                                                  total),
+                                        emit_seconds_per_op=backend.seconds_per_op)
             status |= _write(catalog, out, args)
             _report(catalog)
     return status

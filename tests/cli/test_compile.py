@@ -169,6 +169,7 @@ class Fake:
     name = NAME
     wants_simulation = False
     execution_model = None
+    seconds_per_op = 0.0
 
     def files(self, key, options):
         return (key.name + ".txt",)

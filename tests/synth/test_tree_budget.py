@@ -55,6 +55,24 @@ def test_packers_stop_before_the_reserve(monkeypatch, frozen_clock, kind):
         assert min(seen) == pytest.approx(t0 + 10.0 * ts._JOINT_SHARE, abs=1e-9)
 
 
+def test_the_deadline_follows_the_load_measured_while_packing(monkeypatch, frozen_clock):
+    # the load shows only once the packing has run a while: the start measures 1.0, every
+    # round after 3.0, so the packers stop 3 x the build's expected 2 s before the end
+    t0 = frozen_clock
+    slowdowns = iter([1.0])
+    monkeypatch.setattr(ts, "machine_slowdown", lambda *a: next(slowdowns, 3.0))
+    monkeypatch.setattr(ts, "expected_build", lambda *a, **kw: 2.0)
+    seen = []
+    real = ts.pack_trees
+
+    def spy(*args, **kw):
+        seen.append(args[5] if len(args) > 5 else kw["deadline"])
+        return real(*args, **kw)
+    monkeypatch.setattr(ts, "pack_trees", spy)
+    assert synthesize_trees(_coll(K.ALLGATHER), budget=20.0, max_ops=1000) is not None
+    assert seen and all(d == pytest.approx(t0 + 20.0 - 6.0, abs=1e-9) for d in seen)
+
+
 def test_ops_left_fit_the_time_left(frozen_clock):
     t0 = frozen_clock
     per_op = tb.seconds_per_op()
@@ -184,3 +202,55 @@ def test_op_limit_keeps_the_build_within_half_the_budget():
     nccl = NCCL_MODEL                                       # its prediction costs per op too
     assert op_limit(30, MAX_OPS, nccl) < MAX_OPS / 2
     assert op_limit(30, MAX_OPS, nccl) * tb.seconds_per_op(nccl) <= 15.0
+
+
+def test_auto_op_limit_is_a_share_of_the_budget_paid_per_op():
+    from cclc.execution import MSCCL_MODEL, NCCL_MODEL
+
+    # the schedule document alone: what AUTO_SHARE of the budget builds, verifies and predicts
+    per_op = tb.seconds_per_op()
+    assert tb.auto_op_limit(30) == int(30 * tb.AUTO_SHARE / per_op)
+    assert tb.MAX_OPS_AUTO < tb.auto_op_limit(30) < MAX_OPS
+    # it grows with the budget up to MAX_OPS, and never falls under MAX_OPS_AUTO
+    assert tb.auto_op_limit(60) >= 2 * tb.auto_op_limit(30) - 1
+    assert tb.auto_op_limit(1e6) == MAX_OPS
+    assert tb.auto_op_limit(1e-3) == tb.MAX_OPS_AUTO
+    # a prediction or an output that costs more per op leaves fewer ops
+    for model in (NCCL_MODEL, MSCCL_MODEL):
+        assert tb.auto_op_limit(300, model) < tb.auto_op_limit(300)
+    assert tb.auto_op_limit(300, emit_seconds_per_op=50e-6) == int(
+        300 * tb.AUTO_SHARE / (per_op + 50e-6))
+    # every code output lowers at tens of us per op: at the default budget the candidate
+    # keeps the size it had before its limit grew, so those compiles take no longer
+    from backends import SCHEDULE_BACKENDS, load
+    for name in SCHEDULE_BACKENDS:
+        backend = load(name)
+        runs = backend.execution_model
+        if runs is not None:
+            assert tb.auto_op_limit(tb.DEFAULT_BUDGET, runs,
+                                    backend.seconds_per_op) == tb.MAX_OPS_AUTO, name
+
+
+def test_auto_candidate_is_built_within_its_op_limit(monkeypatch):
+    # the limit reaches the build through the planner's context; a floor of 1000 ops (not
+    # 200k) makes it bind on a 16-rank torus: a tiny share leaves the floor, the default
+    # share the depth the pipeline wants, an output costing 1 ms per op nearly the floor
+    from cclc.collective import Hint
+
+    coll = _coll(K.ALLGATHER, (4, 4), 3, 1 << 22)
+    auto = make_collective(coll.name, coll.kind, coll.topology, coll.group, size=coll.size,
+                           algorithm=Hint("auto"))
+    monkeypatch.setattr(tb, "MAX_OPS_AUTO", 1000)
+    synth = get("synth")
+    assert synth is not None
+
+    def ops(share, emit=0.0):
+        monkeypatch.setattr(tb, "AUTO_SHARE", share)
+        s = synth.build(auto, context=BuildContext(emit_seconds_per_op=emit))
+        verify(s)
+        return len(s.ops)
+
+    floor, wide = ops(1e-9), ops(0.05)
+    assert floor <= 1000 + auto.n * (1 + auto.n * 3) < wide
+    limit = tb.auto_op_limit(tb.DEFAULT_BUDGET, emit_seconds_per_op=1e-3)
+    assert ops(0.05, 1e-3) <= limit + auto.n * (1 + auto.n * 3) < wide

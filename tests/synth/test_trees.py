@@ -259,10 +259,10 @@ def test_a_faster_template_wins_the_race():
 
 def test_auto_races_itself_and_keeps_its_candidate_small():
     # under `algorithm auto` the planner races the candidates, so synth returns its own
-    # schedule, pipelined into at most MAX_OPS_AUTO ops
-    from cclc.algorithms.synth_trees import MAX_OPS_AUTO
+    # schedule, pipelined into at most the ops a share of the budget builds
+    from cclc.algorithms.tree_budget import DEFAULT_BUDGET, auto_op_limit
 
     topo = dsl.load("examples/mesh4x4.ccl").topologies["m"]
     coll = make_collective("ag", K.ALLGATHER, topo, topo.live_ranks(), size=16 * 4 << 20)
     s = get("synth").build(coll)
-    assert s.algorithm == "synth" and len(s.ops) <= MAX_OPS_AUTO + coll.n
+    assert s.algorithm == "synth" and len(s.ops) <= auto_op_limit(DEFAULT_BUDGET) + coll.n
