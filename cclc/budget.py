@@ -26,9 +26,13 @@ included), so a refusal is never caused by an overestimate:
 The CLI refuses when the ops exceed :data:`MAX_OPS`, the memory exceeds what the process can
 get (the machine's available memory, or a lower address-space limit) or the time exceeds
 :data:`TIME_LIMIT`; it prints the estimate and the ways out (a smaller collective, the entry
-with the smallest schedule, ``--no-size-check``). Under ``auto`` it refuses only when no
-candidate fits: the planner skips each candidate whose own estimate does not fit
-(:meth:`Limits.candidate_refusal`) and says so in its table.
+with the smallest schedule, ``--no-size-check``). Under ``auto`` the largest applicable
+candidate decides, as ``auto`` builds them all: admitting the collective on the smaller ones
+alone would build the entries whose rules are loose lower bounds (``synth`` counts ``n`` ops,
+and its search runs minutes past its budget at 4,096 ranks). Within an admitted collective
+the planner skips each candidate whose own estimate does not fit
+(:meth:`Limits.candidate_refusal`: the memory of its verifier need not grow with its ops)
+and says so in its table.
 
 The estimates are the exact counts before relay lowering where the builders' counts have a
 closed form, and lower bounds elsewhere (``tests/plan/test_op_estimates.py`` measures every
@@ -53,8 +57,7 @@ from cclc.units import format_bytes
 
 __all__ = ["BYTES_PER_LINK", "BYTES_PER_OP", "BYTES_PER_SLOT", "MAX_OPS", "SECONDS_PER_OP",
            "TIME_LIMIT", "Limits", "SizeEstimate", "available_memory", "candidate_estimate",
-           "check_budget", "estimate_ops", "estimate_size", "fitting_candidate",
-           "verifier_bytes"]
+           "check_budget", "estimate_ops", "estimate_size", "verifier_bytes"]
 
 #: bytes per op at the least: 10 int32 columns + an int64 route offset, twice
 BYTES_PER_OP = 2 * (10 * 4 + 8)
@@ -163,19 +166,6 @@ def estimate_size(coll: Collective, entries: Sequence, params: dict, others: Seq
                      if size < est.ops and _applies(coll, e, params if e.name in names else {})),
                     None)
     return replace(est, smallest=smallest)
-
-
-def fitting_candidate(coll: Collective, entries: Sequence, params: dict, limits: Limits
-                      ) -> str | None:
-    """The name of an applicable entry of ``entries`` whose own estimate fits ``limits``
-    (the smallest by ops first), or ``None`` when none does: ``auto`` plans only those."""
-    sized = sorted(((estimate_ops(coll, e, params), i, e) for i, e in enumerate(entries)),
-                   key=lambda t: (t[0], t[1]))
-    for _, _, entry in sized:
-        if (limits.refusal(candidate_estimate(coll, entry, params)) is None
-                and _applies(coll, entry, params)):
-            return entry.name
-    return None
 
 
 def _applies(coll: Collective, entry, params: dict) -> bool:

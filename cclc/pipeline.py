@@ -338,7 +338,7 @@ def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel, events: 
     the names of those ``auto`` plans stored by symmetry instead (cclc.symmetric_plan): the
     ones it can whose estimate is over ``SYMMETRIC_FROM_OPS``."""
     # cclc.budget, cclc.symmetric_plan only when this runs, not for cclc --help
-    from cclc.budget import check_budget, estimate_size, fitting_candidate
+    from cclc.budget import check_budget, estimate_size
     from cclc.symmetric_plan import SYMMETRIC_FROM_OPS, symmetric_model, symmetric_reason
 
     memory = available_memory()
@@ -355,10 +355,6 @@ def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel, events: 
                         + ("" if priced == model else f", timed under the {priced.name} "
                            "model: the form has no dataflow simulation"))
             symmetric.add(r.collective.name)
-            continue
-        if not r.explicit and fitting_candidate(r.collective, r.entries, r.params,
-                                                Limits(memory)) is not None:
-            # auto plans the candidates that fit and skips the others (cclc.plan)
             continue
         try:
             check_budget(est, memory)
