@@ -8,10 +8,12 @@ hops of the routes the routing does not carry; a million-rank mesh, or an alltoa
 (:meth:`cclc.algorithms.Algorithm.min_ops`, which sees the hint parameters, ``chunks``
 included), so a refusal is never caused by an overestimate:
 
-* ops: the entry's bound, e.g. ``n(n-1)`` for the one-block-per-op entries, the sum of every
-  pair's hop distance where relay lowering cuts their moves into single hops (direct and the
-  torus AllToAll entries on a torus with routing ``none``), ``chunks x (n-1)`` for a
-  broadcast chain; ``n`` (every rank receives something) where an entry has no bound.
+* ops: the entry's rule: the exact count before relay lowering for the entries that state
+  ``exact_ops`` (ring: ``3n^2 - 2n`` for AllReduce, ``2n^2 - n`` for ReduceScatter, ``n^2``
+  for AllGather, ``chunks x n`` for a broadcast chain; biring, foldedring, ring+dimrotation,
+  direct, pat), the sum of every pair's hop distance where relay lowering cuts the moves into
+  single hops (direct and the torus AllToAll entries on a torus with routing ``none``), and
+  ``n`` (every rank receives something) where an entry has no better bound.
   ``auto`` builds every applicable candidate and keeps the fastest: its peak is the largest.
 * memory: :data:`BYTES_PER_OP` per op (the IR's ten int32 columns and a route offset, held by
   the builder and again by the verifier), :data:`BYTES_PER_LINK` per route link where an
