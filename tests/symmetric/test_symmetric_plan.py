@@ -46,7 +46,7 @@ def refuse_everything(monkeypatch):
     def huge(*args, **kwargs):
         return replace(real(*args, **kwargs), ops=10 ** 12)
 
-    # every candidate's own estimate: the collective's, and auto's search for one that fits
+    # every candidate's own estimate, from which the collective's is taken
     monkeypatch.setattr(cclc.budget, "candidate_estimate", huge)
 
 
