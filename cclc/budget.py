@@ -8,23 +8,40 @@ hops of the routes the routing does not carry; a million-rank mesh, or an alltoa
 (:meth:`cclc.algorithms.Algorithm.min_ops`, which sees the hint parameters, ``chunks``
 included), so a refusal is never caused by an overestimate:
 
-* ops: the entry's bound, e.g. ``n(n-1)`` for the one-block-per-op entries, the sum of every
-  pair's hop distance where relay lowering cuts their moves into single hops (direct and the
-  torus AllToAll entries on a torus with routing ``none``), ``chunks x (n-1)`` for a
-  broadcast chain; ``n`` (every rank receives something) where an entry has no bound.
+* ops: the entry's rule: the exact count before relay lowering for the entries that state
+  ``exact_ops`` (ring: ``3n^2 - 2n`` for AllReduce, ``2n^2 - n`` for ReduceScatter, ``n^2``
+  for AllGather, ``chunks x n`` for a broadcast chain; biring, foldedring, ring+dimrotation,
+  direct, pat), the sum of every pair's hop distance where relay lowering cuts the moves into
+  single hops (direct and the torus AllToAll entries on a torus with routing ``none``), and
+  ``n`` (every rank receives something) where an entry has no better bound.
   ``auto`` builds every applicable candidate and keeps the fastest: its peak is the largest.
 * memory: :data:`BYTES_PER_OP` per op (the IR's ten int32 columns and a route offset, held by
   the builder and again by the verifier), :data:`BYTES_PER_LINK` per route link where an
   entry's routes are longer than its ops (direct's, over a whole torus), plus the verifier's
-  contributor bitsets for reductions (one bit per rank per chunk, at least ``n`` chunks) and
-  the hop matrix of the alltoall bounds (``n^2`` float64) where no closed form replaces it.
+  interpreter (:func:`verifier_bytes`: every rank's chunk slots, from the entry's ``slots``
+  rule, each with a value and a stamp and, in a reduction, a bitset of ``n`` contributor
+  bits: ``n^3 / 4`` bytes for a ring AllReduce, 16 GiB at 4,096 ranks) and the hop matrix of
+  the alltoall bounds (``n^2`` float64) where no closed form replaces it.
 * time: :data:`SECONDS_PER_OP` per op (build, verify, simulate), measured by
   ``benchmarks/ir_scale.py`` at 1.5-4 us per op on 2 cores.
 
 The CLI refuses when the ops exceed :data:`MAX_OPS`, the memory exceeds what the process can
 get (the machine's available memory, or a lower address-space limit) or the time exceeds
 :data:`TIME_LIMIT`; it prints the estimate and the ways out (a smaller collective, the entry
-with the smallest schedule, ``--no-size-check``).
+with the smallest schedule, ``--no-size-check``). Under ``auto`` the largest applicable
+candidate decides, as ``auto`` builds them all: admitting the collective on the smaller ones
+alone would build the entries whose rules are loose lower bounds (``synth`` counts ``n`` ops,
+and its search runs minutes past its budget at 4,096 ranks). Within an admitted collective
+the planner skips each candidate whose own estimate does not fit
+(:meth:`Limits.candidate_refusal`: the memory of its verifier need not grow with its ops)
+and says so in its table.
+
+The estimates are the exact counts before relay lowering where the builders' counts have a
+closed form, and lower bounds elsewhere (``tests/plan/test_op_estimates.py`` measures every
+entry against what it builds), so a candidate the estimate admits may still build more than
+fits. The limits are therefore checked once more on the built schedule itself, before the
+verifier allocates its interpreter (:meth:`Limits.schedule_refusal`): such a candidate is
+skipped, or refused with the same message, never left to run out of memory.
 """
 
 from __future__ import annotations
@@ -32,15 +49,17 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cclc.algorithms import every_rank_ops
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError
+from cclc.ir import Buf, Schedule
 from cclc.units import format_bytes
 
-__all__ = ["BYTES_PER_LINK", "BYTES_PER_OP", "MAX_OPS", "SECONDS_PER_OP", "TIME_LIMIT",
-           "SizeEstimate", "available_memory", "check_budget", "estimate_ops", "estimate_size"]
+__all__ = ["BYTES_PER_LINK", "BYTES_PER_OP", "BYTES_PER_SLOT", "MAX_OPS", "SECONDS_PER_OP",
+           "TIME_LIMIT", "Limits", "SizeEstimate", "available_memory", "candidate_estimate",
+           "check_budget", "estimate_ops", "estimate_size", "verifier_bytes"]
 
 #: bytes per op at the least: 10 int32 columns + an int64 route offset, twice
 BYTES_PER_OP = 2 * (10 * 4 + 8)
@@ -56,6 +75,10 @@ TIME_LIMIT = 3600.0
 #: (build, relay, verify, simulate, write) takes about 10 us and 400 bytes per op (a relayed
 #: 1.2M-op alltoall on 512 ranks: 12.6 s, 530 MB), so 20M ops are minutes and ~8 GB
 MAX_OPS = 20_000_000
+
+#: bytes per chunk slot in the verifier's interpreter (:mod:`cclc.verify`): an int64 value and
+#: an int32 stamp; a reduction adds ``ceil(n / 64)`` uint64 words of contributor bits
+BYTES_PER_SLOT = 8 + 4
 
 _REDUCING = frozenset({CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
                        CollectiveKind.REDUCE})
@@ -85,6 +108,35 @@ def estimate_ops(coll: Collective, entry, params: dict | None = None) -> int:
         return every_rank_ops(coll)
 
 
+def verifier_bytes(coll: Collective, slots_per_rank: int) -> float:
+    """Bytes the verifier's interpreter allocates for ``coll`` with ``slots_per_rank`` chunk
+    slots per rank (input, output and scratch together): :data:`BYTES_PER_SLOT` per slot and,
+    in a reduction, a bitset of ``n`` contributor bits per slot."""
+    n = coll.n
+    per_slot = BYTES_PER_SLOT + (8 * math.ceil(n / 64) if coll.kind in _REDUCING else 0)
+    return float(n) * slots_per_rank * per_slot
+
+
+def candidate_estimate(coll: Collective, entry, params: dict) -> SizeEstimate:
+    """The :class:`SizeEstimate` of registry ``entry``'s schedule of ``coll`` alone (it must
+    apply) with hint ``params``."""
+    ops = estimate_ops(coll, entry, params)
+    try:
+        links = entry.min_links(coll, **params)
+        slots = entry.min_slots(coll, **params)
+    except CclError:
+        links, slots = 0, 2
+    memory = float(ops) * BYTES_PER_OP + float(links) * BYTES_PER_LINK
+    memory += verifier_bytes(coll, slots)
+    n = coll.n
+    topo = coll.topology
+    closed_form = (topo.dims is not None and not topo.link_failed.any()
+                   and not topo.failed_ranks and coll.pair_sizes is None)
+    if coll.kind is CollectiveKind.ALLTOALL and not closed_form:
+        memory += 8.0 * n * n
+    return SizeEstimate(coll.name, ops, memory, ops * SECONDS_PER_OP, entry.name)
+
+
 def estimate_size(coll: Collective, entries: Sequence, params: dict, others: Sequence = ()
                   ) -> SizeEstimate:
     """The :class:`SizeEstimate` of planning ``coll`` with the registry ``entries`` (one explicit
@@ -92,21 +144,19 @@ def estimate_size(coll: Collective, entries: Sequence, params: dict, others: Seq
     more entries serving ``coll``, without parameters, only looked at for the smallest (the
     alternatives to an explicit entry).
 
-    The largest candidate that applies counts: they are tried largest first, so the cheap
+    The largest candidate that applies counts (by ops: its memory is the larger of its own and
+    that of any applicable candidate): they are tried largest first, so the cheap
     ``applicable`` checks usually stop at the first (some take seconds on huge inputs).
     """
-    n = coll.n
-
     def applies(entry) -> bool:
         return len(entries) == 1 or _applies(coll, entry, params)
 
     sized = sorted(((estimate_ops(coll, e, params), i, e) for i, e in enumerate(entries)),
                    key=lambda t: (-t[0], t[1]))
-    ops, links, largest = 0, 0, "-"
-    for k, (size, _, entry) in enumerate(sized):
+    est = SizeEstimate(coll.name, 0, verifier_bytes(coll, 2), 0.0, "-")
+    for k, (_, _, entry) in enumerate(sized):
         if applies(entry):
-            ops, largest = size, entry.name
-            links = entry.min_links(coll, **params)
+            est = candidate_estimate(coll, entry, params)
             sized = sized[k + 1:]
             break
     # the way out: the smallest applicable alternative (entries here, others without params)
@@ -115,17 +165,9 @@ def estimate_size(coll: Collective, entries: Sequence, params: dict, others: Seq
               for i, e in enumerate(others) if e.name not in names]
     sized.sort(key=lambda t: (t[0], t[1]))
     smallest = next(((e.name, size) for size, _, e in sized
-                     if size < ops and _applies(coll, e, params if e.name in names else {})),
+                     if size < est.ops and _applies(coll, e, params if e.name in names else {})),
                     None)
-    memory = float(ops) * BYTES_PER_OP + float(links) * BYTES_PER_LINK
-    if coll.kind in _REDUCING:
-        memory += float(n) * 8 * math.ceil(n / 64)
-    topo = coll.topology
-    closed_form = (topo.dims is not None and not topo.link_failed.any()
-                   and not topo.failed_ranks and coll.pair_sizes is None)
-    if coll.kind is CollectiveKind.ALLTOALL and not closed_form:
-        memory += 8.0 * n * n
-    return SizeEstimate(coll.name, ops, memory, ops * SECONDS_PER_OP, largest, smallest)
+    return replace(est, smallest=smallest)
 
 
 def _applies(coll: Collective, entry, params: dict) -> bool:
@@ -166,14 +208,53 @@ def _address_space_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What planning may take: ``memory`` bytes (``None``: unknown), :data:`MAX_OPS` ops and
+    :data:`TIME_LIMIT` seconds; the planner asks it about each candidate (``auto`` skips the
+    ones that do not fit) and about each built schedule before verifying it."""
+
+    memory: int | None
+
+    def refusal(self, est: SizeEstimate, lead: str = "too large to plan here: at least"
+                ) -> str | None:
+        """What in ``est`` is over the limits, in words after ``lead``, or ``None`` when it
+        fits."""
+        over = []
+        if est.ops > MAX_OPS:
+            over.append(f"more than the {_count(MAX_OPS)} ops cclc plans")
+        if self.memory is not None and est.memory > self.memory:
+            over.append(f"more than the {format_bytes(self.memory)} of memory available")
+        if est.seconds > TIME_LIMIT:
+            over.append(f"more than {_duration(TIME_LIMIT)}")
+        if not over:
+            return None
+        return (f"{lead} {_count(est.ops)} ops, "
+                f"{format_bytes(est.memory)} of memory and {_duration(est.seconds)} "
+                f"({'; '.join(over)})")
+
+    def candidate_refusal(self, coll: Collective, entry, params: dict) -> str | None:
+        """Why registry ``entry``'s schedule of ``coll`` is too large to build, from its
+        estimate (:func:`candidate_estimate`), or ``None``."""
+        return self.refusal(candidate_estimate(coll, entry, params))
+
+    def schedule_refusal(self, schedule: Schedule) -> str | None:
+        """Why the built ``schedule`` is too large to verify, or ``None``: its real op count,
+        and the verifier's copy of its ops and its interpreter for its real chunk slots."""
+        ops = len(schedule.ops)
+        slots = sum(schedule.n_chunks(b) for b in Buf)
+        memory = ops * BYTES_PER_OP / 2 + verifier_bytes(schedule.collective, slots)
+        return self.refusal(SizeEstimate(schedule.collective.name, ops, memory,
+                                         ops * SECONDS_PER_OP, schedule.algorithm),
+                            "too large to verify here: built, it has")
+
+
 def check_budget(est: SizeEstimate, memory: int | None) -> None:
     """:class:`CclError` when ``est`` has more than :data:`MAX_OPS` ops or needs more than
     ``memory`` bytes or :data:`TIME_LIMIT`; the message gives the estimate and the ways out."""
-    too_big = memory is not None and est.memory > memory
-    too_long = est.seconds > TIME_LIMIT
-    too_many = est.ops > MAX_OPS
-    if not (too_big or too_long or too_many):
+    if Limits(memory).refusal(est) is None:
         return
+    too_many = est.ops > MAX_OPS
     have = f" (this machine has {format_bytes(memory)} available)" if memory is not None else ""
     limit = f" (cclc plans at most {_count(MAX_OPS)})" if too_many else ""
     cheaper, none_fits = ", a cheaper algorithm", ""

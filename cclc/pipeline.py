@@ -45,6 +45,7 @@ from backends.contract import EmitOptions, Facts
 from backends.write import write_backend, write_outputs
 from cclc.algorithms import BuildContext
 from cclc.bounds import bounds
+from cclc.budget import Limits, available_memory
 from cclc.collective import Collective, Hint
 from cclc.errors import CclError, NotExpressible, ScheduleError
 from cclc.execution import model_for, model_reason
@@ -338,7 +339,7 @@ def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel, events: 
     the names of those ``auto`` plans stored by symmetry instead (cclc.symmetric_plan): the
     ones it can whose estimate is over ``SYMMETRIC_FROM_OPS``."""
     # cclc.budget, cclc.symmetric_plan only when this runs, not for cclc --help
-    from cclc.budget import available_memory, check_budget, estimate_size
+    from cclc.budget import check_budget, estimate_size
     from cclc.symmetric_plan import SYMMETRIC_FROM_OPS, symmetric_model, symmetric_reason
 
     memory = available_memory()
@@ -432,13 +433,15 @@ def _plan(resolution: Resolution, request: Request, model: ExecutionModel,
           refusal: Callable[[Schedule], str | None], emit_seconds_per_op: float,
           events: Events) -> Plan:
     coll = resolution.collective
+    limits = Limits(available_memory()) if request.size_check else None
     with events.stage(f"{coll.name}: planning") as st:
         # the outputs' cost per op bounds the ops of `auto`'s synthesis candidate: the
         # schedule kept is written to every one of them
         return plan(coll, explain=request.explain, model=model,
                     on_step=lambda i, total, what: st.update(i, what, total),
                     refusal=refusal, synth_budget=request.synth_budget,
-                    resolution=resolution, emit_seconds_per_op=emit_seconds_per_op)
+                    resolution=resolution, emit_seconds_per_op=emit_seconds_per_op,
+                    limits=limits)
 
 
 def _refusal(backends: Sequence[Backend[Any, Any]], options: EmitOptions

@@ -32,6 +32,7 @@ from cclc.algorithms import (
     get,
 )
 from cclc.bounds import Bound, Bounds, bounds
+from cclc.budget import Limits
 from cclc.collective import Collective, make_collective
 from cclc.errors import CclError, CollectiveError, ScheduleError, Span
 from cclc.execution import IR_MODEL, ExecutionModel, predict
@@ -276,11 +277,15 @@ def _named_param_span(coll: Collective, reason: str) -> Span | None:
 
 
 def _evaluate(coll: Collective, algo: Algorithm, params: dict, bound: float | None,
-              context: BuildContext, say: Callable[[str], None] = lambda what: None
-              ) -> tuple[Candidate, Schedule | None]:
+              context: BuildContext, say: Callable[[str], None] = lambda what: None,
+              limits: Limits | None = None) -> tuple[Candidate, Schedule | None]:
     """Build, verify and simulate one candidate (for ``auto`` and ``explain``); ``say(what)``
-    is told each phase before it starts."""
+    is told each phase before it starts. With ``limits`` (the size check's), a candidate
+    whose estimate, or whose built schedule, does not fit them is not applicable: it is not
+    built, or not verified."""
     reason = algo.applicable(coll, context=context, **params)
+    if reason is None and limits is not None:
+        reason = limits.candidate_refusal(coll, algo, params)
     if reason is not None:
         return Candidate(algo.name, False, reason), None
     try:
@@ -289,6 +294,10 @@ def _evaluate(coll: Collective, algo: Algorithm, params: dict, bound: float | No
         # the routing cannot carry a move and no member of the group can relay it, or a
         # synthesis found nothing within its budget
         return Candidate(algo.name, False, err.message), None
+    # an estimate below what was built: the verifier's interpreter must still fit
+    reason = None if limits is None else limits.schedule_refusal(schedule)
+    if reason is not None:
+        return Candidate(algo.name, False, reason), None
     say(f"{algo.name}: verifying {len(schedule.ops)} ops")
     try:
         verify(schedule)
@@ -314,7 +323,7 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
          on_step: StepFn | None = None, prune: bool = True,
          refusal: Callable[[Schedule], str | None] | None = None,
          synth_budget: float | None = None, resolution: Resolution | None = None,
-         emit_seconds_per_op: float = 0.0) -> Plan:
+         emit_seconds_per_op: float = 0.0, limits: Limits | None = None) -> Plan:
     """Choose, build and check the schedule of ``coll``.
 
     With an explicit algorithm hint, that entry is built and verified (its
@@ -339,6 +348,10 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     ``emit_seconds_per_op``: what writing the requested outputs costs per op of the schedule
     kept, which ``auto``'s synthesis candidate pays for within its budget (its op limit,
     :func:`cclc.algorithms.tree_budget.auto_op_limit`).
+    ``limits``: the size check's (:class:`~cclc.budget.Limits`; ``None``: none): ``auto``
+    skips a candidate whose estimate or built schedule does not fit them, and an explicit
+    entry whose built schedule does not is refused (:class:`~cclc.errors.CclError`) before
+    it is verified.
     """
     step = on_step or (lambda i, total, what: None)
     context = BuildContext(model, synth_budget, emit_seconds_per_op)
@@ -357,9 +370,11 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
         # better; the bounds' error stands if one builds all the same
         all_bounds, unjoinable = None, err
     if res.explicit:
-        chosen = _plan_explicit(res, others, context, all_bounds, unjoinable, step, total)
+        chosen = _plan_explicit(res, others, context, all_bounds, unjoinable, step, total,
+                                limits)
     else:
-        chosen = _plan_auto(res, context, all_bounds, unjoinable, step, total, prune, refusal)
+        chosen = _plan_auto(res, context, all_bounds, unjoinable, step, total, prune, refusal,
+                            limits)
     return replace(chosen, lockstep=_lockstep(coll, model, chosen.bound))
 
 
@@ -378,7 +393,7 @@ def _lockstep(coll: Collective, model: ExecutionModel, bound: float | None) -> B
 
 def _plan_explicit(res: Resolution, others: list[Algorithm], context: BuildContext,
                    all_bounds: Bounds | None, unjoinable: CclError | None, step: StepFn,
-                   total: int) -> Plan:
+                   total: int, limits: Limits | None) -> Plan:
     """The explicitly named entry, built and verified, and (``explain``) the ``others``
     evaluated beside it."""
     coll, (chosen,) = res.collective, res.entries
@@ -393,6 +408,11 @@ def _plan_explicit(res: Resolution, others: list[Algorithm], context: BuildConte
         schedule = chosen.build(coll, context=context, **res.params)
     if unjoinable is not None:
         raise unjoinable
+    why = None if limits is None else limits.schedule_refusal(schedule)
+    if why is not None:
+        raise CclError(f"collective '{coll.name}': its {chosen.name} schedule is {why}; use a "
+                       "smaller topology, group, size or chunks, another algorithm, or "
+                       "--no-size-check to try anyway")
     step(1, total, f"{chosen.name}: verifying {len(schedule.ops)} ops")
     verify(schedule)
     step(1, total, f"{chosen.name}: simulating {len(schedule.ops)} ops")
@@ -403,13 +423,14 @@ def _plan_explicit(res: Resolution, others: list[Algorithm], context: BuildConte
     for i, algo in enumerate(others):
         step(2 + i, total, f"{algo.name}: building")
         rows.append(_evaluate(coll.as_auto(), algo, {}, bound, context,
-                              _saying(step, 2 + i, total))[0])
+                              _saying(step, 2 + i, total), limits)[0])
     return Plan(schedule, time, bound, tuple(rows), context.model, planned, all_bounds)
 
 
 def _plan_auto(res: Resolution, context: BuildContext, all_bounds: Bounds | None,
                unjoinable: CclError | None, step: StepFn, total: int, prune: bool,
-               refusal: Callable[[Schedule], str | None] | None) -> Plan:
+               refusal: Callable[[Schedule], str | None] | None, limits: Limits | None
+               ) -> Plan:
     """``auto``: every candidate of ``res`` evaluated, cheapest load bound first, those that
     cannot win pruned, the fastest kept (the first registered among equals)."""
     coll, chosen, params = res.collective, res.entries, res.params
@@ -437,7 +458,7 @@ def _plan_auto(res: Resolution, context: BuildContext, all_bounds: Bounds | None
         if best is not None:
             best = best.make_room()
         row, schedule = _evaluate(coll, algo, params, bound, context,
-                                  _saying(step, 1 + n_done, total))
+                                  _saying(step, 1 + n_done, total), limits)
         found[i] = row = replace(row, estimate=est.time if isinstance(est, LoadBound) else None,
                                  no_bound=est.reason if isinstance(est, NoBound) else None)
         if schedule is None:

@@ -1,7 +1,7 @@
 """The table of algorithms: every way cclc knows to lower a collective into a schedule.
 
 Each entry is the whole record of one algorithm: the collectives it serves, whether it applies
-to a given collective (and if not, why), its builder, a lower bound on its schedule's ops (the
+to a given collective (and if not, why), its builder, its schedule's ops and chunk slots (the
 size check, :mod:`cclc.budget`) and its link traffic (the planner's load bound,
 :mod:`cclc.load_bounds`), or an explicit :class:`NoBound` saying why it has none. Modules
 register their entries at import; the list of modules imported here is the whole catalogue,
@@ -31,10 +31,13 @@ __all__ = ["REGISTRY", "Algorithm", "BudgetExhausted", "BuildContext", "CostFn",
 #: hierarchical's pipeline depth) minimizes; it is given, never imported by the algorithm
 CostFn = Callable[[Schedule], float]
 
-#: a lower bound on the ops of an entry's schedule of a collective with the hint parameters,
-#: after the routing and relay passes (``ops(coll, **params)``): what the size check of
-#: :mod:`cclc.budget` refuses on before anything is built, so it must never be above the
-#: schedule's real count, and should grow with every parameter that grows the schedule
+#: the ops of an entry's schedule of a collective with the hint parameters, after the routing
+#: and relay passes (``ops(coll, **params)``): what the size check of :mod:`cclc.budget`
+#: refuses on before anything is built. It is a lower bound (a refusal is never caused by an
+#: overestimate), and the exact count of the schedule before relay lowering wherever the
+#: builder's count has a closed form, so that it is also within the relays' factor of what is
+#: built (``tests/plan/test_op_estimates.py`` holds every entry to its stated factor); it
+#: grows with every parameter that grows the schedule
 OpsFn = Callable[..., int]
 
 
@@ -130,12 +133,19 @@ class Algorithm:
     the entry's ``applicable`` accepts it); ``build`` is its schedule alone.
 
     Two rules are required, so that no entry escapes the size check or the planner's pruning
-    by omission: ``ops`` (an :data:`OpsFn`) bounds its schedule's size from below before it
-    is built (:func:`every_rank_ops` where nothing better is known), and ``load`` is its link
+    by omission: ``ops`` (an :data:`OpsFn`) gives its schedule's size before it is built
+    (:func:`every_rank_ops` where nothing better is known), and ``load`` is its link
     traffic (a :data:`TrafficFn`) or a :class:`NoBound` saying why it has none. ``links``
     (same signature as ``ops``) bounds the links of its routes from below, where they are
     longer than its ops (an op sent over a route of many links the routing carries); without
-    it, none are counted.
+    it, none are counted. ``slots`` (same signature) bounds from below the chunk slots of one
+    rank over its three buffers, which the verifier's interpreter holds for every rank (with a
+    contributor bitset of ``n`` bits each in a reduction: cubic in ``n`` where every rank
+    holds ``n`` blocks); without it, one input and one output chunk are counted.
+    ``exact_ops=True`` states that ``ops`` is the exact count of the schedule before relay
+    lowering, so what is built is within relay lowering's factor (the longest relayed route's
+    hops) of the estimate; otherwise ``ops`` is a lower bound only, and the planner checks the
+    built schedule against the size check's limits before verifying it.
     """
 
     name: str
@@ -149,6 +159,8 @@ class Algorithm:
     links: OpsFn | None = None
     contextual: bool = False
     synthesize: Callable[..., Synthesis] | None = None
+    slots: OpsFn | None = None
+    exact_ops: bool = False
 
     def min_ops(self, coll: Collective, **params) -> int:
         """A lower bound on the ops of this entry's schedule of ``coll`` (it must apply)."""
@@ -164,6 +176,11 @@ class Algorithm:
     def min_links(self, coll: Collective, **params) -> int:
         """A lower bound on the route links of this entry's schedule of ``coll``."""
         return 0 if self.links is None else self.links(coll, **params)
+
+    def min_slots(self, coll: Collective, **params) -> int:
+        """A lower bound on the chunk slots of one rank (input, output and scratch together)
+        in this entry's schedule of ``coll``: every rank has an input and an output chunk."""
+        return max(2, 0 if self.slots is None else self.slots(coll, **params))
 
     @property
     def algorithm(self) -> str:
@@ -271,6 +288,9 @@ def _merged(a: Algorithm, b: Algorithm) -> Algorithm:
                      ops=lambda coll, **p: pick(coll).min_ops(coll, **p),
                      load=lambda coll, **p: pick(coll).traffic(coll, **p),
                      links=lambda coll, **p: pick(coll).min_links(coll, **p),
+                     slots=lambda coll, **p: pick(coll).min_slots(coll, **p),
+                     # merged entries state exactness only where both parts do
+                     exact_ops=a.exact_ops and b.exact_ops,
                      contextual=a.contextual or b.contextual,
                      synthesize=None if a.synthesize is None and b.synthesize is None
                      else lambda coll, **p: _synthesize_of(pick(coll))(coll, **p))

@@ -96,13 +96,30 @@ def _reducescatter(coll: Collective) -> Schedule:
     return b.build("direct")
 
 
+def _ops(coll: Collective) -> int:
+    """Every pair's block in one op (cut in hops by relay lowering: :func:`pair_hops`), and
+    the local ops: each rank's own block copied (alltoall, allgather), or each rank's ``n`` blocks
+    copied and summed into its output (reducescatter)."""
+    n = coll.n
+    return pair_hops(coll) + (n * n if coll.kind is CollectiveKind.REDUCESCATTER else n)
+
+
+def _slots(coll: Collective) -> int:
+    """One rank's chunk slots: a block per rank in input and output (alltoall), in output
+    (allgather), in input and scratch (reducescatter); one chunk in the other buffers."""
+    n = coll.n
+    return n + 1 if coll.kind is CollectiveKind.ALLGATHER else 2 * n + (
+        coll.kind is CollectiveKind.REDUCESCATTER)
+
+
 _BUILDERS = {CollectiveKind.ALLTOALL: _alltoall, CollectiveKind.ALLGATHER: _allgather,
              CollectiveKind.REDUCESCATTER: _reducescatter}
 
 register(Algorithm(
     name="direct", collectives=_KINDS, applicable=_applicable, build=build_direct,
     # every pair's block in one op, over a shortest path that relay lowering may cut in hops
-    ops=lambda coll, **params: pair_hops(coll),
+    ops=lambda coll, **params: _ops(coll),
+    slots=lambda coll, **params: _slots(coll), exact_ops=True,
     links=lambda coll, **params: pair_distance(coll),
     load=direct_traffic,
     description="every pair in one step over a shortest healthy path"))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cclc.algorithms import Algorithm, NoBound, every_rank_ops, register
+from cclc.algorithms import Algorithm, NoBound, register
 from cclc.algorithms.common import add_pair_routes, even_split
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
@@ -69,7 +69,11 @@ def _applicable(coll: Collective, **params) -> str | None:
 
 register(Algorithm(
     name="direct", collectives=frozenset({CollectiveKind.ALLREDUCE}), applicable=_applicable,
-    build=lambda coll, **params: _allreduce(coll), ops=every_rank_ops,
+    build=lambda coll, **params: _allreduce(coll),
+    # a local copy, n - 1 blocks out, n - 1 sums and n - 1 results back per rank; a block of
+    # every rank in each buffer
+    ops=lambda coll, **params: 3 * coll.n * coll.n - 2 * coll.n, exact_ops=True,
+    slots=lambda coll, **params: 3 * coll.n,
     load=NoBound("no traffic rule for the all-pairs allreduce: it is always built"),
     description="allreduce: all-pairs reduce-scatter into scratch, local sums, all-pairs "
                 "all-gather"))

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from cclc.algorithms import Algorithm, NoBound, every_rank_ops, register
+from cclc.algorithms import Algorithm, NoBound, register
 from cclc.algorithms.common import add_pair_routes, bad_int_param, hint_int
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
@@ -145,9 +145,24 @@ def _build(coll: Collective, **params) -> Schedule:
     return _reducescatter(coll, agg, out_params)
 
 
+def _ops(coll: Collective, **params) -> int:
+    """Every rank's block reaches every rank, one op per block and hop of the trees, before
+    relay lowering: ``n^2`` (allgather: a local copy and ``n - 1`` arrivals per rank), and a
+    copy of each rank's input into the partial sums for reducescatter (``n^2 + n``)."""
+    n = coll.n
+    return n * n + (n if coll.kind is CollectiveKind.REDUCESCATTER else 0)
+
+
+def _slots(coll: Collective, **params) -> int:
+    """One rank's chunk slots: a block per rank in the output (allgather), in the input and
+    the partial sums (reducescatter), one chunk in the other buffer."""
+    return coll.n + 1 if coll.kind is CollectiveKind.ALLGATHER else 2 * coll.n + 1
+
+
 register(Algorithm(
     name="pat", collectives=_KINDS, applicable=_applicable, build=_build,
-    ops=every_rank_ops, load=NoBound("no traffic rule: the aggregated transfers' link loads "
-                                     "are not derived before building, so it is always built"),
+    ops=_ops, slots=_slots, exact_ops=True,
+    load=NoBound("no traffic rule: the aggregated transfers' link loads are not derived "
+                 "before building, so it is always built"),
     description="Parallel Aggregated Trees: reversed Bruck, far hops first with little data; "
                 "buffer=B bounds the bytes aggregated per transfer"))

@@ -251,6 +251,8 @@ register(Algorithm(
     applicable=lambda coll, **p: _reason(coll, "recursive_doubling", _AG_AR, p),
     build=_rd_build,
     ops=every_rank_ops, load=_NO_RULE,
+    # allgather: a block per rank in the output; allreduce: the whole vector, one chunk
+    slots=lambda coll, **p: coll.n + 1 if coll.kind is CollectiveKind.ALLGATHER else 2,
     description="log2 rounds with partners 1, 2, 4, ... apart (allreduce: whole vector per "
                 "round, latency-optimal)"))
 register(Algorithm(
@@ -259,6 +261,8 @@ register(Algorithm(
                                          frozenset({CollectiveKind.REDUCESCATTER}), p),
     build=lambda coll, **p: _reducescatter(coll),
     ops=every_rank_ops, load=_NO_RULE,
+    # a block per rank in the input and the partial sums
+    slots=lambda coll, **p: 2 * coll.n + 1,
     description="log2 rounds exchanging half of the remaining blocks"))
 register(Algorithm(
     name="halving_doubling", collectives=frozenset({CollectiveKind.ALLREDUCE}),
@@ -266,5 +270,7 @@ register(Algorithm(
                                          frozenset({CollectiveKind.ALLREDUCE}), p),
     build=lambda coll, **p: _allreduce_halving_doubling(coll),
     ops=every_rank_ops, load=_NO_RULE,
+    # a block per rank of the largest power of two in the group, in each buffer
+    slots=lambda coll, **p: 3 * (1 << (coll.n.bit_length() - 1)),
     description="allreduce as recursive-halving reduce-scatter + recursive-doubling "
                 "all-gather (Rabenseifner)"))

@@ -27,7 +27,6 @@ from cclc.algorithms.common import (
     chunks_reason,
     even_split,
     hint_int,
-    pair_ops,
     ring_order,
 )
 from cclc.collective import Collective, CollectiveKind
@@ -53,13 +52,34 @@ def _applicable(coll: Collective, **params) -> str | None:
 
 
 def _ops(coll: Collective, **params) -> int:
-    """At least one op per block and pair; a broadcast chain moves each of its ``chunks``
-    pieces over each of its ``n - 1`` hops."""
+    """The ops the builder makes before relay lowering (which only adds ops): ``n`` local
+    copies and ``n (n - 1)`` forwards for allgather; ``n^2`` local copies and ``n (n - 1)``
+    partial sums for reducescatter; for allreduce ``3n - 2`` ops per non-empty block (a local
+    copy on every rank, ``n - 1`` partial sums, ``n - 1`` forwards); a broadcast chain moves
+    each of its ``chunks`` pieces over each of its ``n - 1`` hops, after the root's copy."""
+    n = coll.n
     if coll.kind is CollectiveKind.BROADCAST:
         chunks = hint_int(params, "chunks", None)
-        k = chain_chunks(coll, coll.n - 1) if chunks is None else min(chunks, coll.count)
-        return k * (coll.n - 1)
-    return pair_ops(coll)
+        k = chain_chunks(coll, n - 1) if chunks is None else min(chunks, coll.count)
+        return k * n
+    if coll.kind is CollectiveKind.ALLGATHER:
+        return n * n
+    if coll.kind is CollectiveKind.REDUCESCATTER:
+        return 2 * n * n - n if n > 1 else 1
+    return min(coll.count, n) * (3 * n - 2)
+
+
+def _slots(coll: Collective, **params) -> int:
+    """One rank's chunk slots: its block and the ``n`` blocks of the output (allgather); ``n``
+    input blocks, ``n`` partial sums and its output block (reducescatter); ``n`` blocks of input
+    and output (allreduce); the pieces of input and output (broadcast)."""
+    n = coll.n
+    if coll.kind is CollectiveKind.BROADCAST:
+        chunks = hint_int(params, "chunks", None)
+        k = chain_chunks(coll, n - 1) if chunks is None else min(chunks, coll.count)
+        return 2 * k
+    return {CollectiveKind.ALLGATHER: n + 1, CollectiveKind.REDUCESCATTER: 2 * n + 1,
+            CollectiveKind.ALLREDUCE: 2 * n}[coll.kind]
 
 
 def build_ring(coll: Collective, **params) -> Schedule:
@@ -220,6 +240,7 @@ _BUILDERS = {CollectiveKind.ALLGATHER: _allgather, CollectiveKind.REDUCESCATTER:
 
 register(Algorithm(
     name="ring", collectives=_KINDS, applicable=_applicable, build=build_ring, ops=_ops,
+    slots=_slots, exact_ops=True,
     load=NoBound("no traffic rule: the ring's and the chain's link loads are not derived "
                  "before building, so it is always built"),
     description="blocks passed to the successor on a ring over the group (one direction); "

@@ -47,14 +47,14 @@ from cclc.algorithms.common import (
     add_pair_routes,
     even_split,
     group_index,
-    pair_ops,
     snake_order,
 )
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 
-__all__ = ["KINDS", "Grid", "Piece", "folded_order", "grid_schedule"]
+__all__ = ["KINDS", "Grid", "Piece", "folded_order", "grid_ops", "grid_pieces", "grid_schedule",
+           "grid_slots"]
 
 KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
                    CollectiveKind.ALLREDUCE})
@@ -227,6 +227,39 @@ def grid_schedule(coll: Collective, grid: Grid, pieces: Sequence[Piece], algorit
         return b.build(algorithm, schedule, params)
     eng.all_gather(ends, Buf.SCRATCH, lambda r, p: r * P + p)
     return b.build(algorithm, schedule, params)
+
+
+def grid_pieces(coll: Collective, asked: int) -> int:
+    """The pieces :func:`grid_schedule` keeps of ``asked``: at most one per element of a
+    rank's block."""
+    n, count = coll.n, coll.count
+    per_block = count // n if coll.kind is not CollectiveKind.ALLREDUCE else max(count // n, 1)
+    return max(1, min(asked, per_block))
+
+
+def grid_ops(coll: Collective, asked: int) -> int:
+    """The ops of :func:`grid_schedule` with ``asked`` pieces, before relay lowering: per
+    piece, every rank's block reaches every rank (a local copy and ``n (n - 1)`` forwards, or
+    ``n (n - 1)`` partial sums); a reduction adds every rank's copy of its input into the
+    accumulator and, for reducescatter, one copy per piece into the output."""
+    n, P = coll.n, grid_pieces(coll, asked)
+    if coll.kind is CollectiveKind.ALLGATHER:
+        return P * n * n
+    reduce_scatter = P * n * (n - 1) + n
+    if coll.kind is CollectiveKind.REDUCESCATTER:
+        return reduce_scatter + P * n
+    return reduce_scatter + P * n * n
+
+
+def grid_slots(coll: Collective, asked: int) -> int:
+    """One rank's chunk slots in :func:`grid_schedule` with ``asked`` pieces: a piece of every
+    rank's block in each buffer that holds blocks, one per piece in the others."""
+    n, P = coll.n, grid_pieces(coll, asked)
+    if coll.kind is CollectiveKind.ALLGATHER:
+        return P + P * n
+    if coll.kind is CollectiveKind.REDUCESCATTER:
+        return 2 * P * n + P
+    return 3 * P * n
 
 
 # ----------------------------------------------------------------------------------------------
@@ -431,17 +464,21 @@ _NO_RULE = NoBound("no traffic rule: "
 
 register(Algorithm(
     name="biring", collectives=KINDS, applicable=_biring_applicable, build=_biring,
-    ops=lambda coll, **params: pair_ops(coll), load=_NO_RULE,
+    ops=lambda coll, **params: grid_ops(coll, 2), load=_NO_RULE,
+    slots=lambda coll, **params: grid_slots(coll, 2), exact_ops=True,
     description="ring in both directions, half the data each way (allreduce = "
                 "reduce-scatter + all-gather)"))
 register(Algorithm(
     name="foldedring", collectives=KINDS, applicable=_foldedring_applicable, build=_foldedring,
-    ops=lambda coll, **params: pair_ops(coll), load=_NO_RULE,
+    ops=lambda coll, **params: grid_ops(coll, 1), load=_NO_RULE,
+    slots=lambda coll, **params: grid_slots(coll, 1), exact_ops=True,
     description="logical ring folded over a ring with one failed link (evens up, odds down)"))
 register(Algorithm(
     name="ring+dimrotation", collectives=KINDS, applicable=_dimrot_applicable, build=_dimrot,
-    # every piece brings every rank each other rank's part, one op each
-    ops=lambda coll, **params: pair_ops(coll), load=_NO_RULE,
+    # two pieces (one per direction) per dimension of size > 1
+    ops=lambda coll, **params: grid_ops(coll, 2 * len(_torus_dims(coll)[0])), load=_NO_RULE,
+    slots=lambda coll, **params: grid_slots(coll, 2 * len(_torus_dims(coll)[0])),
+    exact_ops=True,
     description="two-direction rings dimension by dimension; 2D pieces with rotated "
                 "dimension orders keep every dimension busy"))
 

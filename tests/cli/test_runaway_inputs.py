@@ -134,11 +134,11 @@ def test_more_broadcast_chunks_than_elements_is_refused_at_the_parameter(tmp_pat
 
 
 def test_as_many_broadcast_chunks_as_elements_is_refused_by_its_size(tmp_path):
-    # every element its own piece: 4M pieces over 7 hops
+    # every element its own piece: 4M pieces over 7 hops, after the root's copy
     run = _cclc(tmp_path, BROADCAST.format(chunks=4194304), "compile", "-o",
                 str(tmp_path / "out"))
     assert run.returncode == 2, run.stderr
-    assert "its ring schedule alone has at least 2.94e+07 ops" in run.stderr
+    assert "its ring schedule alone has at least 3.36e+07 ops" in run.stderr
     assert "chunks" in run.stderr and "Traceback" not in run.stderr
 
 
@@ -161,3 +161,41 @@ def test_allreduce_on_a_healthy_4096_rank_torus_is_compiled_stored_by_symmetry(t
     assert run.returncode == 0, run.stderr
     assert "planned stored by symmetry instead" in run.stderr
     assert "53,236 representative ops for 218,054,656 ops" in run.stdout
+
+
+FAULTY_ALLREDUCE = """topology t = torus(16, 16, 16) {
+    link 50 GB/s, 100 ns
+    fault link (0,0,0) -- (1,0,0)
+}
+collective ar = allreduce on t { size 16 MiB }
+"""
+
+
+def test_ring_allreduce_on_a_faulty_4096_rank_torus_is_refused_with_its_estimate(tmp_path):
+    # its ring schedule was estimated at 16.8M ops (one per pair) and admitted; built, it had
+    # 50.3M, and the verifier's 16 GiB of contributor bits ran out of memory after 20 s
+    out = tmp_path / "out"
+    run = _cclc(tmp_path, FAULTY_ALLREDUCE, "compile", "-o", str(out), "--only", "ar",
+                "--emit", "json", "--algorithm", "ring")
+    assert run.returncode == 2, run.stderr
+    err = run.stderr
+    assert "its ring schedule alone has at least 5.03e+07 ops" in err
+    # the ring's 2n chunk slots per rank, each with 4,096 contributor bits: over 16 GiB
+    assert "needing at least 2" in err and "GiB of memory" in err
+    assert "algorithm swing" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_allreduce_on_a_faulty_4096_rank_torus_is_refused_under_auto_within_seconds(tmp_path):
+    # auto builds every candidate: its largest, ring+dimrotation (two pieces per dimension and
+    # direction), decides; the failed link keeps it from being stored by symmetry
+    out = tmp_path / "out"
+    run = _cclc(tmp_path, FAULTY_ALLREDUCE, "compile", "-o", str(out), "--only", "ar",
+                "--emit", "json")
+    assert run.returncode == 2, run.stderr
+    err = run.stderr
+    assert "its ring+dimrotation schedule alone has at least 2.01e+08 ops" in err
+    assert "nor can it be stored by symmetry" in err and "failed link" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()

@@ -66,7 +66,8 @@ def test_refusal_names_the_estimate_and_the_way_to_insist():
     coll = make_collective("big", K.ALLGATHER, torus("t", (64, 64)), tuple(range(4096)),
                            size=4096 * 4)
     est = estimate_size(coll, algorithms_for(coll), {})
-    assert est.ops == 4096 * 4095          # ring applies: one block per op
+    # direct and ring apply: one block per op and pair, and each rank's own block copied
+    assert est.ops == 4096 * 4096
     with pytest.raises(CclError, match=r"at least 1.68e\+07 ops.*--no-size-check"):
         check_budget(est, memory=1 << 20)
     check_budget(est, memory=1 << 40)      # enough memory, and under an hour
