@@ -16,13 +16,15 @@ included), so a refusal is never caused by an overestimate:
 * memory: :data:`BYTES_PER_OP` per op (the IR's ten int32 columns and a route offset, held by
   the builder and again by the verifier), :data:`BYTES_PER_LINK` per route link where an
   entry's routes are longer than its ops (direct's, over a whole torus), plus the verifier's
-  contributor bitsets for reductions (one bit per rank per chunk, at least ``n`` chunks) and
+  contributor bitsets for reductions (one bit per rank per chunk slot: at least ``n`` slots,
+  or the entry's own bound, :meth:`cclc.algorithms.Algorithm.min_slots`) and
   the hop matrix of the alltoall bounds (``n^2`` float64) where no closed form replaces it.
 * time: :data:`SECONDS_PER_OP` per op (build, verify, simulate), measured by
   ``benchmarks/ir_scale.py`` at 1.5-4 us per op on 2 cores.
 
-The CLI refuses when the ops exceed :data:`MAX_OPS`, the memory exceeds what the process can
-get (the machine's available memory, or a lower address-space limit) or the time exceeds
+``auto`` plans the candidates that fit (:func:`split_by_budget`; the others are reported as
+too large). The CLI refuses when the ops exceed :data:`MAX_OPS`, the memory exceeds what the
+process can get (the machine's available memory, or a lower address-space limit) or the time exceeds
 :data:`TIME_LIMIT`; it prints the estimate and the ways out (a smaller collective, the entry
 with the smallest schedule, ``--no-size-check``).
 """
@@ -39,8 +41,9 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError
 from cclc.units import format_bytes
 
-__all__ = ["BYTES_PER_LINK", "BYTES_PER_OP", "MAX_OPS", "SECONDS_PER_OP", "TIME_LIMIT",
-           "SizeEstimate", "available_memory", "check_budget", "estimate_ops", "estimate_size"]
+__all__ = ["AUTO_MAX_OPS", "BYTES_PER_LINK", "BYTES_PER_OP", "MAX_OPS", "SECONDS_PER_OP",
+           "TIME_LIMIT", "SizeEstimate", "available_memory", "budget_reason", "check_budget",
+           "estimate_ops", "estimate_size", "split_by_budget"]
 
 #: bytes per op at the least: 10 int32 columns + an int64 route offset, twice
 BYTES_PER_OP = 2 * (10 * 4 + 8)
@@ -50,6 +53,11 @@ BYTES_PER_OP = 2 * (10 * 4 + 8)
 BYTES_PER_LINK = 2 * 4 + 8 + 8 + 1 + 8
 #: seconds per op at the least (benchmarks/ir_scale.py measures 1.5-4 us to build and verify)
 SECONDS_PER_OP = 1e-6
+#: the largest candidate ``auto`` plans when a smaller one applies (at about 10 us per op a
+#: whole compile, ~100 s each): at thousands of ranks the ``n (n - 1)``-op rings and direct
+#: schedules fit :data:`MAX_OPS` but would take minutes each beside a candidate of a few
+#: hundred thousand ops; named explicitly, they are planned up to :data:`MAX_OPS`
+AUTO_MAX_OPS = 10_000_000
 #: the longest planning time accepted without --no-size-check
 TIME_LIMIT = 3600.0
 #: the largest schedule (ops, at the least) planned without --no-size-check. A whole compile
@@ -95,18 +103,15 @@ def estimate_size(coll: Collective, entries: Sequence, params: dict, others: Seq
     The largest candidate that applies counts: they are tried largest first, so the cheap
     ``applicable`` checks usually stop at the first (some take seconds on huge inputs).
     """
-    n = coll.n
-
     def applies(entry) -> bool:
         return len(entries) == 1 or _applies(coll, entry, params)
 
     sized = sorted(((estimate_ops(coll, e, params), i, e) for i, e in enumerate(entries)),
                    key=lambda t: (-t[0], t[1]))
-    ops, links, largest = 0, 0, "-"
+    ops, largest, chosen = 0, "-", None
     for k, (size, _, entry) in enumerate(sized):
         if applies(entry):
-            ops, largest = size, entry.name
-            links = entry.min_links(coll, **params)
+            ops, largest, chosen = size, entry.name, entry
             sized = sized[k + 1:]
             break
     # the way out: the smallest applicable alternative (entries here, others without params)
@@ -117,15 +122,64 @@ def estimate_size(coll: Collective, entries: Sequence, params: dict, others: Seq
     smallest = next(((e.name, size) for size, _, e in sized
                      if size < ops and _applies(coll, e, params if e.name in names else {})),
                     None)
+    memory = _memory(coll, chosen, params, ops)
+    return SizeEstimate(coll.name, ops, memory, ops * SECONDS_PER_OP, largest, smallest)
+
+
+def _memory(coll: Collective, entry, params: dict, ops: int) -> float:
+    """Bytes planning ``entry``'s schedule of ``coll`` (``ops`` ops) needs at the least."""
+    n = coll.n
+    links = entry.min_links(coll, **params) if entry is not None else 0
     memory = float(ops) * BYTES_PER_OP + float(links) * BYTES_PER_LINK
     if coll.kind in _REDUCING:
-        memory += float(n) * 8 * math.ceil(n / 64)
+        # the verifier's contributor bitsets: one per chunk slot of every buffer
+        slots = max(n, entry.min_slots(coll, **params) if entry is not None else 0)
+        memory += float(slots) * 8 * math.ceil(n / 64)
     topo = coll.topology
     closed_form = (topo.dims is not None and not topo.link_failed.any()
                    and not topo.failed_ranks and coll.pair_sizes is None)
     if coll.kind is CollectiveKind.ALLTOALL and not closed_form:
         memory += 8.0 * n * n
-    return SizeEstimate(coll.name, ops, memory, ops * SECONDS_PER_OP, largest, smallest)
+    return memory
+
+
+def split_by_budget(coll: Collective, entries: Sequence, params: dict, memory: int | None
+                    ) -> tuple[list, list[tuple[str, str]]]:
+    """``auto``'s candidates ``entries`` split into those whose schedule fits the budget
+    (:func:`budget_reason`) and ``(name, why)`` for the others, so that ``auto`` plans what
+    fits rather than refusing a collective for its largest candidate."""
+    fits, too_large = [], []
+    for entry in entries:
+        ops = estimate_ops(coll, entry, params)
+        est = SizeEstimate(coll.name, ops, _memory(coll, entry, params, ops),
+                           ops * SECONDS_PER_OP, entry.name)
+        why = budget_reason(est, memory)
+        if why is None:
+            fits.append((ops, entry))
+        else:
+            too_large.append((entry.name, why))
+    small = [e for ops, e in fits if ops <= AUTO_MAX_OPS]
+    if len(small) < len(fits) and any(_applies(coll, e, params) for e in small):
+        too_large += [(e.name, f"left out by auto: at least {_count(ops)} ops (auto plans "
+                      f"candidates of at most {_count(AUTO_MAX_OPS)} when a smaller one "
+                      "applies; name it to plan it)")
+                      for ops, e in fits if ops > AUTO_MAX_OPS]
+        return small, too_large
+    return [e for _, e in fits], too_large
+
+
+def budget_reason(est: SizeEstimate, memory: int | None) -> str | None:
+    """Why ``est`` is over the budget (more than :data:`MAX_OPS` ops, more than ``memory``
+    bytes or more than :data:`TIME_LIMIT`), in a few words, or ``None``."""
+    if est.ops > MAX_OPS:
+        return (f"too large to plan here: at least {_count(est.ops)} ops (cclc plans at most "
+                f"{_count(MAX_OPS)})")
+    if memory is not None and est.memory > memory:
+        return (f"too large to plan here: needs at least {format_bytes(est.memory)} of memory "
+                f"({format_bytes(memory)} available)")
+    if est.seconds > TIME_LIMIT:
+        return f"too large to plan here: needs at least {_duration(est.seconds)}"
+    return None
 
 
 def _applies(coll: Collective, entry, params: dict) -> bool:

@@ -200,7 +200,7 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
                     "written (add 'collective NAME = KIND on TOPOLOGY { size ... }')")
     resolved = [_resolve(coll, request) for coll in collectives]
     if request.size_check:
-        _check_sizes(resolved)
+        resolved = _check_sizes(resolved)
 
     # the folder stays locked until every file of this run is written: a second run into it
     # is refused at once instead of mixing its files with this one's
@@ -316,15 +316,25 @@ def _resolve(coll: Collective, request: Request) -> Resolution:
         raise CclError(f"--algorithm {request.algorithm}: {err.message}") from None
 
 
-def _check_sizes(resolved: Sequence[Resolution]) -> None:
-    """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget)."""
+def _check_sizes(resolved: Sequence[Resolution]) -> list[Resolution]:
+    """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget);
+    under ``auto``, keep the candidates that fit and report the others as too large."""
     # cclc.budget only when this runs, not for cclc --help
-    from cclc.budget import available_memory, check_budget, estimate_size
+    from cclc.budget import available_memory, check_budget, estimate_size, split_by_budget
 
     memory = available_memory()
+    out = []
     for r in resolved:
+        if not r.explicit:
+            fits, too_large = split_by_budget(r.collective, r.entries, r.params, memory)
+            if fits and too_large:
+                out.append(dataclasses.replace(r, entries=tuple(fits),
+                                               too_large=tuple(too_large)))
+                continue
         # every entry serving the collective is a possible way out of a refusal
         check_budget(estimate_size(r.collective, r.entries, r.params, r.serving), memory)
+        out.append(r)
+    return out
 
 
 def _topologies(program: Program, collectives: Sequence[Collective], request: Request) -> dict:

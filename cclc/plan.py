@@ -215,13 +215,15 @@ class Resolution:
     planner: ``entries`` is the explicitly named entry alone (``explicit``) or the candidates
     of ``auto``; ``params`` the hint parameters they are built with; ``serving`` every entry
     serving the collective's kind (the alternatives ``explain`` shows and the size check
-    suggests)."""
+    suggests); ``too_large``: ``(name, why)`` of the ``auto`` candidates the size check
+    (:func:`cclc.budget.split_by_budget`) left out, reported as not applicable."""
 
     collective: Collective
     entries: tuple[Algorithm, ...]
     explicit: bool
     params: dict = field(default_factory=dict)
     serving: tuple[Algorithm, ...] = ()
+    too_large: tuple[tuple[str, str], ...] = ()
 
 
 def resolve(coll: Collective, context: BuildContext | None = None) -> Resolution:
@@ -425,6 +427,7 @@ def _plan_auto(res: Resolution, context: BuildContext, all_bounds: Bounds | None
                     refused = _Best(key, HeldSchedule(schedule), row).make_room()
         del schedule
     rows = [r for r in found if r is not None]
+    rows += [Candidate(name, False, why) for name, why in res.too_large]
     best = best or refused
     if best is None:
         why = "; ".join(f"{r.name}: {r.reason}" for r in rows) or "no algorithm is registered"

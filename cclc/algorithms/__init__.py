@@ -131,7 +131,9 @@ class Algorithm:
     traffic (a :data:`TrafficFn`) or a :class:`NoBound` saying why it has none. ``links``
     (same signature as ``ops``) bounds the links of its routes from below, where they are
     longer than its ops (an op sent over a route of many links the routing carries); without
-    it, none are counted.
+    it, none are counted. ``slots`` (same signature) bounds from below the chunk slots (ranks
+    x chunks, all buffers) of its schedule, where they are many more than ``n``: the verifier
+    keeps a contributor bitset of ``n`` bits per slot for reductions.
     """
 
     name: str
@@ -143,6 +145,7 @@ class Algorithm:
     description: str = ""
     tunes: bool = False
     links: OpsFn | None = None
+    slots: OpsFn | None = None
     contextual: bool = False
     synthesize: Callable[..., Synthesis] | None = None
 
@@ -160,6 +163,11 @@ class Algorithm:
     def min_links(self, coll: Collective, **params) -> int:
         """A lower bound on the route links of this entry's schedule of ``coll``."""
         return 0 if self.links is None else self.links(coll, **params)
+
+    def min_slots(self, coll: Collective, **params) -> int:
+        """A lower bound on the chunk slots of this entry's schedule of ``coll`` (0: none
+        known)."""
+        return 0 if self.slots is None else self.slots(coll, **params)
 
     @property
     def algorithm(self) -> str:
@@ -267,6 +275,7 @@ def _merged(a: Algorithm, b: Algorithm) -> Algorithm:
                      ops=lambda coll, **p: pick(coll).min_ops(coll, **p),
                      load=lambda coll, **p: pick(coll).traffic(coll, **p),
                      links=lambda coll, **p: pick(coll).min_links(coll, **p),
+                     slots=lambda coll, **p: pick(coll).min_slots(coll, **p),
                      contextual=a.contextual or b.contextual,
                      synthesize=None if a.synthesize is None and b.synthesize is None
                      else lambda coll, **p: _synthesize_of(pick(coll))(coll, **p))

@@ -31,11 +31,9 @@ neighbours again). The number of nodes must be a power of two.
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
 
 from cclc.algorithms import Algorithm, NoBound, register
-from cclc.algorithms.common import even_split
+from cclc.algorithms.common import PairRouter, even_split
 from cclc.algorithms.hierarchical import node_grid
 from cclc.algorithms.torus_collectives import KINDS
 from cclc.collective import Collective, CollectiveKind
@@ -91,62 +89,12 @@ def _ops(coll: Collective, **params) -> int:
     return coll.n * (2 * (gpus - 1) + 2 * rounds)
 
 
-class _Routes:
-    """Fewest-hop routes over healthy links for many group-index pairs at once: one
-    breadth-first search per source in scipy (:func:`cclc.topology.Topology.shortest_path_links`
-    runs one in networkx per source and keeps every path: minutes and gigabytes at 4,096
-    ranks), paths read back from the predecessors for all pairs together. The spine and core
-    hops are replanned by the routing pass (:func:`cclc.fabric_routing.route_spines`)."""
-
-    def __init__(self, b: ScheduleBuilder):
-        self.b = b
-        topo = b.collective.topology
-        self.group = np.asarray(b.collective.group, dtype=np.int64)
-        v = topo.n_vertices
-        alive = np.ones(v, dtype=bool)
-        alive[list(topo.failed_ranks)] = False
-        ok = np.flatnonzero(~topo.link_failed & alive[topo.link_src] & alive[topo.link_dst])
-        # the lowest link id of every (tail, head) pair names the hop
-        key = topo.link_src[ok].astype(np.int64) * v + topo.link_dst[ok]
-        order = np.lexsort((ok, key))
-        key, ok = key[order], ok[order]
-        first = np.ones(len(key), dtype=bool)
-        first[1:] = key[1:] != key[:-1]
-        self.keys, self.links, self.v = key[first], ok[first], v
-        graph = csr_matrix((np.ones(len(self.keys)), (self.keys // v, self.keys % v)),
-                           shape=(v, v))
-        _, self.pred = dijkstra(graph, indices=self.group, unweighted=True,
-                                return_predecessors=True)
-
-    def ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """Route ids (in the builder) of group-index pairs ``src -> dst``; 0 where equal."""
-        ids = np.zeros(len(src), dtype=np.int32)
-        remote = np.flatnonzero(src != dst)
-        if not len(remote):
-            return ids
-        pairs, inverse = np.unique(np.stack([src[remote], dst[remote]], axis=1), axis=0,
-                                   return_inverse=True)
-        u, cur = pairs[:, 0], self.group[pairs[:, 1]]
-        if (self.pred[u, cur] < 0).any():
-            bad = int(np.flatnonzero(self.pred[u, cur] < 0)[0])
-            names = self.b.collective.topology.vertex_names
-            raise CollectiveError(f"{NAME}: no healthy path from "
-                                  f"{names[self.group[u[bad]]]} to {names[cur[bad]]}")
-        hops = []                                  # links from the destination backwards
-        start = self.group[u]
-        while (cur != start).any():
-            live = cur != start
-            prev = np.where(live, self.pred[u, cur], cur)
-            hop = np.full(len(u), -1, dtype=np.int64)
-            hop[live] = self.links[np.searchsorted(self.keys, prev[live] * self.v + cur[live])]
-            hops.append(hop)
-            cur = prev
-        table = np.stack(hops[::-1], axis=1)       # padded with -1 before each route's start
-        lengths = (table >= 0).sum(axis=1)
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        route = self.b.add_routes(offsets, table[table >= 0])
-        ids[remote] = route[inverse.reshape(-1)]
-        return ids
+def _slots(coll: Collective, **params) -> int:
+    """Chunk slots: ``n`` chunks per rank in every buffer but a ReduceScatter's output (one)
+    and an AllGather's input (one)."""
+    n = coll.n
+    return {CollectiveKind.ALLREDUCE: 3 * n * n, CollectiveKind.REDUCESCATTER: 2 * n * n + n,
+            CollectiveKind.ALLGATHER: n * n + n}.get(coll.kind, n)
 
 
 class _Layout:
@@ -165,7 +113,8 @@ class _Layout:
         self.gpu[members] = np.arange(self.gpus)[None, :]
 
 
-def _intra(b: ScheduleBuilder, routes: _Routes, lay: _Layout, step: int, buf: Buf, kind: OpKind) -> int:
+def _intra(b: ScheduleBuilder, routes: PairRouter, lay: _Layout, step: int, buf: Buf,
+           kind: OpKind) -> int:
     """The intra-node exchange of shares: reduce-scatter (every GPU reduces share ``g + s``
     into GPU ``g + s``) or all-gather (GPU ``g`` copies its own share ``g`` to GPU
     ``g - s``), one partner per step so no slot is written twice in a step."""
@@ -187,7 +136,7 @@ def _intra(b: ScheduleBuilder, routes: _Routes, lay: _Layout, step: int, buf: Bu
     return step
 
 
-def _halving(b: ScheduleBuilder, routes: _Routes, lay: _Layout, step: int) -> int:
+def _halving(b: ScheduleBuilder, routes: PairRouter, lay: _Layout, step: int) -> int:
     """Recursive halving of share ``g`` along rail ``g`` in scratch: afterwards the member at
     rail position ``v`` holds chunk ``g N + v`` reduced over every rank."""
     n, N = lay.rank.size, lay.nodes
@@ -205,7 +154,8 @@ def _halving(b: ScheduleBuilder, routes: _Routes, lay: _Layout, step: int) -> in
     return step
 
 
-def _doubling(b: ScheduleBuilder, routes: _Routes, lay: _Layout, step: int, first_buf: Buf) -> int:
+def _doubling(b: ScheduleBuilder, routes: PairRouter, lay: _Layout, step: int,
+              first_buf: Buf) -> int:
     """Recursive doubling of share ``g`` along rail ``g`` into the outputs; the member at
     rail position ``v`` starts with chunk ``g N + v`` in its output (round 0 reads it from
     ``first_buf``, where it is as well)."""
@@ -234,18 +184,19 @@ def _build(coll: Collective, **params) -> Schedule:
     if coll.kind is CollectiveKind.ALLREDUCE:
         chunks = even_split(coll.count, n)
         b = ScheduleBuilder(coll, input=chunks, output=chunks, scratch=chunks)
-        routes = _Routes(b)
+        routes = PairRouter(b)
         b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
               dst_off=0, count=n)
         step = _halving(b, routes, lay, _intra(b, routes, lay, 1, Buf.SCRATCH, OpKind.REDUCE))
         b.add(step=step, src=ranks, dst=ranks, src_buf=Buf.SCRATCH, src_off=held,
               dst_buf=Buf.OUTPUT, dst_off=held)
-        _intra(b, routes, lay, _doubling(b, routes, lay, step, Buf.SCRATCH), Buf.OUTPUT, OpKind.COPY)
+        step = _doubling(b, routes, lay, step, Buf.SCRATCH)
+        _intra(b, routes, lay, step, Buf.OUTPUT, OpKind.COPY)
         return b.build(NAME)
     per = coll.count // n
     if coll.kind is CollectiveKind.REDUCESCATTER:
         b = ScheduleBuilder(coll, input=[per] * n, output=[per], scratch=[per] * n)
-        routes = _Routes(b)
+        routes = PairRouter(b)
         b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
               dst_off=0, count=n)
         step = _halving(b, routes, lay, _intra(b, routes, lay, 1, Buf.SCRATCH, OpKind.REDUCE))
@@ -255,7 +206,7 @@ def _build(coll: Collective, **params) -> Schedule:
         return b.build(NAME)
     # allgather: the mirror; the rank holding block i after the hand-off is at[i // N, i % N]
     b = ScheduleBuilder(coll, input=[per], output=[per] * n)
-    routes = _Routes(b)
+    routes = PairRouter(b)
     holder = lay.at[ranks // N, ranks % N]
     b.add(step=0, src=ranks, dst=holder, route=routes.ids(ranks, holder),
           src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT, dst_off=ranks)
@@ -264,7 +215,7 @@ def _build(coll: Collective, **params) -> Schedule:
 
 
 register(Algorithm(
-    name=NAME, collectives=KINDS, applicable=_applicable, build=_build, ops=_ops,
+    name=NAME, collectives=KINDS, applicable=_applicable, build=_build, ops=_ops, slots=_slots,
     load=NoBound("no traffic rule: its rounds' link loads are not derived before building "
                  "(it has few ops, so building it is cheap)"),
     description="contiguous shares: intra-node reduce-scatter/all-gather, recursive halving "
