@@ -147,7 +147,8 @@ def split_by_budget(coll: Collective, entries: Sequence, params: dict, memory: i
                     ) -> tuple[list, list[tuple[str, str]]]:
     """``auto``'s candidates ``entries`` split into those whose schedule fits the budget
     (:func:`budget_reason`) and ``(name, why)`` for the others, so that ``auto`` plans what
-    fits rather than refusing a collective for its largest candidate."""
+    fits rather than refusing a collective for its largest candidate. No entry fits when
+    none of those within the budget applies."""
     fits, too_large = [], []
     for entry in entries:
         ops = estimate_ops(coll, entry, params)
@@ -158,6 +159,9 @@ def split_by_budget(coll: Collective, entries: Sequence, params: dict, memory: i
             fits.append((ops, entry))
         else:
             too_large.append((entry.name, why))
+    if too_large and not any(_applies(coll, e, params) for _, e in fits):
+        # only what cannot run fits: the collective is refused for its largest candidate
+        return [], too_large
     small = [e for ops, e in fits if ops <= AUTO_MAX_OPS]
     if len(small) < len(fits) and any(_applies(coll, e, params) for e in small):
         too_large += [(e.name, f"left out by auto: at least {_count(ops)} ops (auto plans "

@@ -137,3 +137,54 @@ def test_chunks_grow_the_estimate_and_stay_below_what_is_built():
             assert est <= len(entry.build(coll, chunks=chunks).ops), (name, chunks)
             sizes.append(est)
         assert sizes == sorted(sizes) and sizes[0] < sizes[-1], name
+
+
+def _fabric_allgather(nodes: int, gpus: int, size: int):
+    node = NodeType("hgx", "nvswitch", gpus, 450e9, 1e-6, nics=gpus, nic_bandwidth=50e9)
+    topo = leaf_spine("f", nodes, node, rails=gpus, leaves=None, spines=2,
+                      oversubscription=1.0, bandwidth=50e9, latency=2e-6)
+    return make_collective("ag", K.ALLGATHER, topo, topo.all_ranks(), size=size)
+
+
+def test_auto_keeps_the_candidates_that_fit_and_names_the_others(monkeypatch):
+    import cclc.budget as budget
+
+    coll = _fabric_allgather(4, 4, 4 * 16 * 8)
+    entries = algorithms_for(coll)
+    ops = {e.name: estimate_ops(coll, e) for e in entries}
+    # a limit between the smallest and the largest candidate: the large ones are left out
+    monkeypatch.setattr(budget, "MAX_OPS", sorted(ops.values())[-1] - 1)
+    fits, too_large = budget.split_by_budget(coll, entries, {}, None)
+    assert {e.name for e in fits} == {n for n, o in ops.items() if o <= budget.MAX_OPS}
+    assert {n for n, _ in too_large} == {n for n, o in ops.items() if o > budget.MAX_OPS}
+    assert all("too large to plan here" in why for _, why in too_large)
+    # auto's own cap: candidates above it are left out while a smaller one applies
+    monkeypatch.setattr(budget, "MAX_OPS", 10 ** 9)
+    monkeypatch.setattr(budget, "AUTO_MAX_OPS", min(ops.values()))
+    fits, too_large = budget.split_by_budget(coll, entries, {}, None)
+    assert fits and all(ops[e.name] <= budget.AUTO_MAX_OPS for e in fits)
+    assert all("left out by auto" in why for _, why in too_large)
+
+
+def test_nothing_fits_when_only_inapplicable_entries_are_small(monkeypatch):
+    import cclc.budget as budget
+
+    coll = _fabric_allgather(4, 4, 4 * 16 * 8)
+    applicable = [e for e in algorithms_for(coll) if e.applicable(coll) is None]
+    inapplicable = [e for e in algorithms_for(coll) if e.applicable(coll) is not None]
+    monkeypatch.setattr(budget, "MAX_OPS", 0)
+    fits, too_large = budget.split_by_budget(coll, applicable + inapplicable, {}, None)
+    assert fits == [] and too_large
+
+
+def test_reductions_count_the_verifiers_bitsets_per_chunk_slot():
+    from cclc.algorithms import get
+
+    coll = _fabric_allgather(4, 4, 4 * 16 * 8)
+    ar = make_collective("ar", K.ALLREDUCE, coll.topology, coll.group, size=4 * 16 * 8)
+    entry = get("rail_halving")
+    s = entry.build(ar)
+    slots = sum(s.n * s.n_chunks(buf) for buf in (0, 1, 2))
+    assert entry.min_slots(ar) <= slots
+    est = estimate_size(ar, [entry], {})
+    assert est.memory >= entry.min_slots(ar) * 8
