@@ -22,7 +22,7 @@ from cclc.ir import ScheduleBuilder, even_split
 from cclc.topology import Topology
 
 __all__ = [
-    "MANY_PAIRS",
+    "MANY_RANKS",
     "PairRouter",
     "add_pair_routes",
     "chunks_reason",
@@ -32,6 +32,7 @@ __all__ = [
     "pair_distance",
     "pair_hops",
     "pair_ops",
+    "pair_router",
     "ring_order",
     "route_table",
     "snake_order",
@@ -266,19 +267,29 @@ def _patch_routes(topo: Topology, src, dst, offsets, links, bad: np.ndarray
     return new_offsets, new_links
 
 
+def pair_router(coll: Collective) -> PairRouter:
+    """The :class:`PairRouter` of ``coll``'s group on its topology, made once per topology
+    and group (kept in the topology's cache: every step of every candidate routes with it)."""
+    topo = coll.topology
+    key = ("pair_router", tuple(coll.group))
+    if key not in topo._cache:
+        topo._cache[key] = PairRouter(coll)
+    return topo._cache[key]
+
+
 class PairRouter:
-    """Fewest-hop routes over healthy links for many group-index pairs at once, added to
-    builder ``b``: one breadth-first search per group member in scipy
+    """Fewest-hop routes over healthy links for many group-index pairs at once: one
+    breadth-first search per group member in scipy
     (:meth:`cclc.topology.Topology.shortest_path_links` runs one in networkx per source and
     keeps every path: 19 of 21 s of a 1,024-rank build, minutes and gigabytes at 4,096
     ranks), the paths read back from the predecessors for all pairs together. Among paths of
     equal length the choice may differ from networkx's; on a fabric the routing pass
     (:func:`cclc.fabric_routing.route_spines`) replans the spine and core hops anyway."""
 
-    def __init__(self, b: ScheduleBuilder):
-        self.b = b
-        topo = b.collective.topology
-        self.group = np.asarray(b.collective.group, dtype=np.int64)
+    def __init__(self, coll: Collective):
+        topo = coll.topology
+        self.names = topo.vertex_names
+        self.group = np.asarray(coll.group, dtype=np.int64)
         v = topo.n_vertices
         alive = np.ones(v, dtype=bool)
         alive[list(topo.failed_ranks)] = False
@@ -295,8 +306,9 @@ class PairRouter:
         _, self.pred = dijkstra(graph, indices=self.group, unweighted=True,
                                 return_predecessors=True)
 
-    def ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """Route ids (in the builder) of group-index pairs ``src -> dst``; 0 where equal."""
+    def ids(self, b: ScheduleBuilder, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Route ids (added to builder ``b``) of group-index pairs ``src -> dst``; 0 where
+        equal."""
         ids = np.zeros(len(src), dtype=np.int32)
         remote = np.flatnonzero(src != dst)
         if not len(remote):
@@ -306,7 +318,7 @@ class PairRouter:
         u, cur = pairs[:, 0], self.group[pairs[:, 1]]
         if (self.pred[u, cur] < 0).any():
             bad = int(np.flatnonzero(self.pred[u, cur] < 0)[0])
-            names = self.b.collective.topology.vertex_names
+            names = self.names
             raise CollectiveError(f"no healthy path from "
                                   f"{names[self.group[u[bad]]]} to {names[cur[bad]]}")
         hops = []                                  # links from the destination backwards
@@ -321,7 +333,7 @@ class PairRouter:
         table = np.stack(hops[::-1], axis=1)       # padded with -1 before each route's start
         lengths = (table >= 0).sum(axis=1)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
-        route = self.b.add_routes(offsets, table[table >= 0])
+        route = b.add_routes(offsets, table[table >= 0])
         ids[remote] = route[inverse.reshape(-1)]
         return ids
 
@@ -345,19 +357,20 @@ def add_pair_routes(builder: ScheduleBuilder, coll: Collective, src: np.ndarray,
             offsets, links = route_table(topo, gs[lo:hi], gd[lo:hi])
             ids[remote[lo:hi]] = builder.add_routes(offsets, links)
         return ids
+    if topo.n_ranks > MANY_RANKS:
+        return pair_router(coll).ids(builder, src, dst)
     # elsewhere paths come from BFS, one per distinct pair; the builder deduplicates them
     pairs, inverse = np.unique(np.stack([gs, gd], axis=1), axis=0, return_inverse=True)
-    if len(pairs) > MANY_PAIRS:
-        return PairRouter(builder).ids(src, dst)
     pair_ids = np.array([builder.route(topo.shortest_path_links(int(u), int(v)))
                          for u, v in pairs.tolist()], dtype=np.int32)
     ids[remote] = pair_ids[inverse.reshape(-1)]
     return ids
 
 
-#: distinct pairs above which :func:`add_pair_routes` routes through :class:`PairRouter` (a
-#: networkx search per source below: the paths every schedule of this size had before)
-MANY_PAIRS = 20_000
+#: ranks above which :func:`add_pair_routes` routes through :class:`PairRouter` off a torus
+#: (a networkx search per source up to here: the paths every schedule of this size had
+#: before; at 4,096 ranks they take 50 ms per source, 200 s per candidate)
+MANY_RANKS = 1024
 
 #: pairs routed per block on a torus (bounds the temporaries of :func:`torus_routes`)
 _ROUTE_BLOCK = 1 << 20

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from cclc.algorithms import Algorithm, NoBound, register
-from cclc.algorithms.common import PairRouter, even_split
+from cclc.algorithms.common import PairRouter, even_split, pair_router
 from cclc.algorithms.hierarchical import node_grid
 from cclc.algorithms.torus_collectives import KINDS
 from cclc.collective import Collective, CollectiveKind
@@ -129,7 +129,7 @@ def _intra(b: ScheduleBuilder, routes: PairRouter, lay: _Layout, step: int, buf:
         else:
             share = lay.gpu
             dst = lay.rank[node, (lay.gpu - s) % G]
-        b.add(step=step, src=ranks, dst=dst, route=routes.ids(ranks, dst),
+        b.add(step=step, src=ranks, dst=dst, route=routes.ids(b, ranks, dst),
               kind=kind, src_buf=buf, src_off=share * N, dst_buf=buf, dst_off=share * N,
               count=N)
         step += 1
@@ -146,7 +146,7 @@ def _halving(b: ScheduleBuilder, routes: PairRouter, lay: _Layout, step: int) ->
         w = lay.pos ^ mask
         dst = lay.at[lay.gpu, w]
         off = lay.gpu * N + (w & ~(mask - 1))
-        b.add(step=step, src=ranks, dst=dst, route=routes.ids(ranks, dst),
+        b.add(step=step, src=ranks, dst=dst, route=routes.ids(b, ranks, dst),
               kind=OpKind.REDUCE, src_buf=Buf.SCRATCH, src_off=off, dst_buf=Buf.SCRATCH,
               dst_off=off, count=mask)
         step += 1
@@ -165,7 +165,7 @@ def _doubling(b: ScheduleBuilder, routes: PairRouter, lay: _Layout, step: int,
     while mask < N:
         dst = lay.at[lay.gpu, lay.pos ^ mask]
         off = lay.gpu * N + (lay.pos & ~(mask - 1))
-        b.add(step=step, src=ranks, dst=dst, route=routes.ids(ranks, dst),
+        b.add(step=step, src=ranks, dst=dst, route=routes.ids(b, ranks, dst),
               src_buf=first_buf if mask == 1 else Buf.OUTPUT, src_off=off, dst_buf=Buf.OUTPUT,
               dst_off=off, count=mask)
         step += 1
@@ -184,7 +184,7 @@ def _build(coll: Collective, **params) -> Schedule:
     if coll.kind is CollectiveKind.ALLREDUCE:
         chunks = even_split(coll.count, n)
         b = ScheduleBuilder(coll, input=chunks, output=chunks, scratch=chunks)
-        routes = PairRouter(b)
+        routes = pair_router(coll)
         b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
               dst_off=0, count=n)
         step = _halving(b, routes, lay, _intra(b, routes, lay, 1, Buf.SCRATCH, OpKind.REDUCE))
@@ -196,19 +196,19 @@ def _build(coll: Collective, **params) -> Schedule:
     per = coll.count // n
     if coll.kind is CollectiveKind.REDUCESCATTER:
         b = ScheduleBuilder(coll, input=[per] * n, output=[per], scratch=[per] * n)
-        routes = PairRouter(b)
+        routes = pair_router(coll)
         b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
               dst_off=0, count=n)
         step = _halving(b, routes, lay, _intra(b, routes, lay, 1, Buf.SCRATCH, OpKind.REDUCE))
         # chunk g N + v is block g N + v: its owner is that group index
-        b.add(step=step, src=ranks, dst=held, route=routes.ids(ranks, held),
+        b.add(step=step, src=ranks, dst=held, route=routes.ids(b, ranks, held),
               src_buf=Buf.SCRATCH, src_off=held, dst_buf=Buf.OUTPUT, dst_off=0)
         return b.build(NAME)
     # allgather: the mirror; the rank holding block i after the hand-off is at[i // N, i % N]
     b = ScheduleBuilder(coll, input=[per], output=[per] * n)
-    routes = PairRouter(b)
+    routes = pair_router(coll)
     holder = lay.at[ranks // N, ranks % N]
-    b.add(step=0, src=ranks, dst=holder, route=routes.ids(ranks, holder),
+    b.add(step=0, src=ranks, dst=holder, route=routes.ids(b, ranks, holder),
           src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT, dst_off=ranks)
     _intra(b, routes, lay, _doubling(b, routes, lay, 1, Buf.OUTPUT), Buf.OUTPUT, OpKind.COPY)
     return b.build(NAME)
