@@ -32,6 +32,7 @@ from cclc.algorithms import (
     get,
 )
 from cclc.bounds import Bounds, bounds
+from cclc.budget import available_memory
 from cclc.collective import Collective, make_collective
 from cclc.errors import CclError, CollectiveError, ScheduleError, Span
 from cclc.execution import IR_MODEL, ExecutionModel, predict
@@ -40,7 +41,8 @@ from cclc.load_bounds import LoadBound, candidate_bounds, evaluation_order, prun
 from cclc.relay import RelayError
 from cclc.spill import HeldSchedule
 from cclc.template_race import race_synthesis
-from cclc.verify import verify
+from cclc.units import format_bytes
+from cclc.verify import contributor_bytes, verify
 
 __all__ = [
     "Candidate",
@@ -53,6 +55,7 @@ __all__ = [
     "known_names",
     "plan",
     "resolve",
+    "too_large_to_verify",
 ]
 
 
@@ -268,6 +271,18 @@ def _named_param_span(coll: Collective, reason: str) -> Span | None:
     return None
 
 
+def too_large_to_verify(schedule: Schedule) -> str | None:
+    """Why the verifier cannot run on ``schedule`` on this machine (its contributor sets,
+    :func:`cclc.verify.contributor_bytes`, need more memory than is available), or
+    ``None``: a schedule is never used unverified, and never crashes the verifier."""
+    need = contributor_bytes(schedule)
+    have = available_memory()
+    if have is None or need <= have:
+        return None
+    return (f"too large to verify here: its contributor sets need {format_bytes(need)} of "
+            f"memory ({format_bytes(have)} available)")
+
+
 def _evaluate(coll: Collective, algo: Algorithm, params: dict, bound: float | None,
               context: BuildContext, say: Callable[[str], None] = lambda what: None
               ) -> tuple[Candidate, Schedule | None]:
@@ -282,6 +297,9 @@ def _evaluate(coll: Collective, algo: Algorithm, params: dict, bound: float | No
         # the routing cannot carry a move and no member of the group can relay it, or a
         # synthesis found nothing within its budget
         return Candidate(algo.name, False, err.message), None
+    too_large = too_large_to_verify(schedule)
+    if too_large is not None:
+        return Candidate(algo.name, False, too_large), None
     say(f"{algo.name}: verifying {len(schedule.ops)} ops")
     try:
         verify(schedule)
@@ -367,6 +385,10 @@ def _plan_explicit(res: Resolution, others: list[Algorithm], context: BuildConte
         schedule = chosen.build(coll, context=context, **res.params)
     if unjoinable is not None:
         raise unjoinable
+    too_large = too_large_to_verify(schedule)
+    if too_large is not None:
+        raise CollectiveError(f"collective '{coll.name}': {chosen.name}'s schedule is "
+                              f"{too_large}", coll.algorithm.span or coll.span)
     step(1, total, f"{chosen.name}: verifying {len(schedule.ops)} ops")
     verify(schedule)
     step(1, total, f"{chosen.name}: simulating {len(schedule.ops)} ops")

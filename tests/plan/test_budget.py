@@ -188,3 +188,20 @@ def test_reductions_count_the_verifiers_bitsets_per_chunk_slot():
     assert entry.min_slots(ar) <= slots
     est = estimate_size(ar, [entry], {})
     assert est.memory >= entry.min_slots(ar) * 8
+
+
+def test_a_schedule_too_large_to_verify_is_refused_not_crashed(monkeypatch):
+    import cclc.plan as plan_module
+    from cclc.algorithms import get
+    from cclc.verify import contributor_bytes
+
+    coll = _fabric_allgather(4, 4, 4 * 16 * 8)
+    ar = make_collective("ar", K.ALLREDUCE, coll.topology, coll.group, size=4 * 16 * 8)
+    s = get("rail_halving").build(ar)
+    # 16 ranks, 16 chunks in each of 3 buffers, one 64-bit word per slot
+    assert contributor_bytes(s) == 16 * 48 * 8
+    assert contributor_bytes(get("rail_halving").build(coll)) == 0
+    monkeypatch.setattr(plan_module, "available_memory", lambda: 1000)
+    assert "too large to verify here" in plan_module.too_large_to_verify(s)
+    monkeypatch.setattr(plan_module, "available_memory", lambda: 10 ** 6)
+    assert plan_module.too_large_to_verify(s) is None
