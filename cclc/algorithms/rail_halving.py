@@ -17,7 +17,7 @@ so each intra-node step moves one op per node (``n (n - 1)`` ops per direction i
 * AllReduce: intra-node reduce-scatter, rail halving, rail doubling, intra-node all-gather;
   no owner hand-off (the chunks are an even split of the buffer, not blocks).
 
-Per rank that is ``2 (G - 1) + 2 log2 N`` ops and at most one hand-off: 131k ops for an
+Per rank that is ``2 (G - 1) + 2 log2 N`` ops plus two local copies or hand-offs: 139k ops for an
 AllReduce on 512 nodes of 8 GPUs. The network carries ``1/G`` of the data, spread over all
 ``G`` NICs of a node, as :mod:`cclc.algorithms.hierarchical` does.
 
