@@ -40,13 +40,16 @@ _CHOSEN = re.compile(r"^(?P<name>\w+): (?P<algo>[\w+]+) (?P<time>[\d.]+ \w?s), "
 def _run(name: str, mode: str, timeout: float) -> dict:
     """One compile in a child process, measured."""
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_before, peak_before = cpu.ru_utime + cpu.ru_stime, cpu.ru_maxrss
+    cpu_before = cpu.ru_utime + cpu.ru_stime
     args = [sys.executable, "-m", "cclc.cli", "compile", str(MACHINE), "--only", name,
             "--emit", "json"]
     if mode != "auto":
         args += ["--algorithm", mode]
     row: dict = {"collective": name, "mode": mode}
     with tempfile.TemporaryDirectory() as tmp:
+        # GNU time reports this child's own peak (ru_maxrss of children is the largest so far)
+        peak_file = Path(tmp) / "peak"
+        args = ["/usr/bin/time", "-o", str(peak_file), "-f", "%M"] + args
         start = time.perf_counter()
         try:
             out = subprocess.run(args + ["-o", str(Path(tmp) / "out")], cwd=ROOT,
@@ -56,12 +59,14 @@ def _run(name: str, mode: str, timeout: float) -> dict:
             row.update(status=None, seconds=timeout, error=f"over {timeout:.0f} s")
             return row
         row["seconds"] = round(time.perf_counter() - start, 1)
+        peak = peak_file.read_text().split() if peak_file.exists() else []
+        row["peak_bytes"] = int(peak[-1]) * 1024 if peak and peak[-1].isdigit() else None
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     row["cpu_seconds"] = round(usage.ru_utime + usage.ru_stime - cpu_before, 1)
-    # ru_maxrss of children is the largest child so far: exact when this one set it
-    row["peak_bytes"] = usage.ru_maxrss * 1024 if usage.ru_maxrss > peak_before else None
     row["status"] = out.returncode
     for line in out.stdout.splitlines() + out.stderr.splitlines():
+        if line.startswith("Command exited with non-zero status"):
+            continue
         m = _CHOSEN.match(line.strip())
         if m:
             row.update(algorithm=m["algo"], time=m["time"], pct_of_bound=float(m["pct"]),
@@ -69,7 +74,9 @@ def _run(name: str, mode: str, timeout: float) -> dict:
         if line.strip().startswith("NCCL today"):
             row["nccl"] = line.strip()
     if out.returncode != 0:
-        row["error"] = (out.stderr.strip().splitlines() or ["failed"])[-1]
+        lines = [x for x in out.stderr.strip().splitlines()
+                 if not x.startswith("Command exited with non-zero status")]
+        row["error"] = (lines or ["failed"])[-1]
     row["within_target"] = out.returncode == 0 and row["seconds"] <= TARGET_SECONDS
     return row
 
@@ -85,13 +92,18 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"machine": f"{os.cpu_count()} cores, load average {load:.1f} at start",
                      "file": str(MACHINE.relative_to(ROOT)), "target_seconds": TARGET_SECONDS,
                      "rows": []}
+    rows = []
+    if args.json and Path(args.json).exists():
+        # rows of other collectives and modes measured before are kept
+        rows = json.loads(Path(args.json).read_text())["rows"]
     for name in args.only or COLLECTIVES:
         for mode in args.mode or MODES:
             row = _run(name, mode, args.timeout)
-            results["rows"].append(row)
+            rows = [r for r in rows if (r["collective"], r["mode"]) != (name, mode)] + [row]
             print(json.dumps(row), flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+            if args.json:
+                results["rows"] = rows
+                Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 

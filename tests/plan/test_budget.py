@@ -201,7 +201,7 @@ def test_a_schedule_too_large_to_verify_is_refused_not_crashed(monkeypatch):
     # 16 ranks, 16 chunks in each of 3 buffers, one 64-bit word per slot
     assert contributor_bytes(s) == 16 * 48 * 8
     assert contributor_bytes(get("rail_halving").build(coll)) == 0
-    monkeypatch.setattr(plan_module, "available_memory", lambda: 1000)
+    monkeypatch.setattr(plan_module, "available_memory", lambda: 16 * 48 * 8)
     assert "too large to verify here" in plan_module.too_large_to_verify(s)
-    monkeypatch.setattr(plan_module, "available_memory", lambda: 10 ** 6)
+    monkeypatch.setattr(plan_module, "available_memory", lambda: 2 * 16 * 48 * 8)
     assert plan_module.too_large_to_verify(s) is None
