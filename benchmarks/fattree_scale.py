@@ -88,10 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per row")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = ap.parse_args(argv)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    results: dict = {"machine": f"{os.cpu_count()} cores, load average {load:.1f} at start",
-                     "file": str(MACHINE.relative_to(ROOT)), "target_seconds": TARGET_SECONDS,
-                     "rows": []}
+    from meta import run_meta  # benchmarks/meta.py, beside this script
+
+    results: dict = {"meta": run_meta(argv), "file": str(MACHINE.relative_to(ROOT)),
+                     "target_seconds": TARGET_SECONDS, "rows": []}
     rows = []
     if args.json and Path(args.json).exists():
         # rows of other collectives and modes measured before are kept

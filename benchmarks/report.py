@@ -227,6 +227,22 @@ def render_catalog(data: dict) -> list[str]:
     return lines
 
 
+def render_fattree(data: dict) -> list[str]:
+    out = []
+    for r in data["rows"]:
+        peak = r.get("peak_bytes")
+        done = r.get("status") == 0
+        out.append([r["collective"], r["mode"], r.get("algorithm", "–") if done else "–",
+                    f"{r['seconds']:.0f} s ({r.get('cpu_seconds', float('nan')):.0f} s CPU)",
+                    f"{peak / 2 ** 30:.1f} GiB" if peak else "–",
+                    f"{r['time']}, {r['pct_of_bound']:.1f}%" if done else "–",
+                    (r.get("nccl") or "–").split(";")[0].replace(
+                        "NCCL today (predicted by cclc's model of NCCL): ", "")
+                    if done else r.get("error", "–")])
+    return _table(["collective", "mode", "chosen", "compile", "peak memory",
+                   "time, % of bound", "NCCL (model) / refusal"], out)
+
+
 BENCHMARKS = (
     Benchmark("calibration", "Model of NCCL against published measurements", (),
               "cclc's model of NCCL (`cclc/nccl_model.py`) against nccl-tests figures "
@@ -255,6 +271,10 @@ BENCHMARKS = (
               "check tool (C++, g++ -O2) on this machine", "`cclc.bounds.bounds(coll).best` of "
               "each member's own faulty machine (equal to its orbit representative's)",
               render_catalog),
+    Benchmark("fattree_scale", "4,096 GPUs on a three-tier fabric (pods512_fattree.ccl, 1 GiB)",
+              (), "lockstep IR model (`cclc compile --emit json`), planned spine and core "
+              "routes; NCCL's side under cclc's model of NCCL", "`cclc.bounds.bounds(coll)"
+              ".best` (closed forms; the LP is skipped at this size)", render_fattree),
 )
 
 
