@@ -76,7 +76,9 @@ def _run(name: str, mode: str, timeout: float) -> dict:
     if out.returncode != 0:
         lines = [x for x in out.stderr.strip().splitlines()
                  if not x.startswith("Command exited with non-zero status")]
-        row["error"] = (lines or ["failed"])[-1]
+        # the message, not the caret line under the source it points at
+        errors = [x for x in lines if "error:" in x]
+        row["error"] = (errors or lines or ["failed"])[-1]
     row["within_target"] = out.returncode == 0 and row["seconds"] <= TARGET_SECONDS
     return row
 
