@@ -3,6 +3,8 @@ leads from its source to its destination over healthy links, as few as networkx'
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -37,5 +39,5 @@ def test_routes_are_fewest_hop_paths(faulty):
             continue
         assert not topo.link_failed[list(path)].any()
         assert topo.link_src[path[0]] == u and topo.link_dst[path[-1]] == v
-        assert all(topo.link_dst[a] == topo.link_src[c] for a, c in zip(path, path[1:]))
+        assert all(topo.link_dst[a] == topo.link_src[c] for a, c in itertools.pairwise(path))
         assert len(path) == len(topo.shortest_path_links(u, v))
