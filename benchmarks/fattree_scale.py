@@ -41,8 +41,9 @@ def _run(name: str, mode: str, timeout: float) -> dict:
     """One compile in a child process, measured."""
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_before = cpu.ru_utime + cpu.ru_stime
-    args = [sys.executable, "-m", "cclc.cli", "compile", str(MACHINE), "--only", name,
-            "--emit", "json"]
+    # the file relative to the repository (run from there), so messages name no local path
+    args = [sys.executable, "-m", "cclc.cli", "compile", str(MACHINE.relative_to(ROOT)),
+            "--only", name, "--emit", "json"]
     if mode != "auto":
         args += ["--algorithm", mode]
     row: dict = {"collective": name, "mode": mode}
