@@ -233,7 +233,8 @@ def render_fattree(data: dict) -> list[str]:
         peak = r.get("peak_bytes")
         done = r.get("status") == 0
         out.append([r["collective"], r["mode"], r.get("algorithm", "–") if done else "–",
-                    f"{r['seconds']:.0f} s ({r.get('cpu_seconds', float('nan')):.0f} s CPU)",
+                    f"{r['seconds']:.0f} s" + (f" ({r['cpu_seconds']:.0f} s CPU)"
+                                               if "cpu_seconds" in r else ""),
                     f"{peak / 2 ** 30:.1f} GiB" if peak else "–",
                     f"{r['time']}, {r['pct_of_bound']:.1f}%" if done else "–",
                     (r.get("nccl") or "–").split(";")[0].replace(
