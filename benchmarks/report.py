@@ -302,6 +302,23 @@ def render_auto_synth(data: dict) -> list[str]:
          "peak memory"], out)
 
 
+def render_fattree(data: dict) -> list[str]:
+    out = []
+    for r in data["rows"]:
+        peak = r.get("peak_bytes")
+        done = r.get("status") == 0
+        out.append([r["collective"], r["mode"], r.get("algorithm", "–") if done else "–",
+                    f"{r['seconds']:.0f} s" + (f" ({r['cpu_seconds']:.0f} s CPU)"
+                                               if "cpu_seconds" in r else ""),
+                    f"{peak / 2 ** 30:.1f} GiB" if peak else "–",
+                    f"{r['time']}, {r['pct_of_bound']:.1f}%" if done else "–",
+                    (r.get("nccl") or "–").split(";")[0].replace(
+                        "NCCL today (predicted by cclc's model of NCCL): ", "")
+                    if done else r.get("error", "–")])
+    return _table(["collective", "mode", "chosen", "compile", "peak memory",
+                   "time, % of bound", "NCCL (model) / refusal"], out)
+
+
 BENCHMARKS = (
     Benchmark("calibration", "Model of NCCL against published measurements", (),
               "cclc's model of NCCL (`cclc/nccl_model.py`) against nccl-tests figures "
@@ -348,6 +365,10 @@ BENCHMARKS = (
               "`auto`'s synthesis candidate); planning times are this machine's wall and CPU "
               "seconds", "`cclc.bounds.bounds(coll).best` (LP included), the bound `cclc "
               "compile` prints", render_auto_synth),
+    Benchmark("fattree_scale", "4,096 GPUs on a three-tier fabric (pods512_fattree.ccl, 1 GiB)",
+              (), "lockstep IR model (`cclc compile --emit json`), planned spine and core "
+              "routes; NCCL's side under cclc's model of NCCL", "`cclc.bounds.bounds(coll)"
+              ".best` (closed forms; the LP is skipped at this size)", render_fattree),
 )
 
 
@@ -427,9 +448,28 @@ def _scale_lockstep(data: dict) -> list[list[str]]:
     return out
 
 
+#: the collectives of benchmarks/machines/pods512_fattree.ccl by name
+_FATTREE_KINDS = {"params": "AllGather", "shards": "ReduceScatter", "grads": "AllReduce"}
+
+
+def _scale_fattree(data: dict) -> list[list[str]]:
+    out = []
+    for r in data["rows"]:
+        peak = r.get("peak_bytes")
+        done = r.get("status") == 0
+        out.append(["pods512_fattree (3 tiers, 2:1 at the core)", "4,096",
+                    f"{r['collective']} ({_FATTREE_KINDS.get(r['collective'], '?')} 1 GiB)",
+                    f"{r['mode']}" + ("" if done else " (refused by the size check)"),
+                    f"{r['pct_of_bound']:.1f}%" if done else "–",
+                    f"{r['seconds']:.0f} s", f"{peak / 2 ** 30:.2f} GiB" if peak else "–",
+                    "fattree_scale"])
+    return out
+
+
 #: the README's scale table: benchmark -> its rows
 SCALE_ROWS: dict[str, Callable[[dict], list[list[str]]]] = {
-    "symmetric_scale": _scale_symmetric, "auto_synth": _scale_auto_synth,
+    "symmetric_scale": _scale_symmetric, "fattree_scale": _scale_fattree,
+    "auto_synth": _scale_auto_synth,
     "lockstep_limits": _scale_lockstep}
 
 

@@ -323,7 +323,7 @@ def _load_all() -> None:
 #: algorithm modules, each registers its entries when imported
 _MODULES: list[str] = ["direct", "ring", "tree", "torus_collectives", "recursive", "bruck", "pat",
                        "hierarchical", "direct_switch", "torus_alltoall", "synth_flows",
-                       "synth_trees"]
+                       "synth_trees", "rail_halving"]
 
 # Loaded now, not on first use: importing any one module (``from cclc.algorithms import
 # synth_flows``) runs this package first, so the catalogue's order, which breaks the planner's

@@ -67,7 +67,7 @@ from cclc.execution import ExecutionModel
 from cclc.ir import Schedule
 from cclc.sim import simulate
 from cclc.synth import tree_schedule
-from cclc.synth.hop_graph import HopGraph, hop_graph
+from cclc.synth.hop_graph import MAX_FABRIC_PAIRS, HopGraph, fabric_pairs, hop_graph
 from cclc.synth.phase_time import edge_levels
 from cclc.synth.pricing import step_cost
 from cclc.synth.taper import link_loads, pipeline_time, tapered_units
@@ -97,6 +97,9 @@ def _applicable(coll: Collective, context: BuildContext, **params) -> str | None
         return f"parameter budget must be a number of seconds > 0, got {budget!r}"
     if coll.n < 2:
         return "synth needs at least 2 ranks"
+    if fabric_pairs(coll) > MAX_FABRIC_PAIRS:
+        return (f"synth reads every member pair's fabric path ({fabric_pairs(coll):,} pairs "
+                f"on {coll.n} ranks; it takes at most {MAX_FABRIC_PAIRS:,})")
     g = hop_graph(coll)
     if not _strongly_connected(g):
         return ("the group's members do not reach each other over moves the routing "

@@ -17,7 +17,11 @@ from scipy.sparse.csgraph import connected_components, dijkstra
 from cclc.collective import Collective
 from cclc.topology import Topology
 
-__all__ = ["HopGraph", "hop_graph", "live_links"]
+__all__ = ["MAX_FABRIC_PAIRS", "HopGraph", "fabric_pairs", "hop_graph", "live_links"]
+
+#: the most member pairs whose fabric paths :func:`hop_graph` walks (one Python loop step
+#: per pair: ~1M pairs take about a minute on 2 cores; 4,096 ranks have 16.8M)
+MAX_FABRIC_PAIRS = 1 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,6 +66,15 @@ def live_links(topo: Topology, members: np.ndarray) -> np.ndarray:
     keep[members] = True
     keep[topo.n_ranks:] = True
     return ~topo.link_failed & keep[topo.link_src] & keep[topo.link_dst]
+
+
+def fabric_pairs(coll: Collective) -> int:
+    """The member pairs whose paths :func:`hop_graph` walks: ``n (n - 1)`` through switches,
+    0 on a torus or mesh (its moves are the neighbour links)."""
+    topo = coll.topology
+    if topo.dims is not None and topo.n_vertices == topo.n_ranks:
+        return 0
+    return coll.n * (coll.n - 1)
 
 
 def hop_graph(coll: Collective) -> HopGraph:
