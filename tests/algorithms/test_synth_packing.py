@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cclc.bounds import lp_bound
@@ -111,6 +111,12 @@ def test_rounding_the_basic_paths_loses_little():
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dims=st.sampled_from([(3, 3), (4, 3), (2, 2, 3), (5,), (4, 4)]),
        seed=st.integers(0, 2**16), n_faults=st.integers(0, 2))
+# hypothesis's find, not fixed yet: on this 4x4 torus with one failed link, HiGHS finds no
+# reweighting of PDLP's paths within 0.1% of the LP's time, so basic_paths keeps PDLP's
+# weights, whose busiest link is 1% above it; adding paths priced by the LP's duals (column
+# generation) would close it
+@example(dims=(4, 4), seed=9596, n_faults=1).xfail(
+    reason="PDLP's path set misses the LP optimum by 1% on this fault", raises=AssertionError)
 def test_basic_paths_property_random_faulty_tori(dims, seed, n_faults):
     topo = torus("t", dims, bandwidth=32e9, latency=1e-7, routing="none")
     rng = np.random.default_rng(seed)
