@@ -67,17 +67,25 @@ def _link_lookup(topo, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     return order[at]
 
 
+def _group_for(coll: Collective, kind: CollectiveKind) -> TranslationGroup:
+    """The translations of ``coll``'s torus, for a builder of ``kind``;
+    :class:`~cclc.errors.CollectiveError` for another kind or where :func:`symmetric_reason`
+    says translations are no symmetry of it."""
+    if coll.kind is not kind:
+        raise CollectiveError(f"symmetric_{kind.value} builds {kind.value}, not "
+                              f"{coll.kind.value}")
+    why = symmetric_reason(coll)
+    if why is not None:
+        raise CollectiveError(f"no symmetric {kind.value} of '{coll.name}': {why}")
+    return TranslationGroup.of(coll)
+
+
 def symmetric_alltoall(coll: Collective) -> SymmetricSchedule:
     """The DimRotation-over-HalfRing AllToAll of ``coll`` (see the module docstring) as a
     symmetric schedule; :class:`~cclc.errors.CollectiveError` when translations are no
     symmetry of ``coll``'s machine or its blocks are too small (:func:`symmetric_reason` says
     why)."""
-    if coll.kind is not CollectiveKind.ALLTOALL:
-        raise CollectiveError(f"symmetric_alltoall builds alltoall, not {coll.kind.value}")
-    why = symmetric_reason(coll)
-    if why is not None:
-        raise CollectiveError(f"no symmetric alltoall of '{coll.name}': {why}")
-    group = TranslationGroup.of(coll)
+    group = _group_for(coll, CollectiveKind.ALLTOALL)
     topo, n = coll.topology, coll.n
     shape = group.shape
     active = [d for d, m in enumerate(shape) if m > 1]
@@ -181,12 +189,7 @@ def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
     data of phase ``i`` is ``N`` times that of phase ``i + 1``, so the bandwidth term is
     ``2 (n - 1) S / (n 2D bw)``: the injection bound of a torus whose sides are alike and even.
     :class:`~cclc.errors.CollectiveError` where :func:`symmetric_reason` says it cannot."""
-    if coll.kind is not CollectiveKind.ALLREDUCE:
-        raise CollectiveError(f"symmetric_allreduce builds allreduce, not {coll.kind.value}")
-    why = symmetric_reason(coll)
-    if why is not None:
-        raise CollectiveError(f"no symmetric allreduce of '{coll.name}': {why}")
-    group = TranslationGroup.of(coll)
+    group = _group_for(coll, CollectiveKind.ALLREDUCE)
     n, shape = coll.n, group.shape
     active = [d for d, m in enumerate(shape) if m > 1]
     D = max(len(active), 1)
