@@ -8,6 +8,8 @@ per-rank dataflow tables with :func:`backends.nccl.tables.dataflow_tables`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 # the one options type lives with the backend contract; re-exported for the backends' imports
 from backends.contract import EmitOptions
@@ -16,6 +18,7 @@ from cclc.ir import Buf, Schedule
 
 __all__ = [
     "EmitOptions",
+    "RecentLowerings",
     "c_identifier",
     "count_convention",
     "entry_count",
@@ -23,6 +26,34 @@ __all__ = [
     "padded_count",
     "render_template",
 ]
+
+T = TypeVar("T")
+
+
+class RecentLowerings(Generic[T]):
+    """The last few lowerings of schedules, found again by the schedule's identity and a key.
+
+    ``auto`` asks a backend whether a candidate fits its runtime (which needs the candidate
+    lowered) and then renders the one it chose: keeping the last lowerings lowers the winner
+    once. Two are kept, since the next candidate may be asked about before the winner is
+    rendered (and a second lowering of the same schedule, in place or another protocol, may
+    come between).
+    """
+
+    def __init__(self, keep: int = 2) -> None:
+        self._keep = keep
+        self._items: list[tuple[Schedule, Hashable, T]] = []
+
+    def get(self, schedule: Schedule, key: Hashable, lower: Callable[[], T]) -> T:
+        """The lowering of ``schedule`` under ``key``: kept, or ``lower()`` (then kept)."""
+        for seen, seen_key, result in self._items:
+            if seen is schedule and seen_key == key:
+                return result
+        result = lower()
+        self._items.insert(0, (schedule, key, result))
+        del self._items[self._keep:]
+        return result
+
 
 _C_KEYWORDS = frozenset("""
     auto break case char const continue default do double else enum extern float for goto if

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from cclc.nccl_comparison import NcclComparison
     from cclc.plan import Candidate
     from cclc.sim import SimResult
-    from cclc.symmetric import SymmetricSchedule
+    from cclc.symmetric import ExceptedSchedule, SymmetricSchedule
 
 __all__ = ["Backend", "Contents", "EmitOptions", "Facts", "TunerRows", "symmetric_refusal"]
 
@@ -162,7 +162,8 @@ class Backend(Protocol[Key, Subject]):
         ...
 
 
-def symmetric_refusal(backend: Backend[Any, Any], subject: SymmetricSchedule, max_ops: int
+def symmetric_refusal(backend: Backend[Any, Any],
+                      subject: SymmetricSchedule | ExceptedSchedule, max_ops: int
                       ) -> str | None:
     """Why ``backend`` cannot take the schedule stored by symmetry ``subject``: it needs every
     rank's ops (not ``renders_symmetric``) and the expanded schedule has more than ``max_ops``

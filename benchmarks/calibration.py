@@ -29,6 +29,11 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+def _collective(p) -> str:
+    """The point's collective as the tuner names it (AllToAll: NCCL's grouped send/recv)."""
+    return FUNC_NAMES[p.func] if p.func is not None else "AllToAll"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(CALIBRATION_DATA), help="calibration CSV")
@@ -46,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                    + (f", {p.nics} x {p.nic_gbps:g} Gb/s" if p.nics else ""))
         unit = "GB/s busbw" if p.metric == "busbw" else "us"
         forced = f" ({p.algorithm.name.lower()} forced)" if p.algorithm is not None else ""
-        coll = FUNC_NAMES[p.func] + forced
+        coll = _collective(p) + forced
         if args.markdown:
             print(f"| {p.id} | {machine} | {coll} | {_size(p.size)} | {p.value:g} {unit} | "
                   f"{r.predicted:.1f} | {r.error * 100:+.0f}% | {r.choice} | {p.check} |")
@@ -74,7 +79,7 @@ def _write_json(path: str, rows, argv: list[str] | None) -> None:
         points.append({
             "id": p.id, "nodes": p.nodes, "gpus": p.gpus, "arch": p.arch,
             "interconnect": p.interconnect, "nics": p.nics, "nic_gbps": p.nic_gbps,
-            "collective": FUNC_NAMES[p.func],
+            "collective": _collective(p),
             "forced": p.algorithm.name.lower() if p.algorithm is not None else None,
             "bytes": p.size, "metric": p.metric, "published": p.value,
             "predicted": r.predicted, "error": r.error, "choice": r.choice, "check": p.check,

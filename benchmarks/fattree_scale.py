@@ -6,7 +6,9 @@ each of its AllGather, ReduceScatter and AllReduce of 1 GiB (target: at most 60 
 ``--algorithm rail_halving``; each row records the exit status, wall and CPU time (user +
 system, what the run costs whatever else the machine runs), peak resident memory, and from
 the report the chosen schedule, its time, % of the bound and the NCCL comparison line, or the
-refusal (the size check's estimate) when the compile is refused.
+refusal (the size check's estimate) when the compile is refused. The AllToAll of 1 GiB
+(``tokens``: 16.7M pairs, each on its own route) is measured under ``auto`` and with
+``--algorithm direct`` (rail_halving serves no alltoall).
 
     python benchmarks/fattree_scale.py                      # every row (many minutes)
     python benchmarks/fattree_scale.py --only params        # one collective
@@ -28,8 +30,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MACHINE = ROOT / "benchmarks" / "machines" / "pods512_fattree.ccl"
-COLLECTIVES = ("params", "shards", "grads")
-MODES = ("auto", "rail_halving")
+COLLECTIVES = ("params", "shards", "grads", "tokens")
+MODES = ("auto", "rail_halving", "direct")
+#: the modes of a collective, where not the first two of MODES
+MODES_OF = {"tokens": ("auto", "direct")}
 TARGET_SECONDS = 60.0
 
 #: "grads: rail_halving 12.3 ms, 54.7% of bound, 139264 ops in 32 steps (...)"
@@ -100,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         # rows of other collectives and modes measured before are kept
         rows = json.loads(Path(args.json).read_text())["rows"]
     for name in args.only or COLLECTIVES:
-        for mode in args.mode or MODES:
+        for mode in args.mode or MODES_OF.get(name, MODES[:2]):
             row = _run(name, mode, args.timeout)
             rows = [r for r in rows if (r["collective"], r["mode"]) != (name, mode)] + [row]
             print(json.dumps(row), flush=True)

@@ -146,11 +146,11 @@ def render_calibration(data: dict) -> list[str]:
         out.append([p["id"], machine, coll, _size(p["bytes"]), f"{p['published']:g} {unit}",
                     f"{p['predicted']:.1f}", f"{p['error'] * 100:+.0f}%", p["choice"],
                     p["check"]])
-    checked = [p for p in data["points"] if p["scale"] == "large" and p["check"] == "yes"]
+    checked = _checked(data)
     errors = [p["error"] * 100 for p in checked]
     summary = (f"{len(checked)} large-size points checked at +-{data['tolerance']:.0%}: "
                f"errors from {min(errors):+.0f}% to {max(errors):+.0f}%, "
-               f"{sum(p['within'] for p in checked)} within.")
+               f"{sum(p['within'] for p in checked)} within{_at_scale_text(checked)}.")
     return [summary, ""] + _table(["point", "machine", "collective", "size", "published",
                                    "predicted", "error", "NCCL's choice (model)", "check"], out)
 
@@ -259,6 +259,30 @@ def render_symmetric(data: dict) -> list[str]:
         "where the size estimate is over 5M ops."]
 
 
+def render_faulty(data: dict) -> list[str]:
+    """The AllToAll with exceptions for failed links, one row per torus and fault set."""
+    out = []
+    for r in data["rows"]:
+        exc, full, comp = r["exceptions"], r["expanded"], r["compile"]
+        exc_s = exc["build_s"] + exc["verify_s"] + exc["simulate_s"]
+        out.append([f"{r['dims']} ({r['ranks']})", f"{len(r['failed_cables'])}",
+                    f"{exc['masked_journeys']:,}",
+                    f"{exc['tail_ops']:,} ops, {exc['tail_steps']} steps, "
+                    f"{exc['tail_s'] * 1e6:.1f} us",
+                    f"{exc['time_s'] * 1e6:.1f} us", f"{exc['bound_s'] * 1e6:.1f} us",
+                    f"{r['pct_of_bound']:.1f}%", f"{exc_s:.1f} s, {exc['maxrss_mb']:.0f} MB",
+                    "equal" if full else "not run",
+                    f"{comp['compile_s']:.1f} s, {comp['maxrss_mb']:.0f} MB, "
+                    f"{comp['pct_of_bound']:.1f}%" if comp else "–"])
+    return _table(["torus (ranks)", "failed cables", "masked journeys", "tail",
+                   "time", "bound", "% of bound", "build + verify + simulate, peak memory",
+                   "expanded: time and link bytes", "`cclc compile --emit json` (time, "
+                   "peak memory by /usr/bin/time, % of bound)"], out) + [
+        "", "The exceptions side runs in a fresh Python process (peak memory from getrusage, "
+        "its imports ~95 MB); the expanded schedule is built, verified and simulated where it "
+        "has at most 20M ops, and its lockstep time and link bytes must equal the form's."]
+
+
 def render_lockstep_limits(data: dict) -> list[str]:
     rows = data["rows"]
     first = rows[0]
@@ -299,7 +323,10 @@ def render_auto_synth(data: dict) -> list[str]:
                     f"{r['peak_bytes'] / 2**30:.2f} GiB"])
     return [f"{data['collective']}: `auto` against `algorithm synth`.", ""] + _table(
         ["outputs (model)", "algorithm", "schedule", "ops", "% of bound", "planning",
-         "peak memory"], out)
+         "peak memory"], out) + [
+        "", "With `--emit json,msccl`, `auto` keeps its synthesis candidate to the ops the "
+        "budget can also lower to MSCCL; `algorithm synth`'s 1.5M-op schedule is planned but "
+        "MSCCL's parsers take at most 4095 XML nodes per GPU, so it is no MSCCL output."]
 
 
 def render_fattree(data: dict) -> list[str]:
@@ -321,8 +348,9 @@ def render_fattree(data: dict) -> list[str]:
 
 BENCHMARKS = (
     Benchmark("calibration", "Model of NCCL against published measurements", (),
-              "cclc's model of NCCL (`cclc/nccl_model.py`) against nccl-tests figures "
-              "published for real machines (sources in `cclc/data/nccl_published.csv`)",
+              "cclc's model of NCCL (`cclc/nccl_model.py`; AllToAll, NCCL's grouped send/recv: "
+              "`cclc/nccl_p2p.py`) against nccl-tests figures published for real machines "
+              "(sources in `cclc/data/nccl_published.csv`)",
               "none (a comparison with measurements)", render_calibration),
     Benchmark("collectives", "Every example, AllGather, ReduceScatter and AllReduce",
               ("--size", "1048576", "--size", "1073741824"),
@@ -365,6 +393,13 @@ BENCHMARKS = (
               "`auto`'s synthesis candidate); planning times are this machine's wall and CPU "
               "seconds", "`cclc.bounds.bounds(coll).best` (LP included), the bound `cclc "
               "compile` prints", render_auto_synth),
+    Benchmark("faulty_scale", "A torus AllToAll with failed links, stored by symmetry with "
+              "exceptions", (), "lockstep IR model (`cclc.symmetric_faults.simulate_excepted`, "
+              "equal to `cclc.sim.simulate` of the expanded schedule); the healthy torus's "
+              "HalfRing + DimRotation less the journeys over a failed link, then a rerouted "
+              "tail; 16 MiB, links of 32 GB/s and 100 ns, failed cables (2,2,2)--(3,2,2) and "
+              "(9,11,5)--(9,12,5)", "`cclc.bounds.bounds(coll, lp=False).best` of the faulty "
+              "torus (closed forms)", render_faulty),
     Benchmark("fattree_scale", "4,096 GPUs on a three-tier fabric (pods512_fattree.ccl, 1 GiB)",
               (), "lockstep IR model (`cclc compile --emit json`), planned spine and core "
               "routes; NCCL's side under cclc's model of NCCL", "`cclc.bounds.bounds(coll)"
@@ -399,12 +434,34 @@ def render_page(results: dict[str, dict]) -> str:
 
 def render_accuracy(data: dict) -> list[str]:
     """One sentence: how close cclc's model of NCCL is to the published measurements."""
-    checked = [p for p in data["points"] if p["scale"] == "large" and p["check"] == "yes"]
+    checked = _checked(data)
     errors = [p["error"] * 100 for p in checked]
     return [f"cclc's model of NCCL is within {min(errors):+.0f}%..{max(errors):+.0f}% of the "
             f"{len(checked)} published large-size measurements it is checked against "
-            f"(`{_short_command(data)}`); a ratio inside +-{MODEL_ERROR:.0%} is marked as "
-            "within the model's error, not a difference it can resolve."]
+            f"(`{_short_command(data)}`){_at_scale_text(checked)}; a ratio inside "
+            f"+-{MODEL_ERROR:.0%} is marked as within the model's error, not a difference it "
+            "can resolve."]
+
+
+#: the scale from which a calibration point counts as "at scale" in the summaries (GPUs)
+AT_SCALE_GPUS = 1000
+
+
+def _checked(data: dict) -> list[dict]:
+    """The calibration points the test holds within the tolerance."""
+    return [p for p in data["points"] if p["scale"] == "large" and p["check"] == "yes"]
+
+
+def _at_scale_text(checked: list[dict]) -> str:
+    """', of which the N at 1,000 GPUs or more (...) are within a..b%', or '' if none."""
+    big = sorted((p for p in checked if p["nodes"] * p["gpus"] >= AT_SCALE_GPUS),
+                 key=lambda p: p["nodes"] * p["gpus"])
+    if not big:
+        return ""
+    errors = [p["error"] * 100 for p in big]
+    gpus = " and ".join(f"{p['nodes'] * p['gpus']:,}" for p in big)
+    return (f", the {len(big)} at {AT_SCALE_GPUS:,} GPUs or more ({gpus} GPUs) within "
+            f"{min(errors):+.0f}%..{max(errors):+.0f}%")
 
 
 def _scale_symmetric(data: dict) -> list[list[str]]:
@@ -418,6 +475,21 @@ def _scale_symmetric(data: dict) -> list[list[str]]:
                     f"{r['collective']} {_size(r['size'])}", f"auto ({how})",
                     f"{comp['pct_of_bound']:.1f}%", f"{comp['compile_s']:.1f} s",
                     f"{comp['maxrss_mb'] / 1024:.2f} GiB", "symmetric_scale"])
+    return out
+
+
+def _scale_faulty(data: dict) -> list[list[str]]:
+    out = []
+    for r in data["rows"]:
+        comp = r["compile"]
+        if comp is None:
+            continue
+        k = len(r["failed_cables"])
+        out.append([f"torus {r['dims']}, {k} failed cable{'s' if k > 1 else ''}",
+                    f"{r['ranks']:,}", f"{r['collective']} {_size(r['size'])}",
+                    "auto (stored by symmetry with exceptions)",
+                    f"{comp['pct_of_bound']:.1f}%", f"{comp['compile_s']:.1f} s",
+                    f"{comp['maxrss_mb'] / 1024:.2f} GiB", "faulty_scale"])
     return out
 
 
@@ -449,28 +521,36 @@ def _scale_lockstep(data: dict) -> list[list[str]]:
 
 
 #: the collectives of benchmarks/machines/pods512_fattree.ccl by name
-_FATTREE_KINDS = {"params": "AllGather", "shards": "ReduceScatter", "grads": "AllReduce"}
+_FATTREE_KINDS = {"params": "AllGather", "shards": "ReduceScatter", "grads": "AllReduce",
+                  "tokens": "AllToAll"}
 
 
 def _scale_fattree(data: dict) -> list[list[str]]:
     out = []
+    # what a user runs: auto where it compiles (naming the schedule it chose), else the
+    # named runs; every row is in docs/results.md
+    auto_done = {r["collective"] for r in data["rows"]
+                 if r["mode"] == "auto" and r.get("status") == 0}
     for r in data["rows"]:
-        if r["mode"] == "auto":
-            continue  # the refusals are in docs/results.md; the README keeps the named runs
+        if (r["mode"] == "auto") != (r["collective"] in auto_done):
+            continue
         peak = r.get("peak_bytes")
         done = r.get("status") == 0
+        mode = f"auto ({r['algorithm']})" if r["mode"] == "auto" else r["mode"]
         out.append(["pods512_fattree (3 tiers, 2:1 at the core)", "4,096",
                     f"{r['collective']} ({_FATTREE_KINDS.get(r['collective'], '?')} 1 GiB)",
-                    f"{r['mode']}" + ("" if done else " (refused by the size check)"),
+                    mode + ("" if done else " (refused by the size check)"),
                     f"{r['pct_of_bound']:.1f}%" if done else "–",
-                    f"{r['seconds']:.0f} s", f"{peak / 2 ** 30:.2f} GiB" if peak else "–",
-                    "fattree_scale"])
+                    f"{r['seconds']:.0f} s" + (f" ({r['cpu_seconds']:.0f} s CPU)"
+                                               if "cpu_seconds" in r else ""),
+                    f"{peak / 2 ** 30:.2f} GiB" if peak else "–", "fattree_scale"])
     return out
 
 
 #: the README's scale table: benchmark -> its rows
 SCALE_ROWS: dict[str, Callable[[dict], list[list[str]]]] = {
-    "symmetric_scale": _scale_symmetric, "fattree_scale": _scale_fattree,
+    "symmetric_scale": _scale_symmetric, "faulty_scale": _scale_faulty,
+    "fattree_scale": _scale_fattree,
     "auto_synth": _scale_auto_synth,
     "lockstep_limits": _scale_lockstep}
 
@@ -482,17 +562,11 @@ def render_scale(results: dict[str, dict]) -> list[str]:
             for row in fn(results[name])]
     if not rows:
         return ["(not recorded)"]
-    notes = []
-    if "auto_synth" in results:
-        notes = ["", "With `--emit json,msccl`, `auto` keeps its synthesis candidate to the ops "
-                 "the budget can also lower to MSCCL (200k); `algorithm synth`'s 1.5M-op "
-                 "schedule is planned but MSCCL's parsers take at most 4095 XML nodes per GPU, "
-                 "so it is no MSCCL output (the section of `auto_synth` in docs/results.md)."]
     return ["Large machines and what synthesis reaches, on a two-core machine (time and "
             "memory of one compile or planning; % of the bound `cclc compile` prints, under "
             "the IR model unless named; each benchmark's command is in docs/results.md):",
             ""] + _table(["machine", "ranks", "collective", "schedule", "% of bound", "time",
-                          "peak memory", "benchmark"], rows) + notes
+                          "peak memory", "benchmark"], rows)
 
 
 def _replace_block(readme: str, start_marker: str, body: list[str]) -> str:

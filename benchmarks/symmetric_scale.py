@@ -47,10 +47,27 @@ def _collective(kind_text: str, dims_text: str):
                            size=SIZE)
 
 
+def measure_expanded(full) -> dict:
+    """The ordinary verifier's and lockstep simulator's seconds on an expanded schedule, and
+    the time and busiest link's bytes they find (what the symmetric side must equal)."""
+    # imported in the child process that measures, as the workers do
+    from cclc.sim import simulate
+    from cclc.verify import verify
+
+    out: dict = {}
+    t0 = time.perf_counter()
+    verify(full)
+    out["verify_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sim = simulate(full)
+    out["simulate_s"] = time.perf_counter() - t0
+    out["time_s"] = sim.time
+    out["link_bytes_max"] = float(sim.link_bytes.max())
+    return out
+
+
 def _worker(kind_text: str, dims_text: str, side: str) -> dict:
     """One side of one collective on one torus, measured in this process."""
-    import numpy as np
-
     from cclc.bounds import bounds
     from cclc.symmetric_check import simulate_lockstep, verify_symmetric
     from cclc.symmetric_plan import BUILDERS
@@ -89,22 +106,13 @@ def _worker(kind_text: str, dims_text: str, side: str) -> dict:
         out["stored_by_symmetry"] = done.symmetric is not None
         out["pct_of_bound"] = p.pct_of_bound if p is not None else None
     else:
-        from cclc.sim import simulate
         from cclc.symmetric import expand
-        from cclc.verify import verify
 
         t0 = time.perf_counter()
         full = expand(sym)
         out["expand_s"] = time.perf_counter() - t0
         del sym
-        t0 = time.perf_counter()
-        verify(full)
-        out["verify_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        sim = simulate(full)
-        out["simulate_s"] = time.perf_counter() - t0
-        out["time_s"] = sim.time
-        out["link_bytes_max"] = float(np.max(sim.link_bytes))
+        out.update(measure_expanded(full))
         out["ops"] = len(full.ops)
     out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out

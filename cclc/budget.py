@@ -14,13 +14,16 @@ included), so a refusal is never caused by an overestimate:
   direct, pat), the sum of every pair's hop distance where relay lowering cuts the moves into
   single hops (direct and the torus AllToAll entries on a torus with routing ``none``), and
   ``n`` (every rank receives something) where an entry has no better bound.
-  ``auto`` builds every applicable candidate and keeps the fastest: its peak is the largest.
+  ``auto`` builds the applicable candidates that can win and keeps the fastest: its peak is
+  the largest it builds.
 * memory: :data:`BYTES_PER_OP` per op (the IR's ten int32 columns and a route offset, held by
   the builder and again by the verifier), :data:`BYTES_PER_LINK` per route link where an
   entry's routes are longer than its ops (direct's, over a whole torus), plus the verifier's
   interpreter (:func:`verifier_bytes`: every rank's chunk slots, from the entry's ``slots``
   rule, each with a value and a stamp and, in a reduction, a bitset of ``n`` contributor
-  bits: ``n^3 / 4`` bytes for a ring AllReduce, 16 GiB at 4,096 ranks) and the hop matrix of
+  bits, or the number of its set where all sets would pass :data:`cclc.verify.SLICE_BYTES`:
+  a ring AllReduce's whole sets are ``n^3 / 4`` bytes, 16 GiB at 4,096 ranks, which the
+  verifier makes a slice of ranks at a time) and the hop matrix of
   the alltoall bounds (``n^2`` float64) where no closed form replaces it.
 * time: :data:`SECONDS_PER_OP` per op (build, verify, simulate), measured by
   ``benchmarks/ir_scale.py`` at 1.5-4 us per op on 2 cores.
@@ -30,12 +33,15 @@ of what the process can get (the machine's available memory, or a lower address-
 the estimates count the largest arrays only) or the time exceeds
 :data:`TIME_LIMIT`; it prints the estimate and the ways out (a smaller collective, the entry
 with the smallest schedule, ``--no-size-check``). Under ``auto`` the largest applicable
-candidate decides, as ``auto`` builds them all: admitting the collective on the smaller ones
-alone would build the entries whose rules are loose lower bounds (``synth`` counts ``n`` ops,
-and its search runs minutes past its budget at 4,096 ranks). Within an admitted collective
-the planner skips each candidate whose own estimate does not fit
-(:meth:`Limits.candidate_refusal`: the memory of its verifier need not grow with its ops)
-and says so in its table.
+candidate decides unless a candidate whose estimate is its exact count fits
+(:func:`fitting_entries`): then the collective is admitted, and the planner skips each
+candidate whose own estimate does not fit (:meth:`Limits.candidate_refusal`: the memory of
+its verifier need not grow with its ops) and says so in its table. An estimate that is a
+loose lower bound admits nothing by itself (recursive doubling counts ``n`` where it builds
+``n log2 n``); admitted, such a candidate is built only if its bound (:mod:`cclc.load_bounds`)
+does not show that it cannot win; where a synthesis would be built with no send bound to
+prune it (``synth`` counts ``n`` ops, and its search runs minutes past its budget at 4,096
+ranks) nothing is admitted: the collective is refused in seconds as before.
 
 The estimates are the exact counts before relay lowering where the builders' counts have a
 closed form, and lower bounds elsewhere (``tests/plan/test_op_estimates.py`` measures every
@@ -52,16 +58,17 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from cclc.algorithms import every_rank_ops
+from cclc.algorithms import NoBound, every_rank_ops
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError
 from cclc.ir import Buf, Schedule
 from cclc.units import format_bytes
+from cclc.verify import holds_whole_sets
 
 __all__ = ["BYTES_PER_LINK", "BYTES_PER_OP", "BYTES_PER_SLOT", "MAX_OPS", "MEMORY_SHARE",
            "SECONDS_PER_OP", "TIME_LIMIT", "Limits", "SizeEstimate", "available_memory",
            "candidate_estimate", "check_budget", "estimate_ops", "estimate_size",
-           "verifier_bytes"]
+           "fitting_entries", "verifier_bytes"]
 
 #: bytes per op at the least: 10 int32 columns + an int64 route offset, twice
 BYTES_PER_OP = 2 * (10 * 4 + 8)
@@ -79,7 +86,7 @@ TIME_LIMIT = 3600.0
 MAX_OPS = 20_000_000
 
 #: bytes per chunk slot in the verifier's interpreter (:mod:`cclc.verify`): an int64 value and
-#: an int32 stamp; a reduction adds ``ceil(n / 64)`` uint64 words of contributor bits
+#: an int32 stamp; a reduction adds uint64 words of contributor bits (:func:`verifier_bytes`)
 BYTES_PER_SLOT = 8 + 4
 
 _REDUCING = frozenset({CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
@@ -113,10 +120,18 @@ def estimate_ops(coll: Collective, entry, params: dict | None = None) -> int:
 def verifier_bytes(coll: Collective, slots_per_rank: int) -> float:
     """Bytes the verifier's interpreter allocates for ``coll`` with ``slots_per_rank`` chunk
     slots per rank (input, output and scratch together): :data:`BYTES_PER_SLOT` per slot and,
-    in a reduction, a bitset of ``n`` contributor bits per slot."""
+    in a reduction, a bitset of ``n`` contributor bits per slot where those fit in
+    :data:`cclc.verify.SLICE_BYTES` (:func:`cclc.verify.holds_whole_sets`), else the number
+    of its contributor set per slot (an int64; the sets themselves are made a slice of ranks
+    at a time, within about :data:`~cclc.verify.SLICE_BYTES`, and not counted: their number
+    is the reductions')."""
     n = coll.n
-    per_slot = BYTES_PER_SLOT + (8 * math.ceil(n / 64) if coll.kind in _REDUCING else 0)
-    return float(n) * slots_per_rank * per_slot
+    slots = float(n) * slots_per_rank
+    per_slot = float(BYTES_PER_SLOT)
+    if coll.kind in _REDUCING:
+        whole = holds_whole_sets(n, n * slots_per_rank)
+        per_slot += 8 * math.ceil(n / 64) if whole else 8
+    return slots * per_slot
 
 
 def candidate_estimate(coll: Collective, entry, params: dict) -> SizeEstimate:
@@ -170,6 +185,24 @@ def estimate_size(coll: Collective, entries: Sequence, params: dict, others: Seq
                      if size < est.ops and _applies(coll, e, params if e.name in names else {})),
                     None)
     return replace(est, smallest=smallest)
+
+
+def fitting_entries(coll: Collective, entries: Sequence, params: dict, memory: int | None
+                    ) -> tuple[str, ...]:
+    """The names of the applicable ``entries`` (``auto``'s candidates) whose estimate is the
+    exact count of what they build (``exact_ops``, within relay lowering's factor) and fits
+    the limits with ``memory`` bytes available: the ones that admit a collective whose largest
+    candidate does not fit."""
+    limits = Limits(memory)
+    built = [e for e in entries
+             if _applies(coll, e, params) and limits.candidate_refusal(coll, e, params) is None]
+    if any(e.synthesize is not None and isinstance(e.step_sends(coll, **params), NoBound)
+           for e in built):
+        # a synthesis, whose cost no op count states, that no send bound can prune would be
+        # built whatever it costs (synth's search runs minutes past its budget on a 4,096-rank
+        # torus): nothing is admitted
+        return ()
+    return tuple(e.name for e in built if e.exact_ops)
 
 
 def _applies(coll: Collective, entry, params: dict) -> bool:

@@ -6,7 +6,9 @@ the per-GPU link to the node switch, NICs per node and their rate. Each point is
 cclc topology (one node, or nodes on one switch) and predicted through the same path as every
 report: :func:`cclc.nccl_model.system_of`, :func:`~cclc.nccl_model.nccl_init`,
 :func:`~cclc.nccl_model.nccl_choice`. The data file ships with the package
-(:data:`cclc.nccl_model.CALIBRATION_DATA`); every row names its source.
+(:data:`cclc.nccl_model.CALIBRATION_DATA`); every row names its source. An AllToAll point,
+which NCCL runs as grouped send/recv outside its tuning tables, is predicted by
+:func:`cclc.nccl_p2p.nccl_alltoall` on the same system.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from cclc.collective import CollectiveKind
 from cclc.errors import SemanticError
 from cclc.nccl_model import (
     CALIBRATION_DATA,
@@ -26,12 +29,13 @@ from cclc.nccl_model import (
     nccl_init,
     system_of,
 )
+from cclc.nccl_p2p import nccl_alltoall
 from cclc.topology import NodeType, interconnect_named, single_node, single_switch
 
 __all__ = ["Point", "Prediction", "load_points", "predict"]
 
-_FUNCS = {"allreduce": Func.ALLREDUCE, "allgather": Func.ALLGATHER,
-          "reducescatter": Func.REDUCESCATTER}
+_KINDS = {"allreduce": CollectiveKind.ALLREDUCE, "allgather": CollectiveKind.ALLGATHER,
+          "reducescatter": CollectiveKind.REDUCESCATTER, "alltoall": CollectiveKind.ALLTOALL}
 _COLUMNS = ("id", "arch", "nodes", "gpus", "interconnect", "link_gbs", "nics", "nic_gbps",
             "collective", "size", "algorithm", "metric", "value", "scale", "check", "source")
 
@@ -48,7 +52,7 @@ class Point:
     link_gbs: float
     nics: int
     nic_gbps: float
-    func: Func
+    kind: CollectiveKind
     size: int
     algorithm: Algo | None
     metric: str            # "busbw" (GB/s) | "time_us"
@@ -56,6 +60,12 @@ class Point:
     scale: str             # "large" | "small"
     check: str             # "yes" | "known-weak" | "report"
     source: str
+
+    @property
+    def func(self) -> Func | None:
+        """NCCL's function for the point's collective; ``None`` for AllToAll (grouped
+        send/recv, outside NCCL's tuning tables)."""
+        return Func[self.kind.name] if self.kind.name in Func.__members__ else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +104,7 @@ def load_points(path: str | Path = CALIBRATION_DATA) -> list[Point]:
                 id=row["id"], arch=row["arch"], nodes=int(row["nodes"]), gpus=int(row["gpus"]),
                 interconnect=row["interconnect"], link_gbs=float(row["link_gbs"]),
                 nics=int(row["nics"]), nic_gbps=float(row["nic_gbps"]),
-                func=_FUNCS[row["collective"]], size=int(row["size"]), algorithm=algo,
+                kind=_KINDS[row["collective"]], size=int(row["size"]), algorithm=algo,
                 metric=row["metric"], value=float(row["value"]), scale=row["scale"],
                 check=row["check"], source=row["source"]))
         except (KeyError, ValueError) as err:
@@ -113,7 +123,11 @@ def _topology(p: Point):
 def predict(p: Point) -> Prediction:
     """What cclc's model of NCCL predicts for ``p`` (NCCL's choice; a forced algorithm keeps
     NCCL's protocol choice among that algorithm's protocols, as ``NCCL_ALGO`` does)."""
-    model = nccl_init(system_of(_topology(p), arch=p.arch))
+    system = system_of(_topology(p), arch=p.arch)
+    if p.func is None:
+        a2a = nccl_alltoall(system, p.size)
+        return Prediction(p, a2a.busbw if p.metric == "busbw" else a2a.time_us, a2a.name)
+    model = nccl_init(system)
     allowed = None if p.algorithm is None else {(p.algorithm, q) for q in Proto}
     choice = nccl_choice(model, p.func, p.size, allowed)
     if choice is None:

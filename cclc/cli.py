@@ -56,19 +56,56 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: whether a SIGINT came (set by :func:`_on_sigint`)
+_interrupted = False
+
+
+def _on_sigint(signum, frame) -> None:
+    """Python's own reaction to Ctrl-C (raise KeyboardInterrupt), remembered: an extension
+    module interrupted while it initializes may turn the KeyboardInterrupt into another error
+    (numpy's C core raises ImportError "PyCapsule_Import could not import module 'datetime'"),
+    which must end in "interrupted" as well."""
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    global _interrupted
+    _interrupted = False
+    previous = None
     try:
-        return _run(argv)
-    except KeyboardInterrupt:
-        # imported inside main's handler, so that a Ctrl-C while importing ends in 'interrupted'
-        # (see the module docstring)
-        # a second Ctrl-C while we say so must not print a traceback either
+        # imported inside main's handler, so that a Ctrl-C while importing ends in
+        # 'interrupted' (see the module docstring)
         import signal
 
+        try:
+            previous = signal.signal(signal.SIGINT, _on_sigint)
+        except ValueError:
+            pass            # not the main thread (an embedding caller's): its signals are its own
+        status = _run(argv)
+    except KeyboardInterrupt:
+        return _say_interrupted()
+    except Exception:
+        if _interrupted:    # what a Ctrl-C became inside an extension module
+            return _say_interrupted()
+        raise
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
+    return status
+
+
+def _say_interrupted() -> int:
+    # a second Ctrl-C while we say so must not print a traceback either
+    import signal
+
+    try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        print("interrupted", file=sys.stderr)
-        return 130
+    except ValueError:
+        pass                # not the main thread
+    print("interrupted", file=sys.stderr)
+    return 130
 
 
 def _run(argv: list[str] | None) -> int:

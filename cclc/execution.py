@@ -45,13 +45,21 @@ Every predicted time names the model it comes from:
     MSCCL++ execution plans as ``--emit mscclpp`` lowers them: each rank runs its steps in
     order, and before writing into a peer at a step waits for that peer's credit (the peer
     finished its previous step), then signals the data: lockstep between peers, each step
-    paying two one-way synchronizations, one measured signal+wait round trip of MSCCL++'s
-    memory channel, 2.345 us on H100 (``SemaphorePerfTest.SignalPingPong``, measured figure
-    quoted in microsoft/mscclpp commit 4f3638b60db4640eb5f0cd4c1c92e05a72227474, "Use PTX red
-    for D2D semaphore signal (#768)"). Port channels (the network, through MSCCL++'s proxy)
+    with an op between two ranks paying two one-way synchronizations, one measured
+    signal+wait round trip of MSCCL++'s memory channel, 2.345 us on H100
+    (``SemaphorePerfTest.SignalPingPong``, measured figure quoted in microsoft/mscclpp commit
+    4f3638b60db4640eb5f0cd4c1c92e05a72227474, "Use PTX red for D2D semaphore signal (#768)").
+    A step of local ops alone (a reduction of received partial sums, synthesis's local
+    folds) is free of it: the lowering (:mod:`backends.mscclpp.lower`) emits credits, data
+    signals and waits only for the peers a rank writes into or is written by at a step, so
+    at a step where no rank writes into another no rank signals or waits (the credits for
+    the next step's writers, sent at its end, are that next step's synchronization). The
+    model is a global lockstep, so a step where any two ranks talk pays the round trip
+    (``overhead_steps="peer"``). Port channels (the network, through MSCCL++'s proxy)
     are slower, 19.02 us per ping-pong on H200 (``PortChannelOneToOneTest.PingPongPerf``,
     measured figure quoted in commit 5e038eacd2c45fb635800251663e03e31026039d, "Proxy FIFO
-    latency improvement (#864)"); the model charges the memory-channel figure on every step.
+    latency improvement (#864)"); the model charges the memory-channel figure on every step
+    that synchronizes.
     No launch cost is charged (MSCCL++ publishes none for its executor). The LL plans written
     beside them for small calls inside one server skip the per-step signals but move twice the
     bytes; the model prices the Simple plans. The plans run one
@@ -79,7 +87,7 @@ from cclc.errors import ScheduleError
 from cclc.fabric_routing import ecmp_routes, has_spines
 from cclc.ir import Schedule
 from cclc.lane_cost import DEFAULT_LANE_MEMORY, choose_lanes
-from cclc.sim import simulate
+from cclc.sim import OverheadSteps, simulate
 
 __all__ = ["IR_MODEL", "LOCKSTEP_NCCL_MODEL", "MODELS", "MSCCLPP_MODEL", "MSCCL_MODEL",
            "NCCL_GROUP_OVERHEAD", "NCCL_MODEL", "NCCL_ONESIDED_MODEL", "ExecutionModel",
@@ -93,6 +101,11 @@ class ExecutionModel:
     name: str
     mode: Literal["lockstep", "event", "dataflow"]
     step_overhead: float = 0.0
+    #: which lockstep steps pay ``step_overhead``: ``"every"`` step (a runtime that launches
+    #: each step), or only the ``"peer"`` steps, those with an op between two ranks (a runtime
+    #: that synchronizes ranks only where one writes into another); see
+    #: :func:`cclc.sim.step_charges`
+    overhead_steps: OverheadSteps = "every"
     op_overhead: float = 0.0
     call_overhead: float = 0.0
     description: str = ""
@@ -155,9 +168,11 @@ MSCCL_MODEL = ExecutionModel("msccl", "event", op_overhead=_SIMPLE_HOP,
                              description="dataflow, 3.4 us per op, 8.4 us per call")
 #: MSCCL++'s executor running the plans of ``backends.mscclpp``
 MSCCLPP_MODEL = ExecutionModel("mscclpp", "lockstep", step_overhead=_MSCCLPP_ROUND_TRIP,
+                               overhead_steps="peer",
                                description="lockstep steps (credit and data signal per peer), "
-                               "2.345 us per step (MSCCL++'s measured signal+wait round "
-                               "trip, H100)")
+                               "2.345 us per step with an op between two ranks (MSCCL++'s "
+                               "measured signal+wait round trip, H100); steps of local ops "
+                               "alone free")
 
 
 #: every model by its own name (what reports print and benchmarks' ``--model`` takes); the
@@ -229,7 +244,7 @@ def _run(schedule: Schedule, model: ExecutionModel) -> float:
                               max_lanes=model_lanes(schedule, model), grouping=model.groups)
         return dataflow_time(schedule, model.op_overhead, plan) + model.call_overhead
     r = simulate(schedule, mode=model.mode, step_overhead=model.step_overhead,
-                 op_overhead=model.op_overhead)
+                 op_overhead=model.op_overhead, overhead_steps=model.overhead_steps)
     return float(r.time) + model.call_overhead
 
 
@@ -251,7 +266,8 @@ def predict(schedule: Schedule, model: ExecutionModel = IR_MODEL) -> Prediction:
     """The time of ``schedule`` under ``model`` and its topology's declared routing."""
     topo = schedule.topology
     if has_spines(topo) and topo.routing == "ecmp":
-        hashed = ecmp_routes(schedule)
+        # only the paths the ops take: the times are the same, the table a third the size
+        hashed = ecmp_routes(schedule, used_only=True)
         if _same_links(hashed, schedule):
             # ECMP put every flow where the plan did (rail-local schedules never cross a
             # spine): one run prices both

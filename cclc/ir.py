@@ -29,9 +29,11 @@ import numpy as np
 
 from cclc.collective import Collective
 from cclc.errors import ScheduleError
+from cclc.sorting import equal_runs_order, numbered_by_first
 
 __all__ = ["Buf", "OpKind", "Ops", "Routes", "Schedule", "ScheduleBuilder", "OP_COLUMNS",
-           "even_split", "format_schedule"]
+           "csr_concat", "csr_take", "csr_take_pieces", "even_split", "format_schedule",
+           "intern_paths", "path_hashes"]
 
 
 class Buf(IntEnum):
@@ -233,10 +235,12 @@ class Schedule:
             route = self.ops.route
             lengths = self.routes.lengths()[route]
             first = np.cumsum(lengths) - lengths
-            within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(first, lengths)
             pair_op = np.repeat(np.arange(len(self.ops), dtype=np.int64), lengths)
-            starts = self.routes.offsets[:-1][route]
-            pair_link = self.routes.links[np.repeat(starts, lengths) + within].astype(np.int64)
+            # pair k holds link k + (route start - first pair) of its op's route: one repeat
+            at = np.repeat(self.routes.offsets[:-1][route] - first, lengths)
+            at += np.arange(len(at), dtype=np.int64)
+            pair_link = self.routes.links[at].astype(np.int64)
+            del at
             pair_op.setflags(write=False)
             pair_link.setflags(write=False)
             self._cache["op_links"] = (pair_op, pair_link)
@@ -295,6 +299,32 @@ class ScheduleBuilder:
             self._route_ids[key] = int(rid)
         return int(rid)
 
+    def routes(self, offsets: np.ndarray, links: np.ndarray) -> np.ndarray:
+        """The ids of many routes (CSR, ``offsets[0] == 0``), deduplicated: the ids
+        :meth:`route` gives them one after another, with the new ones added in one piece."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        links = np.asarray(links, dtype=np.int32)
+        local, firsts = intern_paths([(np.zeros(2, dtype=np.int64), links[:0]),
+                                      (offsets, links)])
+        flat = links.tolist()
+        ids = np.zeros(len(firsts), dtype=np.int64)
+        fresh = []
+        for k, row in enumerate(firsts[1:].tolist(), start=1):
+            start, end = int(offsets[row - 1]), int(offsets[row])
+            key = tuple(flat[start:end])
+            rid = self._route_ids.get(key)
+            if rid is None:
+                fresh.append(k)
+            else:
+                ids[k] = rid
+        if fresh:
+            rows = firsts[fresh] - 1
+            new_offs, new_links = csr_take(offsets, links, rows)
+            ids[fresh] = self.add_routes(new_offs, new_links)
+            keys = [tuple(flat[int(offsets[r]):int(offsets[r + 1])]) for r in rows.tolist()]
+            self._route_ids.update(zip(keys, ids[fresh].tolist(), strict=True))
+        return ids[local[1:]].astype(np.int32)
+
     def add_routes(self, offsets: np.ndarray, links: np.ndarray) -> np.ndarray:
         """Append many routes at once (CSR, ``offsets[0] == 0``); returns their ids.
 
@@ -339,6 +369,166 @@ class ScheduleBuilder:
         return Schedule(collective=self.collective, layouts=self.layouts, ops=ops,
                         routes=Routes(offsets, links), algorithm=algorithm, schedule=schedule,
                         params=params)
+
+
+def csr_take(offsets: np.ndarray, links: np.ndarray, rows: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The paths ``rows`` of a CSR table as a new (writable) CSR table."""
+    lengths = offsets[1:][rows] - offsets[:-1][rows]
+    new_offs = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_offs[1:])
+    # link k of the new table is link k + (old start - new start) of its path: one repeat
+    shift = np.repeat(offsets[:-1][rows] - new_offs[:-1], lengths)
+    shift += np.arange(int(new_offs[-1]), dtype=np.int64)
+    return new_offs, links[shift].astype(np.int32)
+
+
+def csr_concat(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """CSR tables one after another."""
+    offs = [pieces[0][0]]
+    base = int(pieces[0][0][-1])
+    for o, _ in pieces[1:]:
+        offs.append(o[1:] + base)
+        base += int(o[-1])
+    return np.concatenate(offs), np.concatenate([x for _, x in pieces]).astype(np.int32)
+
+
+def csr_take_pieces(pieces: list[tuple[np.ndarray, np.ndarray]], rows: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The paths ``rows`` (increasing, counted over ``pieces`` read one after another) as one
+    CSR table, without joining the pieces first (at 4,096 ranks each is a gigabyte)."""
+    bounds = np.cumsum([0] + [len(o) - 1 for o, _ in pieces])
+    parts = []
+    for (offs, links), lo, hi in zip(pieces, bounds[:-1], bounds[1:], strict=True):
+        mine = rows[(rows >= lo) & (rows < hi)] - lo
+        parts.append(csr_take(offs, links, mine))
+    return csr_concat(parts)
+
+
+#: odd multiplier of :func:`path_hashes` (the 64-bit golden ratio)
+_HASH_BASE = np.uint64(0x9E3779B97F4A7C15)
+
+#: paths hashed per block in :func:`path_hashes` (bounds its temporaries)
+_HASH_BLOCK = 1 << 22
+
+
+def path_hashes(offsets: np.ndarray, links: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of every path of a CSR table: the sum of ``(link + 1) * B**position``
+    modulo ``2**64``; 0 for the empty path. Equal paths hash equal; unequal ones almost never
+    do, and :func:`intern_paths` checks."""
+    n = len(offsets) - 1
+    out = np.zeros(n, dtype=np.uint64)
+    width = int(np.diff(offsets).max(initial=0))
+    powers = np.ones(width + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(1, width + 1):
+            powers[j] = powers[j - 1] * _HASH_BASE
+        for lo in range(0, n, _HASH_BLOCK):
+            hi = min(n, lo + _HASH_BLOCK)
+            start, end = int(offsets[lo]), int(offsets[hi])
+            lengths = np.diff(offsets[lo:hi + 1])
+            within = np.arange(end - start, dtype=np.int64) - np.repeat(offsets[lo:hi] - start,
+                                                                         lengths)
+            terms = (links[start:end].astype(np.uint64) + np.uint64(1)) * powers[within]
+            total = np.zeros(end - start + 1, dtype=np.uint64)
+            np.cumsum(terms, out=total[1:])
+            out[lo:hi] = total[offsets[lo + 1:hi + 1] - start] - total[offsets[lo:hi] - start]
+    return out
+
+
+def intern_paths(pieces: list[tuple[np.ndarray, np.ndarray]],
+                 hashes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Number the distinct paths of the CSR tables ``pieces`` (read one after another) in the
+    order they first occur, the empty path 0: ``(id of every path, the path first holding
+    each id)``.
+
+    Paths are grouped by ``hashes`` (default :func:`path_hashes`; any function under which
+    equal paths are equal) and every path is checked against the first of its group; when
+    two unequal paths share a hash, the paths are packed into integer words and sorted."""
+    if hashes is None:
+        hashes = np.concatenate([path_hashes(o, x) for o, x in pieces])
+    # equal hashes together, each group in path order, so its first row is its least
+    # (equal_runs_order: a plain sort; an argsort of 33M hashes takes 17 s)
+    order = equal_runs_order(hashes)
+    h = hashes[order]
+    new = np.ones(len(h), dtype=bool)
+    new[1:] = h[1:] != h[:-1]
+    del h
+    ids, firsts = numbered_by_first(order, new)
+    dup = np.flatnonzero(firsts[ids] != np.arange(len(ids)))
+    if len(dup) and not _same_paths(pieces, dup, firsts[ids[dup]]):
+        return _intern_packed(pieces)
+    return ids, firsts
+
+
+def _same_paths(pieces: list[tuple[np.ndarray, np.ndarray]], a: np.ndarray, b: np.ndarray
+                ) -> bool:
+    """Whether paths ``a[i]`` and ``b[i]`` (counted over ``pieces``) are equal, for all i:
+    lengths first, then link by link, each read where its piece holds it (no sort: at
+    4,096 ranks ``a`` holds millions of rows)."""
+    piece_a, start_a, len_a = _locate_paths(pieces, a)
+    piece_b, start_b, len_b = _locate_paths(pieces, b)
+    if (len_a != len_b).any():
+        return False
+    for j in range(int(len_a.max(initial=0))):
+        on = np.flatnonzero(len_a > j)
+        if not (_link_at(pieces, piece_a[on], start_a[on] + j)
+                == _link_at(pieces, piece_b[on], start_b[on] + j)).all():
+            return False
+    return True
+
+
+def _locate_paths(pieces: list[tuple[np.ndarray, np.ndarray]], rows: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(piece, first link's index in that piece, length)`` of every path of ``rows``
+    (counted over ``pieces`` read one after another)."""
+    bounds = np.cumsum([0] + [len(o) - 1 for o, _ in pieces])
+    # (narrow types: at 4,096 ranks there are 16M rows, and a path is a few links long)
+    piece = (np.searchsorted(bounds, rows, side="right") - 1).astype(np.int8 if len(pieces) < 128
+                                                                    else np.int64)
+    start = np.empty(len(rows), dtype=np.int64)
+    length = np.empty(len(rows), dtype=np.int32)
+    for p, (offs, _) in enumerate(pieces):
+        mine = np.flatnonzero(piece == p)
+        local = rows[mine] - bounds[p]
+        start[mine] = offs[local]
+        length[mine] = offs[local + 1] - offs[local]
+    return piece, start, length
+
+
+def _link_at(pieces: list[tuple[np.ndarray, np.ndarray]], piece: np.ndarray, at: np.ndarray
+             ) -> np.ndarray:
+    """Link ``at[i]`` of piece ``piece[i]``'s link array, for every i."""
+    out = np.empty(len(at), dtype=np.int64)
+    for p, (_, links) in enumerate(pieces):
+        mine = np.flatnonzero(piece == p)
+        out[mine] = links[at[mine]]
+    return out
+
+
+def _intern_packed(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`intern_paths` exactly: every path packed into a few integer words (its length
+    and its links) and the words sorted."""
+    offsets, links = csr_concat(pieces)
+    n = len(offsets) - 1
+    lengths = np.diff(offsets)
+    width = int(lengths.max()) if n else 0
+    bits = max(1, int(links.max(initial=0) + 2).bit_length())
+    per_word = max(1, 63 // bits)
+    n_words = max(1, -(-width // per_word))
+    words = np.zeros((n_words + 1, n), dtype=np.uint64)
+    words[n_words] = lengths.astype(np.uint64)
+    for j in range(width):
+        # link j of every path that long, shifted into its place in word j // per_word
+        rows = np.flatnonzero(lengths > j)
+        hop = links[offsets[rows] + j].astype(np.uint64) + np.uint64(1)
+        words[j // per_word, rows] |= hop << np.uint64((j % per_word) * bits)
+    # the empty path sorts first and is path 0's: it keeps id 0 wherever it occurs
+    order = np.lexsort(words[::-1])
+    w = words[:, order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (w[:, 1:] != w[:, :-1]).any(axis=0)
+    return numbered_by_first(order, new)
 
 
 _BUF_LETTER = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}

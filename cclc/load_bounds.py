@@ -12,18 +12,22 @@ a link serves its ops first come, first served), so for every link ``l``::
 
     time >= bytes(l) / bandwidth(l) + latency(l)      (+ the model's per-call cost)
 
-**Step bound** (lockstep models: ``ir`` and ``nccl-lockstep``). Steps run one after another,
-and relay lowering only cuts a step into sub-steps (every relayed chain ends in the step's
-last sub-step, where the ops the routing carries stay). So each step ``s`` costs at least::
+**Step bound** (lockstep models: ``ir``, ``nccl-lockstep`` and ``mscclpp``). Steps run one
+after another, and relay lowering only cuts a step into sub-steps (every relayed chain ends in
+the step's last sub-step, where the ops the routing carries stay). So each step ``s`` costs at
+least::
 
     max_l busy(s, l) + latency(l)                                   (its busiest link)
     max_l early(s, l) + latency(l)  +  max_l carried(s, l) + latency(l)
 
 where ``early`` are the bytes of relayed hops before a chain's last segment (sub-steps before
 the last) and ``carried`` those of ops the routing carries (the last sub-step); the step bound
-is the sum over steps of the larger, plus the per-step cost of the steps that must exist. It
-sees what the load bound cannot: a lockstep step waits for its slowest ring, and MATE's
-relayed detours cannot overlap the normal traffic of their step. For ``direct`` on a GPU torus
+is the sum over steps of the larger, plus the per-step cost of the steps that must exist:
+the steps (and relayed sub-steps) that carry link traffic, each holding an op between two
+ranks, so each pays it whether the model charges every step or only those with such an op
+(``mscclpp``, :attr:`cclc.execution.ExecutionModel.overhead_steps`). It sees what the load
+bound cannot: a lockstep step waits for its slowest ring, and MATE's relayed detours cannot
+overlap the normal traffic of their step. For ``direct`` on a GPU torus
 (routing ``none``) the rule lays out the relayed hops in their sub-steps themselves (one chunk
 per op: hop ``k`` of a chain of ``h`` hops in sub-step ``L - h + k``), so the bound is the
 lockstep time itself.
@@ -46,10 +50,13 @@ simulated time is 1.09x its step bound and MATEe's 1.05x.
 The traffic is each algorithm entry's own ``load`` rule (:attr:`cclc.algorithms.Algorithm.load`):
 ``direct``, ``bruck``, the multi-dimensional torus AllToAll entries (``ring``, ``halfring``,
 ``foldedring``, ``line`` with ``pipeline`` or ``dimrotation``), ``mate`` and ``matee`` have one.
-The others (trees, hierarchical, switches, synthesis) state a :class:`~cclc.algorithms.NoBound`
-with its reason, which the planner reports beside the candidate, and are always evaluated; so
-are all candidates on a fabric with spines, where the priced routes are ECMP's hash, not the
-algorithm's.
+Where an entry has no traffic rule, or on a fabric with spines (the priced routes are ECMP's
+hash, not the algorithm's), its bound is the send bound of :mod:`cclc.send_bounds`: from what
+its members send in each step (the entry's ``sends`` rule), over cuts every route crosses, so
+it holds whatever the routes. The others (trees, hierarchical, switches, synthesis,
+rail_halving, the torus rings other than biring) state a :class:`~cclc.algorithms.NoBound`
+with its reason, which the planner reports beside the candidate, and are always evaluated
+(first: any of them may be fastest).
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ from cclc.algorithms import Algorithm, NoBound
 from cclc.collective import Collective
 from cclc.fabric_routing import has_spines
 from cclc.link_traffic import CARRIED, EARLY, Traffic
+from cclc.send_bounds import send_bound
 
 __all__ = ["LoadBound", "candidate_bounds", "evaluation_order", "load_bound", "lower_bound",
            "prune_reason", "step_bound", "traffic"]
@@ -71,11 +79,12 @@ __all__ = ["LoadBound", "candidate_bounds", "evaluation_order", "load_bound", "l
 @dataclass(frozen=True, slots=True)
 class LoadBound:
     """A candidate's lower bound: ``time`` (seconds) is a lower bound on its simulated time
-    under the model it was computed for; ``link`` the busiest link; ``what`` names the bound
-    (``"load bound"`` or ``"lockstep step bound"``)."""
+    under the model it was computed for; ``link`` the busiest link (``None`` for a bound
+    from what the members send, which knows no links); ``what`` names the bound
+    (``"load bound"``, ``"lockstep step bound"`` or ``"send bound"``)."""
 
     time: float
-    link: int
+    link: int | None
     what: str = "load bound"
 
 
@@ -104,7 +113,12 @@ def _load_bound(coll: Collective, t: Traffic) -> LoadBound | NoBound:
 
 
 def step_bound(coll: Collective, t: Traffic, step_overhead: float = 0.0) -> float:
-    """The lockstep step bound of traffic ``t`` (see the module docstring), seconds."""
+    """The lockstep step bound of traffic ``t`` (see the module docstring), seconds.
+
+    ``step_overhead`` is charged once per step (and relayed sub-step) that carries link
+    traffic: such a step holds an op between two ranks, so it pays the cost under either
+    :attr:`cclc.execution.ExecutionModel.overhead_steps`, and the steps of local ops alone,
+    which a ``"peer"`` model does not charge, are not counted."""
     topo = coll.topology
     live = t.nbytes > 0
     if not live.any():
@@ -152,11 +166,13 @@ def load_bound(coll: Collective, entry: Algorithm, params: dict, call_overhead: 
 def lower_bound(coll: Collective, entry: Algorithm, params: dict, model) -> LoadBound | NoBound:
     """The best lower bound of ``entry`` under execution ``model``
     (:class:`cclc.execution.ExecutionModel`): the load bound, and for a lockstep model the
-    step bound when it is higher; or why there is none."""
+    step bound when it is higher; where the entry has no traffic here (or its routes are not
+    the ones priced: a fabric with spines), the bound of what its members send
+    (:mod:`cclc.send_bounds`), which holds whatever the routes; or why there is none."""
     t = traffic(coll, entry, params)
     est = t if isinstance(t, NoBound) else _load_bound(coll, t)
     if isinstance(est, NoBound):
-        return est
+        return _send_bound(coll, entry, params, model, est)
     assert isinstance(t, Traffic)
     best = LoadBound(est.time + model.call_overhead, est.link)
     if model.mode == "lockstep":
@@ -164,6 +180,20 @@ def lower_bound(coll: Collective, entry: Algorithm, params: dict, model) -> Load
         if steps > best.time:
             best = LoadBound(steps, est.link, "lockstep step bound")
     return best
+
+
+def _send_bound(coll: Collective, entry: Algorithm, params: dict, model, why: NoBound
+                ) -> LoadBound | NoBound:
+    """The bound of what ``entry``'s members send, or ``why`` there is no link-traffic bound
+    with the reason there is no send rule either."""
+    steps = entry.step_sends(coll, **params)
+    if isinstance(steps, NoBound):
+        return NoBound(f"{why.reason}; {steps.reason}")
+    found = send_bound(coll, steps, model)
+    if found.seconds <= 0:
+        return NoBound(f"{why.reason}; its members send nothing across a cut")
+    return LoadBound(found.seconds, None,
+                     f"send bound (bytes across a {found.cut}'s links, whatever the routes)")
 
 
 #: relative margin of :func:`prune_reason` (float rounding of sums of ~1e3 terms is ~1e-13)

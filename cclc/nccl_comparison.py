@@ -1,17 +1,19 @@
 """cclc's predicted time beside NCCL's: the comparison every report prints.
 
 :mod:`cclc.nccl_model` predicts what NCCL chooses and how long it takes; this module sets that
-beside the time cclc predicts for its own schedule, says the ratio the right way round, and
-says when the difference is inside the model's calibration error or compares a time without
-software cost against one with it.
+beside the time cclc predicts for its own schedule (for an AllToAll, which NCCL runs as
+grouped send/recv outside its tuning tables, :mod:`cclc.nccl_p2p` predicts it), says the
+ratio the right way round, and says when the difference is inside the model's calibration
+error or compares a time without software cost against one with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cclc.collective import Collective
+from cclc.collective import Collective, CollectiveKind
 from cclc.nccl_model import CALIBRATION_TOLERANCE, NcclChoice, nccl_estimate
+from cclc.nccl_p2p import NcclAllToAll, alltoall_estimate
 from cclc.units import format_time
 
 __all__ = ["NcclComparison", "compare_with_nccl", "nccl_comparison", "speedup_text"]
@@ -33,7 +35,7 @@ class NcclComparison:
     it; ``software_cost=False`` when cclc's time charges no launch or per-op cost (the ``ir``
     model), which NCCL's does. Computed once by the pipeline and handed to every output."""
 
-    nccl: NcclChoice
+    nccl: NcclChoice | NcclAllToAll
     time: float
     software_cost: bool = True
 
@@ -75,9 +77,12 @@ class NcclComparison:
 
 def nccl_comparison(coll: Collective, time: float, software_cost: bool = True
                     ) -> NcclComparison | None:
-    """NCCL's predicted choice for ``coll`` beside cclc's ``time`` for it; ``None`` where
-    NCCL's tables have nothing to say (:func:`nccl_estimate`) or ``time`` is not positive."""
-    est = nccl_estimate(coll)
+    """NCCL's predicted choice for ``coll`` beside cclc's ``time`` for it: its tuning model
+    (:func:`nccl_estimate`), or for an AllToAll its grouped send/recv
+    (:func:`cclc.nccl_p2p.alltoall_estimate`); ``None`` where neither has anything to say or
+    ``time`` is not positive."""
+    est: NcclChoice | NcclAllToAll | None = (
+        alltoall_estimate(coll) if coll.kind is CollectiveKind.ALLTOALL else nccl_estimate(coll))
     if est is None or time <= 0:
         return None
     return NcclComparison(est, time, software_cost)

@@ -21,6 +21,10 @@ downlink) capacity divided by the bus-bandwidth shares its crossing edges carry:
 evenly over the uplinks, as planned routing would place them (ECMP collisions, which real
 fabrics add on top, are not charged here). Nodes are in the pods :func:`cclc.topology.fat_tree`
 gives them; link faults inside a pod are not charged (as NCCL's model does not).
+
+An AllToAll (NCCL's grouped send/recv, :mod:`cclc.nccl_p2p`) follows no ring or tree: every
+pair exchanges directly, so the bytes between pods are the traffic matrix's, and
+:func:`pod_core_seconds` bounds its time by each pod's core capacity the same way.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import numpy as np
 
 from cclc.topology import Topology
 
-__all__ = ["CoreLimits", "core_limits", "dtree_edges", "ring_edges"]
+__all__ = ["CoreLimits", "core_limits", "dtree_edges", "pod_core_seconds", "ring_edges"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,3 +148,42 @@ def core_limits(topo: Topology, group: tuple[int, ...] | list[int]) -> CoreLimit
     return CoreLimits(ring=_limit(ring_edges(len(nodes)), pod, up, down, 1.0, False),
                       tree=_limit(first + second, pod, up, down, 0.5, True),
                       pods=len(set(pod.tolist())))
+
+
+def pod_core_seconds(topo: Topology, group: tuple[int, ...] | list[int],
+                     sent: np.ndarray | float) -> tuple[float, int] | None:
+    """The least time (seconds) the pods' core links need to carry a traffic matrix, and the
+    pods' count; ``None`` on a machine without pods (or with the group in one pod).
+
+    ``sent[i, j]`` is the bytes group member ``i`` sends to member ``j`` (an AllToAll's pairs,
+    NCCL's grouped send/recv); a number stands for the same bytes between every pair. Every
+    byte between members of different pods leaves its pod through the pod's healthy spine ->
+    core links and enters the other through core -> spine; spread evenly over them (ECMP
+    collisions are not charged), a pod's outgoing bytes over its uplink capacity bound the
+    time, as do its incoming bytes over its downlinks.
+    """
+    if topo.pod_of_node is None or topo.node_of_rank is None:
+        return None
+    pod = topo.pod_of_node[topo.node_of_rank[np.asarray(group)]]
+    pods = np.unique(pod)
+    if len(pods) < 2:
+        return None
+    up, down = _pod_capacity(topo)
+    # bytes each member sends to / receives from each pod (members x pods)
+    onehot = (pod[:, None] == pods[None, :]).astype(np.float64)
+    if np.ndim(sent) == 0:
+        # the same bytes to every member: no n x n matrix (16.7M pairs at 4,096 ranks)
+        to_pod = np.broadcast_to(float(sent) * onehot.sum(axis=0), onehot.shape)
+        from_pod = to_pod
+    else:
+        matrix = np.asarray(sent, dtype=np.float64)
+        to_pod, from_pod = matrix @ onehot, matrix.T @ onehot
+    worst = 0.0
+    for k, p in enumerate(pods.tolist()):
+        mine = pod == p
+        out = float(to_pod[mine].sum() - to_pod[mine, k].sum())
+        inn = float(from_pod[mine].sum() - from_pod[mine, k].sum())
+        for load, cap in ((out, up[p]), (inn, down[p])):
+            if load > 0:
+                worst = max(worst, math.inf if cap <= 0 else load / (cap * 1e9))
+    return float(worst), len(pods)

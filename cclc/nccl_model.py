@@ -59,6 +59,7 @@ __all__ = [
     "BASE_LAT",
     "CALIBRATION_DATA",
     "CALIBRATION_TOLERANCE",
+    "COMPUTE_CAPABILITY",
     "DEFAULT_THREADS",
     "HW_LAT",
     "LL_MAX_BW",
@@ -213,7 +214,8 @@ NVLINK = {60: NvlinkRate(20e9, 18.0), 70: NvlinkRate(25e9, 20.0), 80: NvlinkRate
           103: NvlinkRate(50e9, 40.1)}
 # the PCIe switch between a GPU and its NIC as NCCL rates it (Gen3 / Gen4 / Gen5 x16)
 _GPU_NIC_PCIE = {"volta": 12.0, "ampere": 24.0, "hopper": 48.0, "blackwell": 48.0}
-_COMPCAP = {"volta": 70, "ampere": 80, "hopper": 90, "blackwell": 100}
+#: the compute capability NCCL's tables are keyed by, per GPU generation
+COMPUTE_CAPABILITY = {"volta": 70, "ampere": 80, "hopper": 90, "blackwell": 100}
 #: NCCL's channel limit: NCCL_MIN/MAX_NCHANNELS are clamped to it (NVIDIA/nccl 5067397c,
 #: src/include/device.h ``MAXCHANNELS``)
 MAX_CHANNELS = 64
@@ -357,7 +359,7 @@ def gpu_nic_bandwidth(arch: str) -> float:
 
 def nvlink_as_nccl_sees_it(declared_gbs: float, arch: str) -> float:
     """A GPU's NVLink bandwidth in NCCL's units: whole links x NCCL's per-link figure."""
-    rate = NVLINK[_COMPCAP[arch]]
+    rate = NVLINK[COMPUTE_CAPABILITY[arch]]
     links = max(1, round(declared_gbs / (rate.hardware / 1e9)))
     return links * rate.nccl
 
@@ -451,7 +453,7 @@ def _search(s: NcclSystem, limit: int, duplicate: bool) -> Graph:
     if best is None:
         best = (1, speeds[-1])
     n, bw = best
-    if duplicate and bw >= 25.0 and not (_COMPCAP[s.arch] > 80 and bw < 50.0 and n > 4):
+    if duplicate and bw >= 25.0 and not (COMPUTE_CAPABILITY[s.arch] > 80 and bw < 50.0 and n > 4):
         dup = min(2 * n, limit)
         bw /= math.ceil(dup / n)
         n = dup
@@ -616,7 +618,7 @@ def _latency(func: Func, algo: Algo, proto: Proto, m: NcclModel, nbytes: int) ->
         lat = base + (steps - inter_steps) * intra + inter_steps * inter
         if (func is Func.ALLREDUCE and proto is Proto.SIMPLE and nodes > 1
                 and nbytes / (m.channels * n) >= 64):
-            lat *= 1.4 if _COMPCAP[s.arch] >= 80 else 1.9
+            lat *= 1.4 if COMPUTE_CAPABILITY[s.arch] >= 80 else 1.9
         return lat
     if algo is Algo.TREE:
         return base + 2 * ((ppn - 1) * intra + log_nodes * inter)
@@ -744,7 +746,8 @@ _FUNC_OF_KIND = {CollectiveKind.ALLREDUCE: Func.ALLREDUCE,
 
 def nccl_estimate(coll: Collective, arch: str = "hopper") -> NcclChoice | None:
     """NCCL's predicted choice and time for ``coll``; ``None`` for what its tuning tables do
-    not cover here (alltoall, broadcast, reduce)."""
+    not cover here (broadcast, reduce; alltoall, which NCCL runs as grouped send/recv, is
+    :func:`cclc.nccl_p2p.alltoall_estimate`)."""
     func = _FUNC_OF_KIND.get(coll.kind)
     if func is None or coll.n < 2:
         return None

@@ -53,6 +53,7 @@ from cclc.ir import Schedule
 from cclc.outdir import OutputDir
 from cclc.plan import Plan, Resolution, plan, resolve
 from cclc.sim import simulate as run_sim
+from cclc.units import format_time
 
 if TYPE_CHECKING:
     from backends.contract import Backend
@@ -146,8 +147,10 @@ class Events:
     def planned(self, coll: Collective, plan: Plan, nccl: str | None) -> None:
         """``coll`` was planned, verified and measured (before anything is written for it)."""
 
-    def planned_symmetric(self, coll: Collective, plan: SymmetricPlan) -> None:
-        """``coll`` was planned stored by symmetry (``planned``'s counterpart)."""
+    def planned_symmetric(self, coll: Collective, plan: SymmetricPlan,
+                          whole: Plan | None = None) -> None:
+        """``coll`` was planned stored by symmetry (``planned``'s counterpart); ``whole`` is
+        the whole plan it was faster than, where one was planned too."""
 
     def failed(self, coll: Collective, message: str) -> None:
         """``coll``'s schedule failed verification: nothing is written for it."""
@@ -212,8 +215,10 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
         events.note(f"{request.source} declares no collective: only its topologies are "
                     "written (add 'collective NAME = KIND on TOPOLOGY { size ... }')")
     resolved = [_resolve(coll, request) for coll in collectives]
-    # the collectives too large to plan whole that auto plans stored by symmetry instead
-    symmetric = _check_sizes(resolved, model, events) if request.size_check else frozenset()
+    # the collectives too large to plan whole that auto plans stored by symmetry instead, and
+    # those it plans both ways
+    symmetric, both = (_check_sizes(resolved, model, backends, events) if request.size_check
+                       else (frozenset(), frozenset()))
 
     # the folder stays locked until every file of this run is written: a second run into it
     # is refused at once instead of mixing its files with this one's
@@ -247,6 +252,11 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
                 events.failed(coll, err.message)
                 results.append(Compiled(coll, None, err.message))
                 continue
+            sym = _faster_symmetric(coll, p, model, events) if coll.name in both else None
+            if sym is not None:
+                results.append(_compile_symmetric(coll, model, backends, out, options, events,
+                                                  sym, p))
+                continue
             # 6. compare with what NCCL would take on the same machine
             comparison = _compare(coll, p)
             nccl = None if comparison is None else comparison.line
@@ -254,30 +264,50 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
             # 7. render and write every output (the facts the renderers show are measured once)
             facts = measure(p.schedule, p, simulate=any(b.wants_simulation for b in backends),
                             nccl=comparison)
-            files: list[str] = []
-            missing: list[tuple[str, str]] = []
-            skipped: list[tuple[str, str]] = []
-            for k, backend in enumerate(backends):
-                try:
-                    with events.stage(f"{coll.name}: {backend.name} output of "
-                                      f"{len(p.schedule.ops)} ops ({k + 1} of {len(backends)} "
-                                      "outputs)"):
-                        files += write_outputs(backend, coll, p.schedule, out, options, facts)
-                except NotExpressible as err:
-                    # the format has no form for this collective: no schedule would do
-                    skipped.append((backend.name, err.message))
-                    events.skipped(coll, backend.name, err.message)
-                except CclError as err:
-                    # one output the schedule cannot take (a runtime limit, a failed build) must
-                    # not cost the user the others
-                    missing.append((backend.name, err.message))
-                    events.missing(coll, backend.name, err.message)
-            for name in files:
-                events.wrote(name)
-            events.done(coll)
-            results.append(Compiled(coll, p, None, nccl, tuple(files), tuple(missing),
-                                    tuple(skipped)))
+            files, missing, skipped = _write_whole(coll, p, facts, backends, out, options,
+                                                   events)
+            results.append(Compiled(coll, p, None, nccl, files, missing, skipped))
         return tuple(results)
+
+
+def _write_whole(coll: Collective, p: Plan, facts: Facts,
+                 backends: Sequence[Backend[Any, Any]], out: OutputDir, options: EmitOptions,
+                 events: Events) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...],
+                                          tuple[tuple[str, str], ...]]:
+    """Every output of the whole plan ``p``: see :func:`_write_each`."""
+    def write(k: int, backend: Backend[Any, Any]) -> list[str]:
+        with events.stage(f"{coll.name}: {backend.name} output of {len(p.schedule.ops)} ops "
+                          f"({k + 1} of {len(backends)} outputs)"):
+            return write_outputs(backend, coll, p.schedule, out, options, facts)
+
+    return _write_each(coll, backends, write, events)
+
+
+def _write_each(coll: Collective, backends: Sequence[Backend[Any, Any]],
+                write: Callable[[int, Backend[Any, Any]], list[str]], events: Events
+                ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...],
+                           tuple[tuple[str, str], ...]]:
+    """``write(k, backend)`` for every backend: the files written, the outputs missing
+    (backend, why) and those skipped (backend, why), each told to ``events``."""
+    files: list[str] = []
+    missing: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = []
+    for k, backend in enumerate(backends):
+        try:
+            files += write(k, backend)
+        except NotExpressible as err:
+            # the format has no form for this collective: no schedule would do
+            skipped.append((backend.name, err.message))
+            events.skipped(coll, backend.name, err.message)
+        except CclError as err:
+            # one output the schedule cannot take (a runtime limit, a failed build) must not
+            # cost the user the others
+            missing.append((backend.name, err.message))
+            events.missing(coll, backend.name, err.message)
+    for name in files:
+        events.wrote(name)
+    events.done(coll)
+    return tuple(files), tuple(missing), tuple(skipped)
 
 
 # -- the stages --------------------------------------------------------------------------------
@@ -333,26 +363,37 @@ def _resolve(coll: Collective, request: Request) -> Resolution:
         raise CclError(f"--algorithm {request.algorithm}: {err.message}") from None
 
 
-def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel, events: Events
-                 ) -> frozenset[str]:
-    """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget);
-    the names of those ``auto`` plans stored by symmetry instead (cclc.symmetric_plan): the
-    ones it can whose estimate is over ``SYMMETRIC_FROM_OPS``."""
+def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel,
+                 backends: Sequence[Backend[Any, Any]], events: Events
+                 ) -> tuple[frozenset[str], frozenset[str]]:
+    """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget).
+    Returns the names of those ``auto`` plans stored by symmetry instead (cclc.symmetric_plan:
+    the ones it can whose estimate is over ``SYMMETRIC_FROM_OPS``), and of those it also plans
+    stored by symmetry, to keep whichever form is faster: the smaller ones it can, where the
+    candidates are timed under the lockstep model the form is timed under and every output
+    takes the form as it is."""
     # cclc.budget, cclc.symmetric_plan only when this runs, not for cclc --help
-    from cclc.budget import check_budget, estimate_size
+    from cclc.budget import check_budget, estimate_size, fitting_entries
     from cclc.symmetric_plan import SYMMETRIC_FROM_OPS, symmetric_model, symmetric_reason
 
     memory = available_memory()
     symmetric = set()
+    both = set()
+    comparable = symmetric_model(model) == model and all(b.renders_symmetric
+                                                         for b in backends)
     for r in resolved:
         # every entry serving the collective is a possible way out of a refusal
         est = estimate_size(r.collective, r.entries, r.params, r.serving)
         why = symmetric_reason(r) if est.ops > SYMMETRIC_FROM_OPS else "small enough"
+        if why == "small enough" and comparable and symmetric_reason(r) is None:
+            both.add(r.collective.name)
         if why is None:
             priced = symmetric_model(model)
             events.note(f"{r.collective.name}: its {est.largest} schedule alone has at least "
                         f"{est.ops:.3g} ops; planned stored by symmetry instead (one "
                         "representative op per orbit of the torus's translations)"
+                        + (", with exceptions for the journeys that cross its failed links"
+                           if r.collective.topology.n_failed_links else "")
                         + ("" if priced == model else f", timed under the {priced.name} "
                            "model: the form has no dataflow simulation"))
             symmetric.add(r.collective.name)
@@ -360,54 +401,89 @@ def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel, events: 
         try:
             check_budget(est, memory)
         except CclError as err:
-            raise CclError(f"{err.message}; nor can it be stored by symmetry: {why}"
-                           ) from None
-    return frozenset(symmetric)
+            fit = () if r.explicit else fitting_entries(r.collective, r.entries, r.params,
+                                                        memory)
+            if not fit:
+                raise CclError(f"{err.message}; nor can it be stored by symmetry: {why}"
+                               ) from None
+            # auto: the candidates that fit are planned, the others skipped with their reason
+            events.note(f"{r.collective.name}: its {est.largest} schedule alone has at least "
+                        f"{est.ops:.3g} ops, over the size limit; auto skips the candidates "
+                        f"that do not fit and plans among those that do (among them "
+                        f"{', '.join(fit)})")
+    return frozenset(symmetric), frozenset(both)
+
+
+def _faster_symmetric(coll: Collective, whole: Plan, model: ExecutionModel, events: Events
+                      ) -> SymmetricPlan | None:
+    """``coll`` planned stored by symmetry, where that is faster than ``whole`` (the best
+    whole candidate, timed under the same lockstep model), else ``None``; said either way."""
+    # cclc.symmetric_plan only when this runs, not for cclc --help
+    from cclc.symmetric_plan import plan_symmetric
+
+    try:
+        with events.stage(f"{coll.name}: planning stored by symmetry as well") as st:
+            # the whole plan's bounds are bounds(coll): not computed a second time
+            sym = plan_symmetric(coll, model, on_stage=lambda what: st.update(0, what),
+                                 known=whole.bounds)
+    except ScheduleError as err:
+        events.note(f"{coll.name}: the form stored by symmetry failed ({err.message}); the "
+                    "whole schedule is kept")
+        return None
+    if whole.time is None or sym.time < whole.time:
+        than = "" if whole.time is None else f", {format_time(whole.time)}"
+        events.note(f"{coll.name}: stored by symmetry ({sym.name}, {format_time(sym.time)}) "
+                    f"is faster than the best whole candidate ({whole.name}{than}): kept")
+        return sym
+    events.note(f"{coll.name}: the best whole candidate ({whole.name}) is no slower than the "
+                f"form stored by symmetry ({sym.name}, {format_time(sym.time)}): kept")
+    return None
 
 
 def _compile_symmetric(coll: Collective, model: ExecutionModel,
                        backends: Sequence[Backend[Any, Any]], out: OutputDir,
-                       options: EmitOptions, events: Events) -> Compiled:
-    """Plan ``coll`` stored by symmetry and write every output that takes it: the form itself
-    where the backend renders it, else the expanded schedule where it fits the size limit;
-    any other output is reported missing with the reason."""
+                       options: EmitOptions, events: Events,
+                       planned: SymmetricPlan | None = None, whole: Plan | None = None
+                       ) -> Compiled:
+    """Plan ``coll`` stored by symmetry (unless ``planned`` already is, faster than the whole
+    plan ``whole``) and write every output that takes it: the form itself where the backend
+    renders it, else the expanded schedule where it fits the size limit; any other output is
+    reported missing with the reason."""
     # cclc.budget, cclc.symmetric* only when this runs, not for cclc --help
     from backends.contract import symmetric_refusal
     from cclc.budget import MAX_OPS
-    from cclc.symmetric import expand
+    from cclc.symmetric import ExceptedSchedule, expand
+    from cclc.symmetric_faults import expand_excepted
     from cclc.symmetric_plan import plan_symmetric
 
-    try:
-        with events.stage(f"{coll.name}: planning stored by symmetry") as st:
-            p = plan_symmetric(coll, model, on_stage=lambda what: st.update(0, what))
-    except ScheduleError as err:
-        events.failed(coll, err.message)
-        return Compiled(coll, None, err.message)
-    events.planned_symmetric(coll, p)
-    facts = Facts(bounds=p.bounds, time=p.time, model=p.model)
-    files: list[str] = []
-    missing: list[tuple[str, str]] = []
-    for backend in backends:
-        why = symmetric_refusal(backend, p.schedule, MAX_OPS)
+    p = planned
+    if p is None:
         try:
-            if why is not None:
-                raise CclError(why)
-            if backend.renders_symmetric:
-                files += write_outputs(backend, coll, p.schedule, out, options, facts)
-                continue
-            whole = expand(p.schedule)
-            why = backend.refusal(whole, options)
-            if why is not None:
-                raise CclError(why)
-            files += write_outputs(backend, coll, whole, out, options,
-                                   measure(whole, simulate=backend.wants_simulation))
-        except CclError as err:
-            missing.append((backend.name, err.message))
-            events.missing(coll, backend.name, err.message)
-    for name in files:
-        events.wrote(name)
-    events.done(coll)
-    return Compiled(coll, None, None, None, tuple(files), tuple(missing), symmetric=p)
+            with events.stage(f"{coll.name}: planning stored by symmetry") as st:
+                p = plan_symmetric(coll, model, on_stage=lambda what: st.update(0, what))
+        except ScheduleError as err:
+            events.failed(coll, err.message)
+            return Compiled(coll, None, err.message)
+    events.planned_symmetric(coll, p, whole)
+    facts = Facts(bounds=p.bounds, time=p.time, model=p.model)
+    sym = p
+
+    def write(k: int, backend: Backend[Any, Any]) -> list[str]:
+        why = symmetric_refusal(backend, sym.schedule, MAX_OPS)
+        if why is not None:
+            raise CclError(why)
+        if backend.renders_symmetric:
+            return write_outputs(backend, coll, sym.schedule, out, options, facts)
+        expanded = (expand_excepted(sym.schedule) if isinstance(sym.schedule, ExceptedSchedule)
+                    else expand(sym.schedule))
+        why = backend.refusal(expanded, options)
+        if why is not None:
+            raise CclError(why)
+        return write_outputs(backend, coll, expanded, out, options,
+                             measure(expanded, simulate=backend.wants_simulation))
+
+    files, missing, skipped = _write_each(coll, backends, write, events)
+    return Compiled(coll, None, None, None, files, missing, skipped, symmetric=p)
 
 
 def _topologies(program: Program, collectives: Sequence[Collective], request: Request) -> dict:

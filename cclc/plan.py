@@ -442,9 +442,14 @@ def _plan_auto(res: Resolution, context: BuildContext, all_bounds: Bounds | None
     # the fastest, the first registered among equals, whatever the order of evaluation
     if prune:
         step(0, total, f"load bounds of the {len(chosen)} candidates")
-    bounds_of: list[LoadBound | NoBound | None] = \
-        candidate_bounds(coll, list(chosen), params, context.model) if prune \
-        else [None] * len(chosen)
+    # a candidate the size check skips is not bounded either: its rule could hold as many
+    # entries as its ops (direct's sends at 4,096 ranks: 2e8)
+    fits = [limits is None or limits.candidate_refusal(coll, algo, params) is None
+            for algo in chosen]
+    bounded = iter(candidate_bounds(coll, [a for a, ok in zip(chosen, fits, strict=True) if ok],
+                                    params, context.model) if prune else ())
+    bounds_of: list[LoadBound | NoBound | None] = [
+        next(bounded) if prune and ok else None for ok in fits]
     for n_done, i in enumerate(evaluation_order(bounds_of)):
         algo = chosen[i]
         step(1 + n_done, total, algo.name)

@@ -28,6 +28,7 @@ import numpy as np
 from cclc.errors import ScheduleError
 from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
 from cclc.routing import carried_routes
+from cclc.sorting import first_occurrence_ids
 
 __all__ = ["RelayError", "lower_relays", "relay_count"]
 
@@ -67,8 +68,7 @@ def lower_relays(schedule: Schedule) -> Schedule:
     cols = {k: v[rel].astype(np.int64) for k, v in ops.columns().items()}
 
     # -- chains: every relayed route cut into carried segments, in first-use order ---------
-    used, first_use = np.unique(cols["route"], return_index=True)
-    used = used[np.argsort(first_use, kind="stable")]           # routes in first-use order
+    used = cols["route"][first_occurrence_ids(cols["route"])[1]]     # in first-use order
     seg_route, seg_start, seg_end = _cut_routes(topo, s.routes, used)
     n_seg = np.bincount(seg_route, minlength=len(used))
     seg_first = np.concatenate([[0], np.cumsum(n_seg)[:-1]])

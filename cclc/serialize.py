@@ -20,6 +20,7 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from enum import Enum
 from typing import Any, Literal, TypeVar
 
@@ -30,18 +31,21 @@ from cclc.errors import CclError, ScheduleError, Span
 from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
 from cclc.outdir import write_file
 from cclc.routing import FABRIC_ROUTINGS, TORUS_ROUTINGS
-from cclc.symmetric import SymmetricSchedule, TranslationGroup
+from cclc.symmetric import ExceptedSchedule, SymmetricSchedule, TranslationGroup, healthy_collective
 from cclc.topology import LinkKind, Topology
 from cclc.units import MAX_BANDWIDTH, MAX_LATENCY, MIN_BANDWIDTH
 
-__all__ = ["FORMAT", "SYMMETRY_KEY", "VERSION", "document_pieces", "dumps", "from_json",
-           "int_array_json", "load", "read_document", "save", "symmetric_document_pieces",
-           "symmetric_from_json", "to_json", "topology_document", "topology_to_json"]
+__all__ = ["EXCEPTIONS_KEY", "FORMAT", "SYMMETRY_KEY", "VERSION", "document_pieces", "dumps",
+           "from_json", "int_array_json", "load", "read_document", "save",
+           "symmetric_document_pieces", "symmetric_from_json", "to_json", "topology_document",
+           "topology_to_json"]
 
 FORMAT = "cclc-schedule"
 VERSION = 1
 #: the key of a document stored by symmetry: ``{"group": "translations", "shape": [...]}``
 SYMMETRY_KEY = "symmetry"
+#: the key, inside :data:`SYMMETRY_KEY`, of the exceptions for failed links
+EXCEPTIONS_KEY = "exceptions"
 _STORED_BY_SYMMETRY = (f"a schedule stored by symmetry ('{SYMMETRY_KEY}'): its ops are one "
                        "representative per orbit, not the whole schedule; 'cclc verify' "
                        "checks it (this command does not take it yet)")
@@ -150,6 +154,9 @@ def _document(s: Schedule, array: Callable[[np.ndarray], Any]) -> dict[str, Any]
 #: integers formatted per batch (bounds the temporaries of a 16M-op column)
 _INT_BATCH = 1 << 20
 _DIGIT, _MINUS, _COMMA = ord("0"), ord("-"), ord(",")
+#: the four ASCII digits of 0..9999 with leading zeros, each as one 32-bit word (bytes in
+#: memory order, so a row of words viewed as bytes reads left to right)
+_QUADS = np.frombuffer(b"".join(b"%04d" % i for i in range(10_000)), dtype=np.uint32)
 
 
 def int_array_json(a: np.ndarray) -> bytes:
@@ -176,9 +183,11 @@ def int_array_json(a: np.ndarray) -> bytes:
 def _int_digits(a: np.ndarray) -> bytes:
     """The numbers of ``a`` (non-empty) in decimal, separated by commas.
 
-    A matrix with one row per number, ``[sign, digits right-aligned, comma]``, filled column
-    by column and then read out through the mask of the characters that exist, row by row.
-    """
+    A matrix with one row per number, ``[digits in groups of four, comma]``: each group of
+    four is a 32-bit word looked up in :data:`_QUADS` (one division per four digits, where a
+    digit at a time took one per digit, written a byte column at a time), with a minus sign
+    over the leading zero before a negative number's first digit; then read out through the
+    mask of the characters that exist, row by row."""
     low, top = int(a.min()), int(a.max())
     if 0 <= low and top < 10:
         # one digit each (op kinds, buffers): digits and commas interleaved
@@ -199,26 +208,28 @@ def _int_digits(a: np.ndarray) -> bytes:
                         wide.astype(np.uint64))
         top = max(top, -low)
     width = len(str(top))
-    n_dig = np.ones(len(a), dtype=np.intp)
+    n_dig = np.ones(len(a), dtype=np.int8)     # (int8: a quarter of the bytes to compare)
     power = 10
     while power <= top:
         n_dig += work >= power
         power *= 10
-    chars = np.empty((len(a), width + 2), dtype=np.uint8)
-    chars[:, 0] = _MINUS
-    chars[:, -1] = _COMMA
-    ten: Any = work.dtype.type(10)
-    for col in range(width, 0, -1):
-        q = work // ten                         # (% is several times slower than //)
-        chars[:, col] = work - q * ten
+    # groups of four digits, most significant first, with room for a minus sign
+    quads = -(-(width + (neg is not None)) // 4)
+    words = np.empty((len(a), quads + 1), dtype=np.uint32)
+    words[:, quads] = _COMMA
+    ten_k: Any = work.dtype.type(10_000)
+    for col in range(quads - 1, 0, -1):
+        q = work // ten_k                       # (% is several times slower than //)
+        words[:, col] = _QUADS[work - q * ten_k]
         work = q
-    chars[:, 1:-1] += _DIGIT
-    # which digit columns a number of k digits uses: row k of a small table
-    used = np.arange(width)[None, :] >= width - np.arange(width + 1)[:, None]
-    keep = np.empty(chars.shape, dtype=bool)
-    keep[:, 0] = False if neg is None else neg
-    keep[:, 1:-1] = used[n_dig]
-    keep[:, -1] = True
+    words[:, 0] = _QUADS[work]
+    chars = words.view(np.uint8).reshape(len(a), 4 * quads + 4)
+    first = np.int8(4 * quads) - n_dig         # the column of every number's first character
+    if neg is not None:
+        first -= neg
+        chars[np.flatnonzero(neg), first[neg]] = _MINUS
+    keep = np.arange(4 * quads + 4, dtype=np.int8) >= first[:, None]
+    keep[:, 4 * quads + 1:] = False             # the comma word's padding
     return chars[keep][:-1].tobytes()           # no separator after the last number
 
 
@@ -236,14 +247,32 @@ def _representatives(s: SymmetricSchedule) -> Schedule:
                     algorithm=s.algorithm, schedule=s.schedule, params=s.params)
 
 
-def symmetric_document_pieces(s: SymmetricSchedule) -> Iterator[bytes]:
+def symmetric_document_pieces(s: SymmetricSchedule | ExceptedSchedule) -> Iterator[bytes]:
     """The compact JSON document of a schedule stored by symmetry, in pieces: the document of
-    its representative ops (:func:`document_pieces`) with the key :data:`SYMMETRY_KEY`."""
-    return _pieces(_representatives(s), {"group": "translations",
-                                         "shape": list(s.group.shape)})
+    its representative ops (:func:`document_pieces`) with the key :data:`SYMMETRY_KEY`; a
+    schedule with exceptions for failed links names the faulty machine, and its key holds
+    ``"exceptions"`` (:data:`EXCEPTIONS_KEY`: journeys, masked journeys, the tail)."""
+    if isinstance(s, ExceptedSchedule):
+        x = s
+        reps = replace(_representatives(x.base), collective=x.collective)
+
+        def exceptions(array: Callable[[np.ndarray], Any]) -> dict[str, Any]:
+            return {"group": "translations", "shape": list(x.group.shape),
+                    EXCEPTIONS_KEY: {
+                        "journey": array(x.journey),
+                        "masked_element": array(x.masked_element),
+                        "masked_journey": array(x.masked_journey),
+                        "tail_scratch_from": x.tail_scratch_from,
+                        "tail": {"routes": {"offsets": array(x.tail_routes.offsets),
+                                            "links": array(x.tail_routes.links)},
+                                 "ops": {k: array(v) for k, v in x.tail.columns().items()}}}}
+        return _pieces(reps, exceptions)
+    return _pieces(_representatives(s), lambda array: {"group": "translations",
+                                                       "shape": list(s.group.shape)})
 
 
-def _pieces(s: Schedule, symmetry: dict | None) -> Iterator[bytes]:
+def _pieces(s: Schedule, symmetry: Callable[[Callable[[np.ndarray], Any]], dict] | None
+            ) -> Iterator[bytes]:
     marker = f"cclc-array-{uuid.uuid4().hex}-"
     arrays: list[np.ndarray] = []
 
@@ -253,7 +282,7 @@ def _pieces(s: Schedule, symmetry: dict | None) -> Iterator[bytes]:
 
     doc = _document(s, later)
     if symmetry is not None:
-        doc[SYMMETRY_KEY] = symmetry
+        doc[SYMMETRY_KEY] = symmetry(later)
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
     head, *pieces = text.split(f'"{marker}')
     yield head.encode("utf-8")
@@ -573,7 +602,7 @@ def from_json(doc: Any) -> Schedule:
     return _plain(doc)
 
 
-def symmetric_from_json(doc: Any) -> SymmetricSchedule:
+def symmetric_from_json(doc: Any) -> SymmetricSchedule | ExceptedSchedule:
     """The :class:`~cclc.symmetric.SymmetricSchedule` a document stored by symmetry describes
     (:class:`ScheduleError` as :func:`from_json`, and for a group it does not know)."""
     if not isinstance(doc, dict) or SYMMETRY_KEY not in doc:
@@ -586,10 +615,24 @@ def symmetric_from_json(doc: Any) -> SymmetricSchedule:
     reps = _plain({k: v for k, v in doc.items() if k != SYMMETRY_KEY})
     if shape != (reps.topology.dims or ()):
         raise ScheduleError(f"'{SYMMETRY_KEY}.shape' {list(shape)} is not the torus's sides")
-    return SymmetricSchedule(collective=reps.collective, group=TranslationGroup(shape),
+    exc = g.get(EXCEPTIONS_KEY, optional=True)
+    coll = reps.collective if exc is None else healthy_collective(reps.collective)
+    base = SymmetricSchedule(collective=coll, group=TranslationGroup(shape),
                              layouts=reps.layouts, ops=reps.ops, routes=reps.routes,
                              algorithm=reps.algorithm, schedule=reps.schedule,
                              params=reps.params)
+    if exc is None:
+        return base
+    e = g.obj(EXCEPTIONS_KEY)
+    t = e.obj("tail")
+    r = t.obj("routes")
+    return ExceptedSchedule(
+        collective=reps.collective, base=base, journey=e.array("journey", "int"),
+        masked_element=e.array("masked_element", "int"),
+        masked_journey=e.array("masked_journey", "int"), tail=_ops(t.obj("ops")),
+        tail_routes=Routes(r.array("offsets", "int"),
+                           _int32(r.array("links", "int"), r.path("links"))),
+        tail_scratch_from=e.integer("tail_scratch_from"))
 
 
 def _plain(doc: dict) -> Schedule:
@@ -624,34 +667,38 @@ def _plain(doc: dict) -> Schedule:
                lay.array(_BUF_KEYS[Buf.SCRATCH], "int", ndim=(1, 2)))
     r = d.obj("routes")
     routes = Routes(r.array("offsets", "int"), _int32(r.array("links", "int"), r.path("links")))
-    o = d.obj("ops")
+    return Schedule(collective=coll, layouts=layouts, ops=_ops(d.obj("ops")), routes=routes,
+                    algorithm=d.string("algorithm"), schedule=d.string("schedule"),
+                    params=_params(d.get("params"), "params"))
+
+
+def _ops(o: _Doc) -> Ops:
+    """The op columns of ``o`` (an ``"ops"`` object), checked."""
     cols: dict[str, np.ndarray] = {}
     for k in OP_COLUMNS:
         a = o.array(k, "int")
         if cols and len(a) != len(next(iter(cols.values()))):
             first = next(iter(cols))
-            raise ScheduleError(f"'ops.{k}' has {len(a)} entries, but 'ops.{first}' has "
-                                f"{len(cols[first])}: op columns must have equal lengths")
+            raise ScheduleError(f"'{o.path(k)}' has {len(a)} entries, but '{o.path(first)}' "
+                                f"has {len(cols[first])}: op columns must have equal lengths")
         if k in _OP_ENUMS:
             enum, legal = _OP_ENUMS[k]
             bad = ~np.isin(a, [int(e) for e in enum])
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
-                raise ScheduleError(f"'ops.{k}[{i}]' is {int(a[i])}; it must be {legal}")
+                raise ScheduleError(f"'{o.path(k)}[{i}]' is {int(a[i])}; it must be {legal}")
         elif len(a) and a.min() < 0:
             i = int(np.argmin(a))
-            raise ScheduleError(f"'ops.{k}[{i}]' is {int(a[i])}; it must be >= 0")
-        cols[k] = _int32(a, f"ops.{k}")
+            raise ScheduleError(f"'{o.path(k)}[{i}]' is {int(a[i])}; it must be >= 0")
+        cols[k] = _int32(a, o.path(k))
     if len(cols["step"]) and int(cols["step"].max()) > len(cols["step"]):
         # every step holds at least one op, so there cannot be more steps than ops
-        raise ScheduleError(f"'ops.step' goes up to {int(cols['step'].max())} with only "
+        raise ScheduleError(f"'{o.path('step')}' goes up to {int(cols['step'].max())} with only "
                             f"{len(cols['step'])} ops: steps must be numbered without long gaps")
     extra = set(o.d) - set(OP_COLUMNS)
     if extra:
-        raise ScheduleError(f"'ops' has unknown column(s) {', '.join(sorted(extra))}")
-    return Schedule(collective=coll, layouts=layouts, ops=Ops(**cols), routes=routes,
-                    algorithm=d.string("algorithm"), schedule=d.string("schedule"),
-                    params=_params(d.get("params"), "params"))
+        raise ScheduleError(f"'{o.where}' has unknown column(s) {', '.join(sorted(extra))}")
+    return Ops(**cols)
 
 
 def _int32(a: np.ndarray, where: str) -> np.ndarray:
@@ -676,12 +723,13 @@ def load(path: str | os.PathLike) -> Schedule:
     """Read a schedule document; :class:`CclError` if the file cannot be read,
     :class:`ScheduleError` if it is not a valid schedule document."""
     schedule = read_document(path)
-    if isinstance(schedule, SymmetricSchedule):
+    if isinstance(schedule, SymmetricSchedule | ExceptedSchedule):
         raise ScheduleError(f"{os.fspath(path)}: {_STORED_BY_SYMMETRY}")
     return schedule
 
 
-def read_document(path: str | os.PathLike) -> Schedule | SymmetricSchedule:
+def read_document(path: str | os.PathLike
+                  ) -> Schedule | SymmetricSchedule | ExceptedSchedule:
     """Read a schedule document, whole or stored by symmetry (:func:`load`'s errors)."""
     p = os.fspath(path)
     try:

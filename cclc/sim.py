@@ -32,10 +32,12 @@ Two modes:
     shorter. With one step and one route latency the two agree.
 
 Software overhead: ``lockstep`` can charge a fixed cost per step (a runtime that launches
-each step as one group of sends and receives pays a launch and a synchronization per step) and
-``event`` a fixed cost per op (a runtime that issues each op from its own queue pays an issue
-cost per op); :mod:`cclc.execution` says which backend pays which and where the numbers come
-from. Both are 0 unless asked for.
+each step as one group of sends and receives pays a launch and a synchronization per step),
+either on every step or only on the *peer steps*, those with an op between two ranks (a
+runtime that synchronizes ranks only where one writes into another pays nothing for a step of
+local ops alone: :data:`OVERHEAD_STEPS`), and ``event`` a fixed cost per op (a runtime that
+issues each op from its own queue pays an issue cost per op); :mod:`cclc.execution` says which
+backend pays which and where the numbers come from. Both are 0 unless asked for.
 
 Both modes report the same per-link bytes and busy time (bytes / bandwidth) and per-step
 breakdown; per-op start/finish times and a critical path come with either (lockstep: the op
@@ -58,10 +60,36 @@ from cclc.errors import ScheduleError
 from cclc.ir import Buf, Schedule, format_schedule
 from cclc.nccl_model import bus_factor
 
-__all__ = ["SIM_MODES", "Prepared", "SimResult", "dest_counts", "prepare", "rank_in_runs",
-           "simulate"]
+__all__ = ["OVERHEAD_STEPS", "SIM_MODES", "OverheadSteps", "Prepared", "SimResult",
+           "dest_counts", "prepare", "rank_in_runs", "simulate", "step_charges"]
 
 SIM_MODES = ("lockstep", "event")
+
+#: which lockstep steps pay the per-step software cost: ``"every"`` step, or only the
+#: ``"peer"`` steps, those with at least one op between two ranks (``src != dst``)
+OverheadSteps = Literal["every", "peer"]
+OVERHEAD_STEPS: tuple[OverheadSteps, ...] = ("every", "peer")
+
+
+def step_charges(step: np.ndarray, remote: np.ndarray, n_steps: int, overhead: float,
+                 overhead_steps: OverheadSteps = "every") -> np.ndarray:
+    """The software cost (seconds) each of ``n_steps`` lockstep steps pays: ``overhead`` on
+    every step, or with ``overhead_steps="peer"`` only on the steps that hold an op with
+    ``remote`` true (``step``: the step of every op; ``remote``: whether it runs between two
+    ranks), 0 on the others.
+
+    >>> step_charges(np.array([0, 1, 1, 2]), np.array([True, False, False, True]), 3, 2.0,
+    ...              "peer").tolist()
+    [2.0, 0.0, 2.0]
+    """
+    if overhead_steps not in OVERHEAD_STEPS:
+        raise ScheduleError(f"unknown overhead_steps '{overhead_steps}': use one of "
+                            f"{', '.join(OVERHEAD_STEPS)}")
+    if overhead_steps == "every":
+        return np.full(n_steps, float(overhead))
+    peer = np.zeros(n_steps, dtype=bool)
+    peer[np.asarray(step, dtype=np.int64)[np.asarray(remote, dtype=bool)]] = True
+    return np.where(peer, float(overhead), 0.0)
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -185,12 +213,14 @@ def _local_time(s: Schedule, p: Prepared, local_bandwidth: float | None) -> np.n
 
 def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep",
              local_bandwidth: float | None = None, step_overhead: float = 0.0,
-             op_overhead: float = 0.0) -> SimResult:
+             op_overhead: float = 0.0, overhead_steps: OverheadSteps = "every") -> SimResult:
     """Simulate ``schedule`` on its topology; see the module docstring for the cost model.
 
     ``local_bandwidth`` (B/s) charges local ops (``src == dst``, empty route) for the bytes they
     copy or reduce; by default they are free. ``step_overhead`` (seconds, lockstep) is the
-    software cost of issuing a step: each step starts that long after the previous barrier.
+    software cost of issuing a step: each step starts that long after the previous barrier;
+    ``overhead_steps`` says which steps pay it (every step, or only the ``"peer"`` steps that
+    hold an op between two ranks: :func:`step_charges`).
     ``op_overhead`` (seconds, event) is the software cost of issuing an op: it starts that
     long after its inputs are ready. Both default to 0 (the schedule's own cost);
     :mod:`cclc.execution` gives each backend's values and their sources.
@@ -213,7 +243,10 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
     # lockstep and the per-step breakdown share the (step, link) table
     step_links = _step_link_busy(schedule, p)
     if mode == "lockstep":
-        start, finish, path = _lockstep(schedule, p, local, step_overhead, step_links)
+        ops = schedule.ops
+        charges = step_charges(ops.step, ops.src != ops.dst, schedule.n_steps, step_overhead,
+                               overhead_steps)
+        start, finish, path = _lockstep(schedule, p, local, charges, step_links)
     else:
         start, finish, path = _event(schedule, p, local, op_overhead)
 
@@ -292,8 +325,10 @@ def _step_links(s: Schedule, p: Prepared, step_links=None
 # lockstep
 
 
-def _lockstep(s: Schedule, p: Prepared, local: np.ndarray, overhead: float = 0.0,
+def _lockstep(s: Schedule, p: Prepared, local: np.ndarray, overhead: np.ndarray,
               step_links=None) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """Start and finish of every op, and the op that sets each step; ``overhead``: the
+    software cost of every step (:func:`step_charges`)."""
     n_ops = len(s.ops)
     step = s.ops.step.astype(np.int64)
     _, busy, inverse = step_links or _step_link_busy(s, p)
@@ -305,10 +340,10 @@ def _lockstep(s: Schedule, p: Prepared, local: np.ndarray, overhead: float = 0.0
     n_steps = s.n_steps
     step_time = np.zeros(n_steps)
     np.maximum.at(step_time, step, op_time)
-    # a step's ops are issued ``overhead`` after the previous barrier
+    # a step's ops are issued its ``overhead`` after the previous barrier
     slot = step_time + overhead
     step_start = np.concatenate([[0.0], np.cumsum(slot)[:-1]]) if n_steps else slot
-    start = step_start[step] + overhead if n_ops else np.zeros(0)
+    start = step_start[step] + overhead[step] if n_ops else np.zeros(0)
     finish = start + op_time
     # the op that sets each step's length (the first of equals), in step order
     path = []

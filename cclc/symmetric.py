@@ -45,7 +45,8 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, Ops, Routes, Schedule
 
-__all__ = ["RANK_INDEXED", "SymmetricSchedule", "TranslationGroup", "expand", "symmetric_form"]
+__all__ = ["RANK_INDEXED", "ExceptedSchedule", "SymmetricSchedule", "TranslationGroup", "expand",
+           "healthy_collective", "symmetric_form"]
 
 #: the buffers whose blocks belong to ranks (move with the group), per collective kind the
 #: symmetric form serves. AllReduce's vector is cut into ``n`` blocks, block ``b`` the one rank
@@ -246,13 +247,17 @@ def _moved_ops(s: SymmetricSchedule, t: np.ndarray, rows: np.ndarray) -> dict[st
     return cols
 
 
-def expand(s: SymmetricSchedule) -> Schedule:
+def expand(s: SymmetricSchedule, keep: np.ndarray | None = None) -> Schedule:
     """The ordinary schedule: every representative op moved by every element (element-major,
     then sorted by step, stable); route ``r`` of element ``t`` becomes route
-    ``1 + t (R - 1) + (r - 1)`` of the expanded table (route 0 stays the empty route)."""
+    ``1 + t (R - 1) + (r - 1)`` of the expanded table (route 0 stays the empty route).
+    ``keep`` (booleans, element-major: entry ``t n_rep + i`` for representative ``i`` moved
+    by ``t``) leaves out the ops it marks false; the route table stays whole."""
     n_rep, order = len(s.ops), s.group.order
     rows = np.tile(np.arange(n_rep), order)
     t = np.repeat(np.arange(order, dtype=np.int64), n_rep)
+    if keep is not None:
+        rows, t = rows[keep], t[keep]
     cols = _moved_ops(s, t, rows)
     R = len(s.routes)
     route = cols["route"].astype(np.int64)
@@ -264,7 +269,7 @@ def expand(s: SymmetricSchedule) -> Schedule:
                             for e in range(order)]) if len(rep_links) else rep_links
     offsets = np.concatenate([[0, 0], np.cumsum(np.tile(lengths, order))])
     step = cols["step"]
-    if n_rep and (np.diff(step) < 0).any():
+    if len(step) and (np.diff(step) < 0).any():
         srt = np.argsort(step, kind="stable")
         cols = {k: v[srt] for k, v in cols.items()}
     return Schedule(collective=s.collective, layouts=s.layouts, ops=Ops(**cols),
@@ -311,3 +316,108 @@ def _op_keys(s: Schedule) -> list[tuple[int, ...]]:
     rows = zip(*(cols[k].tolist() for k in cols if k != "route"), s.ops.route.tolist(),
                strict=True)
     return sorted((*row[:-1], *paths[row[-1]], -1) for row in rows)
+
+
+def healthy_collective(coll: Collective) -> Collective:
+    """``coll`` on its machine with every failed link working again (failed ranks stay
+    failed): the machine whose translations an :class:`ExceptedSchedule`'s base uses."""
+    topo = coll.topology
+    healed = replace(topo, link_failed=_frozen_bools(np.zeros(topo.n_links, dtype=bool)),
+                     fault_groups=(), _cache={})
+    return replace(coll, topology=healed)
+
+
+def _frozen_bools(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class ExceptedSchedule:
+    """A schedule stored by symmetry on a torus with failed links: the symmetric schedule of
+    the healthy torus (``base``, on :func:`healthy_collective` of ``collective``) less the
+    journeys that cross a failed link, and an ordinary *tail* run after it that delivers what
+    those journeys would have.
+
+    ``journey`` gives every representative op of ``base`` its journey (the smallest
+    representative linked to it by "reads what the other wrote",
+    :func:`cclc.symmetric_check.journeys`); ``masked_element[k]``, ``masked_journey[k]`` name
+    the journeys left out (journey ``masked_journey[k]`` moved by element
+    ``masked_element[k]``). ``tail`` and ``tail_routes`` are ordinary ops on the faulty
+    machine, stepped from 0 after the base's last step; they stage data only in scratch chunks
+    from ``tail_scratch_from`` on, which the base never touches.
+    :mod:`cclc.symmetric_faults` verifies, times and expands it.
+    """
+
+    collective: Collective
+    base: SymmetricSchedule
+    journey: np.ndarray
+    masked_element: np.ndarray
+    masked_journey: np.ndarray
+    tail: Ops
+    tail_routes: Routes
+    tail_scratch_from: int
+
+    def __post_init__(self) -> None:
+        if self.base.collective.topology.n_failed_links:
+            raise ScheduleError("the base of a schedule with exceptions is on the healthy "
+                                "torus")
+        for name in ("journey", "masked_element", "masked_journey"):
+            a = np.asarray(getattr(self, name), dtype=np.int64)
+            a.setflags(write=False)
+            object.__setattr__(self, name, a)
+        if len(self.journey) != len(self.base.ops):
+            raise ScheduleError(f"{len(self.journey)} journey ids for {len(self.base.ops)} "
+                                "representative ops")
+        if len(self.masked_element) != len(self.masked_journey):
+            raise ScheduleError("masked elements and journeys differ in length")
+        n_rep, order = len(self.base.ops), self.base.group.order
+        for name, top in (("journey", n_rep), ("masked_journey", n_rep),
+                          ("masked_element", order)):
+            a = getattr(self, name)
+            if len(a) and (a.min() < 0 or a.max() >= top):
+                raise ScheduleError(f"a {name.replace('_', ' ')} id is outside 0..{top - 1}")
+        if not 0 <= self.tail_scratch_from <= len(self.base.layouts[Buf.SCRATCH]):
+            raise ScheduleError(f"the tail's scratch starts at chunk {self.tail_scratch_from}, "
+                                "outside the scratch layout")
+
+    @property
+    def n(self) -> int:
+        return self.collective.n
+
+    @property
+    def group(self) -> TranslationGroup:
+        return self.base.group
+
+    @property
+    def topology(self):
+        return self.collective.topology
+
+    @property
+    def layouts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.base.layouts
+
+    @property
+    def algorithm(self) -> str:
+        return self.base.algorithm
+
+    @property
+    def schedule(self) -> str:
+        return self.base.schedule
+
+    @property
+    def ops(self) -> Ops:
+        """The base's representative ops (what the form stores per orbit)."""
+        return self.base.ops
+
+    def masked_ops(self) -> int:
+        """Ops of the expanded base that the masked journeys leave out."""
+        size = np.bincount(self.journey, minlength=len(self.journey))
+        return int(size[self.masked_journey].sum()) if len(self.masked_journey) else 0
+
+    def expanded_ops(self) -> int:
+        """Ops of the expanded schedule: the base's, less the masked, and the tail."""
+        return self.base.expanded_ops() - self.masked_ops() + len(self.tail)
+
+    def replace(self, **changes) -> ExceptedSchedule:
+        return replace(self, **changes)

@@ -35,16 +35,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from cclc.collective import REDUCING_KINDS
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind
 from cclc.routing import carried_routes
 from cclc.semantics import EMPTY
+from cclc.sim import OverheadSteps, step_charges
 from cclc.symmetric import RANK_INDEXED, SymmetricSchedule, TranslationGroup
 
-__all__ = ["SymmetricLockstep", "link_loads", "link_orbits", "simulate_lockstep",
-           "verify_symmetric"]
+__all__ = ["Journeys", "SymmetricLockstep", "journeys", "link_loads", "link_orbits",
+           "simulate_lockstep", "verify_symmetric"]
 
 _BUF_WORD = {Buf.INPUT: "input", Buf.OUTPUT: "output", Buf.SCRATCH: "scratch"}
 
@@ -200,6 +203,47 @@ def verify_symmetric(s: SymmetricSchedule) -> None:
     """Raise :class:`ScheduleError` unless the expanded schedule of ``s`` computes its
     collective (see the module docstring for how, and for the one-to-one chunk copies it
     asks for); checks that the group is a symmetry of the collective's machine first."""
+    _interpret(s, None)
+
+
+@dataclass(frozen=True, eq=False)
+class Journeys:
+    """The journeys of a verified symmetric copy schedule (:func:`journeys`).
+
+    ``root`` gives every representative op its journey: the smallest representative of the
+    set of ops linked by "reads what the other last wrote" (in the expanded schedule, the op
+    moved by ``t`` is linked only to ops moved by the same ``t``). ``output_writer`` gives
+    every chunk of rank 0's output the representative ``j`` whose translate by ``-dst[j]``
+    writes it last (-1: never written); chunk ``x`` moved by ``t`` is then last written by
+    ``j`` moved by ``t - dst[j]``.
+    """
+
+    root: np.ndarray
+    output_writer: np.ndarray
+
+
+def journeys(s: SymmetricSchedule) -> Journeys:
+    """Verify ``s`` (as :func:`verify_symmetric`) and find its journeys, checking that every
+    op of the expanded schedule reads only what ops of its own element wrote, or an input no
+    op wrote: then removing every op of some journeys (translated) changes no value the
+    others read, which is what masking journeys (:mod:`cclc.symmetric_faults`) relies on.
+    :class:`ScheduleError` when an op reads what a translate of another element wrote."""
+    edges: list[tuple[np.ndarray, np.ndarray]] = []
+    writer = _interpret(s, edges)
+    n_rep = len(s.ops)
+    a = np.concatenate([e[0] for e in edges]) if edges else np.zeros(0, dtype=np.int64)
+    b = np.concatenate([e[1] for e in edges]) if edges else np.zeros(0, dtype=np.int64)
+    graph = coo_matrix((np.ones(len(a)), (a, b)), shape=(n_rep, n_rep))
+    _, label = connected_components(graph, directed=False)
+    first = np.full(int(label.max(initial=-1)) + 1, n_rep, dtype=np.int64)
+    np.minimum.at(first, label, np.arange(n_rep))
+    return Journeys(root=first[label], output_writer=writer)
+
+
+def _interpret(s: SymmetricSchedule, edges: list | None) -> np.ndarray:
+    """Run rank 0's frame (see the module docstring); with ``edges``, also record for every
+    chunk read its last writer (appended as (reader, writer) representatives) and return the
+    last writer of every chunk of rank 0's output."""
     if TranslationGroup.of(s.collective) != s.group:
         raise ScheduleError(f"the schedule's group of sides {s.group.shape} is not the "
                             f"translation group of '{s.topology.name}'")
@@ -220,6 +264,8 @@ def verify_symmetric(s: SymmetricSchedule) -> None:
         sets = np.zeros((len(val), s.n), dtype=bool)
         sets[:len(in_lay), 0] = True
     stamp = np.full(len(val), -1, dtype=np.int64)
+    # with edges: per chunk of rank 0, the representative whose translate wrote it last
+    writer = np.full(len(val), -1, dtype=np.int64) if edges is not None else None
     order = np.argsort(o.step, kind="stable")
     cuts = np.flatnonzero(np.diff(o.step[order])) + 1
     for idx in np.split(order, cuts) if len(order) else ():
@@ -227,21 +273,55 @@ def verify_symmetric(s: SymmetricSchedule) -> None:
         if first_static is not None and step >= int(o.step[first_static]):
             _fail(s, first_static, why)
         _run_step(s, idx, base, val, sets, stamp)
+        if writer is not None and edges is not None:
+            _link_writers(s, idx, base, writer, edges)
     if first_static is not None:
         _fail(s, first_static, why)
     _check_output(s, val[base[Buf.OUTPUT]:base[Buf.OUTPUT + 1]],
                   None if sets is None else sets[base[Buf.OUTPUT]:base[Buf.OUTPUT + 1]])
+    if writer is None:
+        return np.zeros(0, dtype=np.int64)
+    return writer[base[Buf.OUTPUT]:base[Buf.OUTPUT + 1]].copy()
 
 
-def _run_step(s: SymmetricSchedule, idx: np.ndarray, base: np.ndarray, val: np.ndarray,
-              sets: np.ndarray | None, stamp: np.ndarray) -> None:
-    """The ops ``idx`` of one step in rank 0's frame: all read, then all write."""
+def _step_chunks(s: SymmetricSchedule, idx: np.ndarray, base: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per chunk the ops ``idx`` move, in rank 0's frame: the op, its source and destination
+    rank, and the slots of rank 0 it reads (the member of its orbit that sends from rank 0)
+    and writes (the member that sends to rank 0)."""
     o, g = s.ops, s.group
     rows, j = _chunk_rows(o.count[idx])
     op = idx[rows]
     src, dst = o.src[op].astype(np.int64), o.dst[op].astype(np.int64)
     read = base[o.src_buf[op]] + _frame(s, o.src_buf[op], o.src_off[op] + j, g.inverse(src))
     write = base[o.dst_buf[op]] + _frame(s, o.dst_buf[op], o.dst_off[op] + j, g.inverse(dst))
+    return op, src, dst, read, write
+
+
+def _link_writers(s: SymmetricSchedule, idx: np.ndarray, base: np.ndarray, writer: np.ndarray,
+                  edges: list) -> None:
+    """After a verified step ``idx``: record each op's readers' last writers (which must be
+    translates by the same element) and make the step's ops the writers of what they wrote."""
+    o = s.ops
+    op, src, dst, read, write = _step_chunks(s, idx, base)
+    w = writer[read]
+    had = w >= 0
+    # rank 0's chunk was written by rep w moved by -dst[w]; op moved by -src reads it: the
+    # same element exactly when dst[w] == src
+    other = had & (o.dst[np.maximum(w, 0)] != src)
+    if other.any():
+        k = int(np.flatnonzero(other)[0])
+        _fail(s, int(op[k]), f"reads what a translate of {_op_text(s, int(w[k]))} by another "
+                             "element wrote: its journey is not one element's")
+    edges.append((op[had].astype(np.int64), w[had].astype(np.int64)))
+    writer[write] = op
+
+
+def _run_step(s: SymmetricSchedule, idx: np.ndarray, base: np.ndarray, val: np.ndarray,
+              sets: np.ndarray | None, stamp: np.ndarray) -> None:
+    """The ops ``idx`` of one step in rank 0's frame: all read, then all write."""
+    o, g = s.ops, s.group
+    op, src, dst, read, write = _step_chunks(s, idx, base)
     got = val[read]
     empty = got == EMPTY
     if empty.any():
@@ -346,10 +426,14 @@ class SymmetricLockstep:
     link_bytes: np.ndarray
 
 
-def simulate_lockstep(s: SymmetricSchedule, step_overhead: float = 0.0) -> SymmetricLockstep:
+def simulate_lockstep(s: SymmetricSchedule, step_overhead: float = 0.0,
+                      overhead_steps: OverheadSteps = "every") -> SymmetricLockstep:
     """The lockstep time of the expanded schedule under :mod:`cclc.sim`'s model (local ops
-    free, ``step_overhead`` before every step), from the representatives: a step's busiest
-    (step, link) cell is found by orbit and its slowest op among the representatives."""
+    free, ``step_overhead`` before every step, or before the steps with an op between two
+    ranks alone: ``overhead_steps``, :func:`cclc.sim.step_charges`), from the
+    representatives: a step's busiest (step, link) cell is found by orbit and its slowest op
+    among the representatives; a step has an op between two ranks exactly when a
+    representative does (the images of an op move both of its ranks)."""
     topo = s.topology
     o = s.ops
     pair_op, pair_link, pair_orbit, op_bytes = _pairs(s)
@@ -368,6 +452,7 @@ def simulate_lockstep(s: SymmetricSchedule, step_overhead: float = 0.0) -> Symme
         op_time[remote] = latency[remote] + worst[remote]
     step_time = np.zeros(n_steps)
     np.maximum.at(step_time, step, op_time)
-    total = float((step_time + step_overhead).sum()) if n_steps else 0.0
+    charges = step_charges(step, o.src != o.dst, n_steps, step_overhead, overhead_steps)
+    total = float((step_time + charges).sum()) if n_steps else 0.0
     return SymmetricLockstep(time=total, step_time=step_time, link_bytes=link_loads(s))
 

@@ -5,9 +5,13 @@ planned in symmetric form when its machine is a healthy torus and a schedule of 
 from every rank up to a translation: the schedule is then built, verified, timed and written
 as representatives and the group (:mod:`cclc.symmetric`), never expanded. Today that is the
 AllToAll and the AllReduce under ``auto`` (:data:`BUILDERS`, from
-:mod:`cclc.algorithms.torus_symmetric`), timed under a lockstep model; anything else is
-planned whole, or refused by the size check. :func:`symmetric_reason` says why a collective
-cannot take this path, :func:`plan_symmetric` takes it.
+:mod:`cclc.algorithms.torus_symmetric`), timed under a lockstep model, and the AllToAll on a
+torus whose only faults are failed links: the healthy torus's schedule less the journeys that
+cross them, and a tail that delivers theirs (:mod:`cclc.algorithms.torus_reroute`,
+:mod:`cclc.symmetric_faults`). Anything else is planned whole, or refused by the size check
+(an AllReduce with a failed link among them, within seconds, with its estimate).
+:func:`symmetric_reason` says why a collective cannot take this path, :func:`plan_symmetric`
+takes it.
 """
 
 from __future__ import annotations
@@ -15,17 +19,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cclc.algorithms.torus_reroute import excepted_alltoall, excepted_reason
 from cclc.algorithms.torus_symmetric import symmetric_allreduce, symmetric_alltoall
 from cclc.algorithms.torus_symmetric import symmetric_reason as builders_reason
 from cclc.bounds import Bounds, bounds
 from cclc.collective import Collective, CollectiveKind
 from cclc.execution import IR_MODEL, ExecutionModel
 from cclc.plan import Resolution
-from cclc.symmetric import SymmetricSchedule
+from cclc.symmetric import ExceptedSchedule, SymmetricSchedule
 from cclc.symmetric_check import simulate_lockstep, verify_symmetric
+from cclc.symmetric_faults import simulate_excepted, verify_excepted
 
-__all__ = ["BUILDERS", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "plan_symmetric",
-           "symmetric_model", "symmetric_reason"]
+__all__ = ["BUILDERS", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "build_symmetric",
+           "plan_symmetric", "symmetric_model", "symmetric_reason"]
 
 #: the size check's estimate (ops, a lower bound on the largest candidate, cclc.budget) above
 #: which ``auto`` plans a collective in symmetric form where it can: a quarter of the limit
@@ -47,7 +53,7 @@ class SymmetricPlan:
     :func:`cclc.symmetric_check.verify_symmetric`), its lockstep time under ``model`` and the
     collective's bounds (``bound`` the best)."""
 
-    schedule: SymmetricSchedule
+    schedule: SymmetricSchedule | ExceptedSchedule
     time: float
     bound: float | None
     bounds: Bounds
@@ -71,7 +77,22 @@ def symmetric_reason(resolution: Resolution) -> str | None:
     coll = resolution.collective
     if resolution.explicit:
         return "an algorithm is named (the symmetric form is built under auto)"
-    return builders_reason(coll)
+    why = builders_reason(coll)
+    if why is None or not coll.topology.n_failed_links:
+        return why
+    # a torus whose failed links alone break the translations: the healthy torus's schedule
+    # with exceptions (cclc.algorithms.torus_reroute)
+    failed = excepted_reason(coll)
+    return None if failed is None else f"{why}; nor with exceptions for them: {failed}"
+
+
+def build_symmetric(coll: Collective) -> SymmetricSchedule | ExceptedSchedule:
+    """``coll``'s schedule in symmetric form: :data:`BUILDERS`'s where translations are a
+    symmetry of its machine, else the healthy torus's AllToAll with exceptions for the failed
+    links. ``symmetric_reason`` must have accepted ``coll``."""
+    if builders_reason(coll) is None:
+        return BUILDERS[coll.kind](coll)
+    return excepted_alltoall(coll)
 
 
 def symmetric_model(model: ExecutionModel) -> ExecutionModel:
@@ -82,17 +103,29 @@ def symmetric_model(model: ExecutionModel) -> ExecutionModel:
 
 
 def plan_symmetric(coll: Collective, model: ExecutionModel,
-                   on_stage: Callable[[str], None] = lambda what: None) -> SymmetricPlan:
+                   on_stage: Callable[[str], None] = lambda what: None,
+                   known: Bounds | None = None) -> SymmetricPlan:
     """Build ``coll``'s schedule in symmetric form, verify it, time it under
-    :func:`symmetric_model` of ``model`` and bound it; :class:`ScheduleError` when it fails
-    verification. ``symmetric_reason`` must have accepted ``coll``."""
+    :func:`symmetric_model` of ``model`` and bound it (``known``: ``bounds(coll)`` where the
+    caller has it already, as when the whole plan was made first); :class:`ScheduleError`
+    when it fails verification. ``symmetric_reason`` must have accepted ``coll``."""
     model = symmetric_model(model)
     on_stage("building the schedule in symmetric form")
-    schedule = BUILDERS[coll.kind](coll)
-    on_stage(f"verifying {len(schedule.ops):,} representative ops")
-    verify_symmetric(schedule)
-    on_stage("simulating")
-    time = simulate_lockstep(schedule, step_overhead=model.step_overhead).time
-    found = bounds(coll, on_stage=on_stage)
+    schedule = build_symmetric(coll)
+    if isinstance(schedule, ExceptedSchedule):
+        on_stage(f"verifying {len(schedule.ops):,} representative ops, "
+                 f"{len(schedule.masked_element):,} masked journeys and a tail of "
+                 f"{len(schedule.tail):,} ops")
+        verify_excepted(schedule)
+        on_stage("simulating")
+        time = simulate_excepted(schedule, step_overhead=model.step_overhead,
+                                 overhead_steps=model.overhead_steps).time
+    else:
+        on_stage(f"verifying {len(schedule.ops):,} representative ops")
+        verify_symmetric(schedule)
+        on_stage("simulating")
+        time = simulate_lockstep(schedule, step_overhead=model.step_overhead,
+                                 overhead_steps=model.overhead_steps).time
+    found = known if known is not None else bounds(coll, on_stage=on_stage)
     return SymmetricPlan(schedule=schedule, time=time, bound=found.best, bounds=found,
                          model=model)

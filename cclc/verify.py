@@ -4,7 +4,10 @@ Every chunk slot (rank, buffer, chunk) holds a symbolic value: the global data c
 its first element (see :mod:`cclc.semantics`), or :data:`~cclc.semantics.EMPTY`. A slot of
 ``k`` elements starting at coordinate ``g`` holds coordinates ``g .. g+k-1``. In a reducing
 collective a slot also holds the set of ranks whose contributions it sums, as a bitset of
-``ceil(n/64)`` uint64 words. Copy collectives need no set: the coordinate names its origin.
+``ceil(n/64)`` uint64 words; where those would take more than :data:`SLICE_BYTES` (a
+4,096-rank ReduceScatter's: 16 GiB), as the number of its set instead, the sets being made
+a slice of contributor ranks at a time (:func:`_verify_sliced`: the same verdict and
+message). Copy collectives need no set: the coordinate names its origin.
 
 Ops are first checked on their own (ranges, element totals, routes against the topology), then
 interpreted step by step: all ops of a step read the state the previous step left, then write.
@@ -16,17 +19,27 @@ from __future__ import annotations
 
 import numpy as np
 
+from cclc.contributor_sets import (
+    SLICE_BYTES,
+    SetLog,
+    all_of,
+    gather_sets,
+    initial_sets,
+    make_unions,
+    slice_reach,
+)
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind, Schedule, format_op, format_schedule
 from cclc.routing import carried_routes, describe
 from cclc.semantics import EMPTY, ChunkMap, chunk_map, format_ranks
 
-__all__ = ["verify"]
+__all__ = ["SLICE_BYTES", "holds_whole_sets", "verify"]
+
 
 _BUF_WORD = {Buf.INPUT: "input", Buf.OUTPUT: "output", Buf.SCRATCH: "scratch"}
 
 
-def verify(schedule: Schedule) -> None:
+def verify(schedule: Schedule, slice_ranks_per_pass: int | None = None) -> None:
     """Raise :class:`ScheduleError` unless ``schedule`` computes its collective.
 
     Rejects: reading an empty slot; two writes to one slot in a step; a reduction into an
@@ -36,19 +49,59 @@ def verify(schedule: Schedule) -> None:
     not carry (see :mod:`cclc.routing`); a final output that differs from the
     collective's postcondition.
 
+    A reduction's contributor sets (``n`` bits per chunk slot, ``n^3 / 4`` bytes for a ring
+    AllReduce) are held whole where they fit in :data:`SLICE_BYTES`
+    (:func:`holds_whole_sets`), else numbered and made a slice of contributor ranks at a time
+    (``slice_ranks_per_pass`` ranks; given here, it forces the slicing, as the tests do):
+    the same verdict and the same message, in a fraction of the memory (see
+    :func:`_verify_sliced`).
+
     >>> verify(direct_alltoall_schedule)     # doctest: +SKIP
     """
-    _Interpreter(schedule).run()
+    cmap = chunk_map(schedule)
+    n = schedule.n
+    whole = holds_whole_sets(n, n * sum(schedule.n_chunks(b) for b in Buf))
+    if not cmap.contract.reducing or (slice_ranks_per_pass is None and whole) \
+            or (slice_ranks_per_pass is not None and slice_ranks_per_pass >= n):
+        _Interpreter(schedule, range(n), cmap).run()
+    else:
+        _verify_sliced(schedule, None if slice_ranks_per_pass is None
+                       else max(1, slice_ranks_per_pass), cmap)
+
+
+def holds_whole_sets(n: int, slots: int) -> bool:
+    """Whether the verifier holds the whole contributor sets of ``slots`` chunk slots of a
+    reduction on ``n`` ranks (``ceil(n / 64)`` words each, within :data:`SLICE_BYTES`), or
+    numbers them and makes them slice by slice."""
+    return 8 * slots * ((n + 63) // 64) <= SLICE_BYTES
 
 
 def _chunks(k: int) -> str:
     return f"{k} chunk" if k == 1 else f"{k} chunks"
 
 
+class _Rows:
+    """The contributor sets of a few slots, read like the whole table (any other slot reads
+    as the empty set): what the message of a failing step needs, after a sliced run."""
+
+    def __init__(self, slots: np.ndarray, rows: np.ndarray):
+        self.slots, self.rows = slots, rows
+
+    def __getitem__(self, slots) -> np.ndarray:
+        slots = np.asarray(slots)
+        pos = np.clip(np.searchsorted(self.slots, slots), 0, len(self.slots) - 1)
+        hit = self.slots[pos] == slots
+        return np.where(hit[..., None], self.rows[pos], np.uint64(0))
+
+
 class _Interpreter:
-    def __init__(self, s: Schedule):
+    """The interpreter. ``contrib``: the contributor ranks whose bits it holds (``range(n)``:
+    all; ``None``: none, the values only, for a sliced run, which then numbers the sets
+    and records their unions in :attr:`sets`)."""
+
+    def __init__(self, s: Schedule, contrib: range | None, cmap: ChunkMap | None = None):
         self.s = s
-        self.map: ChunkMap = chunk_map(s)
+        self.map: ChunkMap = chunk_map(s) if cmap is None else cmap
         self.contract = self.map.contract
         self.reducing = self.contract.reducing
         n = s.n
@@ -67,16 +120,33 @@ class _Interpreter:
         ni = int(sizes[Buf.INPUT])
         self.val[:ni] = self.map.input_value.ravel() - EMPTY
         self.words = (n + 63) // 64
-        if self.reducing:
-            # each input slot holds its own rank's contribution
-            self.bits = np.zeros((self.n_slots, self.words), dtype=np.uint64)
-            ranks = np.repeat(np.arange(n), int(self.nc[Buf.INPUT]))
-            self.bits[np.arange(ni), ranks // 64] = np.left_shift(
-                np.uint64(1), (ranks % 64).astype(np.uint64))
-            self.bits[:ni][self.map.input_value.ravel() == EMPTY] = 0
+        self.bits: np.ndarray | _Rows | None = None
+        if self.reducing and contrib is not None:
+            self.bits = self.initial_bits(contrib)
+        #: a reduction's run without bits numbers the contributor sets (see SetLog): the set
+        #: of each slot, and the unions made
+        self.sets: SetLog | None = None
+        self.sid = np.zeros(0, dtype=np.int64)
+        if self.reducing and self.bits is None:
+            self.sets = SetLog(n)
+            self.sid = np.full(self.n_slots, n, dtype=np.int64)
+            held = self.map.input_value.ravel() != EMPTY
+            self.sid[:ni][held] = np.repeat(np.arange(n), int(self.nc[Buf.INPUT]))[held]
         # per-slot stamp for finding two writes to one slot in a step without sorting (a step
         # reads only the stamps it wrote itself, so the initial content does not matter)
         self.stamp = np.empty(self.n_slots, dtype=np.int32)
+
+    def initial_bits(self, contrib: range) -> np.ndarray:
+        """The contributor bits of ranks ``contrib`` (bit ``r - contrib.start``) before the
+        first step: each input slot holds its own rank's contribution."""
+        nci = int(self.nc[Buf.INPUT])
+        bits = np.zeros((self.n_slots, (len(contrib) + 63) // 64), dtype=np.uint64)
+        ranks = np.arange(contrib.start, contrib.stop)
+        slots = (ranks[:, None] * nci + np.arange(nci)[None, :]).ravel()
+        local = np.repeat(ranks - contrib.start, nci)
+        bits[slots, local // 64] = np.left_shift(np.uint64(1), (local % 64).astype(np.uint64))
+        bits[slots[self.map.input_value.ravel()[slots] == EMPTY]] = 0
+        return bits
 
     # -- words ---------------------------------------------------------------------------
     def op_text(self, i: int) -> str:
@@ -135,26 +205,45 @@ class _Interpreter:
         contrib = self.contributors(bits) if (self.reducing and bits is not None) else None
         return self.contract.describe(int(g), int(length), contrib)
 
-    # -- the run -------------------------------------------------------------------------
-    def run(self) -> None:
-        s = self.s
-        ops = s.ops
-        if len(ops) == 0:
-            self.check_outputs()
-            return
+    # -- the run ---------------------------------------------------------------------------
+    def steps(self) -> list[np.ndarray]:
+        """The op indices of every step, in step order (ops of a step in op order)."""
+        ops = self.s.ops
         order = np.argsort(ops.step, kind="stable")
+        return np.split(order, np.flatnonzero(np.diff(ops.step[order])) + 1)
+
+    def first_static(self) -> int | None:
+        """The first op in step order that fails :meth:`static_checks`, or None."""
         static_bad = self.static_checks()
-        first_static = None
-        if static_bad.any():
-            pos = np.flatnonzero(static_bad[order])[0]
-            first_static = int(order[pos])
-        steps = ops.step[order]
-        cuts = np.flatnonzero(np.diff(steps)) + 1
-        for idx in np.split(order, cuts):
-            step = int(ops.step[idx[0]])
-            if first_static is not None and step >= int(ops.step[first_static]):
-                self.explain_static(first_static)
-            self.run_step(idx)
+        if not static_bad.any():
+            return None
+        order = np.argsort(self.s.ops.step, kind="stable")
+        return int(order[np.flatnonzero(static_bad[order])[0]])
+
+    def scan(self) -> tuple[int, int] | None:
+        """Interpret every step; the first error's place, (step ordinal, op position in the
+        step; -1: op :meth:`first_static`, before the step runs), or None. Unless the run
+        numbers the sets for the slices (whose errors may come earlier), the error is raised
+        instead."""
+        if len(self.s.ops) == 0:
+            return None
+        static = self.first_static()
+        for t, idx in enumerate(self.steps()):
+            if static is not None and int(self.s.ops.step[idx[0]]) >= int(self.s.ops.step[static]):
+                if self.sets is None:
+                    self.explain_static(static)
+                return t, -1
+            errors = self.run_step(idx)
+            if errors:
+                j, _, what = min(errors)
+                if self.sets is None:
+                    self.fail(int(idx[j]), what)
+                return t, j
+        return None
+
+    def run(self) -> None:
+        """Raise the first error, if any (the interpreter holds every contributor bit)."""
+        self.scan()
         self.check_outputs()
 
     # -- checks of each op on its own ------------------------------------------------------
@@ -326,7 +415,10 @@ class _Interpreter:
                              f"({topo.link_name(link)})")
 
     # -- one step ------------------------------------------------------------------------
-    def run_step(self, idx: np.ndarray) -> None:
+    def run_step(self, idx: np.ndarray) -> list[tuple[int, int, str]]:
+        """Interpret the ops ``idx`` of one step: their errors as (op position in the step,
+        rank of the check, message), the lowest being the one to report; with none, the
+        step's writes are done."""
         o = self.s.ops
         cnt = o.count[idx].astype(np.int64)
         n_pairs = int(cnt.sum())
@@ -336,7 +428,10 @@ class _Interpreter:
         ss = np.repeat(self.base[sb] + o.src[idx] * self.nc[sb] + o.src_off[idx], cnt) + k
         ds = np.repeat(self.base[db] + o.dst[idx] * self.nc[db] + o.dst_off[idx], cnt) + k
         vals = self.val[ss] + EMPTY
-        bits = self.bits[ss] if self.reducing else None
+        bits = self.bits[ss] if self.bits is not None else None
+        # a run without bits follows each pair's contributor set by number
+        moved = self.sid[ss] if self.sets is not None else None
+        same: list[tuple[int, int, int]] = []
         # ops whose source and destination chunks differ in size pairwise (a split or merge)
         # are interpreted op by op; everything else chunk by chunk
         if self.flat_layout is not None:
@@ -352,8 +447,11 @@ class _Interpreter:
         if odd.any():
             for j in np.unique(op_of[odd]).tolist():
                 m = op_of == j
+                taken: list[list[int]] | None = None if moved is None else []
                 v, b, why = self.regroup(ss[m], ds[m], vals[m],
-                                         None if bits is None else bits[m])
+                                         None if bits is None else bits[m], taken)
+                if moved is not None and taken is not None:
+                    self.regrouped_sets(moved, same, j, ss[m], np.flatnonzero(m), taken)
                 if why is not None:
                     errors.append((j, 0, why))
                     v[:] = 0        # a placeholder, so no second error is reported for it
@@ -383,14 +481,32 @@ class _Interpreter:
         if red.any():
             errors.extend((j, 3, what) for j, what in
                           self.reduce_errors(idx, op_of, ds, vals, bits, red))
+        if moved is not None and self.sets is not None:
+            reducing = np.flatnonzero(red)
+            moved[reducing] = self.sets.add_step(moved[reducing], self.sid[ds[reducing]],
+                                                 op_of[reducing], same)
         if errors:
-            j, _, what = min(errors)
-            self.fail(int(idx[j]), what)
-        if bits is not None and red.any():         # bits: kept only when reducing
-            bits[red] |= self.bits[ds[red]]
-        self.val[ds] = vals - EMPTY
-        if bits is not None:
+            return errors
+        if moved is not None:
+            self.sid[ds] = moved
+        if bits is not None:                        # bits: kept only when reducing
+            assert isinstance(self.bits, np.ndarray), "only a whole run writes its bits"
+            if red.any():
+                bits[red] |= self.bits[ds[red]]
             self.bits[ds] = bits
+        self.val[ds] = vals - EMPTY
+        return []
+
+    def regrouped_sets(self, moved: np.ndarray, same: list[tuple[int, int, int]], j: int,
+                       ss: np.ndarray, pairs: np.ndarray, taken: list[list[int]]) -> None:
+        """Op ``j`` (its ``pairs``, reading slots ``ss``) split or merged chunks: destination
+        chunk ``m`` takes the set of its first source chunk of ``taken[m]``, and every other
+        one must hold the same set."""
+        for m, ks in enumerate(taken):
+            if ks:
+                first = int(self.sid[ss[ks[0]]])
+                moved[pairs[m]] = first
+                same.extend((first, int(self.sid[ss[k]]), j) for k in ks[1:])
 
     def reduce_errors(self, idx, op_of, ds, vals, bits, red) -> list[tuple[int, str]]:
         out = []
@@ -411,10 +527,14 @@ class _Interpreter:
         if differ.any():
             q = int(np.flatnonzero(differ)[0])
             p = int(p_red[q])
-            out.append((int(op_of[p]), (f"reduces {self.value_words(vals[p], length[q], bits[p])}"
+            held = None if self.bits is None else self.bits[ds[p]]
+            brought = None if bits is None else bits[p]
+            out.append((int(op_of[p]), (f"reduces {self.value_words(vals[p], length[q], brought)}"
                                        f" into {self.slot_words(int(ds[p]))}, which holds "
-                                       f"{self.value_words(old[q], length[q], self.bits[ds[p]])}"
+                                       f"{self.value_words(old[q], length[q], held)}"
                                        ": they are different data")))
+        if bits is None or self.bits is None:
+            return out      # the contributor sets are checked slice by slice (_verify_sliced)
         twice = ~into_empty & (bits[p_red] & self.bits[ds[p_red]]).any(axis=1)
         if twice.any():
             q = int(np.flatnonzero(twice)[0])
@@ -428,13 +548,16 @@ class _Interpreter:
         return out
 
     def regroup(self, ss: np.ndarray, ds: np.ndarray, vals: np.ndarray,
-                bits: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None, str | None]:
+                bits: np.ndarray | None, taken: list[list[int]] | None = None
+                ) -> tuple[np.ndarray, np.ndarray | None, str | None]:
         """Values one op delivers to each destination chunk when chunk sizes differ.
 
         The op's source chunks form one stream of elements; a destination chunk receives a
         contiguous part of it, which must be one contiguous run of coordinates (and, when
         reducing, of one contributor set) to be a value a slot can hold. Returns the values,
-        their contributor sets, and the reason the op is wrong (or None).
+        their contributor sets, and the reason the op is wrong (or None). ``taken`` receives,
+        per destination chunk, the source chunks it is made of (a run without bits records
+        them, so that the slices can check and move the contributor sets).
         """
         se, de = self.slot_elems(ss), self.slot_elems(ds)
         s_start = np.concatenate([[0], np.cumsum(se)])
@@ -446,6 +569,8 @@ class _Interpreter:
             # source chunks overlapping [lo, hi); for an empty chunk, the one at lo
             ks = [k for k in range(len(ss)) if se[k] and s_start[k] < max(hi, lo + 1)
                   and s_start[k + 1] > lo]
+            if taken is not None:
+                taken.append(ks)
             if not ks:
                 continue
             firsts = set()
@@ -469,42 +594,128 @@ class _Interpreter:
         return out_v, out_b, None
 
     # -- the postcondition ---------------------------------------------------------------
-    def check_outputs(self) -> None:
-        s, cm = self.s, self.map
-        n, nco = s.n, int(self.nc[Buf.OUTPUT])
+    def output_wanted(self) -> np.ndarray:
+        """(rank, output chunk) mask of the chunks the postcondition specifies."""
+        elems = self.s.chunk_elems(Buf.OUTPUT)
+        return self.map.contract.output_checked[:, None] & (elems > 0)
+
+    def output_bad(self) -> np.ndarray:
+        """(rank, output chunk) mask of the chunks that break the postcondition: by value
+        and, with the contributor bits, by contributor set."""
+        n, nco = self.s.n, int(self.nc[Buf.OUTPUT])
         lo = int(self.base[Buf.OUTPUT])
         got = self.val[lo:lo + n * nco].reshape(n, nco) + EMPTY
-        elems = s.chunk_elems(Buf.OUTPUT)
-        wanted = cm.contract.output_checked[:, None] & (elems > 0)
-        bad = wanted & (got != cm.output_expected)
-        if self.reducing:
-            full = np.zeros(self.words, dtype=np.uint64)
-            for r in range(n):
-                full[r // 64] |= np.uint64(1) << np.uint64(r % 64)
+        bad = self.output_wanted() & (got != self.map.output_expected)
+        if isinstance(self.bits, np.ndarray):
             have = self.bits[lo:lo + n * nco].reshape(n, nco, self.words)
-            bad |= wanted & (have != full).any(axis=2)
-        if not bad.any():
-            return
-        r, c = (int(x) for x in np.argwhere(bad)[0])
-        slot = lo + r * nco + c
-        length = int(elems[r, c])
+            bad |= self.output_wanted() & (have != all_of(range(n))).any(axis=2)
+        return bad
+
+    def check_outputs(self) -> None:
+        """Raise unless every output chunk holds what the postcondition says."""
+        bad = self.output_bad()
+        if bad.any():
+            r, c = (int(x) for x in np.argwhere(bad)[0])
+            slot = int(self.base[Buf.OUTPUT]) + r * int(self.nc[Buf.OUTPUT]) + c
+            self.explain_output(r, c, None if self.bits is None else self.bits[slot])
+
+    def explain_output(self, r: int, c: int, slot_bits: np.ndarray | None) -> None:
+        """Raise the error of rank ``r``'s output chunk ``c``, whose contributor set (in a
+        reduction) is ``slot_bits``."""
+        s, cm = self.s, self.map
+        n, nco = s.n, int(self.nc[Buf.OUTPUT])
+        slot = int(self.base[Buf.OUTPUT]) + r * nco + c
+        got = int(self.val[slot]) + EMPTY
+        length = int(s.chunk_elems(Buf.OUTPUT)[r, c])
         pos = int(s.chunk_starts(Buf.OUTPUT)[r, c])
         contract = cm.contract
         name = s.topology.vertex_names[s.collective.group[r]]
-        want_bits = full if self.reducing else None
+        want_bits = all_of(range(n)) if self.reducing else None
         should = self.value_words(cm.output_expected[r, c], length, want_bits)
-        held = self.value_words(got[r, c], length,
-                                self.bits[slot] if self.reducing else None)
+        held = self.value_words(got, length, slot_bits if self.reducing else None)
         where = f"rank {r} at {name}: output chunk {c} ({contract.output_words(r, pos, length)})"
-        if got[r, c] == EMPTY:
+        if got == EMPTY:
             msg = (f"{where} is empty at the end: no op writes it; it should hold {should}")
         else:
             msg = f"{where} holds {held}; it should hold {should}"
-            if self.reducing and got[r, c] == cm.output_expected[r, c]:
-                missing = set(range(n)) - self.contributors(self.bits[slot])
+            if self.reducing and slot_bits is not None and got == cm.output_expected[r, c]:
+                missing = set(range(n)) - self.contributors(slot_bits)
                 msg += f" (missing the contribution of rank(s) {format_ranks(missing)})"
         writer = self.last_writer(slot)
         if writer is not None:
             msg = (f"{msg}\nlast written by {self.op_text(writer)}\n"
                    f"{format_schedule(s, around=writer)}")
         raise ScheduleError(msg)
+
+
+# -- a reduction's contributor sets, a slice of contributor ranks at a time --------------------
+def _verify_sliced(s: Schedule, width: int | None, cmap: ChunkMap) -> None:
+    """:func:`verify`, holding the contributor sets of ``width`` contributor ranks at a time
+    (``None``: as many as fit in :data:`SLICE_BYTES`).
+
+    One run of the values alone finds the first error that does not depend on the sets and
+    numbers the sets (:mod:`cclc.contributor_sets`). Each slice then makes the unions on its
+    own bits, up to
+    the first error found so far, and reports its first failing (step, op); the earliest over
+    all is the error of the whole run. Its message (which names whole sets) is made by
+    gathering, slice by slice, the sets of the failing op's slots, and interpreting that step
+    once more with them.
+    """
+    values = _Interpreter(s, None, cmap)
+    first = values.scan()
+    log = values.sets
+    assert log is not None, "a reduction's run without bits numbers its sets"
+    if width is None:
+        width = 64 * max(1, SLICE_BYTES // (8 * log.size))
+    slices = [range(lo, min(lo + width, s.n)) for lo in range(0, s.n, width)]
+    out_bad = None if first is not None else values.output_bad()
+    lo, nco = int(values.base[Buf.OUTPUT]), int(values.nc[Buf.OUTPUT])
+    out_sets = values.sid[lo:lo + s.n * nco].reshape(s.n, nco)
+    # the outputs hold few distinct sets (an AllReduce's n chunks, copied to every rank)
+    held = np.zeros(log.size, dtype=bool)
+    held[out_sets] = True
+    held_sets = np.flatnonzero(held)
+    lacking = np.zeros(log.size, dtype=bool)        # a set missing a contributor
+    reach = slice_reach(log, slices)
+    for i, contrib in enumerate(slices):
+        table = initial_sets(log, contrib)
+        found = make_unions(log, table, first, reach, i)
+        if found is not None and (first is None or found < first):
+            first, out_bad = found, None
+        if first is None:
+            lacking[held_sets] |= (table[held_sets] != all_of(contrib)).any(axis=1)
+    if first is None:
+        assert out_bad is not None, "a run without errors checks its outputs"
+        out_bad |= values.output_wanted() & lacking[out_sets]
+        if not out_bad.any():
+            return
+        r, c = (int(x) for x in np.argwhere(out_bad)[0])
+        whole = gather_sets(log, slices, len(log.start), np.array([out_sets[r, c]]))
+        values.explain_output(r, c, whole[0])
+        return
+    t, j = first
+    if j < 0:
+        static = values.first_static()
+        assert static is not None, "a static fault was found"
+        values.explain_static(static)
+    # the failing step once more, with the whole sets of the failing op's slots
+    steps = values.steps()
+    rerun = _Interpreter(s, None, values.map)
+    for before in steps[:t]:
+        assert not rerun.run_step(before), "the steps before the first error have none"
+    i = int(steps[t][j])
+    slots = np.unique(np.concatenate([_op_slots(values, i, "src"), _op_slots(values, i, "dst")]))
+    rerun.bits = _Rows(slots, gather_sets(log, slices, t, rerun.sid[slots]))
+    rerun.sets = None
+    errors = rerun.run_step(steps[t][:j + 1])
+    assert errors and min(errors)[0] == j, "the slices found an error in this op"
+    rerun.fail(i, min(errors)[2])
+
+
+def _op_slots(interp: _Interpreter, i: int, end: str) -> np.ndarray:
+    """The slots op ``i`` reads (``end`` "src") or writes ("dst")."""
+    o = interp.s.ops
+    rank, buf, off = (getattr(o, end)[i], int(getattr(o, f"{end}_buf")[i]),
+                      int(getattr(o, f"{end}_off")[i]))
+    start = int(interp.base[buf]) + int(rank) * int(interp.nc[buf]) + off
+    return np.arange(start, start + int(o.count[i]), dtype=np.int64)

@@ -17,7 +17,7 @@ from cclc.collective import Collective
 from cclc.execution import ExecutionModel
 from cclc.ir import Schedule
 from cclc.serialize import document_pieces, symmetric_document_pieces
-from cclc.symmetric import SymmetricSchedule
+from cclc.symmetric import ExceptedSchedule, SymmetricSchedule
 
 __all__ = ["BACKEND", "JsonBackend"]
 
@@ -38,10 +38,10 @@ class JsonBackend:
     def files(self, key: Collective, options: EmitOptions) -> tuple[str, ...]:
         return (f"{key.name}.schedule.json",)
 
-    def render(self, subject: Schedule | SymmetricSchedule, options: EmitOptions, facts: Facts
-               ) -> dict[str, Contents]:
+    def render(self, subject: Schedule | SymmetricSchedule | ExceptedSchedule,
+               options: EmitOptions, facts: Facts) -> dict[str, Contents]:
         def pieces() -> Iterator[bytes]:
-            if isinstance(subject, SymmetricSchedule):
+            if isinstance(subject, SymmetricSchedule | ExceptedSchedule):
                 yield from symmetric_document_pieces(subject)
             else:
                 yield from document_pieces(subject)
@@ -49,8 +49,8 @@ class JsonBackend:
 
         return {f"{subject.collective.name}.schedule.json": pieces()}
 
-    def refusal(self, subject: Schedule | SymmetricSchedule, options: EmitOptions
-                ) -> str | None:
+    def refusal(self, subject: Schedule | SymmetricSchedule | ExceptedSchedule,
+                options: EmitOptions) -> str | None:
         """The document has a form for every verified schedule, whole or stored by
         symmetry."""
         return None
@@ -59,4 +59,4 @@ class JsonBackend:
         return []
 
 
-BACKEND: Backend[Collective, Schedule | SymmetricSchedule] = JsonBackend()
+BACKEND: Backend[Collective, Schedule | SymmetricSchedule | ExceptedSchedule] = JsonBackend()

@@ -14,6 +14,7 @@ import pathlib
 
 from backends.common import (
     EmitOptions,
+    RecentLowerings,
     c_identifier,
     entry_count,
     render_template,
@@ -224,21 +225,16 @@ class MscclBackend:
         return why
 
 
-#: the last lowerings, so that the candidate ``auto`` asked about and then chose is lowered
-#: once; two, since the next candidate is asked about before the winner is rendered
-_RECENT_LOWERINGS: list[tuple[Schedule, tuple, tuple[Lowered, Schedule, UnitFacts]]] = []
+#: the candidate ``auto`` asked about and then chose is lowered once
+_LOWERINGS: RecentLowerings[tuple[Lowered, Schedule, UnitFacts]] = RecentLowerings()
 
 
 def _lowered(schedule: Schedule, rt: Runtime, options: EmitOptions
              ) -> tuple[Lowered, Schedule, UnitFacts]:
-    key = (rt.key, options.fuse, options.nchannels)
-    for seen, seen_key, result in _RECENT_LOWERINGS:
-        if seen is schedule and seen_key == key:
-            return result
-    result = lower_to_fit(schedule, rt, fuse=options.fuse, nchannels=options.nchannels)
-    _RECENT_LOWERINGS.insert(0, (schedule, key, result))
-    del _RECENT_LOWERINGS[2:]
-    return result
+    return _LOWERINGS.get(
+        schedule, (rt.key, options.fuse, options.nchannels),
+        lambda: lower_to_fit(schedule, rt, fuse=options.fuse, nchannels=options.nchannels))
+
 
 BACKEND: Backend[Collective, Schedule] = MscclBackend()
 

@@ -24,7 +24,7 @@ import pathlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from backends.common import c_identifier
+from backends.common import RecentLowerings, c_identifier
 from backends.contract import Backend, Contents, EmitOptions, Facts
 from backends.msccl.lower import LimitError
 from backends.mscclpp.limits import COMMIT, LIMITS, REPOSITORY
@@ -48,9 +48,8 @@ COLLECTIVES = {k: k.value for k in (CollectiveKind.ALLREDUCE, CollectiveKind.ALL
 #: ``selectSingleNodeAllreduce``: "<= 64KB or <= 1MB" without NVLS zero-copy)
 LL_MAX_BYTES = 1 << 20
 
-#: the last lowerings: the out-of-place Simple plan's lowering is asked for its served sizes
-#: and then rendered; two, so that an in-place one does not push it out before its render
-_RECENT_LOWERINGS: list[tuple[Schedule, tuple[bool, str], LoweredPlan]] = []
+#: the out-of-place Simple plan's lowering is asked for its served sizes and then rendered
+_LOWERINGS: RecentLowerings[LoweredPlan] = RecentLowerings()
 
 
 @contextmanager
@@ -69,14 +68,10 @@ def _without_cycle_collection() -> Iterator[None]:
 
 def _lowered(schedule: Schedule, inplace: bool = False, protocol: str = "Simple"
              ) -> LoweredPlan:
-    for seen, key, low in _RECENT_LOWERINGS:
-        if seen is schedule and key == (inplace, protocol):
-            return low
-    with _without_cycle_collection():
-        low = lower(schedule, inplace=inplace, protocol=protocol)
-    _RECENT_LOWERINGS.insert(0, (schedule, (inplace, protocol), low))
-    del _RECENT_LOWERINGS[2:]
-    return low
+    def lowered() -> LoweredPlan:
+        with _without_cycle_collection():
+            return lower(schedule, inplace=inplace, protocol=protocol)
+    return _LOWERINGS.get(schedule, (inplace, protocol), lowered)
 
 
 def served_sizes(schedule: Schedule, low: LoweredPlan) -> tuple[int, int, int]:

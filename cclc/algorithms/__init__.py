@@ -21,10 +21,11 @@ from cclc.fabric_routing import route_spines
 from cclc.ir import Schedule
 from cclc.link_traffic import Traffic
 from cclc.relay import lower_relays
+from cclc.sends import Sends
 from cclc.sim import simulate
 
 __all__ = ["REGISTRY", "Algorithm", "BudgetExhausted", "BuildContext", "CostFn", "NoBound",
-           "OpsFn", "Synthesis", "TrafficFn", "algorithms_for", "every_rank_ops", "get",
+           "OpsFn", "SendsFn", "Synthesis", "TrafficFn", "algorithms_for", "every_rank_ops", "get",
            "lockstep_time", "register", "unregister"]
 
 #: the predicted time (seconds) of a schedule: what an algorithm that tunes itself (e.g.
@@ -100,6 +101,13 @@ class NoBound:
 #: schedule sends; a :class:`NoBound` where this collective or these parameters have no rule
 TrafficFn = Callable[..., "Traffic | NoBound"]
 
+#: what an entry's schedule of a collective with the hint parameters sends between members in
+#: each step, without routes (``sends(coll, **params)``, :mod:`cclc.sends`), from which the
+#: planner's bound that holds whatever the routes follows (:mod:`cclc.send_bounds`): its
+#: steps and bytes must never be more than the schedule's; a :class:`NoBound` where this
+#: collective or these parameters have no rule
+SendsFn = Callable[..., "tuple[Sends, ...] | NoBound"]
+
 
 def every_rank_ops(coll: Collective, **params) -> int:
     """The ops every schedule of ``coll`` has at the least: every rank receives something
@@ -142,6 +150,10 @@ class Algorithm:
     rank over its three buffers, which the verifier's interpreter holds for every rank (with a
     contributor bitset of ``n`` bits each in a reduction: cubic in ``n`` where every rank
     holds ``n`` blocks); without it, one input and one output chunk are counted.
+    ``sends`` (a :data:`SendsFn`) says what its steps send between members without routes,
+    for the bound that holds whatever routes the routing picks (on a fabric with spines ECMP
+    prices other routes than the algorithm's, so ``load`` gives none there); without it the
+    entry has none.
     ``exact_ops=True`` states that ``ops`` is the exact count of the schedule before relay
     lowering, so what is built is within relay lowering's factor (the longest relayed route's
     hops) of the estimate; otherwise ``ops`` is a lower bound only, and the planner checks the
@@ -161,6 +173,7 @@ class Algorithm:
     synthesize: Callable[..., Synthesis] | None = None
     slots: OpsFn | None = None
     exact_ops: bool = False
+    sends: SendsFn | None = None
 
     def min_ops(self, coll: Collective, **params) -> int:
         """A lower bound on the ops of this entry's schedule of ``coll`` (it must apply)."""
@@ -172,6 +185,13 @@ class Algorithm:
         if isinstance(self.load, NoBound):
             return self.load
         return self.load(coll, **params)
+
+    def step_sends(self, coll: Collective, **params) -> tuple[Sends, ...] | NoBound:
+        """What this entry's schedule of ``coll`` (it must apply) sends in each step, or why
+        that is not known before building."""
+        if self.sends is None:
+            return NoBound(f"{self.name} has no rule for what its steps send")
+        return self.sends(coll, **params)
 
     def min_links(self, coll: Collective, **params) -> int:
         """A lower bound on the route links of this entry's schedule of ``coll``."""
@@ -291,6 +311,7 @@ def _merged(a: Algorithm, b: Algorithm) -> Algorithm:
                      slots=lambda coll, **p: pick(coll).min_slots(coll, **p),
                      # merged entries state exactness only where both parts do
                      exact_ops=a.exact_ops and b.exact_ops,
+                     sends=lambda coll, **p: pick(coll).step_sends(coll, **p),
                      contextual=a.contextual or b.contextual,
                      synthesize=None if a.synthesize is None and b.synthesize is None
                      else lambda coll, **p: _synthesize_of(pick(coll))(coll, **p))

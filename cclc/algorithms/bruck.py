@@ -26,9 +26,11 @@ import numpy as np
 
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes
+from cclc.algorithms.member_sends import block_bytes, shift
 from cclc.algorithms.pair_traffic import bruck_traffic
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, Schedule, ScheduleBuilder
+from cclc.sends import Sends
 
 __all__ = ["bruck_rounds"]
 
@@ -134,11 +136,29 @@ def _ops(coll: Collective, **params) -> int:
     return n * runs + n * (n - 1)
 
 
+def _sends(coll: Collective, **params) -> tuple[Sends, ...]:
+    """One step per round: AllGather, the ``min(held, n - held)`` blocks to ``i - 2^k``;
+    AllToAll, the positions with bit ``k`` set to ``i + 2^k``."""
+    n, block = coll.n, block_bytes(coll)
+    out = []
+    if coll.kind is CollectiveKind.ALLGATHER:
+        held, k = 1, 0
+        while held < n:
+            send = min(held, n - held)
+            out.append(shift(n, -(1 << k), send * block))
+            held, k = held + send, k + 1
+        return tuple(out)
+    for k in range(bruck_rounds(n)):
+        positions = sum(min(1 << k, n - start) for start in range(1 << k, n, 2 << k))
+        out.append(shift(n, 1 << k, positions * block))
+    return tuple(out)
+
+
 def _build(coll: Collective, **params) -> Schedule:
     return _allgather(coll) if coll.kind is CollectiveKind.ALLGATHER else _alltoall(coll)
 
 
 register(Algorithm(
     name="bruck", collectives=_KINDS, applicable=_applicable, build=_build, ops=_ops,
-    load=bruck_traffic,
+    load=bruck_traffic, sends=_sends,
     description="ceil(log2 n) rounds at distances 1, 2, 4, ...; wins on small sizes"))

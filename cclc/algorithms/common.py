@@ -303,8 +303,16 @@ class PairRouter:
         self.keys, self.links, self.v = key[first], ok[first], v
         graph = csr_matrix((np.ones(len(self.keys)), (self.keys // v, self.keys % v)),
                            shape=(v, v))
-        _, self.pred = dijkstra(graph, indices=self.group, unweighted=True,
-                                return_predecessors=True)
+        dist, self.pred = dijkstra(graph, indices=self.group, unweighted=True,
+                                   return_predecessors=True)
+        self.hops = np.where(np.isfinite(dist), dist, -1).astype(np.int32)
+        del dist
+        # the link into every vertex from its predecessor, looked up once for all pairs
+        has = self.pred >= 0
+        into = np.full(self.pred.shape, -1, dtype=np.int32)
+        heads = np.broadcast_to(np.arange(v, dtype=np.int64), self.pred.shape)[has]
+        into[has] = self.links[np.searchsorted(self.keys, self.pred[has] * v + heads)]
+        self.into = into
 
     def ids(self, b: ScheduleBuilder, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Route ids (added to builder ``b``) of group-index pairs ``src -> dst``; 0 where
@@ -313,28 +321,41 @@ class PairRouter:
         remote = np.flatnonzero(src != dst)
         if not len(remote):
             return ids
-        pairs, inverse = np.unique(np.stack([src[remote], dst[remote]], axis=1), axis=0,
-                                   return_inverse=True)
-        u, cur = pairs[:, 0], self.group[pairs[:, 1]]
-        if (self.pred[u, cur] < 0).any():
-            bad = int(np.flatnonzero(self.pred[u, cur] < 0)[0])
+        n = len(self.group)
+        key = src[remote].astype(np.int64) * n + dst[remote]
+        if (key[1:] > key[:-1]).all():
+            # distinct pairs in order already (every pair of an alltoall): no sort
+            pairs, inverse = key, None
+        else:
+            pairs, inverse = np.unique(key, return_inverse=True)
+        u, cur = pairs // n, self.group[pairs % n]
+        # (source row, vertex) cells of the (group, vertex) tables as flat indices: one
+        # gather per hop instead of two-index lookups, and the walk keeps only the paths
+        # still walking (at 4,096 ranks: 16.7M paths of up to 6 hops)
+        width = self.pred.shape[1]
+        pred, into = self.pred.reshape(-1), self.into.reshape(-1)
+        row = u * width
+        cell = row + cur
+        if (pred[cell] < 0).any():
+            bad = int(np.flatnonzero(pred[cell] < 0)[0])
             names = self.names
             raise CollectiveError(f"no healthy path from "
                                   f"{names[self.group[u[bad]]]} to {names[cur[bad]]}")
-        hops = []                                  # links from the destination backwards
+        offsets = np.zeros(len(pairs) + 1, dtype=np.int64)
+        np.cumsum(self.hops.reshape(-1)[cell], out=offsets[1:])
+        links = np.empty(int(offsets[-1]), dtype=np.int32)
+        # every path written from its destination back to its source
+        at = offsets[1:] - 1
         start = self.group[u]
-        while (cur != start).any():
-            live = cur != start
-            prev = np.where(live, self.pred[u, cur], cur)
-            hop = np.full(len(u), -1, dtype=np.int64)
-            hop[live] = self.links[np.searchsorted(self.keys, prev[live] * self.v + cur[live])]
-            hops.append(hop)
-            cur = prev
-        table = np.stack(hops[::-1], axis=1)       # padded with -1 before each route's start
-        lengths = (table >= 0).sum(axis=1)
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        route = b.add_routes(offsets, table[table >= 0])
-        ids[remote] = route[inverse.reshape(-1)]
+        del u, cur
+        while len(cell):
+            links[at] = into[cell]
+            prev = pred[cell]
+            walking = prev != start
+            at, start, row = at[walking] - 1, start[walking], row[walking]
+            cell = row + prev[walking]
+        route = b.add_routes(offsets, links)
+        ids[remote] = route if inverse is None else route[inverse.reshape(-1)]
         return ids
 
 
@@ -361,8 +382,7 @@ def add_pair_routes(builder: ScheduleBuilder, coll: Collective, src: np.ndarray,
         return pair_router(coll).ids(builder, src, dst)
     # elsewhere paths come from BFS, one per distinct pair; the builder deduplicates them
     pairs, inverse = np.unique(np.stack([gs, gd], axis=1), axis=0, return_inverse=True)
-    pair_ids = np.array([builder.route(topo.shortest_path_links(int(u), int(v)))
-                         for u, v in pairs.tolist()], dtype=np.int32)
+    pair_ids = builder.routes(*topo.shortest_path_table(pairs[:, 0], pairs[:, 1]))
     ids[remote] = pair_ids[inverse.reshape(-1)]
     return ids
 

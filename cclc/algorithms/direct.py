@@ -17,9 +17,11 @@ import numpy as np
 
 from cclc.algorithms import Algorithm, register
 from cclc.algorithms.common import add_pair_routes, pair_distance, pair_hops
+from cclc.algorithms.member_sends import all_pairs, block_bytes
 from cclc.algorithms.pair_traffic import direct_traffic
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
+from cclc.sends import Sends, sends
 
 __all__ = ["build_direct"]
 
@@ -112,6 +114,17 @@ def _slots(coll: Collective) -> int:
         coll.kind is CollectiveKind.REDUCESCATTER)
 
 
+def _sends(coll: Collective, **params) -> tuple[Sends, ...]:
+    """Step 0: every pair's block (a non-uniform alltoall: each non-empty pair's); the
+    reducescatter's later steps are local."""
+    if coll.pair_sizes is not None:
+        sizes = np.asarray(coll.pair_sizes, dtype=np.int64)
+        src, dst = np.nonzero(sizes)
+        return (sends(src, dst, sizes[src, dst]),)
+    block = block_bytes(coll)
+    return all_pairs(coll.n, lambda src, dst: np.full(len(src), block))
+
+
 _BUILDERS = {CollectiveKind.ALLTOALL: _alltoall, CollectiveKind.ALLGATHER: _allgather,
              CollectiveKind.REDUCESCATTER: _reducescatter}
 
@@ -121,5 +134,5 @@ register(Algorithm(
     ops=lambda coll, **params: _ops(coll),
     slots=lambda coll, **params: _slots(coll), exact_ops=True,
     links=lambda coll, **params: pair_distance(coll),
-    load=direct_traffic,
+    load=direct_traffic, sends=_sends,
     description="every pair in one step over a shortest healthy path"))

@@ -23,8 +23,10 @@ import numpy as np
 
 from cclc.algorithms import Algorithm, NoBound, register
 from cclc.algorithms.common import add_pair_routes, even_split
+from cclc.algorithms.member_sends import all_pairs
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
+from cclc.sends import Sends
 
 __all__: list[str] = []
 
@@ -53,6 +55,14 @@ def _allreduce(coll: Collective) -> Schedule:
     return b.build("direct")
 
 
+def _sends(coll: Collective, **params) -> tuple[Sends, ...]:
+    """Two all-pairs steps: block ``d`` of every input to its owner ``d``, then every owner's
+    reduced block ``s`` to every other rank (the local sums between them move nothing)."""
+    block = even_split(coll.count, coll.n) * coll.dtype.itemsize
+    return (all_pairs(coll.n, lambda src, dst: block[dst])
+            + all_pairs(coll.n, lambda src, dst: block[src]))
+
+
 def _applicable(coll: Collective, **params) -> str | None:
     if coll.kind is not CollectiveKind.ALLREDUCE:
         return f"this direct entry serves allreduce, not {coll.kind.value}"
@@ -75,5 +85,6 @@ register(Algorithm(
     ops=lambda coll, **params: 3 * coll.n * coll.n - 2 * coll.n, exact_ops=True,
     slots=lambda coll, **params: 3 * coll.n,
     load=NoBound("no traffic rule for the all-pairs allreduce: it is always built"),
+    sends=_sends,
     description="allreduce: all-pairs reduce-scatter into scratch, local sums, all-pairs "
                 "all-gather"))

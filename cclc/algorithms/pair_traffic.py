@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from cclc.algorithms.common import route_table, topo_is_plain_torus
+from cclc.algorithms.member_sends import block_bytes
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Routes
 from cclc.link_traffic import CARRIED, EARLY, LATE, Traffic, traffic_rows
@@ -49,10 +50,6 @@ def pair_traffic(coll: Collective, src: np.ndarray, dst: np.ndarray, nbytes: np.
     return traffic_rows(0, links, per_link, np.where(carried[op], CARRIED, role))
 
 
-def _block_bytes(coll: Collective) -> int:
-    return (coll.count // coll.n) * coll.dtype.itemsize
-
-
 def direct_traffic(coll: Collective, **params) -> Traffic:
     """``direct``'s traffic: every pair's block in one op of one chunk, all in step 0."""
     n = coll.n
@@ -61,7 +58,7 @@ def direct_traffic(coll: Collective, **params) -> Traffic:
     if coll.pair_sizes is not None:
         nbytes = np.asarray(coll.pair_sizes, dtype=np.int64).ravel()
     else:
-        nbytes = np.full(n * n, _block_bytes(coll), dtype=np.int64)
+        nbytes = np.full(n * n, block_bytes(coll), dtype=np.int64)
     return pair_traffic(coll, src, dst, nbytes, one_chunk_ops=True)
 
 
@@ -69,7 +66,7 @@ def bruck_traffic(coll: Collective, **params) -> Traffic:
     """``bruck``'s traffic (AllToAll and AllGather), all its rounds counted in one step."""
     n = coll.n
     ranks = np.arange(n)
-    block = _block_bytes(coll)
+    block = block_bytes(coll)
     src, dst, nbytes = [], [], []
     if coll.kind is CollectiveKind.ALLTOALL:
         # round k: every position with bit k set goes to rank i + 2^k

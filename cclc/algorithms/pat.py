@@ -33,8 +33,10 @@ import numpy as np
 
 from cclc.algorithms import Algorithm, NoBound, register
 from cclc.algorithms.common import add_pair_routes, bad_int_param, hint_int
+from cclc.algorithms.member_sends import block_bytes, shift
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
+from cclc.sends import Sends
 
 __all__ = ["aggregation", "pat_dims", "pat_offsets", "pat_steps"]
 
@@ -145,6 +147,21 @@ def _build(coll: Collective, **params) -> Schedule:
     return _reducescatter(coll, agg, out_params)
 
 
+def _sends(coll: Collective, **params) -> tuple[Sends, ...]:
+    """One step per transfer of a dimension: every rank sends its blocks (at most ``agg``) to
+    the rank ``2^d`` below (allgather, far dimensions first) or above (reducescatter)."""
+    n, kind = coll.n, coll.kind
+    agg = aggregation(coll, hint_int(params, "buffer", None))
+    block = block_bytes(coll)
+    dims = range(pat_dims(n))
+    out = []
+    for d in reversed(dims) if kind is CollectiveKind.ALLGATHER else dims:
+        by = -(1 << d) if kind is CollectiveKind.ALLGATHER else 1 << d
+        out += [shift(n, by, len(offs) * block)
+                for offs in _sub_steps(pat_offsets(n, d, kind), agg)]
+    return tuple(out)
+
+
 def _ops(coll: Collective, **params) -> int:
     """Every rank's block reaches every rank, one op per block and hop of the trees, before
     relay lowering: ``n^2`` (allgather: a local copy and ``n - 1`` arrivals per rank), and a
@@ -161,7 +178,7 @@ def _slots(coll: Collective, **params) -> int:
 
 register(Algorithm(
     name="pat", collectives=_KINDS, applicable=_applicable, build=_build,
-    ops=_ops, slots=_slots, exact_ops=True,
+    ops=_ops, slots=_slots, exact_ops=True, sends=_sends,
     load=NoBound("no traffic rule: the aggregated transfers' link loads are not derived "
                  "before building, so it is always built"),
     description="Parallel Aggregated Trees: reversed Bruck, far hops first with little data; "

@@ -29,6 +29,7 @@ from cclc.algorithms import Algorithm, NoBound, every_rank_ops, register
 from cclc.algorithms.common import add_pair_routes, even_split
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
+from cclc.sends import Sends, sends
 
 __all__ = ["fold_size"]
 
@@ -241,6 +242,81 @@ def _rd_build(coll: Collective, **params) -> Schedule:
     return _allreduce_doubling(coll)
 
 
+# -- what the rounds send, without building (the entries' ``sends`` rules) --------------------
+
+def _round_blocks(v: np.ndarray, mask: int, p: int, n_blocks: int, toward_partner: bool
+                  ) -> np.ndarray:
+    """Blocks rank ``v`` sends in the round of ``mask``: the ``mask`` virtual blocks of its
+    own half (gathering) or of its partner's (halving), and their extras (:func:`_ranges`)."""
+    side = (v ^ mask) if toward_partner else v
+    lo = side & ~(mask - 1)
+    extra = np.where(lo + p < n_blocks, np.minimum(lo + mask + p, n_blocks) - (lo + p), 0)
+    return mask + extra
+
+
+def _fold_sends(n: int, p: int, nbytes: float, inward: bool) -> list[Sends]:
+    """The step in which each extra rank ``p + i`` sends ``nbytes`` to rank ``i`` (inward) or
+    receives them from it; none without extras."""
+    if n == p:
+        return []
+    extras = np.arange(p, n)
+    return [sends(extras, extras - p, nbytes) if inward else sends(extras - p, extras, nbytes)]
+
+
+def _rounds(p: int, nbytes_of, masks) -> list[Sends]:
+    v = np.arange(p)
+    return [sends(v, v ^ mask, nbytes_of(v, mask)) for mask in masks]
+
+
+def _doubling_masks(p: int) -> list[int]:
+    return [1 << k for k in range(p.bit_length() - 1)]
+
+
+def _rd_sends(coll: Collective, **params) -> tuple[Sends, ...]:
+    """Recursive doubling: the extras' fold step, a round per power of two, the step that
+    serves the extras (allgather: blocks; allreduce: the whole vector every step)."""
+    n, p = coll.n, fold_size(coll.n)
+    item = coll.dtype.itemsize
+    if coll.kind is CollectiveKind.ALLREDUCE:
+        whole = coll.count * item
+        return tuple(_fold_sends(n, p, whole, True)
+                     + _rounds(p, lambda v, mask: whole, _doubling_masks(p))
+                     + _fold_sends(n, p, whole, False))
+    block = (coll.count // n) * item
+    return tuple(_fold_sends(n, p, block, True)
+                 + _rounds(p, lambda v, mask: _round_blocks(v, mask, p, n, False) * block,
+                           _doubling_masks(p))
+                 + _fold_sends(n, p, (n - 1) * block, False))
+
+
+def _rh_sends(coll: Collective, **params) -> tuple[Sends, ...]:
+    """Recursive halving: the extras fold their ``n`` blocks in, a round per power of two
+    (far first) with the partner's half, then each extra gets its block."""
+    n, p = coll.n, fold_size(coll.n)
+    block = (coll.count // n) * coll.dtype.itemsize
+    return tuple(_fold_sends(n, p, n * block, True)
+                 + _rounds(p, lambda v, mask: _round_blocks(v, mask, p, n, True) * block,
+                           reversed(_doubling_masks(p)))
+                 + _fold_sends(n, p, block, False))
+
+
+def _hd_sends(coll: Collective, **params) -> tuple[Sends, ...]:
+    """Halving then doubling over ``p`` near-equal blocks, between the extras' fold steps."""
+    n, p = coll.n, fold_size(coll.n)
+    item = coll.dtype.itemsize
+    starts = np.concatenate([[0], np.cumsum(even_split(coll.count, p))])
+
+    def span(lo: np.ndarray, mask: int) -> np.ndarray:
+        return (starts[lo + mask] - starts[lo]) * item
+
+    masks = _doubling_masks(p)
+    return tuple(_fold_sends(n, p, coll.count * item, True)
+                 + _rounds(p, lambda v, mask: span((v ^ mask) & ~(mask - 1), mask),
+                           reversed(masks))
+                 + _rounds(p, lambda v, mask: span(v & ~(mask - 1), mask), masks)
+                 + _fold_sends(n, p, coll.count * item, False))
+
+
 #: these entries' load bound: none (no traffic rule)
 _NO_RULE = NoBound("no traffic rule: "
                    "the rounds' link loads are not derived before building, so "
@@ -250,7 +326,7 @@ register(Algorithm(
     name="recursive_doubling", collectives=_AG_AR,
     applicable=lambda coll, **p: _reason(coll, "recursive_doubling", _AG_AR, p),
     build=_rd_build,
-    ops=every_rank_ops, load=_NO_RULE,
+    ops=every_rank_ops, load=_NO_RULE, sends=_rd_sends,
     # allgather: a block per rank in the output; allreduce: the whole vector, one chunk
     slots=lambda coll, **p: coll.n + 1 if coll.kind is CollectiveKind.ALLGATHER else 2,
     description="log2 rounds with partners 1, 2, 4, ... apart (allreduce: whole vector per "
@@ -260,7 +336,7 @@ register(Algorithm(
     applicable=lambda coll, **p: _reason(coll, "recursive_halving",
                                          frozenset({CollectiveKind.REDUCESCATTER}), p),
     build=lambda coll, **p: _reducescatter(coll),
-    ops=every_rank_ops, load=_NO_RULE,
+    ops=every_rank_ops, load=_NO_RULE, sends=_rh_sends,
     # a block per rank in the input and the partial sums
     slots=lambda coll, **p: 2 * coll.n + 1,
     description="log2 rounds exchanging half of the remaining blocks"))
@@ -269,7 +345,7 @@ register(Algorithm(
     applicable=lambda coll, **p: _reason(coll, "halving_doubling",
                                          frozenset({CollectiveKind.ALLREDUCE}), p),
     build=lambda coll, **p: _allreduce_halving_doubling(coll),
-    ops=every_rank_ops, load=_NO_RULE,
+    ops=every_rank_ops, load=_NO_RULE, sends=_hd_sends,
     # a block per rank of the largest power of two in the group, in each buffer
     slots=lambda coll, **p: 3 * (1 << (coll.n.bit_length() - 1)),
     description="allreduce as recursive-halving reduce-scatter + recursive-doubling "

@@ -29,8 +29,10 @@ from cclc.algorithms.common import (
     hint_int,
     ring_order,
 )
+from cclc.algorithms.member_sends import block_bytes
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
+from cclc.sends import Sends, sends
 
 __all__ = ["build_ring", "chain_chunks"]
 
@@ -235,12 +237,29 @@ def _broadcast(coll: Collective, order: np.ndarray, chunks: int | None) -> Sched
     return b.build("ring", params=(("chunks", k),))
 
 
+def _sends(coll: Collective, **params) -> tuple[Sends, ...] | NoBound:
+    """Every position sends one block to its successor in each of ``n - 1`` steps (allgather,
+    reducescatter) or ``2 (n - 1)`` (allreduce: at least the smallest of its ``n`` blocks);
+    a broadcast chain has no rule."""
+    n = coll.n
+    if coll.kind is CollectiveKind.BROADCAST:
+        return NoBound("no rule for the sends of the broadcast chain")
+    if n < 2:
+        return ()
+    order = ring_order(coll)
+    if coll.kind is CollectiveKind.ALLREDUCE:
+        block, steps = int(even_split(coll.count, n).min()) * coll.dtype.itemsize, 2 * (n - 1)
+    else:
+        block, steps = block_bytes(coll), n - 1
+    return (sends(order, np.roll(order, -1), block, steps),)
+
+
 _BUILDERS = {CollectiveKind.ALLGATHER: _allgather, CollectiveKind.REDUCESCATTER: _reducescatter,
              CollectiveKind.ALLREDUCE: _allreduce}
 
 register(Algorithm(
     name="ring", collectives=_KINDS, applicable=_applicable, build=build_ring, ops=_ops,
-    slots=_slots, exact_ops=True,
+    slots=_slots, exact_ops=True, sends=_sends,
     load=NoBound("no traffic rule: the ring's and the chain's link loads are not derived "
                  "before building, so it is always built"),
     description="blocks passed to the successor on a ring over the group (one direction); "

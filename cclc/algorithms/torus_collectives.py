@@ -52,6 +52,7 @@ from cclc.algorithms.common import (
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
+from cclc.sends import Sends, sends
 
 __all__ = ["KINDS", "Grid", "Piece", "folded_order", "grid_ops", "grid_pieces", "grid_schedule",
            "grid_slots"]
@@ -357,6 +358,25 @@ def _biring(coll: Collective, **params) -> Schedule:
     return grid_schedule(coll, grid, [Piece(1, (0,)), Piece(-1, (0,))], "biring")
 
 
+def _biring_sends(coll: Collective, **params) -> tuple[Sends, ...]:
+    """Each of the ring's ``n - 1`` steps (``2 (n - 1)`` for allreduce) sends one piece of a
+    block to each neighbour: at least the smallest piece (:func:`grid_schedule`)."""
+    n = coll.n
+    if n < 2:
+        return ()
+    ring = _ring_members(coll)
+    pieces = grid_pieces(coll, 2)
+    if coll.kind is CollectiveKind.ALLREDUCE:
+        smallest, steps = even_split(coll.count, n * pieces).min(), 2 * (n - 1)
+    else:
+        smallest, steps = even_split(coll.count // n, pieces).min(), n - 1
+    nbytes = int(smallest) * coll.dtype.itemsize
+    out = [sends(ring, np.roll(ring, -1), nbytes, steps)]
+    if pieces > 1:
+        out.append(sends(ring, np.roll(ring, 1), nbytes, steps, joins_previous=True))
+    return tuple(out)
+
+
 def _not_a_ring(coll: Collective) -> str | None:
     """Why consecutive group members (and the last and first) are not linked, if they are not."""
     topo = coll.topology
@@ -464,7 +484,7 @@ _NO_RULE = NoBound("no traffic rule: "
 
 register(Algorithm(
     name="biring", collectives=KINDS, applicable=_biring_applicable, build=_biring,
-    ops=lambda coll, **params: grid_ops(coll, 2), load=_NO_RULE,
+    ops=lambda coll, **params: grid_ops(coll, 2), load=_NO_RULE, sends=_biring_sends,
     slots=lambda coll, **params: grid_slots(coll, 2), exact_ops=True,
     description="ring in both directions, half the data each way (allreduce = "
                 "reduce-scatter + all-gather)"))
@@ -517,23 +537,17 @@ def _swing_applicable(coll: Collective, **params) -> str | None:
     return _swing_dims(coll)[1]
 
 
-def _swing(coll: Collective, **params) -> Schedule:
-    """Latency-optimal Swing: per dimension, ``log2 d`` steps in which rank ``r`` exchanges its
-    whole partial vector with ``r + rho(s)`` (even ``r``) or ``r - rho(s)`` (odd ``r``) along the
-    dimension's ring and adds what it receives. The peers' sets of contributions are disjoint at
-    every step, so after all steps every rank holds the full sum. A whole torus runs the
-    dimensions one after another (an allreduce along each dimension in turn is an allreduce)."""
+def _swing_peers(coll: Collective) -> list[np.ndarray]:
+    """Every member's peer in each of Swing's steps, in order: per dimension, ``log2 d``
+    steps in which rank ``r`` exchanges with ``r + rho(s)`` (even ``r``) or ``r - rho(s)``
+    (odd ``r``) along the dimension's ring."""
     dims, _ = _swing_dims(coll)
     if dims:
         grid = Grid(np.arange(coll.n).reshape(coll.topology.dims))
     else:
         grid = Grid(_ring_members(coll))
         dims = [0]
-    b = ScheduleBuilder(coll, input=[coll.count], output=[coll.count])
-    ranks = np.arange(coll.n)
-    b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
-          dst_off=0)
-    step = 1
+    peers = []
     for dim in dims:
         m = grid.dims[dim]
         pos = grid.coords[:, dim]
@@ -541,16 +555,37 @@ def _swing(coll: Collective, **params) -> Schedule:
             rho = swing_distance(s)
             c = grid.coords.copy()
             c[:, dim] = (pos + np.where(pos % 2 == 0, rho, -rho)) % m
-            peer = grid.members[tuple(c.T)]
-            b.add(step=step, src=ranks, dst=peer, route=add_pair_routes(b, coll, ranks, peer),
-                  kind=OpKind.REDUCE, src_buf=Buf.OUTPUT, src_off=0, dst_buf=Buf.OUTPUT,
-                  dst_off=0)
-            step += 1
+            peers.append(grid.members[tuple(c.T)])
+    return peers
+
+
+def _swing(coll: Collective, **params) -> Schedule:
+    """Latency-optimal Swing: in each step (:func:`_swing_peers`) every rank sends its whole
+    partial vector to its peer and adds what it receives. The peers' sets of contributions are
+    disjoint at every step, so after all steps every rank holds the full sum. A whole torus
+    runs the dimensions one after another (an allreduce along each dimension in turn is an
+    allreduce)."""
+    b = ScheduleBuilder(coll, input=[coll.count], output=[coll.count])
+    ranks = np.arange(coll.n)
+    b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.OUTPUT,
+          dst_off=0)
+    for step, peer in enumerate(_swing_peers(coll), start=1):
+        b.add(step=step, src=ranks, dst=peer, route=add_pair_routes(b, coll, ranks, peer),
+              kind=OpKind.REDUCE, src_buf=Buf.OUTPUT, src_off=0, dst_buf=Buf.OUTPUT,
+              dst_off=0)
     return b.build("swing")
+
+
+def _swing_sends(coll: Collective, **params) -> tuple[Sends, ...]:
+    """The whole vector from every rank to its peer, one step per peer."""
+    ranks = np.arange(coll.n)
+    whole = coll.count * coll.dtype.itemsize
+    return tuple(sends(ranks, peer, whole) for peer in _swing_peers(coll))
 
 
 register(Algorithm(
     name="swing", collectives=frozenset({CollectiveKind.ALLREDUCE}),
     applicable=_swing_applicable, build=_swing, ops=every_rank_ops, load=_NO_RULE,
+    sends=_swing_sends,
     description="Swing: log2 steps per dimension with peers 1, 1, 3, 5, 11, ... away "
                 "(whole vector per step; latency-optimal on tori)"))

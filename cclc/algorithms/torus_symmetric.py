@@ -32,7 +32,7 @@ from cclc.errors import CollectiveError, ScheduleError
 from cclc.ir import Buf, OpKind, Ops, Routes, even_split
 from cclc.symmetric import SymmetricSchedule, TranslationGroup
 
-__all__ = ["symmetric_allreduce", "symmetric_alltoall", "symmetric_reason"]
+__all__ = ["link_lookup", "symmetric_allreduce", "symmetric_alltoall", "symmetric_reason"]
 
 
 def symmetric_reason(coll: Collective) -> str | None:
@@ -57,7 +57,7 @@ def symmetric_reason(coll: Collective) -> str | None:
     return None
 
 
-def _link_lookup(topo, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+def link_lookup(topo, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """Link ids ``src[i] -> dst[i]`` (every pair must be joined by a link)."""
     V = topo.n_vertices
     keys = topo.link_src.astype(np.int64) * V + topo.link_dst
@@ -137,7 +137,7 @@ def symmetric_alltoall(coll: Collective) -> SymmetricSchedule:
                 done[go] += 1
     cat = {k: np.concatenate(v) for k, v in cols.items()}
     remote = cat["src"] != cat["dst"]
-    links = _link_lookup(topo, cat["src"][remote], cat["dst"][remote])
+    links = link_lookup(topo, cat["src"][remote], cat["dst"][remote])
     used, inverse = np.unique(links, return_inverse=True)
     cat["route"][remote] = inverse + 1
     # steps without ops (a phase shorter than another's) are dropped
@@ -232,7 +232,7 @@ def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
     cat = {k: np.concatenate(v) for k, v in cols.items()}
     remote = cat["src"] != cat["dst"]
     route = np.zeros(len(cat["src"]), dtype=np.int64)
-    links = _link_lookup(coll.topology, cat["src"][remote], cat["dst"][remote])
+    links = link_lookup(coll.topology, cat["src"][remote], cat["dst"][remote])
     used, inverse = np.unique(links, return_inverse=True)
     route[remote] = inverse + 1
     steps, cat["step"] = np.unique(cat["step"], return_inverse=True)

@@ -167,10 +167,11 @@ def parse_emit(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def format_candidates(p, pinned_by: str | None = None) -> str:
+def format_candidates(p, pinned_by: str | None = None, outdone_by: str | None = None) -> str:
     """The ``--explain`` table of a :class:`~cclc.plan.Plan` (times under its model);
     ``pinned_by`` says who named the algorithm ("the file", "--algorithm") when it was not
-    chosen by speed."""
+    chosen by speed; ``outdone_by`` names the schedule stored by symmetry that was kept
+    instead of the plan's fastest whole candidate."""
     rows = [("candidate", "lower bound", f"time ({p.model.name} model)", "% of bound", "note")]
     usable = {c.name for c in p.candidates if c.applicable}
     usable |= {name.split("+")[0] for name in usable}
@@ -181,7 +182,9 @@ def format_candidates(p, pinned_by: str | None = None) -> str:
             t = format_time(c.time) if c.time is not None else "-"
             pct = f"{c.pct_of_bound:.1f}%" if c.pct_of_bound is not None else "-"
             note = ""
-            if c.name == p.name:
+            if c.name == p.name and outdone_by is not None:
+                note = f"the fastest whole candidate; {outdone_by} (stored by symmetry) is faster"
+            elif c.name == p.name:
                 note = "chosen" if pinned_by is None else f"pinned by {pinned_by}"
                 if pinned_by is not None and faster:
                     note += f" ({', '.join(faster)} faster)"
@@ -272,14 +275,29 @@ class _Printer(Events):
         if "nccl-onesided" in emitted:
             print(f"  {_onesided_report(p)}")
 
-    def planned_symmetric(self, coll, p) -> None:
+    def planned_symmetric(self, coll, p, whole=None) -> None:
+        # cclc.symmetric only when this runs, not for cclc --help
+        from cclc.symmetric import ExceptedSchedule
+
         pct = f", {p.pct_of_bound:.1f}% of bound" if p.pct_of_bound is not None else ""
+        if self.args.explain and whole is not None:
+            print(f"{coll.name}: {coll.kind.value} on {coll.n} ranks; whole candidates:")
+            print(format_candidates(whole, outdone_by=p.name))
+            print(f"  and stored by symmetry: {p.name} {format_time(p.time)}{pct}: chosen")
         s = p.schedule
+        steps = s.ops.n_steps
+        exceptions = ""
+        if isinstance(s, ExceptedSchedule):
+            steps += s.tail.n_steps
+            exceptions = (f" with exceptions: {len(s.masked_element):,} journeys that cross "
+                          f"its {s.topology.n_failed_links} failed links left out, their units "
+                          f"delivered after it by a tail of {len(s.tail):,} ops in "
+                          f"{s.tail.n_steps} steps")
         print(f"{coll.name}: {p.name} {format_time(p.time)}{pct}, {len(s.ops):,} "
-              f"representative ops for {s.expanded_ops():,} ops in {int(s.ops.step.max()) + 1} "
+              f"representative ops for {s.expanded_ops():,} ops in {steps} "
               f"steps, stored by symmetry (the translations of the "
-              f"{'x'.join(map(str, s.group.shape))} torus) ({p.model.label}; routing "
-              f"{coll.topology.routing})")
+              f"{'x'.join(map(str, s.group.shape))} torus){exceptions} ({p.model.label}; "
+              f"routing {coll.topology.routing})")
 
     def failed(self, coll, message: str) -> None:
         print(f"error: collective '{coll.name}': the schedule failed verification, so "

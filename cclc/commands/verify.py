@@ -12,7 +12,7 @@ from cclc.progress import Progress
 from cclc.verify import verify
 
 if TYPE_CHECKING:
-    from cclc.symmetric import SymmetricSchedule
+    from cclc.symmetric import ExceptedSchedule, SymmetricSchedule
 
 __all__ = ["add_parser", "run"]
 
@@ -29,7 +29,9 @@ stderr and the exit status is 1. An unreadable or malformed file exits with stat
 A schedule stored by symmetry (one representative op per orbit of a torus's translations,
 what 'cclc compile' writes where the whole schedule is too large) is verified in that form:
 rank 0's view of every orbit, the routes of the representatives and the group
-(docs/performance.md); --numeric needs the whole schedule and refuses it.
+(docs/performance.md); on a torus with failed links also that the journeys left out are
+those that cross them and that the tail delivers theirs. --numeric needs the whole schedule
+and refuses it.
 
 examples:
   cclc verify out/a2a.schedule.json
@@ -51,12 +53,12 @@ def run(args) -> int:
     # cclc.numeric, cclc.serialize only when this runs, not for cclc --help
     from cclc.numeric import check_numeric
     from cclc.serialize import read_document
-    from cclc.symmetric import SymmetricSchedule
+    from cclc.symmetric import ExceptedSchedule, SymmetricSchedule
 
     progress = Progress(lambda line: print(line, file=sys.stderr, flush=True))
     with progress.stage(f"reading {args.file}"):
         schedule = read_document(args.file)     # a bad file raises CclError: the CLI exits 2
-    if isinstance(schedule, SymmetricSchedule):
+    if isinstance(schedule, SymmetricSchedule | ExceptedSchedule):
         return _run_symmetric(args, schedule, progress)
     name = schedule.collective.name
     try:
@@ -73,9 +75,12 @@ def run(args) -> int:
     return 0
 
 
-def _run_symmetric(args, schedule: SymmetricSchedule, progress: Progress) -> int:
-    # cclc.symmetric_check only when this runs, not for cclc --help
+def _run_symmetric(args, schedule: SymmetricSchedule | ExceptedSchedule, progress: Progress
+                   ) -> int:
+    # cclc.symmetric*, only when this runs, not for cclc --help
+    from cclc.symmetric import ExceptedSchedule as Excepted
     from cclc.symmetric_check import verify_symmetric
+    from cclc.symmetric_faults import verify_excepted
 
     name = schedule.collective.name
     if args.numeric:
@@ -85,12 +90,19 @@ def _run_symmetric(args, schedule: SymmetricSchedule, progress: Progress) -> int
         return 2
     try:
         with progress.stage(f"verifying {len(schedule.ops)} representative ops"):
-            verify_symmetric(schedule)
+            if isinstance(schedule, Excepted):
+                verify_excepted(schedule)
+            else:
+                verify_symmetric(schedule)
     except ScheduleError as err:
         print(f"{args.file}: verification failed: {err.message}", file=sys.stderr)
         return 1
     shape = "x".join(map(str, schedule.group.shape))
+    exceptions = ""
+    if isinstance(schedule, Excepted):
+        exceptions = (f", less {len(schedule.masked_element)} journeys that cross a failed "
+                      f"link, and a tail of {len(schedule.tail)} ops")
     print(f"ok: {name}: {len(schedule.ops)} representative ops for "
           f"{schedule.expanded_ops()} ops (stored by symmetry: the translations of the "
-          f"{shape} torus), verified")
+          f"{shape} torus{exceptions}), verified")
     return 0

@@ -5,6 +5,10 @@ hands that model to every build that asks for it (:class:`cclc.algorithms.BuildC
 synthesis packs for it:
 
 * ``ir``: lockstep steps, nothing but the links and their latency.
+* ``mscclpp``: lockstep steps, each with an op between two ranks paying one signal+wait round
+  trip. Every step the packing opens moves data between ranks, so it pays it; the steps of
+  local folds that :mod:`cclc.synth.tree_schedule` adds between them pay nothing, as the
+  model charges them (:attr:`cclc.execution.ExecutionModel.overhead_steps`).
 * ``msccl``: dataflow, every op starts 3.4 us after its inputs are ready. Ops of one step start
   together, so a piece pays it once per hop: on the critical path it is a cost per step.
 * ``nccl``: dataflow over lanes, 8.4 us per group, the ops of a lane that are ready together

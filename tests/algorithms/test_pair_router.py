@@ -41,3 +41,40 @@ def test_routes_are_fewest_hop_paths(faulty):
         assert topo.link_src[path[0]] == u and topo.link_dst[path[-1]] == v
         assert all(topo.link_dst[a] == topo.link_src[c] for a, c in itertools.pairwise(path))
         assert len(path) == len(topo.shortest_path_links(u, v))
+
+
+def _walked(router, src: np.ndarray, dst: np.ndarray) -> list[tuple[int, ...]]:
+    """Every pair's path read back from the router's predecessors one hop at a time, each
+    hop's link looked up by (tail, head): the reference for the bulk walk of ``ids``."""
+    out = []
+    for u, d in zip(src.tolist(), dst.tolist(), strict=True):
+        start, cur, path = int(router.group[u]), int(router.group[d]), []
+        while cur != start:
+            prev = int(router.pred[u, cur])
+            path.append(int(router.links[np.searchsorted(router.keys, prev * router.v + cur)]))
+            cur = prev
+        out.append(tuple(path[::-1]))
+    return out
+
+
+@pytest.mark.parametrize("faulty", [False, True])
+@pytest.mark.parametrize("order", ["all pairs", "shuffled with repeats"])
+def test_bulk_walk_matches_hop_by_hop(faulty, order):
+    hgx = NodeType("hgx", "nvswitch", 4, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
+    topo = fat_tree("c", 8, hgx, pods=2, rails=4, leaves=None, spines=2, cores=4,
+                    oversubscription=(1, 2), bandwidth=50e9, latency=2e-6)
+    if faulty:
+        names = topo.vertex_names
+        cut = [(int(u), int(v)) for u, v in zip(topo.link_src, topo.link_dst, strict=True)
+               if names[u].startswith(("leaf", "spine")) and names[v].startswith("spine")][::5]
+        topo = with_faults(topo, cut)
+    coll = make_collective("c", K.ALLGATHER, topo, topo.all_ranks(), size=4 * 32)
+    src, dst = (x.ravel() for x in np.meshgrid(np.arange(32), np.arange(32), indexing="ij"))
+    if order != "all pairs":
+        pick = np.random.default_rng(1).integers(0, len(src), 3 * len(src))
+        src, dst = src[pick], dst[pick]
+    b = ScheduleBuilder(coll, input=[1], output=[1] * 32)
+    router = pair_router(coll)
+    ids = router.ids(b, src, dst)
+    routes = b.build("x").routes
+    assert [routes.path(int(i)) for i in ids] == _walked(router, src, dst)

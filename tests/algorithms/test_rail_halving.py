@@ -60,12 +60,19 @@ def test_verifies_and_computes_on_leaf_spine(log_nodes, gpus, blocks, kind):
     n = topo.n_ranks
     coll = make_collective("c", kind, topo, topo.all_ranks(), size=_size(kind, n, blocks))
     s = _check(coll)
-    rounds = log_nodes
-    # the local copies and hand-offs, the intra-node steps, the rail rounds
-    per_rank = {K.ALLREDUCE: 2 + 2 * (gpus - 1) + 2 * rounds,
-                K.REDUCESCATTER: 2 + (gpus - 1) + rounds,
-                K.ALLGATHER: 1 + (gpus - 1) + rounds}[kind]
+    nodes = 1 << log_nodes
+    # doubling: rounds of 2^r chunks cut into pieces of max(1, nodes / 16), a step each, and a
+    # forward to every peer of each piece (and of the rank's first chunk)
+    piece = max(1, nodes // 16)
+    doubling = sum(-(-(1 << r) // piece) for r in range(log_nodes))
+    gather = doubling + (gpus - 1) * (doubling + 1)
+    # the local copies and hand-offs, the intra-node steps, the rail rounds and pieces
+    # (the halving mirrors it: its pieces, and each piece and the kept chunk reduced from every
+    # peer)
+    per_rank = {K.ALLREDUCE: 2 + 2 * gather, K.REDUCESCATTER: 2 + gather,
+                K.ALLGATHER: 1 + gather}[kind]
     assert len(s.ops) == n * per_rank
+    assert len(s.ops) == get("rail_halving").ops(coll)
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.value)
@@ -74,12 +81,31 @@ def test_three_tier_fabric(kind):
                     oversubscription=(1, 2), bandwidth=50e9, latency=2e-6)
     coll = make_collective("c", kind, topo, topo.all_ranks(), size=_size(kind, 32, 2))
     s = _check(coll)
-    # the first halving round (half the share) pairs nodes 2k and 2k+1
+    # the first halving round (half the share) pairs nodes 2k and 2k+1; its first piece
+    # crosses the rail after the log2(4) = 2 stages of the intra-node halving
     node = topo.node_of_rank[np.asarray(coll.group)]
-    first = s.ops.step == 1 + 3 if kind is not K.ALLGATHER else s.ops.step == 1
+    first = s.ops.step == 1 + 2 if kind is not K.ALLGATHER else s.ops.step == 1
     if kind is not K.ALLGATHER:
         remote = first & (s.ops.src != s.ops.dst)
         assert (node[s.ops.src[remote]] // 2 == node[s.ops.dst[remote]] // 2).all()
+
+
+@pytest.mark.parametrize("gpus", [8, 6])
+def test_intra_node_reduction_fills_in_log_steps(gpus):
+    """The first piece crosses the rail after log2(G) steps of intra-node halving where G is
+    a power of two (a GPU sends half its shares' piece, then a quarter, ...), after G - 1
+    steps of the diagonal otherwise; either way every GPU sends G - 1 pieces per item."""
+    topo = _leaf_spine(4, gpus)
+    coll = make_collective("c", K.REDUCESCATTER, topo, topo.all_ranks(), size=_size(
+        K.REDUCESCATTER, topo.n_ranks, 1))
+    s = _check(coll)
+    node = topo.node_of_rank[np.asarray(coll.group)]
+    remote = node[s.ops.src] != node[s.ops.dst]
+    fill = 3 if gpus == 8 else gpus - 1
+    assert int(s.ops.step[remote].min()) == 1 + fill
+    intra = (~remote) & (s.ops.src != s.ops.dst) & (s.ops.step < int(s.ops.step.max()))
+    sent = np.bincount(s.ops.src[intra], minlength=topo.n_ranks)
+    assert (sent == sent[0]).all()
 
 
 def test_refusals():

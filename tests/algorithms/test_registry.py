@@ -144,7 +144,7 @@ def test_the_toy_is_a_candidate_of_auto_and_its_op_count_drives_the_size_check(
     assert rows["shifted"].estimate is not None
     assert rows["shifted"].time is None \
         or rows["shifted"].estimate <= rows["shifted"].time * (1 + 1e-12)
-    assert rows["ring"].no_bound is not None and rows["ring"].estimate is None
+    assert rows["synth"].no_bound is not None and rows["synth"].estimate is None
     # an entry that claims more ops than the size check allows is refused up front, by name
     unregister("shifted")
     register(dataclasses.replace(SHIFTED, ops=lambda coll, **params: MAX_OPS + 1))

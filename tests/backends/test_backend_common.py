@@ -10,7 +10,7 @@ from backend_helpers import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.common import EmitOptions, c_identifier
+from backends.common import EmitOptions, RecentLowerings, c_identifier
 from backends.units import buffer_units, rank_units, to_units
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import ScheduleError
@@ -32,6 +32,25 @@ def test_c_identifier_is_always_a_c_identifier(name):
     ident = c_identifier(name)
     assert ident and (ident[0].isalpha() or ident[0] == "_") and ident.isascii()
     assert all(ch.isalnum() or ch == "_" for ch in ident)
+
+
+def test_recent_lowerings_lower_a_schedule_once_per_key_and_keep_two():
+    coll = make_collective("ag", CollectiveKind.ALLGATHER, torus("r", (2,)), (0, 1), size=8)
+    a, b, c = (ScheduleBuilder(coll, input=[2], output=[1, 1]).build("none")
+                 for _ in range(3))
+    calls: list[str] = []
+    recent: RecentLowerings[str] = RecentLowerings(keep=2)
+
+    def lowering(name: str):
+        return lambda: calls.append(name) or name
+
+    assert recent.get(a, "k", lowering("a")) == "a"
+    assert recent.get(a, "k", lowering("again")) == "a"            # kept: not lowered again
+    assert recent.get(a, "other", lowering("a2")) == "a2"          # another key lowers
+    assert recent.get(b, "k", lowering("b")) == "b"                # pushes a under "k" out
+    assert recent.get(a, "k", lowering("a3")) == "a3"
+    assert recent.get(c, "k", lowering("c")) == "c"                # identity, not equality
+    assert calls == ["a", "a2", "b", "a3", "c"]
 
 
 def test_options_validate():

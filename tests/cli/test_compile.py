@@ -170,6 +170,7 @@ class Fake:
     wants_simulation = False
     execution_model = None
     seconds_per_op = 0.0
+    renders_symmetric = False
 
     def files(self, key, options):
         return (key.name + ".txt",)
@@ -262,3 +263,32 @@ def test_says_which_model_priced_the_choice_and_why(tmp_path, run_cli, emit, mod
     assert f"priced under the {model} execution model (" in note
     assert f"because --emit includes {model}" in note and without in note
     assert out.index(note) < out.index("ag: ")
+
+
+A2A_FABRIC = """\
+node hgx = nvswitch(gpus = 8) {
+    link  450 GB/s, 1 us
+    nic   8 x 400 Gb/s
+}
+topology cluster = fabric(leaf_spine) {
+    nodes  2 x hgx
+    rails  8
+    leaves 8
+    spines 8
+    link   400 Gb/s, 2 us
+}
+collective bruck = alltoall on cluster { size 64 MiB; algorithm bruck }
+"""
+
+
+def test_an_alltoall_is_compared_with_nccls_grouped_send_recv(tmp_path, run_cli):
+    """NCCL runs an AllToAll as grouped send/recv (cclc.nccl_p2p): the report names that
+    model, and says "slower" where cclc's schedule is (Bruck: log2(n) steps of half the data)."""
+    path = tmp_path / "a2a.ccl"
+    path.write_text(A2A_FABRIC)
+    code, out, err = run_cli("compile", path, "-o", tmp_path / "out")
+    assert code == 0, err
+    lines = [x.strip() for x in out.splitlines() if x.strip().startswith("NCCL today")]
+    (line,) = lines
+    assert line.startswith("NCCL today (predicted by cclc's model of NCCL): p2p/simple ")
+    assert "busbw" in line and "slower" in line and "faster" not in line

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from cclc import cli
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # what the console script ``cclc`` (pyproject.toml: cclc.cli:main) runs
@@ -54,3 +56,29 @@ def test_ctrl_c_while_importing_says_interrupted(tmp_path, delay):
     assert proc.returncode in (130, 0), err
     if proc.returncode == 130:
         assert err.rstrip().endswith("interrupted"), err
+
+
+def test_an_interrupt_an_extension_turned_into_another_error_says_interrupted(monkeypatch,
+                                                                             capsys):
+    """numpy's C core, interrupted while it initializes, raises ImportError ("PyCapsule_Import
+    could not import module 'datetime'") from the KeyboardInterrupt: still 'interrupted'; the
+    same error without a Ctrl-C is not hidden."""
+    def interrupted_import(argv):
+        try:
+            cli._on_sigint(signal.SIGINT, None)
+        except KeyboardInterrupt as exc:
+            raise ImportError('PyCapsule_Import could not import module "datetime"') from exc
+
+    def failed_import(argv):
+        raise ImportError("no module named numpy")
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        monkeypatch.setattr(cli, "_run", interrupted_import)
+        assert cli.main([]) == 130
+        assert capsys.readouterr().err.strip() == "interrupted"
+        monkeypatch.setattr(cli, "_run", failed_import)
+        with pytest.raises(ImportError, match="numpy"):
+            cli.main([])
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -41,6 +41,10 @@ EXPECTED_TOPOLOGIES = {
     # spines; 8 pods x 16 spines x 2 cores of their group
     "pods512_fattree.ccl": {"cluster": (4096, 512 * 48 + 2 * 8 * 16 * 16 + 2 * 8 * 16 * 2,
                                         0, 0)},
+    # the NCCL model's machines at scale: per node 48 link pairs as above; leaves x spines
+    "h100_128node_leafspine.ccl": {"cluster": (1024, 128 * 48 + 2 * 32 * 32, 0, 0)},
+    "h200_248node_leafspine.ccl": {"cluster": (1984, 248 * 48 + 2 * 64 * 32, 0, 0)},
+    "h100_10node_leafspine.ccl": {"cluster": (80, 10 * 48 + 2 * 8 * 8, 0, 0)},
 }
 
 # example -> [(collective, kind, group size, size in bytes)]

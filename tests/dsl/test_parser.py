@@ -194,6 +194,9 @@ def test_spans_point_at_tokens():
     ("topology t = torus(4) { wrap maybe }", "expected 'on' or 'off', got 'maybe'"),
     ("topology t = torus(4) { sise 1 }", "got 'sise'"),
     ("collective c = x on y { sizee 1 MiB }", "did you mean 'size'?"),
+    # a keyword that starts a longer name is the name, not the keyword and a stray rest
+    ("topology t = torus(4) { link_bandwidth 5 GB/s }", "got 'link_bandwidth'"),
+    ("topology t = torus(4) { link 5 GB_s, 1 us }", "got 'GB_s'"),
 ])
 def test_syntax_errors(text, message):
     with pytest.raises(SyntaxErr) as info:

@@ -37,4 +37,7 @@ def test_the_comparison_is_one_object_with_its_line():
     assert c.nccl == est and c.speedup == "1.10x faster"
     assert c.line == compare_with_nccl(coll, est.time_us * 1e-6 / 1.1, software_cost=False)
     a2a = make_collective("a", K.ALLTOALL, single_node("box", HGX), tuple(range(8)), size=GiB)
-    assert nccl_comparison(a2a, 1.0) is None and nccl_comparison(coll, 0.0) is None
+    # an AllToAll is compared with NCCL's grouped send/recv (cclc.nccl_p2p)
+    a2a_line = nccl_comparison(a2a, 1.0)
+    assert a2a_line is not None and a2a_line.nccl.name == "p2p/simple"
+    assert nccl_comparison(coll, 0.0) is None

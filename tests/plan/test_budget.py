@@ -6,12 +6,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import cclc.budget
 from cclc.algorithms import algorithms_for
 from cclc.budget import BYTES_PER_OP, check_budget, estimate_ops, estimate_size
 from cclc.cli import main
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.errors import CclError, CollectiveError
+from cclc.pipeline import Events, Request, compile_source
 from cclc.topology import NodeType, leaf_spine, single_node, torus, with_faults
 
 
@@ -138,3 +140,98 @@ def test_chunks_grow_the_estimate_and_stay_below_what_is_built():
             assert est <= len(entry.build(coll, chunks=chunks).ops), (name, chunks)
             sizes.append(est)
         assert sizes == sorted(sizes) and sizes[0] < sizes[-1], name
+
+
+_FABRIC = """\
+node hgx = nvswitch(gpus = 2) {
+    link 450 GB/s, 1 us
+    nic  2 x 400 Gb/s
+}
+topology cluster = fabric(leaf_spine) {
+    nodes 4 x hgx
+    rails 2
+    spines 2
+    link 400 Gb/s, 2 us
+}
+collective ag = allgather on cluster { size 8 MiB }
+"""
+
+
+class _Notes(Events):
+    def __init__(self):
+        self.notes: list[str] = []
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+
+def _exact_estimates(text: str) -> dict[str, int]:
+    """The exact op estimates of ``auto``'s applicable candidates of the file's collective."""
+    import dsl
+
+    (coll,) = dsl.loads(text, "<string>").collectives
+    return {e.name: estimate_ops(coll, e) for e in algorithms_for(coll)
+            if e.exact_ops and e.applicable(coll) is None}
+
+
+def _without_synth(monkeypatch) -> None:
+    """synth left out: a synthesis without a send bound admits nothing (the test below)."""
+    import dataclasses
+
+    from cclc.algorithms import REGISTRY, get
+
+    monkeypatch.setitem(REGISTRY, "synth", dataclasses.replace(
+        get("synth"), applicable=lambda coll, **params: "left out of this test"))
+
+
+def test_auto_is_admitted_when_a_candidate_fits_and_skips_the_others(tmp_path, monkeypatch):
+    _without_synth(monkeypatch)
+    exact = _exact_estimates(_FABRIC)
+    smallest, largest = min(exact.values()), max(exact.values())
+    assert smallest < largest
+    monkeypatch.setattr(cclc.budget, "MAX_OPS", smallest)
+    events = _Notes()
+    (r,) = compile_source(_FABRIC, tmp_path / "o", Request(emit=("json",)), events)
+    assert r.plan is not None and not r.failed
+    assert any("over the size limit" in n and "auto skips" in n for n in events.notes)
+    rows = {c.name: c for c in r.plan.candidates}
+    over = [name for name, ops in exact.items() if ops > smallest]
+    # skipped with the estimate, or pruned by a bound before the size was asked about
+    assert over and all(rows[name].pruned is not None
+                        or (not rows[name].applicable
+                            and rows[name].reason.startswith("too large to plan here"))
+                        for name in over)
+
+
+def test_auto_is_refused_in_seconds_when_no_exact_candidate_fits(tmp_path, monkeypatch):
+    monkeypatch.setattr(cclc.budget, "MAX_OPS", min(_exact_estimates(_FABRIC).values()) - 1)
+    with pytest.raises(CclError, match="too large to plan here.*--no-size-check"):
+        compile_source(_FABRIC, tmp_path / "o", Request(emit=("json",)))
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_explicit_entry_over_the_limit_is_still_refused(tmp_path, monkeypatch):
+    exact = _exact_estimates(_FABRIC)
+    monkeypatch.setattr(cclc.budget, "MAX_OPS", min(exact.values()))
+    big = max(exact, key=lambda name: exact[name])
+    with pytest.raises(CclError, match="too large to plan here"):
+        compile_source(_FABRIC.replace("size 8 MiB", f"size 8 MiB; algorithm {big}"),
+                       tmp_path / "o", Request(emit=("json",)))
+
+
+def test_nothing_is_admitted_where_an_unprunable_candidate_of_unknown_cost_would_be_built():
+    # a 4,096-rank torus AllGather: ring and pat fit the op cap exactly, but synth applies,
+    # counts n ops (not its cost) and has no send bound to prune it: its search would run
+    # minutes, so the collective is refused as the largest candidate says
+    from cclc.budget import fitting_entries
+    from cclc.plan import resolve
+
+    topo = torus("t", (16, 16, 16), bandwidth=32e9, latency=1e-7)
+    coll = make_collective("g", K.ALLGATHER, topo, topo.all_ranks(), 16 << 20)
+    r = resolve(coll)
+    names = {e.name for e in r.entries if e.applicable(coll) is None}
+    assert {"synth", "ring", "pat"} <= names
+    assert fitting_entries(coll, r.entries, r.params, 64 << 30) == ()
+    # without synth, the exact candidates that fit admit it
+    rest = [e for e in r.entries if e.name != "synth"]
+    assert {"ring", "pat"} <= set(fitting_entries(coll, rest, r.params, 64 << 30))

@@ -17,13 +17,20 @@ from hypothesis import strategies as st
 from cclc.algorithms import NoBound, algorithms_for, synth_flows
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import CclError
-from cclc.execution import IR_MODEL, LOCKSTEP_NCCL_MODEL, MSCCL_MODEL, NCCL_MODEL, predict
+from cclc.execution import (
+    IR_MODEL,
+    LOCKSTEP_NCCL_MODEL,
+    MSCCL_MODEL,
+    MSCCLPP_MODEL,
+    NCCL_MODEL,
+    predict,
+)
 from cclc.load_bounds import LoadBound, evaluation_order, load_bound, prune_reason
 from cclc.plan import plan
 from cclc.sim import simulate
 from cclc.topology import torus, with_faults
 
-MODELS = [IR_MODEL, LOCKSTEP_NCCL_MODEL, NCCL_MODEL, MSCCL_MODEL]
+MODELS = [IR_MODEL, LOCKSTEP_NCCL_MODEL, NCCL_MODEL, MSCCL_MODEL, MSCCLPP_MODEL]
 
 
 def _coll(t, kind=CollectiveKind.ALLTOALL, mult=1):

@@ -137,9 +137,12 @@ def test_ring_allreduce_estimate_counts_three_passes():
     topo = with_faults(topo, [(0, 1)])
     coll = make_collective("ar", K.ALLREDUCE, topo, tuple(range(4096)), size=16 << 20)
     assert estimate_ops(coll, get("ring"), {}) == 50_323_456
-    # the verifier's interpreter: 2n slots per rank of n/64 words of contributor bits each
+    # the verifier's interpreter: 2n slots per rank, whose whole contributor sets (n/64 words
+    # each) would be 16 GiB; it holds the number of each slot's set instead (an int64)
     est = candidate_estimate(coll, get("ring"), {})
-    assert est.memory >= verifier_bytes(coll, 2 * 4096) >= 16 << 30
+    slots = 4096 * 2 * 4096
+    assert 64 * 8 * slots >= 16 << 30
+    assert est.memory >= verifier_bytes(coll, 2 * 4096) == slots * (8 + 4 + 8)
 
 
 def test_verifier_bytes_are_what_the_interpreter_allocates():

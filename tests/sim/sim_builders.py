@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from cclc.collective import CollectiveKind, DType, make_collective
-from cclc.ir import Buf, ScheduleBuilder
+from cclc.ir import Buf, OpKind, ScheduleBuilder
 from cclc.topology import Topology
 
 
@@ -64,3 +64,27 @@ def chain(topo: Topology, size: int, chunks: int):
             b.add(step=c + h, src=h, dst=h + 1, route=r, src_buf=Buf.INPUT if h == 0 else
                   Buf.OUTPUT, src_off=c, dst_buf=Buf.OUTPUT, dst_off=c)
     return b.build("chain")
+
+
+def folded_reducescatter(topo: Topology, size: int):
+    """ReduceScatter that folds each peer's partial sum in a step of its own: each rank
+    copies its own block into its output (step 0, local), then for ``k = 1 .. n-1`` sends its
+    block ``r + k`` into that rank's one receive slot (step ``2k - 1``) and the receiver
+    reduces the slot into its output (step ``2k``, local ops alone): ``n`` steps of local
+    ops between ``n - 1`` with an op between two ranks."""
+    n = topo.n_ranks
+    coll = make_collective("rs", CollectiveKind.REDUCESCATTER, topo, tuple(range(n)),
+                           size=size, dtype=DType.UINT8)
+    per = size // n
+    b = ScheduleBuilder(coll, input=[per] * n, output=[per], scratch=[per])
+    ranks = np.arange(n)
+    b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=ranks, dst_buf=Buf.OUTPUT,
+          dst_off=0)
+    for k in range(1, n):
+        for r in range(n):
+            d = (r + k) % n
+            b.add(step=2 * k - 1, src=r, dst=d, route=b.route(topo.shortest_path_links(r, d)),
+                  src_buf=Buf.INPUT, src_off=d, dst_buf=Buf.SCRATCH, dst_off=0)
+        b.add(step=2 * k, src=ranks, dst=ranks, kind=OpKind.REDUCE, src_buf=Buf.SCRATCH,
+              src_off=0, dst_buf=Buf.OUTPUT, dst_off=0)
+    return b.build("folded")

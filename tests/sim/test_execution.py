@@ -13,10 +13,12 @@ import backends
 from cclc.algorithms import get
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
+from cclc.errors import ScheduleError
 from cclc.execution import (
     IR_MODEL,
     LOCKSTEP_NCCL_MODEL,
     MSCCL_MODEL,
+    MSCCLPP_MODEL,
     NCCL_MODEL,
     model_for,
     model_reason,
@@ -25,9 +27,9 @@ from cclc.execution import (
 from cclc.fabric_routing import ecmp_routes
 from cclc.plan import plan
 from cclc.sim import simulate
-from cclc.topology import NodeType, leaf_spine, torus, with_faults
+from cclc.topology import NodeType, leaf_spine, single_node, torus, with_faults
 
-from .sim_builders import chain, ring_allgather
+from .sim_builders import chain, folded_reducescatter, ring_allgather
 
 
 @settings(max_examples=25, deadline=None)
@@ -38,6 +40,34 @@ def test_lockstep_step_overhead_adds_once_per_step(n, chunks, overhead):
     base = simulate(s).time
     got = simulate(s, step_overhead=overhead).time
     assert got == pytest.approx(base + s.n_steps * overhead, rel=1e-12, abs=1e-15)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 8), st.integers(1, 64), st.floats(1e-7, 1e-5))
+def test_mscclpp_pays_its_round_trip_only_on_steps_between_ranks(n, per, latency):
+    # n - 1 steps where every rank sends one block of `per` bytes to a peer through the
+    # NVSwitch (up- and downlink each carry one block: latency + bytes / bandwidth), between n
+    # steps of local ops alone (free): the MSCCL++ plan synchronizes the n - 1 only
+    bandwidth = 100e9
+    topo = single_node("n", NodeType("hgx", "nvswitch", n, bandwidth, latency))
+    s = folded_reducescatter(topo, n * per)
+    assert s.n_steps == 2 * n - 1
+    ir = (n - 1) * (latency + per / bandwidth)
+    assert predict(s, IR_MODEL).time == pytest.approx(ir, rel=1e-12)
+    assert predict(s, MSCCLPP_MODEL).time == pytest.approx(ir + (n - 1) * 2.345e-6, rel=1e-12)
+    # the launch-per-step model still pays every step, local ones too
+    assert predict(s, LOCKSTEP_NCCL_MODEL).time == pytest.approx(ir + (2 * n - 1) * 8.4e-6,
+                                                                 rel=1e-12)
+    # the per-step times say which steps paid: the local ones nothing at all
+    r = simulate(s, step_overhead=1e-6, overhead_steps="peer")
+    assert r.step_time[0::2] == pytest.approx([0.0] * n, abs=1e-15)
+    assert r.step_time[1::2] == pytest.approx([latency + per / bandwidth + 1e-6] * (n - 1))
+
+
+def test_an_unknown_overhead_rule_is_refused():
+    t = torus("l", (3,), wrap=[False], bandwidth=1e9, latency=1e-7)
+    with pytest.raises(ScheduleError, match="overhead_steps 'some'"):
+        simulate(chain(t, 64, 1), step_overhead=1e-6, overhead_steps="some")  # type: ignore
 
 
 @settings(max_examples=25, deadline=None)

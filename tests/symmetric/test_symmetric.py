@@ -65,6 +65,12 @@ def _same_as_expanded(sym) -> None:
     assert np.allclose(got.step_time, ref.step_time, rtol=1e-12, atol=0)
     assert np.allclose(got.link_bytes, ref.link_bytes, rtol=1e-12, atol=0)
     assert np.allclose(link_loads(sym), ref.link_bytes, rtol=1e-12, atol=0)
+    # a cost per step, on every step or on the steps between ranks alone (AllReduce's last
+    # step only copies locally)
+    for rule in ("every", "peer"):
+        ref = simulate(full, step_overhead=1e-6, overhead_steps=rule)
+        got = simulate_lockstep(sym, step_overhead=1e-6, overhead_steps=rule)
+        assert got.time == pytest.approx(ref.time, rel=1e-12)
 
 
 def _check_alltoall(dims, per_pair, latency) -> None:
@@ -115,6 +121,21 @@ def test_symmetric_allreduce_matches_its_expansion(dims, per_rank, latency):
 @given(shapes, st.integers(6, 13), st.sampled_from([0.0, 1e-6]))
 def test_symmetric_allreduce_matches_its_expansion_many(dims, per_rank, latency):
     _check_allreduce(dims, per_rank, latency)
+
+
+@pytest.mark.parametrize("dims", [(4,), (3, 3), (2, 2, 2)])
+def test_a_step_of_local_copies_pays_no_peer_step_cost(dims):
+    # the symmetric AllReduce ends with a step of local copies alone: under a cost charged on
+    # the steps between ranks only it pays one step's cost less than under one on every step
+    sym = symmetric_allreduce(_allreduce(dims, per_rank=12))
+    o = sym.ops
+    local_steps = set(range(o.n_steps)) - set(o.step[o.src != o.dst].tolist())
+    assert len(local_steps) == 1
+    every = simulate_lockstep(sym, step_overhead=1e-6).time
+    peer = simulate_lockstep(sym, step_overhead=1e-6, overhead_steps="peer").time
+    assert every - peer == pytest.approx(1e-6, rel=1e-9)
+    assert peer == pytest.approx(simulate_lockstep(sym).time + (o.n_steps - 1) * 1e-6,
+                                 rel=1e-12)
 
 
 @pytest.mark.parametrize("dims", [(4,), (4, 4), (2, 2, 2), (3, 3, 3)])

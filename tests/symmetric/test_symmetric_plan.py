@@ -14,19 +14,23 @@ import numpy as np
 import pytest
 
 import cclc.budget
+import cclc.symmetric_plan
+import dsl
 from backends import load
 from backends.contract import symmetric_refusal
 from cclc.algorithms.torus_symmetric import symmetric_alltoall
+from cclc.cli import main as cli_main
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import CclError
 from cclc.execution import IR_MODEL, MSCCL_MODEL
 from cclc.pipeline import Request, compile_source
-from cclc.plan import resolve
+from cclc.plan import plan, resolve
 from cclc.serialize import load as load_schedule
-from cclc.serialize import read_document
+from cclc.serialize import read_document, symmetric_document_pieces
 from cclc.sim import simulate
-from cclc.symmetric import SymmetricSchedule, expand
+from cclc.symmetric import ExceptedSchedule, SymmetricSchedule, expand
 from cclc.symmetric_check import verify_symmetric
+from cclc.symmetric_faults import expand_excepted, verify_excepted
 from cclc.symmetric_plan import plan_symmetric, symmetric_model, symmetric_reason
 from cclc.topology import torus
 from cclc.verify import verify
@@ -108,7 +112,8 @@ def test_an_output_refuses_an_expansion_over_the_limit_with_the_reason():
 
 
 @pytest.mark.parametrize("fault, kind, why", [
-    ("\n    fault link (0,0) -- (1,0)", "alltoall", "failed link breaks the translations"),
+    ("\n    fault link (0,0) -- (1,0)", "allreduce",
+     "failed link breaks the translations.*nor with exceptions for them: .*alltoall only"),
     ("", "allgather", "alltoall and allreduce only")])
 def test_what_cannot_be_stored_by_symmetry_keeps_the_refusal_and_says_why(
         tmp_path, refuse_everything, fault, kind, why):
@@ -116,6 +121,32 @@ def test_what_cannot_be_stored_by_symmetry_keeps_the_refusal_and_says_why(
                                        f"symmetry: .*{why}"):
         compile_source(SOURCE.format(fault=fault, kind=kind), tmp_path / "o")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_refused_alltoall_with_failed_links_is_compiled_with_exceptions(
+        tmp_path, refuse_everything, capsys):
+    from cclc.cli import main
+
+    fault = "\n    fault link (1,1) -- (1,2)\n    fault link (3,0) -- (0,0)"
+    (r,) = compile_source(SOURCE.format(fault=fault, kind="alltoall"), tmp_path / "o",
+                          Request(emit=("json",)))
+    assert r.symmetric is not None and not r.failed and not r.missing
+    path = tmp_path / "o" / "a2a.schedule.json"
+    doc = read_document(path)
+    assert isinstance(doc, ExceptedSchedule) and len(doc.masked_element) > 0
+    verify_excepted(doc)
+    whole = expand_excepted(doc)
+    verify(whole)
+    assert simulate(whole).time == pytest.approx(r.symmetric.time, rel=1e-12)
+    assert r.symmetric.pct_of_bound is not None and r.symmetric.pct_of_bound <= 100.0 + 1e-9
+    assert main(["verify", str(path)]) == 0
+    assert "journeys that cross a failed link" in capsys.readouterr().out
+    # the tail's first op dropped: the document fails verification
+    bad = tmp_path / "bad.schedule.json"
+    keep = np.arange(len(doc.tail)) != int(np.flatnonzero(doc.tail.dst_buf == 1)[0])
+    bad.write_bytes(b"".join(symmetric_document_pieces(doc.replace(tail=doc.tail.take(keep)))))
+    assert main(["verify", str(bad)]) == 1
+    assert "verification failed" in capsys.readouterr().err
 
 
 def test_a_named_algorithm_is_not_replaced():
@@ -158,3 +189,74 @@ def test_cclc_verify_checks_a_document_stored_by_symmetry(tmp_path, refuse_every
     bad.write_bytes(b"".join(symmetric_document_pieces(sym.replace(ops=type(sym.ops)(**cols)))))
     assert main(["verify", str(bad)]) == 1
     assert "verification failed" in capsys.readouterr().err
+
+
+def _whole_and_symmetric_times(text: str) -> tuple[float, float]:
+    """The best whole candidate's time under auto and the form stored by symmetry's, each
+    planned on its own (the IR model, what ``--emit json`` prices with)."""
+    (coll,) = dsl.loads(text, "<test>").collectives
+    whole = plan(coll, model=IR_MODEL)
+    assert whole.time is not None
+    return whole.time, plan_symmetric(coll, IR_MODEL).time
+
+
+@pytest.mark.parametrize("fault", ["", "\n    fault link (1,1) -- (2,1)"])
+def test_auto_keeps_the_faster_of_the_whole_and_the_symmetric_form(tmp_path, fault):
+    """Below the size check's threshold, auto under --emit json plans the form stored by
+    symmetry as well and keeps whichever is faster (ties: the whole schedule)."""
+    text = SOURCE.format(fault=fault, kind="alltoall")
+    whole, sym = _whole_and_symmetric_times(text)
+    (r,) = compile_source(text, tmp_path / "o", Request(emit=("json",)))
+    assert (r.symmetric is not None) == (sym < whole)
+    chosen = r.symmetric or r.plan
+    assert chosen.time == pytest.approx(min(whole, sym), rel=1e-12)
+    doc = read_document(tmp_path / "o" / "a2a.schedule.json")
+    if isinstance(doc, ExceptedSchedule):
+        verify_excepted(doc)
+    elif isinstance(doc, SymmetricSchedule):
+        verify_symmetric(doc)
+    assert isinstance(doc, (ExceptedSchedule, SymmetricSchedule)) == (r.symmetric is not None)
+
+
+def test_auto_does_not_compare_where_an_output_needs_every_rank(tmp_path):
+    """With an output that renders whole schedules (MSCCL XML) the candidates are priced
+    under another model and the form would be expanded: the whole plan is kept, unasked."""
+    text = SOURCE.format(fault="\n    fault link (1,1) -- (2,1)", kind="alltoall")
+    (r,) = compile_source(text, tmp_path / "o", Request(emit=("json", "msccl")))
+    assert r.plan is not None and r.symmetric is None
+
+
+@pytest.mark.slow
+def test_a_faulty_torus_alltoall_below_the_threshold_is_stored_by_symmetry_when_faster(
+        tmp_path):
+    """6x6x6 with a failed cable: the whole planner's best (MATE) takes about twice the form
+    stored by symmetry with exceptions, which auto keeps (measured: 1.598 ms against 723 us)."""
+    text = ("topology t = torus(6, 6, 6) {\n    link 32 GB/s, 100 ns\n"
+            "    fault link (1,1,1) -- (2,1,1)\n}\n"
+            "collective a2a = alltoall on t { size 27 MiB }\n")
+    (r,) = compile_source(text, tmp_path / "o", Request(emit=("json",)))
+    assert r.symmetric is not None and isinstance(r.symmetric.schedule, ExceptedSchedule)
+    whole, sym = _whole_and_symmetric_times(text)
+    assert r.symmetric.time == pytest.approx(sym, rel=1e-12) and sym < 0.6 * whole
+    verify_excepted(read_document(tmp_path / "o" / "a2a.schedule.json"))
+
+
+def test_explain_shows_the_whole_candidates_beside_a_faster_symmetric_form(
+        tmp_path, monkeypatch, capsys):
+    """--explain where the form stored by symmetry is kept: the whole candidates' table, its
+    fastest one marked as beaten, and the form's line (the form made faster here)."""
+    real = cclc.symmetric_plan.plan_symmetric
+
+    def faster(*args, **kwargs):
+        return replace(real(*args, **kwargs), time=1e-9)
+
+    monkeypatch.setattr(cclc.symmetric_plan, "plan_symmetric", faster)
+    source = tmp_path / "t.ccl"
+    source.write_text(SOURCE.format(fault="", kind="alltoall"))
+    assert cli_main(["compile", str(source), "--emit", "json", "--explain",
+                     "-o", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "a2a: alltoall on 16 ranks; whole candidates:" in out
+    assert "the fastest whole candidate; halfring+dimrotation-symmetric (stored by symmetry) " \
+        "is faster" in out
+    assert "and stored by symmetry: halfring+dimrotation-symmetric 1 ns" in out

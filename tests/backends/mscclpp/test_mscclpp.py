@@ -11,6 +11,7 @@ import pytest
 from backend_helpers import (
     check_golden,
     fabric_2x3,
+    folded_reducescatter,
     pairwise_alltoall,
     random_allgather,
     random_reducescatter,
@@ -214,6 +215,32 @@ def test_execution_model_is_priced_per_step():
     s = ring_allgather()
     extra = predict(s, model).time - predict(s, IR_MODEL).time
     assert extra == pytest.approx(s.n_steps * 2.345e-6)
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_steps_of_local_ops_alone_neither_signal_nor_wait_nor_pay(n):
+    """What the model charges is what the plan does: a schedule whose steps alternate local
+    folds with steps between ranks synchronizes in the latter only, and the mscclpp model
+    charges the round trip on those alone."""
+    from cclc.execution import IR_MODEL, MSCCLPP_MODEL, predict
+
+    s = folded_reducescatter(n)
+    for inplace in (False, True):
+        plan = render_plan(s, inplace=inplace)
+        run(plan, seeds=3)
+        for gpu in plan["gpus"]:
+            ops = [op["name"] for tb in gpu["threadblocks"] for op in tb["ops"]
+                   if op["name"] not in ("nop", "sem_acquire", "sem_release")]
+            # step 0 copies (the in-place plan first snapshots its input); then per fold:
+            # the credit that ends the local step before it (for the next step's writer),
+            # the credit wait, put, data signal and data wait of the step between ranks, and
+            # the fold, a step of its own with no signal or wait
+            head = ["copy", "copy"] if inplace else ["copy"]
+            assert ops == head + ["signal", "wait", "put", "signal", "wait", "re"] * (n - 1)
+    # n - 1 steps synchronize (one put each on every rank): n - 1 round trips, not 2n - 1
+    extra = predict(s, MSCCLPP_MODEL).time - predict(s, IR_MODEL).time
+    assert s.n_steps == 2 * n - 1
+    assert extra == pytest.approx((n - 1) * 2.345e-6, rel=1e-9)
 
 
 def test_an_out_of_place_plan_run_in_place_is_caught():

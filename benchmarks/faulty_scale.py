@@ -1,0 +1,189 @@
+"""A torus AllToAll with failed links, stored by symmetry with exceptions: time, memory, % of bound.
+
+For an AllToAll (16 MiB, links of 32 GB/s and 100 ns, the language's default routing `none`)
+on an 8x8x8 and a 16x16x16 torus with one failed cable (both directions of the link between
+(2,2,2) and (3,2,2)) and, on 16x16x16, a second one (between (9,11,5) and (9,12,5)):
+
+* *exceptions*: builds the schedule as ``auto`` does
+  (``cclc.algorithms.torus_reroute.excepted_alltoall``: the healthy torus's HalfRing +
+  DimRotation less the journeys that cross a failed link, and a tail for them), verifies it
+  (``cclc.symmetric_faults.verify_excepted``) and times it under the lockstep IR model
+  (``simulate_excepted``), in a fresh process (peak resident memory from ``getrusage``);
+* *expanded* (where it has at most ``--max-expanded`` ops): expands it
+  (``expand_excepted``), runs the ordinary verifier and simulator, and checks that time and
+  every link's bytes equal the exceptions side's;
+* *compile* (4,096 ranks): ``cclc compile FILE --emit json`` as a command, under
+  ``/usr/bin/time -f %M`` (peak resident memory of the whole command), its time and % of
+  bound read from what it prints.
+
+The bound is ``cclc.bounds.bounds(coll, lp=False).best`` (closed forms on the faulty torus).
+
+    python benchmarks/faulty_scale.py --json benchmarks/results/faulty_scale.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from meta import run_meta  # noqa: E402  (benchmarks/ is not a package)
+from symmetric_scale import measure_expanded  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZE = 16 << 20
+#: (torus, failed cables as pairs of coordinates)
+CASES = (("8x8x8", (((2, 2, 2), (3, 2, 2)),)),
+         ("16x16x16", (((2, 2, 2), (3, 2, 2)),)),
+         ("16x16x16", (((2, 2, 2), (3, 2, 2)), ((9, 11, 5), (9, 12, 5)))))
+#: the largest expanded schedule run (cclc.budget.MAX_OPS)
+MAX_EXPANDED = 20_000_000
+
+
+def _source(dims_text: str, faults) -> str:
+    lines = [f"topology t = torus({dims_text.replace('x', ', ')}) {{",
+             "    link 32 GB/s, 100 ns"]
+    lines += [f"    fault link ({','.join(map(str, a))}) -- ({','.join(map(str, b))})"
+              for a, b in faults]
+    lines += ["}", f"collective a2a = alltoall on t {{ size {SIZE >> 20} MiB }}", ""]
+    return "\n".join(lines)
+
+
+def _collective(dims_text: str, faults):
+    from dsl import loads
+
+    (coll,) = loads(_source(dims_text, faults)).collectives
+    return coll
+
+
+def _worker(dims_text: str, faults_text: str, side: str) -> dict:
+    """One side of one case, measured in this process."""
+    from cclc.algorithms.torus_reroute import excepted_alltoall
+    from cclc.bounds import bounds
+    from cclc.symmetric_faults import expand_excepted, simulate_excepted, verify_excepted
+
+    coll = _collective(dims_text, json.loads(faults_text))
+    out: dict = {}
+    t0 = time.perf_counter()
+    x = excepted_alltoall(coll)
+    out["build_s"] = time.perf_counter() - t0
+    if side == "exceptions":
+        t0 = time.perf_counter()
+        verify_excepted(x)
+        out["verify_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        sim = simulate_excepted(x)
+        out["simulate_s"] = time.perf_counter() - t0
+        out["time_s"] = sim.time
+        out["tail_s"] = float(sim.step_time[x.base.ops.n_steps:].sum())
+        out["link_bytes_max"] = float(sim.link_bytes.max())
+        out["bound_s"] = bounds(coll, lp=False).best
+        out["ops"] = len(x.ops)
+        out["masked_journeys"] = len(x.masked_element)
+        out["masked_ops"] = x.masked_ops()
+        out["tail_ops"] = len(x.tail)
+        out["tail_steps"] = x.tail.n_steps
+        out["expanded_ops"] = x.expanded_ops()
+    else:
+        t0 = time.perf_counter()
+        full = expand_excepted(x)
+        out["expand_s"] = time.perf_counter() - t0
+        del x
+        out.update(measure_expanded(full))
+    out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def _run(dims_text: str, faults, side: str) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--worker", dims_text, json.dumps(faults),
+                           side], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _compile(dims_text: str, faults) -> dict:
+    """``cclc compile --emit json`` under ``/usr/bin/time -f %M``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "faulty.ccl"
+        src.write_text(_source(dims_text, faults), encoding="utf-8")
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        t0 = time.perf_counter()
+        done = subprocess.run(["/usr/bin/time", "-f", "maxrss_kb %M", sys.executable, "-m",
+                               "cclc.cli", "compile", str(src), "--emit", "json", "-o",
+                               str(Path(tmp) / "out")], capture_output=True, text=True,
+                              env=env, cwd=ROOT)
+        wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"cclc compile failed on {dims_text}:\n{done.stderr}")
+    line = next(ln for ln in done.stdout.splitlines() if "% of bound" in ln)
+    pct = float(_match(r"([\d.]+)% of bound", line).group(1))
+    ms = _match(r" ([\d.]+) (ms|us),", line)
+    took = float(ms.group(1)) * (1e-3 if ms.group(2) == "ms" else 1e-6)
+    rss = int(_match(r"maxrss_kb (\d+)", done.stderr).group(1))
+    return {"compile_s": wall, "maxrss_mb": rss / 1024, "pct_of_bound": pct,
+            "time_s": took, "stored_with_exceptions": "with exceptions:" in line}
+
+
+def _match(pattern: str, text: str) -> re.Match[str]:
+    found = re.search(pattern, text)
+    if found is None:
+        raise SystemExit(f"no {pattern!r} in what cclc printed:\n{text}")
+    return found
+
+
+def _row(dims_text: str, faults, max_expanded: int) -> dict:
+    exc = _run(dims_text, faults, "exceptions")
+    n = 1
+    for d in dims_text.split("x"):
+        n *= int(d)
+    row = {"collective": "alltoall", "dims": dims_text, "ranks": n, "size": SIZE,
+           "failed_cables": [list(map(list, f)) for f in faults], "exceptions": exc,
+           "pct_of_bound": 100.0 * exc["bound_s"] / exc["time_s"], "expanded": None,
+           "compile": None}
+    if exc["expanded_ops"] <= max_expanded:
+        full = _run(dims_text, faults, "expanded")
+        if abs(full["time_s"] / exc["time_s"] - 1) > 1e-9 or \
+                abs(full["link_bytes_max"] / exc["link_bytes_max"] - 1) > 1e-9:
+            raise SystemExit(f"{dims_text}: the expanded schedule's time or link bytes differ "
+                             "from the form with exceptions")
+        row["expanded"] = full
+    if n >= 4096:
+        row["compile"] = _compile(dims_text, faults)
+    comp = row["compile"]
+    print(f"alltoall {dims_text}, {len(faults)} failed cable(s): {exc['masked_journeys']:,} "
+          f"journeys masked, tail of {exc['tail_ops']:,} ops in {exc['tail_steps']} steps "
+          f"({exc['tail_s'] * 1e6:.1f} us); {exc['time_s'] * 1e6:.1f} us, bound "
+          f"{exc['bound_s'] * 1e6:.1f} us, {row['pct_of_bound']:.1f}% of bound; build + verify "
+          f"+ simulate {exc['build_s'] + exc['verify_s'] + exc['simulate_s']:.1f} s, "
+          f"{exc['maxrss_mb']:.0f} MB"
+          + (f"; cclc compile {comp['compile_s']:.1f} s, {comp['maxrss_mb']:.0f} MB, "
+             f"{comp['pct_of_bound']:.1f}%" if comp else ""), flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-expanded", type=int, default=MAX_EXPANDED,
+                    help="run the expanded side only up to this many ops")
+    ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(json.dumps(_worker(*args.worker)))
+        return 0
+    rows = [_row(dims, faults, args.max_expanded) for dims, faults in CASES]
+    if args.json:
+        Path(args.json).write_text(json.dumps({"meta": run_meta(argv), "rows": rows},
+                                              indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

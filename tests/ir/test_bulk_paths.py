@@ -1,0 +1,98 @@
+"""Paths of many pairs at once: :meth:`Topology.shortest_path_table` gives every pair the path
+:meth:`Topology.shortest_path_links` gives it alone, and :meth:`ScheduleBuilder.routes` the ids
+that :meth:`ScheduleBuilder.route` gives the same paths one by one (duplicates, empty paths and
+routes the builder already holds included), on fabrics with random failed links."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cclc.collective import CollectiveKind as K
+from cclc.collective import make_collective
+from cclc.errors import TopologyError
+from cclc.ir import ScheduleBuilder, csr_take_pieces, intern_paths
+from cclc.topology import NodeType, fat_tree, with_faults
+
+HGX4 = NodeType("hgx4", "nvswitch", 4, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
+
+
+def _fabric(faults: list[int]):
+    topo = fat_tree("f", 4, HGX4, pods=2, rails=4, leaves=4, spines=2, cores=2,
+                    oversubscription=(1.0, 1.0), bandwidth=50e9, latency=1e-6)
+    picks = np.asarray(faults, dtype=np.int64) % topo.n_links
+    return with_faults(topo, links=sorted({(int(topo.link_src[k]), int(topo.link_dst[k]))
+                                           for k in picks}))
+
+
+@settings(max_examples=20, deadline=None)
+@given(faults=st.lists(st.integers(0, 10 ** 6), max_size=6), seed=st.integers(0, 2 ** 16))
+def test_shortest_path_table_is_shortest_path_links(faults, seed):
+    topo = _fabric(faults)
+    ranks = np.arange(topo.n_ranks)
+    src, dst = np.meshgrid(ranks, ranks, indexing="ij")
+    src, dst = src.ravel(), dst.ravel()
+    try:
+        want = [topo.shortest_path_links(int(u), int(v)) for u, v in zip(src, dst, strict=True)]
+    except TopologyError as err:     # a fault cut a rank off: both say so alike
+        try:
+            topo.shortest_path_table(src, dst)
+        except TopologyError as got:
+            assert str(got) == str(err)
+            return
+        raise AssertionError("shortest_path_table found a path shortest_path_links did "
+                             "not") from err
+    offsets, links = topo.shortest_path_table(src, dst)
+    got = [tuple(links[offsets[i]:offsets[i + 1]].tolist()) for i in range(len(src))]
+    assert got == want
+
+
+@settings(max_examples=30, deadline=None)
+@given(paths=st.lists(st.lists(st.integers(0, 40), max_size=5), max_size=30),
+       earlier=st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=5), max_size=5))
+def test_builder_routes_numbers_as_route_does(paths, earlier):
+    topo = _fabric([])
+    coll = make_collective("a", K.ALLTOALL, topo, tuple(range(4)), size=64)
+    one, bulk = (ScheduleBuilder(coll, input=[4] * 4, output=[4] * 4) for _ in range(2))
+    for b in (one, bulk):
+        for p in earlier:
+            b.route(p)
+        b.add_routes(np.array([0, 2]), np.array([7, 8]))    # not deduplicated: never matched
+    want = [one.route(p) for p in paths]
+    offsets = np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int64)
+    links = np.array([x for p in paths for x in p], dtype=np.int32)
+    assert bulk.routes(offsets, links).tolist() == want
+    # and afterwards both builders hold the same table and know the same paths
+    assert [bulk.route(p) for p in paths + earlier] == [one.route(p) for p in paths + earlier]
+    a, b = one.build("x").routes, bulk.build("x").routes
+    np.testing.assert_array_equal(a.offsets, b.offsets)
+    np.testing.assert_array_equal(a.links, b.links)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tables=st.lists(st.lists(st.lists(st.integers(0, 6), max_size=4), max_size=12),
+                       min_size=1, max_size=3),
+       collide=st.booleans())
+def test_intern_paths_numbers_first_occurrences(tables, collide):
+    """Against a dictionary of tuples; with every hash equal (all paths collide), the exact
+    packed sort takes over and gives the same numbering."""
+    pieces = []
+    for paths in tables:
+        paths = [[]] + paths                 # every table starts with the empty route
+        offsets = np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int64)
+        pieces.append((offsets, np.array([x for p in paths for x in p], dtype=np.int32)))
+    table: dict[tuple[int, ...], int] = {(): 0}
+    want_ids, want_firsts = [], [0]
+    for row, path in enumerate(tuple(p) for paths in tables for p in [[]] + paths):
+        if path not in table:
+            table[path] = len(table)
+            want_firsts.append(row)
+        want_ids.append(table[path])
+    n = sum(len(o) - 1 for o, _ in pieces)
+    ids, firsts = intern_paths(pieces, np.zeros(n, dtype=np.uint64) if collide else None)
+    assert ids.tolist() == want_ids
+    assert firsts.tolist() == want_firsts
+    offsets, links = csr_take_pieces(pieces, firsts)
+    assert [tuple(links[offsets[i]:offsets[i + 1]].tolist()) for i in range(len(firsts))] == \
+        list(table)
