@@ -94,7 +94,8 @@ def _group_links(topo: Topology, group: np.ndarray) -> np.ndarray:
         # rows[i, v] = d(member, v) for the batch's members
         rows = shortest_path(adj, method="D", unweighted=True,
                              indices=order[first:first + _BATCH])    # (B, V)
-        dag = rows[:, okay_src] + 1 == rows[:, okay_dst]              # (B, E)
+        # inf + 1 == inf: links among vertices the member cannot reach are no DAG links
+        dag = (rows[:, okay_src] + 1 == rows[:, okay_dst]) & np.isfinite(rows[:, okay_src])
         onward = member[None, :] & np.isfinite(rows)
         b, e = np.nonzero(dag)
         tail, head = okay_src[e], okay_dst[e]
