@@ -214,8 +214,9 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarra
     (and with it both spines) of every op where ``core_of_op >= 0``.
 
     The new route table holds every distinct path of the old one (``used_only``: of those
-    the ops still take), then the new paths in the order the ops first use them (spines
-    first, then cores), each once: route ids stay as an op-by-op rewrite numbers them."""
+    the ops not rewritten take, in the old order), then the new paths in the order the ops
+    first use them (spines first, then cores), each once: route ids stay as an op-by-op
+    rewrite numbers them."""
     ops = s.ops
     topo = s.topology
     leaf_of, _ = _vertex_tiers(topo, fab)
@@ -568,7 +569,8 @@ def planned_routes(s: Schedule) -> Schedule:
         if choice is None:
             choice = memo[key] = _assign_step(fab, sizes[idx], la[idx], lb[idx])
         spine_of_op[crossing[idx]] = choice
-    return _rewrite(s, fab, spine_of_op, pos)
+    # only the paths ops take: the ones replaced would double the table (and the JSON)
+    return _rewrite(s, fab, spine_of_op, pos, used_only=True)
 
 
 def _check_paths(s: Schedule, fab: dict, la: np.ndarray, lb: np.ndarray,
@@ -614,7 +616,7 @@ def _planned_tiers(s: Schedule, fab: dict, pos: np.ndarray, crossing: np.ndarray
     core_op = np.zeros(len(s.ops), dtype=bool)
     core_op[crossing] = up3
     return _rewrite(s, fab, np.where(core_op, -1, choice_of_op), pos,
-                    np.where(core_op, choice_of_op, -1))
+                    np.where(core_op, choice_of_op, -1), used_only=True)
 
 
 def _assign_step_tiers(bandwidth: np.ndarray, fab: dict, paths: dict, sizes: np.ndarray,

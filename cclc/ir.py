@@ -398,6 +398,10 @@ def csr_take_pieces(pieces: list[tuple[np.ndarray, np.ndarray]], rows: np.ndarra
     """The paths ``rows`` (increasing, counted over ``pieces`` read one after another) as one
     CSR table, without joining the pieces first (at 4,096 ranks each is a gigabyte)."""
     bounds = np.cumsum([0] + [len(o) - 1 for o, _ in pieces])
+    if len(rows) == bounds[-1]:
+        # every path (increasing rows, as many as there are): the pieces joined, no copy
+        # path by path (a 4,096-rank alltoall's new paths are all distinct)
+        return csr_concat(pieces)
     parts = []
     for (offs, links), lo, hi in zip(pieces, bounds[:-1], bounds[1:], strict=True):
         mine = rows[(rows >= lo) & (rows < hi)] - lo

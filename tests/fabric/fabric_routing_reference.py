@@ -68,20 +68,30 @@ def _spine_hops(s: Schedule, fab: dict
 
 
 def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarray,
-             core_of_op: np.ndarray | None = None) -> Schedule:
+             core_of_op: np.ndarray | None = None, used_only: bool = False) -> Schedule:
     """``s`` with the spine of every op where ``spine_of_op >= 0`` replaced, and the core
-    (and with it both spines) of every op where ``core_of_op >= 0``."""
+    (and with it both spines) of every op where ``core_of_op >= 0``; ``used_only``: the old
+    table's paths only where an op not rewritten takes them."""
     ops = s.ops
     new_route = ops.route.astype(np.int64).copy()
     table: dict[tuple[int, ...], int] = {}
     paths: list[tuple[int, ...]] = [()]
     table[()] = 0
-    for r in range(1, len(s.routes)):
+    old_rows = range(1, len(s.routes))
+    if used_only:
+        rewritten = np.zeros(len(ops), dtype=bool)
+        for choice in (spine_of_op, core_of_op):
+            if choice is not None:
+                rewritten |= choice >= 0
+        old_rows = sorted(set(ops.route[~rewritten].tolist()) - {0})
+    for r in old_rows:
         p = s.routes.path(r)
         if p not in table:
             table[p] = len(paths)
             paths.append(p)
-    old_to_new = np.array([table[s.routes.path(r)] for r in range(len(s.routes))], dtype=np.int64)
+    # (paths no op keeps map to 0: every op of theirs is rewritten below)
+    old_to_new = np.array([table.get(s.routes.path(r), 0) for r in range(len(s.routes))],
+                          dtype=np.int64)
     new_route = old_to_new[new_route]
     topo = s.topology
     # one new path per distinct (old route, choice): millions of ops share a few thousand
@@ -210,7 +220,7 @@ def planned_routes(s: Schedule) -> Schedule:
         if choice is None:
             choice = memo[key] = _assign_step(fab, sizes[idx], la[idx], lb[idx])
         spine_of_op[crossing[idx]] = choice
-    return _rewrite(s, fab, spine_of_op, pos)
+    return _rewrite(s, fab, spine_of_op, pos, used_only=True)
 
 
 def _planned_tiers(s: Schedule, fab: dict, pos: np.ndarray, crossing: np.ndarray,
@@ -239,7 +249,7 @@ def _planned_tiers(s: Schedule, fab: dict, pos: np.ndarray, crossing: np.ndarray
     core_op = np.zeros(len(s.ops), dtype=bool)
     core_op[crossing] = up3
     return _rewrite(s, fab, np.where(core_op, -1, choice_of_op), pos,
-                    np.where(core_op, choice_of_op, -1))
+                    np.where(core_op, choice_of_op, -1), used_only=True)
 
 
 def _assign_step_tiers(bandwidth: np.ndarray, fab: dict, paths: dict, sizes: np.ndarray,
