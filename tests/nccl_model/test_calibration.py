@@ -125,7 +125,9 @@ def test_reducescatter_at_1024_gpus_brackets_its_unstated_size():
 #: as docs/nccl-model.md states it; the model is optimistic on all of them
 ALLTOALL_ERRORS = {"h100-node-a2a": +0.066, "h100-4gpu-a2a": +0.039,
                    "h100-4gpu-a2a-500m": +0.095, "h100-10node-a2a": +0.039,
-                   "h100-10node-1gpu-a2a": +0.071}
+                   "h100-10node-1gpu-a2a": +0.071, "gb200-host-a2a": +0.172,
+                   "gb200-rack-a2a": +0.155, "gb200-2rack-a2a": +0.062,
+                   "gb200-3rack-a2a": +0.146}
 #: the range of the other collectives' checked errors; the AllToAll points must not widen it
 EXISTING_RANGE = (-0.17, +0.21)
 
@@ -156,3 +158,19 @@ def test_alltoall_machine_file_predicts_its_point():
     est, r = alltoall_estimate(coll), predict(point)
     assert est is not None and est.name == r.choice and est.core_limit is None
     assert est.busbw == pytest.approx(r.predicted, rel=1e-9)
+
+
+def test_alltoall_across_gb200_racks_falls_as_measured():
+    """OCI's GB200 NVL72 figures (rows gb200-*): a rack of 64 GPUs exchanges over NVLink at
+    about the rate of one 4-GPU host, and across racks the busbw drops to each GPU's NIC share.
+    From 2 to 3 racks the measured busbw falls to 0.70 of its value; the model's (NIC share x
+    N/(N-1) racks, sjeaugey's rule in NVIDIA/nccl-tests issue 130) falls to 0.75, within 10%
+    of the measured fall."""
+    by_id = {p.id: p for p in POINTS}
+    pred = {i: predict(by_id[i]).predicted for i in ("gb200-host-a2a", "gb200-rack-a2a",
+                                                     "gb200-2rack-a2a", "gb200-3rack-a2a")}
+    assert pred["gb200-rack-a2a"] == pytest.approx(pred["gb200-host-a2a"], rel=0.01)
+    assert pred["gb200-2rack-a2a"] < pred["gb200-rack-a2a"] / 5
+    fall = {"measured": by_id["gb200-3rack-a2a"].value / by_id["gb200-2rack-a2a"].value,
+            "model": pred["gb200-3rack-a2a"] / pred["gb200-2rack-a2a"]}
+    assert fall["model"] == pytest.approx(fall["measured"], rel=0.10)
