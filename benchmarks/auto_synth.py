@@ -5,7 +5,8 @@ with ``algorithm auto`` and with ``algorithm synth`` (:func:`cclc.plan.plan`, ea
 process so that its time and peak memory are its own) under the execution models of
 ``--emit json`` (the IR's lockstep model) and of ``--emit json,msccl`` (the msccl model, with
 the outputs' render cost per op that ``auto``'s synthesis candidate budgets for), and records
-per row: the chosen algorithm, its ops and pipeline depth, its predicted time and % of the
+per row: the chosen algorithm, its ops and pipeline depth, the outputs whose limits refuse it
+(``Backend.refusal``: ``cclc compile`` writes no such file), its predicted time and % of the
 lower bound (``cclc.bounds``, the bound ``cclc compile`` prints), and the planning's wall and
 CPU seconds and peak memory. Times of schedules are predictions of the named model, not
 measurements on hardware; compile times are this machine's.
@@ -51,7 +52,12 @@ def plan_row(algorithm: str, outputs: tuple[str, ...], timeout: float = 1800) ->
                  emit_seconds_per_op=sum(b.seconds_per_op for b in backends))
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         params = dict(p.schedule.params)
-        print(json.dumps({{"chosen": p.name, "ops": len(p.schedule.ops),
+        # what `cclc compile` would not write: an algorithm named explicitly is planned even
+        # where an output's limits refuse it (auto never chooses such a schedule)
+        from backends.contract import EmitOptions
+        refused = [b.name for b in backends
+                   if b.refusal(p.schedule, EmitOptions()) is not None]
+        print(json.dumps({{"chosen": p.name, "ops": len(p.schedule.ops), "refused_by": refused,
                           "chunks": params.get("chunks"), "time_s": p.time,
                           "bound_s": p.bound, "pct_of_bound": p.pct_of_bound,
                           "model": p.model.name, "plan_wall_s": wall, "plan_cpu_s": cpu,

@@ -316,17 +316,22 @@ def render_auto_synth(data: dict) -> list[str]:
             out.append([f"`--emit {r['emit']}`", r["algorithm"], "failed: " + r["error"],
                         "", "", "", ""])
             continue
+        refused = "".join(f"; no {name} output (over its limits)"
+                          for name in r.get("refused_by", ()))
         out.append([f"`--emit {r['emit']}` ({r['model']} model)", r["algorithm"],
-                    f"{r['chosen']}, {r['chunks']} chunks" if r["chunks"] else r["chosen"],
+                    (f"{r['chosen']}, {r['chunks']} chunks" if r["chunks"] else r["chosen"])
+                    + refused,
                     f"{r['ops']:,}", f"{r['pct_of_bound']:.1f}%",
                     f"{r['plan_wall_s']:.1f} s ({r['plan_cpu_s']:.1f} s CPU)",
                     f"{r['peak_bytes'] / 2**30:.2f} GiB"])
     return [f"{data['collective']}: `auto` against `algorithm synth`.", ""] + _table(
         ["outputs (model)", "algorithm", "schedule", "ops", "% of bound", "planning",
          "peak memory"], out) + [
-        "", "With `--emit json,msccl`, `auto` keeps its synthesis candidate to the ops the "
-        "budget can also lower to MSCCL; `algorithm synth`'s 1.5M-op schedule is planned but "
-        "MSCCL's parsers take at most 4095 XML nodes per GPU, so it is no MSCCL output."]
+        "", "An algorithm named explicitly is planned even where a requested output's limits "
+        "refuse its schedule (`cclc compile` writes the other outputs and says why; MSCCL's "
+        "parsers read at most 4095 XML nodes per GPU); `auto` chooses only what every "
+        "requested output takes, and with `--emit json,msccl` keeps its synthesis candidate "
+        "to the ops its budget can also lower to MSCCL."]
 
 
 def render_fattree(data: dict) -> list[str]:
@@ -501,7 +506,8 @@ def _scale_auto_synth(data: dict) -> list[list[str]]:
         out.append([f"{Path(data['collective'].split(':')[0]).stem}, `--emit {r['emit']}`",
                     "128",
                     data["collective"].split(": ", 1)[1].split(" (")[0] + " (AllReduce 1 GiB)",
-                    f"{r['algorithm']} ({r['chosen']}, {r['ops']:,} ops)",
+                    f"{r['algorithm']} ({r['chosen']}, {r['ops']:,} ops"
+                    + "".join(f"; no {name} output" for name in r.get("refused_by", ())) + ")",
                     f"{r['pct_of_bound']:.1f}% ({r['model']} model)",
                     f"{r['plan_wall_s']:.0f} s planning ({r['plan_cpu_s']:.0f} s CPU)",
                     f"{r['peak_bytes'] / 2**30:.2f} GiB", "auto_synth"])
