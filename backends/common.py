@@ -35,9 +35,8 @@ class RecentLowerings(Generic[T]):
 
     ``auto`` asks a backend whether a candidate fits its runtime (which needs the candidate
     lowered) and then renders the one it chose: keeping the last lowerings lowers the winner
-    once. Two are kept, since the next candidate may be asked about before the winner is
-    rendered (and a second lowering of the same schedule, in place or another protocol, may
-    come between).
+    once. Two are kept, since a second lowering of the same schedule (in place or another
+    protocol) may come between.
     """
 
     def __init__(self, keep: int = 2) -> None:

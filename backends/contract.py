@@ -12,8 +12,9 @@ whose sources need a build step (the NCCL library, the tuner plugin) builds them
 Everything the planner needs to know about an output hangs on its backend too: the execution
 model of the runtime it emits for (:attr:`Backend.execution_model`, what ``auto`` prices the
 candidates with), what rendering costs per op (:attr:`Backend.seconds_per_op`, what ``auto``'s
-synthesis candidate budgets for) and the limits it can check cheaply (:meth:`Backend.refusal`,
-asked of each candidate that would become the fastest). This module imports no backend: each
+synthesis candidate budgets for) and the limits it can check before rendering
+(:meth:`Backend.refusal`, asked of ``auto``'s fastest candidate, and of the next where
+refused). This module imports no backend: each
 backend checks the options that only it reads (the MSCCL runtime's name is checked by
 ``backends.msccl``).
 
@@ -149,9 +150,9 @@ class Backend(Protocol[Key, Subject]):
         ...
 
     def refusal(self, subject: Subject, options: EmitOptions) -> str | None:
-        """Why :meth:`render` would refuse ``subject``, found without rendering it (cheaply:
-        it is asked of every candidate that would become the fastest), or ``None``; a limit
-        found only while rendering is reported then. A backend without limits returns
+        """Why :meth:`render` would refuse ``subject``, found without rendering it, or
+        ``None``; ``auto`` asks it of its fastest candidate, and of the next when refused. A
+        limit found only while rendering is reported then. A backend without limits returns
         ``None``."""
         ...
 

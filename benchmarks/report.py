@@ -331,7 +331,21 @@ def render_auto_synth(data: dict) -> list[str]:
         "refuse its schedule (`cclc compile` writes the other outputs and says why; MSCCL's "
         "parsers read at most 4095 XML nodes per GPU); `auto` chooses only what every "
         "requested output takes, and with `--emit json,msccl` keeps its synthesis candidate "
-        "to the ops its budget can also lower to MSCCL."]
+        "to the ops its budget can also lower to MSCCL."] + _whole_compile(data)
+
+
+def _whole_compile(data: dict) -> list[str]:
+    """The line on the whole example's compile, where the run has one."""
+    whole = data.get("whole_compile")
+    if whole is None:
+        return []
+    if "error" in whole:
+        return ["", f"The whole example with `--emit {whole['emit']}` failed: {whole['error']}"]
+    chosen = ", ".join(f"{name} {algo}" for name, algo in whole["chosen"].items())
+    return ["", f"The whole example (`cclc compile {data['collective'].split(':')[0]} --emit "
+            f"{whole['emit']}`: {chosen}) compiled in {whole['wall_s']:.1f} s "
+            f"({whole['cpu_s']:.1f} s CPU), {whole['peak_bytes'] / 2**30:.2f} GiB peak"
+            + (f"; failed: {', '.join(whole['failed'])}" if whole["failed"] else "") + "."]
 
 
 def render_fattree(data: dict) -> list[str]:
@@ -511,6 +525,13 @@ def _scale_auto_synth(data: dict) -> list[list[str]]:
                     f"{r['pct_of_bound']:.1f}% ({r['model']} model)",
                     f"{r['plan_wall_s']:.0f} s planning ({r['plan_cpu_s']:.0f} s CPU)",
                     f"{r['peak_bytes'] / 2**30:.2f} GiB", "auto_synth"])
+    whole = data.get("whole_compile")
+    if whole is not None and "error" not in whole:
+        out.append([f"{Path(data['collective'].split(':')[0]).stem}, `--emit {whole['emit']}`",
+                    "128", "the whole example (" + ", ".join(whole["chosen"]) + ")",
+                    "auto (" + ", ".join(dict.fromkeys(whole["chosen"].values())) + ")", "–",
+                    f"{whole['wall_s']:.0f} s compile ({whole['cpu_s']:.0f} s CPU)",
+                    f"{whole['peak_bytes'] / 2**30:.2f} GiB", "auto_synth"])
     return out
 
 

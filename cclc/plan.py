@@ -342,8 +342,10 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     (``auto`` only): skip the candidates whose load bound (:mod:`cclc.load_bounds`) is above
     an already simulated time; they cannot win, so the choice is the same.
     ``refusal(schedule)`` (``auto`` only): why the requested outputs cannot take a schedule,
-    or None; asked of each candidate that would become the fastest, it ranks a refused
-    candidate after every one the outputs take (it is chosen only when all are refused).
+    or None; asked of the fastest candidate, then (where refused) of the next fastest, built
+    again, with the candidates pruned against the refused time that could beat it evaluated:
+    a refused candidate ranks after every one the outputs take (it is chosen only when all
+    are refused).
     ``resolution``: ``coll``'s :func:`resolve`, when the caller has it already.
     ``emit_seconds_per_op``: what writing the requested outputs costs per op of the schedule
     kept, which ``auto``'s synthesis candidate pays for within its budget (its op limit,
@@ -432,12 +434,10 @@ def _plan_auto(res: Resolution, context: BuildContext, all_bounds: Bounds | None
                refusal: Callable[[Schedule], str | None] | None, limits: Limits | None
                ) -> Plan:
     """``auto``: every candidate of ``res`` evaluated, cheapest load bound first, those that
-    cannot win pruned, the fastest kept (the first registered among equals)."""
+    cannot win pruned, the fastest kept (the first registered among equals) if the outputs
+    take it, else the next fastest they take (:meth:`_AutoRun.first_taken`)."""
     coll, chosen, params = res.collective, res.entries, res.params
     bound = None if all_bounds is None else float(all_bounds.best)
-    found: list[Candidate | None] = [None] * len(chosen)
-    best: _Best | None = None
-    refused: _Best | None = None        # the fastest candidate the outputs refuse
     # cheapest bound first, so a good time is known early and prunes the most; the winner is
     # the fastest, the first registered among equals, whatever the order of evaluation
     if prune:
@@ -448,38 +448,21 @@ def _plan_auto(res: Resolution, context: BuildContext, all_bounds: Bounds | None
             for algo in chosen]
     bounded = iter(candidate_bounds(coll, [a for a, ok in zip(chosen, fits, strict=True) if ok],
                                     params, context.model) if prune else ())
-    bounds_of: list[LoadBound | NoBound | None] = [
-        next(bounded) if prune and ok else None for ok in fits]
-    for n_done, i in enumerate(evaluation_order(bounds_of)):
+    run = _AutoRun(res, bound, context, step, total, limits,
+                   [next(bounded) if prune and ok else None for ok in fits])
+    for n_done, i in enumerate(evaluation_order(run.bounds_of)):
         algo = chosen[i]
         step(1 + n_done, total, algo.name)
-        est = bounds_of[i]
-        why = prune_reason(est, best.row.time if best else None,
-                           best.row.name if best else None)
+        est, fastest = run.bounds_of[i], run.fastest
+        why = prune_reason(est, fastest.row.time if fastest else None,
+                           fastest.row.name if fastest else None)
         if why is not None and algo.applicable(coll, context=context, **params) is None:
             assert isinstance(est, LoadBound)
-            found[i] = Candidate(algo.name, True, None, estimate=est.time, pruned=why)
+            run.found[i] = Candidate(algo.name, True, None, estimate=est.time, pruned=why)
             continue
-        if best is not None:
-            best = best.make_room()
-        row, schedule = _evaluate(coll, algo, params, bound, context,
-                                  _saying(step, 1 + n_done, total), limits)
-        found[i] = row = replace(row, estimate=est.time if isinstance(est, LoadBound) else None,
-                                 no_bound=est.reason if isinstance(est, NoBound) else None)
-        if schedule is None:
-            continue
-        key = (_tie_time(row.time), i)
-        if best is None or key < best.key:
-            why = refusal(schedule) if refusal is not None else None
-            if why is None:
-                best = _Best(key, HeldSchedule(schedule), row)
-            else:
-                found[i] = row = replace(row, refused=why)
-                if refused is None or key < refused.key:
-                    refused = _Best(key, HeldSchedule(schedule), row).make_room()
-        del schedule
-    rows = [r for r in found if r is not None]
-    best = best or refused
+        run.evaluate(i, 1 + n_done)
+    best = run.first_taken(refusal)
+    rows = [r for r in run.found if r is not None]
     if best is None:
         why = "; ".join(f"{r.name}: {r.reason}" for r in rows) or "no algorithm is registered"
         raise CollectiveError(f"no algorithm can serve collective '{coll.name}' "
@@ -490,6 +473,89 @@ def _plan_auto(res: Resolution, context: BuildContext, all_bounds: Bounds | None
     schedule, row = best.held.restored(), best.row
     return Plan(schedule, row.time, bound, tuple(rows), context.model, row.planned_time,
                 all_bounds)
+
+
+@dataclass(eq=False)
+class _AutoRun:
+    """``auto``'s evaluation of the candidates of ``res``: their rows (``found``, in
+    registration order; ``None``: not reached yet) and the fastest evaluated, held."""
+
+    res: Resolution
+    bound: float | None
+    context: BuildContext
+    step: StepFn
+    total: int
+    limits: Limits | None
+    bounds_of: list[LoadBound | NoBound | None]
+    found: list[Candidate | None] = field(default_factory=list)
+    fastest: _Best | None = None
+
+    def __post_init__(self) -> None:
+        self.found = [None] * len(self.res.entries)
+
+    def evaluate(self, i: int, at: int) -> None:
+        """Evaluate candidate ``i`` (step ``at``) into ``found``; hold it if the fastest."""
+        if self.fastest is not None:
+            self.fastest = self.fastest.make_room()
+        est = self.bounds_of[i]
+        row, schedule = _evaluate(self.res.collective, self.res.entries[i], self.res.params,
+                                  self.bound, self.context, _saying(self.step, at, self.total),
+                                  self.limits)
+        self.found[i] = row = replace(
+            row, estimate=est.time if isinstance(est, LoadBound) else None,
+            no_bound=est.reason if isinstance(est, NoBound) else None)
+        key = (_tie_time(row.time), i)
+        if schedule is not None and (self.fastest is None or key < self.fastest.key):
+            self.fastest = _Best(key, HeldSchedule(schedule), row)
+
+    def first_taken(self, refusal: Callable[[Schedule], str | None] | None) -> _Best | None:
+        """The fastest candidate the outputs take (``refusal``), or, when they refuse every
+        one, the fastest; ``None`` when none was built. The outputs are asked of the fastest
+        only (the MSCCL output lowers what it is asked about); a refusal, rare, costs the next
+        one's build again, after the candidates pruned against the refused time that could
+        beat it are evaluated."""
+        refused: _Best | None = None
+        last = self.total - 1
+        while refusal is not None:
+            if self.fastest is None:
+                ranked = self._ranked()
+                next_time = ranked[0][0] if ranked else float("inf")
+                for i, r in enumerate(self.found):
+                    if (r is not None and r.pruned is not None and r.estimate is not None
+                            and r.estimate < next_time):
+                        self.evaluate(i, last)
+                ranked = self._ranked()
+                if not ranked:
+                    break
+                if self.fastest is None or self.fastest.key != ranked[0]:
+                    i = ranked[0][1]
+                    self.step(last, self.total, f"{self.res.entries[i].name}: building again "
+                              f"(the outputs refuse {refused.row.name if refused else 'it'})")
+                    self.fastest = None
+                    # builds are deterministic, but for a synthesis's budget
+                    self.evaluate(i, last)
+                    if self.fastest is None:
+                        continue
+            self.step(last, self.total, f"{self.fastest.row.name}: asking the outputs")
+            # held in memory from here: the schedule asked about is the one returned (an
+            # output may keep what it worked out for it, as MSCCL's lowering)
+            schedule = self.fastest.held.restored()
+            self.fastest = replace(self.fastest, held=HeldSchedule(schedule))
+            why = refusal(schedule)
+            if why is None:
+                break
+            i = self.fastest.key[1]
+            self.found[i] = replace(self.fastest.row, refused=why)
+            if refused is None or self.fastest.key < refused.key:
+                refused = self.fastest.make_room()
+            self.fastest = None
+        return self.fastest or refused
+
+    def _ranked(self) -> list[tuple[float, int]]:
+        """The sort keys of the simulated candidates the outputs have not refused, fastest
+        first."""
+        return sorted((_tie_time(r.time), i) for i, r in enumerate(self.found)
+                      if r is not None and r.time is not None and r.refused is None)
 
 
 @dataclass(frozen=True, eq=False)

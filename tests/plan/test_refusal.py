@@ -41,6 +41,46 @@ def test_a_refused_winner_gives_way_to_the_fastest_taken():
         assert refused and all(c.refused == "no" for c in refused)
 
 
+def test_the_outputs_are_asked_of_the_fastest_only():
+    # the MSCCL output lowers what it is asked about: asking every candidate that became the
+    # fastest so far lowered schedules that then lost
+    coll = _coll(CollectiveKind.ALLREDUCE)
+    asked = []
+    p = plan(coll, prune=False, refusal=lambda s: asked.append(s.algorithm))
+    assert asked == [p.schedule.algorithm]
+
+
+def test_the_schedule_asked_about_is_the_one_planned(monkeypatch):
+    # the fastest may be moved out of memory while later candidates are built: the outputs
+    # are asked of the schedule the plan returns (MSCCL keeps its lowering by identity)
+    import cclc.spill
+
+    monkeypatch.setattr(cclc.spill, "KEEP_BEST_OPS", 0)
+    for refuse_first in (False, True):
+        asked = []
+
+        def refusal(s, refuse_first=refuse_first, asked=asked):
+            asked.append(s)
+            return "no" if refuse_first and len(asked) == 1 else None
+        p = plan(_coll(CollectiveKind.ALLREDUCE), prune=False, refusal=refusal)
+        assert asked[-1] is p.schedule
+        assert len(asked) == 1 + refuse_first
+
+
+def test_pruned_candidates_that_could_beat_the_next_are_evaluated():
+    # pruning against the fastest's time, which the outputs then refuse, must not lose the
+    # candidate the outputs take: the same choice as without pruning
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
+                 CollectiveKind.ALLREDUCE):
+        coll = _coll(kind)
+        fastest = plan(coll).schedule.algorithm
+        refuse = lambda s, f=fastest: "no" if s.algorithm == f else None  # noqa: E731
+        pruned, unpruned = plan(coll, refusal=refuse), plan(coll, prune=False, refusal=refuse)
+        assert pruned.schedule.algorithm == unpruned.schedule.algorithm != fastest
+        assert pruned.time == unpruned.time
+        assert refuse(pruned.schedule) is None
+
+
 def test_everything_refused_keeps_the_fastest():
     coll = _coll()
     free = plan(coll, prune=False)
