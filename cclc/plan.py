@@ -278,13 +278,15 @@ def _named_param_span(coll: Collective, reason: str) -> Span | None:
 
 def _evaluate(coll: Collective, algo: Algorithm, params: dict, bound: float | None,
               context: BuildContext, say: Callable[[str], None] = lambda what: None,
-              limits: Limits | None = None) -> tuple[Candidate, Schedule | None]:
+              limits: Limits | None = None, estimate_fits: bool = False
+              ) -> tuple[Candidate, Schedule | None]:
     """Build, verify and simulate one candidate (for ``auto`` and ``explain``); ``say(what)``
     is told each phase before it starts. With ``limits`` (the size check's), a candidate
     whose estimate, or whose built schedule, does not fit them is not applicable: it is not
-    built, or not verified."""
+    built, or not verified. ``estimate_fits``: the caller found the estimate within
+    ``limits`` already."""
     reason = algo.applicable(coll, context=context, **params)
-    if reason is None and limits is not None:
+    if reason is None and limits is not None and not estimate_fits:
         reason = limits.candidate_refusal(coll, algo, params)
     if reason is not None:
         return Candidate(algo.name, False, reason), None
@@ -448,7 +450,7 @@ def _plan_auto(res: Resolution, context: BuildContext, all_bounds: Bounds | None
             for algo in chosen]
     bounded = iter(candidate_bounds(coll, [a for a, ok in zip(chosen, fits, strict=True) if ok],
                                     params, context.model) if prune else ())
-    run = _AutoRun(res, bound, context, step, total, limits,
+    run = _AutoRun(res, bound, context, step, total, limits, fits,
                    [next(bounded) if prune and ok else None for ok in fits])
     for n_done, i in enumerate(evaluation_order(run.bounds_of)):
         algo = chosen[i]
@@ -486,6 +488,7 @@ class _AutoRun:
     step: StepFn
     total: int
     limits: Limits | None
+    fits: list[bool]            # whether each candidate's size estimate fits ``limits``
     bounds_of: list[LoadBound | NoBound | None]
     found: list[Candidate | None] = field(default_factory=list)
     fastest: _Best | None = None
@@ -500,7 +503,7 @@ class _AutoRun:
         est = self.bounds_of[i]
         row, schedule = _evaluate(self.res.collective, self.res.entries[i], self.res.params,
                                   self.bound, self.context, _saying(self.step, at, self.total),
-                                  self.limits)
+                                  self.limits, self.fits[i])
         self.found[i] = row = replace(
             row, estimate=est.time if isinstance(est, LoadBound) else None,
             no_bound=est.reason if isinstance(est, NoBound) else None)

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 import numpy as np
+import sim_builders
 
 from cclc.collective import CollectiveKind, DType, ReduceOp, make_collective
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
@@ -92,26 +93,11 @@ def ring_reducescatter(n: int = 3, elems: int = 2, name: str = "rs-ring",
 
 
 def folded_reducescatter(n: int = 3, elems: int = 2, name: str = "rs-folded") -> Schedule:
-    """Hand-built reduce-scatter in one server that folds each peer's partial sum in a step of
-    its own: every rank copies its own block into its output (step 0), then for ``k = 1 ..
-    n-1`` sends block ``r + k`` into that rank's one receive slot (step ``2k - 1``) and the
-    receiver reduces the slot into its output (step ``2k``): ``n`` steps of local ops alone,
-    the slot reused from one peer step to the next."""
+    """``sim_builders.folded_reducescatter`` in one server of ``n`` GPUs, ``elems`` float32
+    elements per block: ``n`` steps of local ops alone, the receive slot reused from one peer
+    step to the next."""
     topo = single_node("box", NodeType(f"box{n}", "nvswitch", n, 450e9, 1e-6))
-    coll = make_collective(name, CollectiveKind.REDUCESCATTER, topo, tuple(range(n)),
-                           n * elems * 4)
-    b = ScheduleBuilder(coll, input=[elems] * n, output=[elems], scratch=[elems])
-    for r in range(n):
-        b.add(step=0, src=r, dst=r, src_buf=Buf.INPUT, src_off=r, dst_buf=Buf.OUTPUT,
-              dst_off=0)
-    for k in range(1, n):
-        for r in range(n):
-            d = (r + k) % n
-            b.add(step=2 * k - 1, src=r, dst=d, route=b.route(topo.shortest_path_links(r, d)),
-                  src_buf=Buf.INPUT, src_off=d, dst_buf=Buf.SCRATCH, dst_off=0)
-            b.add(step=2 * k, src=r, dst=r, kind=OpKind.REDUCE, src_buf=Buf.SCRATCH,
-                  src_off=0, dst_buf=Buf.OUTPUT, dst_off=0)
-    return b.build("folded")
+    return sim_builders.folded_reducescatter(topo, n * elems * 4, DType.FP32, name)
 
 
 def pairwise_alltoall(n: int = 3, elems: int = 2, name: str = "a2a") -> Schedule:

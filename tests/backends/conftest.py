@@ -1,4 +1,5 @@
-"""Make ``backend_helpers.py`` (hand-built schedules, the MPI runner) importable.
+"""Make ``backend_helpers.py`` (hand-built schedules, the MPI runner) and the simulator tests'
+hand-built schedules it shares (``tests/sim/sim_builders.py``) importable.
 
 pytest runs with ``--import-mode=importlib``, which does not put a test's directory on
 ``sys.path``; the helpers are plain functions, imported as a module.
@@ -7,6 +8,6 @@ pytest runs with ``--import-mode=importlib``, which does not put a test's direct
 import sys
 from pathlib import Path
 
-_HERE = str(Path(__file__).parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
+for _folder in (Path(__file__).parent, Path(__file__).parents[1] / "sim"):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))

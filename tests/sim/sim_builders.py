@@ -66,16 +66,18 @@ def chain(topo: Topology, size: int, chunks: int):
     return b.build("chain")
 
 
-def folded_reducescatter(topo: Topology, size: int):
+def folded_reducescatter(topo: Topology, size: int, dtype: DType = DType.UINT8,
+                         name: str = "rs"):
     """ReduceScatter that folds each peer's partial sum in a step of its own: each rank
     copies its own block into its output (step 0, local), then for ``k = 1 .. n-1`` sends its
     block ``r + k`` into that rank's one receive slot (step ``2k - 1``) and the receiver
     reduces the slot into its output (step ``2k``, local ops alone): ``n`` steps of local
-    ops between ``n - 1`` with an op between two ranks."""
+    ops between ``n - 1`` with an op between two ranks, the slot reused from one peer step
+    to the next. ``size``: bytes per rank's input."""
     n = topo.n_ranks
-    coll = make_collective("rs", CollectiveKind.REDUCESCATTER, topo, tuple(range(n)),
-                           size=size, dtype=DType.UINT8)
-    per = size // n
+    coll = make_collective(name, CollectiveKind.REDUCESCATTER, topo, tuple(range(n)),
+                           size=size, dtype=dtype)
+    per = size // n // dtype.itemsize
     b = ScheduleBuilder(coll, input=[per] * n, output=[per], scratch=[per])
     ranks = np.arange(n)
     b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=ranks, dst_buf=Buf.OUTPUT,
