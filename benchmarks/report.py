@@ -280,7 +280,22 @@ def render_faulty(data: dict) -> list[str]:
                    "peak memory by /usr/bin/time, % of bound)"], out) + [
         "", "The exceptions side runs in a fresh Python process (peak memory from getrusage, "
         "its imports ~95 MB); the expanded schedule is built, verified and simulated where it "
-        "has at most 20M ops, and its lockstep time and link bytes must equal the form's."]
+        "has at most 20M ops, and its lockstep time and link bytes must equal the form's."
+    ] + [line for r in data.get("refused", ()) for line in (
+        "", f"AllReduce of {_size(r['size'])} on {r['dims']} with {_cables(r)}: no form with "
+        f"exceptions yet; `cclc compile` refuses it in {r['refused_s']:.1f} s "
+        f"({r['maxrss_mb']:.0f} MB): {_refusal_summary(r)}.")]
+
+
+def _cables(r: dict) -> str:
+    k = len(r["failed_cables"])
+    return f"{k} failed cable{'s' if k > 1 else ''}"
+
+
+def _refusal_summary(r: dict) -> str:
+    """The size check's estimate of a refused row, in a few words."""
+    return (f"refused by the size check (its {r['candidate']} schedule alone: at least "
+            f"{r['estimated_ops']:.3g} ops; a failed link breaks the torus's translations)")
 
 
 def render_lockstep_limits(data: dict) -> list[str]:
@@ -509,6 +524,11 @@ def _scale_faulty(data: dict) -> list[list[str]]:
                     "auto (stored by symmetry with exceptions)",
                     f"{comp['pct_of_bound']:.1f}%", f"{comp['compile_s']:.1f} s",
                     f"{comp['maxrss_mb'] / 1024:.2f} GiB", "faulty_scale"])
+    for r in data.get("refused", ()):
+        out.append([f"torus {r['dims']}, {_cables(r)}", "4,096",
+                    f"{r['collective']} {_size(r['size'])}", _refusal_summary(r), "–",
+                    f"{r['refused_s']:.1f} s", f"{r['maxrss_mb'] / 1024:.2f} GiB",
+                    "faulty_scale"])
     return out
 
 
