@@ -38,6 +38,7 @@ from cclc.sorting import first_occurrence_ids
 from cclc.topology import Topology
 
 __all__ = [
+    "ecmp_pair_links",
     "ecmp_routes",
     "fair_shares",
     "has_spines",
@@ -252,13 +253,8 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarra
         at = offs[:-1] + hop_pos[r]
         a = leaf_of[topo.link_src[links[at]]]
         b = leaf_of[topo.link_dst[links[at + hops - 1]]]
-        if hops == 2:
-            links[at], links[at + 1] = fab["up"][a, c], fab["down"][c, b]
-        else:
-            sa = fab["pod_spine"][fab["leaf_pod"][a], c]
-            sb = fab["pod_spine"][fab["leaf_pod"][b], c]
-            links[at], links[at + 1] = fab["up"][a, sa], fab["sc"][sa, c]
-            links[at + 2], links[at + 3] = fab["cs"][c, sb], fab["down"][sb, b]
+        for k, hop in enumerate(_replaced_hops(fab, a, b, c, hops)):
+            links[at + k] = hop
         pieces.append((offs, links))
         picks.append((picked, n_new + rank))
         n_new += len(first)
@@ -341,12 +337,63 @@ def ecmp_routes(s: Schedule, seed: int = 0, used_only: bool = False) -> Schedule
     connection do. ``used_only``: the route table holds only the paths the ops take (the same
     times; at 4,096 ranks the full table would hold three paths per pair).
     """
-    got = _flows(s)
+    got = _ecmp_choices(s, seed)
     if got is None:
         return s
+    fab, pos, spine_of_op, core_of_op = got
+    return _rewrite(s, fab, spine_of_op, pos, core_of_op, used_only)
+
+
+def ecmp_pair_links(s: Schedule, seed: int = 0) -> np.ndarray | None:
+    """The links of ``s.op_links()``'s (op, link) pairs with every spine-crossing flow hashed
+    as :func:`ecmp_routes` hashes it: the pairs its schedule expands to, in the same order,
+    without building its route table (what pricing ECMP needs: at 4,096 ranks the table is
+    rewritten over 84M links); ``None`` where no flow crosses a spine."""
+    got = _ecmp_choices(s, seed)
+    if got is None:
+        return None
+    fab, pos, spine_of_op, core_of_op = got
+    topo = s.topology
+    leaf_of, _ = _vertex_tiers(topo, fab)
+    route = s.ops.route.astype(np.int64)
+    lengths = s.routes.lengths()[route]
+    first = np.cumsum(lengths) - lengths               # each op's first pair
+    links = s.op_links()[1].copy()
+    for choice, hops in ((spine_of_op, 2), (core_of_op, 4)):
+        picked = np.flatnonzero(choice >= 0)
+        if not len(picked):
+            continue
+        c = choice[picked]
+        at = first[picked] + pos[route[picked]]
+        a = leaf_of[topo.link_src[links[at]]]
+        b = leaf_of[topo.link_dst[links[at + hops - 1]]]
+        for k, hop in enumerate(_replaced_hops(fab, a, b, c, hops)):
+            links[at + k] = hop
+    return links
+
+
+def _replaced_hops(fab: dict, a: np.ndarray, b: np.ndarray, c: np.ndarray, hops: int
+                   ) -> tuple[np.ndarray, ...]:
+    """The links that replace a flow's spine hops from leaf ``a`` to leaf ``b`` through spine
+    ``c`` (``hops == 2``), or through core ``c`` and a spine of each pod (``hops == 4``)."""
+    if hops == 2:
+        return fab["up"][a, c], fab["down"][c, b]
+    sa = fab["pod_spine"][fab["leaf_pod"][a], c]
+    sb = fab["pod_spine"][fab["leaf_pod"][b], c]
+    return fab["up"][a, sa], fab["sc"][sa, c], fab["cs"][c, sb], fab["down"][sb, b]
+
+
+def _ecmp_choices(s: Schedule, seed: int
+                  ) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray] | None:
+    """ECMP's hash of every spine-crossing flow of ``s``: ``(fabric, each route's spine hop
+    position, spine of every op or -1, core of every op or -1)``; ``None`` where no flow
+    crosses a spine."""
+    got = _flows(s)
+    if got is None:
+        return None
     fab, pos, crossing, la, lb, up3 = got
     if not len(crossing):
-        return s
+        return None
     group = np.asarray(s.collective.group, dtype=np.int64)
     ops = s.ops
     with np.errstate(over="ignore"):
@@ -375,7 +422,7 @@ def ecmp_routes(s: Schedule, seed: int = 0, used_only: bool = False) -> Schedule
     core_of_op = np.full(len(ops), -1, dtype=np.int64)
     spine_of_op[crossing[~up3]] = pick[~up3]
     core_of_op[crossing[up3]] = pick[up3]
-    return _rewrite(s, fab, spine_of_op, pos, core_of_op, used_only)
+    return fab, pos, spine_of_op, core_of_op
 
 
 # ----------------------------------------------------------------------------------------------

@@ -155,9 +155,10 @@ class Prepared:
     net_ops: np.ndarray       # indices of ops with a non-empty route
 
 
-def prepare(s: Schedule) -> Prepared:
+def prepare(s: Schedule, pair_links: np.ndarray | None = None) -> Prepared:
     """The (op, link) pairs, bytes and route latencies of ``s``'s ops, checked against its
-    routes: what the simulator and the dataflow runner both start from."""
+    routes: what the simulator and the dataflow runner both start from. ``pair_links``: the
+    links of the pairs in place of the routes' (see :func:`simulate`)."""
     topo = s.topology
     ops = s.ops
     routes = s.routes
@@ -173,6 +174,13 @@ def prepare(s: Schedule) -> Prepared:
     lengths = routes.lengths()[route]
     first = np.cumsum(lengths) - lengths           # index of each op's first pair
     pair_op, pair_link = s.op_links()
+    if pair_links is not None:
+        if len(pair_links) != len(pair_link) or (len(pair_links) and (
+                pair_links.min() < 0 or pair_links.max() >= topo.n_links)):
+            raise ScheduleError(f"{len(pair_links)} links given for the {len(pair_link)} "
+                                "(op, link) pairs of the schedule's routes, or a link outside "
+                                f"0..{topo.n_links - 1}")
+        pair_link = pair_links
     # route latency of every op: the sum of its links' latencies
     lat = np.bincount(pair_op, weights=topo.link_latency[pair_link],
                       minlength=len(ops)).astype(np.float64)
@@ -213,7 +221,8 @@ def _local_time(s: Schedule, p: Prepared, local_bandwidth: float | None) -> np.n
 
 def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep",
              local_bandwidth: float | None = None, step_overhead: float = 0.0,
-             op_overhead: float = 0.0, overhead_steps: OverheadSteps = "every") -> SimResult:
+             op_overhead: float = 0.0, overhead_steps: OverheadSteps = "every",
+             pair_links: np.ndarray | None = None) -> SimResult:
     """Simulate ``schedule`` on its topology; see the module docstring for the cost model.
 
     ``local_bandwidth`` (B/s) charges local ops (``src == dst``, empty route) for the bytes they
@@ -224,6 +233,9 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
     ``op_overhead`` (seconds, event) is the software cost of issuing an op: it starts that
     long after its inputs are ready. Both default to 0 (the schedule's own cost);
     :mod:`cclc.execution` gives each backend's values and their sources.
+    ``pair_links``: the link of every (op, link) pair of :meth:`~cclc.ir.Schedule.op_links`
+    to charge instead of the routes' (each op keeps its route's length: ECMP's spines,
+    :func:`cclc.fabric_routing.ecmp_pair_links`, priced without a new route table).
 
     >>> from cclc.topology import torus                                  # doctest: +SKIP
     >>> r = simulate(sched, mode="event")                                  # doctest: +SKIP
@@ -233,7 +245,7 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
         raise ScheduleError(f"unknown simulation mode '{mode}': use one of {', '.join(SIM_MODES)}")
     if not (step_overhead >= 0 and op_overhead >= 0):
         raise ScheduleError("software overheads must be >= 0")
-    p = prepare(schedule)
+    p = prepare(schedule, pair_links)
     local = _local_time(schedule, p, local_bandwidth)
     topo = schedule.topology
     bw = topo.link_bandwidth
