@@ -67,7 +67,9 @@ Every predicted time names the model it comes from:
     assumes they do. A model built from published measurements, not measured with these plans.
 
 On a fabric whose declared routing is ``ecmp`` the time is priced with the spines ECMP would
-hash each flow onto (:func:`cclc.fabric_routing.ecmp_routes`); the spines cclc plans are a
+hash each flow onto (:func:`cclc.fabric_routing.ecmp_routes`; the lockstep and event models
+simulate them on the plan's own (op, link) pairs, :func:`cclc.fabric_routing.ecmp_pair_links`,
+the same pairs to the bit); the spines cclc plans are a
 plan that no backend can impose yet, so their time is reported beside it as ``planned_time``
 and labelled as needing a routing mechanism. Under ``adaptive`` routing the switches balance
 the spines themselves, which the planned assignment (no spine link above its fair share)
