@@ -1,7 +1,8 @@
 """The GPU tier: skipped, with the reason, where no NVIDIA GPU (or no CUDA toolkit) is at hand.
 
-Make ``backend_helpers`` (schedules, numpy references) and ``gpu_helpers`` importable, as
-tests/backends/conftest.py does for its folder.
+Make ``backend_helpers`` (schedules, numpy references), the simulator tests' hand-built
+schedules it uses and ``gpu_helpers`` importable, as tests/backends/conftest.py does for its
+folder.
 """
 
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 _HERE = Path(__file__).parent
-for folder in (_HERE, _HERE.parent / "backends"):
+for folder in (_HERE, _HERE.parent / "backends", _HERE.parent / "sim"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
