@@ -8,10 +8,11 @@ the outputs' render cost per op that ``auto``'s synthesis candidate budgets for)
 per row: the chosen algorithm, its ops and pipeline depth, the outputs whose limits refuse it
 (``Backend.refusal``: ``cclc compile`` writes no such file), its predicted time and % of the
 lower bound (``cclc.bounds``, the bound ``cclc compile`` prints), and the planning's wall and
-CPU seconds and peak memory. Then compiles the whole example with ``--emit json,msccl``
-(``cclc compile``, in a child process): its wall and CPU seconds, peak memory and each
-collective's choice. Times of schedules are predictions of the named model, not measurements
-on hardware; compile times are this machine's.
+CPU seconds and peak memory. Then compiles the whole example for ``--emit json,msccl``
+(:func:`cclc.pipeline.compile_program`, what ``cclc compile`` runs, in a child process): its
+wall and CPU seconds, peak memory and each collective's choice. Times of schedules are
+predictions of the named model, not measurements on hardware; compile times are this
+machine's.
 
     python benchmarks/auto_synth.py --json benchmarks/results/auto_synth.json
     python benchmarks/auto_synth.py --models ir          # the --emit json rows only
@@ -74,7 +75,8 @@ def plan_row(algorithm: str, outputs: tuple[str, ...], timeout: float = 1800) ->
 
 
 def compile_row(outputs: tuple[str, ...], timeout: float = 1800) -> dict:
-    """``cclc compile`` of the whole example for ``outputs`` in a child process (into a
+    """:func:`~cclc.pipeline.compile_program` of the whole example for ``outputs`` in a
+    child process (into a
     temporary folder): its wall and CPU seconds, peak memory and each collective's choice."""
     code = textwrap.dedent(f"""
         import json, resource, tempfile, time

@@ -294,8 +294,10 @@ def _cables(r: dict) -> str:
 
 def _refusal_summary(r: dict) -> str:
     """The size check's estimate of a refused row, in a few words."""
+    broken = "a failed link breaks the translations" in r["message"]
     return (f"refused by the size check (its {r['candidate']} schedule alone: at least "
-            f"{r['estimated_ops']:.3g} ops; a failed link breaks the torus's translations)")
+            f"{r['estimated_ops']:.3g} ops"
+            + ("; a failed link breaks the torus's translations" if broken else "") + ")")
 
 
 def render_lockstep_limits(data: dict) -> list[str]:
@@ -357,8 +359,9 @@ def _whole_compile(data: dict) -> list[str]:
     if "error" in whole:
         return ["", f"The whole example with `--emit {whole['emit']}` failed: {whole['error']}"]
     chosen = ", ".join(f"{name} {algo}" for name, algo in whole["chosen"].items())
-    return ["", f"The whole example (`cclc compile {data['collective'].split(':')[0]} --emit "
-            f"{whole['emit']}`: {chosen}) compiled in {whole['wall_s']:.1f} s "
+    return ["", f"The whole example (`compile_program`, what `cclc compile "
+            f"{data['collective'].split(':')[0]} --emit {whole['emit']}` runs: {chosen}) "
+            f"compiled in {whole['wall_s']:.1f} s "
             f"({whole['cpu_s']:.1f} s CPU), {whole['peak_bytes'] / 2**30:.2f} GiB peak"
             + (f"; failed: {', '.join(whole['failed'])}" if whole["failed"] else "") + "."]
 

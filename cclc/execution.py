@@ -272,31 +272,27 @@ def model_lanes(schedule: Schedule, model: ExecutionModel) -> int:
 def predict(schedule: Schedule, model: ExecutionModel = IR_MODEL) -> Prediction:
     """The time of ``schedule`` under ``model`` and its topology's declared routing."""
     topo = schedule.topology
-    if has_spines(topo) and topo.routing == "ecmp" and model.mode != "dataflow":
+    if not (has_spines(topo) and topo.routing == "ecmp"):
+        return Prediction(_run(schedule, model), model)
+    if model.mode != "dataflow":
         # the simulator charges ECMP's spines on the plan's (op, link) pairs: no route table
         # rewritten for them (at 4,096 ranks a pass over 84M links); the same time to the bit
         # as simulating ecmp_routes' schedule (tests/fabric/test_ecmp_pricing.py)
         links = ecmp_pair_links(schedule)
         if links is None or np.array_equal(links, schedule.op_links()[1]):
-            return Prediction(_run(schedule, model), model)
-        planned = _run(schedule, model)
-        ecmp = _run(schedule, model, links)
-        del links
-        same = abs(planned - ecmp) <= 1e-9 * max(ecmp, 1e-30)
-        return Prediction(ecmp, model, None if same else planned)
-    if has_spines(topo) and topo.routing == "ecmp":
-        # only the paths the ops take: the times are the same, the table a third the size
-        hashed = ecmp_routes(schedule, used_only=True)
-        if _same_links(hashed, schedule):
             # ECMP put every flow where the plan did (rail-local schedules never cross a
             # spine): one run prices both
+            return Prediction(_run(schedule, model), model)
+        planned, ecmp = _run(schedule, model), _run(schedule, model, links)
+    else:
+        # the dataflow runner lowers a schedule: the table with only the paths the ops take
+        hashed = ecmp_routes(schedule, used_only=True)
+        if _same_links(hashed, schedule):
             return Prediction(_run(hashed, model), model)
-        planned = _run(schedule, model)
-        ecmp = _run(hashed, model)
-        # the plan is only news when it differs
-        same = abs(planned - ecmp) <= 1e-9 * max(ecmp, 1e-30)
-        return Prediction(ecmp, model, None if same else planned)
-    return Prediction(_run(schedule, model), model)
+        planned, ecmp = _run(schedule, model), _run(hashed, model)
+    # the plan is only news when it differs
+    same = abs(planned - ecmp) <= 1e-9 * max(ecmp, 1e-30)
+    return Prediction(ecmp, model, None if same else planned)
 
 
 def _same_links(a: Schedule, b: Schedule) -> bool:

@@ -7,16 +7,18 @@ what it printed when it simulated the rewritten schedule."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cclc.algorithms import get
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
+from cclc.errors import ScheduleError
 from cclc.execution import IR_MODEL, MSCCL_MODEL, MSCCLPP_MODEL, predict
 from cclc.fabric_routing import ecmp_pair_links, ecmp_routes
 from cclc.sim import simulate
-from cclc.topology import NodeType, fat_tree, leaf_spine, with_faults
+from cclc.topology import NodeType, Topology, fat_tree, leaf_spine, with_faults
 
 GPU1 = NodeType("g1", "pcie", 1, 48e9, 1e-6, nics=1, nic_bandwidth=50e9)
 HGX4 = NodeType("hgx4", "nvswitch", 4, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
@@ -26,7 +28,9 @@ CASES = ((K.ALLTOALL, "direct"), (K.ALLGATHER, "ring"), (K.ALLREDUCE, "hierarchi
          (K.REDUCESCATTER, "rail_halving"))
 
 
-def _machine(three_tier: bool, nodes: int, node: NodeType, cut: int) -> object:
+def _machine(three_tier: bool, nodes: int, node: NodeType, cut: int) -> Topology:
+    """A fabric of ``nodes`` servers, two tiers or three, with the uplink ``cut`` (counted
+    round the uplinks) failed in both directions; ``cut < 0``: healthy."""
     if three_tier:
         topo = fat_tree("f", nodes, node, pods=2, rails=node.nics, leaves=node.nics,
                         spines=2, cores=4, oversubscription=(1.0, 2.0), bandwidth=50e9,
@@ -83,10 +87,6 @@ def test_pairs_and_times_equal_the_rewritten_schedule(three_tier, nodes, servers
 
 
 def test_a_pair_link_list_of_another_length_is_refused():
-    import pytest
-
-    from cclc.errors import ScheduleError
-
     topo = _machine(False, 4, GPU1, -1)
     s = get("direct").build(make_collective("c", K.ALLTOALL, topo, topo.all_ranks(),
                                             size=4 * 4 * 256))
