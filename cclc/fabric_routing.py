@@ -223,6 +223,10 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarra
     leaf_of, _ = _vertex_tiers(topo, fab)
     old_offs, old_links = s.routes.offsets, s.routes.links
     old_row = ops.route.astype(np.int64)
+    # a new path keeps its old route's spine hop where it was, and its leaves and tiers: the
+    # new table's hops are the old ones of the rows each new path is made from
+    old_hops = _route_hops(s, fab)
+    hop_rows = [np.arange(len(s.routes))]
     if used_only:
         kept = np.ones(len(ops), dtype=bool)
         for choice in (spine_of_op, core_of_op):
@@ -233,6 +237,7 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarra
         row_of[rows] = np.arange(len(rows))
         old_row = row_of[old_row]
         pieces = [csr_take(old_offs, old_links, rows)]
+        hop_rows = [rows]
     else:
         pieces = [(old_offs, old_links)]
     picks: list[tuple[np.ndarray, np.ndarray]] = []    # (ops, their index among new paths)
@@ -256,6 +261,7 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarra
         for k, hop in enumerate(_replaced_hops(fab, a, b, c, hops)):
             links[at + k] = hop
         pieces.append((offs, links))
+        hop_rows.append(r)
         picks.append((picked, n_new + rank))
         n_new += len(first)
     ids, keep = intern_paths(pieces)
@@ -265,7 +271,23 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarra
     offsets, links = csr_take_pieces(pieces, keep)
     cols = ops.columns()
     cols["route"] = new_route
-    return s.replace(ops=type(ops)(**cols), routes=Routes(offsets, links))
+    out = s.replace(ops=type(ops)(**cols), routes=Routes(offsets, links))
+    from_row = np.concatenate(hop_rows)[keep]
+    out._cache["spine_hops"] = tuple(h[from_row] for h in old_hops)
+    return out
+
+
+def _route_hops(s: Schedule, fab: dict
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_spine_hops` of ``s``'s routes (position, source leaf, dest leaf, climbs to a
+    core) without the CSR offsets; kept with the schedule, where :func:`_rewrite` leaves
+    those of the table it builds (pricing ECMP after the routing pass reads them there)."""
+    if "spine_hops" not in s._cache:
+        pos, la, lb, _, core = _spine_hops(s, fab)
+        # narrow: kept as long as the schedule (at 4,096 GPUs 16.7M routes: 0.2 GB, not 0.5)
+        s._cache["spine_hops"] = (pos.astype(np.int16), la.astype(np.int32),
+                                  lb.astype(np.int32), core)
+    return s._cache["spine_hops"]
 
 
 def _flows(s: Schedule):
@@ -274,11 +296,12 @@ def _flows(s: Schedule):
     fab = _fabric(s.topology)
     if fab is None:
         return None
-    pos, la, lb, _, core = _spine_hops(s, fab)
+    pos, la, lb, core = _route_hops(s, fab)
     r = s.ops.route
     crossing = np.flatnonzero(pos[r] >= 0)
     rc = r[crossing]
-    return fab, pos, crossing, la[rc], lb[rc], core[rc]
+    # (leaves widened: keys like la * (leaves + 1) + lb are formed from them)
+    return fab, pos, crossing, la[rc].astype(np.int64), lb[rc].astype(np.int64), core[rc]
 
 
 def _candidates(fab: dict, a: int, b: int) -> np.ndarray:

@@ -377,6 +377,12 @@ def csr_take(offsets: np.ndarray, links: np.ndarray, rows: np.ndarray
     lengths = offsets[1:][rows] - offsets[:-1][rows]
     new_offs = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum(lengths, out=new_offs[1:])
+    if len(rows) > 1 and bool((rows[1:] > rows[:-1]).all()):
+        # increasing rows (most of a table, kept in order): one mask over the links, where
+        # the index arithmetic below takes 14x longer (7.3 s at 16.6M of 16.7M paths)
+        chosen = np.zeros(len(offsets) - 1, dtype=bool)
+        chosen[rows] = True
+        return new_offs, links[np.repeat(chosen, np.diff(offsets))].astype(np.int32)
     # link k of the new table is link k + (old start - new start) of its path: one repeat
     shift = np.repeat(offsets[:-1][rows] - new_offs[:-1], lengths)
     shift += np.arange(int(new_offs[-1]), dtype=np.int64)
@@ -450,6 +456,9 @@ def intern_paths(pieces: list[tuple[np.ndarray, np.ndarray]],
     equal paths are equal) and every path is checked against the first of its group; when
     two unequal paths share a hash, the paths are packed into integer words and sorted."""
     if hashes is None:
+        if _distinct_ends(pieces):
+            every = np.arange(sum(len(o) - 1 for o, _ in pieces), dtype=np.int64)
+            return every, every
         hashes = np.concatenate([path_hashes(o, x) for o, x in pieces])
     # equal hashes together, each group in path order, so its first row is its least
     # (equal_runs_order: a plain sort; an argsort of 33M hashes takes 17 s)
@@ -463,6 +472,24 @@ def intern_paths(pieces: list[tuple[np.ndarray, np.ndarray]],
     if len(dup) and not _same_paths(pieces, dup, firsts[ids[dup]]):
         return _intern_packed(pieces)
     return ids, firsts
+
+
+def _distinct_ends(pieces: list[tuple[np.ndarray, np.ndarray]]) -> bool:
+    """Whether no two paths of ``pieces`` share both their first and last link (the empty
+    path counting as one pair): then no two are equal, and each is its own first. A 4,096-rank
+    alltoall's paths, one per pair of GPUs, pass: one sort where hashing took four."""
+    keys = []
+    width = 1 + max((int(x.max()) for _, x in pieces if len(x)), default=0)
+    for offs, links in pieces:
+        lengths = np.diff(offs)
+        ends = np.full(len(lengths), -1, dtype=np.int64)       # the empty path's pair
+        full = np.flatnonzero(lengths > 0)
+        ends[full] = (links[offs[full]].astype(np.int64) * width
+                      + links[offs[full + 1] - 1].astype(np.int64))
+        keys.append(ends)
+    ends = np.concatenate(keys)
+    ends.sort()
+    return not bool((ends[1:] == ends[:-1]).any())
 
 
 def _same_paths(pieces: list[tuple[np.ndarray, np.ndarray]], a: np.ndarray, b: np.ndarray

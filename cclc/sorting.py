@@ -25,7 +25,8 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
 
     Where every key is non-negative and fits beside its index in 64 bits, each key is shifted
     up and its index put in the freed low bits: those words are distinct, so a plain sort of
-    them is the stable order, and their low bits are the indices. Elsewhere numpy's own."""
+    them is the stable order, and their low bits are the indices. Keys of a range under
+    ``2**16`` are sorted as 16-bit offsets (numpy's radix sort); elsewhere numpy's own."""
     keys = np.asarray(keys)
     n = len(keys)
     if keys.ndim != 1 or keys.dtype.kind not in "iu":
@@ -35,6 +36,14 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
         return np.arange(n, dtype=np.int64)
     bits = _index_bits(n)
     low, top = int(keys.min()), int(keys.max())
+    if top - low < 1 << 16:
+        # keys of a small range (leaf pairs: 33K at 4,096 GPUs) as 16-bit offsets: numpy's
+        # stable sort of 16-bit keys is a radix sort, 2.4x faster than the plain sort below
+        # (signed keys widened first: int8 -128 .. 127 spans a range int8 cannot hold)
+        wide = (keys - keys.dtype.type(low) if keys.dtype.kind == "u"
+                else keys.astype(np.int64) - low)
+        offsets = wide.astype(np.uint16)
+        return np.argsort(offsets, kind="stable").astype(np.int64, copy=False)
     if low < 0 or top >= 1 << (64 - bits):
         return np.argsort(keys, kind="stable").astype(np.int64, copy=False)
     words = keys.astype(np.uint64) << np.uint64(bits)
@@ -98,7 +107,12 @@ def first_occurrence_ids(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values of the 1-D integer array ``keys`` numbered in the order they first
     occur: ``(number of every entry, index of every number's first entry)``, what
     ``np.unique(keys, return_index=True, return_inverse=True)`` gives renumbered by first
-    index."""
+    index. Strictly increasing keys (the routes of a table's ops, each its own) are their own
+    numbering: no sort."""
+    keys = np.asarray(keys)
+    if len(keys) > 1 and bool((keys[1:] > keys[:-1]).all()):
+        every = np.arange(len(keys), dtype=np.int64)
+        return every, every
     order = stable_argsort(keys)
     k = np.asarray(keys)[order]
     new = np.ones(len(k), dtype=bool)

@@ -16,7 +16,7 @@ from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.errors import ScheduleError
 from cclc.execution import IR_MODEL, MSCCL_MODEL, MSCCLPP_MODEL, predict
-from cclc.fabric_routing import ecmp_pair_links, ecmp_routes
+from cclc.fabric_routing import _fabric, _spine_hops, ecmp_pair_links, ecmp_routes
 from cclc.sim import simulate
 from cclc.topology import NodeType, Topology, fat_tree, leaf_spine, with_faults
 
@@ -92,3 +92,29 @@ def test_a_pair_link_list_of_another_length_is_refused():
                                             size=4 * 4 * 256))
     with pytest.raises(ScheduleError, match="links given"):
         simulate(s, pair_links=s.op_links()[1][:-1])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(three_tier=st.booleans(), nodes=st.sampled_from([4, 6, 8]), servers=st.booleans(),
+       case=st.sampled_from(CASES), cut=st.integers(-1, 40), used_only=st.booleans())
+def test_rewritten_tables_carry_their_spine_hops(three_tier, nodes, servers, case, cut,
+                                                 used_only):
+    """The spine hops a rewritten table keeps (the routing pass's, and ECMP's, read again
+    when ECMP is priced) are those found afresh on its routes."""
+    kind, algo = case
+    topo = _machine(three_tier, nodes, HGX4 if servers else GPU1, cut)
+    coll = make_collective("c", kind, topo, topo.all_ranks(),
+                           size=topo.n_ranks * topo.n_ranks * 256)
+    entry = get(algo)
+    if entry.applicable(coll) is not None:
+        return
+    planned = entry.build(coll)
+    for s in (planned, ecmp_routes(planned, used_only=used_only)):
+        fab = _fabric(s.topology)
+        pos, la, lb, _, core = _spine_hops(s, fab)
+        kept = s._cache.get("spine_hops")
+        if kept is None:                  # nothing crossed a spine: nothing was rewritten
+            assert not (pos >= 0).any()
+            continue
+        for got, want in zip(kept, (pos, la, lb, core), strict=True):
+            assert np.array_equal(got, want)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.errors import TopologyError
-from cclc.ir import ScheduleBuilder, csr_take_pieces, intern_paths
+from cclc.ir import ScheduleBuilder, csr_take, csr_take_pieces, intern_paths
 from cclc.topology import NodeType, fat_tree, with_faults
 
 HGX4 = NodeType("hgx4", "nvswitch", 4, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
@@ -70,21 +70,27 @@ def test_builder_routes_numbers_as_route_does(paths, earlier):
     np.testing.assert_array_equal(a.links, b.links)
 
 
-@settings(max_examples=40, deadline=None)
-@given(tables=st.lists(st.lists(st.lists(st.integers(0, 6), max_size=4), max_size=12),
+_LINK = st.one_of(st.integers(0, 6), st.integers(0, 10 ** 6))
+
+
+@settings(max_examples=80, deadline=None)
+@given(tables=st.lists(st.lists(st.lists(_LINK, max_size=4), max_size=12),
                        min_size=1, max_size=3),
-       collide=st.booleans())
-def test_intern_paths_numbers_first_occurrences(tables, collide):
+       collide=st.booleans(), one_empty=st.booleans())
+def test_intern_paths_numbers_first_occurrences(tables, collide, one_empty):
     """Against a dictionary of tuples; with every hash equal (all paths collide), the exact
-    packed sort takes over and gives the same numbering."""
+    packed sort takes over and gives the same numbering. Links drawn from a wide range and
+    one empty path (``one_empty``: only the first table starts with it) give tables whose
+    paths all differ in their ends, numbered without hashing."""
+    tables = [[[]] + paths if i == 0 or not one_empty else paths
+              for i, paths in enumerate(tables)]
     pieces = []
     for paths in tables:
-        paths = [[]] + paths                 # every table starts with the empty route
         offsets = np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int64)
         pieces.append((offsets, np.array([x for p in paths for x in p], dtype=np.int32)))
     table: dict[tuple[int, ...], int] = {(): 0}
     want_ids, want_firsts = [], [0]
-    for row, path in enumerate(tuple(p) for paths in tables for p in [[]] + paths):
+    for row, path in enumerate(tuple(p) for paths in tables for p in paths):
         if path not in table:
             table[path] = len(table)
             want_firsts.append(row)
@@ -96,3 +102,21 @@ def test_intern_paths_numbers_first_occurrences(tables, collide):
     offsets, links = csr_take_pieces(pieces, firsts)
     assert [tuple(links[offsets[i]:offsets[i + 1]].tolist()) for i in range(len(firsts))] == \
         list(table)
+
+
+@settings(max_examples=60, deadline=None)
+@given(paths=st.lists(st.lists(_LINK, max_size=5), min_size=1, max_size=20),
+       picks=st.lists(st.integers(0, 10 ** 6), max_size=25),
+       order=st.sampled_from(["any", "increasing", "sorted"]))
+def test_csr_take_is_the_paths_taken(paths, picks, order):
+    """Rows in any order, sorted with repeats, and increasing (taken through a mask over the
+    links): the paths of those rows, as lists of tuples say."""
+    offsets = np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int64)
+    links = np.array([x for p in paths for x in p], dtype=np.int32)
+    rows = np.array([k % len(paths) for k in picks], dtype=np.int64)
+    if order != "any":
+        rows = np.unique(rows) if order == "increasing" else np.sort(rows)
+    new_offs, new_links = csr_take(offsets, links, rows)
+    assert new_links.dtype == np.int32
+    assert [tuple(new_links[new_offs[i]:new_offs[i + 1]].tolist()) for i in range(len(rows))] \
+        == [tuple(paths[r]) for r in rows.tolist()]

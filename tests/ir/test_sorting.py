@@ -14,11 +14,14 @@ from hypothesis import strategies as st
 from cclc.ir import intern_paths
 from cclc.sorting import equal_runs_order, first_occurrence_ids, stable_argsort
 
-_INTS = st.one_of(st.integers(-5, 5), st.integers(0, 2 ** 20), st.integers(-2 ** 63, 2 ** 63 - 1))
+_INTS = st.one_of(st.integers(-5, 5), st.integers(0, 2 ** 20), st.integers(-2 ** 63, 2 ** 63 - 1),
+                  # about the edge of the 16-bit range sorted by radix
+                  st.integers(2 ** 16 - 3, 2 ** 16 + 3), st.integers(-2 ** 15 - 2, -2 ** 15 + 2))
 
 
 @settings(max_examples=200, deadline=None)
-@given(values=st.lists(_INTS, max_size=60), dtype=st.sampled_from([np.int64, np.int32, np.uint8]))
+@given(values=st.lists(_INTS, max_size=60),
+       dtype=st.sampled_from([np.int64, np.int32, np.int8, np.uint8, np.uint64]))
 def test_stable_argsort_is_numpys(values, dtype):
     info = np.iinfo(dtype)
     keys = np.array([min(max(v, info.min), info.max) for v in values], dtype=dtype)
@@ -55,8 +58,11 @@ def test_equal_runs_order_groups_equal_keys_in_index_order(high, low, shift):
 
 
 @settings(max_examples=200, deadline=None)
-@given(values=st.lists(_INTS, max_size=60))
-def test_first_occurrence_ids_is_unique_by_first_index(values):
+@given(values=st.lists(_INTS, max_size=60), order=st.sampled_from(["any", "increasing", "sorted"]))
+def test_first_occurrence_ids_is_unique_by_first_index(values, order):
+    """Keys in any order, sorted with repeats, and strictly increasing (numbered unsorted)."""
+    if order != "any":
+        values = sorted(set(values)) if order == "increasing" else sorted(values)
     keys = np.array(values, dtype=np.int64)
     ids, firsts = first_occurrence_ids(keys)
     seen: dict[int, int] = {}
