@@ -249,11 +249,13 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
     local = _local_time(schedule, p, local_bandwidth)
     topo = schedule.topology
     bw = topo.link_bandwidth
-    link_bytes = np.bincount(p.pair_link, weights=p.op_bytes[p.pair_op],
-                             minlength=topo.n_links).astype(np.float64)
-    link_busy = link_bytes / bw
     # lockstep and the per-step breakdown share the (step, link) table
     step_links = _step_link_busy(schedule, p)
+    # a link's bytes are its cells' (whole bytes: exact in float64 summed in any order)
+    cells, _, _, cell_bytes = step_links
+    link_bytes = np.bincount(cells % topo.n_links, weights=cell_bytes,
+                             minlength=topo.n_links).astype(np.float64)
+    link_busy = link_bytes / bw
     if mode == "lockstep":
         ops = schedule.ops
         charges = step_charges(ops.step, ops.src != ops.dst, schedule.n_steps, step_overhead,
@@ -293,26 +295,32 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
 _DENSE_CELLS = 1 << 25
 
 
-def _step_link_busy(s: Schedule, p: Prepared) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Busy time of every used (step, link) pair: sorted keys, their busy time, and the
-    index of each (op, link) pair's key."""
+def _step_link_busy(s: Schedule, p: Prepared
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Busy time of every used (step, link) pair: sorted keys, their busy time, the busy
+    time of each (op, link) pair's cell, and the cells' bytes."""
     n_links = s.topology.n_links
-    key = s.ops.step.astype(np.int64)[p.pair_op] * n_links + p.pair_link
+    bw = s.topology.link_bandwidth
+    # (one step: the key is the link; at 4,096 GPUs each pass over the 134M pairs is seconds)
+    key = (p.pair_link if s.n_steps <= 1
+           else s.ops.step.astype(np.int64)[p.pair_op] * n_links + p.pair_link)
+    weights = p.op_bytes[p.pair_op]
     n_cells = s.n_steps * n_links
     if 0 < n_cells <= _DENSE_CELLS:
         # a table over every (step, link) cell: counting instead of sorting, same sums (each
         # cell adds its pairs' bytes in pair order either way)
-        used = np.bincount(key, minlength=n_cells) > 0
-        keys = np.flatnonzero(used)
-        rank = np.cumsum(used) - 1
-        inverse = rank[key]
-    else:
-        keys, inverse = np.unique(key, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        keys = np.flatnonzero(np.bincount(key, minlength=n_cells))
+        dense = np.bincount(key, weights=weights, minlength=n_cells).astype(np.float64)
+        cell_bytes = dense[keys]
+        busy = cell_bytes / bw[keys % n_links]
+        dense[keys] = busy                      # now every used cell's busy time
+        return keys, busy, dense[key], cell_bytes
+    keys, inverse = np.unique(key, return_inverse=True)
+    inverse = inverse.reshape(-1)
     # (bincount of nothing is int64: cast, an empty schedule is still a schedule)
-    busy = np.bincount(inverse, weights=p.op_bytes[p.pair_op], minlength=len(keys))
-    busy = busy.astype(np.float64) / s.topology.link_bandwidth[keys % n_links]
-    return keys, busy, inverse
+    cell_bytes = np.bincount(inverse, weights=weights, minlength=len(keys)).astype(np.float64)
+    busy = cell_bytes / bw[keys % n_links]
+    return keys, busy, busy[inverse], cell_bytes
 
 
 def _step_links(s: Schedule, p: Prepared, step_links=None
@@ -320,7 +328,7 @@ def _step_links(s: Schedule, p: Prepared, step_links=None
     n_steps, n_links = s.n_steps, s.topology.n_links
     step_bytes = np.bincount(s.ops.step.astype(np.int64)[p.net_ops],
                              weights=p.op_bytes[p.net_ops], minlength=n_steps).astype(np.float64)
-    keys, busy, _ = step_links or _step_link_busy(s, p)
+    keys, busy, _, _ = step_links or _step_link_busy(s, p)
     busiest: list[int | None] = [None] * n_steps
     if len(keys):
         steps = keys // n_links
@@ -343,10 +351,9 @@ def _lockstep(s: Schedule, p: Prepared, local: np.ndarray, overhead: np.ndarray,
     software cost of every step (:func:`step_charges`)."""
     n_ops = len(s.ops)
     step = s.ops.step.astype(np.int64)
-    _, busy, inverse = step_links or _step_link_busy(s, p)
+    _, _, pair_busy, _ = step_links or _step_link_busy(s, p)
     op_time = local.copy()
     if len(p.net_ops):
-        pair_busy = busy[inverse]
         worst = np.maximum.reduceat(pair_busy, p.pair_starts)
         op_time[p.net_ops] = p.route_latency[p.net_ops] + worst
     n_steps = s.n_steps
