@@ -301,7 +301,7 @@ def _step_link_busy(s: Schedule, p: Prepared
     time of each (op, link) pair's cell, and the cells' bytes."""
     n_links = s.topology.n_links
     bw = s.topology.link_bandwidth
-    # (one step: the key is the link; at 4,096 GPUs each pass over the 134M pairs is seconds)
+    # (one step: the key is the link; at 4,096 GPUs each pass over the 84M pairs is seconds)
     key = (p.pair_link if s.n_steps <= 1
            else s.ops.step.astype(np.int64)[p.pair_op] * n_links + p.pair_link)
     weights = p.op_bytes[p.pair_op]
