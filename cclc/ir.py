@@ -377,7 +377,8 @@ def csr_take(offsets: np.ndarray, links: np.ndarray, rows: np.ndarray
     lengths = offsets[1:][rows] - offsets[:-1][rows]
     new_offs = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum(lengths, out=new_offs[1:])
-    if len(rows) > 1 and bool((rows[1:] > rows[:-1]).all()):
+    if (len(rows) > 1 and offsets[0] == 0 and offsets[-1] == len(links)
+            and bool((rows[1:] > rows[:-1]).all())):
         # increasing rows (most of a table, kept in order): one mask over the links, where
         # the index arithmetic below takes 14x longer (7.3 s at 16.6M of 16.7M paths)
         chosen = np.zeros(len(offsets) - 1, dtype=bool)

@@ -17,6 +17,7 @@ from cclc.collective import make_collective
 from cclc.errors import ScheduleError
 from cclc.execution import IR_MODEL, MSCCL_MODEL, MSCCLPP_MODEL, predict
 from cclc.fabric_routing import _fabric, _spine_hops, ecmp_pair_links, ecmp_routes
+from cclc.ir import Schedule
 from cclc.sim import simulate
 from cclc.topology import NodeType, Topology, fat_tree, leaf_spine, with_faults
 
@@ -48,19 +49,24 @@ def _machine(three_tier: bool, nodes: int, node: NodeType, cut: int) -> Topology
     return with_faults(topo, [(u, v), (v, u)])
 
 
+def _planned(three_tier: bool, nodes: int, servers: bool, case, cut: int) -> Schedule | None:
+    """``case``'s schedule (routed by the routing pass) over every rank of :func:`_machine`,
+    with ``servers`` of four GPUs or of one; ``None`` where the algorithm does not apply."""
+    kind, algo = case
+    topo = _machine(three_tier, nodes, HGX4 if servers else GPU1, cut)
+    coll = make_collective("c", kind, topo, topo.all_ranks(),
+                           size=topo.n_ranks * topo.n_ranks * 256)
+    entry = get(algo)
+    return entry.build(coll) if entry.applicable(coll) is None else None
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(three_tier=st.booleans(), nodes=st.sampled_from([4, 6, 8]), servers=st.booleans(),
        case=st.sampled_from(CASES), cut=st.integers(-1, 40))
 def test_pairs_and_times_equal_the_rewritten_schedule(three_tier, nodes, servers, case, cut):
-    kind, algo = case
-    node = HGX4 if servers else GPU1
-    topo = _machine(three_tier, nodes, node, cut)
-    coll = make_collective("c", kind, topo, topo.all_ranks(),
-                           size=topo.n_ranks * topo.n_ranks * 256)
-    entry = get(algo)
-    if entry.applicable(coll) is not None:
+    s = _planned(three_tier, nodes, servers, case, cut)
+    if s is None:
         return
-    s = entry.build(coll)
     links = ecmp_pair_links(s)
     hashed = ecmp_routes(s, used_only=True)
     if links is None:
@@ -101,14 +107,9 @@ def test_rewritten_tables_carry_their_spine_hops(three_tier, nodes, servers, cas
                                                  used_only):
     """The spine hops a rewritten table keeps (the routing pass's, and ECMP's, read again
     when ECMP is priced) are those found afresh on its routes."""
-    kind, algo = case
-    topo = _machine(three_tier, nodes, HGX4 if servers else GPU1, cut)
-    coll = make_collective("c", kind, topo, topo.all_ranks(),
-                           size=topo.n_ranks * topo.n_ranks * 256)
-    entry = get(algo)
-    if entry.applicable(coll) is not None:
+    planned = _planned(three_tier, nodes, servers, case, cut)
+    if planned is None:
         return
-    planned = entry.build(coll)
     for s in (planned, ecmp_routes(planned, used_only=used_only)):
         fab = _fabric(s.topology)
         pos, la, lb, _, core = _spine_hops(s, fab)
