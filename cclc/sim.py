@@ -170,7 +170,9 @@ def prepare(s: Schedule, pair_links: np.ndarray | None = None) -> Prepared:
     if len(routes.links) and (routes.links.min() < 0 or routes.links.max() >= topo.n_links):
         raise ScheduleError(f"a route names a link outside 0..{topo.n_links - 1} of topology "
                             f"'{topo.name}'")
-    _check_ranges(s)
+    if "ranges_checked" not in s._cache:    # (ECMP's pricing prepares the schedule again)
+        _check_ranges(s)
+        s._cache["ranges_checked"] = True
     lengths = routes.lengths()[route]
     first = np.cumsum(lengths) - lengths           # index of each op's first pair
     pair_op, pair_link = s.op_links()
