@@ -19,7 +19,6 @@ templates by :mod:`cclc.template_race`; ``auto``'s large best-so-far waits in
 from __future__ import annotations
 
 import difflib
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -162,48 +161,6 @@ def _simulate(schedule: Schedule, model: ExecutionModel) -> tuple[float, float |
     return p.time, p.planned_time
 
 
-def _verify_and_simulate(schedule: Schedule, model: ExecutionModel
-                         ) -> tuple[float, float | None]:
-    """:func:`~cclc.verify.verify` and :func:`_simulate` of ``schedule`` side by side: both
-    are passes over large arrays in which numpy lets go of the interpreter lock, so on a
-    second core the shorter one runs beside the longer (at 4,096 GPUs, 15 s of verification
-    beside 25 s of timing). A schedule that fails verification raises :class:`_Unverified`
-    with the verifier's error, whatever its timing did."""
-    failed: list[BaseException] = []
-
-    def check() -> None:
-        try:
-            verify(schedule)
-        except BaseException as err:     # handed to the caller's thread below
-            failed.append(err)
-
-    # a daemon: an interrupted compile exits without waiting for the verifier
-    checking = threading.Thread(target=check, name="cclc-verify", daemon=True)
-    checking.start()
-    try:
-        timed = _simulate(schedule, model)
-    except Exception:
-        checking.join()
-        if failed and isinstance(failed[0], ScheduleError):
-            raise _Unverified(failed[0]) from None
-        raise
-    checking.join()
-    if failed:
-        if isinstance(failed[0], ScheduleError):
-            raise _Unverified(failed[0])
-        raise failed[0]
-    return timed
-
-
-class _Unverified(Exception):
-    """The verifier's :class:`~cclc.errors.ScheduleError` (``error``), told apart from the
-    timing's own errors by :func:`_verify_and_simulate`'s callers."""
-
-    def __init__(self, error: ScheduleError):
-        super().__init__(error.message)
-        self.error = error
-
-
 def _bounds(coll: Collective, on_stage: Callable[[str], None]) -> Bounds:
     return bounds(coll, on_stage=on_stage)
 
@@ -343,12 +300,14 @@ def _evaluate(coll: Collective, algo: Algorithm, params: dict, bound: float | No
     reason = None if limits is None else limits.schedule_refusal(schedule)
     if reason is not None:
         return Candidate(algo.name, False, reason), None
-    say(f"{algo.name}: verifying and simulating {len(schedule.ops)} ops")
+    say(f"{algo.name}: verifying {len(schedule.ops)} ops")
     try:
-        time, planned = _verify_and_simulate(schedule, context.model)
-    except _Unverified as err:
+        verify(schedule)
+    except ScheduleError as err:
         # a bug in the algorithm: never pick it, and say so in the table
-        return Candidate(algo.name, False, f"failed verification: {err.error.message}"), None
+        return Candidate(algo.name, False, f"failed verification: {err.message}"), None
+    say(f"{algo.name}: simulating {len(schedule.ops)} ops")
+    time, planned = _simulate(schedule, context.model)
     return Candidate(algo.name, True, None, time, _pct(bound, time), planned), schedule
 
 
@@ -458,11 +417,10 @@ def _plan_explicit(res: Resolution, others: list[Algorithm], context: BuildConte
         raise CclError(f"collective '{coll.name}': its {chosen.name} schedule is {why}; use a "
                        "smaller topology, group, size or chunks, another algorithm, or "
                        "--no-size-check to try anyway")
-    step(1, total, f"{chosen.name}: verifying and simulating {len(schedule.ops)} ops")
-    try:
-        time, planned = _verify_and_simulate(schedule, context.model)
-    except _Unverified as err:
-        raise err.error from None
+    step(1, total, f"{chosen.name}: verifying {len(schedule.ops)} ops")
+    verify(schedule)
+    step(1, total, f"{chosen.name}: simulating {len(schedule.ops)} ops")
+    time, planned = _simulate(schedule, context.model)
     rows = [Candidate(chosen.name, True, None, time, _pct(bound, time), planned)]
     # the alternatives are judged without the user's parameters, which belong to the
     # explicit choice
