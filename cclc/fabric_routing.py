@@ -209,7 +209,7 @@ def _vertex_tiers(topo: Topology, fab: dict) -> tuple[np.ndarray, np.ndarray]:
     return fab["tiers"]
 
 
-def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarray,
+def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray,
              core_of_op: np.ndarray | None = None, used_only: bool = False) -> Schedule:
     """``s`` with the spine of every op where ``spine_of_op >= 0`` replaced, and the core
     (and with it both spines) of every op where ``core_of_op >= 0``.
@@ -255,7 +255,7 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray, hop_pos: np.ndarra
         r = r_op[first]
         c = choice[picked][first]
         offs, links = csr_take(old_offs, old_links, r)
-        at = offs[:-1] + hop_pos[r]
+        at = offs[:-1] + old_hops[0][r]
         a = leaf_of[topo.link_src[links[at]]]
         b = leaf_of[topo.link_dst[links[at + hops - 1]]]
         for k, hop in enumerate(_replaced_hops(fab, a, b, c, hops)):
@@ -363,8 +363,8 @@ def ecmp_routes(s: Schedule, seed: int = 0, used_only: bool = False) -> Schedule
     got = _ecmp_choices(s, seed)
     if got is None:
         return s
-    fab, pos, spine_of_op, core_of_op = got
-    return _rewrite(s, fab, spine_of_op, pos, core_of_op, used_only)
+    fab, _, spine_of_op, core_of_op = got
+    return _rewrite(s, fab, spine_of_op, core_of_op, used_only)
 
 
 def ecmp_pair_links(s: Schedule, seed: int = 0) -> np.ndarray | None:
@@ -620,11 +620,11 @@ def planned_routes(s: Schedule) -> Schedule:
     got = _flows(s)
     if got is None:
         return s
-    fab, pos, crossing, la, lb, up3 = got
+    fab, _, crossing, la, lb, up3 = got
     if not len(crossing):
         return s
     if "core_index" in fab:
-        return _planned_tiers(s, fab, pos, crossing, la, lb, up3)
+        return _planned_tiers(s, fab, crossing, la, lb, up3)
     _check_paths(s, fab, la, lb, None)
     sizes = s.op_bytes()[crossing]
     steps = s.ops.step[crossing]
@@ -641,7 +641,7 @@ def planned_routes(s: Schedule) -> Schedule:
             choice = memo[key] = _assign_step(fab, sizes[idx], la[idx], lb[idx])
         spine_of_op[crossing[idx]] = choice
     # only the paths ops take: the ones replaced would double the table (and the JSON)
-    return _rewrite(s, fab, spine_of_op, pos, used_only=True)
+    return _rewrite(s, fab, spine_of_op, used_only=True)
 
 
 def _check_paths(s: Schedule, fab: dict, la: np.ndarray, lb: np.ndarray,
@@ -663,8 +663,8 @@ def _check_paths(s: Schedule, fab: dict, la: np.ndarray, lb: np.ndarray,
             raise _no_path(s, a, b)
 
 
-def _planned_tiers(s: Schedule, fab: dict, pos: np.ndarray, crossing: np.ndarray,
-                   la: np.ndarray, lb: np.ndarray, up3: np.ndarray) -> Schedule:
+def _planned_tiers(s: Schedule, fab: dict, crossing: np.ndarray, la: np.ndarray,
+                   lb: np.ndarray, up3: np.ndarray) -> Schedule:
     """:func:`planned_routes` on a three-tier fabric: every flow of a step, in its pod or
     through a core, gets the path that keeps the busiest link it crosses least busy (in
     seconds: core links may be faster than leaf links), largest flows first. No fair-share
@@ -686,7 +686,7 @@ def _planned_tiers(s: Schedule, fab: dict, pos: np.ndarray, crossing: np.ndarray
         choice_of_op[crossing[idx]] = choice
     core_op = np.zeros(len(s.ops), dtype=bool)
     core_op[crossing] = up3
-    return _rewrite(s, fab, np.where(core_op, -1, choice_of_op), pos,
+    return _rewrite(s, fab, np.where(core_op, -1, choice_of_op),
                     np.where(core_op, choice_of_op, -1), used_only=True)
 
 

@@ -114,7 +114,7 @@ def first_occurrence_ids(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         every = np.arange(len(keys), dtype=np.int64)
         return every, every
     order = stable_argsort(keys)
-    k = np.asarray(keys)[order]
+    k = keys[order]
     new = np.ones(len(k), dtype=bool)
     new[1:] = k[1:] != k[:-1]
     return numbered_by_first(order, new)
