@@ -168,6 +168,10 @@ def _pair_hop_bytes(f: Facts) -> float:
 
 def _hop_matrix(f: Facts) -> np.ndarray:
     """Fewest healthy links from each group member to each other (BFS, in source blocks)."""
+    if f.all_healthy and not f.topo.failed_ranks:
+        # the group may use every healthy link: the topology's own searches, which routing
+        # and relay checks share (one 3.7 s search at 4,096 GPUs instead of two)
+        return f.topo.fewest_hops(f.group)[0][:, f.group]
     V = f.topo.n_vertices
     adj = sp.csr_matrix((np.ones(len(f.src)), (f.src, f.dst)), shape=(V, V))
     out = np.empty((f.n, f.n))

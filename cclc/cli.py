@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from cclc.errors import CclError
 
-__all__ = ["main"]
+__all__ = ["main", "program"]
 
 #: the modules of :mod:`cclc.commands` whose subcommands ``--help`` lists, in this order
 COMMANDS = ["check", "compile", "catalog", "verify", "sim", "bounds", "viz", "tune", "diagnose",
@@ -70,8 +70,10 @@ def _on_sigint(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+def main(argv: list[str] | None = None, own_process: bool = False) -> int:
+    """Run the command ``argv`` (default: ``sys.argv[1:]``); returns the exit status.
+    ``own_process``: the process runs this command alone (:func:`program`), so its allocator
+    may keep freed memory for reuse (:mod:`cclc.allocator`); a caller's process keeps its own."""
     global _interrupted
     _interrupted = False
     previous = None
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             previous = signal.signal(signal.SIGINT, _on_sigint)
         except ValueError:
             pass            # not the main thread (an embedding caller's): its signals are its own
-        status = _run(argv)
+        status = _run(argv, own_process)
     except KeyboardInterrupt:
         return _say_interrupted()
     except Exception:
@@ -108,13 +110,14 @@ def _say_interrupted() -> int:
     return 130
 
 
-def _run(argv: list[str] | None) -> int:
+def _run(argv: list[str] | None, own_process: bool) -> int:
     # imported inside main's handler, so that a Ctrl-C while importing ends in 'interrupted' (see
     # the module docstring)
     from cclc.allocator import reuse_freed_memory
     from cclc.errors import CclError, render_error
 
-    reuse_freed_memory()        # fewer page faults on large compiles (see cclc.allocator)
+    if own_process:
+        reuse_freed_memory()    # fewer page faults on large compiles (see cclc.allocator)
     _escape_what_the_terminal_cannot_show()
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -167,5 +170,11 @@ def _source_of(err: CclError) -> str | None:
     return None if text is None or "\x00" in text else text
 
 
+def program() -> None:
+    """The ``cclc`` program (the console script, and ``python -m cclc.cli``): :func:`main` in
+    a process of its own."""
+    sys.exit(main(own_process=True))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    program()

@@ -283,6 +283,47 @@ class Topology:
             self._cache["edge_links"] = (keys[order], edges[order, 2])
         return self._cache["edge_links"]
 
+    def hop_links(self) -> tuple[np.ndarray, np.ndarray]:
+        """The healthy graph between live vertices for fewest-hop searches: sorted distinct
+        keys ``tail * n_vertices + head`` and the lowest link id of each (it names the hop)."""
+        if "hop_links" not in self._cache:
+            v = self.n_vertices
+            alive = np.ones(v, dtype=bool)
+            alive[list(self.failed_ranks)] = False
+            ok = np.flatnonzero(~self.link_failed & alive[self.link_src] & alive[self.link_dst])
+            key = self.link_src[ok].astype(np.int64) * v + self.link_dst[ok]
+            order = np.lexsort((ok, key))
+            key, ok = key[order], ok[order]
+            first = np.ones(len(key), dtype=bool)
+            first[1:] = key[1:] != key[:-1]
+            self._cache["hop_links"] = (key[first], ok[first])
+        return self._cache["hop_links"]
+
+    def fewest_hops(self, sources: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Fewest healthy hops from every vertex of ``sources`` to every vertex (``inf``
+        where none) and the predecessor of each vertex on one such path (-9999 at the source
+        and where none), over :meth:`hop_links`: ``(len(sources), n_vertices)`` float64 and
+        int32, read-only. Kept per source list: routing, relay checks and the bounds of a
+        4,096-GPU fabric all ask for the same 4,096 searches (3.7 s each)."""
+        sources = np.ascontiguousarray(sources, dtype=np.int64)
+        key = ("fewest_hops", sources.tobytes())
+        if key not in self._cache:
+            # scipy.sparse (~0.2 s to import) only when this runs: importing the module
+            # needs no scipy
+            from scipy.sparse import csr_matrix
+            from scipy.sparse.csgraph import dijkstra
+
+            keys, _ = self.hop_links()
+            v = self.n_vertices
+            graph = csr_matrix((np.ones(len(keys)), (keys // v, keys % v)), shape=(v, v))
+            dist, pred = dijkstra(graph, indices=sources, unweighted=True,
+                                  return_predecessors=True)
+            dist, pred = dist.reshape(len(sources), v), pred.reshape(len(sources), v)
+            dist.setflags(write=False)
+            pred.setflags(write=False)
+            self._cache[key] = (dist, pred)
+        return self._cache[key]
+
     def is_connected(self, ranks: Iterable[int]) -> bool:
         """Whether every rank of ``ranks`` reaches every other over healthy links."""
         ranks = list(ranks)

@@ -13,8 +13,6 @@ import itertools
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
 
 from cclc.collective import Collective
 from cclc.errors import CollectiveError
@@ -291,22 +289,12 @@ class PairRouter:
         self.names = topo.vertex_names
         self.group = np.asarray(coll.group, dtype=np.int64)
         v = topo.n_vertices
-        alive = np.ones(v, dtype=bool)
-        alive[list(topo.failed_ranks)] = False
-        ok = np.flatnonzero(~topo.link_failed & alive[topo.link_src] & alive[topo.link_dst])
-        # the lowest link id of every (tail, head) pair names the hop
-        key = topo.link_src[ok].astype(np.int64) * v + topo.link_dst[ok]
-        order = np.lexsort((ok, key))
-        key, ok = key[order], ok[order]
-        first = np.ones(len(key), dtype=bool)
-        first[1:] = key[1:] != key[:-1]
-        self.keys, self.links, self.v = key[first], ok[first], v
-        graph = csr_matrix((np.ones(len(self.keys)), (self.keys // v, self.keys % v)),
-                           shape=(v, v))
-        dist, self.pred = dijkstra(graph, indices=self.group, unweighted=True,
-                                   return_predecessors=True)
-        self.hops = np.where(np.isfinite(dist), dist, -1).astype(np.int32)
-        del dist
+        # the searches are the topology's (kept there: the relay check and the bounds ask
+        # for the same ones); the lowest link id of every (tail, head) pair names the hop
+        self.keys, self.links = topo.hop_links()
+        self.v = v
+        dist, self.pred = topo.fewest_hops(self.group)
+        self.hops = dist
         # the link into every vertex from its predecessor, looked up once for all pairs
         has = self.pred >= 0
         into = np.full(self.pred.shape, -1, dtype=np.int32)
@@ -342,7 +330,7 @@ class PairRouter:
             raise CollectiveError(f"no healthy path from "
                                   f"{names[self.group[u[bad]]]} to {names[cur[bad]]}")
         offsets = np.zeros(len(pairs) + 1, dtype=np.int64)
-        np.cumsum(self.hops.reshape(-1)[cell], out=offsets[1:])
+        np.cumsum(self.hops.reshape(-1)[cell].astype(np.int64), out=offsets[1:])
         links = np.empty(int(offsets[-1]), dtype=np.int32)
         # every path written from its destination back to its source
         at = offsets[1:] - 1

@@ -16,8 +16,8 @@ from cclc import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# what the console script ``cclc`` (pyproject.toml: cclc.cli:main) runs
-ENTRY = "import sys; from cclc.cli import main; sys.exit(main())"
+# what the console script ``cclc`` (pyproject.toml: cclc.cli:program) runs
+ENTRY = "from cclc.cli import program; program()"
 
 SOURCE = """
 topology t = torus(3, 3) { link 32 GB/s, 100 ns }
@@ -63,13 +63,13 @@ def test_an_interrupt_an_extension_turned_into_another_error_says_interrupted(mo
     """numpy's C core, interrupted while it initializes, raises ImportError ("PyCapsule_Import
     could not import module 'datetime'") from the KeyboardInterrupt: still 'interrupted'; the
     same error without a Ctrl-C is not hidden."""
-    def interrupted_import(argv):
+    def interrupted_import(argv, own_process):
         try:
             cli._on_sigint(signal.SIGINT, None)
         except KeyboardInterrupt as exc:
             raise ImportError('PyCapsule_Import could not import module "datetime"') from exc
 
-    def failed_import(argv):
+    def failed_import(argv, own_process):
         raise ImportError("no module named numpy")
 
     before = signal.getsignal(signal.SIGINT)

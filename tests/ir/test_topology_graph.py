@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import networkx as nx
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,3 +42,30 @@ def test_kind_name_tells_a_mesh_from_a_torus():
     assert torus("t", (4, 4)).kind_name == "torus"
     assert torus("m", (4, 4), wrap=(False, False)).kind_name == "mesh"
     assert torus("h", (4, 4), wrap=(True, False)).kind_name == "torus/mesh (wrap y,n)"
+
+
+@settings(max_examples=60, deadline=None)
+@given(topo=faulty_tori(), data=st.data())
+def test_fewest_hops_are_bfs_lengths_along_their_predecessors(topo, data):
+    """Distances equal networkx's BFS lengths on the healthy graph without failed ranks, and
+    each vertex's predecessor is one hop closer over a healthy link; the search is kept."""
+    live = topo.live_ranks()
+    sources = data.draw(st.lists(st.sampled_from(list(live)), min_size=1, max_size=4))
+    g = topo.healthy_graph()
+    dist, pred = topo.fewest_hops(np.array(sources))
+    keys, links = topo.hop_links()
+    v = topo.n_vertices
+    for row, s in enumerate(sources):
+        want = nx.single_source_shortest_path_length(g, s)
+        for t in range(v):
+            assert dist[row, t] == want.get(t, np.inf)
+            if t == s or t not in want:
+                assert pred[row, t] < 0
+                continue
+            p = int(pred[row, t])
+            assert dist[row, p] == dist[row, t] - 1
+            link = links[np.searchsorted(keys, p * v + t)]
+            assert (topo.link_src[link], topo.link_dst[link]) == (p, t)
+            assert not topo.link_failed[link]
+    again = topo.fewest_hops(np.array(sources))
+    assert again[0] is dist and again[1] is pred
