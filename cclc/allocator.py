@@ -12,9 +12,9 @@ So the command line serves every block from the heap (no ``mmap`` for single blo
 ``M_MMAP_MAX`` of 0) and keeps up to 1 GiB of freed heap top for reuse (``M_TRIM_THRESHOLD``):
 a freed array's pages serve the next array without a fault. The price is the heap's
 fragmentation: freed blocks in its middle stay with the process. On the fat tree's AllToAll
-(``cclc compile benchmarks/machines/pods512_fattree.ccl --only tokens``) the compile took
-90-94 s instead of 120-140 s, at 9.1-10.1 GB peak instead of 8.1-8.3 GB; on the 8x8x8
-compile, keeping the heap's top alone took the system time from 3.1 to 1.7 s
+(``cclc compile benchmarks/machines/pods512_fattree.ccl --only tokens``, three runs) the
+compile took 90-94 s instead of 120-140 s, at 9.1-10.1 GB peak instead of 8.1-8.3 GB; on
+the 8x8x8 compile, keeping the heap's top alone took the system time from 3.1 to 1.7 s
 (``benchmarks/compile_scale.py``). Only the ``cclc`` program sets this
 (:func:`cclc.cli.program`): a process that calls :func:`cclc.cli.main` keeps its allocator.
 """
