@@ -16,10 +16,13 @@ refuses it (its ops are not the whole schedule) and :func:`symmetric_from_json` 
 
 from __future__ import annotations
 
+import collections
+import functools
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from enum import Enum
 from typing import Any, Literal, TypeVar
@@ -285,11 +288,54 @@ def _pieces(s: Schedule, symmetry: Callable[[Callable[[np.ndarray], Any]], dict]
         doc[SYMMETRY_KEY] = symmetry(later)
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
     head, *pieces = text.split(f'"{marker}')
-    yield head.encode("utf-8")
-    for piece in pieces:
-        index, rest = piece.split('"', 1)
-        yield int_array_json(arrays[int(index)])
-        yield rest.encode("utf-8")
+
+    def jobs() -> Iterator[Callable[[], bytes]]:
+        yield head.encode
+        for piece in pieces:
+            index, rest = piece.split('"', 1)
+            yield from _array_jobs(arrays[int(index)])
+            yield rest.encode
+    if sum(a.size for a in arrays) < 2 * _INT_BATCH:
+        return (job() for job in jobs())      # (small: threads would cost more than they save)
+    return _formatted_in_order(jobs())
+
+
+#: threads that format a document's large integer arrays, and the batches they may run
+#: ahead of the writer: numpy lets go of the interpreter while it formats, so two format
+#: a 16M-entry column in 0.6x the time of one, and the file is written meanwhile
+_FORMAT_THREADS, _FORMAT_AHEAD = 2, 4
+
+
+def _array_jobs(a: np.ndarray) -> Iterator[Callable[[], bytes]]:
+    """:func:`int_array_json` of ``a`` as jobs whose results, joined, are its text: one per
+    batch of a long 1-D integer array, else one."""
+    a = np.asarray(a)
+    if a.ndim != 1 or a.dtype.kind not in "iu" or len(a) <= _INT_BATCH:
+        yield functools.partial(int_array_json, a)
+        return
+    for lo in range(0, len(a), _INT_BATCH):
+        yield functools.partial(_batch_json, a, lo)
+
+
+def _batch_json(a: np.ndarray, lo: int) -> bytes:
+    """The batch of ``a`` from ``lo`` in :func:`int_array_json`'s text, with the bracket or
+    comma before it and the bracket after the last."""
+    hi = lo + _INT_BATCH
+    return ((b"," if lo else b"[") + _int_digits(a[lo:hi])
+            + (b"]" if hi >= len(a) else b""))
+
+
+def _formatted_in_order(jobs: Iterable[Callable[[], bytes]]) -> Iterator[bytes]:
+    """The results of ``jobs`` in order, run by :data:`_FORMAT_THREADS` threads at most
+    :data:`_FORMAT_AHEAD` ahead of the reader (memory stays a few batches)."""
+    with ThreadPoolExecutor(_FORMAT_THREADS, thread_name_prefix="cclc-json") as pool:
+        pending: collections.deque = collections.deque()
+        for job in jobs:
+            pending.append(pool.submit(job))
+            if len(pending) >= _FORMAT_AHEAD:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def dumps(s: Schedule) -> bytes:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from cclc import serialize
 from cclc.algorithms import get
 from cclc.collective import CollectiveKind, make_collective
 from cclc.serialize import document_pieces, dumps, from_json, int_array_json, save, to_json
@@ -52,9 +53,14 @@ def test_floats_are_refused():
         int_array_json(np.zeros(3))
 
 
+@pytest.mark.parametrize("batch", [None, 7])
 @pytest.mark.parametrize("algo, dims, fault", [("direct", (3, 3), True), ("mate", (4, 4), True),
                                                ("ring", (5,), False), ("bruck", (2, 3), False)])
-def test_the_document_is_what_json_dumps_writes(algo, dims, fault, tmp_path):
+def test_the_document_is_what_json_dumps_writes(algo, dims, fault, batch, tmp_path,
+                                                monkeypatch):
+    if batch is not None:
+        # columns of many batches: formatted by the threads, in order, batch by batch
+        monkeypatch.setattr(serialize, "_INT_BATCH", batch)
     t = torus("t", dims, bandwidth=25e9, latency=1e-7)
     if fault:
         a, b = t.rank_at((1,) * len(dims)), t.rank_at((2,) + (1,) * (len(dims) - 1))
