@@ -234,13 +234,12 @@ class Schedule:
         if "op_links" not in self._cache:
             route = self.ops.route
             lengths = self.routes.lengths()[route]
-            first = np.cumsum(lengths) - lengths
             pair_op = np.repeat(np.arange(len(self.ops), dtype=np.int64), lengths)
-            # pair k holds link k + (route start - first pair) of its op's route: one repeat
-            at = np.repeat(self.routes.offsets[:-1][route] - first, lengths)
-            at += np.arange(len(at), dtype=np.int64)
-            pair_link = self.routes.links[at].astype(np.int64)
+            # the position in the route table of every pair
+            at = run_positions(self.routes.offsets[:-1][route], lengths)
+            pair_link = self.routes.links[at]
             del at
+            pair_link = pair_link.astype(np.int64)
             pair_op.setflags(write=False)
             pair_link.setflags(write=False)
             self._cache["op_links"] = (pair_op, pair_link)
@@ -371,6 +370,23 @@ class ScheduleBuilder:
                         params=params)
 
 
+def run_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``starts[i], starts[i] + 1, ..., starts[i] + lengths[i] - 1`` for every ``i``, one
+    after another (int64): the positions of CSR rows' entries. Each is one up from the one
+    before, except at a row's first, which jumps to its start: summed in place, one array of
+    the result's length where a repeat and a range took three (at 4,096 GPUs each is 1 GB,
+    and on a virtual machine fresh memory costs more than the sum)."""
+    has = lengths > 0
+    start, length = starts[has].astype(np.int64), lengths[has].astype(np.int64)
+    at = np.ones(int(length.sum()), dtype=np.int64)
+    if len(at):
+        jump = start.copy()
+        jump[1:] -= start[:-1] + length[:-1] - 1
+        at[np.cumsum(length) - length] = jump
+        np.cumsum(at, out=at)
+    return at
+
+
 def csr_take(offsets: np.ndarray, links: np.ndarray, rows: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
     """The paths ``rows`` of a CSR table as a new (writable) CSR table."""
@@ -383,11 +399,10 @@ def csr_take(offsets: np.ndarray, links: np.ndarray, rows: np.ndarray
         # the index arithmetic below takes 14x longer (7.3 s at 16.6M of 16.7M paths)
         chosen = np.zeros(len(offsets) - 1, dtype=bool)
         chosen[rows] = True
-        return new_offs, links[np.repeat(chosen, np.diff(offsets))].astype(np.int32)
-    # link k of the new table is link k + (old start - new start) of its path: one repeat
-    shift = np.repeat(offsets[:-1][rows] - new_offs[:-1], lengths)
-    shift += np.arange(int(new_offs[-1]), dtype=np.int64)
-    return new_offs, links[shift].astype(np.int32)
+        return new_offs, links[np.repeat(chosen, np.diff(offsets))].astype(np.int32,
+                                                                             copy=False)
+    return new_offs, links[run_positions(offsets[:-1][rows], lengths)].astype(np.int32,
+                                                                              copy=False)
 
 
 def csr_concat(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -397,7 +412,8 @@ def csr_concat(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray,
     for o, _ in pieces[1:]:
         offs.append(o[1:] + base)
         base += int(o[-1])
-    return np.concatenate(offs), np.concatenate([x for _, x in pieces]).astype(np.int32)
+    return np.concatenate(offs), np.concatenate([x for _, x in pieces], dtype=np.int32,
+                                                casting="same_kind")
 
 
 def csr_take_pieces(pieces: list[tuple[np.ndarray, np.ndarray]], rows: np.ndarray

@@ -183,9 +183,14 @@ def prepare(s: Schedule, pair_links: np.ndarray | None = None) -> Prepared:
                                 "(op, link) pairs of the schedule's routes, or a link outside "
                                 f"0..{topo.n_links - 1}")
         pair_link = pair_links
-    # route latency of every op: the sum of its links' latencies
-    lat = np.bincount(pair_op, weights=topo.link_latency[pair_link],
-                      minlength=len(ops)).astype(np.float64)
+    # route latency of every op: the sum of its links' latencies (an op's pairs are
+    # consecutive and blocks split no op's pairs, so each sum adds in the same order)
+    lat = np.zeros(len(ops))
+    for lo, hi in _op_blocks(pair_op):
+        first_op, end_op = int(pair_op[lo]), int(pair_op[hi - 1]) + 1
+        lat[first_op:end_op] = np.bincount(pair_op[lo:hi] - first_op,
+                                           weights=topo.link_latency[pair_link[lo:hi]],
+                                           minlength=end_op - first_op)
     net_ops = np.flatnonzero(lengths > 0)
     return Prepared(op_bytes=s.op_bytes().astype(np.float64), route_latency=lat,
                      pair_op=pair_op, pair_link=pair_link, pair_starts=first[net_ops],
@@ -296,6 +301,25 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
 #: most (step, link) cells counted in a dense table; beyond it the used cells are sorted
 _DENSE_CELLS = 1 << 25
 
+#: (op, link) pairs whose values a pass gathers at once: a 4,096-GPU alltoall has 130M,
+#: whose gathered bytes or latencies would each take 1 GB of fresh memory
+_PAIR_BLOCK = 1 << 24
+
+
+def _op_blocks(pair_op: np.ndarray) -> list[tuple[int, int]]:
+    """``[lo, hi)`` blocks of about :data:`_PAIR_BLOCK` pairs, none splitting an op's pairs
+    (``pair_op`` is grouped by op)."""
+    n = len(pair_op)
+    cuts = [0]
+    while n - cuts[-1] > _PAIR_BLOCK:
+        op = pair_op[cuts[-1] + _PAIR_BLOCK]
+        # at the first pair of the op the block ends in, or after it if that op is the block
+        cut = int(np.searchsorted(pair_op, op, side="left"))
+        cuts.append(cut if cut > cuts[-1] else int(np.searchsorted(pair_op, op, side="right")))
+    if cuts[-1] < n:
+        cuts.append(n)
+    return list(zip(cuts[:-1], cuts[1:], strict=False))
+
 
 def _step_link_busy(s: Schedule, p: Prepared
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -306,13 +330,18 @@ def _step_link_busy(s: Schedule, p: Prepared
     # (one step: the key is the link; at 4,096 GPUs each pass over the 84M pairs is seconds)
     key = (p.pair_link if s.n_steps <= 1
            else s.ops.step.astype(np.int64)[p.pair_op] * n_links + p.pair_link)
-    weights = p.op_bytes[p.pair_op]
     n_cells = s.n_steps * n_links
     if 0 < n_cells <= _DENSE_CELLS:
-        # a table over every (step, link) cell: counting instead of sorting, same sums (each
-        # cell adds its pairs' bytes in pair order either way)
+        # a table over every (step, link) cell: counting instead of sorting, same sums (whole
+        # bytes: exact in float64 in any order, so the pairs' bytes are gathered a block at a
+        # time where the table is small beside a block)
         keys = np.flatnonzero(np.bincount(key, minlength=n_cells))
-        dense = np.bincount(key, weights=weights, minlength=n_cells).astype(np.float64)
+        blocks = (_op_blocks(p.pair_op) if n_cells <= _PAIR_BLOCK // 8
+                  else [(0, len(key))])
+        dense = np.zeros(n_cells)
+        for lo, hi in blocks:
+            dense += np.bincount(key[lo:hi], weights=p.op_bytes[p.pair_op[lo:hi]],
+                                 minlength=n_cells)
         cell_bytes = dense[keys]
         busy = cell_bytes / bw[keys % n_links]
         dense[keys] = busy                      # now every used cell's busy time
@@ -320,7 +349,8 @@ def _step_link_busy(s: Schedule, p: Prepared
     keys, inverse = np.unique(key, return_inverse=True)
     inverse = inverse.reshape(-1)
     # (bincount of nothing is int64: cast, an empty schedule is still a schedule)
-    cell_bytes = np.bincount(inverse, weights=weights, minlength=len(keys)).astype(np.float64)
+    cell_bytes = np.bincount(inverse, weights=p.op_bytes[p.pair_op],
+                             minlength=len(keys)).astype(np.float64)
     busy = cell_bytes / bw[keys % n_links]
     return keys, busy, busy[inverse], cell_bytes
 

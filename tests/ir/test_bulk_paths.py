@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.errors import TopologyError
-from cclc.ir import ScheduleBuilder, csr_take, csr_take_pieces, intern_paths
+from cclc.ir import ScheduleBuilder, csr_take, csr_take_pieces, intern_paths, run_positions
 from cclc.topology import NodeType, fat_tree, with_faults
 
 HGX4 = NodeType("hgx4", "nvswitch", 4, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
@@ -120,3 +120,12 @@ def test_csr_take_is_the_paths_taken(paths, picks, order):
     assert new_links.dtype == np.int32
     assert [tuple(new_links[new_offs[i]:new_offs[i + 1]].tolist()) for i in range(len(rows))] \
         == [tuple(paths[r]) for r in rows.tolist()]
+
+
+@settings(max_examples=100, deadline=None)
+@given(runs=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 4)), max_size=20))
+def test_run_positions_are_each_runs_range(runs):
+    starts = np.array([s for s, _ in runs], dtype=np.int64)
+    lengths = np.array([n for _, n in runs], dtype=np.int64)
+    want = [s + k for s, n in runs for k in range(n)]
+    assert run_positions(starts, lengths).tolist() == want
