@@ -323,8 +323,8 @@ def _op_blocks(pair_op: np.ndarray) -> list[tuple[int, int]]:
 
 def _step_link_busy(s: Schedule, p: Prepared
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Busy time of every used (step, link) pair: sorted keys, their busy time, the busy
-    time of each (op, link) pair's cell, and the cells' bytes."""
+    """Busy time of every used (step, link) pair: sorted keys, their busy time, the busiest
+    cell of each networked op (``p.net_ops``) among its pairs' cells, and the cells' bytes."""
     n_links = s.topology.n_links
     bw = s.topology.link_bandwidth
     # (one step: the key is the link; at 4,096 GPUs each pass over the 84M pairs is seconds)
@@ -345,14 +345,26 @@ def _step_link_busy(s: Schedule, p: Prepared
         cell_bytes = dense[keys]
         busy = cell_bytes / bw[keys % n_links]
         dense[keys] = busy                      # now every used cell's busy time
-        return keys, busy, dense[key], cell_bytes
+        return keys, busy, _busiest_cell(p, key, dense), cell_bytes
     keys, inverse = np.unique(key, return_inverse=True)
     inverse = inverse.reshape(-1)
     # (bincount of nothing is int64: cast, an empty schedule is still a schedule)
     cell_bytes = np.bincount(inverse, weights=p.op_bytes[p.pair_op],
                              minlength=len(keys)).astype(np.float64)
     busy = cell_bytes / bw[keys % n_links]
-    return keys, busy, busy[inverse], cell_bytes
+    return keys, busy, _busiest_cell(p, inverse, busy), cell_bytes
+
+
+def _busiest_cell(p: Prepared, cell_of_pair: np.ndarray, cell_busy: np.ndarray) -> np.ndarray:
+    """The busiest of every networked op's pairs' cells, a block of whole ops at a time (a
+    maximum is the same in any grouping; the busy time of every pair of a 4,096-GPU alltoall
+    at once would be 1 GB)."""
+    worst = np.empty(len(p.pair_starts))
+    for lo, hi in _op_blocks(p.pair_op):
+        # every pair belongs to a networked op, so the block starts at one's first pair
+        a, b = np.searchsorted(p.pair_starts, [lo, hi])
+        worst[a:b] = np.maximum.reduceat(cell_busy[cell_of_pair[lo:hi]], p.pair_starts[a:b] - lo)
+    return worst
 
 
 def _step_links(s: Schedule, p: Prepared, step_links=None
@@ -383,10 +395,9 @@ def _lockstep(s: Schedule, p: Prepared, local: np.ndarray, overhead: np.ndarray,
     software cost of every step (:func:`step_charges`)."""
     n_ops = len(s.ops)
     step = s.ops.step.astype(np.int64)
-    _, _, pair_busy, _ = step_links or _step_link_busy(s, p)
+    _, _, worst, _ = step_links or _step_link_busy(s, p)
     op_time = local.copy()
     if len(p.net_ops):
-        worst = np.maximum.reduceat(pair_busy, p.pair_starts)
         op_time[p.net_ops] = p.route_latency[p.net_ops] + worst
     n_steps = s.n_steps
     step_time = np.zeros(n_steps)
