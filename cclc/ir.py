@@ -236,10 +236,12 @@ class Schedule:
             lengths = self.routes.lengths()[route]
             pair_op = np.repeat(np.arange(len(self.ops), dtype=np.int64), lengths)
             # the position in the route table of every pair
-            at = run_positions(self.routes.offsets[:-1][route], lengths)
-            pair_link = self.routes.links[at]
-            del at
-            pair_link = pair_link.astype(np.int64)
+            pair_link = run_positions(self.routes.offsets[:-1][route], lengths)
+            # each position replaced by its link, a block at a time (no second array of the
+            # pairs' length; positions are read before they are overwritten)
+            for lo in range(0, len(pair_link), _GATHER_BLOCK):
+                block = pair_link[lo:lo + _GATHER_BLOCK]
+                block[:] = self.routes.links[block]
             pair_op.setflags(write=False)
             pair_link.setflags(write=False)
             self._cache["op_links"] = (pair_op, pair_link)
@@ -368,6 +370,10 @@ class ScheduleBuilder:
         return Schedule(collective=self.collective, layouts=self.layouts, ops=ops,
                         routes=Routes(offsets, links), algorithm=algorithm, schedule=schedule,
                         params=params)
+
+
+#: entries :meth:`Schedule.op_links` gathers at once in place
+_GATHER_BLOCK = 1 << 22
 
 
 def run_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

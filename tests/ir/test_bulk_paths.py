@@ -1,19 +1,23 @@
 """Paths of many pairs at once: :meth:`Topology.shortest_path_table` gives every pair the path
 :meth:`Topology.shortest_path_links` gives it alone, and :meth:`ScheduleBuilder.routes` the ids
 that :meth:`ScheduleBuilder.route` gives the same paths one by one (duplicates, empty paths and
-routes the builder already holds included), on fabrics with random failed links."""
+routes the builder already holds included), on fabrics with random failed links; and the CSR
+helpers under them, and a schedule's (op, link) pairs, against plain lists."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cclc import ir
+from cclc.algorithms import get
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.errors import TopologyError
 from cclc.ir import ScheduleBuilder, csr_take, csr_take_pieces, intern_paths, run_positions
-from cclc.topology import NodeType, fat_tree, with_faults
+from cclc.topology import NodeType, fat_tree, torus, with_faults
 
 HGX4 = NodeType("hgx4", "nvswitch", 4, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
 
@@ -129,3 +133,19 @@ def test_run_positions_are_each_runs_range(runs):
     lengths = np.array([n for _, n in runs], dtype=np.int64)
     want = [s + k for s, n in runs for k in range(n)]
     assert run_positions(starts, lengths).tolist() == want
+
+
+@pytest.mark.parametrize("block", [1, 3, 1 << 22])
+@pytest.mark.parametrize("algo, dims", [("direct", (3, 4)), ("bruck", (5,)), ("ring", (4, 2))])
+def test_op_links_are_every_ops_route_in_order(algo, dims, block, monkeypatch):
+    """The (op, link) pairs, gathered in place a block at a time: each op's route, op by op."""
+    monkeypatch.setattr(ir, "_GATHER_BLOCK", block)
+    t = torus("t", dims, bandwidth=25e9, latency=1e-7)
+    kind = K.ALLGATHER if algo == "ring" else K.ALLTOALL
+    s = get(algo).build(make_collective("c", kind, t, t.all_ranks(), size=t.n_ranks * 4 * 96))
+    pair_op, pair_link = s.op_links()
+    offs, links = s.routes.offsets, s.routes.links
+    want = [(op, int(x)) for op, r in enumerate(s.ops.route.tolist())
+            for x in links[offs[r]:offs[r + 1]]]
+    assert list(zip(pair_op.tolist(), pair_link.tolist(), strict=True)) == want
+    assert pair_op.dtype == pair_link.dtype == np.int64
