@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
+from cclc.algorithms import common
 from cclc.algorithms.common import pair_router
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
@@ -15,8 +16,11 @@ from cclc.ir import ScheduleBuilder
 from cclc.topology import NodeType, fat_tree, with_faults
 
 
+@pytest.mark.parametrize("block", [1, 1 << 21])
 @pytest.mark.parametrize("faulty", [False, True])
-def test_routes_are_fewest_hop_paths(faulty):
+def test_routes_are_fewest_hop_paths(faulty, block, monkeypatch):
+    # (block 1: the predecessors' links looked up one source at a time)
+    monkeypatch.setattr(common, "_CELL_BLOCK", block)
     hgx = NodeType("hgx", "nvswitch", 4, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
     topo = fat_tree("c", 8, hgx, pods=2, rails=4, leaves=None, spines=2, cores=4,
                     oversubscription=(1, 2), bandwidth=50e9, latency=2e-6)
