@@ -72,7 +72,7 @@ def _component_keys(load: np.ndarray, bandwidth: np.ndarray, links: np.ndarray,
     ``t``-th flow sees ``t`` flows' bytes more), the others (``grid``, see :func:`_parts`)
     by :func:`_guessed_keys` or else :func:`_lockstep_keys`."""
     # whole byte counts (exact), the t-th pick of a path seeing t flows more
-    taken = np.arange(size, (depth + 1) * size, size, dtype=np.float64)
+    taken = np.arange(1, depth + 1, dtype=np.float64) * size
     out = []
     if len(alone):
         plinks = links[alone].T                                         # (L, P)

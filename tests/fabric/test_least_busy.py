@@ -38,7 +38,7 @@ def _components(links: np.ndarray) -> np.ndarray:
 @settings(max_examples=60, deadline=None)
 @given(n_paths=st.integers(1, 7), width=st.sampled_from([2, 4]),
        shared=st.sampled_from(["none", "pairs", "triples"]),
-       n_flows=st.integers(1, 60), size=st.sampled_from([1, 3, 4096]),
+       n_flows=st.integers(1, 60), size=st.sampled_from([0, 1, 3, 4096]),
        seed=st.integers(0, 2 ** 16))
 def test_picks_are_the_flow_by_flow_greedy(n_paths, width, shared, n_flows, size, seed):
     rng = np.random.default_rng(seed)
