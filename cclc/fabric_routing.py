@@ -36,7 +36,7 @@ import numpy as np
 from cclc.errors import ScheduleError
 from cclc.ir import Routes, Schedule, csr_take, csr_take_pieces, intern_paths
 from cclc.least_busy import least_busy_picks
-from cclc.sorting import first_occurrence_ids, stable_argsort
+from cclc.sorting import first_occurrence_ids, lexsort_ints
 from cclc.topology import Topology
 
 __all__ = [
@@ -632,7 +632,7 @@ def planned_routes(s: Schedule) -> Schedule:
     steps = s.ops.step[crossing]
     spine_of_op = np.full(len(s.ops), -1, dtype=np.int64)
     # canonical order inside each step so that equal patterns share one solution
-    flows = [idx[_lexsort((sizes[idx], lb[idx], la[idx]))]
+    flows = [idx[lexsort_ints((sizes[idx], lb[idx], la[idx]))]
              for idx in np.split(np.arange(len(crossing)), np.flatnonzero(np.diff(steps)) + 1)]
     choices = _solved_once(flows, lambda i: np.stack([la[i], lb[i], sizes[i]]).tobytes(),
                            lambda i: _assign_step(fab, sizes[i], la[i], lb[i]))
@@ -641,30 +641,6 @@ def planned_routes(s: Schedule) -> Schedule:
     del flows, choices                          # (a step of 16.7M flows: 0.3 GB)
     # only the paths ops take: the ones replaced would double the table (and the JSON)
     return _rewrite(s, fab, spine_of_op, used_only=True)
-
-
-def _lexsort(keys: tuple[np.ndarray, ...]) -> np.ndarray:
-    """``np.lexsort(keys)`` (the last key first) of integer keys, as one stable sort of a
-    combined key where the keys' ranges multiply below 2**62 (each key's values, or their
-    ranks where wide; a constant key dropped): lexsort sorts once per key, 1.35 s for the
-    16.7M flows of a 4,096-GPU alltoall, the combined key 0.3 s."""
-    combined = np.zeros(len(keys[0]), dtype=np.int64)
-    span = 1
-    for key in reversed(keys):
-        low, top = (int(key.min()), int(key.max())) if len(key) else (0, 0)
-        if low == top:
-            continue
-        if 0 <= low and top < 1 << 20:
-            values, width = key.astype(np.int64), top + 1
-        else:
-            distinct, rank = np.unique(key, return_inverse=True)
-            values, width = rank.reshape(-1).astype(np.int64), len(distinct)
-        span *= width
-        if span >= 1 << 62:
-            return np.lexsort(keys)
-        combined *= width
-        combined += values
-    return stable_argsort(combined)
 
 
 def _solved_once(steps: list[np.ndarray], pattern: Callable[[np.ndarray], bytes],
@@ -717,7 +693,7 @@ def _planned_tiers(s: Schedule, fab: dict, crossing: np.ndarray, la: np.ndarray,
     steps = s.ops.step[crossing]
     choice_of_op = np.full(len(s.ops), -1, dtype=np.int64)
     paths: dict[tuple[int, int, bool], tuple[np.ndarray, np.ndarray]] = {}
-    flows = [idx[_lexsort((sizes[idx], up3[idx], lb[idx], la[idx]))]
+    flows = [idx[lexsort_ints((sizes[idx], up3[idx], lb[idx], la[idx]))]
              for idx in np.split(np.arange(len(crossing)), np.flatnonzero(np.diff(steps)) + 1)]
     choices = _solved_once(
         flows, lambda i: np.stack([la[i], lb[i], sizes[i], up3[i]]).tobytes(),

@@ -61,7 +61,11 @@ def _parts(comp: bytes) -> tuple[int, np.ndarray, np.ndarray | None]:
         at = np.arange(len(rows)) - np.searchsorted(slot[member], slot[member])
         grid = np.full((len(groups), int(np.bincount(slot).max())), -1, dtype=np.int64)
         grid[slot[member], at] = rows[member]
-    return len(np.unique(of)), np.flatnonzero(alone), grid
+    rows_alone = np.flatnonzero(alone)
+    for kept in (rows_alone, grid):
+        if kept is not None:
+            kept.setflags(write=False)          # (shared by every run of the pattern)
+    return len(np.unique(of)), rows_alone, grid
 
 
 def _component_keys(load: np.ndarray, bandwidth: np.ndarray, links: np.ndarray,

@@ -174,13 +174,9 @@ def int_array_json(a: np.ndarray) -> bytes:
                          f"with {a.ndim} dimensions")
     if a.dtype.kind == "b":
         return json.dumps(a.tolist(), separators=(",", ":")).encode()
-    parts = [b"["]
-    for lo in range(0, len(a), _INT_BATCH):
-        if lo:
-            parts.append(b",")
-        parts.append(_int_digits(a[lo:lo + _INT_BATCH]))
-    parts.append(b"]")
-    return b"".join(parts)
+    if not len(a):
+        return b"[]"
+    return b"".join(_batch_json(a, lo) for lo in range(0, len(a), _INT_BATCH))
 
 
 def _int_digits(a: np.ndarray) -> bytes:
@@ -310,7 +306,7 @@ def _array_jobs(a: np.ndarray) -> Iterator[Callable[[], bytes]]:
     """:func:`int_array_json` of ``a`` as jobs whose results, joined, are its text: one per
     batch of a long 1-D integer array, else one."""
     a = np.asarray(a)
-    if a.ndim != 1 or a.dtype.kind not in "iu" or len(a) <= _INT_BATCH:
+    if a.ndim != 1 or a.dtype.kind not in "iu" or not len(a):
         yield functools.partial(int_array_json, a)
         return
     for lo in range(0, len(a), _INT_BATCH):

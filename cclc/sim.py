@@ -327,7 +327,7 @@ def _step_link_busy(s: Schedule, p: Prepared
     cell of each networked op (``p.net_ops``) among its pairs' cells, and the cells' bytes."""
     n_links = s.topology.n_links
     bw = s.topology.link_bandwidth
-    # (one step: the key is the link; at 4,096 GPUs each pass over the 84M pairs is seconds)
+    # (one step: the key is the link; at 4,096 GPUs each pass over the 130M pairs is seconds)
     key = (p.pair_link if s.n_steps <= 1
            else s.ops.step.astype(np.int64)[p.pair_op] * n_links + p.pair_link)
     n_cells = s.n_steps * n_links

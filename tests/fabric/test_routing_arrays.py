@@ -16,7 +16,7 @@ from cclc.algorithms.direct import build_direct
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.errors import CclError
-from cclc.fabric_routing import _lexsort, ecmp_routes, planned_routes
+from cclc.fabric_routing import ecmp_routes, planned_routes
 from cclc.topology import NodeType, fat_tree, leaf_spine, with_faults
 
 GPU1 = NodeType("g1", "pcie", 1, 48e9, 1e-6, nics=1, nic_bandwidth=50e9)
@@ -105,15 +105,3 @@ def test_ecmp_used_only_keeps_every_op_path():
     assert [full.routes.path(int(r)) for r in full.ops.route] == \
         [small.routes.path(int(r)) for r in small.ops.route]
 
-
-_KEY = st.one_of(st.integers(0, 3), st.integers(-3, 3), st.integers(0, 2 ** 40),
-                 st.just(7), st.booleans())
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.integers(0, 40).flatmap(lambda n: st.lists(
-    st.lists(_KEY, min_size=n, max_size=n), min_size=1, max_size=4)))
-def test_step_order_is_lexsort(columns):
-    """The planned routing's order of a step's flows: numpy's lexsort, ties in index order."""
-    keys = tuple(np.array(c, dtype=np.int64) for c in columns)
-    assert np.array_equal(_lexsort(keys), np.lexsort(keys))

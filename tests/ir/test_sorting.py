@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cclc.ir import intern_paths
-from cclc.sorting import equal_runs_order, first_occurrence_ids, stable_argsort
+from cclc.sorting import equal_runs_order, first_occurrence_ids, lexsort_ints, stable_argsort
 
 _INTS = st.one_of(st.integers(-5, 5), st.integers(0, 2 ** 20), st.integers(-2 ** 63, 2 ** 63 - 1),
                   # about the edge of the 16-bit range sorted by radix
@@ -93,3 +93,16 @@ def test_intern_paths_with_coarse_hashes(tables):
     ids, firsts = intern_paths(pieces, coarse)
     assert ids.tolist() == want_ids
     assert firsts.tolist() == want_firsts
+
+
+_KEY = st.one_of(st.integers(0, 3), st.integers(-3, 3), st.integers(0, 2 ** 40),
+                 st.just(7), st.booleans())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 40).flatmap(lambda n: st.lists(
+    st.lists(_KEY, min_size=n, max_size=n), min_size=1, max_size=4)))
+def test_step_order_islexsort_ints(columns):
+    """numpy's lexsort (the planned routing's order of a step's flows), ties in index order."""
+    keys = tuple(np.array(c, dtype=np.int64) for c in columns)
+    assert np.array_equal(lexsort_ints(keys), np.lexsort(keys))
