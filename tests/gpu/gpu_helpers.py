@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import socket
 import subprocess
@@ -89,12 +90,21 @@ def build_harness(folder: pathlib.Path) -> pathlib.Path:
     return exe
 
 
+def nccl_version() -> tuple[int, int, int]:
+    """The (major, minor, patch) of the ``nccl.h`` the libraries are built against."""
+    text = (pathlib.Path(nccl_home()) / "include" / "nccl.h").read_text(errors="replace")
+    major, minor, patch = (int(re.search(rf"#define NCCL_{part}\s+(\d+)", text).group(1))
+                           for part in ("MAJOR", "MINOR", "PATCH"))
+    return major, minor, patch
+
+
 def run_gpu(schedule: Schedule, workdir: pathlib.Path, dtype: DType | None = None,
-            inplace: bool = False, scale: int = 1, seed: int = 0) -> None:
-    """Build the library, run it with one process per rank on GPU 0 on random small-integer
-    inputs of ``scale`` times the compiled count, and compare every output with numpy."""
+            inplace: bool = False, scale: int = 1, seed: int = 0, api: str = "lanes") -> None:
+    """Build the library (``api``: its lanes or its one-sided form), run it with one process
+    per rank on GPU 0 on random small-integer inputs of ``scale`` times the compiled count, and
+    compare every output with numpy."""
     coll = schedule.collective
-    folder = emit(schedule, workdir, EmitOptions(build=True))[0].parent
+    folder = emit(schedule, workdir, EmitOptions(build=True), api=api)[0].parent
     exe = build_harness(folder)
     units, us = to_units(schedule, split=True)
     widths = buffer_units(units)
@@ -138,5 +148,5 @@ def one_gpu_mpirun(n: int, argv: list[str], **env: str) -> list[str]:
             "sh", "-c", wrapper, *argv]
 
 
-__all__ = ["build_harness", "free_port", "one_gpu_mpirun", "rank_env",
+__all__ = ["build_harness", "free_port", "nccl_version", "one_gpu_mpirun", "rank_env",
            "run_gpu", "run_ranks", "why_no_gpu"]

