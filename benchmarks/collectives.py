@@ -1,7 +1,7 @@
 """AllGather, ReduceScatter and AllReduce on every example topology: cclc vs NCCL's model.
 
 For each topology defined in ``examples/*.ccl``, each of the three collectives on all live
-ranks, and sizes 1 KiB .. 4 GiB in steps of 4x, every applicable algorithm is built and
+ranks, and sizes 1 KiB .. 4 GiB in steps of 4x, every applicable algorithm is built for and
 simulated under a backend's execution model (:mod:`cclc.execution`: ``--model nccl``, the
 generated NCCL library, by default; ``msccl``; or ``ir``, the IR's steps with no software cost)
 and the topology's declared routing. Each row prints the time, bus bandwidth
@@ -34,7 +34,7 @@ import sys
 import time
 
 import dsl
-from cclc.algorithms import algorithms_for
+from cclc.algorithms import BuildContext, algorithms_for
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, DType, make_collective
 from cclc.execution import IR_MODEL, MODELS, ExecutionModel, predict
@@ -89,7 +89,9 @@ def run_row(label: str, topo, kind: CollectiveKind, nominal: int,
         why = algo.applicable(coll)
         if why is not None:
             continue
-        s = algo.build(coll)
+        # built for the model it is priced under, as `cclc compile` builds it (a synthesis
+        # packs and pipelines for that model's per-step costs)
+        s = algo.build(coll, context=BuildContext(model=model))
         if has_spines(topo):
             # every cclc schedule gets planned spines (modules that build with shortest paths
             # would otherwise pile their cross-rail flows onto spine 0)

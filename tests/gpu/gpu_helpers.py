@@ -8,6 +8,7 @@ address (rank 0 listens there), so no MPI is needed to share the unique id.
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import re
@@ -45,10 +46,24 @@ def why_no_gpu() -> str | None:
     return None
 
 
+_PORTS = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for rank 0's bootstrap that no other test of this session is given: below the
+    kernel's ephemeral range (so no ``bind(0)`` elsewhere lands on it), a block of 1,000 per
+    pytest-xdist worker, never the same twice in one worker, and free when asked."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    base = 20000 + 1000 * (int(worker[2:]) % 12 if worker[2:].isdigit() else 0)
+    for _ in range(1000):
+        port = base + next(_PORTS) % 1000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {base}..{base + 999}")
 
 
 def rank_env(rank: int, port: int, **extra: str) -> dict[str, str]:
