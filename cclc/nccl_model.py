@@ -6,7 +6,7 @@ It replays, on a cclc topology, the two things NCCL does at communicator init an
 call:
 
 1. **Topology search** (NCCL ``src/graph/search.cc`` ``ncclTopoCompute``; ``paths.cc``): a
-   ring graph (and a tree graph, modelled as the same channels) is a set of channels, each
+   ring graph (and a tree graph, the same channels: :func:`_tree_of`) is a set of channels, each
    with a per-channel bandwidth ``bwIntra``/``bwInter`` taken from NCCL's list of candidate
    speeds (one list per GPU generation, inside a node and across nodes). The search starts at
    the fastest speed the GPU's paths allow, packs as many channels as the links hold at that
@@ -31,8 +31,10 @@ NCCL rates at 12 / 24 / 48 GB/s (Gen3 on Volta, Gen4 on Ampere, Gen5 on Hopper a
 PCIe links and NICs are taken as declared (the examples declare PCIe as NCCL rates it).
 
 Known simplifications (docs/nccl-model.md lists where the model is weak): the tree graph is the
-ring graph; the NVLS graph follows NCCL 2.27 search.cc's NVLS rules in closed form (heads,
-NVLink load, NIC path) rather than a path search; CollNet/SHARP is never on,
+ring graph (BALANCED_TREE) except on one-GPU nodes, where it follows NCCL's plain TREE pattern
+(:func:`_tree_of`); Broadcast and Reduce rings take NCCL's ``sameChannels`` latency; the
+NVLS graph follows NCCL 2.27 search.cc's NVLS rules in closed form (heads, NVLink load, NIC
+path) rather than a path search; CollNet/SHARP is never on,
 because a cclc topology cannot declare in-network reduction; link faults inside the fabric are
 invisible to NCCL's search and so to this model; on a three-tier fabric the choice is made
 fabric-blind, as NCCL makes it, and its time then held to what the pods' core links carry

@@ -2,8 +2,8 @@
 // MSCCL++'s own Executor (microsoft/mscclpp, include/mscclpp/executor.hpp) runs the plan that
 // cclc wrote, on GPU 0, and the output buffer is written back for numpy to check.
 // usage: mscclpp_harness PLAN DIR RANK NRANKS ADDR IN_BYTES OUT_BYTES DTYPE
-// ADDR: [interface:]ip:port where rank 0's TcpBootstrap listens (no MPI needed). DTYPE: 0 fp32, 1 fp16,
-// 2 int32. Reads DIR/in.RANK.bin, writes DIR/out.RANK.bin; out of place.
+// ADDR: [interface:]ip:port where rank 0's TcpBootstrap listens (no MPI needed).
+// DTYPE: 0 fp32, 1 fp16, 2 int32. Reads DIR/in.RANK.bin, writes DIR/out.RANK.bin; out of place.
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
