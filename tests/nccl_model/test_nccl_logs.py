@@ -31,9 +31,9 @@ from cclc.nccl_model import (
     nccl_init,
     nccl_time,
     system_of,
+    table_bandwidth,
+    thread_threshold,
 )
-from cclc.nccl_model import _alg_bw as alg_bw
-from cclc.nccl_model import _thread_threshold as thread_threshold
 from dsl import loads
 
 DATA = Path(__file__).parent / "data" / "nccl_2.28.9_h200_socket"
@@ -141,7 +141,7 @@ def test_latency_and_bandwidth_table_is_nccls(n):
         assert enabled == (bw > 0), where
         if enabled:
             assert latency_us(m, func, algo, proto, 0) == pytest.approx(lat, abs=0.051), where
-            assert alg_bw(func, algo, proto, m) == pytest.approx(bw, abs=0.051), where
+            assert table_bandwidth(func, algo, proto, m) == pytest.approx(bw, abs=0.051), where
 
 
 @pytest.mark.parametrize("n", SIZES)
