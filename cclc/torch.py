@@ -294,8 +294,11 @@ def register_mscclpp(folder: str | Path, *, inplace: bool, rank: int | None = No
     ``reduce_scatter_tensor`` into a separate output. At microsoft/mscclpp 1f5f065
     ``DslAlgorithm::bufferMode`` (``src/core/algorithm.cc``) keeps the mode in a function-level
     ``static``, so every registered plan reports the mode of the first one asked: with both
-    modes registered, a call could run a plan written for the other mode. ``rank`` and
-    ``ranks_per_node`` default to torchrun's ``RANK`` and ``LOCAL_WORLD_SIZE``.
+    modes registered, a call could run a plan written for the other mode. A
+    ``reduce_scatter_tensor`` whose output is the rank's slice of its input is out of place to
+    MSCCL++ (``CollectiveRequest::bufferMode``): it never reaches an in-place plan, and it
+    would run an out-of-place one on overlapping buffers. ``rank`` and ``ranks_per_node``
+    default to torchrun's ``RANK`` and ``LOCAL_WORLD_SIZE``.
     """
     # optional dependency: present only where it is installed
     import mscclpp

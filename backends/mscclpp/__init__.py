@@ -77,7 +77,11 @@ def _lowered(schedule: Schedule, inplace: bool = False, protocol: str = "Simple"
 def served_sizes(schedule: Schedule, low: LoweredPlan) -> tuple[int, int, int]:
     """``(granularity, min_bytes, max_bytes)``: the message sizes the plan serves (bytes of the
     input buffer, of the output for allgather, as the loader's ``checkMessageSize`` measures
-    them). The largest keeps every byte offset in the ``uint32_t`` of ``Operation``."""
+    them). The smallest is one unit of ``granularity``: MSCCL++'s NCCL interface matches a call
+    to a plan by its window alone (``matchExecutionPlan``), so a window from 0 would take calls
+    the loader then refuses, such as the 4-byte allreduce of ``torch.distributed.barrier``;
+    below it they go to the fallback NCCL. The largest keeps every byte offset in the
+    ``uint32_t`` of ``Operation``."""
     align = LIMITS["buffer_alignment"].value
     size_chunks = (low.output_chunks if schedule.collective.kind is CollectiveKind.ALLGATHER
                    else low.input_chunks)
@@ -85,7 +89,7 @@ def served_sizes(schedule: Schedule, low: LoweredPlan) -> tuple[int, int, int]:
     if low.protocol == "LL":
         longest *= 2  # packets sit at twice their data's offset (handlePutPackets)
     largest_chunk = LIMITS["byte_offset"].value // longest // align * align
-    return align * size_chunks, 0, largest_chunk * size_chunks
+    return align * size_chunks, align * size_chunks, largest_chunk * size_chunks
 
 
 def _why_not(schedule: Schedule) -> str | None:
@@ -166,7 +170,7 @@ def iter_plans(schedule: Schedule, options: EmitOptions | None = None
     if ll_max:
         for inplace, suffix in ((False, ""), (True, ".inplace")):
             yield f"{base}.ll{suffix}.mscclpp.json", render_plan(
-                schedule, options, inplace=inplace, protocol="LL", window=(0, ll_max))
+                schedule, options, inplace=inplace, protocol="LL", window=(granularity, ll_max))
 
 
 class MscclppBackend:

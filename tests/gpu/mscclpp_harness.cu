@@ -1,9 +1,11 @@
 // The GPU tier's file-in/file-out driver of an MSCCL++ execution plan, one process per rank:
 // MSCCL++'s own Executor (microsoft/mscclpp, include/mscclpp/executor.hpp) runs the plan that
 // cclc wrote, on GPU 0, and the output buffer is written back for numpy to check.
-// usage: mscclpp_harness PLAN DIR RANK NRANKS ADDR IN_BYTES OUT_BYTES DTYPE
+// usage: mscclpp_harness PLAN DIR RANK NRANKS ADDR IN_BYTES OUT_BYTES DTYPE [SEND_AT RECV_AT]
 // ADDR: [interface:]ip:port where rank 0's TcpBootstrap listens (no MPI needed).
-// DTYPE: 0 fp32, 1 fp16, 2 int32. Reads DIR/in.RANK.bin, writes DIR/out.RANK.bin; out of place.
+// DTYPE: 0 fp32, 1 fp16, 2 int32. Reads DIR/in.RANK.bin, writes DIR/out.RANK.bin. Out of place
+// by default; with SEND_AT and RECV_AT, in place: one buffer of max(IN_BYTES, OUT_BYTES) bytes
+// whose input starts at byte SEND_AT and output at RECV_AT (NCCL's in-place layouts).
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,9 @@ static int run(char** argv) {
   const size_t in_bytes = strtoull(argv[6], nullptr, 10), out_bytes = strtoull(argv[7], nullptr, 10);
   const mscclpp::DataType types[] = {mscclpp::DataType::FLOAT32, mscclpp::DataType::FLOAT16,
                                      mscclpp::DataType::INT32};
+  const bool inplace = argv[9] != nullptr;
+  const size_t send_at = inplace ? strtoull(argv[9], nullptr, 10) : 0;
+  const size_t recv_at = inplace ? strtoull(argv[10], nullptr, 10) : 0;
   if (dtype < 0 || dtype > 2) return fail(rank, "reading the arguments");
   std::vector<char> host(in_bytes > out_bytes ? in_bytes : out_bytes);
   const std::string in_path = dir + "/in." + std::to_string(rank) + ".bin";
@@ -39,18 +44,21 @@ static int run(char** argv) {
   auto communicator = std::make_shared<mscclpp::Communicator>(bootstrap);
   auto executor = std::make_shared<mscclpp::Executor>(communicator);
   mscclpp::ExecutionPlan plan(plan_path, rank);
-  std::shared_ptr<char> send = mscclpp::GpuBuffer(in_bytes).memory();
-  std::shared_ptr<char> recv = mscclpp::GpuBuffer(out_bytes).memory();
-  if (cudaMemcpy(send.get(), host.data(), in_bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+  // out of place: two buffers; in place: one, the input and output at their offsets in it
+  const size_t total = inplace ? host.size() : in_bytes + out_bytes;
+  std::shared_ptr<char> buffer = mscclpp::GpuBuffer(total).memory();
+  char* send = buffer.get() + (inplace ? send_at : 0);
+  char* recv = buffer.get() + (inplace ? recv_at : in_bytes);
+  if (cudaMemset(buffer.get(), 0, total) != cudaSuccess) return fail(rank, "cudaMemset");
+  if (cudaMemcpy(send, host.data(), in_bytes, cudaMemcpyHostToDevice) != cudaSuccess)
     return fail(rank, "copying the input");
-  if (cudaMemset(recv.get(), 0, out_bytes) != cudaSuccess) return fail(rank, "cudaMemset");
   cudaStream_t stream;
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
     return fail(rank, "cudaStreamCreate");
-  executor->execute(rank, send.get(), recv.get(), in_bytes, out_bytes, types[dtype], plan, stream);
+  executor->execute(rank, send, recv, in_bytes, out_bytes, types[dtype], plan, stream);
   if (cudaStreamSynchronize(stream) != cudaSuccess) return fail(rank, "the plan's kernel");
   bootstrap->barrier();
-  if (cudaMemcpy(host.data(), recv.get(), out_bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+  if (cudaMemcpy(host.data(), recv, out_bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
     return fail(rank, "copying the output");
   const std::string out_path = dir + "/out." + std::to_string(rank) + ".bin";
   f = fopen(out_path.c_str(), "wb");
@@ -61,8 +69,9 @@ static int run(char** argv) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 9) {
-    fprintf(stderr, "usage: %s PLAN DIR RANK NRANKS ADDR IN_BYTES OUT_BYTES DTYPE\n", argv[0]);
+  if (argc != 9 && argc != 11) {
+    fprintf(stderr, "usage: %s PLAN DIR RANK NRANKS ADDR IN_BYTES OUT_BYTES DTYPE [SEND_AT RECV_AT]\n",
+            argv[0]);
     return 2;
   }
   try {

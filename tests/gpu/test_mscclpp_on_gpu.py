@@ -1,6 +1,9 @@
 """cclc's MSCCL++ execution plans run by MSCCL++ itself on a real GPU: N processes share GPU 0,
-MSCCL++'s Executor runs the out-of-place plan (Simple, and LL where the schedule stays in one
-server) through ``mscclpp_harness.cu``, and every output buffer must equal numpy's.
+MSCCL++'s Executor runs the out-of-place and in-place plans (Simple, and LL where the schedule
+stays in one server) through ``mscclpp_harness.cu``, and every output buffer must equal
+numpy's. In-place plans run on one buffer laid out as NCCL defines an in-place call (allgather:
+the input is the rank's slice of the output; reducescatter: the output is the rank's slice of
+the input).
 
 Needs an MSCCL++ built at the commit the backend cites, installed under ``$MSCCLPP_HOME``
 (``include/mscclpp``, ``lib/libmscclpp.so``); ``tests/gpu/run_on_device.sh`` builds one from
@@ -61,14 +64,24 @@ def _call_sizes(plan: dict) -> tuple[CallSizes, int]:
     return sizes, message(sizes)
 
 
+def _inplace_offsets(collective: str, rank: int, sizes: CallSizes) -> list[str]:
+    """Where an in-place call's input and output start in its one buffer (bytes)."""
+    if collective == "allgather":
+        return [str(rank * sizes.in_bytes), "0"]
+    if collective == "reducescatter":
+        return ["0", str(rank * sizes.out_bytes)]
+    return ["0", "0"]
+
+
 @pytest.mark.parametrize("dtype", [DType.FP32, DType.FP16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("inplace", [False, True], ids=["out", "in"])
 @pytest.mark.parametrize("protocol", ["Simple", "LL"])
 @pytest.mark.parametrize("name", NAMES)
-def test_mscclpp_runs_the_plan(tmp_path, harness, name, protocol, dtype):
+def test_mscclpp_runs_the_plan(tmp_path, harness, name, protocol, inplace, dtype):
     schedule = SCHEDULES[name]()
     coll = schedule.collective
     plan = next((p for _, p in iter_plans(schedule)
-                 if p["protocol"] == protocol and not p["inplace"]), None)
+                 if p["protocol"] == protocol and p["inplace"] == inplace), None)
     if plan is None:
         pytest.skip(f"{name} crosses servers: no LL plan")
     path = tmp_path / "plan.mscclpp.json"
@@ -79,7 +92,8 @@ def test_mscclpp_runs_the_plan(tmp_path, harness, name, protocol, dtype):
     inputs = write_exact_inputs(coll, dtype, sizes.in_bytes // dtype.itemsize, 0, data)
     addr = f"lo:127.0.0.1:{free_port()}"   # rank 0 listens there
     argvs = [[str(harness), str(path), str(data), str(r), str(coll.n), addr,
-              str(sizes.in_bytes), str(sizes.out_bytes), str(DTYPE_CODE[dtype])]
+              str(sizes.in_bytes), str(sizes.out_bytes), str(DTYPE_CODE[dtype]),
+              *(_inplace_offsets(plan["collective"], r, sizes) if inplace else [])]
              for r in range(coll.n)]
     results = run_ranks(argvs, [dict(os.environ) for _ in argvs], timeout=120)
     for r, (status, out, err) in enumerate(results):

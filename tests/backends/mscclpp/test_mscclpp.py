@@ -110,9 +110,11 @@ def test_backend_renders_one_file_named_for_the_collective():
     assert json.loads(out[files[1]])["name"] == "ag_ring_inplace"
     plan = json.loads(out[files[0]])
     assert plan["collective"] == "allgather" and plan["name"] == "ag_ring"
-    # the sizes it serves: multiples of 16 B x chunks, every byte offset within uint32
-    assert plan["min_message_size"] == 0
+    # the sizes it serves: multiples of 16 B x chunks from one of them up (MSCCL++'s NCCL
+    # interface would hand a smaller call to the plan, and its loader refuse it), every byte
+    # offset within uint32
     chunks = plan["gpus"][0]["output_chunks"]
+    assert plan["min_message_size"] == 16 * chunks
     assert plan["max_message_size"] % (16 * chunks) == 0
     assert plan["max_message_size"] // chunks * max(
         g["scratch_chunks"] for g in plan["gpus"]) < 2**32
@@ -348,9 +350,9 @@ def test_one_server_gets_ll_plans_for_small_calls():
                              "allreduce.ll.mscclpp.json", "allreduce.mscclpp.json"]
     ll, simple = plans["allreduce.ll.mscclpp.json"], plans["allreduce.mscclpp.json"]
     assert ll["protocol"] == "LL" and simple["protocol"] == "Simple"
-    assert ll["min_message_size"] == 0 and ll["max_message_size"] <= LL_MAX_BYTES
     # the windows meet: the next size the Simple plan serves is one granule above
     granularity = 16 * simple["gpus"][0]["input_chunks"]
+    assert ll["min_message_size"] == granularity and ll["max_message_size"] <= LL_MAX_BYTES
     assert simple["min_message_size"] == ll["max_message_size"] + granularity
     assert ll["name"] == "allreduce_ll" and plans["allreduce.ll.inplace.mscclpp.json"][
         "name"] == "allreduce_ll_inplace"
@@ -359,7 +361,8 @@ def test_one_server_gets_ll_plans_for_small_calls():
     # across servers: Simple plans only, for every size
     two = render_plans(SCHEDULES["two-allreduce-ring"])
     assert sorted(two) == ["allreduce.inplace.mscclpp.json", "allreduce.mscclpp.json"]
-    assert two["allreduce.mscclpp.json"]["min_message_size"] == 0
+    assert two["allreduce.mscclpp.json"]["min_message_size"] == 16 * two[
+        "allreduce.mscclpp.json"]["gpus"][0]["input_chunks"]
 
 
 def _multicast_box(kind: CollectiveKind, multicast: bool = True):
