@@ -44,12 +44,13 @@ static int run(char** argv) {
   auto communicator = std::make_shared<mscclpp::Communicator>(bootstrap);
   auto executor = std::make_shared<mscclpp::Executor>(communicator);
   mscclpp::ExecutionPlan plan(plan_path, rank);
-  // out of place: two buffers; in place: one, the input and output at their offsets in it
-  const size_t total = inplace ? host.size() : in_bytes + out_bytes;
-  std::shared_ptr<char> buffer = mscclpp::GpuBuffer(total).memory();
-  char* send = buffer.get() + (inplace ? send_at : 0);
-  char* recv = buffer.get() + (inplace ? recv_at : in_bytes);
-  if (cudaMemset(buffer.get(), 0, total) != cudaSuccess) return fail(rank, "cudaMemset");
+  // out of place: two allocations (as the run that passed had them); in place: one, the input
+  // and the output at their offsets in it
+  std::shared_ptr<char> in_buf = mscclpp::GpuBuffer(inplace ? host.size() : in_bytes).memory();
+  std::shared_ptr<char> out_buf = inplace ? in_buf : mscclpp::GpuBuffer(out_bytes).memory();
+  char* send = in_buf.get() + send_at;
+  char* recv = out_buf.get() + recv_at;
+  if (cudaMemset(recv, 0, out_bytes) != cudaSuccess) return fail(rank, "cudaMemset");
   if (cudaMemcpy(send, host.data(), in_bytes, cudaMemcpyHostToDevice) != cudaSuccess)
     return fail(rank, "copying the input");
   cudaStream_t stream;
