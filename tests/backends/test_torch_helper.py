@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from backend_helpers import NVCC_BUILD_UNAVAILABLE, pairwise_alltoall, ring_reducescatter
@@ -140,3 +141,51 @@ def test_register_mscclpp_registers_one_buffer_mode(tmp_path, monkeypatch):
     assert [p.name for p in got] == ["grads_inplace", "grads_ll_inplace"]
     assert calls == [("grads_inplace", ("grads.inplace.mscclpp.json", 2), (4, 4), {}),
                      ("grads_ll_inplace", ("grads.ll.inplace.mscclpp.json", 2), (4, 4), {})]
+
+
+_REGISTER_AND_LIST = """
+import json, sys
+try:
+    import mscclpp.ext
+except ImportError as err:
+    sys.exit(f"no MSCCL++ Python package: {err}")
+from cclc.torch import register_mscclpp
+register_mscclpp(sys.argv[1], inplace=sys.argv[2] == "in", rank=2, ranks_per_node=4)
+held = mscclpp.ext.AlgorithmCollectionBuilder().build()
+# the wrapper exposes no constraint: its C++ algorithm's (bound as "constraint") says it
+print(json.dumps([[a.name, a.collective, list(a.message_size_range),
+                   str(a.buffer_mode).rsplit(".", 1)[-1], a.is_dsl_algorithm(),
+                   [a._algorithm.constraint.world_size, a._algorithm.constraint.n_ranks_per_node]]
+                  for a in held]))
+"""
+
+
+@pytest.mark.parametrize("mode", ["in", "out"])
+def test_register_mscclpp_with_mscclpp_itself(tmp_path, mode):
+    """Where MSCCL++'s Python package imports (built at the commit the backend cites; it
+    imports without a GPU when the CUDA driver's and NVML's libraries load), its own
+    AlgorithmCollectionBuilder, given cclc's plans by register_mscclpp, holds each of them as a
+    DSL algorithm of the plan's name, collective, size window, buffer mode and constraint (world
+    size, ranks per node). One process per
+    mode: MSCCL++ keeps a DSL algorithm's buffer mode in a function-level static. The process
+    starts in the checkout's root, where ``mscclpp`` is not the tests' folder of that name."""
+    import json
+    import os
+
+    from cclc.torch import mscclpp_plans
+
+    _write_plans(tmp_path, _one_server_allreduce())
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", _REGISTER_AND_LIST, str(tmp_path), mode],
+                          capture_output=True, text=True, env=env, cwd=root, timeout=120,
+                          check=False)
+    if "no MSCCL++ Python package" in proc.stderr:
+        pytest.skip(proc.stderr.strip().splitlines()[-1])
+    assert proc.returncode == 0, proc.stderr
+    held = sorted(json.loads(proc.stdout.splitlines()[-1]))
+    want = sorted([p.name, p.collective, [p.min_bytes, p.max_bytes],
+                   "IN_PLACE" if p.inplace else "OUT_OF_PLACE", True, [p.world_size, 4]]
+                  for p in mscclpp_plans(tmp_path) if p.inplace == (mode == "in"))
+    assert held == want and len(want) == 2

