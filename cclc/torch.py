@@ -297,7 +297,8 @@ def register_mscclpp(folder: str | Path, *, inplace: bool, rank: int | None = No
     modes registered, a call could run a plan written for the other mode. A
     ``reduce_scatter_tensor`` whose output is the rank's slice of its input is out of place to
     MSCCL++ (``CollectiveRequest::bufferMode``): it never reaches an in-place plan, and it
-    would run an out-of-place one on overlapping buffers. ``rank`` and ``ranks_per_node``
+    runs an out-of-place one on overlapping buffers (right on every plan the tests run so,
+    not proven for every schedule). ``rank`` and ``ranks_per_node``
     default to torchrun's ``RANK`` and ``LOCAL_WORLD_SIZE``.
     """
     # optional dependency: present only where it is installed

@@ -304,6 +304,36 @@ def _one_server_collectives():
 ONE_SERVER = dict(_one_server_collectives())
 
 
+def _reducescatters():
+    """Out-of-place reducescatter plans: every algorithm on the small machines, in one server
+    (Simple and LL), and random reduction trees."""
+    for key, schedule in {**SCHEDULES, **ONE_SERVER}.items():
+        if "reducescatter" in key:
+            for protocol in ("Simple", "LL"):
+                if protocol == "Simple" or key in ONE_SERVER:
+                    yield f"{key}-{protocol}", schedule, protocol
+    for n in (3, 4, 7):
+        for seed in range(3):
+            yield f"random-{n}-{seed}", random_reducescatter(n, 300 + seed), "Simple"
+
+
+REDUCESCATTERS = {key: (schedule, protocol) for key, schedule, protocol in _reducescatters()}
+
+
+@pytest.mark.parametrize("key", sorted(REDUCESCATTERS))
+def test_out_of_place_reducescatters_survive_the_in_place_layout(key):
+    """MSCCL++'s NCCL interface calls a reducescatter whose output is the rank's slice of its
+    input out of place (``CollectiveRequest::bufferMode``, src/core/algorithm.cc): with
+    out-of-place plans registered it runs one on those overlapping buffers, as Megatron's
+    distributed optimizer lays its reduce-scatter out. Marked in-place, the executor lays the
+    out-of-place plan's call out so, and its output must still be right."""
+    schedule, protocol = REDUCESCATTERS[key]
+    plan = render_plan(schedule, protocol=protocol)
+    assert plan["inplace"] is False
+    plan["inplace"] = True
+    run(plan, seeds=3)
+
+
 @pytest.mark.parametrize("key", sorted(ONE_SERVER))
 def test_ll_plans_run(key):
     """LL packets: no signal or wait per step, one credit per pair and call."""
