@@ -298,8 +298,8 @@ def register_mscclpp(folder: str | Path, *, inplace: bool, rank: int | None = No
     ``reduce_scatter_tensor`` whose output is the rank's slice of its input is out of place to
     MSCCL++ (``CollectiveRequest::bufferMode``): it never reaches an in-place plan, and it
     runs an out-of-place one on overlapping buffers (right on every plan the tests run so,
-    not proven for every schedule). ``rank`` and ``ranks_per_node``
-    default to torchrun's ``RANK`` and ``LOCAL_WORLD_SIZE``.
+    not proven for every schedule). ``rank`` and ``ranks_per_node`` default to torchrun's
+    ``RANK`` and ``LOCAL_WORLD_SIZE``.
     """
     # optional dependency: present only where it is installed
     import mscclpp

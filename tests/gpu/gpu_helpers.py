@@ -116,6 +116,39 @@ def nccl_version() -> tuple[int, int, int]:
     return major, minor, patch
 
 
+def inplace_offsets(kind: CollectiveKind, rank: int, in_bytes: int, out_bytes: int
+                    ) -> tuple[int, int]:
+    """Where an in-place call of ``rank`` puts its input and its output in its one buffer
+    (bytes), as NCCL lays them out: allgather's input is the rank's slice of the output,
+    reducescatter's output the rank's slice of the input, others share the buffer whole."""
+    return (rank * in_bytes if kind is CollectiveKind.ALLGATHER else 0,
+            rank * out_bytes if kind is CollectiveKind.REDUCESCATTER else 0)
+
+
+def run_harness(exe: pathlib.Path, coll, dtype: DType, count: int, in_elems: int,
+                out_elems: int, workdir: pathlib.Path, inplace: bool = False, seed: int = 0,
+                **env: str) -> tuple[list[tuple[int, str, str]], list[np.ndarray], pathlib.Path]:
+    """Run ``exe`` (:func:`build_harness`) with one process per rank on GPU 0 on random
+    small-integer inputs of ``in_elems`` elements (``env``: more environment for every rank);
+    returns each rank's (status, stdout, stderr), the inputs and the folder of the buffers,
+    for :func:`backend_helpers.check_outputs`."""
+    code = NP_TYPES[dtype][1]
+    data = workdir / "data"
+    inputs = write_exact_inputs(coll, dtype, in_elems, seed, data)
+    in_bytes, out_bytes = in_elems * dtype.itemsize, out_elems * dtype.itemsize
+    port = free_port()
+    argvs, envs = [], []
+    for r in range(coll.n):
+        shared, (in_at, out_at) = 0, (0, 0)
+        if inplace:
+            shared = max(in_bytes, out_bytes)
+            in_at, out_at = inplace_offsets(coll.kind, r, in_bytes, out_bytes)
+        argvs.append([str(exe), str(data), str(count), str(code), str(r), str(coll.n),
+                      str(in_bytes), str(out_bytes), str(shared), str(in_at), str(out_at)])
+        envs.append(rank_env(r, port, **env))
+    return run_ranks(argvs, envs), inputs, data
+
+
 def run_gpu(schedule: Schedule, workdir: pathlib.Path, dtype: DType | None = None,
             inplace: bool = False, scale: int = 1, seed: int = 0, api: str = "lanes") -> None:
     """Build the library (``api``: its lanes or its one-sided form), run it with one process
@@ -132,23 +165,9 @@ def run_gpu(schedule: Schedule, workdir: pathlib.Path, dtype: DType | None = Non
     out_elems = (widths[Buf.OUTPUT] // us.count_units * count if us.split
                  else widths[Buf.OUTPUT] * (count // us.count_units))
     dtype = dtype or coll.dtype
-    np_type, code = NP_TYPES[dtype]
-    esize = 2 if dtype is DType.BF16 else np.dtype(np_type).itemsize
-    data = workdir / "data"
-    inputs = write_exact_inputs(coll, dtype, in_elems, seed, data)
-    in_bytes, out_bytes = in_elems * esize, out_elems * esize
-    port = free_port()
-    argvs, envs = [], []
-    for r in range(coll.n):
-        shared = in_at = out_at = 0
-        if inplace:     # NCCL's in-place layouts
-            shared = max(in_bytes, out_bytes)
-            in_at = r * in_bytes if coll.kind is CollectiveKind.ALLGATHER else 0
-            out_at = r * out_bytes if coll.kind is CollectiveKind.REDUCESCATTER else 0
-        argvs.append([str(exe), str(data), str(count), str(code), str(r), str(coll.n),
-                      str(in_bytes), str(out_bytes), str(shared), str(in_at), str(out_at)])
-        envs.append(rank_env(r, port))
-    for r, (status, out, err) in enumerate(run_ranks(argvs, envs)):
+    results, inputs, data = run_harness(exe, coll, dtype, count, in_elems, out_elems, workdir,
+                                        inplace=inplace, seed=seed)
+    for r, (status, out, err) in enumerate(results):
         assert status == 0, f"rank {r} exited with {status}:\n{out}\n{err}"
     check_outputs(coll, dtype, inputs, data)
 
@@ -166,5 +185,5 @@ def one_gpu_mpirun(n: int, argv: list[str], **env: str) -> list[str]:
             "sh", "-c", wrapper, *argv]
 
 
-__all__ = ["build_harness", "free_port", "nccl_version", "one_gpu_mpirun", "rank_env",
-           "run_gpu", "run_ranks", "why_no_gpu"]
+__all__ = ["build_harness", "free_port", "inplace_offsets", "nccl_version", "one_gpu_mpirun",
+           "rank_env", "run_gpu", "run_harness", "run_ranks", "why_no_gpu"]

@@ -169,16 +169,20 @@ fi
 # and this Python's headers present, its NCCL interface and Python package for
 # tests/gpu/test_mscclpp_nccl_on_gpu.py
 M=$WORK/mscclpp
+# a CMake project of one header-only target, NAME and NAME::NAME, over DIR/include: what
+# FetchContent would have fetched, made of carried headers
+header_project() {
+    printf '%s\n' 'cmake_minimum_required(VERSION 3.16)' "project($1 LANGUAGES NONE)" \
+        "add_library($1 INTERFACE)" "add_library($1::$1 ALIAS $1)" \
+        "target_include_directories($1 INTERFACE \${CMAKE_CURRENT_SOURCE_DIR}/include)" \
+        >"$2/CMakeLists.txt"
+}
 build_mscclpp() {
     mkdir -p "$M/src" "$M/json" "$M/home"
     tar -xzf "$WHEELS/mscclpp-src.tar.gz" -C "$M/src"
     dpkg-deb -x "$(ls "$WHEELS"/nlohmann-json3-dev_*.deb | head -n 1)" "$M/deb"
     mv "$M/deb/usr/include" "$M/json/include"
-    printf '%s\n' 'cmake_minimum_required(VERSION 3.16)' 'project(nlohmann_json LANGUAGES CXX)' \
-        'add_library(nlohmann_json INTERFACE)' \
-        'add_library(nlohmann_json::nlohmann_json ALIAS nlohmann_json)' \
-        'target_include_directories(nlohmann_json INTERFACE ${CMAKE_CURRENT_SOURCE_DIR}/include)' \
-        >"$M/json/CMakeLists.txt"
+    header_project nlohmann_json "$M/json"
     local targets=(mscclpp) python=OFF fetched=()
     local pyinc
     pyinc=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
@@ -191,10 +195,7 @@ build_mscclpp() {
             'include(${CMAKE_CURRENT_SOURCE_DIR}/cmake/nanobind-config.cmake)' \
             >"$M/nanobind/CMakeLists.txt"
         mkdir -p "$M/dlpack" && tar -xzf "$WHEELS/dlpack-include.tar.gz" -C "$M/dlpack"
-        printf '%s\n' 'cmake_minimum_required(VERSION 3.16)' 'project(dlpack LANGUAGES C)' \
-            'add_library(dlpack INTERFACE)' \
-            'target_include_directories(dlpack INTERFACE ${CMAKE_CURRENT_SOURCE_DIR}/include)' \
-            >"$M/dlpack/CMakeLists.txt"
+        header_project dlpack "$M/dlpack"
         targets+=(mscclpp_nccl mscclpp_py) python=ON
         fetched=(-DFETCHCONTENT_SOURCE_DIR_NANOBIND="$M/nanobind"
             -DFETCHCONTENT_SOURCE_DIR_DLPACK="$M/dlpack"

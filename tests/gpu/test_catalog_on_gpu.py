@@ -8,8 +8,8 @@ with ``ncclInvalidArgument``."""
 from __future__ import annotations
 
 import pytest
-from backend_helpers import NP_TYPES, check_outputs, write_exact_inputs
-from gpu_helpers import build_harness, free_port, rank_env, run_ranks
+from backend_helpers import check_outputs
+from gpu_helpers import build_harness, run_harness
 
 from backends.common import EmitOptions, entry_count
 from backends.nccl.catalog import write_catalog_library
@@ -39,15 +39,8 @@ def _run(built, tmp_path, faults: str) -> list[tuple[int, str, str]]:
     count = entry_count(catalog.schedules[0].plan.schedule)
     in_elems = count * (coll.n if coll.kind is CollectiveKind.REDUCESCATTER else 1)
     out_elems = count * (coll.n if coll.kind is CollectiveKind.ALLGATHER else 1)
-    np_type, code = NP_TYPES[coll.dtype]
-    size = np_type().itemsize
-    data = tmp_path / "data"
-    inputs = write_exact_inputs(coll, coll.dtype, in_elems, 3, data)
-    port = free_port()
-    argvs = [[str(exe), str(data), str(count), str(code), str(r), str(coll.n),
-              str(in_elems * size), str(out_elems * size), "0", "0", "0"] for r in range(coll.n)]
-    envs = [rank_env(r, port, CCLC_FAULTS=faults) for r in range(coll.n)]
-    results = run_ranks(argvs, envs)
+    results, inputs, data = run_harness(exe, coll, coll.dtype, count, in_elems, out_elems,
+                                        tmp_path, seed=3, CCLC_FAULTS=faults)
     if all(status == 0 for status, _, _ in results):
         check_outputs(coll, coll.dtype, inputs, data)
     return results

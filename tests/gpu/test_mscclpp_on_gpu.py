@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 from backend_helpers import check_outputs, write_exact_inputs
-from gpu_helpers import free_port, run_ranks
+from gpu_helpers import free_port, inplace_offsets, run_ranks
 from test_library_on_gpu import SCHEDULES
 
 from backends.mscclpp import iter_plans
@@ -64,15 +64,6 @@ def _call_sizes(plan: dict) -> tuple[CallSizes, int]:
     return sizes, message(sizes)
 
 
-def _inplace_offsets(collective: str, rank: int, sizes: CallSizes) -> list[str]:
-    """Where an in-place call's input and output start in its one buffer (bytes)."""
-    if collective == "allgather":
-        return [str(rank * sizes.in_bytes), "0"]
-    if collective == "reducescatter":
-        return ["0", str(rank * sizes.out_bytes)]
-    return ["0", "0"]
-
-
 @pytest.mark.parametrize("dtype", [DType.FP32, DType.FP16], ids=["fp32", "fp16"])
 @pytest.mark.parametrize("inplace", [False, True], ids=["out", "in"])
 @pytest.mark.parametrize("protocol", ["Simple", "LL"])
@@ -93,7 +84,8 @@ def test_mscclpp_runs_the_plan(tmp_path, harness, name, protocol, inplace, dtype
     addr = f"lo:127.0.0.1:{free_port()}"   # rank 0 listens there
     argvs = [[str(harness), str(path), str(data), str(r), str(coll.n), addr,
               str(sizes.in_bytes), str(sizes.out_bytes), str(DTYPE_CODE[dtype]),
-              *(_inplace_offsets(plan["collective"], r, sizes) if inplace else [])]
+              *(map(str, inplace_offsets(coll.kind, r, sizes.in_bytes, sizes.out_bytes))
+                if inplace else [])]
              for r in range(coll.n)]
     results = run_ranks(argvs, [dict(os.environ) for _ in argvs], timeout=120)
     for r, (status, out, err) in enumerate(results):
