@@ -34,7 +34,15 @@ from collections.abc import Callable
 import numpy as np
 
 from cclc.errors import ScheduleError
-from cclc.ir import Routes, Schedule, csr_take, csr_take_pieces, intern_paths
+from cclc.ir import (
+    Routes,
+    Schedule,
+    csr_join_offsets,
+    csr_offsets,
+    csr_take,
+    csr_take_pieces,
+    intern_paths,
+)
 from cclc.least_busy import least_busy_picks
 from cclc.sorting import first_occurrence_ids, lexsort_ints
 from cclc.topology import Topology
@@ -222,7 +230,6 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray,
     rewrite numbers them."""
     ops = s.ops
     topo = s.topology
-    leaf_of, _ = _vertex_tiers(topo, fab)
     old_offs, old_links = s.routes.offsets, s.routes.links
     old_row = ops.route.astype(np.int64)
     # a new path keeps its old route's spine hop where it was, and its leaves and tiers: the
@@ -238,39 +245,54 @@ def _rewrite(s: Schedule, fab: dict, spine_of_op: np.ndarray,
         row_of = np.zeros(len(s.routes), dtype=np.int64)
         row_of[rows] = np.arange(len(rows))
         old_row = row_of[old_row]
+        del kept, row_of
         pieces = [csr_take(old_offs, old_links, rows)]
         hop_rows = [rows]
     else:
         pieces = [(old_offs, old_links)]
     picks: list[tuple[np.ndarray, np.ndarray]] = []    # (ops, their index among new paths)
     n_new = len(pieces[0][0]) - 1
+    news = []                                           # (rows, choices, spine hops, offsets)
     for choice, hops in ((spine_of_op, 2), (core_of_op, 4)):
         if choice is None:
             continue
         picked = np.flatnonzero(choice >= 0)
         if not len(picked):
             continue
-        r_op = ops.route[picked].astype(np.int64)
-        key = r_op * (int(choice.max()) + 1) + choice[picked]
+        r, c = ops.route[picked].astype(np.int64), choice[picked]
         # in the order the ops first use them, so new routes are numbered as op by op
-        rank, first = first_occurrence_ids(key)
-        r = r_op[first]
-        c = choice[picked][first]
-        offs, links = csr_take(old_offs, old_links, r)
-        at = offs[:-1] + old_hops[0][r]
-        a = leaf_of[topo.link_src[links[at]]]
-        b = leaf_of[topo.link_dst[links[at + hops - 1]]]
-        for k, hop in enumerate(_replaced_hops(fab, a, b, c, hops)):
-            links[at + k] = hop
-        pieces.append((offs, links))
+        rank, first = first_occurrence_ids(r * (int(choice.max()) + 1) + c)
+        r, c = r[first], c[first]
+        news.append((r, c, hops, csr_offsets(old_offs, r)))
         hop_rows.append(r)
         picks.append((picked, n_new + rank))
         n_new += len(first)
+    # the new paths' links laid out after the kept ones in one array: when every path is
+    # distinct (an alltoall's) it is the new table as it stands, not joined from pieces
+    # (at 4,096 ranks a copy of 0.5 GB)
+    kept_offs, kept_links = pieces[0]
+    table = np.empty(len(kept_links) + sum(int(o[-1]) for *_, o in news), dtype=np.int32)
+    table[:len(kept_links)] = kept_links
+    pieces = [(kept_offs, table[:len(kept_links)])]
+    start = len(kept_links)
+    for r, c, hops, offs in news:
+        links = table[start:start + int(offs[-1])]
+        csr_take(old_offs, old_links, r, out=links)
+        _replace_spine_hops(fab, topo, links, offs[:-1] + old_hops[0][r], c, hops)
+        pieces.append((offs, links))
+        start += len(links)
+    del news                    # (the choices: at 4,096 ranks every op's is 0.1 GB)
     ids, keep = intern_paths(pieces)
     new_route = ids[old_row]
     for picked, at in picks:
         new_route[picked] = ids[at]
-    offsets, links = csr_take_pieces(pieces, keep)
+    distinct = len(keep) == len(ids)
+    del ids, old_row, picks
+    if distinct:
+        # every path distinct: the table as laid out
+        offsets, links = csr_join_offsets([o for o, _ in pieces]), table
+    else:
+        offsets, links = csr_take_pieces(pieces, keep)
     cols = ops.columns()
     cols["route"] = new_route
     out = s.replace(ops=type(ops)(**cols), routes=Routes(offsets, links))
@@ -378,8 +400,6 @@ def ecmp_pair_links(s: Schedule, seed: int = 0) -> np.ndarray | None:
     if got is None:
         return None
     fab, pos, spine_of_op, core_of_op = got
-    topo = s.topology
-    leaf_of, _ = _vertex_tiers(topo, fab)
     route = s.ops.route.astype(np.int64)
     lengths = s.routes.lengths()[route]
     first = np.cumsum(lengths) - lengths               # each op's first pair
@@ -387,15 +407,29 @@ def ecmp_pair_links(s: Schedule, seed: int = 0) -> np.ndarray | None:
     links = s.op_links()[1].astype(np.int32)
     for choice, hops in ((spine_of_op, 2), (core_of_op, 4)):
         picked = np.flatnonzero(choice >= 0)
-        if not len(picked):
-            continue
-        c = choice[picked]
-        at = first[picked] + pos[route[picked]]
-        a = leaf_of[topo.link_src[links[at]]]
-        b = leaf_of[topo.link_dst[links[at + hops - 1]]]
-        for k, hop in enumerate(_replaced_hops(fab, a, b, c, hops)):
-            links[at + k] = hop
+        if len(picked):
+            _replace_spine_hops(fab, s.topology, links, first[picked] + pos[route[picked]],
+                                choice[picked], hops)
     return links
+
+
+def _replace_spine_hops(fab: dict, topo: Topology, links: np.ndarray, at: np.ndarray,
+                        choice: np.ndarray, hops: int) -> None:
+    """Write into ``links``, at ``at[i]`` and the ``hops - 1`` entries after it, the spine
+    hops of a path through spine (or core) ``choice[i]`` between the leaves those entries
+    join now. A block of paths at a time: at 4,096 ranks the leaves and new hops of all 16.6M
+    paths at once are a gigabyte of temporaries."""
+    leaf_of, _ = _vertex_tiers(topo, fab)
+    for lo in range(0, len(at), _HOP_BLOCK):
+        where, c = at[lo:lo + _HOP_BLOCK], choice[lo:lo + _HOP_BLOCK]
+        a = leaf_of[topo.link_src[links[where]]]
+        b = leaf_of[topo.link_dst[links[where + hops - 1]]]
+        for k, hop in enumerate(_replaced_hops(fab, a, b, c, hops)):
+            links[where + k] = hop
+
+
+#: paths whose spine hops :func:`_replace_spine_hops` rewrites at once
+_HOP_BLOCK = 1 << 20
 
 
 def _replaced_hops(fab: dict, a: np.ndarray, b: np.ndarray, c: np.ndarray, hops: int

@@ -234,14 +234,19 @@ class Schedule:
         if "op_links" not in self._cache:
             route = self.ops.route
             lengths = self.routes.lengths()[route]
-            pair_op = np.repeat(np.arange(len(self.ops), dtype=np.int64), lengths)
-            # the position in the route table of every pair
-            pair_link = run_positions(self.routes.offsets[:-1][route], lengths)
-            # each position replaced by its link, a block at a time (no second array of the
-            # pairs' length; positions are read before they are overwritten)
-            for lo in range(0, len(pair_link), _GATHER_BLOCK):
-                block = pair_link[lo:lo + _GATHER_BLOCK]
-                block[:] = self.routes.links[block]
+            # 32 bits, as the route table's links are, and op ids where they fit: at 4,096
+            # ranks 130M pairs, 1.5 GB where 64 bits took 2
+            op_id = np.int32 if len(self.ops) < 2 ** 31 else np.int64
+            pair_op = np.repeat(np.arange(len(self.ops), dtype=op_id), lengths)
+            pair_link = np.empty(len(pair_op), dtype=self.routes.links.dtype)
+            starts = self.routes.offsets[:-1][route]
+            # the pairs' positions in the route table a block of ops at a time (those of
+            # every pair at once are a gigabyte of temporaries)
+            at = 0
+            for lo in range(0, len(route), _GATHER_OPS):
+                where = run_positions(starts[lo:lo + _GATHER_OPS], lengths[lo:lo + _GATHER_OPS])
+                pair_link[at:at + len(where)] = self.routes.links[where]
+                at += len(where)
             pair_op.setflags(write=False)
             pair_link.setflags(write=False)
             self._cache["op_links"] = (pair_op, pair_link)
@@ -372,8 +377,8 @@ class ScheduleBuilder:
                         params=params)
 
 
-#: entries :meth:`Schedule.op_links` gathers at once in place
-_GATHER_BLOCK = 1 << 22
+#: ops whose (op, link) pairs :meth:`Schedule.op_links` gathers at once
+_GATHER_OPS = 1 << 20
 
 
 def run_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -393,33 +398,67 @@ def run_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return at
 
 
-def csr_take(offsets: np.ndarray, links: np.ndarray, rows: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """The paths ``rows`` of a CSR table as a new (writable) CSR table."""
-    lengths = offsets[1:][rows] - offsets[:-1][rows]
+def csr_offsets(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The offsets of the CSR table that :func:`csr_take` makes of the paths ``rows``."""
     new_offs = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_offs[1:])
+    np.cumsum(offsets[1:][rows] - offsets[:-1][rows], out=new_offs[1:])
+    return new_offs
+
+
+def csr_take(offsets: np.ndarray, links: np.ndarray, rows: np.ndarray,
+             out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The paths ``rows`` of a CSR table as a new (writable) CSR table; its links written
+    into ``out`` (int32, as long as they are) where given, so that a caller can lay several
+    tables one after another in one array without joining them afterwards."""
+    new_offs = csr_offsets(offsets, rows)
+    if out is None:
+        out = np.empty(int(new_offs[-1]), dtype=np.int32)
     if (len(rows) > 1 and offsets[0] == 0 and offsets[-1] == len(links)
             and bool((rows[1:] > rows[:-1]).all())):
         # increasing rows (most of a table, kept in order): one mask over the links, where
         # the index arithmetic below takes 14x longer (7.3 s at 16.6M of 16.7M paths)
         chosen = np.zeros(len(offsets) - 1, dtype=bool)
         chosen[rows] = True
-        return new_offs, links[np.repeat(chosen, np.diff(offsets))].astype(np.int32,
-                                                                             copy=False)
-    return new_offs, links[run_positions(offsets[:-1][rows], lengths)].astype(np.int32,
-                                                                              copy=False)
+        where = np.repeat(chosen, np.diff(offsets))
+        del chosen
+        # a block of links at a time (numpy's compress would list the positions of all)
+        at = 0
+        for lo in range(0, len(links), _TAKE_BLOCK * 8):
+            part = links[lo:lo + _TAKE_BLOCK * 8][where[lo:lo + _TAKE_BLOCK * 8]]
+            out[at:at + len(part)] = part
+            at += len(part)
+        return new_offs, out
+    # the links' positions a block of rows at a time (at 4,096 ranks those of 16M paths at
+    # once are 1.6 GB of temporaries)
+    for lo in range(0, len(rows), _TAKE_BLOCK):
+        some = rows[lo:lo + _TAKE_BLOCK]
+        where = run_positions(offsets[:-1][some], offsets[1:][some] - offsets[:-1][some])
+        part = out[new_offs[lo]:new_offs[lo + len(some)]]
+        if links.dtype == out.dtype:
+            np.take(links, where, out=part)
+        else:
+            part[:] = links[where]
+    return new_offs, out
+
+
+#: rows whose links :func:`csr_take` gathers at once, when not through a mask
+_TAKE_BLOCK = 1 << 20
+
+
+def csr_join_offsets(offsets: list[np.ndarray]) -> np.ndarray:
+    """The offsets of CSR tables (given by theirs) one after another."""
+    out = [offsets[0]]
+    base = int(offsets[0][-1])
+    for o in offsets[1:]:
+        out.append(o[1:] + base)
+        base += int(o[-1])
+    return np.concatenate(out)
 
 
 def csr_concat(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """CSR tables one after another."""
-    offs = [pieces[0][0]]
-    base = int(pieces[0][0][-1])
-    for o, _ in pieces[1:]:
-        offs.append(o[1:] + base)
-        base += int(o[-1])
-    return np.concatenate(offs), np.concatenate([x for _, x in pieces], dtype=np.int32,
-                                                casting="same_kind")
+    return (csr_join_offsets([o for o, _ in pieces]),
+            np.concatenate([x for _, x in pieces], dtype=np.int32, casting="same_kind"))
 
 
 def csr_take_pieces(pieces: list[tuple[np.ndarray, np.ndarray]], rows: np.ndarray
@@ -497,20 +536,29 @@ def intern_paths(pieces: list[tuple[np.ndarray, np.ndarray]],
     return ids, firsts
 
 
+#: paths whose end links :func:`_distinct_ends` reads at once
+_ENDS_BLOCK = 1 << 20
+
+
 def _distinct_ends(pieces: list[tuple[np.ndarray, np.ndarray]]) -> bool:
     """Whether no two paths of ``pieces`` share both their first and last link (the empty
     path counting as one pair): then no two are equal, and each is its own first. A 4,096-rank
     alltoall's paths, one per pair of GPUs, pass: one sort where hashing took four."""
-    keys = []
     width = 1 + max((int(x.max()) for _, x in pieces if len(x)), default=0)
+    ends = np.empty(sum(len(o) - 1 for o, _ in pieces), dtype=np.int64)
+    at = 0
     for offs, links in pieces:
-        lengths = np.diff(offs)
-        ends = np.full(len(lengths), -1, dtype=np.int64)       # the empty path's pair
-        full = np.flatnonzero(lengths > 0)
-        ends[full] = (links[offs[full]].astype(np.int64) * width
-                      + links[offs[full + 1] - 1].astype(np.int64))
-        keys.append(ends)
-    ends = np.concatenate(keys)
+        # a block of paths at a time: at 4,096 ranks the temporaries of all 16.6M at once
+        # were the routing pass's peak (a gigabyte)
+        for lo in range(0, len(offs) - 1, _ENDS_BLOCK):
+            first, last = offs[lo:lo + _ENDS_BLOCK], offs[lo + 1:lo + 1 + _ENDS_BLOCK] - 1
+            first = first[:len(last)]
+            full = last >= first
+            block = ends[at + lo:at + lo + len(last)]
+            block[:] = -1                                    # the empty path's pair
+            block[full] = (links[first[full]].astype(np.int64) * width
+                           + links[last[full]].astype(np.int64))
+        at += len(offs) - 1
     ends.sort()
     return not bool((ends[1:] == ends[:-1]).any())
 

@@ -335,13 +335,26 @@ def _step_link_busy(s: Schedule, p: Prepared
         # a table over every (step, link) cell: counting instead of sorting, same sums (whole
         # bytes: exact in float64 in any order, so the pairs' bytes are gathered a block at a
         # time where the table is small beside a block)
-        keys = np.flatnonzero(np.bincount(key, minlength=n_cells))
-        blocks = (_op_blocks(p.pair_op) if n_cells <= _PAIR_BLOCK // 8
-                  else [(0, len(key))])
-        dense = np.zeros(n_cells)
-        for lo, hi in blocks:
-            dense += np.bincount(key[lo:hi], weights=p.op_bytes[p.pair_op[lo:hi]],
-                                 minlength=n_cells)
+        # counted a block at a time: numpy counts 64-bit ids, and the pairs' 32-bit links
+        # widened at once would be a gigabyte
+        count = np.zeros(n_cells, dtype=np.int64)
+        for lo in range(0, len(key), _PAIR_BLOCK):
+            count += np.bincount(key[lo:lo + _PAIR_BLOCK], minlength=n_cells)
+        keys = np.flatnonzero(count)
+        net_bytes = p.op_bytes[p.net_ops]
+        if len(net_bytes) and net_bytes.min() == net_bytes.max():
+            # every networked op moves the same bytes (an alltoall's blocks): a cell's bytes
+            # are its count of pairs times them, exact as the sum is, with no pass over the
+            # pairs' bytes
+            dense = count * net_bytes[0]
+        else:
+            blocks = (_op_blocks(p.pair_op) if n_cells <= _PAIR_BLOCK // 8
+                      else [(0, len(key))])
+            dense = np.zeros(n_cells)
+            for lo, hi in blocks:
+                dense += np.bincount(key[lo:hi], weights=p.op_bytes[p.pair_op[lo:hi]],
+                                     minlength=n_cells)
+        del count
         cell_bytes = dense[keys]
         busy = cell_bytes / bw[keys % n_links]
         dense[keys] = busy                      # now every used cell's busy time

@@ -7,16 +7,18 @@ the same errors."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from fabric_routing_reference import ecmp_routes as reference_ecmp
 from fabric_routing_reference import planned_routes as reference_planned
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import cclc.fabric_routing as fabric_routing
 from cclc.algorithms.direct import build_direct
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
 from cclc.errors import CclError
-from cclc.fabric_routing import ecmp_routes, planned_routes
+from cclc.fabric_routing import ecmp_pair_links, ecmp_routes, planned_routes
 from cclc.topology import NodeType, fat_tree, leaf_spine, with_faults
 
 GPU1 = NodeType("g1", "pcie", 1, 48e9, 1e-6, nics=1, nic_bandwidth=50e9)
@@ -105,3 +107,22 @@ def test_ecmp_used_only_keeps_every_op_path():
     assert [full.routes.path(int(r)) for r in full.ops.route] == \
         [small.routes.path(int(r)) for r in small.ops.route]
 
+
+
+@pytest.mark.parametrize("block", [1, 7])
+def test_spine_hops_rewritten_a_block_at_a_time(block, monkeypatch):
+    """The planned table and ECMP's pair links, their spine hops replaced a few paths at a
+    time, are those replaced all at once."""
+    topo = FABRICS["fat_tree_rails"]()
+
+    def routed():
+        s = build_direct(make_collective("a", K.ALLTOALL, topo, tuple(range(topo.n_ranks)),
+                                         size=1 << 20))
+        planned = planned_routes(s)
+        return planned, ecmp_pair_links(planned)
+
+    whole, whole_links = routed()
+    monkeypatch.setattr(fabric_routing, "_HOP_BLOCK", block)
+    blocked, blocked_links = routed()
+    _assert_same(blocked, whole)
+    np.testing.assert_array_equal(blocked_links, whole_links)

@@ -80,12 +80,13 @@ _LINK = st.one_of(st.integers(0, 6), st.integers(0, 10 ** 6))
 @settings(max_examples=80, deadline=None)
 @given(tables=st.lists(st.lists(st.lists(_LINK, max_size=4), max_size=12),
                        min_size=1, max_size=3),
-       collide=st.booleans(), one_empty=st.booleans())
-def test_intern_paths_numbers_first_occurrences(tables, collide, one_empty):
+       collide=st.booleans(), one_empty=st.booleans(), block=st.sampled_from([1, 3, 1 << 20]))
+def test_intern_paths_numbers_first_occurrences(tables, collide, one_empty, block):
     """Against a dictionary of tuples; with every hash equal (all paths collide), the exact
     packed sort takes over and gives the same numbering. Links drawn from a wide range and
     one empty path (``one_empty``: only the first table starts with it) give tables whose
-    paths all differ in their ends, numbered without hashing."""
+    paths all differ in their ends, numbered without hashing (their ends read ``block``
+    paths at a time)."""
     tables = [[[]] + paths if i == 0 or not one_empty else paths
               for i, paths in enumerate(tables)]
     pieces = []
@@ -100,7 +101,9 @@ def test_intern_paths_numbers_first_occurrences(tables, collide, one_empty):
             want_firsts.append(row)
         want_ids.append(table[path])
     n = sum(len(o) - 1 for o, _ in pieces)
-    ids, firsts = intern_paths(pieces, np.zeros(n, dtype=np.uint64) if collide else None)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(ir, "_ENDS_BLOCK", block)
+        ids, firsts = intern_paths(pieces, np.zeros(n, dtype=np.uint64) if collide else None)
     assert ids.tolist() == want_ids
     assert firsts.tolist() == want_firsts
     offsets, links = csr_take_pieces(pieces, firsts)
@@ -111,16 +114,27 @@ def test_intern_paths_numbers_first_occurrences(tables, collide, one_empty):
 @settings(max_examples=60, deadline=None)
 @given(paths=st.lists(st.lists(_LINK, max_size=5), min_size=1, max_size=20),
        picks=st.lists(st.integers(0, 10 ** 6), max_size=25),
-       order=st.sampled_from(["any", "increasing", "sorted"]))
-def test_csr_take_is_the_paths_taken(paths, picks, order):
+       order=st.sampled_from(["any", "increasing", "sorted"]), into=st.booleans(),
+       block=st.sampled_from([1, 2, 1 << 20]))
+def test_csr_take_is_the_paths_taken(paths, picks, order, into, block):
     """Rows in any order, sorted with repeats, and increasing (taken through a mask over the
-    links): the paths of those rows, as lists of tuples say."""
+    links): the paths of those rows, as lists of tuples say; ``into``: written into a slice
+    of a larger array, which is what it returns, and nothing outside the slice changes; rows
+    not through a mask gathered ``block`` at a time."""
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int64)
     links = np.array([x for p in paths for x in p], dtype=np.int32)
     rows = np.array([k % len(paths) for k in picks], dtype=np.int64)
     if order != "any":
         rows = np.unique(rows) if order == "increasing" else np.sort(rows)
-    new_offs, new_links = csr_take(offsets, links, rows)
+    n = int(sum(len(paths[r]) for r in rows.tolist()))
+    buffer = np.full(n + 4, -7, dtype=np.int32)
+    view = buffer[2:2 + n]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(ir, "_TAKE_BLOCK", block)
+        new_offs, new_links = csr_take(offsets, links, rows, out=view if into else None)
+    if into:
+        assert new_links is view
+        assert (buffer[:2] == -7).all() and (buffer[2 + n:] == -7).all()
     assert new_links.dtype == np.int32
     assert [tuple(new_links[new_offs[i]:new_offs[i + 1]].tolist()) for i in range(len(rows))] \
         == [tuple(paths[r]) for r in rows.tolist()]
@@ -138,8 +152,8 @@ def test_run_positions_are_each_runs_range(runs):
 @pytest.mark.parametrize("block", [1, 3, 1 << 22])
 @pytest.mark.parametrize("algo, dims", [("direct", (3, 4)), ("bruck", (5,)), ("ring", (4, 2))])
 def test_op_links_are_every_ops_route_in_order(algo, dims, block, monkeypatch):
-    """The (op, link) pairs, gathered in place a block at a time: each op's route, op by op."""
-    monkeypatch.setattr(ir, "_GATHER_BLOCK", block)
+    """The (op, link) pairs, gathered a block of ops at a time: each op's route, op by op."""
+    monkeypatch.setattr(ir, "_GATHER_OPS", block)
     t = torus("t", dims, bandwidth=25e9, latency=1e-7)
     kind = K.ALLGATHER if algo == "ring" else K.ALLTOALL
     s = get(algo).build(make_collective("c", kind, t, t.all_ranks(), size=t.n_ranks * 4 * 96))
@@ -148,4 +162,5 @@ def test_op_links_are_every_ops_route_in_order(algo, dims, block, monkeypatch):
     want = [(op, int(x)) for op, r in enumerate(s.ops.route.tolist())
             for x in links[offs[r]:offs[r + 1]]]
     assert list(zip(pair_op.tolist(), pair_link.tolist(), strict=True)) == want
-    assert pair_op.dtype == pair_link.dtype == np.int64
+    # in 32 bits, as the route table's links are (op ids: where they fit)
+    assert pair_op.dtype == pair_link.dtype == np.int32
