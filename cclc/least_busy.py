@@ -128,8 +128,7 @@ def _guessed_keys(load: np.ndarray, bandwidth: np.ndarray, links: np.ndarray,
     padded = not real.all()
     plinks = np.moveaxis(links[np.where(real, grid, grid[:, :1]) if padded else grid], -1, 0)
     base, bw = load[plinks], bandwidth[plinks]                          # (L, C, W)
-    top, tot = _busiest_total([(b[..., None] + taken) / w[..., None]
-                               for b, w in zip(base, bw, strict=True)])  # (C, W, D)
+    top, tot = _busiest_total(list((base[..., None] + taken) / bw[..., None]))  # (C, W, D)
     if padded:
         top = np.where(real[:, :, None], top, np.inf)
     top = top.reshape(n_comp, -1)
@@ -142,9 +141,12 @@ def _guessed_keys(load: np.ndarray, bandwidth: np.ndarray, links: np.ndarray,
     crosses = (plinks[:, :, :, None, None] == plinks.transpose(1, 2, 0)[None, :, None])
     crosses = crosses.any(axis=-1) & real[None, :, None, :]             # (L, C, W, W)
     # bytes on each link of each member before each step: what every member crossing it took
-    count = sum(crosses[:, :, None, :, q] * before[None, :, :, None, q] for q in range(width))
-    top, tot = _busiest_total([(b[:, None] + c + size) / w[:, None]
-                               for b, c, w in zip(base, count, bw, strict=True)])  # (C, D, W)
+    # (one product over the members q: count[l, c, d, m] = sum_q crosses[l, c, m, q] *
+    # before[c, d, q]; whole byte counts, exact in any order)
+    count = np.matmul(crosses.astype(before.dtype), before.transpose(0, 2, 1)
+                      ).transpose(0, 1, 3, 2)
+    top, tot = _busiest_total(list((base[:, :, None] + count + size)
+                                   / bw[:, :, None]))                 # (C, D, W)
     if padded:
         top = np.where(real[:, None, :], top, np.inf)
     if not (_least_member(top, tot) == pick).all():
