@@ -407,9 +407,9 @@ def csr_offsets(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def csr_take(offsets: np.ndarray, links: np.ndarray, rows: np.ndarray,
              out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The paths ``rows`` of a CSR table as a new (writable) CSR table; its links written
-    into ``out`` (int32, as long as they are) where given, so that a caller can lay several
-    tables one after another in one array without joining them afterwards."""
+    """The paths ``rows`` of a CSR table as a new (writable) CSR table. ``out``: an int32
+    array as long as the links taken, which they are written into and which is returned (a
+    caller lays several tables one after another in one array, not joined afterwards)."""
     new_offs = csr_offsets(offsets, rows)
     if out is None:
         out = np.empty(int(new_offs[-1]), dtype=np.int32)
@@ -423,8 +423,8 @@ def csr_take(offsets: np.ndarray, links: np.ndarray, rows: np.ndarray,
         del chosen
         # a block of links at a time (numpy's compress would list the positions of all)
         at = 0
-        for lo in range(0, len(links), _TAKE_BLOCK * 8):
-            part = links[lo:lo + _TAKE_BLOCK * 8][where[lo:lo + _TAKE_BLOCK * 8]]
+        for lo in range(0, len(links), _MASK_BLOCK):
+            part = links[lo:lo + _MASK_BLOCK][where[lo:lo + _MASK_BLOCK]]
             out[at:at + len(part)] = part
             at += len(part)
         return new_offs, out
@@ -443,6 +443,9 @@ def csr_take(offsets: np.ndarray, links: np.ndarray, rows: np.ndarray,
 
 #: rows whose links :func:`csr_take` gathers at once, when not through a mask
 _TAKE_BLOCK = 1 << 20
+
+#: links :func:`csr_take` passes through its mask at once
+_MASK_BLOCK = 1 << 23
 
 
 def csr_join_offsets(offsets: list[np.ndarray]) -> np.ndarray:

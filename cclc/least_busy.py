@@ -8,8 +8,9 @@ leaf and size. Within a run the choice is a merge (see :func:`least_busy_picks`)
 costs a few array operations, not a Python step per flow, and gives the same paths. Those
 operations are on arrays of a few thousand entries, where numpy's fixed cost per call and
 its slow reductions over a short axis dominate: the busiest and total link of a path are
-taken one link at a time (:func:`_busiest_total`), and the components' layout is kept per
-pattern (:func:`_parts`), 0.9 to 0.4 ms a run.
+taken one link at a time (:func:`_busiest_total`), the components' layout is kept per
+pattern (:func:`_parts`), and a component's members' bytes come from one product
+(:func:`_guessed_keys`): 0.9 to 0.33 ms a run.
 """
 
 from __future__ import annotations

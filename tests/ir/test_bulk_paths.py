@@ -120,7 +120,7 @@ def test_csr_take_is_the_paths_taken(paths, picks, order, into, block):
     """Rows in any order, sorted with repeats, and increasing (taken through a mask over the
     links): the paths of those rows, as lists of tuples say; ``into``: written into a slice
     of a larger array, which is what it returns, and nothing outside the slice changes; rows
-    not through a mask gathered ``block`` at a time."""
+    gathered ``block`` at a time, links through a mask ``3 block`` at a time."""
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int64)
     links = np.array([x for p in paths for x in p], dtype=np.int32)
     rows = np.array([k % len(paths) for k in picks], dtype=np.int64)
@@ -131,6 +131,7 @@ def test_csr_take_is_the_paths_taken(paths, picks, order, into, block):
     view = buffer[2:2 + n]
     with pytest.MonkeyPatch.context() as m:
         m.setattr(ir, "_TAKE_BLOCK", block)
+        m.setattr(ir, "_MASK_BLOCK", 3 * block)
         new_offs, new_links = csr_take(offsets, links, rows, out=view if into else None)
     if into:
         assert new_links is view
