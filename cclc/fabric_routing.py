@@ -403,8 +403,8 @@ def ecmp_pair_links(s: Schedule, seed: int = 0) -> np.ndarray | None:
     route = s.ops.route.astype(np.int64)
     lengths = s.routes.lengths()[route]
     first = np.cumsum(lengths) - lengths               # each op's first pair
-    # (32 bits, half the pages of the op_links copy: at 4,096 ranks 84M pairs)
-    links = s.op_links()[1].astype(np.int32)
+    # (a writable copy of the pairs' links: op_links keeps its own read-only)
+    links = s.op_links()[1].copy()
     for choice, hops in ((spine_of_op, 2), (core_of_op, 4)):
         picked = np.flatnonzero(choice >= 0)
         if len(picked):

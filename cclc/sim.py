@@ -335,11 +335,13 @@ def _step_link_busy(s: Schedule, p: Prepared
         # a table over every (step, link) cell: counting instead of sorting, same sums (whole
         # bytes: exact in float64 in any order, so the pairs' bytes are gathered a block at a
         # time where the table is small beside a block)
-        # counted a block at a time: numpy counts 64-bit ids, and the pairs' 32-bit links
-        # widened at once would be a gigabyte
+        # (counted a block at a time too: numpy counts 64-bit ids, and a one-step key is the
+        # pairs' 32-bit links, a gigabyte widened at once)
+        blocks = (_op_blocks(p.pair_op) if n_cells <= _PAIR_BLOCK // 8
+                  else [(0, len(key))])
         count = np.zeros(n_cells, dtype=np.int64)
-        for lo in range(0, len(key), _PAIR_BLOCK):
-            count += np.bincount(key[lo:lo + _PAIR_BLOCK], minlength=n_cells)
+        for lo, hi in blocks:
+            count += np.bincount(key[lo:hi], minlength=n_cells)
         keys = np.flatnonzero(count)
         net_bytes = p.op_bytes[p.net_ops]
         if len(net_bytes) and net_bytes.min() == net_bytes.max():
@@ -348,8 +350,6 @@ def _step_link_busy(s: Schedule, p: Prepared
             # pairs' bytes
             dense = count * net_bytes[0]
         else:
-            blocks = (_op_blocks(p.pair_op) if n_cells <= _PAIR_BLOCK // 8
-                      else [(0, len(key))])
             dense = np.zeros(n_cells)
             for lo, hi in blocks:
                 dense += np.bincount(key[lo:hi], weights=p.op_bytes[p.pair_op[lo:hi]],
