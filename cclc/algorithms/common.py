@@ -278,6 +278,9 @@ def pair_router(coll: Collective) -> PairRouter:
 #: (source, vertex) cells whose predecessor links :class:`PairRouter` looks up at once
 _CELL_BLOCK = 1 << 21
 
+#: paths :meth:`PairRouter.ids` walks at once
+_WALK_BLOCK = 1 << 18
+
 
 class PairRouter:
     """Fewest-hop routes over healthy links for many group-index pairs at once: one
@@ -326,35 +329,50 @@ class PairRouter:
             pairs, inverse = key, None
         else:
             pairs, inverse = np.unique(key, return_inverse=True)
-        u, cur = pairs // n, self.group[pairs % n]
-        # (source row, vertex) cells of the (group, vertex) tables as flat indices: one
-        # gather per hop instead of two-index lookups, and the walk keeps only the paths
-        # still walking (at 4,096 ranks: 16.7M paths of up to 6 hops)
-        width = self.pred.shape[1]
-        pred, into = self.pred.reshape(-1), self.into.reshape(-1)
-        row = u * width
-        cell = row + cur
-        if (pred[cell] < 0).any():
-            bad = int(np.flatnonzero(pred[cell] < 0)[0])
-            names = self.names
-            raise CollectiveError(f"no healthy path from "
-                                  f"{names[self.group[u[bad]]]} to {names[cur[bad]]}")
+        del key
+        # every stage a block of pairs at a time: the walk's temporaries stay small enough to
+        # be reused, where whole-table ones were fresh memory at every hop (at 4,096 GPUs
+        # 16.7M paths of up to 6 hops, and fresh memory, not the lookups, was most of the
+        # time)
+        blocks = range(0, len(pairs), _WALK_BLOCK)
+        hops = self.hops.reshape(-1)
         offsets = np.zeros(len(pairs) + 1, dtype=np.int64)
-        np.cumsum(self.hops.reshape(-1)[cell].astype(np.int64), out=offsets[1:])
+        for lo in blocks:
+            _, cell = self._cells(pairs[lo:lo + _WALK_BLOCK])
+            offsets[lo + 1:lo + 1 + len(cell)] = hops[cell]
+        np.cumsum(offsets, out=offsets)
         links = np.empty(int(offsets[-1]), dtype=np.int32)
-        # every path written from its destination back to its source
-        at = offsets[1:] - 1
-        start = self.group[u]
-        del u, cur
-        while len(cell):
-            links[at] = into[cell]
-            prev = pred[cell]
-            walking = prev != start
-            at, start, row = at[walking] - 1, start[walking], row[walking]
-            cell = row + prev[walking]
+        pred, into = self.pred.reshape(-1), self.into.reshape(-1)
+        width = self.pred.shape[1]
+        for lo in blocks:
+            # every path written from its destination back to its source; the walk keeps
+            # only the paths still walking
+            u, cell = self._cells(pairs[lo:lo + _WALK_BLOCK])
+            row, start, at = u * width, self.group[u], offsets[lo + 1:lo + 1 + len(u)] - 1
+            while len(cell):
+                links[at] = into[cell]
+                prev = pred[cell]
+                walking = prev != start
+                at, start, row = at[walking] - 1, start[walking], row[walking]
+                cell = row + prev[walking]
         route = b.add_routes(offsets, links)
         ids[remote] = route if inverse is None else route[inverse.reshape(-1)]
         return ids
+
+    def _cells(self, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per pair (``source * n + destination``, group indices): its source and its
+        (source row, destination vertex) cell of the (group, vertex) tables as a flat index
+        (one gather per hop instead of two-index lookups); :class:`CollectiveError` where a
+        pair has no healthy path."""
+        n, width = len(self.group), self.pred.shape[1]
+        u, cur = pairs // n, self.group[pairs % n]
+        cell = u * width + cur
+        none = self.pred.reshape(-1)[cell] < 0
+        if none.any():
+            bad = int(np.flatnonzero(none)[0])
+            raise CollectiveError(f"no healthy path from {self.names[self.group[u[bad]]]} "
+                                  f"to {self.names[cur[bad]]}")
+        return u, cell
 
 
 def add_pair_routes(builder: ScheduleBuilder, coll: Collective, src: np.ndarray,
@@ -362,22 +380,23 @@ def add_pair_routes(builder: ScheduleBuilder, coll: Collective, src: np.ndarray,
     """Route ids (in ``builder``) for group-index pairs ``src -> dst``; 0 where ``src == dst``."""
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
+    topo = coll.topology
+    torus = topo_is_plain_torus(topo)
+    if not torus and topo.n_ranks > MANY_RANKS:
+        return pair_router(coll).ids(builder, src, dst)
     group = np.asarray(coll.group, dtype=np.int64)
     ids = np.zeros(len(src), dtype=np.int32)
     remote = np.flatnonzero(src != dst)
     if not len(remote):
         return ids
     gs, gd = group[src[remote]], group[dst[remote]]
-    topo = coll.topology
-    if topo_is_plain_torus(topo):
+    if torus:
         # every pair has its own route on a torus; build them in blocks to bound temporaries
         for lo in range(0, len(remote), _ROUTE_BLOCK):
             hi = min(lo + _ROUTE_BLOCK, len(remote))
             offsets, links = route_table(topo, gs[lo:hi], gd[lo:hi])
             ids[remote[lo:hi]] = builder.add_routes(offsets, links)
         return ids
-    if topo.n_ranks > MANY_RANKS:
-        return pair_router(coll).ids(builder, src, dst)
     # elsewhere paths come from BFS, one per distinct pair; the builder deduplicates them
     pairs, inverse = np.unique(np.stack([gs, gd], axis=1), axis=0, return_inverse=True)
     pair_ids = builder.routes(*topo.shortest_path_table(pairs[:, 0], pairs[:, 1]))

@@ -61,9 +61,12 @@ def _walked(router, src: np.ndarray, dst: np.ndarray) -> list[tuple[int, ...]]:
     return out
 
 
+@pytest.mark.parametrize("block", [1, 7, 1 << 18])
 @pytest.mark.parametrize("faulty", [False, True])
 @pytest.mark.parametrize("order", ["all pairs", "shuffled with repeats"])
-def test_bulk_walk_matches_hop_by_hop(faulty, order):
+def test_bulk_walk_matches_hop_by_hop(faulty, order, block, monkeypatch):
+    # (blocks of 1 and 7 pairs: the walk's blocks, one path and a few, against one block)
+    monkeypatch.setattr(common, "_WALK_BLOCK", block)
     hgx = NodeType("hgx", "nvswitch", 4, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
     topo = fat_tree("c", 8, hgx, pods=2, rails=4, leaves=None, spines=2, cores=4,
                     oversubscription=(1, 2), bandwidth=50e9, latency=2e-6)
