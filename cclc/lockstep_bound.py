@@ -45,6 +45,35 @@ other may ride in those same receipts, so ``L = 0``. Every member outside ``p`` 
 contribution the same way, which is the same count on the reversed links (as for
 ReduceScatter: a reversed AllReduce is an AllReduce's flow of information); the bound is the
 larger of the two.
+
+Alike nodes (an AllReduce's group spread evenly over nodes of one kind) also get a count of
+both ends of every element at once, averaged over the ``P`` nodes of ``G`` members each (a
+step lasts at least as long as its busiest node needs, so at least as long as the average
+node needs). Call a step that moves bytes between nodes a crossing step (``K`` of them, at
+least ``alpha_in`` each, plus their bytes into a node over ``C_in``) and merge the steps
+between two crossing steps into one (they move no byte between nodes; together they last at
+least their receipts over ``C_gpu``). For one element (a byte of the collective), take the
+crossing step ``t`` at which some node first holds every member's contribution in its
+members together, and count that element's messages, each at least one receipt into a
+member and each crossing at least one byte into a node:
+
+* before: the ``n - G`` contributions from outside that node each leave their own node for
+  the first time on a crossing at step ``t`` or before, which carries at most ``G`` of them;
+  by crossing step ``k`` at most the crossings so far plus the receipts inside nodes before
+  step ``k`` (the members a contribution passed through before leaving are joined by those
+  receipts, and a component of ``m`` receipts spans at most ``m + 1`` members); at least
+  ``P - 1`` crossings lead into the node;
+* after: every other node first holds every contribution on a crossing into it at step ``t``
+  or later (a receipt from its own node adds nothing its members did not hold), at least
+  ``P - 1`` crossings; each of the ``n`` members completes on a receipt of its own, never
+  before its node completes: a crossing into it there or later, or a receipt from its own
+  node in a step after that crossing step (at most ``G`` members of a node complete on the
+  crossings that complete the node, the others on own-node receipts).
+
+Summed over the elements by their ``t`` (an LP per ``K``, :func:`_joint_lp`), every lockstep
+AllReduce is a solution, so the least over ``K`` bounds it: what the per-node counts above
+leave free, the own-node sums before the first crossings and the own-node copies after the
+last, are paid here.
 """
 
 from __future__ import annotations
@@ -68,8 +97,12 @@ def lockstep_bound(coll: Collective) -> Bound | None:
              if (count := _node_count(coll, reverse)) is not None]
     if not found:
         return None
-    seconds, where, reverse = max(found)
-    if reverse:
+    seconds, where, reverse = max(found, key=lambda f: f[0])    # (ties: the first)
+    if not where:
+        how = ("of every node (alike nodes, on average): what crosses between nodes was summed "
+               "in its node a step earlier and reaches the other GPUs a step later"
+               + (", on the reversed links" if reverse else ""))
+    elif reverse:
         how = f"out of node {where}: what leaves was summed from its other GPUs a step earlier"
     else:
         how = f"into node {where}: what enters reaches its other GPUs a step later"
@@ -130,6 +163,11 @@ def _node_count(coll: Collective, reverse: bool) -> tuple[float, str, bool] | No
             solved[key] = _node_bound(*key, entering=entering)
         if solved[key] > best:
             best, where = solved[key], name
+    if entering is not None:
+        G, size, _, c_in, c_gpu, alpha_in, alpha_gpu = counts[0][1]
+        joint = _joint_bound(G, len(nodes), size, c_in, c_gpu, alpha_in, alpha_gpu)
+        if joint > best:
+            best, where = joint, ""           # (no one node: the average over them all)
     return best, where, reverse
 
 
@@ -192,6 +230,108 @@ def _steps_lp(K: int, drain: bool, G: int, foreign: float, local: float, c_in: f
     solver.Add(solver.Sum(D) == G * foreign * MB)
     solver.Add(solver.Sum(L) == local * MB)
     solver.Minimize(solver.Sum(d))
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return np.inf
+    return solver.Objective().Value() / us
+
+
+def _joint_bound(G: int, P: int, size: float, c_in: float, c_gpu: float, alpha_in: float,
+                 alpha_gpu: float) -> float:
+    """The AllReduce count over ``P`` alike nodes of ``G`` members each, both ends of every
+    element's crossings at once (module docstring, "Alike nodes"): the least over ``K``
+    crossing steps of :func:`_joint_lp`, ``K`` up to :data:`MAX_JOINT_STEPS`, past which
+    ``K alpha_in`` and every byte's crossings alone stand for every deeper ``K``."""
+    entering = 2 * (P - 1) * size / P
+    best = np.inf
+    K = 1
+    while K * alpha_in + entering / c_in < best:
+        if K > MAX_JOINT_STEPS:
+            best = K * alpha_in + entering / c_in
+            break
+        best = min(best, _joint_lp(K, G, P, size, c_in, c_gpu, alpha_in, alpha_gpu)
+                   * (1 - 1e-6))
+        K += 1
+    return float(best)
+
+
+#: the most crossing steps :func:`_joint_bound` solves for (its LP grows as their square)
+MAX_JOINT_STEPS = 24
+
+
+def _joint_lp(K: int, G: int, P: int, size: float, c_in: float, c_gpu: float,
+              alpha_in: float, alpha_gpu: float) -> float:
+    """The least time of a lockstep AllReduce with ``K`` crossing steps over ``P`` alike
+    nodes of ``G`` members (the LP of the module docstring, "Alike nodes"; microseconds and
+    megabytes inside). Per class ``t`` of elements (first complete in some node at crossing
+    step ``t``, a fraction ``y_t`` of the bytes) and per element: crossings before
+    (``X``) and after (``B``) it, members' receipts from their own node before (``L``) and
+    after (``LB``), at positions ``2j`` (the steps between crossing steps ``j`` and ``j + 1``,
+    no crossings in them) and ``2k - 1`` (crossing step ``k``)."""
+    from ortools.linear_solver import pywraplp
+
+    us, MB = 1e6, 1e-6
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    inf = solver.infinity()
+
+    def var():
+        return solver.NumVar(0, inf, "")
+
+    n = G * P
+    edge = size * MB / P                  # one edge per element, per node on average: MB
+    rate_in, rate_gpu = c_in * MB / us, c_gpu * MB / us
+    cross = [var() for _ in range(K + 1)]          # crossing steps 1..K (0 unused)
+    between = [var() for _ in range(K + 1)]        # the steps after crossing step j, 0..K
+    y = {t: var() for t in range(1, K + 1)}
+    X: dict[tuple[int, int], object] = {}
+    B: dict[tuple[int, int], object] = {}
+    L: dict[tuple[int, int], object] = {}
+    LB: dict[tuple[int, int], object] = {}
+    for t in y:
+        X.update({(t, k): var() for k in range(1, t + 1)})
+        B.update({(t, k): var() for k in range(t, K + 1)})
+        L.update({(t, p): var() for p in range(0, 2 * t - 1)})
+        LB.update({(t, p): var() for p in range(2 * t, 2 * K + 1)})
+        # before: the P - 1 other nodes' contributions reach the node, each of the n - G
+        # foreign members' contributions leaving its node for the first time in a crossing
+        # that carries at most G of them, and by crossing step k no more than the crossings
+        # so far and the own-node receipts before step k (a component of m receipts spans
+        # at most m + 1 members)
+        solver.Add(solver.Sum([X[t, k] for k in range(1, t + 1)]) >= (P - 1) * y[t])
+        leave = {k: var() for k in range(1, t + 1)}
+        for k in range(1, t + 1):
+            solver.Add(leave[k] <= G * X[t, k])
+            solver.Add(solver.Sum([leave[q] for q in range(1, k + 1)])
+                       <= solver.Sum([X[t, q] for q in range(1, k + 1)]
+                                     + [L[t, p] for p in range(0, 2 * k - 1)]))
+        solver.Add(solver.Sum(list(leave.values())) >= (n - G) * y[t])
+
+        # after: each of the other P - 1 nodes completes on a crossing into it, and each of
+        # the n members on a receipt of its own: a crossing into a node completing at k
+        # (at most G members of it each) or an own-node receipt after step k
+        def into(k: int, t: int = t):
+            return B[t, k] + X[t, t] if k == t else B[t, k]
+        solver.Add(solver.Sum([B[t, k] for k in range(t, K + 1)]) >= (P - 1) * y[t])
+        done = {k: var() for k in range(t, K + 1)}
+        for k in range(t, K + 1):
+            solver.Add(done[k] <= G * into(k))
+            solver.Add(solver.Sum([done[q] for q in range(k, K + 1)])
+                       <= solver.Sum([into(q) for q in range(k, K + 1)]
+                                     + [LB[t, p] for p in range(2 * k, 2 * K + 1)]))
+        solver.Add(solver.Sum(list(done.values())) >= n * y[t])
+    solver.Add(solver.Sum(list(y.values())) == 1)
+
+    def at(table: dict, position: int) -> list:
+        return [v for (_, p), v in table.items() if p == position]
+
+    for k in range(1, K + 1):
+        crossing = solver.Sum([v for (_, q), v in X.items() if q == k]
+                              + [v for (_, q), v in B.items() if q == k])
+        local = solver.Sum(at(L, 2 * k - 1) + at(LB, 2 * k - 1))
+        solver.Add(cross[k] >= alpha_in * us + crossing * (edge / rate_in))
+        solver.Add(cross[k] >= alpha_gpu * us + (crossing + local) * (edge / rate_gpu))
+    for j in range(K + 1):
+        solver.Add(between[j] >= solver.Sum(at(L, 2 * j) + at(LB, 2 * j)) * (edge / rate_gpu))
+    solver.Minimize(solver.Sum(cross[1:] + between))
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
         return np.inf
     return solver.Objective().Value() / us

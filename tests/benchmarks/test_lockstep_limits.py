@@ -114,10 +114,11 @@ def test_floors_below_what_synth_builds(nodes, gpus, data, block, kind):
 
 
 @pytest.mark.slow
-def test_no_pipeline_of_the_128_gpu_allreduce_trees_reaches_95_percent():
+def test_the_128_gpu_allreduce_trees_floors_lie_between_the_bound_and_synth():
     # hgx16_leafspine, 128 MiB: the four levels (NVLink, NIC, NIC, NVLink) fill and drain
-    # about twofold a step, so even buffered the trees stay under 95% of the lockstep bound
-    # (docs/synthesis-trees.md), and what synth builds is no faster than its floor
+    # about twofold a step (docs/synthesis-trees.md); even buffered, the trees' floor is no
+    # faster than the lockstep bound (whose count of alike nodes pays the same fill and
+    # drain, 95.9% of the floor), and what synth builds is no faster than its floor
     import dsl
 
     topo = dsl.load(ROOT / "examples" / "hgx16_leafspine.ccl").topologies["cluster"]
@@ -126,6 +127,6 @@ def test_no_pipeline_of_the_128_gpu_allreduce_trees_reaches_95_percent():
     bound = lockstep_bound(coll)
     assert bound is not None
     assert floors["buffered_floor_s"] <= floors["chunk_floor_s"] * (1 + 1e-7)
-    assert bound.seconds / floors["buffered_floor_s"] < 0.95
+    assert 0.95 < bound.seconds / floors["buffered_floor_s"] <= 1 + 1e-7
     built = float(simulate(_synth().build(coll, race=0)).time)
     assert floors["chunk_floor_s"] <= built * (1 + 1e-3)

@@ -107,3 +107,40 @@ def test_allreduce_on_alike_nodes_pays_the_gossip_crossings():
     bound = lockstep_bound(coll)
     assert bound.seconds > 2 * 15 * coll.size / 16 / 400e9
     assert bound.seconds >= bounds(coll).best
+
+
+def test_alike_nodes_pay_the_sums_before_the_first_crossing_and_the_copies_after_the_last():
+    # hgx16 at 128 MiB: the per-node counts leave the first crossing free to carry unsummed
+    # bytes (637.1 us: the crossings' 629.1 us and two steps' 4 us); counting every element's
+    # crossings at both ends charges the own-node sums and copies, 653.9 us at 6 crossing
+    # steps (the LP solved apart), and still under synth's 687.5 us
+    from cclc import lockstep_bound as lb
+
+    topo = dsl.load(os.path.join(EXAMPLES, "hgx16_leafspine.ccl")).topologies["cluster"]
+    coll = _collective(topo, (128 << 20) // 128, K.ALLREDUCE)
+    bound = lockstep_bound(coll)
+    assert bound.description.startswith("lockstep steps of every node")
+    assert bound.seconds == pytest.approx(653.885e-6, rel=1e-5)
+    per_node = lb._node_bound(8, coll.size, 0.0, 400e9, 4e12, 4e-6, 0.0,
+                              entering=2 * 15 * coll.size / 16)
+    assert per_node == pytest.approx(637.145e-6, rel=1e-5)
+    # more crossing steps pay more latency than they save fill: 6 is the least
+    six = lb._joint_lp(6, 8, 16, coll.size, 400e9, 4e12, 4e-6, 0.0)
+    assert six == pytest.approx(653.885e-6, rel=1e-5)
+    assert lb._joint_lp(5, 8, 16, coll.size, 400e9, 4e12, 4e-6, 0.0) > six
+    assert lb._joint_lp(7, 8, 16, coll.size, 400e9, 4e12, 4e-6, 0.0) > six
+    assert bound.seconds <= float(simulate(get("synth").build(coll, race=0)).time)
+
+
+@pytest.mark.parametrize("nodes", [2, 3, 5])
+def test_the_joint_count_on_nodes_of_one_gpu_is_the_gossip_crossings(nodes):
+    # G = 1: nothing to sum or copy inside a node, so both ends cost nothing beyond the
+    # crossings: every element crosses 2 (N - 1) times, 2 (N - 1) / N of the size into a
+    # node on average, in one step at the least (what the per-node count gives too)
+    from cclc import lockstep_bound as lb
+
+    size = 1 << 20
+    joint = lb._joint_bound(1, nodes, size, 25e9, 25e9, 4e-6, 0.0)
+    assert joint == pytest.approx(4e-6 + 2 * (nodes - 1) * size / nodes / 25e9, rel=1e-5)
+    coll = _collective(_machine(nodes, 1, 1), size // nodes, K.ALLREDUCE)
+    assert lockstep_bound(coll).seconds >= joint * (1 - 1e-9)

@@ -108,12 +108,12 @@ def test_no_plan_beats_it(nodes, gpus, data, block, kind, model):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind, floor", [(K.ALLGATHER, 97.0), (K.REDUCESCATTER, 97.0),
-                                         (K.ALLREDUCE, 92.5)])
+                                         (K.ALLREDUCE, 95.0)])
 def test_synth_on_the_128_gpu_fabric_against_its_lockstep_bound(kind, floor):
     # hgx16_leafspine at 128 MiB, `algorithm synth` under the IR model: AllGather and
     # ReduceScatter at 97.4% of the lockstep bound (96.2% while the taper charged every step
-    # the network's latency), AllReduce at 92.7% (92.0%; issue 32 asks 95%: not reached, see
-    # docs/limits.md); a floor under what it reaches now
+    # the network's latency), AllReduce at 95.1% (92.7% against the per-node count alone,
+    # before the count of alike nodes charged the fill and drain); issue 32 asks 95%
     topo = dsl.load(os.path.join(EXAMPLES, "hgx16_leafspine.ccl")).topologies["cluster"]
     group = topo.live_ranks()
     coll = make_collective(kind.value, kind, topo, group, size=128 << 20,
