@@ -78,6 +78,8 @@ last, are paid here.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from scipy.sparse.csgraph import dijkstra
 
@@ -282,10 +284,10 @@ def _joint_lp(K: int, G: int, P: int, size: float, c_in: float, c_gpu: float,
     cross = [var() for _ in range(K + 1)]          # crossing steps 1..K (0 unused)
     between = [var() for _ in range(K + 1)]        # the steps after crossing step j, 0..K
     y = {t: var() for t in range(1, K + 1)}
-    X: dict[tuple[int, int], object] = {}
-    B: dict[tuple[int, int], object] = {}
-    L: dict[tuple[int, int], object] = {}
-    LB: dict[tuple[int, int], object] = {}
+    X: dict[tuple[int, int], Any] = {}
+    B: dict[tuple[int, int], Any] = {}
+    L: dict[tuple[int, int], Any] = {}
+    LB: dict[tuple[int, int], Any] = {}
     for t in y:
         X.update({(t, k): var() for k in range(1, t + 1)})
         B.update({(t, k): var() for k in range(t, K + 1)})

@@ -139,8 +139,8 @@ def test_the_joint_count_on_nodes_of_one_gpu_is_the_gossip_crossings(nodes):
     # node on average, in one step at the least (what the per-node count gives too)
     from cclc import lockstep_bound as lb
 
-    size = 1 << 20
+    coll = _collective(_machine(nodes, 1, 1), 1 << 18, K.ALLREDUCE)
+    size = coll.size
     joint = lb._joint_bound(1, nodes, size, 25e9, 25e9, 4e-6, 0.0)
     assert joint == pytest.approx(4e-6 + 2 * (nodes - 1) * size / nodes / 25e9, rel=1e-5)
-    coll = _collective(_machine(nodes, 1, 1), size // nodes, K.ALLREDUCE)
     assert lockstep_bound(coll).seconds >= joint * (1 - 1e-9)
