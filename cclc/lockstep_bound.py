@@ -62,7 +62,7 @@ member and each crossing at least one byte into a node:
   by crossing step ``k`` at most the crossings so far plus the receipts inside nodes before
   step ``k`` (the members a contribution passed through before leaving are joined by those
   receipts, and a component of ``m`` receipts spans at most ``m + 1`` members); at least
-  ``P - 1`` crossings lead into the node;
+  ``P - 1`` crossings (a tree over the nodes) bring them there;
 * after: every other node first holds every contribution on a crossing into it at step ``t``
   or later (a receipt from its own node adds nothing its members did not hold), at least
   ``P - 1`` crossings; each of the ``n`` members completes on a receipt of its own, never
