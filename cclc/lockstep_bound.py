@@ -78,6 +78,7 @@ last, are paid here.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -237,12 +238,15 @@ def _steps_lp(K: int, drain: bool, G: int, foreign: float, local: float, c_in: f
     return solver.Objective().Value() / us
 
 
+@functools.lru_cache(maxsize=64)
 def _joint_bound(G: int, P: int, size: float, c_in: float, c_gpu: float, alpha_in: float,
                  alpha_gpu: float) -> float:
     """The AllReduce count over ``P`` alike nodes of ``G`` members each, both ends of every
     element's crossings at once (module docstring, "Alike nodes"): the least over ``K``
     crossing steps of :func:`_joint_lp`, ``K`` up to :data:`MAX_JOINT_STEPS`, past which
-    ``K alpha_in`` and every byte's crossings alone stand for every deeper ``K``."""
+    ``K alpha_in`` and every byte's crossings alone stand for every deeper ``K``. Kept per
+    machine and size: both directions of a symmetric machine, and every plan of a collective,
+    ask for the same one."""
     entering = 2 * (P - 1) * size / P
     best = np.inf
     K = 1

@@ -338,7 +338,8 @@ class PairRouter:
         hops = self.hops.reshape(-1)
         offsets = np.zeros(len(pairs) + 1, dtype=np.int64)
         for lo in blocks:
-            _, cell = self._cells(pairs[lo:lo + _WALK_BLOCK])
+            u, cell = self._cells(pairs[lo:lo + _WALK_BLOCK])
+            self._check_paths(u, cell)            # (once: the walk below trusts them)
             offsets[lo + 1:lo + 1 + len(cell)] = hops[cell]
         np.cumsum(offsets, out=offsets)
         links = np.empty(int(offsets[-1]), dtype=np.int32)
@@ -362,17 +363,19 @@ class PairRouter:
     def _cells(self, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per pair (``source * n + destination``, group indices): its source and its
         (source row, destination vertex) cell of the (group, vertex) tables as a flat index
-        (one gather per hop instead of two-index lookups); :class:`CollectiveError` where a
-        pair has no healthy path."""
+        (one gather per hop instead of two-index lookups)."""
         n, width = len(self.group), self.pred.shape[1]
-        u, cur = pairs // n, self.group[pairs % n]
-        cell = u * width + cur
+        u = pairs // n
+        return u, u * width + self.group[pairs % n]
+
+    def _check_paths(self, u: np.ndarray, cell: np.ndarray) -> None:
+        """:class:`CollectiveError` where a pair of :meth:`_cells` has no healthy path."""
         none = self.pred.reshape(-1)[cell] < 0
         if none.any():
             bad = int(np.flatnonzero(none)[0])
+            width = self.pred.shape[1]
             raise CollectiveError(f"no healthy path from {self.names[self.group[u[bad]]]} "
-                                  f"to {self.names[cur[bad]]}")
-        return u, cell
+                                  f"to {self.names[cell[bad] % width]}")
 
 
 def add_pair_routes(builder: ScheduleBuilder, coll: Collective, src: np.ndarray,
