@@ -138,6 +138,23 @@ def test_a_step_of_local_copies_pays_no_peer_step_cost(dims):
                                  rel=1e-12)
 
 
+@pytest.mark.parametrize("dims", [(4, 4), (4, 4, 4), (6, 6, 6)])
+def test_symmetric_allreduce_keeps_every_link_alike_busy_in_every_step(dims):
+    # on alike even sides every link carries the same bytes in every step (docs/limits.md
+    # counts on it: a failed cable's ops moved onto detours overload its ends in every step)
+    coll = _allreduce(dims, 12 * len(dims))
+    e = expand(symmetric_allreduce(coll))
+    o = e.ops
+    remote = o.src != o.dst
+    assert (e.routes.lengths()[o.route[remote]] == 1).all()
+    link = e.routes.links[e.routes.offsets[:-1][o.route[remote]]]
+    table = np.zeros((o.n_steps, coll.topology.n_links))
+    np.add.at(table, (o.step[remote], link), o.count[remote])
+    busy = table[table.any(axis=1)]
+    assert len(busy) == o.n_steps - 1                  # all but the step of local copies
+    assert (busy == busy[:, :1]).all()
+
+
 @pytest.mark.parametrize("dims", [(4,), (4, 4), (2, 2, 2), (3, 3, 3)])
 def test_symmetric_allreduce_meets_the_bandwidth_bound_on_alike_sides(dims):
     # latency 0: the bandwidth term alone, 2 (n-1)/n S over the links out of a rank (two per
