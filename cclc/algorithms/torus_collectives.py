@@ -27,7 +27,10 @@ Entries:
 ``ring+dimrotation``
     A whole torus: ``2 D`` pieces (D dimensions of size > 1, two directions); piece ``c`` visits
     dimensions ``c, c+1, ...`` (rotated), so at every stage every dimension carries some piece
-    and no dimension waits for another (DimRotation, section 2).
+    and no dimension waits for another (DimRotation, section 2). A ring that a failed link (or
+    a mesh's missing wrap) cuts runs as a line, its blocks reduced and gathered by two chains
+    that never cross the cut; the rotations are weighted so that the cut dimensions' lines
+    are no busier than the whole rings in the first phase (:func:`_dimrot_plan`).
 
 Reductions follow the IR rules: a local step first copies every input block into a scratch
 accumulator; every later hop *reduces* the sender's partial into the receiver's accumulator
@@ -37,6 +40,7 @@ Local steps cost nothing in the default cost model.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -55,7 +59,7 @@ from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 from cclc.sends import Sends, sends
 
 __all__ = ["KINDS", "Grid", "Piece", "folded_order", "grid_ops", "grid_pieces", "grid_schedule",
-           "grid_slots"]
+           "grid_slots", "line_cuts"]
 
 KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
                    CollectiveKind.ALLREDUCE})
@@ -95,9 +99,14 @@ class Grid:
         c[:, dim] = (c[:, dim] + direction) % self.dims[dim]
         return self.members[tuple(c.T)]
 
-    def hop_routes(self, b: ScheduleBuilder, dim: int, direction: int) -> np.ndarray:
+    def hop_routes(self, b: ScheduleBuilder, dim: int, direction: int,
+                   skip: np.ndarray | None = None) -> np.ndarray:
+        """Route ids of every member's hop along ``dim`` in ``direction``; 0 (no route)
+        where ``skip``, hops no op takes."""
         src = np.arange(self.n)
         dst = self.neighbour(dim, direction)
+        if skip is not None:
+            dst = np.where(skip, src, dst)
         if self.hop_path is None:
             return add_pair_routes(b, b.collective, src, dst)
         return np.array([b.route(self.hop_path(u, v)) if u != v else 0
@@ -107,16 +116,83 @@ class Grid:
 class _Engine:
     """Emits the ops of the grid reduce-scatter / all-gather for every piece."""
 
-    def __init__(self, b: ScheduleBuilder, grid: Grid, pieces: Sequence[Piece]):
+    def __init__(self, b: ScheduleBuilder, grid: Grid, pieces: Sequence[Piece],
+                 cuts: dict[int, np.ndarray] | None = None):
         self.b, self.grid, self.pieces = b, grid, list(pieces)
         self.P = len(self.pieces)
+        self.cuts = cuts or {}
         self._routes: dict[tuple[int, int], np.ndarray] = {}
 
     def route(self, dim: int, direction: int) -> np.ndarray:
         key = (dim, direction)
         if key not in self._routes:
-            self._routes[key] = self.grid.hop_routes(self.b, dim, direction)
+            skip = None
+            if dim in self.cuts:       # the hop across a cut (a failed or missing link)
+                cut = self.cuts[dim]
+                at = self.grid.coords[:, dim]
+                skip = (cut >= 0) & (at == (cut if direction > 0 else
+                                            (cut + 1) % self.grid.dims[dim]))
+            self._routes[key] = self.grid.hop_routes(self.b, dim, direction, skip)
         return self._routes[key]
+
+    def phase_steps(self, dim: int) -> int:
+        """Steps of a reduce-scatter phase along ``dim``: a ring's ``m - 1``, and one more
+        (local) step where a line is cut (see :meth:`_line_ops`)."""
+        return self.grid.dims[dim] - 1 + (dim in self.cuts)
+
+    def _whole(self, dim: int, rows: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """``rows`` of :meth:`_block_ops` less those of members on cut lines of ``dim``."""
+        if dim not in self.cuts:
+            return rows
+        keep = self.cuts[dim][rows[0]] < 0
+        return tuple(r[keep] for r in rows)
+
+    def _line_ops(self, dim: int, free: Sequence[int], t: int, gather: bool
+                  ) -> tuple[np.ndarray, ...]:
+        """Rows (sender, receiver, route, block, last) of step ``t`` along ``dim`` on its cut
+        lines: a line cut between coordinates ``a`` and ``a + 1`` runs from position 0 (at
+        ``a + 1``) to ``m - 1`` (at ``a``), and every block of a line is reduced (gathered)
+        by two chains that never cross the cut.
+
+        Reduce-scatter: the partial sums of the positions before ``j`` move up to ``j``, the
+        chain of block ``j`` leaving position 0 at step ``m - 1 - j``; those after ``j`` move
+        down, leaving position ``m - 1`` at step ``j``: each link carries one block a step
+        each way and both chains reach ``j`` in step ``m - 2`` (``last`` marks the downward
+        one's arrival, which cannot add into the slot the upward one adds into in the same
+        step). All-gather: block ``j`` leaves position ``j`` both ways at step 0."""
+        g, m = self.grid, self.grid.dims[dim]
+        cut = self.cuts[dim]
+        on = np.flatnonzero(cut >= 0)
+        pos = (g.coords[on, dim] - cut[on] - 1) % m
+        rows = []
+        for up in (True, False):
+            if gather:
+                j = pos - t if up else pos + t
+                sends = (j >= 0) & (pos <= m - 2) if up else (j <= m - 1) & (pos >= 1)
+            else:
+                j = m - 1 + pos - t if up else t + pos - m + 1
+                sends = (pos <= t) & (t <= m - 2) if up else (pos >= m - 1 - t) & (t <= m - 2)
+            x, j = on[sends], j[sends]
+            last = np.zeros(len(x), dtype=bool) if gather or up else j == pos[sends] - 1
+            rows.append(self._line_rows(dim, free, x, (j + cut[x] + 1) % m, 1 if up else -1,
+                                        last))
+        return tuple(np.concatenate(col) for col in zip(*rows, strict=True))
+
+    def _line_rows(self, dim: int, free: Sequence[int], x: np.ndarray, target: np.ndarray,
+                   direction: int, last: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Rows of members ``x`` sending, to their neighbour in ``direction``, the blocks
+        whose coordinate along ``dim`` is ``target``, any on ``free``, ``x``'s elsewhere."""
+        g = self.grid
+        combos = self._combos(free)
+        k = len(combos)
+        xs = np.repeat(x, k)
+        y = g.coords[xs].copy()
+        y[:, dim] = np.repeat(target, k)
+        if len(free):
+            y[:, list(free)] = np.tile(combos, (len(x), 1))
+        block = g.members[tuple(y.T)]
+        return (xs, g.neighbour(dim, direction)[xs], self.route(dim, direction)[xs], block,
+                np.repeat(last, k))
 
     def _combos(self, dims: Sequence[int]) -> np.ndarray:
         """Every coordinate combination over ``dims``: ``(count, len(dims))``."""
@@ -147,6 +223,7 @@ class _Engine:
         """Reduce ``SCRATCH`` chunk ``y*P + p`` of every rank into rank ``y``; returns, per
         piece, the step after its last op. The accumulator must hold the inputs already."""
         g, P, ends = self.grid, self.P, []
+        side = g.n * P                  # where a cut line's downward chain lands (see below)
         for p, piece in enumerate(self.pieces):
             t0 = first_step + piece.delay
             for j, dim in enumerate(piece.order):
@@ -154,12 +231,26 @@ class _Engine:
                 done = piece.order[:j]
                 free = [d for d in range(len(g.dims)) if d != dim and d not in done]
                 for t in range(m - 1):
-                    x, dst, route, block = self._block_ops(dim, piece.direction, free,
-                                                           -(t + 1) * piece.direction)
+                    x, dst, route, block = self._whole(dim, self._block_ops(
+                        dim, piece.direction, free, -(t + 1) * piece.direction))
                     self.b.add(step=t0 + t, src=x, dst=dst, route=route, kind=OpKind.REDUCE,
                                src_buf=Buf.SCRATCH, src_off=block * P + p,
                                dst_buf=Buf.SCRATCH, dst_off=block * P + p)
-                t0 += m - 1
+                    if dim not in self.cuts:
+                        continue
+                    x, dst, route, block, last = self._line_ops(dim, free, t, gather=False)
+                    # the downward chain's arrival is copied aside, then added in a local step
+                    self.b.add(step=t0 + t, src=x, dst=dst, route=route,
+                               kind=np.where(last, OpKind.COPY, OpKind.REDUCE),
+                               src_buf=Buf.SCRATCH, src_off=block * P + p, dst_buf=Buf.SCRATCH,
+                               dst_off=block * P + p + np.where(last, side, 0))
+                if dim in self.cuts:
+                    _, x, _, block, last = self._line_ops(dim, free, m - 2, gather=False)
+                    x, block = x[last], block[last]
+                    self.b.add(step=t0 + m - 1, src=x, dst=x, kind=OpKind.REDUCE,
+                               src_buf=Buf.SCRATCH, src_off=side + block * P + p,
+                               dst_buf=Buf.SCRATCH, dst_off=block * P + p)
+                t0 += self.phase_steps(dim)
             ends.append(t0)
         return ends
 
@@ -178,8 +269,11 @@ class _Engine:
                 m = g.dims[dim]
                 done = order[:j]
                 for t in range(m - 1):
-                    x, dst, route, block = self._block_ops(dim, piece.direction, done,
-                                                           -t * piece.direction)
+                    rows = [self._whole(dim, self._block_ops(dim, piece.direction, done,
+                                                             -t * piece.direction))]
+                    if dim in self.cuts:
+                        rows.append(self._line_ops(dim, done, t, gather=True)[:4])
+                    x, dst, route, block = (np.concatenate(c) for c in zip(*rows, strict=True))
                     own = block == x
                     self.b.add(step=t0 + t, src=x, dst=dst, route=route,
                                src_buf=np.where(own, own_buf, Buf.OUTPUT),
@@ -191,27 +285,34 @@ class _Engine:
 
 
 def grid_schedule(coll: Collective, grid: Grid, pieces: Sequence[Piece], algorithm: str,
-                  schedule: str = "-", params: tuple = ()) -> Schedule:
+                  schedule: str = "-", params: tuple = (),
+                  cuts: dict[int, np.ndarray] | None = None) -> Schedule:
     """The AllGather / ReduceScatter / AllReduce of ``coll`` over ``grid`` with ``pieces``.
 
     Chunk ``y*P + p`` of a block-structured buffer is piece ``p`` of block ``y``. Pieces that
-    would be empty are dropped (tiny sizes), so there may be fewer than asked for.
+    would be empty are dropped (tiny sizes), so there may be fewer than asked for. ``cuts``
+    (see :func:`line_cuts`) runs the lines it names instead of their rings; a reduction then
+    has a second accumulator's worth of scratch after the first, where a line's downward
+    chains land.
     """
     n, count = coll.n, coll.count
     per_block = count // n if coll.kind is not CollectiveKind.ALLREDUCE else max(count // n, 1)
     P = max(1, min(len(pieces), per_block))
     pieces = list(pieces)[:P]
+    scratch_copies = 2 if cuts else 1
     if coll.kind is CollectiveKind.ALLREDUCE:
         blocks = even_split(count, n * P)
-        b = ScheduleBuilder(coll, input=blocks, output=blocks, scratch=blocks)
+        b = ScheduleBuilder(coll, input=blocks, output=blocks,
+                            scratch=np.tile(blocks, scratch_copies))
     else:
         piece_sizes = even_split(count // n, P)
         blocks = np.tile(piece_sizes, n)
         if coll.kind is CollectiveKind.ALLGATHER:
             b = ScheduleBuilder(coll, input=piece_sizes, output=blocks)
         else:
-            b = ScheduleBuilder(coll, input=blocks, output=piece_sizes, scratch=blocks)
-    eng = _Engine(b, grid, pieces)
+            b = ScheduleBuilder(coll, input=blocks, output=piece_sizes,
+                                scratch=np.tile(blocks, scratch_copies))
+    eng = _Engine(b, grid, pieces, cuts)
     ranks = np.arange(n)
     if coll.kind is CollectiveKind.ALLGATHER:
         eng.all_gather([piece.delay for piece in pieces], Buf.INPUT,
@@ -462,19 +563,102 @@ def _torus_dims(coll: Collective) -> tuple[list[int], str | None]:
     return big, None
 
 
+def line_cuts(coll: Collective, dims: Sequence[int]) -> tuple[dict[int, np.ndarray], str | None]:
+    """The rings of a torus (the whole torus in rank order) that a failed or missing link
+    cuts: for every dimension of ``dims`` with such a ring, per rank the coordinate ``a`` of
+    its ring's cut ``a -- a+1`` (the link failed either way, or a mesh's missing wrap), -1
+    where its ring is whole; or why they cannot run as lines (a ring cut twice)."""
+    topo = coll.topology
+    shape = topo.grid_dims
+    coords = np.stack(np.unravel_index(np.arange(coll.n), shape), axis=1)
+    cuts: dict[int, np.ndarray] = {}
+    for d in dims:
+        m = shape[d]
+        ahead = coords.copy()
+        ahead[:, d] = (ahead[:, d] + 1) % m
+        nxt: list[int] = np.ravel_multi_index(tuple(ahead.T), shape).tolist()
+        broken = np.array([not _duplex(topo, u, v) for u, v in enumerate(nxt)], dtype=bool)
+        if not broken.any():
+            continue
+        line = coords.copy()
+        line[:, d] = 0
+        line_id = np.asarray(np.ravel_multi_index(tuple(line.T), shape), dtype=np.int64)
+        cuts_on = np.bincount(line_id[broken], minlength=coll.n)
+        if cuts_on.max() > 1:
+            r = int(np.flatnonzero(broken & (cuts_on[line_id] > 1))[0])
+            return {}, (f"the ring along dimension {d} through {topo.vertex_names[r]} is cut "
+                        f"{int(cuts_on[line_id[r]])} times (failed or missing links); "
+                        "ring+dimrotation runs a ring cut once as a line, not one cut twice")
+        cut_of_line = np.full(coll.n, -1, dtype=np.int64)
+        cut_of_line[line_id[broken]] = coords[broken, d]
+        cuts[d] = cut_of_line[line_id]
+    return cuts, None
+
+
+def _dimrot_plan(coll: Collective) -> tuple[list[Piece], dict[int, np.ndarray], str | None]:
+    """The pieces of ring+dimrotation and its cut lines (:func:`line_cuts`), or why none.
+
+    Piece ``c`` visits the dimensions from ``c`` on (rotated), one per direction. On a line
+    each piece sends both ways (a ring's piece one way), so a link of a cut dimension
+    carries twice a ring's bytes per piece: where some dimensions are cut and others are
+    not, the rotations that start on a whole dimension get two pieces per direction, those
+    that start on a cut one, one, and their first (longest) phases take alike long; after
+    its first, a rotation visits the whole dimensions before the cut ones, where its data
+    is smallest, and its two directions take the cut ones in opposite orders, so that no
+    cut dimension takes both at once."""
+    big, why = _torus_dims(coll)
+    if why:
+        return [], {}, why
+    cuts, why = line_cuts(coll, big)
+    if why:
+        return [], {}, why
+    D = len(big)
+    pieces = []
+    for c in range(D):
+        rest = [big[(c + k) % D] for k in range(1, D)]
+        whole = tuple(d for d in rest if d not in cuts)
+        cut = tuple(d for d in rest if d in cuts)
+        weight = 2 if cuts and big[c] not in cuts else 1
+        pieces += [Piece(direction, (big[c], *whole, *cut[::direction]))
+                   for _ in range(weight) for direction in (1, -1)]
+    return pieces, cuts, None
+
+
 def _dimrot_applicable(coll: Collective, **params) -> str | None:
     why = _common_reason(coll, "ring+dimrotation", params)
-    return why or _torus_dims(coll)[1]
+    return why or _dimrot_plan(coll)[2]
 
 
 def _dimrot(coll: Collective, **params) -> Schedule:
-    big, _ = _torus_dims(coll)
-    topo = coll.topology
-    grid = Grid(np.arange(coll.n).reshape(topo.dims))
-    D = len(big)
-    pieces = [Piece(direction, tuple(big[(c + k) % D] for k in range(D)))
-              for c in range(D) for direction in (1, -1)]
-    return grid_schedule(coll, grid, pieces, "ring", "dimrotation")
+    pieces, cuts, _ = _dimrot_plan(coll)
+    grid = Grid(np.arange(coll.n).reshape(coll.topology.grid_dims))
+    return grid_schedule(coll, grid, pieces, "ring", "dimrotation", cuts=cuts)
+
+
+def _dimrot_ops(coll: Collective, **params) -> int:
+    """:func:`grid_ops` of its pieces, and on cut lines one local addition per rank but the
+    line's first and block, in each reduce-scatter phase along them."""
+    pieces, cuts, _ = _dimrot_plan(coll)
+    pieces = pieces[:grid_pieces(coll, len(pieces))]
+    ops = grid_ops(coll, len(pieces))
+    if coll.kind is CollectiveKind.ALLGATHER:
+        return ops
+    dims = coll.topology.grid_dims
+    for piece in pieces:
+        for j, dim in enumerate(piece.order):
+            if dim in cuts:
+                lines = int((cuts[dim] >= 0).sum()) // dims[dim]
+                blocks = math.prod(dims[d] for d in piece.order[j + 1:])
+                ops += lines * (dims[dim] - 1) * blocks
+    return ops
+
+
+def _dimrot_slots(coll: Collective, **params) -> int:
+    """:func:`grid_slots` of its pieces, and a second accumulator in a reduction with cuts."""
+    pieces, cuts, _ = _dimrot_plan(coll)
+    P = grid_pieces(coll, len(pieces))
+    extra = P * coll.n if cuts and coll.kind is not CollectiveKind.ALLGATHER else 0
+    return grid_slots(coll, len(pieces)) + extra
 
 
 #: these entries' load bound: none (no traffic rule)
@@ -495,12 +679,10 @@ register(Algorithm(
     description="logical ring folded over a ring with one failed link (evens up, odds down)"))
 register(Algorithm(
     name="ring+dimrotation", collectives=KINDS, applicable=_dimrot_applicable, build=_dimrot,
-    # two pieces (one per direction) per dimension of size > 1
-    ops=lambda coll, **params: grid_ops(coll, 2 * len(_torus_dims(coll)[0])), load=_NO_RULE,
-    slots=lambda coll, **params: grid_slots(coll, 2 * len(_torus_dims(coll)[0])),
-    exact_ops=True,
+    ops=_dimrot_ops, load=_NO_RULE, slots=_dimrot_slots, exact_ops=True,
     description="two-direction rings dimension by dimension; 2D pieces with rotated "
-                "dimension orders keep every dimension busy"))
+                "dimension orders keep every dimension busy; a ring cut by a failed link "
+                "runs as a line"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -543,7 +725,7 @@ def _swing_peers(coll: Collective) -> list[np.ndarray]:
     (odd ``r``) along the dimension's ring."""
     dims, _ = _swing_dims(coll)
     if dims:
-        grid = Grid(np.arange(coll.n).reshape(coll.topology.dims))
+        grid = Grid(np.arange(coll.n).reshape(coll.topology.grid_dims))
     else:
         grid = Grid(_ring_members(coll))
         dims = [0]
