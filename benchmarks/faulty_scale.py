@@ -20,7 +20,11 @@ The bound is ``cclc.bounds.bounds(coll, lp=False).best`` (closed forms on the fa
 
 An AllReduce (16 MiB) on the 16x16x16 torus with the same failed cables has no form with
 exceptions yet: each *refused* row runs ``cclc compile`` of it as a command and records how
-fast the size check refuses it (time, peak memory) and the estimate it gives.
+fast the size check refuses it (time, peak memory) and the estimate it gives. On 8x8x8, with
+the first failed cable and with a second one along another dimension (between (5,3,6) and
+(5,4,6)), each *allreduce* row runs ``cclc compile --emit json --explain`` of it (whole
+schedules: ``auto`` builds every candidate) and records time, peak memory, the chosen
+schedule and every candidate's time and % of bound, side by side.
 
     python benchmarks/faulty_scale.py --json benchmarks/results/faulty_scale.json
 """
@@ -48,6 +52,9 @@ SIZE = 16 << 20
 CASES = (("8x8x8", (((2, 2, 2), (3, 2, 2)),)),
          ("16x16x16", (((2, 2, 2), (3, 2, 2)),)),
          ("16x16x16", (((2, 2, 2), (3, 2, 2)), ((9, 11, 5), (9, 12, 5)))))
+#: the AllReduce compiled whole: (torus, failed cables)
+ALLREDUCE_CASES = (("8x8x8", (((2, 2, 2), (3, 2, 2)),)),
+                   ("8x8x8", (((2, 2, 2), (3, 2, 2)), ((5, 3, 6), (5, 4, 6)))))
 #: the largest expanded schedule run (cclc.budget.MAX_OPS)
 MAX_EXPANDED = 20_000_000
 
@@ -113,18 +120,18 @@ def _run(dims_text: str, faults, side: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _command(dims_text: str, faults, kind: str = "alltoall"
+def _command(dims_text: str, faults, kind: str = "alltoall", extra: tuple[str, ...] = ()
              ) -> tuple[subprocess.CompletedProcess, float]:
-    """``cclc compile --emit json`` of ``kind`` under ``/usr/bin/time -f %M``: the finished
-    command and its wall seconds."""
+    """``cclc compile --emit json`` (and ``extra``) of ``kind`` under ``/usr/bin/time -f
+    %M``: the finished command and its wall seconds."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "faulty.ccl"
         src.write_text(_source(dims_text, faults, kind), encoding="utf-8")
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         t0 = time.perf_counter()
         done = subprocess.run(["/usr/bin/time", "-f", "maxrss_kb %M", sys.executable, "-m",
-                               "cclc.cli", "compile", str(src), "--emit", "json", "-o",
-                               str(Path(tmp) / "out")], capture_output=True, text=True,
+                               "cclc.cli", "compile", str(src), "--emit", "json", *extra,
+                               "-o", str(Path(tmp) / "out")], capture_output=True, text=True,
                               env=env, cwd=ROOT)
         wall = time.perf_counter() - t0
     return done, wall
@@ -181,6 +188,41 @@ def _row(dims_text: str, faults, max_expanded: int) -> dict:
     return row
 
 
+#: a candidate's row of ``--explain``: name, lower bound, time, % of bound, note
+_CANDIDATE = re.compile(r"^  (?P<name>\S+)\s+\S+(?: \w?s)?\s+(?P<time>[\d.]+) (?P<unit>ms|us)"
+                        r"\s+(?P<pct>[\d.]+)%")
+
+
+def _allreduce(dims_text: str, faults) -> dict:
+    """The AllReduce's compile under ``auto``: time, peak memory, the chosen schedule and
+    every built candidate's time and % of bound."""
+    done, wall = _command(dims_text, faults, "allreduce", ("--explain",))
+    if done.returncode != 0:
+        raise SystemExit(f"cclc compile of the allreduce on {dims_text} failed:\n{done.stderr}")
+    chosen = _match(r"(?m)^ar: (\S+) ([\d.]+) (ms|us), ([\d.]+)% of bound", done.stdout)
+    candidates = {}
+    for line in done.stdout.splitlines():
+        found = _CANDIDATE.match(line)
+        if found:
+            unit = 1e-3 if found.group("unit") == "ms" else 1e-6
+            candidates[found.group("name")] = {"time_s": float(found.group("time")) * unit,
+                                               "pct_of_bound": float(found.group("pct"))}
+    rss = int(_match(r"maxrss_kb (\d+)", done.stderr).group(1))
+    n = 1
+    for d in dims_text.split("x"):
+        n *= int(d)
+    row = {"collective": "allreduce", "dims": dims_text, "ranks": n, "size": SIZE,
+           "failed_cables": [list(map(list, f)) for f in faults], "compile_s": wall,
+           "maxrss_mb": rss / 1024, "chosen": chosen.group(1),
+           "pct_of_bound": float(chosen.group(4)), "candidates": candidates}
+    others = ", ".join(f"{k} {v['pct_of_bound']:.1f}%" for k, v in candidates.items()
+                       if k != row["chosen"])
+    print(f"allreduce {dims_text}, {len(faults)} failed cable(s): {row['chosen']} "
+          f"{row['pct_of_bound']:.1f}% of bound ({others}); cclc compile {wall:.1f} s, "
+          f"{row['maxrss_mb']:.0f} MB", flush=True)
+    return row
+
+
 def _refused(dims_text: str, faults) -> dict:
     """The AllReduce's compile, which the size check refuses: its exit status, time, peak
     memory and message."""
@@ -213,10 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     meta = run_meta(argv)
     rows = [_row(dims, faults, args.max_expanded) for dims, faults in CASES]
     refused = [_refused(dims, faults) for dims, faults in CASES if dims == "16x16x16"]
+    allreduce = [_allreduce(dims, faults) for dims, faults in ALLREDUCE_CASES]
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows,
-                                               "refused": refused}, indent=1) + "\n",
-                                   encoding="utf-8")
+                                               "refused": refused, "allreduce": allreduce},
+                                              indent=1) + "\n", encoding="utf-8")
     return 0
 
 

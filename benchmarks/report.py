@@ -284,7 +284,14 @@ def render_faulty(data: dict) -> list[str]:
     ] + [line for r in data.get("refused", ()) for line in (
         "", f"AllReduce of {_size(r['size'])} on {r['dims']} with {_cables(r)}: no form with "
         f"exceptions yet; `cclc compile` refuses it in {r['refused_s']:.1f} s "
-        f"({r['maxrss_mb']:.0f} MB): {_refusal_summary(r)}.")]
+        f"({r['maxrss_mb']:.0f} MB): {_refusal_summary(r)}.")] + [line for r in data.get(
+            "allreduce", ()) for line in (
+        "", f"AllReduce of {_size(r['size'])} on {r['dims']} with {_cables(r)}, whole "
+        f"(`cclc compile --emit json --explain`, {r['compile_s']:.1f} s, "
+        f"{r['maxrss_mb']:.0f} MB): auto chose {r['chosen']}, "
+        f"{r['pct_of_bound']:.1f}% of the bound; the candidates built: "
+        + ", ".join(f"{k} {v['time_s'] * 1e6:.1f} us ({v['pct_of_bound']:.1f}%)"
+                    for k, v in r["candidates"].items()) + ".")]
 
 
 def _cables(r: dict) -> str:
@@ -431,12 +438,14 @@ BENCHMARKS = (
               "seconds", "`cclc.bounds.bounds(coll).best` (LP included), the bound `cclc "
               "compile` prints", render_auto_synth),
     Benchmark("faulty_scale", "A torus AllToAll with failed links, stored by symmetry with "
-              "exceptions", (), "lockstep IR model (`cclc.symmetric_faults.simulate_excepted`, "
-              "equal to `cclc.sim.simulate` of the expanded schedule); the healthy torus's "
-              "HalfRing + DimRotation less the journeys over a failed link, then a rerouted "
-              "tail; 16 MiB, links of 32 GB/s and 100 ns, failed cables (2,2,2)--(3,2,2) and "
-              "(9,11,5)--(9,12,5)", "`cclc.bounds.bounds(coll, lp=False).best` of the faulty "
-              "torus (closed forms)", render_faulty),
+              "exceptions; the AllReduce with failed links", (),
+              "lockstep IR model (`cclc.symmetric_faults.simulate_excepted`, equal to "
+              "`cclc.sim.simulate` of the expanded schedule); the healthy torus's HalfRing + "
+              "DimRotation less the journeys over a failed link, then a rerouted tail; 16 MiB, "
+              "links of 32 GB/s and 100 ns, failed cables (2,2,2)--(3,2,2) and "
+              "(9,11,5)--(9,12,5) (on 8x8x8 the second is (5,3,6)--(5,4,6))",
+              "`cclc.bounds.bounds(coll, lp=False).best` of the faulty torus (closed forms)",
+              render_faulty),
     Benchmark("fattree_scale", "4,096 GPUs on a three-tier fabric (pods512_fattree.ccl, 1 GiB)",
               (), "lockstep IR model (`cclc compile --emit json`), planned spine and core "
               "routes; NCCL's side under cclc's model of NCCL", "`cclc.bounds.bounds(coll)"
@@ -527,6 +536,14 @@ def _scale_faulty(data: dict) -> list[list[str]]:
                     "auto (stored by symmetry with exceptions)",
                     f"{comp['pct_of_bound']:.1f}%", f"{comp['compile_s']:.1f} s",
                     f"{comp['maxrss_mb'] / 1024:.2f} GiB", "faulty_scale"])
+    for r in data.get("allreduce", ()):
+        others = "; ".join(f"{k} {v['pct_of_bound']:.1f}%" for k, v in r["candidates"].items()
+                           if k != r["chosen"])
+        out.append([f"torus {r['dims']}, {_cables(r)}", f"{r['ranks']:,}",
+                    f"{r['collective']} {_size(r['size'])}",
+                    f"auto ({r['chosen']}" + (f"; {others}" if others else "") + ")",
+                    f"{r['pct_of_bound']:.1f}%", f"{r['compile_s']:.1f} s",
+                    f"{r['maxrss_mb'] / 1024:.2f} GiB", "faulty_scale"])
     for r in data.get("refused", ()):
         out.append([f"torus {r['dims']}, {_cables(r)}", "4,096",
                     f"{r['collective']} {_size(r['size'])}", _refusal_summary(r), "–",
