@@ -171,7 +171,7 @@ class _Engine:
                 sends = (j >= 0) & (pos <= m - 2) if up else (j <= m - 1) & (pos >= 1)
             else:
                 j = m - 1 + pos - t if up else t + pos - m + 1
-                sends = (pos <= t) & (t <= m - 2) if up else (pos >= m - 1 - t) & (t <= m - 2)
+                sends = pos <= t if up else pos >= m - 1 - t
             x, j = on[sends], j[sends]
             last = np.zeros(len(x), dtype=bool) if gather or up else j == pos[sends] - 1
             rows.append(self._line_rows(dim, free, x, (j + cut[x] + 1) % m, 1 if up else -1,
@@ -636,8 +636,9 @@ def _dimrot(coll: Collective, **params) -> Schedule:
 
 
 def _dimrot_ops(coll: Collective, **params) -> int:
-    """:func:`grid_ops` of its pieces, and on cut lines one local addition per rank but the
-    line's first and block, in each reduce-scatter phase along them."""
+    """:func:`grid_ops` of its pieces, and, in each reduce-scatter phase along a cut line,
+    one local addition per block at every rank of the line but its first (where the
+    downward chain arrives)."""
     pieces, cuts, _ = _dimrot_plan(coll)
     pieces = pieces[:grid_pieces(coll, len(pieces))]
     ops = grid_ops(coll, len(pieces))
