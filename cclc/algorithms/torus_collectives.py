@@ -586,9 +586,13 @@ def line_cuts(coll: Collective, dims: Sequence[int]) -> tuple[dict[int, np.ndarr
         cuts_on = np.bincount(line_id[broken], minlength=coll.n)
         if cuts_on.max() > 1:
             r = int(np.flatnonzero(broken & (cuts_on[line_id] > 1))[0])
-            return {}, (f"the ring along dimension {d} through {topo.vertex_names[r]} is cut "
-                        f"{int(cuts_on[line_id[r]])} times (failed or missing links); "
-                        "ring+dimrotation runs a ring cut once as a line, not one cut twice")
+            where = f"the ring along dimension {d} through {topo.vertex_names[r]}"
+            if m == 2:              # both hops of a ring of two are its one cable
+                return {}, (f"{where} is two ranks whose one cable failed; ring+dimrotation "
+                            "runs a ring cut once as a line, and this one falls apart")
+            return {}, (f"{where} is cut {int(cuts_on[line_id[r]])} times (failed or missing "
+                        "links); ring+dimrotation runs a ring cut once as a line, not one cut "
+                        "twice")
         cut_of_line = np.full(coll.n, -1, dtype=np.int64)
         cut_of_line[line_id[broken]] = coords[broken, d]
         cuts[d] = cut_of_line[line_id]

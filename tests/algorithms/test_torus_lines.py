@@ -111,6 +111,14 @@ def test_a_ring_cut_twice_is_refused_with_the_reason():
     assert "dimension 0" in why and "cut 2 times" in why
 
 
+def test_a_ring_of_two_whose_cable_failed_is_refused_as_such():
+    topo = torus("t", (2, 4))
+    topo = with_faults(topo, _cable(topo, (0, 1), 0))
+    coll = make_collective("c", K.ALLREDUCE, topo, topo.all_ranks(), size=4 * 8 * 3)
+    why = DIMROT.applicable(coll)
+    assert "two ranks whose one cable failed" in why and "dimension 0" in why
+
+
 @pytest.mark.parametrize("m", [3, 4, 6])
 @pytest.mark.parametrize("kind", [K.REDUCESCATTER, K.ALLGATHER])
 def test_one_cut_ring_costs_what_the_count_by_hand_says(m, kind):
