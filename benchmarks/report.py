@@ -443,7 +443,9 @@ BENCHMARKS = (
               "`cclc.sim.simulate` of the expanded schedule); the healthy torus's HalfRing + "
               "DimRotation less the journeys over a failed link, then a rerouted tail; 16 MiB, "
               "links of 32 GB/s and 100 ns, failed cables (2,2,2)--(3,2,2) and "
-              "(9,11,5)--(9,12,5) (on 8x8x8 the second is (5,3,6)--(5,4,6))",
+              "(9,11,5)--(9,12,5) (on 8x8x8 the second is (5,3,6)--(5,4,6)); the AllReduce "
+              "on 8x8x8 whole, every candidate `auto` built, as `cclc compile --emit json "
+              "--explain` prints them (the same IR model)",
               "`cclc.bounds.bounds(coll, lp=False).best` of the faulty torus (closed forms)",
               render_faulty),
     Benchmark("fattree_scale", "4,096 GPUs on a three-tier fabric (pods512_fattree.ccl, 1 GiB)",
