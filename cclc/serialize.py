@@ -274,6 +274,7 @@ def symmetric_document_pieces(s: SymmetricSchedule | ExceptedSchedule) -> Iterat
                         "masked_element": array(x.masked_element),
                         "masked_journey": array(x.masked_journey),
                         "tail_scratch_from": x.tail_scratch_from,
+                        "interleaved": x.interleaved,
                         "tail": {"routes": {"offsets": array(x.tail_routes.offsets),
                                             "links": array(x.tail_routes.links)},
                                  "ops": {k: array(v) for k, v in x.tail.columns().items()}}}}
@@ -686,7 +687,18 @@ def symmetric_from_json(doc: Any) -> SymmetricSchedule | ExceptedSchedule:
         masked_journey=e.array("masked_journey", "int"), tail=_ops(t.obj("ops")),
         tail_routes=Routes(r.array("offsets", "int"),
                            _int32(r.array("links", "int"), r.path("links"))),
-        tail_scratch_from=e.integer("tail_scratch_from"))
+        tail_scratch_from=e.integer("tail_scratch_from"),
+        interleaved=_interleaved(e))
+
+
+def _interleaved(e: _Doc) -> bool:
+    """``exceptions.interleaved``: false where the key is missing (a tail after the base)."""
+    v = e.get("interleaved", optional=True)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise ScheduleError(f"'{e.path('interleaved')}' must be true or false, not {_what(v)}")
+    return v
 
 
 def _plain(doc: dict) -> Schedule:

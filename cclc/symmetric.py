@@ -347,6 +347,11 @@ class ExceptedSchedule:
     machine, stepped from 0 after the base's last step; they stage data only in scratch chunks
     from ``tail_scratch_from`` on, which the base never touches.
     :mod:`cclc.symmetric_faults` verifies, times and expands it.
+
+    An AllReduce's exceptions are ``interleaved``: the base's ring phases that run on a ring a
+    failed link cuts are masked (``journey`` then gives each representative op its ring phase,
+    :func:`cclc.symmetric_lines.ring_phase_classes`), and the tail is the lines that take
+    their place, in the base's own steps; :mod:`cclc.symmetric_lines` verifies and times it.
     """
 
     collective: Collective
@@ -357,6 +362,7 @@ class ExceptedSchedule:
     tail: Ops
     tail_routes: Routes
     tail_scratch_from: int
+    interleaved: bool = False
 
     def __post_init__(self) -> None:
         if self.base.collective.topology.n_failed_links:

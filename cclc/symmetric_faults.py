@@ -37,11 +37,12 @@ from cclc.sim import OverheadSteps, simulate, step_charges
 from cclc.symmetric import ExceptedSchedule, SymmetricSchedule, expand, healthy_collective
 from cclc.symmetric_check import Journeys, journeys, link_loads, link_orbits
 
-__all__ = ["ExceptedLockstep", "expand_excepted", "masked_instances", "masked_outputs",
-           "required_mask", "simulate_excepted", "verify_excepted", "verify_tail"]
+__all__ = ["ExceptedLockstep", "check_healthy_base", "expand_excepted", "masked_instances",
+           "masked_outputs", "op_bytes", "required_mask", "route_pairs", "simulate_excepted",
+           "verify_excepted", "verify_tail"]
 
 
-def _route_pairs(s: SymmetricSchedule) -> tuple[np.ndarray, np.ndarray]:
+def route_pairs(s: SymmetricSchedule) -> tuple[np.ndarray, np.ndarray]:
     """(representative op, link) for every link of every representative's route."""
     o, routes = s.ops, s.routes
     lengths = routes.lengths()[o.route]
@@ -56,7 +57,7 @@ def required_mask(base: SymmetricSchedule, journey: np.ndarray, topo) -> np.ndar
     ``topo`` (the base's machine with its faults): a representative link ``l`` moved by ``t``
     is failed link ``f`` exactly when ``l`` is in ``f``'s orbit and ``t = src(f) - src(l)``."""
     g = base.group
-    pair_op, pair_link = _route_pairs(base)
+    pair_op, pair_link = route_pairs(base)
     orbit = link_orbits(base)
     pair_orbit = orbit[pair_link]
     found = []
@@ -100,15 +101,10 @@ def masked_outputs(x: ExceptedSchedule, found: Journeys) -> tuple[np.ndarray, np
     return rank, g.chunk_image(chunk0[at], k, rank)
 
 
-def verify_excepted(x: ExceptedSchedule) -> Journeys:
-    """Raise :class:`ScheduleError` unless the expanded schedule of ``x`` computes its
-    AllToAll on the faulty machine (see the module docstring); returns the base's journeys."""
+def check_healthy_base(x: ExceptedSchedule) -> None:
+    """Raise :class:`ScheduleError` unless ``x``'s base is its collective on the healthy
+    machine: the same collective, links and speeds, no failed link."""
     coll, base = x.collective, x.base
-    if coll.kind is not CollectiveKind.ALLTOALL:
-        raise ScheduleError(f"exceptions are for an alltoall's independent journeys, not "
-                            f"{coll.kind.value}")
-    if coll.topology.failed_ranks:
-        raise ScheduleError("exceptions serve failed links; this machine has failed ranks")
     healed = healthy_collective(coll)
     b = base.collective
     bt, ht = b.topology, healed.topology
@@ -118,6 +114,19 @@ def verify_excepted(x: ExceptedSchedule) -> Journeys:
                 np.array_equal(getattr(bt, a), getattr(ht, a)) for a in
                 ("link_src", "link_dst", "link_bandwidth", "link_latency", "link_failed")):
         raise ScheduleError("the base is not the same collective on the healthy machine")
+
+
+def verify_excepted(x: ExceptedSchedule) -> Journeys:
+    """Raise :class:`ScheduleError` unless the expanded schedule of ``x`` computes its
+    AllToAll on the faulty machine (see the module docstring); returns the base's journeys."""
+    coll, base = x.collective, x.base
+    if coll.kind is not CollectiveKind.ALLTOALL or x.interleaved:
+        raise ScheduleError(f"exceptions with a tail after the base are for an alltoall's "
+                            f"independent journeys, not {coll.kind.value} (an allreduce's "
+                            "lines: cclc.symmetric_lines)")
+    if coll.topology.failed_ranks:
+        raise ScheduleError("exceptions serve failed links; this machine has failed ranks")
+    check_healthy_base(x)
     found = journeys(base)
     if not np.array_equal(found.root, x.journey):
         i = int(np.flatnonzero(found.root != x.journey)[0])
@@ -309,13 +318,15 @@ def simulate_excepted(x: ExceptedSchedule, step_overhead: float = 0.0,
     from the masked ops on them. ``step_overhead`` is charged before every step, or
     (``overhead_steps="peer"``, :func:`cclc.sim.step_charges`) before the steps where a kept
     op runs between two ranks: those with a link that still carries an op."""
+    if x.interleaved:
+        raise ScheduleError("an interleaved tail is timed by cclc.symmetric_lines")
     base, topo, g = x.base, x.topology, x.group
     o = base.ops
     n_steps = o.n_steps
-    pair_op, pair_link = _route_pairs(base)
+    pair_op, pair_link = route_pairs(base)
     orbit = link_orbits(base)
     pair_orbit = orbit[pair_link]
-    elems = _op_bytes(base)
+    elems = op_bytes(base)
     step = o.step.astype(np.int64)
     L = topo.n_links
     lat = np.bincount(pair_op, weights=topo.link_latency[pair_link], minlength=len(o))
@@ -373,7 +384,7 @@ def simulate_excepted(x: ExceptedSchedule, step_overhead: float = 0.0,
     return ExceptedLockstep(time=total, step_time=step_times, link_bytes=link_bytes)
 
 
-def _op_bytes(s: SymmetricSchedule) -> np.ndarray:
+def op_bytes(s: SymmetricSchedule) -> np.ndarray:
     o = s.ops
     rows = np.repeat(np.arange(len(o)), o.count)
     j = np.arange(len(rows)) - (np.cumsum(o.count) - o.count)[rows]
@@ -389,19 +400,24 @@ def _tail_schedule(x: ExceptedSchedule) -> Schedule:
 
 def expand_excepted(x: ExceptedSchedule) -> Schedule:
     """The ordinary schedule on the faulty machine: the base expanded less the masked ops,
-    then the tail with its steps after the base's last and its routes after the base's."""
+    then the tail with its steps after the base's last (in the base's own steps where it is
+    ``interleaved``) and its routes after the base's."""
     base = x.base
     n_rep = len(base.ops)
     keep = np.ones(n_rep * base.group.order, dtype=bool)
     m_t, m_rep = masked_instances(x)
     keep[m_t * n_rep + m_rep] = False
     whole = expand(base, keep)
-    n_steps = base.ops.n_steps
+    n_steps = 0 if x.interleaved else base.ops.n_steps
     R = len(whole.routes)
     tail = x.tail.columns()
     tail = {**tail, "step": tail["step"] + n_steps,
             "route": np.where(tail["route"] == 0, 0, tail["route"] + R - 1)}
-    ops = Ops(**{k: np.concatenate([v, tail[k]]) for k, v in whole.ops.columns().items()})
+    cols = {k: np.concatenate([v, tail[k]]) for k, v in whole.ops.columns().items()}
+    if x.interleaved:
+        srt = np.argsort(cols["step"], kind="stable")
+        cols = {k: v[srt] for k, v in cols.items()}
+    ops = Ops(**cols)
     t_off = x.tail_routes.offsets
     offsets = np.concatenate([whole.routes.offsets, whole.routes.offsets[-1] + t_off[2:]])
     links = np.concatenate([whole.routes.links, x.tail_routes.links])

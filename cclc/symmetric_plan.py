@@ -8,8 +8,10 @@ AllToAll and the AllReduce under ``auto`` (:data:`BUILDERS`, from
 :mod:`cclc.algorithms.torus_symmetric`), timed under a lockstep model, and the AllToAll on a
 torus whose only faults are failed links: the healthy torus's schedule less the journeys that
 cross them, and a tail that delivers theirs (:mod:`cclc.algorithms.torus_reroute`,
-:mod:`cclc.symmetric_faults`). Anything else is planned whole, or refused by the size check
-(an AllReduce with a failed link among them, within seconds, with its estimate).
+:mod:`cclc.symmetric_faults`); and the AllReduce there: ring+dimrotation less the phases of
+the rings they cut, run as lines in the same steps (:mod:`cclc.algorithms.torus_cut_allreduce`,
+:mod:`cclc.symmetric_lines`). Anything else is planned whole, or refused by the size check
+within seconds, with its estimate.
 :func:`symmetric_reason` says why a collective cannot take this path, :func:`plan_symmetric`
 takes it.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cclc.algorithms.torus_cut_allreduce import lined_allreduce, lined_reason
 from cclc.algorithms.torus_reroute import excepted_alltoall, excepted_reason
 from cclc.algorithms.torus_symmetric import symmetric_allreduce, symmetric_alltoall
 from cclc.algorithms.torus_symmetric import symmetric_reason as builders_reason
@@ -29,8 +32,9 @@ from cclc.plan import Resolution
 from cclc.symmetric import ExceptedSchedule, SymmetricSchedule
 from cclc.symmetric_check import simulate_lockstep, verify_symmetric
 from cclc.symmetric_faults import simulate_excepted, verify_excepted
+from cclc.symmetric_lines import simulate_lined, verify_lined
 
-__all__ = ["BUILDERS", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "build_symmetric",
+__all__ = ["BUILDERS", "EXCEPTED", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "build_symmetric",
            "plan_symmetric", "symmetric_model", "symmetric_reason"]
 
 #: the size check's estimate (ops, a lower bound on the largest candidate, cclc.budget) above
@@ -44,6 +48,14 @@ SYMMETRIC_FROM_OPS = 5_000_000
 BUILDERS: dict[CollectiveKind, Callable[[Collective], SymmetricSchedule]] = {
     CollectiveKind.ALLTOALL: symmetric_alltoall,
     CollectiveKind.ALLREDUCE: symmetric_allreduce,
+}
+
+#: the builder of each collective kind with exceptions for failed links, and why it cannot
+#: serve a collective
+EXCEPTED: dict[CollectiveKind, tuple[Callable[[Collective], ExceptedSchedule],
+                                     Callable[[Collective], str | None]]] = {
+    CollectiveKind.ALLTOALL: (excepted_alltoall, excepted_reason),
+    CollectiveKind.ALLREDUCE: (lined_allreduce, lined_reason),
 }
 
 
@@ -81,8 +93,11 @@ def symmetric_reason(resolution: Resolution) -> str | None:
     if why is None or not coll.topology.n_failed_links:
         return why
     # a torus whose failed links alone break the translations: the healthy torus's schedule
-    # with exceptions (cclc.algorithms.torus_reroute)
-    failed = excepted_reason(coll)
+    # with exceptions (cclc.algorithms.torus_reroute, cclc.algorithms.torus_cut_allreduce)
+    excepted = EXCEPTED.get(coll.kind)
+    failed = (f"exceptions for failed links are built for "
+              f"{' and '.join(k.value for k in EXCEPTED)} only, not {coll.kind.value}"
+              if excepted is None else excepted[1](coll))
     return None if failed is None else f"{why}; nor with exceptions for them: {failed}"
 
 
@@ -92,7 +107,7 @@ def build_symmetric(coll: Collective) -> SymmetricSchedule | ExceptedSchedule:
     links. ``symmetric_reason`` must have accepted ``coll``."""
     if builders_reason(coll) is None:
         return BUILDERS[coll.kind](coll)
-    return excepted_alltoall(coll)
+    return EXCEPTED[coll.kind][0](coll)
 
 
 def symmetric_model(model: ExecutionModel) -> ExecutionModel:
@@ -112,7 +127,15 @@ def plan_symmetric(coll: Collective, model: ExecutionModel,
     model = symmetric_model(model)
     on_stage("building the schedule in symmetric form")
     schedule = build_symmetric(coll)
-    if isinstance(schedule, ExceptedSchedule):
+    if isinstance(schedule, ExceptedSchedule) and schedule.interleaved:
+        on_stage(f"verifying {len(schedule.ops):,} representative ops, "
+                 f"{len(schedule.masked_element):,} masked ring phases and their lines of "
+                 f"{len(schedule.tail):,} ops")
+        verify_lined(schedule)
+        on_stage("simulating")
+        time = simulate_lined(schedule, step_overhead=model.step_overhead,
+                              overhead_steps=model.overhead_steps).time
+    elif isinstance(schedule, ExceptedSchedule):
         on_stage(f"verifying {len(schedule.ops):,} representative ops, "
                  f"{len(schedule.masked_element):,} masked journeys and a tail of "
                  f"{len(schedule.tail):,} ops")

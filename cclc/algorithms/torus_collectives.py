@@ -30,7 +30,7 @@ Entries:
     and no dimension waits for another (DimRotation, section 2). A ring that a failed link (or
     a mesh's missing wrap) cuts runs as a line, its blocks reduced and gathered by two chains
     that never cross the cut; the rotations are weighted so that the cut dimensions' lines
-    are no busier than the whole rings in the first phase (:func:`_dimrot_plan`).
+    are no busier than the whole rings in the first phase (:func:`dimrot_plan`).
 
 Reductions follow the IR rules: a local step first copies every input block into a scratch
 accumulator; every later hop *reduces* the sender's partial into the receiver's accumulator
@@ -58,8 +58,8 @@ from cclc.errors import CollectiveError
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 from cclc.sends import Sends, sends
 
-__all__ = ["KINDS", "Grid", "Piece", "folded_order", "grid_ops", "grid_pieces", "grid_schedule",
-           "grid_slots", "line_cuts"]
+__all__ = ["KINDS", "Grid", "Piece", "dimrot_plan", "folded_order", "grid_ops", "grid_pieces",
+           "grid_schedule", "grid_slots", "line_cuts"]
 
 KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
                    CollectiveKind.ALLREDUCE})
@@ -599,7 +599,7 @@ def line_cuts(coll: Collective, dims: Sequence[int]) -> tuple[dict[int, np.ndarr
     return cuts, None
 
 
-def _dimrot_plan(coll: Collective) -> tuple[list[Piece], dict[int, np.ndarray], str | None]:
+def dimrot_plan(coll: Collective) -> tuple[list[Piece], dict[int, np.ndarray], str | None]:
     """The pieces of ring+dimrotation and its cut lines (:func:`line_cuts`), or why none.
 
     Piece ``c`` visits the dimensions from ``c`` on (rotated), one per direction. On a line
@@ -630,11 +630,11 @@ def _dimrot_plan(coll: Collective) -> tuple[list[Piece], dict[int, np.ndarray], 
 
 def _dimrot_applicable(coll: Collective, **params) -> str | None:
     why = _common_reason(coll, "ring+dimrotation", params)
-    return why or _dimrot_plan(coll)[2]
+    return why or dimrot_plan(coll)[2]
 
 
 def _dimrot(coll: Collective, **params) -> Schedule:
-    pieces, cuts, _ = _dimrot_plan(coll)
+    pieces, cuts, _ = dimrot_plan(coll)
     grid = Grid(np.arange(coll.n).reshape(coll.topology.grid_dims))
     return grid_schedule(coll, grid, pieces, "ring", "dimrotation", cuts=cuts)
 
@@ -643,7 +643,7 @@ def _dimrot_ops(coll: Collective, **params) -> int:
     """:func:`grid_ops` of its pieces, and, in each reduce-scatter phase along a cut line,
     one local addition per block at every rank of the line but its first (where the
     downward chain arrives)."""
-    pieces, cuts, _ = _dimrot_plan(coll)
+    pieces, cuts, _ = dimrot_plan(coll)
     pieces = pieces[:grid_pieces(coll, len(pieces))]
     ops = grid_ops(coll, len(pieces))
     if coll.kind is CollectiveKind.ALLGATHER:
@@ -660,7 +660,7 @@ def _dimrot_ops(coll: Collective, **params) -> int:
 
 def _dimrot_slots(coll: Collective, **params) -> int:
     """:func:`grid_slots` of its pieces, and a second accumulator in a reduction with cuts."""
-    pieces, cuts, _ = _dimrot_plan(coll)
+    pieces, cuts, _ = dimrot_plan(coll)
     P = grid_pieces(coll, len(pieces))
     extra = P * coll.n if cuts and coll.kind is not CollectiveKind.ALLGATHER else 0
     return grid_slots(coll, len(pieces)) + extra

@@ -25,6 +25,8 @@ alike; each step adds a link latency.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 
 from cclc.collective import Collective, CollectiveKind
@@ -32,7 +34,8 @@ from cclc.errors import CollectiveError, ScheduleError
 from cclc.ir import Buf, OpKind, Ops, Routes, even_split
 from cclc.symmetric import SymmetricSchedule, TranslationGroup
 
-__all__ = ["link_lookup", "symmetric_allreduce", "symmetric_alltoall", "symmetric_reason"]
+__all__ = ["allreduce_phases", "link_lookup", "ring_chains", "symmetric_allreduce",
+           "symmetric_alltoall", "symmetric_reason"]
 
 
 def symmetric_reason(coll: Collective) -> str | None:
@@ -190,11 +193,37 @@ def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
     ``2 (n - 1) S / (n 2D bw)``: the injection bound of a torus whose sides are alike and even.
     :class:`~cclc.errors.CollectiveError` where :func:`symmetric_reason` says it cannot."""
     group = _group_for(coll, CollectiveKind.ALLREDUCE)
-    n, shape = coll.n, group.shape
+    shape = group.shape
     active = [d for d, m in enumerate(shape) if m > 1]
     D = max(len(active), 1)
-    units = 2 * D
-    layout = np.tile(even_split(coll.count // n, units), n)
+    units = [([active[(piece + i) % D] for i in range(len(active))], half)
+             for piece in range(D) for half in (0, 1)]
+    # a phase on a ring of N lasts ceil(N/2) steps (the longer chain of _chains)
+    span = max(((shape[d] + 1) // 2 for d in active), default=0)
+    return allreduce_phases(coll, group, units, _chains, span, compact=True)
+
+
+def ring_chains(m: int, half: int) -> tuple[int, int]:
+    """The chain lengths ``(P, M)`` of a plain ring of ``m``: unit ``half`` 0 is summed along
+    one plus chain of ``m - 1`` hops, unit 1 along a minus chain (a phase of ``m - 1`` steps,
+    each link carrying one set a step, in its one direction)."""
+    return (m - 1, 0) if half == 0 else (0, m - 1)
+
+
+def allreduce_phases(coll: Collective, group: TranslationGroup,
+                     units: Sequence[tuple[Sequence[int], int]],
+                     chains: Callable[[int, int], tuple[int, int]], span: int,
+                     compact: bool) -> SymmetricSchedule:
+    """The DimRotation AllReduce of :func:`symmetric_allreduce` with its units given: unit
+    ``u`` of ``units`` is (its dimension order, its half for ``chains``); every phase lasts
+    ``span`` steps (phase ``i`` starts at step ``1 + i span``; step 0 copies the input),
+    a reduce-scatter phase per dimension of the order, then an allgather phase per dimension
+    in the reverse order. ``compact`` drops the steps without ops; without it a phase keeps
+    its ``span`` steps, so the phases of :func:`ring_phase_classes` stay where they are."""
+    n, shape = coll.n, group.shape
+    U = len(units)
+    D = len(units[0][0]) if units else 0
+    layout = np.tile(even_split(coll.count // n, U), n)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "src", "dst", "kind",
                                                          "src_buf", "src_off", "dst_buf",
                                                          "dst_off", "count")}
@@ -207,17 +236,13 @@ def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
             cols[k].append(np.broadcast_to(np.asarray(v, dtype=np.int64), (m,)).copy())
 
     # every block of rank 0's input into its output (one op per block: ops do not cross blocks)
-    add(0, 0, OpKind.COPY, Buf.INPUT, np.arange(n) * units, count=units)
-    # a phase on a ring of N lasts ceil(N/2) steps (the longer chain of _chains)
-    span = max(((shape[d] + 1) // 2 for d in active), default=0)
+    add(0, 0, OpKind.COPY, Buf.INPUT, np.arange(n) * U, count=U)
     step = 1
     for stage, kind in ((range(D), OpKind.REDUCE), (range(D - 1, -1, -1), OpKind.COPY)):
         for phase in stage:
-            for u in range(units if n > 1 else 0):
-                piece, half = divmod(u, 2)
-                order = [active[(piece + i) % D] for i in range(D)]
+            for u, (order, half) in enumerate(units if n > 1 else ()):
                 d, m = order[phase], shape[order[phase]]
-                for sign, length in zip((1, -1), _chains(m, half), strict=True):
+                for sign, length in zip((1, -1), chains(m, half), strict=True):
                     unit = np.zeros(len(shape), dtype=np.int64)
                     unit[d] = sign
                     neighbour = group.element(unit)
@@ -226,8 +251,8 @@ def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
                         # chain of a reduce-scatter (x + M - k = 0 on the minus one), x + k = 0
                         # (x - k) when the allgather spreads x's set
                         x = (sign * (length - k) if kind is OpKind.REDUCE else -sign * k) % m
-                        blocks = _ring_sets(shape, order[:phase], d, x)
-                        add(step + k, neighbour, kind, Buf.OUTPUT, blocks * units + u)
+                        blocks = _ring_sets(shape, list(order[:phase]), d, x)
+                        add(step + k, neighbour, kind, Buf.OUTPUT, blocks * U + u)
             step += span
     cat = {k: np.concatenate(v) for k, v in cols.items()}
     remote = cat["src"] != cat["dst"]
@@ -235,10 +260,12 @@ def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
     links = link_lookup(coll.topology, cat["src"][remote], cat["dst"][remote])
     used, inverse = np.unique(links, return_inverse=True)
     route[remote] = inverse + 1
-    steps, cat["step"] = np.unique(cat["step"], return_inverse=True)
+    if compact:
+        _, cat["step"] = np.unique(cat["step"], return_inverse=True)
     order_ = np.argsort(cat["step"], kind="stable")
     ops = Ops(route=route[order_], **{k: v[order_] for k, v in cat.items()})
     routes = Routes(np.arange(-1, len(used) + 1).clip(0), used)
     return SymmetricSchedule(collective=coll, group=group, layouts=(layout, layout, np.zeros(0)),
                              ops=ops, routes=routes, algorithm="ring",
-                             schedule="dimrotation-symmetric")
+                             schedule="dimrotation-symmetric",
+                             params=() if compact else (("span", span),))

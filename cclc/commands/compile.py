@@ -287,7 +287,13 @@ class _Printer(Events):
         s = p.schedule
         steps = s.ops.n_steps
         exceptions = ""
-        if isinstance(s, ExceptedSchedule):
+        if isinstance(s, ExceptedSchedule) and s.interleaved:
+            steps = max(steps, s.tail.n_steps)
+            exceptions = (f" with exceptions: {len(set(s.masked_journey.tolist()))} ring phases "
+                          f"on the {len(set(s.masked_element.tolist())):,} ranks of the rings "
+                          f"its {s.topology.n_failed_links} failed links cut left out, run "
+                          f"there as lines of {len(s.tail):,} ops in the same steps")
+        elif isinstance(s, ExceptedSchedule):
             steps += s.tail.n_steps
             exceptions = (f" with exceptions: {len(s.masked_element):,} journeys that cross "
                           f"its {s.topology.n_failed_links} failed links left out, their units "

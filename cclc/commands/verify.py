@@ -81,6 +81,7 @@ def _run_symmetric(args, schedule: SymmetricSchedule | ExceptedSchedule, progres
     from cclc.symmetric import ExceptedSchedule as Excepted
     from cclc.symmetric_check import verify_symmetric
     from cclc.symmetric_faults import verify_excepted
+    from cclc.symmetric_lines import verify_lined
 
     name = schedule.collective.name
     if args.numeric:
@@ -90,7 +91,9 @@ def _run_symmetric(args, schedule: SymmetricSchedule | ExceptedSchedule, progres
         return 2
     try:
         with progress.stage(f"verifying {len(schedule.ops)} representative ops"):
-            if isinstance(schedule, Excepted):
+            if isinstance(schedule, Excepted) and schedule.interleaved:
+                verify_lined(schedule)
+            elif isinstance(schedule, Excepted):
                 verify_excepted(schedule)
             else:
                 verify_symmetric(schedule)
@@ -99,7 +102,11 @@ def _run_symmetric(args, schedule: SymmetricSchedule | ExceptedSchedule, progres
         return 1
     shape = "x".join(map(str, schedule.group.shape))
     exceptions = ""
-    if isinstance(schedule, Excepted):
+    if isinstance(schedule, Excepted) and schedule.interleaved:
+        exceptions = (f", less {len(set(schedule.masked_journey.tolist()))} ring phases on "
+                      f"the {len(set(schedule.masked_element.tolist()))} ranks of the rings a "
+                      f"failed link cuts, and their lines of {len(schedule.tail)} ops")
+    elif isinstance(schedule, Excepted):
         exceptions = (f", less {len(schedule.masked_element)} journeys that cross a failed "
                       f"link, and a tail of {len(schedule.tail)} ops")
     print(f"ok: {name}: {len(schedule.ops)} representative ops for "

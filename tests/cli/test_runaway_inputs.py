@@ -186,16 +186,37 @@ def test_ring_allreduce_on_a_faulty_4096_rank_torus_is_refused_with_its_estimate
     assert not out.exists()
 
 
-def test_allreduce_on_a_faulty_4096_rank_torus_is_refused_under_auto_within_seconds(tmp_path):
-    # auto builds every candidate: its largest, ring+dimrotation (ten pieces: the rotations
-    # that start on a whole dimension take two per direction, the one on the cut dimension
-    # one), decides; the failed link keeps it from being stored by symmetry
+@pytest.mark.slow
+def test_allreduce_on_a_faulty_4096_rank_torus_is_compiled_with_lines(tmp_path):
+    # whole, its ring+dimrotation schedule has 3.36e+08 ops; stored by the healthy torus's
+    # symmetry less the phases of the ring the failed link cuts, run as lines in their steps
     out = tmp_path / "out"
     run = _cclc(tmp_path, FAULTY_ALLREDUCE, "compile", "-o", str(out), "--only", "ar",
                 "--emit", "json")
+    assert run.returncode == 0, run.stderr
+    assert "85,996 representative ops for 352,239,616 ops" in run.stdout
+    assert "with exceptions: 20 ring phases on the 16 ranks" in run.stdout
+    assert "% of bound" in run.stdout and "Traceback" not in run.stderr
+    check = subprocess.run([sys.executable, "-m", "cclc.cli", "verify",
+                            str(out / "ar.schedule.json")], cwd=ROOT,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                           text=True, timeout=GUARD_SECONDS, preexec_fn=_cap_memory)
+    assert check.returncode == 0, check.stderr
+    assert "ring phases on the 16 ranks of the rings a failed link cuts" in check.stdout
+
+
+def test_allreduce_on_a_4096_rank_torus_with_a_ring_cut_twice_is_refused_within_seconds(
+        tmp_path):
+    # auto builds every candidate: its largest, ring+dimrotation, decides; a ring cut twice
+    # has no line, so the failed links keep it from being stored by symmetry
+    out = tmp_path / "out"
+    text = FAULTY_ALLREDUCE.replace("    fault link (0,0,0) -- (1,0,0)\n",
+                                    "    fault link (0,0,0) -- (1,0,0)\n"
+                                    "    fault link (8,0,0) -- (9,0,0)\n")
+    run = _cclc(tmp_path, text, "compile", "-o", str(out), "--only", "ar", "--emit", "json")
     assert run.returncode == 2, run.stderr
     err = run.stderr
-    assert "its ring+dimrotation schedule alone has at least 3.36e+08 ops" in err
-    assert "nor can it be stored by symmetry" in err and "failed link" in err
+    assert "too large to plan here" in err and "nor can it be stored by symmetry" in err
+    assert "nor with exceptions for them" in err and "cut 2 times" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not out.exists()

@@ -31,6 +31,7 @@ from cclc.sim import simulate
 from cclc.symmetric import ExceptedSchedule, SymmetricSchedule, expand
 from cclc.symmetric_check import verify_symmetric
 from cclc.symmetric_faults import expand_excepted, verify_excepted
+from cclc.symmetric_lines import verify_lined
 from cclc.symmetric_plan import plan_symmetric, symmetric_model, symmetric_reason
 from cclc.topology import torus
 from cclc.verify import verify
@@ -112,8 +113,9 @@ def test_an_output_refuses_an_expansion_over_the_limit_with_the_reason():
 
 
 @pytest.mark.parametrize("fault, kind, why", [
-    ("\n    fault link (0,0) -- (1,0)", "allreduce",
-     "failed link breaks the translations.*nor with exceptions for them: .*alltoall only"),
+    ("\n    fault link (0,0) -- (1,0)\n    fault link (2,0) -- (3,0)", "allreduce",
+     "failed link breaks the translations.*nor with exceptions for them: .*cut 2 times"),
+    ("\n    fault link (0,0) -- (1,0)", "allgather", "alltoall and allreduce only"),
     ("", "allgather", "alltoall and allreduce only")])
 def test_what_cannot_be_stored_by_symmetry_keeps_the_refusal_and_says_why(
         tmp_path, refuse_everything, fault, kind, why):
@@ -147,6 +149,27 @@ def test_a_refused_alltoall_with_failed_links_is_compiled_with_exceptions(
     bad.write_bytes(b"".join(symmetric_document_pieces(doc.replace(tail=doc.tail.take(keep)))))
     assert main(["verify", str(bad)]) == 1
     assert "verification failed" in capsys.readouterr().err
+
+
+def test_a_refused_allreduce_with_failed_links_is_compiled_with_lines(
+        tmp_path, refuse_everything, capsys):
+    from cclc.cli import main
+
+    fault = "\n    fault link (1,1) -- (1,2)\n    fault link (3,0) -- (0,0)"
+    (r,) = compile_source(SOURCE.format(fault=fault, kind="allreduce"), tmp_path / "o",
+                          Request(emit=("json", "msccl")))
+    assert r.symmetric is not None and not r.failed and not r.missing
+    doc = read_document(tmp_path / "o" / "a2a.schedule.json")
+    assert isinstance(doc, ExceptedSchedule) and doc.interleaved
+    verify_lined(doc)
+    whole = expand_excepted(doc)
+    verify(whole)
+    assert simulate(whole).time == pytest.approx(r.symmetric.time, rel=1e-12)
+    assert r.symmetric.pct_of_bound is not None and r.symmetric.pct_of_bound <= 100.0 + 1e-9
+    # the XML output is the expansion (it fits), and it runs what was verified
+    assert (tmp_path / "o" / "a2a.msccl.xml").is_file()
+    assert main(["verify", str(tmp_path / "o" / "a2a.schedule.json")]) == 0
+    assert "ring phases on the" in capsys.readouterr().out
 
 
 def test_a_named_algorithm_is_not_replaced():

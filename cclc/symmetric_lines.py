@@ -1,0 +1,395 @@
+"""Verify and time a symmetric AllReduce whose cut rings run as lines, without expanding it.
+
+The schedule (:mod:`cclc.algorithms.torus_cut_allreduce`) is an
+:class:`~cclc.symmetric.ExceptedSchedule` with an ``interleaved`` tail: the symmetric
+AllReduce of the healthy torus less its ring phases on the rings that a failed link cuts, and
+the lines that take their place in the same steps. Why that is sound, and what is checked:
+
+* *Ring phases* (:func:`ring_phase_classes`): every op of the base but the local copies of
+  step 0 sends one chunk of the output from rank 0 (as a representative) to a neighbour along
+  one dimension, reading and writing the same chunk index; the base holds every phase to
+  ``span`` steps (its ``params``), so phase ``w`` of unit ``u`` (the chunk index modulo the
+  units per block) is the class of the ops in steps ``1 + w span .. (w + 1) span`` of that
+  unit, and all of a class's ops move along one dimension (checked).
+* Hence a *block*, the members of a class moved onto the ranks of one ring along its
+  dimension, touches only that ring's chunks of that unit, and nothing else does while the
+  class's steps last: other rings are other ranks, other units other chunks, other phases
+  other steps. Replacing a block by other ops with the same property (the *line*: every op of
+  the tail is checked to fall in a masked block's steps, ring, unit and dimension, over a
+  healthy link) changes nothing outside it.
+* The masked (element, class) pairs must be exactly every rank of every ring a failed link
+  cuts, with every class along that ring's dimension (:func:`required_lines_mask`): every op
+  kept uses healthy links.
+* Each block and its line are run side by side on symbolic values (:func:`_run_block`): a
+  chunk's value is the set of ring members whose start value of that chunk it sums, so the
+  two agree on a chunk for every start state exactly when the sets agree. Where they differ
+  the base's value must be dead: the next access to that chunk after the block's steps, in the
+  base (interpreted in rank 0's frame, so once for every translation), is a copy that
+  overwrites it without anything reading it in that step. By induction over the blocks in
+  time, every value a kept op or an output reads is then the base's, and the base is verified
+  (:func:`cclc.symmetric_check.verify_symmetric`).
+
+The lockstep time (:func:`simulate_lined`) is that of :func:`cclc.sim.simulate` on the
+expanded schedule: per step, an orbit of links none of whose links the masked ops or the
+lines touch carries its orbit's bytes, a touched link its orbit's bytes less the masked ops'
+and plus the lines'.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cclc.collective import CollectiveKind
+from cclc.errors import ScheduleError
+from cclc.ir import Buf, OpKind
+from cclc.sim import OverheadSteps, step_charges
+from cclc.symmetric import ExceptedSchedule, SymmetricSchedule, TranslationGroup
+from cclc.symmetric_check import link_loads, link_orbits, verify_symmetric
+from cclc.symmetric_faults import (
+    ExceptedLockstep,
+    check_healthy_base,
+    masked_instances,
+    op_bytes,
+    route_pairs,
+)
+
+__all__ = ["cut_rings", "required_lines_mask", "ring_phase_classes", "simulate_lined",
+           "verify_lined"]
+
+#: the longest ring a block's symbolic values (one bit per member) are run for
+MAX_RING = 62
+
+
+def _span(base: SymmetricSchedule) -> int:
+    span = dict(base.params).get("span")
+    if not isinstance(span, int) or span < 1:
+        raise ScheduleError("the base names no phase length ('span' in its params): its ring "
+                            "phases cannot be told apart")
+    return span
+
+
+def ring_phase_classes(base: SymmetricSchedule) -> np.ndarray:
+    """The ring phase of every representative op of ``base``: 0 for a local op, else ``1 + w
+    U + u`` for the op of unit ``u`` (its chunk index modulo the ``U`` units of a block) in
+    phase ``w`` (steps ``1 + w span .. (w + 1) span``)."""
+    o = base.ops
+    U = base.per_block(Buf.OUTPUT) or 1
+    span = _span(base)
+    step = o.step.astype(np.int64)
+    return np.where(o.src == o.dst, 0, 1 + ((step - 1) // span) * U + o.dst_off % U)
+
+
+def _link_dims(topo, group: TranslationGroup, links: np.ndarray) -> np.ndarray:
+    """The dimension each link moves along (-1 for one between ranks that differ in more than
+    one coordinate)."""
+    diff = group.coords(topo.link_src[links]) != group.coords(topo.link_dst[links])
+    return np.where(diff.sum(axis=0) == 1, np.argmax(diff, axis=0), -1)
+
+
+def _class_dims(base: SymmetricSchedule, classes: np.ndarray) -> np.ndarray:
+    """Per class: the dimension its ops move along (-1 for the local class and for ids no op
+    has); :class:`ScheduleError` where the base is not made of ring phases."""
+    o, topo, g = base.ops, base.topology, base.group
+    local = classes == 0
+    lengths = base.routes.lengths()[o.route]
+    remote = ~local
+    bad = (local & (o.step != 0)) | (remote & (
+        (o.step < 1) | (o.src != 0) | (lengths != 1) | (o.count != 1)
+        | (o.src_buf != Buf.OUTPUT) | (o.dst_buf != Buf.OUTPUT) | (o.src_off != o.dst_off)))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ScheduleError(f"representative op #{i} is not in a ring phase: a local op after "
+                            "step 0, or not one output chunk sent from rank 0 over one link "
+                            "into the same chunk of a neighbour")
+    links = base.routes.links[base.routes.offsets[:-1][o.route[remote]]].astype(np.int64)
+    d = _link_dims(topo, g, links)
+    dims = np.full(int(classes.max(initial=0)) + 1, -1, dtype=np.int64)
+    dims[classes[remote]] = d
+    if (dims[classes[remote]] != d).any() or (d < 0).any():
+        raise ScheduleError("a ring phase of the base moves along more than one dimension")
+    return dims
+
+
+def cut_rings(topo, group: TranslationGroup) -> dict[int, np.ndarray]:
+    """Per dimension with a failed link: per ring (named by its rank whose coordinate along
+    that dimension is 0, an index over all ranks) the coordinate ``c`` of its cut ``c -- c+1``
+    (the link failed either way), -1 where the ring is whole; :class:`ScheduleError` for a
+    ring cut twice."""
+    shape = group.shape
+    cuts: dict[int, np.ndarray] = {}
+    failed = np.flatnonzero(topo.link_failed)
+    for f in failed.tolist():
+        cs = group.coords(np.array([topo.link_src[f]]))[:, 0]
+        cd = group.coords(np.array([topo.link_dst[f]]))[:, 0]
+        (d,) = np.flatnonzero(cs != cd)
+        m = shape[d]
+        c = int(cs[d]) if (cs[d] + 1) % m == cd[d] else int(cd[d])
+        ring = cs.copy()
+        ring[d] = 0
+        r = int(np.ravel_multi_index(tuple(ring), shape))
+        at = cuts.setdefault(int(d), np.full(group.order, -1, dtype=np.int64))
+        if at[r] not in (-1, c):
+            raise ScheduleError(f"the ring along dimension {d} through rank {r} is cut twice: a "
+                                "line serves a ring cut once")
+        at[r] = c
+    return cuts
+
+
+def _members(group: TranslationGroup, ring: int, d: int) -> np.ndarray:
+    """The ranks of the ring along ``d`` named ``ring``, by coordinate along ``d``."""
+    c = group.coords(np.array([ring]))
+    at = np.repeat(c, group.shape[d], axis=1)
+    at[d] = np.arange(group.shape[d])
+    return np.asarray(np.ravel_multi_index(tuple(at), group.shape), dtype=np.int64)
+
+
+def required_lines_mask(base: SymmetricSchedule, classes: np.ndarray, topo) -> np.ndarray:
+    """``(k, 2)`` sorted unique (element, class) pairs to mask: every rank of every ring of
+    ``topo`` (the base's machine with its faults) that a failed link cuts, with every class
+    that moves along that ring's dimension (the base's ops go from rank 0, so element ``t``
+    moves a class onto the ops from rank ``t``)."""
+    dims = _class_dims(base, classes)
+    found = []
+    for d, cut in cut_rings(topo, base.group).items():
+        ranks = np.concatenate([_members(base.group, int(r), d)
+                                for r in np.flatnonzero(cut >= 0).tolist()])
+        for c in np.flatnonzero(dims == d).tolist():
+            found.append(np.stack([ranks, np.full(len(ranks), c)], axis=1))
+    if not found:
+        return np.zeros((0, 2), dtype=np.int64)
+    return np.unique(np.concatenate(found).astype(np.int64), axis=0)
+
+
+def _tail_checks(x: ExceptedSchedule, dims: np.ndarray, span: int) -> np.ndarray:
+    """The static checks of the lines' ops; returns each op's class."""
+    o, topo, g = x.tail, x.topology, x.group
+    U = x.base.per_block(Buf.OUTPUT) or 1
+    routes = x.tail_routes
+    n = x.n
+    lengths = routes.lengths()
+    ok_route = (o.route >= 1) & (o.route < len(routes))
+    ok_route[ok_route] &= lengths[o.route[ok_route]] == 1
+    bad = ~ok_route | (o.src < 0) | (o.src >= n) | (o.dst < 0) | (o.dst >= n) \
+        | ((o.kind != OpKind.COPY) & (o.kind != OpKind.REDUCE)) | (o.count != 1) \
+        | (o.src_buf != Buf.OUTPUT) | (o.dst_buf != Buf.OUTPUT) | (o.src_off != o.dst_off) \
+        | (o.src_off < 0) | (o.src_off >= n * U) | (o.step < 1)
+    if bad.any():
+        raise ScheduleError(f"line op #{int(np.flatnonzero(bad)[0])} is not one output chunk "
+                            "sent over one link into the same chunk of another rank")
+    link = routes.links[routes.offsets[:-1][o.route]].astype(np.int64)
+    cls = 1 + ((o.step.astype(np.int64) - 1) // span) * U + o.dst_off % U
+    bad = (topo.link_failed[link] | (topo.link_src[link] != o.src)
+           | (topo.link_dst[link] != o.dst) | (cls >= len(dims)))
+    bad[~bad] |= dims[cls[~bad]] != _link_dims(topo, g, link[~bad])
+    if bad.any():
+        raise ScheduleError(f"line op #{int(np.flatnonzero(bad)[0])} goes over a failed link, "
+                            "a link that does not join its ranks, or a link along another "
+                            "dimension than its ring phase's")
+    return cls
+
+
+def _run_block(step, src, dst, kind, chunk, pos) -> tuple[dict, set]:
+    """Run ops on one ring's chunks with symbolic values: a chunk's value is a bit set of the
+    ring positions whose start value of that chunk it sums (start: its own position's bit).
+    Returns (final value, written) per (position, chunk) touched; :class:`ScheduleError` for
+    two writes to a chunk in one step or a reduction that adds a member twice."""
+    val: dict = {}
+    written: set = set()
+    order = np.argsort(step, kind="stable")
+    step, src, dst, kind, chunk = (a[order] for a in (step, src, dst, kind, chunk))
+    bounds = np.flatnonzero(np.diff(step)) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(step)], strict=True):
+        new: dict = {}
+        for i in range(lo, hi):
+            s = (int(pos[src[i]]), int(chunk[i]))
+            t = (int(pos[dst[i]]), int(chunk[i]))
+            if t in new:
+                raise ScheduleError(f"two ops write chunk {t[1]} of one rank in step "
+                                    f"{int(step[i])}")
+            v = val.get(s, 1 << s[0])
+            if kind[i] == OpKind.REDUCE:
+                w = val.get(t, 1 << t[0])
+                if v & w:
+                    raise ScheduleError(f"step {int(step[i])} adds a rank's contribution to "
+                                        f"chunk {t[1]} twice")
+                v |= w
+            new[t] = v
+        val.update(new)
+        written.update(new)
+    return val, written
+
+
+class _Events:
+    """Every access to rank 0's output chunks in the base (in rank 0's frame), to ask what
+    comes next after a step."""
+
+    def __init__(self, base: SymmetricSchedule) -> None:
+        o, g = base.ops, base.group
+        U = base.per_block(Buf.OUTPUT) or 1
+        rows = np.repeat(np.arange(len(o)), o.count)
+        q = np.arange(len(rows)) - (np.cumsum(o.count) - o.count)[rows]
+        step = o.step[rows].astype(np.int64)
+        out = o.dst_buf[rows] == Buf.OUTPUT
+        w_chunk = g.chunk_image(o.dst_off[rows] + q, U, g.inverse(o.dst[rows].astype(np.int64)))
+        r_in = o.src_buf[rows] == Buf.OUTPUT
+        r_chunk = g.chunk_image(o.src_off[rows] + q, U, g.inverse(o.src[rows].astype(np.int64)))
+        reduce_ = o.kind[rows] == OpKind.REDUCE
+        chunk = np.concatenate([w_chunk[out], r_chunk[r_in], w_chunk[out & reduce_]])
+        at = np.concatenate([step[out], step[r_in], step[out & reduce_]])
+        read = np.concatenate([np.zeros(int(out.sum()), dtype=bool),
+                               np.ones(int(r_in.sum() + (out & reduce_).sum()), dtype=bool)])
+        self.stride = int(at.max(initial=0)) + 2
+        key = chunk * self.stride + at
+        self.keys, inv = np.unique(key, return_inverse=True)
+        self.read = np.zeros(len(self.keys), dtype=bool)
+        np.logical_or.at(self.read, inv.reshape(-1), read)
+
+    def dead_after(self, chunk0: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """Whether each rank-0 chunk's value after ``step`` is overwritten, unread, by the
+        next access to it."""
+        want = chunk0 * self.stride + step + 1
+        at = np.searchsorted(self.keys, want)
+        found = at < len(self.keys)
+        found[found] &= self.keys[at[found]] // self.stride == chunk0[found]
+        return found & ~self.read[np.minimum(at, len(self.keys) - 1)]
+
+
+def verify_lined(x: ExceptedSchedule) -> None:
+    """Raise :class:`ScheduleError` unless the expanded schedule of ``x`` computes its
+    AllReduce on the faulty machine (see the module docstring)."""
+    coll, base, g = x.collective, x.base, x.group
+    if coll.kind is not CollectiveKind.ALLREDUCE or not x.interleaved:
+        raise ScheduleError(f"lines replace the ring phases of an allreduce, not of "
+                            f"{coll.kind.value}, in the base's own steps")
+    if coll.topology.failed_ranks:
+        raise ScheduleError("exceptions serve failed links; this machine has failed ranks")
+    check_healthy_base(x)
+    verify_symmetric(base)
+    classes = ring_phase_classes(base)
+    if not np.array_equal(classes, x.journey):
+        i = int(np.flatnonzero(classes != x.journey)[0])
+        raise ScheduleError(f"representative op #{i} is given ring phase {int(x.journey[i])}; "
+                            f"it belongs to ring phase {int(classes[i])}")
+    dims = _class_dims(base, classes)
+    want = required_lines_mask(base, classes, coll.topology)
+    given = np.unique(np.stack([x.masked_element, x.masked_journey], axis=1), axis=0)
+    if len(given) != len(x.masked_element) or not np.array_equal(want, given):
+        raise ScheduleError("the masked ring phases are not every phase of every ring a "
+                            "failed link cuts, each once")
+    span = _span(base)
+    U = base.per_block(Buf.OUTPUT) or 1
+    t_cls = _tail_checks(x, dims, span)
+    # every line op in a masked block: (its source, its class) is masked
+    t_key = x.tail.src.astype(np.int64) * len(dims) + t_cls
+    m_key = x.masked_element * len(dims) + x.masked_journey
+    if not np.isin(t_key, m_key).all():
+        i = int(np.flatnonzero(~np.isin(t_key, m_key))[0])
+        raise ScheduleError(f"line op #{i} runs on a ring phase that is not masked")
+    if max(base.group.shape) > MAX_RING:
+        raise ScheduleError(f"a ring of more than {MAX_RING} ranks: its lines are not checked")
+    events = _Events(base)
+    m_t, m_rep = masked_instances(x)
+    o, t = base.ops, x.tail
+    m_src = g.act(o.src[m_rep].astype(np.int64), m_t)
+    m_dst = g.act(o.dst[m_rep].astype(np.int64), m_t)
+    m_chunk = g.chunk_image(o.dst_off[m_rep].astype(np.int64), U, m_t)
+    m_cls = classes[m_rep]
+    # per dimension and rank: the ring along that dimension through it (its rank at 0 there)
+    coords = g.coords(np.arange(x.n))
+    ring_of = np.zeros((len(g.shape), x.n), dtype=np.int64)
+    for d in range(len(g.shape)):
+        c = coords.copy()
+        c[d] = 0
+        ring_of[d] = np.ravel_multi_index(tuple(c), g.shape)
+    m_ring = ring_of[dims[m_cls], m_src]
+    t_ring = ring_of[dims[t_cls], t.src.astype(np.int64)]
+    for ring, cls in sorted({(int(r), int(c)) for r, c in zip(m_ring, m_cls, strict=True)}):
+        d = int(dims[cls])
+        pos = np.zeros(x.n, dtype=np.int64)
+        pos[_members(g, ring, d)] = np.arange(g.shape[d])
+        mb = (m_ring == ring) & (m_cls == cls)
+        tb = (t_ring == ring) & (t_cls == cls)
+        b_val, b_w = _run_block(o.step[m_rep[mb]], m_src[mb], m_dst[mb], o.kind[m_rep[mb]],
+                                m_chunk[mb], pos)
+        l_val, l_w = _run_block(t.step[tb], t.src[tb].astype(np.int64),
+                                t.dst[tb].astype(np.int64), t.kind[tb],
+                                t.dst_off[tb].astype(np.int64), pos)
+        differ = [k for k in b_w | l_w
+                  if b_val.get(k, 1 << k[0]) != l_val.get(k, 1 << k[0])]
+        if not differ:
+            continue
+        members = _members(g, ring, d)
+        rank = members[np.array([k[0] for k in differ])]
+        chunk0 = g.chunk_image(np.array([k[1] for k in differ]), U, g.inverse(rank))
+        end = (cls - 1) // U * span + span
+        dead = events.dead_after(chunk0, np.full(len(differ), end))
+        if not dead.all():
+            k = differ[int(np.flatnonzero(~dead)[0])]
+            raise ScheduleError(f"the line of ring phase {cls} on the ring through rank "
+                                f"{ring} leaves chunk {k[1]} of rank {int(members[k[0]])} "
+                                "other than the base does, and the base reads it later")
+
+
+def simulate_lined(x: ExceptedSchedule, step_overhead: float = 0.0,
+                   overhead_steps: OverheadSteps = "every") -> ExceptedLockstep:
+    """The lockstep time of the expanded schedule (:mod:`cclc.sim`'s model) without expanding:
+    a step lasts as long as its busiest link (bytes over bandwidth, plus its latency), every
+    op going over one link. A link no masked op and no line touches in a step carries its
+    orbit's bytes; a touched one its orbit's less the masked ops' plus the lines'."""
+    base, topo, g = x.base, x.topology, x.group
+    o = base.ops
+    L = topo.n_links
+    pair_op, pair_link = route_pairs(base)
+    orbit = link_orbits(base)
+    elems = op_bytes(base)
+    step = o.step.astype(np.int64)
+    cell = step[pair_op] * L + orbit[pair_link]
+    keys, inv = np.unique(cell, return_inverse=True)
+    inv = inv.reshape(-1)
+    busy = np.bincount(inv, weights=elems[pair_op], minlength=len(keys))
+    pairs_in = np.bincount(inv, minlength=len(keys))
+    # the masked ops' links, moved, and the lines' links
+    m_t, m_rep = masked_instances(x)
+    starts = np.searchsorted(pair_op, m_rep, side="left")
+    ends = np.searchsorted(pair_op, m_rep, side="right")
+    size = ends - starts
+    owner = np.repeat(np.arange(len(m_rep)), size)
+    at = starts[owner] + np.arange(int(size.sum())) - (np.cumsum(size) - size)[owner]
+    moved = g.link_image(topo, pair_link[at], m_t[owner])
+    t = x.tail
+    t_link = x.tail_routes.links[x.tail_routes.offsets[:-1][t.route]].astype(np.int64)
+    itemsize = x.collective.dtype.itemsize
+    t_bytes = x.layouts[Buf.OUTPUT][t.src_off].astype(np.float64) * itemsize
+    cells = np.concatenate([step[pair_op[at]] * L + moved, t.step.astype(np.int64) * L + t_link])
+    delta = np.concatenate([-elems[pair_op[at]], t_bytes])
+    count = np.concatenate([-np.ones(len(at), dtype=np.int64), np.ones(len(t), dtype=np.int64)])
+    tkeys, tinv = np.unique(cells, return_inverse=True)
+    tinv = tinv.reshape(-1)
+    t_busy = np.bincount(tinv, weights=delta, minlength=len(tkeys))
+    t_pairs = np.bincount(tinv, weights=count, minlength=len(tkeys)).astype(np.int64)
+    c_step, c_link = np.divmod(tkeys, L)
+    ck = np.searchsorted(keys, c_step * L + orbit[c_link])
+    in_base = ck < len(keys)
+    in_base[in_base] &= keys[ck[in_base]] == (c_step * L + orbit[c_link])[in_base]
+    ck = np.minimum(ck, max(len(keys) - 1, 0))
+    t_busy += np.where(in_base, busy[ck] if len(keys) else 0.0, 0.0)
+    t_pairs += np.where(in_base, pairs_in[ck] if len(keys) else 0, 0)
+    n_steps = int(max(o.n_steps, int(t.step.max(initial=-1)) + 1))
+    bw, lat = topo.link_bandwidth, topo.link_latency
+    step_time = np.zeros(n_steps)
+    live = t_pairs > 0
+    np.maximum.at(step_time, c_step[live], (t_busy / bw[c_link] + lat[c_link])[live])
+    # orbit cells with a link nothing touched keep their whole time
+    touched = np.bincount(ck[in_base], minlength=len(keys))
+    orbit_size = np.bincount(orbit[orbit >= 0], minlength=L)
+    k_step, k_orbit = np.divmod(keys, L)
+    whole = touched < orbit_size[k_orbit]
+    np.maximum.at(step_time, k_step[whole], (busy / bw[k_orbit] + lat[k_orbit])[whole])
+    charges = step_charges(np.concatenate([c_step[live], k_step[whole]]),
+                           np.ones(int(live.sum() + whole.sum()), dtype=bool), n_steps,
+                           step_overhead, overhead_steps)
+    link_bytes = link_loads(base)
+    np.subtract.at(link_bytes, moved, elems[pair_op[at]])
+    np.add.at(link_bytes, t_link, t_bytes)
+    return ExceptedLockstep(time=float(step_time.sum() + charges.sum()),
+                            step_time=step_time + charges, link_bytes=link_bytes)

@@ -1,0 +1,202 @@
+"""cclc/symmetric_lines.py and cclc/algorithms/torus_cut_allreduce.py: an AllReduce on a torus
+with failed links, stored by symmetry with its cut rings run as lines, checked against its
+expansion (the ordinary verifier, the numeric interpreter against numpy, the simulator), over
+tori, sides and fault positions; and every kind of wrong form refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cclc.algorithms.torus_cut_allreduce import lined_allreduce, lined_reason
+from cclc.collective import CollectiveKind, make_collective
+from cclc.errors import CollectiveError, ScheduleError
+from cclc.ir import Buf, OpKind
+from cclc.numeric import check_numeric
+from cclc.sim import simulate
+from cclc.symmetric_faults import expand_excepted, simulate_excepted, verify_excepted
+from cclc.symmetric_lines import (
+    cut_rings,
+    required_lines_mask,
+    ring_phase_classes,
+    simulate_lined,
+    verify_lined,
+)
+from cclc.topology import torus, with_faults
+from cclc.verify import verify
+
+
+def _allreduce(dims, cables, per_rank=40, latency=1e-7):
+    """An AllReduce on a torus whose cables between coordinate pairs ``cables`` failed both
+    ways."""
+    n = int(np.prod(dims))
+    topo = torus("t", tuple(dims), bandwidth=25e9, latency=latency, routing="none")
+    pairs = []
+    for a, b in cables:
+        u = int(np.ravel_multi_index(a, dims))
+        v = int(np.ravel_multi_index(b, dims))
+        pairs += [(u, v), (v, u)]
+    topo = with_faults(topo, links=pairs)
+    return make_collective("ar", CollectiveKind.ALLREDUCE, topo, tuple(range(n)),
+                           size=per_rank * n * 4)
+
+
+def _cable(dims, at, d):
+    a = tuple(at)
+    b = list(at)
+    b[d] = (b[d] + 1) % dims[d]
+    return a, tuple(b)
+
+
+def _check_against_expansion(coll):
+    x = lined_allreduce(coll)
+    verify_lined(x)
+    whole = expand_excepted(x)
+    verify(whole)
+    check_numeric(whole, dtypes=[whole.collective.dtype])
+    lock = simulate_lined(x, step_overhead=3e-7, overhead_steps="peer")
+    sim = simulate(whole, step_overhead=3e-7, overhead_steps="peer")
+    assert lock.time == pytest.approx(sim.time, rel=1e-12)
+    assert np.allclose(lock.link_bytes, sim.link_bytes)
+    assert not lock.link_bytes[coll.topology.link_failed].any()
+    return x, whole
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_lines_equal_their_expansion_over_tori_and_fault_positions(data):
+    dims = tuple(data.draw(st.lists(st.integers(3, 5), min_size=2, max_size=3), label="dims"))
+    n_cables = data.draw(st.integers(1, 2), label="cables")
+    cables, rings = [], set()
+    for _ in range(n_cables):
+        d = data.draw(st.integers(0, len(dims) - 1))
+        at = [data.draw(st.integers(0, m - 1)) for m in dims]
+        ring = (d, tuple(c for k, c in enumerate(at) if k != d))
+        if ring in rings:           # a ring cut twice has no line
+            continue
+        rings.add(ring)
+        cables.append(_cable(dims, at, d))
+    _check_against_expansion(_allreduce(dims, cables))
+
+
+def test_a_4x4x4_torus_with_two_cables_along_two_dimensions():
+    coll = _allreduce((4, 4, 4), [((1, 1, 1), (2, 1, 1)), ((0, 3, 2), (0, 0, 2))])
+    x, whole = _check_against_expansion(coll)
+    # every op of a cut ring's phases is masked, and no kept op crosses a failed link
+    assert x.expanded_ops() == len(whole.ops)
+    routes = whole.routes
+    used = np.concatenate([routes.path(int(r)) for r in np.unique(whole.ops.route)])
+    assert not coll.topology.link_failed[used.astype(np.int64)].any()
+    assert set(cut_rings(coll.topology, x.group)) == {0, 1}
+
+
+def test_ring_phases_are_unit_and_phase_and_the_mask_is_every_rank_of_a_cut_ring():
+    coll = _allreduce((4, 5), [((1, 2), (2, 2))])
+    x = lined_allreduce(coll)
+    classes = ring_phase_classes(x.base)
+    o = x.base.ops
+    assert (classes[o.src == o.dst] == 0).all()
+    U = x.base.per_block(Buf.OUTPUT)
+    span = dict(x.base.params)["span"]
+    remote = o.src != o.dst
+    assert np.array_equal(classes[remote], 1 + (o.step[remote] - 1) // span * U
+                          + o.dst_off[remote] % U)
+    mask = required_lines_mask(x.base, classes, coll.topology)
+    ring = [int(np.ravel_multi_index((i, 2), (4, 5))) for i in range(4)]
+    assert set(mask[:, 0].tolist()) == set(ring)
+
+
+def test_the_lines_keep_the_first_phase_as_busy_as_the_whole_rings():
+    """A line's links carry twice a ring's bytes per unit, and the plan gives the pieces that
+    start on the cut dimension half the units: the first phase's busiest link is alike on the
+    line and on the whole rings of the other dimensions."""
+    coll = _allreduce((6, 6, 6), [((2, 2, 2), (3, 2, 2))], per_rank=600)
+    x = lined_allreduce(coll)
+    whole = expand_excepted(x)
+    span = dict(x.base.params)["span"]
+    first = (whole.ops.step >= 1) & (whole.ops.step <= span - 1)
+    topo = coll.topology
+    link = whole.routes.links[whole.routes.offsets[:-1][whole.ops.route[first]]]
+    sizes = x.layouts[Buf.OUTPUT][whole.ops.src_off[first]]
+    per = np.bincount(whole.ops.step[first] * topo.n_links + link, weights=sizes)
+    per = per.reshape(-1, topo.n_links)[1:]
+    dim = np.argmax(np.abs(np.array(np.unravel_index(topo.link_src, (6, 6, 6)))
+                           - np.array(np.unravel_index(topo.link_dst, (6, 6, 6)))), axis=0)
+    busiest = [per[:, dim == d].max() for d in range(3)]
+    assert max(busiest) == pytest.approx(min(busiest), rel=0.05)
+
+
+def test_what_lines_cannot_serve_is_said():
+    twice = _allreduce((4, 4), [((0, 0), (1, 0)), ((2, 0), (3, 0))])
+    assert "cut 2 times" in (lined_reason(twice) or "")
+    with pytest.raises(CollectiveError, match="cut 2 times"):
+        lined_allreduce(twice)
+    short = _allreduce((2, 4), [((0, 1), (0, 2))])
+    assert "shorter than 3" in (lined_reason(short) or "")
+    healthy = _allreduce((4, 4), [])
+    assert "no failed link" in (lined_reason(healthy) or "")
+    a2a = make_collective("a", CollectiveKind.ALLTOALL, twice.topology, tuple(range(16)),
+                          size=16 * 64)
+    assert "allreduce only" in (lined_reason(a2a) or "")
+
+
+@pytest.fixture(scope="module")
+def lined():
+    return lined_allreduce(_allreduce((4, 4, 3), [((1, 1, 1), (1, 2, 1))]))
+
+
+def _must_fail(x, match):
+    with pytest.raises(ScheduleError, match=match):
+        verify_lined(x)
+
+
+def test_a_ring_phase_left_unmasked_is_refused(lined):
+    keep = np.arange(len(lined.masked_element)) != 0
+    _must_fail(lined.replace(masked_element=lined.masked_element[keep],
+                             masked_journey=lined.masked_journey[keep]),
+               "not every phase of every ring a failed link cuts")
+
+
+def test_a_line_op_dropped_is_refused(lined):
+    reduce_ = np.flatnonzero(lined.tail.kind == OpKind.REDUCE)
+    keep = np.arange(len(lined.tail)) != reduce_[len(reduce_) // 2]
+    _must_fail(lined.replace(tail=lined.tail.take(keep)), "the base reads it later")
+
+
+def test_a_line_op_moved_to_another_step_is_refused(lined):
+    cols = lined.tail.columns()
+    cols["step"] = cols["step"].copy()
+    i = int(np.flatnonzero(cols["kind"] == OpKind.REDUCE)[0])
+    cols["step"][i] += 1
+    _must_fail(lined.replace(tail=type(lined.tail)(**cols)), "twice|reads it later|two ops")
+
+
+def test_a_line_op_over_the_failed_link_is_refused(lined):
+    topo = lined.topology
+    f = int(np.flatnonzero(topo.link_failed)[0])
+    cols = lined.tail.columns()
+    cols["src"] = cols["src"].copy()
+    cols["dst"] = cols["dst"].copy()
+    cols["src"][0], cols["dst"][0] = topo.link_src[f], topo.link_dst[f]
+    routes = lined.tail_routes
+    links = np.concatenate([routes.links, [f]]).astype(routes.links.dtype)
+    offsets = np.concatenate([routes.offsets, [routes.offsets[-1] + 1]])
+    cols["route"] = cols["route"].copy()
+    cols["route"][0] = len(routes)
+    _must_fail(lined.replace(tail=type(lined.tail)(**cols),
+                             tail_routes=type(routes)(offsets, links)), "failed link")
+
+
+def test_wrong_ring_phases_are_refused(lined):
+    journey = lined.journey.copy()
+    journey[-1] += 1
+    _must_fail(lined.replace(journey=journey), "given ring phase")
+
+
+def test_the_alltoall_functions_refuse_lines(lined):
+    with pytest.raises(ScheduleError, match="alltoall"):
+        verify_excepted(lined)
+    with pytest.raises(ScheduleError, match="symmetric_lines"):
+        simulate_excepted(lined)
