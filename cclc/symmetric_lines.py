@@ -166,56 +166,90 @@ def _tail_checks(x: ExceptedSchedule, dims: np.ndarray, span: int) -> np.ndarray
     U = x.base.per_block(Buf.OUTPUT) or 1
     routes = x.tail_routes
     n = x.n
-    lengths = routes.lengths()
-    ok_route = (o.route >= 1) & (o.route < len(routes))
-    ok_route[ok_route] &= lengths[o.route[ok_route]] == 1
-    bad = ~ok_route | (o.src < 0) | (o.src >= n) | (o.dst < 0) | (o.dst >= n) \
-        | ((o.kind != OpKind.COPY) & (o.kind != OpKind.REDUCE)) | (o.count != 1) \
-        | (o.src_buf != Buf.OUTPUT) | (o.dst_buf != Buf.OUTPUT) | (o.src_off != o.dst_off) \
-        | (o.src_off < 0) | (o.src_off >= n * U) | (o.step < 1)
+    lays = x.layouts
+    local = o.src == o.dst
+    bufs_ok = np.ones(len(o), dtype=bool)
+    for side in ("src", "dst"):
+        buf, off = getattr(o, f"{side}_buf"), getattr(o, f"{side}_off")
+        bufs_ok &= ((buf == Buf.OUTPUT) & (off >= 0) & (off < len(lays[Buf.OUTPUT]))) | (
+            (buf == Buf.SCRATCH) & (off >= 0) & (off < len(lays[Buf.SCRATCH])))
+    bad = ~bufs_ok | (o.src < 0) | (o.src >= n) | (o.dst < 0) | (o.dst >= n) \
+        | ((o.kind != OpKind.COPY) & (o.kind != OpKind.REDUCE)) | (o.count != 1) | (o.step < 1) \
+        | (o.route < 0) | (o.route >= len(routes))
     if bad.any():
-        raise ScheduleError(f"line op #{int(np.flatnonzero(bad)[0])} is not one output chunk "
-                            "sent over one link into the same chunk of another rank")
-    link = routes.links[routes.offsets[:-1][o.route]].astype(np.int64)
+        raise ScheduleError(f"line op #{int(np.flatnonzero(bad)[0])} is not one output or "
+                            "scratch chunk into another, in range")
+    def size(buf: np.ndarray, off: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(buf), dtype=np.int64)
+        for b in (Buf.OUTPUT, Buf.SCRATCH):
+            out[buf == b] = lays[b][off[buf == b]]
+        return out
+
+    bad = (o.src_off % U != o.dst_off % U) \
+        | (size(o.src_buf, o.src_off) != size(o.dst_buf, o.dst_off)) \
+        | ((o.src_buf == Buf.OUTPUT) & (o.dst_buf == Buf.OUTPUT) & (o.src_off != o.dst_off)) \
+        | (local != (o.route == 0)) | (local & (o.src_buf != Buf.SCRATCH))
+    if bad.any():
+        raise ScheduleError(f"line op #{int(np.flatnonzero(bad)[0])} moves a chunk into one of "
+                            "another unit, size or output place, or is local without reading "
+                            "scratch, or remote without a route")
     cls = 1 + ((o.step.astype(np.int64) - 1) // span) * U + o.dst_off % U
-    bad = (topo.link_failed[link] | (topo.link_src[link] != o.src)
-           | (topo.link_dst[link] != o.dst) | (cls >= len(dims)))
-    bad[~bad] |= dims[cls[~bad]] != _link_dims(topo, g, link[~bad])
+    if (cls >= len(dims)).any():
+        raise ScheduleError(f"line op #{int(np.flatnonzero(cls >= len(dims))[0])} runs after "
+                            "the base's last ring phase")
+    remote = np.flatnonzero(~local)
+    lengths = routes.lengths()[o.route[remote]]
+    link = routes.links[routes.offsets[:-1][o.route[remote]]].astype(np.int64)
+    bad = (lengths != 1) | topo.link_failed[link] | (topo.link_src[link] != o.src[remote]) \
+        | (topo.link_dst[link] != o.dst[remote])
+    bad[~bad] |= dims[cls[remote][~bad]] != _link_dims(topo, g, link[~bad])
     if bad.any():
-        raise ScheduleError(f"line op #{int(np.flatnonzero(bad)[0])} goes over a failed link, "
-                            "a link that does not join its ranks, or a link along another "
-                            "dimension than its ring phase's")
+        raise ScheduleError(f"line op #{int(remote[np.flatnonzero(bad)[0]])} goes over a "
+                            "failed link, a link that does not join its ranks, more than one "
+                            "link, or a link along another dimension than its ring phase's")
     return cls
 
 
-def _run_block(step, src, dst, kind, chunk, pos) -> tuple[dict, set]:
-    """Run ops on one ring's chunks with symbolic values: a chunk's value is a bit set of the
-    ring positions whose start value of that chunk it sums (start: its own position's bit).
-    Returns (final value, written) per (position, chunk) touched; :class:`ScheduleError` for
-    two writes to a chunk in one step or a reduction that adds a member twice."""
+def _run_block(step, src, dst, kind, src_buf, src_off, dst_buf, dst_off, pos
+               ) -> tuple[dict, set]:
+    """Run ops on one ring's chunks with symbolic values: an output chunk's value is (the
+    output chunk it is a sum of, a bit set of the ring positions whose start value of that
+    chunk it sums); at the start an output chunk holds its own position's bit, a scratch
+    chunk nothing. Returns (final value, written) per (position, buffer, chunk) touched;
+    :class:`ScheduleError` for a read of an empty chunk, two writes to a chunk in one step, or
+    a reduction of different chunks or that adds a member twice."""
     val: dict = {}
     written: set = set()
+
+    def start(key):
+        return (key[2], 1 << key[0]) if key[1] == Buf.OUTPUT else (None, 0)
+
     order = np.argsort(step, kind="stable")
-    step, src, dst, kind, chunk = (a[order] for a in (step, src, dst, kind, chunk))
-    bounds = np.flatnonzero(np.diff(step)) + 1
-    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(step)], strict=True):
-        new: dict = {}
-        for i in range(lo, hi):
-            s = (int(pos[src[i]]), int(chunk[i]))
-            t = (int(pos[dst[i]]), int(chunk[i]))
-            if t in new:
-                raise ScheduleError(f"two ops write chunk {t[1]} of one rank in step "
-                                    f"{int(step[i])}")
-            v = val.get(s, 1 << s[0])
-            if kind[i] == OpKind.REDUCE:
-                w = val.get(t, 1 << t[0])
-                if v & w:
-                    raise ScheduleError(f"step {int(step[i])} adds a rank's contribution to "
-                                        f"chunk {t[1]} twice")
-                v |= w
-            new[t] = v
-        val.update(new)
-        written.update(new)
+    cols = [np.asarray(a)[order].tolist()
+            for a in (step, src, dst, kind, src_buf, src_off, dst_buf, dst_off)]
+    new: dict = {}
+    at = None
+    for st, a, b, k, sb, so, db, do in zip(*cols, strict=True):
+        if st != at:
+            val.update(new)
+            written.update(new)
+            new, at = {}, st
+        s_key = (int(pos[a]), sb, so)
+        t_key = (int(pos[b]), db, do)
+        if t_key in new:
+            raise ScheduleError(f"two ops write chunk {do} of one rank in step {st}")
+        v = val.get(s_key) or start(s_key)
+        if not v[1]:
+            raise ScheduleError(f"step {st} reads scratch chunk {so} before anything is in it")
+        if k == OpKind.REDUCE:
+            w = val.get(t_key) or start(t_key)
+            if not w[1] or w[0] != v[0] or v[1] & w[1]:
+                raise ScheduleError(f"step {st} adds different chunks, to an empty one, or a "
+                                    "rank's contribution twice")
+            v = (v[0], v[1] | w[1])
+        new[t_key] = v
+    val.update(new)
+    written.update(new)
     return val, written
 
 
@@ -309,24 +343,25 @@ def verify_lined(x: ExceptedSchedule) -> None:
         pos[_members(g, ring, d)] = np.arange(g.shape[d])
         mb = (m_ring == ring) & (m_cls == cls)
         tb = (t_ring == ring) & (t_cls == cls)
-        b_val, b_w = _run_block(o.step[m_rep[mb]], m_src[mb], m_dst[mb], o.kind[m_rep[mb]],
-                                m_chunk[mb], pos)
-        l_val, l_w = _run_block(t.step[tb], t.src[tb].astype(np.int64),
-                                t.dst[tb].astype(np.int64), t.kind[tb],
-                                t.dst_off[tb].astype(np.int64), pos)
-        differ = [k for k in b_w | l_w
-                  if b_val.get(k, 1 << k[0]) != l_val.get(k, 1 << k[0])]
+        mr = m_rep[mb]
+        b_val, b_w = _run_block(o.step[mr], m_src[mb], m_dst[mb], o.kind[mr],
+                                np.full(len(mr), int(Buf.OUTPUT)), m_chunk[mb],
+                                np.full(len(mr), int(Buf.OUTPUT)), m_chunk[mb], pos)
+        l_val, l_w = _run_block(t.step[tb], t.src[tb], t.dst[tb], t.kind[tb], t.src_buf[tb],
+                                t.src_off[tb], t.dst_buf[tb], t.dst_off[tb], pos)
+        differ = [k for k in b_w | l_w if k[1] == Buf.OUTPUT
+                  and b_val.get(k, (k[2], 1 << k[0])) != l_val.get(k, (k[2], 1 << k[0]))]
         if not differ:
             continue
         members = _members(g, ring, d)
         rank = members[np.array([k[0] for k in differ])]
-        chunk0 = g.chunk_image(np.array([k[1] for k in differ]), U, g.inverse(rank))
+        chunk0 = g.chunk_image(np.array([k[2] for k in differ]), U, g.inverse(rank))
         end = (cls - 1) // U * span + span
         dead = events.dead_after(chunk0, np.full(len(differ), end))
         if not dead.all():
             k = differ[int(np.flatnonzero(~dead)[0])]
             raise ScheduleError(f"the line of ring phase {cls} on the ring through rank "
-                                f"{ring} leaves chunk {k[1]} of rank {int(members[k[0]])} "
+                                f"{ring} leaves chunk {k[2]} of rank {int(members[k[0]])} "
                                 "other than the base does, and the base reads it later")
 
 
@@ -356,10 +391,13 @@ def simulate_lined(x: ExceptedSchedule, step_overhead: float = 0.0,
     owner = np.repeat(np.arange(len(m_rep)), size)
     at = starts[owner] + np.arange(int(size.sum())) - (np.cumsum(size) - size)[owner]
     moved = g.link_image(topo, pair_link[at], m_t[owner])
-    t = x.tail
+    t = x.tail.take(np.flatnonzero(x.tail.route != 0))      # local ops take no time
     t_link = x.tail_routes.links[x.tail_routes.offsets[:-1][t.route]].astype(np.int64)
     itemsize = x.collective.dtype.itemsize
-    t_bytes = x.layouts[Buf.OUTPUT][t.src_off].astype(np.float64) * itemsize
+    sizes = np.zeros(len(t), dtype=np.int64)
+    for b in (Buf.OUTPUT, Buf.SCRATCH):
+        sizes[t.src_buf == b] = x.layouts[b][t.src_off[t.src_buf == b]]
+    t_bytes = sizes.astype(np.float64) * itemsize
     cells = np.concatenate([step[pair_op[at]] * L + moved, t.step.astype(np.int64) * L + t_link])
     delta = np.concatenate([-elems[pair_op[at]], t_bytes])
     count = np.concatenate([-np.ones(len(at), dtype=np.int64), np.ones(len(t), dtype=np.int64)])
@@ -374,7 +412,7 @@ def simulate_lined(x: ExceptedSchedule, step_overhead: float = 0.0,
     ck = np.minimum(ck, max(len(keys) - 1, 0))
     t_busy += np.where(in_base, busy[ck] if len(keys) else 0.0, 0.0)
     t_pairs += np.where(in_base, pairs_in[ck] if len(keys) else 0, 0)
-    n_steps = int(max(o.n_steps, int(t.step.max(initial=-1)) + 1))
+    n_steps = int(max(o.n_steps, int(x.tail.step.max(initial=-1)) + 1))
     bw, lat = topo.link_bandwidth, topo.link_latency
     step_time = np.zeros(n_steps)
     live = t_pairs > 0

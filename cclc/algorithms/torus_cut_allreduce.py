@@ -11,9 +11,9 @@ its ops in that phase (every member of the phase's class moved onto the ring's r
 place in the same steps (an :class:`~cclc.symmetric.ExceptedSchedule` whose tail runs
 beside the base, ``interleaved``). On a line of ``m`` (position 0 just past the cut, ``m - 1``
 just before it) a reduce-scatter sums target ``x``'s set along a chain from position 0 (``x``
-hops, the last one in step ``m - 2``) and one from ``m - 1`` (``m - 1 - x`` hops, the last in
-step ``m - 1``), so a link carries at most one set of the unit each way a step, and the two
-chains reach ``x`` in different steps; the allgather copies ``x``'s set out both ways from
+hops) and one from ``m - 1`` (``m - 1 - x`` hops), both reaching ``x`` in step ``m - 2``, so a
+link carries at most one set of the unit each way a step; where both reach ``x``, the far
+chain's sum lands in scratch and is added in step ``m - 1``, a step of local ops; the allgather copies ``x``'s set out both ways from
 step 0, one hop a step (``m - 1`` steps: a line's end links carry a set every step).
 A line sends both ways where a ring's unit sends one way, so its links carry twice a ring's
 bytes: the plan's weights (half the units on the pieces that start on a cut dimension) keep
@@ -22,6 +22,9 @@ times and expands it without expanding the base.
 """
 
 from __future__ import annotations
+
+import itertools
+import math
 
 import numpy as np
 
@@ -75,12 +78,17 @@ def lined_allreduce(coll: Collective) -> ExceptedSchedule:
     why = lined_reason(coll)
     if why is not None:
         raise CollectiveError(f"no allreduce with lines for '{coll.name}': {why}")
-    pieces, _, _ = dimrot_plan(coll)
+    pieces, cuts, _ = dimrot_plan(coll)
     healed = healthy_collective(coll)
     group = TranslationGroup.of(healed)
-    units = [(piece.order, 0 if piece.direction == 1 else 1) for piece in pieces]
+    units = balanced_orders([(piece.order, 0 if piece.direction == 1 else 1)
+                             for piece in pieces], group.shape, set(cuts))
     span = max(group.shape)
-    base = allreduce_phases(healed, group, units, ring_chains, span, compact=False)
+    # a line's target takes one chain's sum in scratch: a set of units per target of the
+    # largest sets (the first phase's, on the shortest cut side)
+    sets = coll.n // min(group.shape[d] for d in cuts)
+    base = allreduce_phases(healed, group, units, ring_chains, span, compact=False,
+                            scratch_sets=sets)
     classes = ring_phase_classes(base)
     mask = required_lines_mask(base, classes, coll.topology)
     tail = _lines(coll, group, units, span, mask)
@@ -90,6 +98,45 @@ def lined_allreduce(coll: Collective) -> ExceptedSchedule:
                             interleaved=True)
 
 
+#: the most combinations of dimension orders :func:`balanced_orders` tries
+MAX_ORDERINGS = 4096
+
+
+def phase_costs(units, shape, cut: set[int]) -> list[float]:
+    """Per reduce-scatter phase: its busiest link in units a step, times the share of the data
+    a phase carries (``1 / m`` of the phase before it, ``m`` the side it reduced): a ring's
+    link carries the units of its direction on that dimension, a line's both directions'."""
+    D = len(units[0][0])
+    costs, share = [], 1.0
+    for p in range(D):
+        load = {}
+        for order, half in units:
+            d = order[p]
+            load.setdefault(d, [0, 0])[half] += 1
+        busiest = max(sum(v) if d in cut else max(v) for d, v in load.items())
+        costs.append(busiest * share)
+        share /= shape[units[0][0][p]] if p < D - 1 else 1
+    return costs
+
+
+def balanced_orders(units, shape, cut: set[int]):
+    """``units`` (order, half) with each unit's dimensions after its first reordered so that
+    the phases after the first are as little busy as can be (:func:`phase_costs`, summed;
+    ties to the orders given), trying every combination where there are at most
+    :data:`MAX_ORDERINGS`; the first dimensions, which set the weights, stay."""
+    options = [[(order[0], *rest) for rest in itertools.permutations(order[1:])]
+               for order, _ in units]
+    if math.prod(len(o) for o in options) > MAX_ORDERINGS:
+        return units
+    best, best_cost = units, sum(phase_costs(units, shape, cut))
+    for pick in itertools.product(*options):
+        trial = [(order, half) for order, (_, half) in zip(pick, units, strict=True)]
+        cost = sum(phase_costs(trial, shape, cut))
+        if cost < best_cost - 1e-12:
+            best, best_cost = trial, cost
+    return best
+
+
 def _lines(coll: Collective, group: TranslationGroup, units, span: int,
            mask: np.ndarray) -> tuple[Ops, Routes]:
     """The ops of every cut ring's lines, one line per masked (ring, phase class)."""
@@ -97,7 +144,17 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int,
     n, U = coll.n, len(units)
     D = len(units[0][0])
     blocks = group.coords(np.arange(n))                      # (dims, n)
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "src", "dst", "kind", "off")}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "src", "dst", "kind",
+                                                         "src_buf", "src_off", "dst_buf",
+                                                         "dst_off")}
+
+    def add(step, a, b, kind, src, dst) -> None:
+        k = len(src[1])
+        for key, v in (("step", step), ("src", a), ("dst", b), ("kind", int(kind)),
+                       ("src_buf", int(src[0])), ("src_off", src[1]),
+                       ("dst_buf", int(dst[0])), ("dst_off", dst[1])):
+            cols[key].append(np.broadcast_to(np.asarray(v, dtype=np.int64), (k,)).copy())
+
     cuts = cut_rings(coll.topology, group)
     for ring, cls in {(int(r), int(c)) for r, c in _ring_of_mask(group, units, span, mask)}:
         u = (cls - 1) % U
@@ -106,43 +163,47 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int,
         p = window if window < D else 2 * D - 1 - window      # the order's phase of the sets
         d = order[p]
         m = shape[d]
-        kind = OpKind.REDUCE if window < D else OpKind.COPY
         where = group.coords(np.array([ring]))[:, 0]
-        cut = cuts[d][ring]
         at = np.repeat(where[:, None], m, axis=1)
-        at[d] = (cut + 1 + np.arange(m)) % m                 # line position -> coordinates
+        at[d] = (cuts[d][ring] + 1 + np.arange(m)) % m       # line position -> coordinates
         rank = np.ravel_multi_index(tuple(at), shape)
         P0 = 1 + window * span
         for x in range(m):
             keep = np.ones(n, dtype=bool)
             for dd in order[:p + 1]:
                 keep &= blocks[dd] == at[dd, x]
-            chunk = np.flatnonzero(keep) * U + u
-            hops = []                                         # (step, from, to) in positions
-            if kind is OpKind.REDUCE:
-                hops += [(m - 1 - x + k, k, k + 1) for k in range(x)]
-                hops += [(x + 1 + k, m - 1 - k, m - 2 - k) for k in range(m - 1 - x)]
-            else:
-                hops += [(i, x + i, x + i + 1) for i in range(m - 1 - x)]
-                hops += [(i, x - i, x - i - 1) for i in range(x)]
-            for step, a, b in hops:
-                k = len(chunk)
-                cols["step"].append(np.full(k, P0 + step))
-                cols["src"].append(np.full(k, rank[a]))
-                cols["dst"].append(np.full(k, rank[b]))
-                cols["kind"].append(np.full(k, int(kind)))
-                cols["off"].append(chunk)
+            out = (Buf.OUTPUT, np.flatnonzero(keep) * U + u)
+            if window >= D:
+                # the allgather copies x's set out both ways, one hop a step from step 0
+                for i in range(m - 1 - x):
+                    add(P0 + i, rank[x + i], rank[x + i + 1], OpKind.COPY, out, out)
+                for i in range(x):
+                    add(P0 + i, rank[x - i], rank[x - i - 1], OpKind.COPY, out, out)
+                continue
+            for k in range(x):
+                add(P0 + m - 1 - x + k, rank[k], rank[k + 1], OpKind.REDUCE, out, out)
+            # the chain from the far end: its last hop falls in the left chain's last step,
+            # so where both reach x it lands in scratch and is added in a step of its own
+            both = 0 < x < m - 1
+            for k in range(m - 1 - x):
+                last = k == m - 2 - x
+                a, b = rank[m - 1 - k], rank[m - 2 - k]
+                if last and both:
+                    held = (Buf.SCRATCH, np.arange(len(out[1])) * U + u)
+                    add(P0 + x + k, a, b, OpKind.COPY, out, held)
+                    add(P0 + m - 1, b, b, OpKind.REDUCE, held, out)
+                else:
+                    add(P0 + x + k, a, b, OpKind.REDUCE, out, out)
     cat = {k: np.concatenate(v).astype(np.int64) if v else np.zeros(0, dtype=np.int64)
            for k, v in cols.items()}
-    links = link_lookup(coll.topology, cat["src"], cat["dst"])
+    remote = cat["src"] != cat["dst"]
+    links = link_lookup(coll.topology, cat["src"][remote], cat["dst"][remote])
     used, inverse = np.unique(links, return_inverse=True)
+    route = np.zeros(len(remote), dtype=np.int64)
+    route[remote] = inverse.reshape(-1) + 1
     order_ = np.argsort(cat["step"], kind="stable")
-    k = len(order_)
-    ops = Ops(step=cat["step"][order_], src=cat["src"][order_], dst=cat["dst"][order_],
-              kind=cat["kind"][order_], src_buf=np.full(k, int(Buf.OUTPUT)),
-              src_off=cat["off"][order_], dst_buf=np.full(k, int(Buf.OUTPUT)),
-              dst_off=cat["off"][order_], count=np.ones(k, dtype=np.int64),
-              route=(inverse.reshape(-1) + 1)[order_])
+    ops = Ops(route=route[order_], count=np.ones(len(order_), dtype=np.int64),
+              **{k: v[order_] for k, v in cat.items()})
     return ops, Routes(np.arange(-1, len(used) + 1).clip(0), used)
 
 

@@ -213,17 +213,20 @@ def ring_chains(m: int, half: int) -> tuple[int, int]:
 def allreduce_phases(coll: Collective, group: TranslationGroup,
                      units: Sequence[tuple[Sequence[int], int]],
                      chains: Callable[[int, int], tuple[int, int]], span: int,
-                     compact: bool) -> SymmetricSchedule:
+                     compact: bool, scratch_sets: int = 0) -> SymmetricSchedule:
     """The DimRotation AllReduce of :func:`symmetric_allreduce` with its units given: unit
     ``u`` of ``units`` is (its dimension order, its half for ``chains``); every phase lasts
     ``span`` steps (phase ``i`` starts at step ``1 + i span``; step 0 copies the input),
     a reduce-scatter phase per dimension of the order, then an allgather phase per dimension
     in the reverse order. ``compact`` drops the steps without ops; without it a phase keeps
-    its ``span`` steps, so the phases of :func:`ring_phase_classes` stay where they are."""
+    its ``span`` steps, so the phases of :func:`ring_phase_classes` stay where they are.
+    ``scratch_sets`` sets of a block's units are laid out in scratch (chunk ``j U + u`` the
+    size of unit ``u``), for ops added beside these; none of these touches them."""
     n, shape = coll.n, group.shape
     U = len(units)
     D = len(units[0][0]) if units else 0
-    layout = np.tile(even_split(coll.count // n, U), n)
+    pattern = even_split(coll.count // n, U)
+    layout = np.tile(pattern, n)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "src", "dst", "kind",
                                                          "src_buf", "src_off", "dst_buf",
                                                          "dst_off", "count")}
@@ -265,7 +268,8 @@ def allreduce_phases(coll: Collective, group: TranslationGroup,
     order_ = np.argsort(cat["step"], kind="stable")
     ops = Ops(route=route[order_], **{k: v[order_] for k, v in cat.items()})
     routes = Routes(np.arange(-1, len(used) + 1).clip(0), used)
-    return SymmetricSchedule(collective=coll, group=group, layouts=(layout, layout, np.zeros(0)),
+    return SymmetricSchedule(collective=coll, group=group,
+                             layouts=(layout, layout, np.tile(pattern, scratch_sets)),
                              ops=ops, routes=routes, algorithm="ring",
                              schedule="dimrotation-symmetric",
                              params=() if compact else (("span", span),))
