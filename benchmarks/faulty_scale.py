@@ -1,4 +1,4 @@
-"""A torus AllToAll with failed links, stored by symmetry with exceptions: time, memory, % of bound.
+"""Faulty tori: AllToAll and AllReduce stored by symmetry with exceptions; time, memory, % of bound.
 
 For an AllToAll (16 MiB, links of 32 GB/s and 100 ns, the language's default routing `none`)
 on an 8x8x8 and a 16x16x16 torus with one failed cable (both directions of the link between
@@ -18,13 +18,15 @@ on an 8x8x8 and a 16x16x16 torus with one failed cable (both directions of the l
 
 The bound is ``cclc.bounds.bounds(coll, lp=False).best`` (closed forms on the faulty torus).
 
-An AllReduce (16 MiB) on the 16x16x16 torus with the same failed cables has no form with
-exceptions yet: each *refused* row runs ``cclc compile`` of it as a command and records how
-fast the size check refuses it (time, peak memory) and the estimate it gives. On 8x8x8, with
-the first failed cable and with a second one along another dimension (between (5,3,6) and
-(5,4,6)), each *allreduce* row runs ``cclc compile --emit json --explain`` of it (whole
-schedules: ``auto`` builds every candidate) and records time, peak memory, the chosen
-schedule and every candidate's time and % of bound, side by side.
+The AllReduce (16 MiB) on the same tori and failed cables is measured the same way (*lines*:
+``cclc.algorithms.torus_cut_allreduce.lined_allreduce``, ring+dimrotation of the healthy torus
+in symmetric form less the phases of the rings a failed link cuts, run there as lines in the
+same steps; ``cclc.symmetric_lines.verify_lined`` and ``simulate_lined``; expanded on 8x8x8).
+On 8x8x8, with the first failed cable and with a second one along another dimension (between
+(5,3,6) and (5,4,6)), each *allreduce* row runs ``cclc compile --emit json --explain`` of it
+(``auto`` builds every whole candidate and the form with lines, and keeps the fastest) and
+records time, peak memory, the chosen schedule and every whole candidate's time and % of
+bound, side by side.
 
     python benchmarks/faulty_scale.py --json benchmarks/results/faulty_scale.json
 """
@@ -52,7 +54,9 @@ SIZE = 16 << 20
 CASES = (("8x8x8", (((2, 2, 2), (3, 2, 2)),)),
          ("16x16x16", (((2, 2, 2), (3, 2, 2)),)),
          ("16x16x16", (((2, 2, 2), (3, 2, 2)), ((9, 11, 5), (9, 12, 5)))))
-#: the AllReduce compiled whole: (torus, failed cables)
+#: the AllReduce with lines: (torus, failed cables)
+LINES_CASES = CASES
+#: the AllReduce compiled whole and with lines, auto choosing: (torus, failed cables)
 ALLREDUCE_CASES = (("8x8x8", (((2, 2, 2), (3, 2, 2)),)),
                    ("8x8x8", (((2, 2, 2), (3, 2, 2)), ((5, 3, 6), (5, 4, 6)))))
 #: the largest expanded schedule run (cclc.budget.MAX_OPS)
@@ -69,25 +73,46 @@ def _source(dims_text: str, faults, kind: str = "alltoall") -> str:
     return "\n".join(lines)
 
 
-def _collective(dims_text: str, faults):
+def _collective(dims_text: str, faults, kind: str = "alltoall"):
     from dsl import loads
 
-    (coll,) = loads(_source(dims_text, faults)).collectives
+    (coll,) = loads(_source(dims_text, faults, kind)).collectives
     return coll
 
 
 def _worker(dims_text: str, faults_text: str, side: str) -> dict:
-    """One side of one case, measured in this process."""
+    """One side of one case, measured in this process (``side``: exceptions or expanded of
+    the AllToAll, lines or lines-expanded of the AllReduce)."""
+    from cclc.algorithms.torus_cut_allreduce import lined_allreduce
     from cclc.algorithms.torus_reroute import excepted_alltoall
     from cclc.bounds import bounds
     from cclc.symmetric_faults import expand_excepted, simulate_excepted, verify_excepted
+    from cclc.symmetric_lines import simulate_lined, verify_lined
 
-    coll = _collective(dims_text, json.loads(faults_text))
+    lines = side.startswith("lines")
+    coll = _collective(dims_text, json.loads(faults_text),
+                       "allreduce" if lines else "alltoall")
     out: dict = {}
     t0 = time.perf_counter()
-    x = excepted_alltoall(coll)
+    x = lined_allreduce(coll) if lines else excepted_alltoall(coll)
     out["build_s"] = time.perf_counter() - t0
-    if side == "exceptions":
+    if side == "lines":
+        t0 = time.perf_counter()
+        verify_lined(x)
+        out["verify_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        sim = simulate_lined(x)
+        out["simulate_s"] = time.perf_counter() - t0
+        out["time_s"] = sim.time
+        out["link_bytes_max"] = float(sim.link_bytes.max())
+        out["bound_s"] = bounds(coll, lp=False).best
+        out["ops"] = len(x.ops)
+        out["masked_phases"] = len(set(x.masked_journey.tolist()))
+        out["masked_ranks"] = len(set(x.masked_element.tolist()))
+        out["masked_ops"] = x.masked_ops()
+        out["line_ops"] = len(x.tail)
+        out["expanded_ops"] = x.expanded_ops()
+    elif side == "exceptions":
         t0 = time.perf_counter()
         verify_excepted(x)
         out["verify_s"] = time.perf_counter() - t0
@@ -137,9 +162,9 @@ def _command(dims_text: str, faults, kind: str = "alltoall", extra: tuple[str, .
     return done, wall
 
 
-def _compile(dims_text: str, faults) -> dict:
-    """The AllToAll's compile: time, peak memory, and what it prints."""
-    done, wall = _command(dims_text, faults)
+def _compile(dims_text: str, faults, kind: str = "alltoall") -> dict:
+    """The compile of ``kind``: time, peak memory, and what it prints."""
+    done, wall = _command(dims_text, faults, kind)
     if done.returncode != 0:
         raise SystemExit(f"cclc compile failed on {dims_text}:\n{done.stderr}")
     line = next(ln for ln in done.stdout.splitlines() if "% of bound" in ln)
@@ -223,22 +248,35 @@ def _allreduce(dims_text: str, faults) -> dict:
     return row
 
 
-def _refused(dims_text: str, faults) -> dict:
-    """The AllReduce's compile, which the size check refuses: its exit status, time, peak
-    memory and message."""
-    done, wall = _command(dims_text, faults, "allreduce")
-    if done.returncode != 2 or "too large to plan here" not in done.stderr:
-        raise SystemExit(f"cclc compile of the allreduce on {dims_text} was not refused by "
-                         f"the size check (exit {done.returncode}):\n{done.stderr}")
-    message = next(ln for ln in done.stderr.splitlines() if ln.startswith("error:"))
-    estimate = _match(r"its (\S+) schedule alone has at least ([\d.e+]+) ops", message)
-    rss = int(_match(r"maxrss_kb (\d+)", done.stderr).group(1))
-    row = {"collective": "allreduce", "dims": dims_text, "size": SIZE,
-           "failed_cables": [list(map(list, f)) for f in faults], "exit": done.returncode,
-           "refused_s": wall, "maxrss_mb": rss / 1024, "message": message,
-           "candidate": estimate.group(1), "estimated_ops": float(estimate.group(2))}
-    print(f"allreduce {dims_text}, {len(faults)} failed cable(s): refused in {wall:.1f} s, "
-          f"{row['maxrss_mb']:.0f} MB: {message}", flush=True)
+def _lines_row(dims_text: str, faults, max_expanded: int) -> dict:
+    """The AllReduce with lines: the form's side, its expansion where it fits, its compile on
+    4,096 ranks."""
+    lin = _run(dims_text, faults, "lines")
+    n = 1
+    for d in dims_text.split("x"):
+        n *= int(d)
+    row = {"collective": "allreduce", "dims": dims_text, "ranks": n, "size": SIZE,
+           "failed_cables": [list(map(list, f)) for f in faults], "lines": lin,
+           "pct_of_bound": 100.0 * lin["bound_s"] / lin["time_s"], "expanded": None,
+           "compile": None}
+    if lin["expanded_ops"] <= max_expanded:
+        full = _run(dims_text, faults, "lines-expanded")
+        if abs(full["time_s"] / lin["time_s"] - 1) > 1e-9 or \
+                abs(full["link_bytes_max"] / lin["link_bytes_max"] - 1) > 1e-9:
+            raise SystemExit(f"{dims_text}: the expanded schedule's time or link bytes differ "
+                             "from the form with lines")
+        row["expanded"] = full
+    if n >= 4096:
+        row["compile"] = _compile(dims_text, faults, "allreduce")
+    comp = row["compile"]
+    print(f"allreduce {dims_text}, {len(faults)} failed cable(s): {lin['masked_phases']} ring "
+          f"phases masked on {lin['masked_ranks']} ranks, lines of {lin['line_ops']:,} ops; "
+          f"{lin['time_s'] * 1e6:.1f} us, bound {lin['bound_s'] * 1e6:.1f} us, "
+          f"{row['pct_of_bound']:.1f}% of bound; build + verify + simulate "
+          f"{lin['build_s'] + lin['verify_s'] + lin['simulate_s']:.1f} s, "
+          f"{lin['maxrss_mb']:.0f} MB"
+          + (f"; cclc compile {comp['compile_s']:.1f} s, {comp['maxrss_mb']:.0f} MB, "
+             f"{comp['pct_of_bound']:.1f}%" if comp else ""), flush=True)
     return row
 
 
@@ -254,11 +292,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     meta = run_meta(argv)
     rows = [_row(dims, faults, args.max_expanded) for dims, faults in CASES]
-    refused = [_refused(dims, faults) for dims, faults in CASES if dims == "16x16x16"]
+    lines = [_lines_row(dims, faults, args.max_expanded) for dims, faults in LINES_CASES]
     allreduce = [_allreduce(dims, faults) for dims, faults in ALLREDUCE_CASES]
     if args.json:
-        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows,
-                                               "refused": refused, "allreduce": allreduce},
+        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows, "lines": lines,
+                                               "allreduce": allreduce},
                                               indent=1) + "\n", encoding="utf-8")
     return 0
 

@@ -281,30 +281,55 @@ def render_faulty(data: dict) -> list[str]:
         "", "The exceptions side runs in a fresh Python process (peak memory from getrusage, "
         "its imports ~95 MB); the expanded schedule is built, verified and simulated where it "
         "has at most 20M ops, and its lockstep time and link bytes must equal the form's."
-    ] + [line for r in data.get("refused", ()) for line in (
-        "", f"AllReduce of {_size(r['size'])} on {r['dims']} with {_cables(r)}: no form with "
-        f"exceptions yet; `cclc compile` refuses it in {r['refused_s']:.1f} s "
-        f"({r['maxrss_mb']:.0f} MB): {_refusal_summary(r)}.")] + [line for r in data.get(
+    ] + _lines_table(data.get("lines", ())) + [line for r in data.get(
             "allreduce", ()) for line in (
-        "", f"AllReduce of {_size(r['size'])} on {r['dims']} with {_cables(r)}, whole "
+        "", f"AllReduce of {_size(r['size'])} on {r['dims']} with {_cables(r)} "
         f"(`cclc compile --emit json --explain`, {r['compile_s']:.1f} s, "
-        f"{r['maxrss_mb']:.0f} MB): auto chose {r['chosen']}, "
-        f"{r['pct_of_bound']:.1f}% of the bound; the candidates built: "
-        + ", ".join(f"{k} {v['time_s'] * 1e6:.1f} us ({v['pct_of_bound']:.1f}%)"
-                    for k, v in r["candidates"].items()) + ".")]
+        f"{r['maxrss_mb']:.0f} MB): auto chose {_chosen(r)}, "
+        f"{r['pct_of_bound']:.1f}% of the bound; "
+        + ("the whole candidates built: " + ", ".join(
+            f"{k} {v['time_s'] * 1e6:.1f} us ({v['pct_of_bound']:.1f}%)"
+            for k, v in r["candidates"].items()) if r["candidates"] else
+           "no whole candidate built (its size estimate is over 5M ops: the form alone)")
+        + ".")]
+
+
+def _lines_table(rows) -> list[str]:
+    """The AllReduce with its cut rings run as lines, one row per torus and fault set."""
+    out = []
+    for r in rows:
+        lin, full, comp = r["lines"], r["expanded"], r["compile"]
+        lin_s = lin["build_s"] + lin["verify_s"] + lin["simulate_s"]
+        out.append([f"{r['dims']} ({r['ranks']})", f"{len(r['failed_cables'])}",
+                    f"{lin['masked_phases']} on {lin['masked_ranks']} ranks",
+                    f"{lin['line_ops']:,}", f"{lin['time_s'] * 1e6:.1f} us",
+                    f"{lin['bound_s'] * 1e6:.1f} us", f"{r['pct_of_bound']:.1f}%",
+                    f"{lin_s:.1f} s, {lin['maxrss_mb']:.0f} MB",
+                    "equal" if full else "not run",
+                    f"{comp['compile_s']:.1f} s, {comp['maxrss_mb']:.0f} MB, "
+                    f"{comp['pct_of_bound']:.1f}%" if comp else "–"])
+    if not out:
+        return []
+    return ["", "The AllReduce (16 MiB) with the same failed cables: ring+dimrotation of the "
+            "healthy torus in symmetric form, less the phases of the rings a failed link cuts, "
+            "run there as lines in the same steps (`cclc.algorithms.torus_cut_allreduce`; "
+            "verified and timed by `cclc.symmetric_lines`):", ""] + _table(
+        ["torus (ranks)", "failed cables", "masked ring phases", "line ops", "time", "bound",
+         "% of bound", "build + verify + simulate, peak memory",
+         "expanded: time and link bytes", "`cclc compile --emit json` (time, peak memory by "
+         "/usr/bin/time, % of bound)"], out)
+
+
+def _chosen(r: dict) -> str:
+    """The schedule an AllReduce row's ``auto`` chose, in words."""
+    if r["chosen"].endswith("-symmetric"):
+        return "stored by symmetry, cut rings as lines"
+    return r["chosen"]
 
 
 def _cables(r: dict) -> str:
     k = len(r["failed_cables"])
     return f"{k} failed cable{'s' if k > 1 else ''}"
-
-
-def _refusal_summary(r: dict) -> str:
-    """The size check's estimate of a refused row, in a few words."""
-    broken = "a failed link breaks the translations" in r["message"]
-    return (f"refused by the size check (its {r['candidate']} schedule alone: at least "
-            f"{r['estimated_ops']:.3g} ops"
-            + ("; a failed link breaks the torus's translations" if broken else "") + ")")
 
 
 def render_lockstep_limits(data: dict) -> list[str]:
@@ -437,15 +462,16 @@ BENCHMARKS = (
               "`auto`'s synthesis candidate); planning times are this machine's wall and CPU "
               "seconds", "`cclc.bounds.bounds(coll).best` (LP included), the bound `cclc "
               "compile` prints", render_auto_synth),
-    Benchmark("faulty_scale", "A torus AllToAll with failed links, stored by symmetry with "
-              "exceptions; the AllReduce with failed links", (),
+    Benchmark("faulty_scale", "A torus AllToAll and AllReduce with failed links, stored by "
+              "symmetry with exceptions", (),
               "lockstep IR model (`cclc.symmetric_faults.simulate_excepted`, equal to "
               "`cclc.sim.simulate` of the expanded schedule); the healthy torus's HalfRing + "
               "DimRotation less the journeys over a failed link, then a rerouted tail; 16 MiB, "
               "links of 32 GB/s and 100 ns, failed cables (2,2,2)--(3,2,2) and "
               "(9,11,5)--(9,12,5) (on 8x8x8 the second is (5,3,6)--(5,4,6)); the AllReduce "
-              "on 8x8x8 whole, every candidate `auto` built, as `cclc compile --emit json "
-              "--explain` prints them (the same IR model)",
+              "with its cut rings as lines (`cclc.symmetric_lines.simulate_lined`, the same "
+              "model); on 8x8x8 also every whole candidate `auto` built, as `cclc compile "
+              "--emit json --explain` prints them (the same IR model)",
               "`cclc.bounds.bounds(coll, lp=False).best` of the faulty torus (closed forms)",
               render_faulty),
     Benchmark("fattree_scale", "4,096 GPUs on a three-tier fabric (pods512_fattree.ccl, 1 GiB)",
@@ -538,19 +564,23 @@ def _scale_faulty(data: dict) -> list[list[str]]:
                     "auto (stored by symmetry with exceptions)",
                     f"{comp['pct_of_bound']:.1f}%", f"{comp['compile_s']:.1f} s",
                     f"{comp['maxrss_mb'] / 1024:.2f} GiB", "faulty_scale"])
-    for r in data.get("allreduce", ()):
-        others = "; ".join(f"{k} {v['pct_of_bound']:.1f}%" for k, v in r["candidates"].items()
-                           if k != r["chosen"])
+    for r in data.get("lines", ()):
+        comp = r["compile"]
+        if comp is None:
+            continue
         out.append([f"torus {r['dims']}, {_cables(r)}", f"{r['ranks']:,}",
                     f"{r['collective']} {_size(r['size'])}",
-                    f"auto ({r['chosen']}" + (f"; {others}" if others else "") + ")",
+                    "auto (stored by symmetry, cut rings as lines)",
+                    f"{comp['pct_of_bound']:.1f}%", f"{comp['compile_s']:.1f} s",
+                    f"{comp['maxrss_mb'] / 1024:.2f} GiB", "faulty_scale"])
+    for r in data.get("allreduce", ()):
+        others = "; ".join(f"whole {k} {v['pct_of_bound']:.1f}%"
+                           for k, v in r["candidates"].items() if k != r["chosen"])
+        out.append([f"torus {r['dims']}, {_cables(r)}", f"{r['ranks']:,}",
+                    f"{r['collective']} {_size(r['size'])}",
+                    f"auto ({_chosen(r)}" + (f"; {others}" if others else "") + ")",
                     f"{r['pct_of_bound']:.1f}%", f"{r['compile_s']:.1f} s",
                     f"{r['maxrss_mb'] / 1024:.2f} GiB", "faulty_scale"])
-    for r in data.get("refused", ()):
-        out.append([f"torus {r['dims']}, {_cables(r)}", "4,096",
-                    f"{r['collective']} {_size(r['size'])}", _refusal_summary(r), "–",
-                    f"{r['refused_s']:.1f} s", f"{r['maxrss_mb'] / 1024:.2f} GiB",
-                    "faulty_scale"])
     return out
 
 

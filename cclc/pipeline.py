@@ -46,7 +46,7 @@ from backends.write import write_backend, write_outputs
 from cclc.algorithms import BuildContext
 from cclc.bounds import bounds
 from cclc.budget import Limits, available_memory
-from cclc.collective import Collective, Hint
+from cclc.collective import Collective, CollectiveKind, Hint
 from cclc.errors import CclError, NotExpressible, ScheduleError
 from cclc.execution import model_for, model_reason
 from cclc.ir import Schedule
@@ -392,7 +392,7 @@ def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel,
             events.note(f"{r.collective.name}: its {est.largest} schedule alone has at least "
                         f"{est.ops:.3g} ops; planned stored by symmetry instead (one "
                         "representative op per orbit of the torus's translations)"
-                        + (", with exceptions for the journeys that cross its failed links"
+                        + (_exceptions_note(r.collective)
                            if r.collective.topology.n_failed_links else "")
                         + ("" if priced == model else f", timed under the {priced.name} "
                            "model: the form has no dataflow simulation"))
@@ -412,6 +412,13 @@ def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel,
                         f"that do not fit and plans among those that do (among them "
                         f"{', '.join(fit)})")
     return frozenset(symmetric), frozenset(both)
+
+
+def _exceptions_note(coll: Collective) -> str:
+    """What a form stored by symmetry does about ``coll``'s failed links, for the note."""
+    if coll.kind is CollectiveKind.ALLREDUCE:
+        return ", with the phases of the rings its failed links cut run there as lines"
+    return ", with exceptions for the journeys that cross its failed links"
 
 
 def _faster_symmetric(coll: Collective, whole: Plan, model: ExecutionModel, events: Events

@@ -1,7 +1,9 @@
 """A torus AllReduce with failed links, stored by symmetry with exceptions: cut rings as lines.
 
-The schedule is ring+dimrotation as :func:`cclc.algorithms.torus_collectives.dimrot_plan`
-plans it for the faulty torus (its pieces, their weights and dimension orders), built in
+The schedule is ring+dimrotation with the pieces and weights that
+:func:`cclc.algorithms.torus_collectives.dimrot_plan` gives the faulty torus, each unit's
+dimensions after its first ordered so that the later phases are least busy
+(:func:`balanced_orders`), built in
 symmetric form on the healthy torus (:func:`~cclc.algorithms.torus_symmetric.allreduce_phases`
 with one plain ring chain per unit: a unit of direction +1 is summed along the plus chain, one
 of -1 along the minus chain, a phase of ``m - 1`` steps on a ring of ``m``), every phase held
@@ -13,12 +15,13 @@ beside the base, ``interleaved``). On a line of ``m`` (position 0 just past the 
 just before it) a reduce-scatter sums target ``x``'s set along a chain from position 0 (``x``
 hops) and one from ``m - 1`` (``m - 1 - x`` hops), both reaching ``x`` in step ``m - 2``, so a
 link carries at most one set of the unit each way a step; where both reach ``x``, the far
-chain's sum lands in scratch and is added in step ``m - 1``, a step of local ops; the allgather copies ``x``'s set out both ways from
-step 0, one hop a step (``m - 1`` steps: a line's end links carry a set every step).
+chain's sum lands in scratch and is added in step ``m - 1``, a step of local ops; the
+allgather copies ``x``'s set out both ways from step 0, one hop a step (``m - 1`` steps: a
+line's end links carry a set every step).
 A line sends both ways where a ring's unit sends one way, so its links carry twice a ring's
 bytes: the plan's weights (half the units on the pieces that start on a cut dimension) keep
-them as busy as the whole rings of the first phase. :mod:`cclc.symmetric_lines` verifies,
-times and expands it without expanding the base.
+them as busy as the whole rings of the first phase. :mod:`cclc.symmetric_lines` verifies and
+times it without expanding it.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from cclc.ir import Buf, OpKind, Ops, Routes
 from cclc.symmetric import ExceptedSchedule, TranslationGroup, healthy_collective
 from cclc.symmetric_lines import cut_rings, required_lines_mask, ring_phase_classes
 
-__all__ = ["lined_allreduce", "lined_reason"]
+__all__ = ["balanced_orders", "lined_allreduce", "lined_reason", "phase_costs"]
 
 
 def lined_reason(coll: Collective) -> str | None:
@@ -109,7 +112,7 @@ def phase_costs(units, shape, cut: set[int]) -> list[float]:
     D = len(units[0][0])
     costs, share = [], 1.0
     for p in range(D):
-        load = {}
+        load: dict[int, list[int]] = {}
         for order, half in units:
             d = order[p]
             load.setdefault(d, [0, 0])[half] += 1
