@@ -183,31 +183,37 @@ def _match(pattern: str, text: str) -> re.Match[str]:
     return found
 
 
-def _row(dims_text: str, faults, max_expanded: int) -> dict:
-    exc = _run(dims_text, faults, "exceptions")
+def _row(dims_text: str, faults, max_expanded: int, kind: str = "alltoall") -> dict:
+    """One torus and fault set: the form's side (the AllToAll with exceptions, the AllReduce
+    with lines), its expansion where it fits, its compile on 4,096 ranks."""
+    side = "exceptions" if kind == "alltoall" else "lines"
+    form = _run(dims_text, faults, side)
     n = 1
     for d in dims_text.split("x"):
         n *= int(d)
-    row = {"collective": "alltoall", "dims": dims_text, "ranks": n, "size": SIZE,
-           "failed_cables": [list(map(list, f)) for f in faults], "exceptions": exc,
-           "pct_of_bound": 100.0 * exc["bound_s"] / exc["time_s"], "expanded": None,
+    row = {"collective": kind, "dims": dims_text, "ranks": n, "size": SIZE,
+           "failed_cables": [list(map(list, f)) for f in faults], side: form,
+           "pct_of_bound": 100.0 * form["bound_s"] / form["time_s"], "expanded": None,
            "compile": None}
-    if exc["expanded_ops"] <= max_expanded:
-        full = _run(dims_text, faults, "expanded")
-        if abs(full["time_s"] / exc["time_s"] - 1) > 1e-9 or \
-                abs(full["link_bytes_max"] / exc["link_bytes_max"] - 1) > 1e-9:
+    if form["expanded_ops"] <= max_expanded:
+        full = _run(dims_text, faults, "expanded" if kind == "alltoall" else "lines-expanded")
+        if abs(full["time_s"] / form["time_s"] - 1) > 1e-9 or \
+                abs(full["link_bytes_max"] / form["link_bytes_max"] - 1) > 1e-9:
             raise SystemExit(f"{dims_text}: the expanded schedule's time or link bytes differ "
-                             "from the form with exceptions")
+                             f"from the form's ({side})")
         row["expanded"] = full
     if n >= 4096:
-        row["compile"] = _compile(dims_text, faults)
+        row["compile"] = _compile(dims_text, faults, kind)
     comp = row["compile"]
-    print(f"alltoall {dims_text}, {len(faults)} failed cable(s): {exc['masked_journeys']:,} "
-          f"journeys masked, tail of {exc['tail_ops']:,} ops in {exc['tail_steps']} steps "
-          f"({exc['tail_s'] * 1e6:.1f} us); {exc['time_s'] * 1e6:.1f} us, bound "
-          f"{exc['bound_s'] * 1e6:.1f} us, {row['pct_of_bound']:.1f}% of bound; build + verify "
-          f"+ simulate {exc['build_s'] + exc['verify_s'] + exc['simulate_s']:.1f} s, "
-          f"{exc['maxrss_mb']:.0f} MB"
+    what = (f"{form['masked_journeys']:,} journeys masked, tail of {form['tail_ops']:,} ops "
+            f"in {form['tail_steps']} steps ({form['tail_s'] * 1e6:.1f} us)" if side ==
+            "exceptions" else f"{form['masked_phases']} ring phases masked on "
+            f"{form['masked_ranks']} ranks, lines of {form['line_ops']:,} ops")
+    print(f"{kind} {dims_text}, {len(faults)} failed cable(s): {what}; "
+          f"{form['time_s'] * 1e6:.1f} us, bound {form['bound_s'] * 1e6:.1f} us, "
+          f"{row['pct_of_bound']:.1f}% of bound; build + verify + simulate "
+          f"{form['build_s'] + form['verify_s'] + form['simulate_s']:.1f} s, "
+          f"{form['maxrss_mb']:.0f} MB"
           + (f"; cclc compile {comp['compile_s']:.1f} s, {comp['maxrss_mb']:.0f} MB, "
              f"{comp['pct_of_bound']:.1f}%" if comp else ""), flush=True)
     return row
@@ -248,38 +254,6 @@ def _allreduce(dims_text: str, faults) -> dict:
     return row
 
 
-def _lines_row(dims_text: str, faults, max_expanded: int) -> dict:
-    """The AllReduce with lines: the form's side, its expansion where it fits, its compile on
-    4,096 ranks."""
-    lin = _run(dims_text, faults, "lines")
-    n = 1
-    for d in dims_text.split("x"):
-        n *= int(d)
-    row = {"collective": "allreduce", "dims": dims_text, "ranks": n, "size": SIZE,
-           "failed_cables": [list(map(list, f)) for f in faults], "lines": lin,
-           "pct_of_bound": 100.0 * lin["bound_s"] / lin["time_s"], "expanded": None,
-           "compile": None}
-    if lin["expanded_ops"] <= max_expanded:
-        full = _run(dims_text, faults, "lines-expanded")
-        if abs(full["time_s"] / lin["time_s"] - 1) > 1e-9 or \
-                abs(full["link_bytes_max"] / lin["link_bytes_max"] - 1) > 1e-9:
-            raise SystemExit(f"{dims_text}: the expanded schedule's time or link bytes differ "
-                             "from the form with lines")
-        row["expanded"] = full
-    if n >= 4096:
-        row["compile"] = _compile(dims_text, faults, "allreduce")
-    comp = row["compile"]
-    print(f"allreduce {dims_text}, {len(faults)} failed cable(s): {lin['masked_phases']} ring "
-          f"phases masked on {lin['masked_ranks']} ranks, lines of {lin['line_ops']:,} ops; "
-          f"{lin['time_s'] * 1e6:.1f} us, bound {lin['bound_s'] * 1e6:.1f} us, "
-          f"{row['pct_of_bound']:.1f}% of bound; build + verify + simulate "
-          f"{lin['build_s'] + lin['verify_s'] + lin['simulate_s']:.1f} s, "
-          f"{lin['maxrss_mb']:.0f} MB"
-          + (f"; cclc compile {comp['compile_s']:.1f} s, {comp['maxrss_mb']:.0f} MB, "
-             f"{comp['pct_of_bound']:.1f}%" if comp else ""), flush=True)
-    return row
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-expanded", type=int, default=MAX_EXPANDED,
@@ -292,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     meta = run_meta(argv)
     rows = [_row(dims, faults, args.max_expanded) for dims, faults in CASES]
-    lines = [_lines_row(dims, faults, args.max_expanded) for dims, faults in LINES_CASES]
+    lines = [_row(dims, faults, args.max_expanded, "allreduce") for dims, faults in LINES_CASES]
     allreduce = [_allreduce(dims, faults) for dims, faults in ALLREDUCE_CASES]
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows, "lines": lines,

@@ -38,8 +38,8 @@ from cclc.symmetric import ExceptedSchedule, SymmetricSchedule, expand, healthy_
 from cclc.symmetric_check import Journeys, journeys, link_loads, link_orbits
 
 __all__ = ["ExceptedLockstep", "check_healthy_base", "expand_excepted", "masked_instances",
-           "masked_outputs", "op_bytes", "required_mask", "route_pairs", "simulate_excepted",
-           "verify_excepted", "verify_tail"]
+           "masked_links", "masked_outputs", "op_bytes", "required_mask", "route_pairs",
+           "simulate_excepted", "verify_excepted", "verify_tail"]
 
 
 def route_pairs(s: SymmetricSchedule) -> tuple[np.ndarray, np.ndarray]:
@@ -79,6 +79,19 @@ def masked_instances(x: ExceptedSchedule) -> tuple[np.ndarray, np.ndarray]:
     owner = np.repeat(np.arange(len(size)), size)
     within = np.arange(int(size.sum())) - (np.cumsum(size) - size)[owner]
     return x.masked_element[owner], members[start[owner] + within]
+
+
+def masked_links(x: ExceptedSchedule, pair_op: np.ndarray, pair_link: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """For every link of every masked op's route: its (representative op, link) pair's index
+    into ``pair_op``/``pair_link`` (:func:`route_pairs`, sorted by op), and the link moved."""
+    m_t, m_rep = masked_instances(x)
+    starts = np.searchsorted(pair_op, m_rep, side="left")
+    ends = np.searchsorted(pair_op, m_rep, side="right")
+    size = ends - starts
+    owner = np.repeat(np.arange(len(m_rep)), size)
+    at = starts[owner] + np.arange(int(size.sum())) - (np.cumsum(size) - size)[owner]
+    return at, x.group.link_image(x.topology, pair_link[at], m_t[owner])
 
 
 def masked_outputs(x: ExceptedSchedule, found: Journeys) -> tuple[np.ndarray, np.ndarray]:
@@ -320,7 +333,7 @@ def simulate_excepted(x: ExceptedSchedule, step_overhead: float = 0.0,
     op runs between two ranks: those with a link that still carries an op."""
     if x.interleaved:
         raise ScheduleError("an interleaved tail is timed by cclc.symmetric_lines")
-    base, topo, g = x.base, x.topology, x.group
+    base, topo = x.base, x.topology
     o = base.ops
     n_steps = o.n_steps
     pair_op, pair_link = route_pairs(base)
@@ -339,14 +352,7 @@ def simulate_excepted(x: ExceptedSchedule, step_overhead: float = 0.0,
     np.maximum.at(lat_hi, inv, lat[pair_op])
     lat_lo = np.full(len(keys), np.inf)
     np.minimum.at(lat_lo, inv, lat[pair_op])
-    # the masked ops' links, moved
-    m_t, m_rep = masked_instances(x)
-    starts = np.searchsorted(pair_op, m_rep, side="left")
-    ends = np.searchsorted(pair_op, m_rep, side="right")
-    size = ends - starts
-    owner = np.repeat(np.arange(len(m_rep)), size)
-    at = starts[owner] + np.arange(int(size.sum())) - (np.cumsum(size) - size)[owner]
-    moved = g.link_image(topo, pair_link[at], m_t[owner])
+    at, moved = masked_links(x, pair_op, pair_link)
     mcell = step[pair_op[at]] * L + moved
     mkeys, minv = np.unique(mcell, return_inverse=True)
     minv = minv.reshape(-1)

@@ -49,16 +49,13 @@ from cclc.symmetric_faults import (
     ExceptedLockstep,
     check_healthy_base,
     masked_instances,
+    masked_links,
     op_bytes,
     route_pairs,
 )
 
 __all__ = ["cut_rings", "required_lines_mask", "ring_phase_classes", "simulate_lined",
            "verify_lined"]
-
-#: the longest ring a block's symbolic values (one bit per member) are run for
-MAX_RING = 62
-
 
 def _span(base: SymmetricSchedule) -> int:
     span = dict(base.params).get("span")
@@ -319,8 +316,6 @@ def verify_lined(x: ExceptedSchedule) -> None:
     if not np.isin(t_key, m_key).all():
         i = int(np.flatnonzero(~np.isin(t_key, m_key))[0])
         raise ScheduleError(f"line op #{i} runs on a ring phase that is not masked")
-    if max(base.group.shape) > MAX_RING:
-        raise ScheduleError(f"a ring of more than {MAX_RING} ranks: its lines are not checked")
     events = _Events(base)
     m_t, m_rep = masked_instances(x)
     o, t = base.ops, x.tail
@@ -371,7 +366,7 @@ def simulate_lined(x: ExceptedSchedule, step_overhead: float = 0.0,
     a step lasts as long as its busiest link (bytes over bandwidth, plus its latency), every
     op going over one link. A link no masked op and no line touches in a step carries its
     orbit's bytes; a touched one its orbit's less the masked ops' plus the lines'."""
-    base, topo, g = x.base, x.topology, x.group
+    base, topo = x.base, x.topology
     o = base.ops
     L = topo.n_links
     pair_op, pair_link = route_pairs(base)
@@ -384,13 +379,7 @@ def simulate_lined(x: ExceptedSchedule, step_overhead: float = 0.0,
     busy = np.bincount(inv, weights=elems[pair_op], minlength=len(keys))
     pairs_in = np.bincount(inv, minlength=len(keys))
     # the masked ops' links, moved, and the lines' links
-    m_t, m_rep = masked_instances(x)
-    starts = np.searchsorted(pair_op, m_rep, side="left")
-    ends = np.searchsorted(pair_op, m_rep, side="right")
-    size = ends - starts
-    owner = np.repeat(np.arange(len(m_rep)), size)
-    at = starts[owner] + np.arange(int(size.sum())) - (np.cumsum(size) - size)[owner]
-    moved = g.link_image(topo, pair_link[at], m_t[owner])
+    at, moved = masked_links(x, pair_op, pair_link)
     t = x.tail.take(np.flatnonzero(x.tail.route != 0))      # local ops take no time
     t_link = x.tail_routes.links[x.tail_routes.offsets[:-1][t.route]].astype(np.int64)
     itemsize = x.collective.dtype.itemsize

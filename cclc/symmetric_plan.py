@@ -127,24 +127,15 @@ def plan_symmetric(coll: Collective, model: ExecutionModel,
     model = symmetric_model(model)
     on_stage("building the schedule in symmetric form")
     schedule = build_symmetric(coll)
-    if isinstance(schedule, ExceptedSchedule) and schedule.interleaved:
-        on_stage(f"verifying {len(schedule.ops):,} representative ops, "
-                 f"{len(schedule.masked_element):,} masked ring phases and their lines of "
-                 f"{len(schedule.tail):,} ops")
-        verify_lined(schedule)
+    on_stage(f"verifying {len(schedule.ops):,} representative ops{_exceptions(schedule)}")
+    if isinstance(schedule, ExceptedSchedule):
+        lines = schedule.interleaved
+        (verify_lined if lines else verify_excepted)(schedule)
         on_stage("simulating")
-        time = simulate_lined(schedule, step_overhead=model.step_overhead,
-                              overhead_steps=model.overhead_steps).time
-    elif isinstance(schedule, ExceptedSchedule):
-        on_stage(f"verifying {len(schedule.ops):,} representative ops, "
-                 f"{len(schedule.masked_element):,} masked journeys and a tail of "
-                 f"{len(schedule.tail):,} ops")
-        verify_excepted(schedule)
-        on_stage("simulating")
-        time = simulate_excepted(schedule, step_overhead=model.step_overhead,
-                                 overhead_steps=model.overhead_steps).time
+        time = (simulate_lined if lines else simulate_excepted)(
+            schedule, step_overhead=model.step_overhead,
+            overhead_steps=model.overhead_steps).time
     else:
-        on_stage(f"verifying {len(schedule.ops):,} representative ops")
         verify_symmetric(schedule)
         on_stage("simulating")
         time = simulate_lockstep(schedule, step_overhead=model.step_overhead,
@@ -152,3 +143,12 @@ def plan_symmetric(coll: Collective, model: ExecutionModel,
     found = known if known is not None else bounds(coll, on_stage=on_stage)
     return SymmetricPlan(schedule=schedule, time=time, bound=found.best, bounds=found,
                          model=model)
+
+
+def _exceptions(s: SymmetricSchedule | ExceptedSchedule) -> str:
+    """A schedule's exceptions, for its progress line."""
+    if not isinstance(s, ExceptedSchedule):
+        return ""
+    what = ("masked ring phases and their lines" if s.interleaved
+            else "masked journeys and a tail")
+    return f", {len(s.masked_element):,} {what} of {len(s.tail):,} ops"

@@ -34,9 +34,9 @@ import numpy as np
 from cclc.algorithms.torus_collectives import dimrot_plan
 from cclc.algorithms.torus_symmetric import (
     allreduce_phases,
+    faulty_reason,
     link_lookup,
     ring_chains,
-    symmetric_reason,
 )
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
@@ -53,15 +53,10 @@ def lined_reason(coll: Collective) -> str | None:
     whose healthy machine the symmetric builder serves."""
     if coll.kind is not CollectiveKind.ALLREDUCE:
         return f"cut rings run as lines in an allreduce only, not {coll.kind.value}"
-    topo = coll.topology
-    if topo.failed_ranks:
-        return "it has failed ranks (exceptions serve failed links only)"
-    if not topo.n_failed_links:
-        return "it has no failed link"
-    why = symmetric_reason(healthy_collective(coll))
+    why = faulty_reason(coll)
     if why is not None:
-        return f"on its healthy torus {why}"
-    if min(topo.grid_dims) < 3:
+        return why
+    if min(coll.topology.grid_dims) < 3:
         return "a side is shorter than 3 (a ring of two has no line)"
     _, _, why = dimrot_plan(coll)
     if why is not None:

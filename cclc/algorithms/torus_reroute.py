@@ -22,7 +22,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import shortest_path
 
-from cclc.algorithms.torus_symmetric import link_lookup, symmetric_alltoall, symmetric_reason
+from cclc.algorithms.torus_symmetric import faulty_reason, link_lookup, symmetric_alltoall
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Buf, OpKind, Ops, Routes
@@ -45,13 +45,7 @@ def excepted_reason(coll: Collective) -> str | None:
     symmetric builder serves."""
     if coll.kind is not CollectiveKind.ALLTOALL:
         return f"exceptions for failed links are built for alltoall only, not {coll.kind.value}"
-    topo = coll.topology
-    if topo.failed_ranks:
-        return "it has failed ranks (exceptions serve failed links only)"
-    if not topo.n_failed_links:
-        return "it has no failed link"
-    why = symmetric_reason(healthy_collective(coll))
-    return None if why is None else f"on its healthy torus {why}"
+    return faulty_reason(coll)
 
 
 def excepted_alltoall(coll: Collective) -> ExceptedSchedule:

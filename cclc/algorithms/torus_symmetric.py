@@ -32,9 +32,9 @@ import numpy as np
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError, ScheduleError
 from cclc.ir import Buf, OpKind, Ops, Routes, even_split
-from cclc.symmetric import SymmetricSchedule, TranslationGroup
+from cclc.symmetric import SymmetricSchedule, TranslationGroup, healthy_collective
 
-__all__ = ["allreduce_phases", "link_lookup", "ring_chains", "symmetric_allreduce",
+__all__ = ["allreduce_phases", "faulty_reason", "link_lookup", "ring_chains", "symmetric_allreduce",
            "symmetric_alltoall", "symmetric_reason"]
 
 
@@ -58,6 +58,19 @@ def symmetric_reason(coll: Collective) -> str | None:
         return (f"its blocks of {per} elements are too small to cut into {units} units (one "
                 "per dimension and direction)")
     return None
+
+
+def faulty_reason(coll: Collective) -> str | None:
+    """Why the healthy torus's schedule, with exceptions, cannot serve ``coll`` whatever its
+    kind (``None`` when it can): failed ranks, no failed link, or a healthy torus the builders
+    here do not serve."""
+    topo = coll.topology
+    if topo.failed_ranks:
+        return "it has failed ranks (exceptions serve failed links only)"
+    if not topo.n_failed_links:
+        return "it has no failed link"
+    why = symmetric_reason(healthy_collective(coll))
+    return None if why is None else f"on its healthy torus {why}"
 
 
 def link_lookup(topo, src: np.ndarray, dst: np.ndarray) -> np.ndarray:

@@ -65,6 +65,13 @@ def _cclc(tmp_path: Path, text: str, *args: str) -> subprocess.CompletedProcess:
                           timeout=GUARD_SECONDS, preexec_fn=_cap_memory)
 
 
+def _verify(path: Path) -> subprocess.CompletedProcess:
+    """``cclc verify`` of a written schedule, under the same guards."""
+    return subprocess.run([sys.executable, "-m", "cclc.cli", "verify", str(path)], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                          text=True, timeout=GUARD_SECONDS, preexec_fn=_cap_memory)
+
+
 FAULTY_TORUS = """topology t = torus({dims}) {{
     link 50 GB/s, 100 ns
     fault link ({zero}) -- ({one})
@@ -84,10 +91,7 @@ def test_alltoall_on_a_faulty_4096_rank_torus_is_compiled_with_exceptions(tmp_pa
     assert "with exceptions for the journeys that cross its failed links" in run.stderr
     assert "294,913 representative ops for" in run.stdout and "with exceptions:" in run.stdout
     assert "% of bound" in run.stdout and "Traceback" not in run.stderr
-    check = subprocess.run([sys.executable, "-m", "cclc.cli", "verify",
-                            str(out / "a2a.schedule.json")], cwd=ROOT,
-                           env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
-                           text=True, timeout=GUARD_SECONDS, preexec_fn=_cap_memory)
+    check = _verify(out / "a2a.schedule.json")
     assert check.returncode == 0, check.stderr
     assert "journeys that cross a failed link" in check.stdout
 
@@ -102,10 +106,7 @@ def test_alltoall_on_a_healthy_4096_rank_torus_is_compiled_stored_by_symmetry(
     assert run.returncode == 0, run.stderr
     assert "planned stored by symmetry instead" in run.stderr
     assert f"{reps} representative ops for" in run.stdout and "% of bound" in run.stdout
-    check = subprocess.run([sys.executable, "-m", "cclc.cli", "verify",
-                            str(out / "a2a.schedule.json")], cwd=ROOT,
-                           env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
-                           text=True, timeout=GUARD_SECONDS, preexec_fn=_cap_memory)
+    check = _verify(out / "a2a.schedule.json")
     assert check.returncode == 0, check.stderr
     assert f"ok: a2a: {reps.replace(',', '')} representative ops" in check.stdout
 
@@ -197,10 +198,7 @@ def test_allreduce_on_a_faulty_4096_rank_torus_is_compiled_with_lines(tmp_path):
     assert "85,996 representative ops for 352,239,616 ops" in run.stdout
     assert "with exceptions: 20 ring phases on the 16 ranks" in run.stdout
     assert "% of bound" in run.stdout and "Traceback" not in run.stderr
-    check = subprocess.run([sys.executable, "-m", "cclc.cli", "verify",
-                            str(out / "ar.schedule.json")], cwd=ROOT,
-                           env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
-                           text=True, timeout=GUARD_SECONDS, preexec_fn=_cap_memory)
+    check = _verify(out / "ar.schedule.json")
     assert check.returncode == 0, check.stderr
     assert "ring phases on the 16 ranks of the rings a failed link cuts" in check.stdout
 
