@@ -58,11 +58,11 @@ def lined_reason(coll: Collective) -> str | None:
         return why
     if min(coll.topology.grid_dims) < 3:
         return "a side is shorter than 3 (a ring of two has no line)"
-    _, _, why = dimrot_plan(coll)
+    pieces, _, why = dimrot_plan(coll)
     if why is not None:
         return why
     per = coll.count // coll.n
-    units = len(dimrot_plan(coll)[0])
+    units = len(pieces)
     if per < units:
         return (f"its blocks of {per} elements are too small to cut into the {units} units of "
                 "its pieces")
@@ -101,19 +101,17 @@ MAX_ORDERINGS = 4096
 
 
 def phase_costs(units, shape, cut: set[int]) -> list[float]:
-    """Per reduce-scatter phase: its busiest link in units a step, times the share of the data
-    a phase carries (``1 / m`` of the phase before it, ``m`` the side it reduced): a ring's
-    link carries the units of its direction on that dimension, a line's both directions'."""
+    """Per reduce-scatter phase: its busiest link's data a step, in blocks' units (a unit
+    carries ``1 / m`` of its data in a phase after one on a side of ``m``): a ring's link
+    carries the units of its direction on that dimension, a line's both directions'."""
     D = len(units[0][0])
-    costs, share = [], 1.0
+    costs = []
     for p in range(D):
-        load: dict[int, list[int]] = {}
+        load: dict[int, list[float]] = {}
         for order, half in units:
-            d = order[p]
-            load.setdefault(d, [0, 0])[half] += 1
-        busiest = max(sum(v) if d in cut else max(v) for d, v in load.items())
-        costs.append(busiest * share)
-        share /= shape[units[0][0][p]] if p < D - 1 else 1
+            share = 1.0 / math.prod(shape[d] for d in order[:p])
+            load.setdefault(order[p], [0.0, 0.0])[half] += share
+        costs.append(max(sum(v) if d in cut else max(v) for d, v in load.items()))
     return costs
 
 

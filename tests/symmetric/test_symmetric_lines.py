@@ -10,7 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cclc.algorithms.torus_cut_allreduce import lined_allreduce, lined_reason
+from cclc.algorithms.torus_collectives import dimrot_plan
+from cclc.algorithms.torus_cut_allreduce import (
+    balanced_orders,
+    lined_allreduce,
+    lined_reason,
+    phase_costs,
+)
 from cclc.collective import CollectiveKind, make_collective
 from cclc.errors import CollectiveError, ScheduleError
 from cclc.ir import Buf, OpKind
@@ -200,3 +206,18 @@ def test_the_alltoall_functions_refuse_lines(lined):
         verify_excepted(lined)
     with pytest.raises(ScheduleError, match="symmetric_lines"):
         simulate_excepted(lined)
+
+
+def test_balanced_orders_make_the_second_phase_no_busier_than_a_hand_count():
+    """One cut dimension (x) of a cube of side 8: ten units (x's piece one per direction, y's
+    and z's two). dimrot_plan's orders put z's two units and one of x's on y second: 3 units a
+    step on a y link. One of y's units on x second (a line: 2 units each way), the other on z
+    with x's, and z's on y leave 2 on the busiest link; a unit carries 1/8 of its data in
+    phase two (the first phase's side is 8)."""
+    coll = _allreduce((8, 8, 8), [((2, 2, 2), (3, 2, 2))])
+    pieces, cuts, _ = dimrot_plan(coll)
+    units = [(p.order, 0 if p.direction == 1 else 1) for p in pieces]
+    before = phase_costs(units, (8, 8, 8), set(cuts))
+    after = phase_costs(balanced_orders(units, (8, 8, 8), set(cuts)), (8, 8, 8), set(cuts))
+    assert before[0] == after[0] == 2.0          # the first phase: weights, not orders
+    assert before[1] == pytest.approx(3 / 8) and after[1] == pytest.approx(2 / 8)
