@@ -96,39 +96,28 @@ def _worker(dims_text: str, faults_text: str, side: str) -> dict:
     t0 = time.perf_counter()
     x = lined_allreduce(coll) if lines else excepted_alltoall(coll)
     out["build_s"] = time.perf_counter() - t0
-    if side == "lines":
+    if side in ("lines", "exceptions"):
         t0 = time.perf_counter()
-        verify_lined(x)
+        (verify_lined if lines else verify_excepted)(x)
         out["verify_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        sim = simulate_lined(x)
+        sim = (simulate_lined if lines else simulate_excepted)(x)
         out["simulate_s"] = time.perf_counter() - t0
         out["time_s"] = sim.time
         out["link_bytes_max"] = float(sim.link_bytes.max())
         out["bound_s"] = bounds(coll, lp=False).best
         out["ops"] = len(x.ops)
-        out["masked_phases"] = len(set(x.masked_journey.tolist()))
-        out["masked_ranks"] = len(set(x.masked_element.tolist()))
         out["masked_ops"] = x.masked_ops()
-        out["line_ops"] = len(x.tail)
         out["expanded_ops"] = x.expanded_ops()
-    elif side == "exceptions":
-        t0 = time.perf_counter()
-        verify_excepted(x)
-        out["verify_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        sim = simulate_excepted(x)
-        out["simulate_s"] = time.perf_counter() - t0
-        out["time_s"] = sim.time
-        out["tail_s"] = float(sim.step_time[x.base.ops.n_steps:].sum())
-        out["link_bytes_max"] = float(sim.link_bytes.max())
-        out["bound_s"] = bounds(coll, lp=False).best
-        out["ops"] = len(x.ops)
-        out["masked_journeys"] = len(x.masked_element)
-        out["masked_ops"] = x.masked_ops()
-        out["tail_ops"] = len(x.tail)
-        out["tail_steps"] = x.tail.n_steps
-        out["expanded_ops"] = x.expanded_ops()
+        if lines:
+            out["masked_phases"] = len(set(x.masked_journey.tolist()))
+            out["masked_ranks"] = len(set(x.masked_element.tolist()))
+            out["line_ops"] = len(x.tail)
+        else:
+            out["tail_s"] = float(sim.step_time[x.base.ops.n_steps:].sum())
+            out["masked_journeys"] = len(x.masked_element)
+            out["tail_ops"] = len(x.tail)
+            out["tail_steps"] = x.tail.n_steps
     else:
         t0 = time.perf_counter()
         full = expand_excepted(x)

@@ -140,12 +140,14 @@ def _members(group: TranslationGroup, ring: int, d: int) -> np.ndarray:
     return np.asarray(np.ravel_multi_index(tuple(at), group.shape), dtype=np.int64)
 
 
-def required_lines_mask(base: SymmetricSchedule, classes: np.ndarray, topo) -> np.ndarray:
+def required_lines_mask(base: SymmetricSchedule, classes: np.ndarray, topo,
+                        dims: np.ndarray | None = None) -> np.ndarray:
     """``(k, 2)`` sorted unique (element, class) pairs to mask: every rank of every ring of
     ``topo`` (the base's machine with its faults) that a failed link cuts, with every class
     that moves along that ring's dimension (the base's ops go from rank 0, so element ``t``
-    moves a class onto the ops from rank ``t``)."""
-    dims = _class_dims(base, classes)
+    moves a class onto the ops from rank ``t``); ``dims``: :func:`_class_dims` of them, where
+    the caller has it."""
+    dims = _class_dims(base, classes) if dims is None else dims
     found = []
     for d, cut in cut_rings(topo, base.group).items():
         ranks = np.concatenate([_members(base.group, int(r), d)
@@ -302,7 +304,7 @@ def verify_lined(x: ExceptedSchedule) -> None:
         raise ScheduleError(f"representative op #{i} is given ring phase {int(x.journey[i])}; "
                             f"it belongs to ring phase {int(classes[i])}")
     dims = _class_dims(base, classes)
-    want = required_lines_mask(base, classes, coll.topology)
+    want = required_lines_mask(base, classes, coll.topology, dims)
     given = np.unique(np.stack([x.masked_element, x.masked_journey], axis=1), axis=0)
     if len(given) != len(x.masked_element) or not np.array_equal(want, given):
         raise ScheduleError("the masked ring phases are not every phase of every ring a "

@@ -35,7 +35,8 @@ from cclc.symmetric_faults import simulate_excepted, verify_excepted
 from cclc.symmetric_lines import simulate_lined, verify_lined
 
 __all__ = ["BUILDERS", "EXCEPTED", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "build_symmetric",
-           "plan_symmetric", "symmetric_model", "symmetric_reason"]
+           "plan_symmetric", "simulate_form", "symmetric_model", "symmetric_reason",
+           "verify_form"]
 
 #: the size check's estimate (ops, a lower bound on the largest candidate, cclc.budget) above
 #: which ``auto`` plans a collective in symmetric form where it can: a quarter of the limit
@@ -128,21 +129,33 @@ def plan_symmetric(coll: Collective, model: ExecutionModel,
     on_stage("building the schedule in symmetric form")
     schedule = build_symmetric(coll)
     on_stage(f"verifying {len(schedule.ops):,} representative ops{_exceptions(schedule)}")
-    if isinstance(schedule, ExceptedSchedule):
-        lines = schedule.interleaved
-        (verify_lined if lines else verify_excepted)(schedule)
-        on_stage("simulating")
-        time = (simulate_lined if lines else simulate_excepted)(
-            schedule, step_overhead=model.step_overhead,
-            overhead_steps=model.overhead_steps).time
-    else:
-        verify_symmetric(schedule)
-        on_stage("simulating")
-        time = simulate_lockstep(schedule, step_overhead=model.step_overhead,
-                                 overhead_steps=model.overhead_steps).time
+    verify_form(schedule)
+    on_stage("simulating")
+    time = simulate_form(schedule, model)
     found = known if known is not None else bounds(coll, on_stage=on_stage)
     return SymmetricPlan(schedule=schedule, time=time, bound=found.best, bounds=found,
                          model=model)
+
+
+def verify_form(s: SymmetricSchedule | ExceptedSchedule) -> None:
+    """Verify a schedule stored by symmetry with the verifier of its form (the symmetric
+    schedule, the AllToAll's exceptions or the AllReduce's lines), without expanding it."""
+    if not isinstance(s, ExceptedSchedule):
+        verify_symmetric(s)
+    elif s.interleaved:
+        verify_lined(s)
+    else:
+        verify_excepted(s)
+
+
+def simulate_form(s: SymmetricSchedule | ExceptedSchedule, model: ExecutionModel) -> float:
+    """The lockstep time of a schedule stored by symmetry under ``model``'s step cost, by the
+    simulator of its form, without expanding it."""
+    cost, steps = model.step_overhead, model.overhead_steps
+    if not isinstance(s, ExceptedSchedule):
+        return simulate_lockstep(s, step_overhead=cost, overhead_steps=steps).time
+    simulator = simulate_lined if s.interleaved else simulate_excepted
+    return simulator(s, step_overhead=cost, overhead_steps=steps).time
 
 
 def _exceptions(s: SymmetricSchedule | ExceptedSchedule) -> str:

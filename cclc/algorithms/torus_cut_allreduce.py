@@ -42,7 +42,7 @@ from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Buf, OpKind, Ops, Routes
 from cclc.symmetric import ExceptedSchedule, TranslationGroup, healthy_collective
-from cclc.symmetric_lines import cut_rings, required_lines_mask, ring_phase_classes
+from cclc.symmetric_lines import required_lines_mask, ring_phase_classes
 
 __all__ = ["balanced_orders", "lined_allreduce", "lined_reason", "phase_costs"]
 
@@ -89,7 +89,7 @@ def lined_allreduce(coll: Collective) -> ExceptedSchedule:
                             scratch_sets=sets)
     classes = ring_phase_classes(base)
     mask = required_lines_mask(base, classes, coll.topology)
-    tail = _lines(coll, group, units, span, mask)
+    tail = _lines(coll, group, units, span, mask, cuts)
     return ExceptedSchedule(collective=coll, base=base, journey=classes,
                             masked_element=mask[:, 0], masked_journey=mask[:, 1],
                             tail=tail[0], tail_routes=tail[1], tail_scratch_from=0,
@@ -133,9 +133,11 @@ def balanced_orders(units, shape, cut: set[int]):
     return best
 
 
-def _lines(coll: Collective, group: TranslationGroup, units, span: int,
-           mask: np.ndarray) -> tuple[Ops, Routes]:
-    """The ops of every cut ring's lines, one line per masked (ring, phase class)."""
+def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np.ndarray,
+           cuts: dict[int, np.ndarray]) -> tuple[Ops, Routes]:
+    """The ops of every cut ring's lines, one line per masked (ring, phase class); ``cuts``
+    per dimension and rank the coordinate ``c`` of its ring's cut ``c -- c+1``
+    (:func:`~cclc.algorithms.torus_collectives.line_cuts`)."""
     shape = group.shape
     n, U = coll.n, len(units)
     D = len(units[0][0])
@@ -151,7 +153,6 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int,
                        ("dst_buf", int(dst[0])), ("dst_off", dst[1])):
             cols[key].append(np.broadcast_to(np.asarray(v, dtype=np.int64), (k,)).copy())
 
-    cuts = cut_rings(coll.topology, group)
     for ring, cls in {(int(r), int(c)) for r, c in _ring_of_mask(group, units, span, mask)}:
         u = (cls - 1) % U
         window = (cls - 1) // U                              # the phase, 0..2D-1

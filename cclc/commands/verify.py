@@ -79,9 +79,7 @@ def _run_symmetric(args, schedule: SymmetricSchedule | ExceptedSchedule, progres
                    ) -> int:
     # cclc.symmetric*, only when this runs, not for cclc --help
     from cclc.symmetric import ExceptedSchedule as Excepted
-    from cclc.symmetric_check import verify_symmetric
-    from cclc.symmetric_faults import verify_excepted
-    from cclc.symmetric_lines import verify_lined
+    from cclc.symmetric_plan import verify_form
 
     name = schedule.collective.name
     if args.numeric:
@@ -91,12 +89,7 @@ def _run_symmetric(args, schedule: SymmetricSchedule | ExceptedSchedule, progres
         return 2
     try:
         with progress.stage(f"verifying {len(schedule.ops)} representative ops"):
-            if isinstance(schedule, Excepted) and schedule.interleaved:
-                verify_lined(schedule)
-            elif isinstance(schedule, Excepted):
-                verify_excepted(schedule)
-            else:
-                verify_symmetric(schedule)
+            verify_form(schedule)
     except ScheduleError as err:
         print(f"{args.file}: verification failed: {err.message}", file=sys.stderr)
         return 1
