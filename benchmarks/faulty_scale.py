@@ -1,4 +1,4 @@
-"""Faulty tori: AllToAll and AllReduce stored by symmetry with exceptions; time, memory, % of bound.
+"""Faulty tori: collectives stored by symmetry with exceptions; time, memory, % of bound.
 
 For an AllToAll (16 MiB, links of 32 GB/s and 100 ns, the language's default routing `none`)
 on an 8x8x8 and a 16x16x16 torus with one failed cable (both directions of the link between
@@ -18,10 +18,12 @@ on an 8x8x8 and a 16x16x16 torus with one failed cable (both directions of the l
 
 The bound is ``cclc.bounds.bounds(coll, lp=False).best`` (closed forms on the faulty torus).
 
-The AllReduce (16 MiB) on the same tori and failed cables is measured the same way (*lines*:
-``cclc.algorithms.torus_cut_allreduce.lined_allreduce``, ring+dimrotation of the healthy torus
-in symmetric form less the phases of the rings a failed link cuts, run there as lines in the
-same steps; ``cclc.symmetric_lines.verify_lined`` and ``simulate_lined``; expanded on 8x8x8).
+The AllReduce, the AllGather and the ReduceScatter (16 MiB) on the same tori and failed cables
+are measured the same way (*lines*: ``cclc.algorithms.torus_cut_allreduce.lined_allreduce``,
+``lined_allgather`` and ``lined_reducescatter``, ring+dimrotation of the healthy torus in
+symmetric form less the phases of the rings a failed link cuts, run there as lines in the same
+steps;
+``cclc.symmetric_lines.verify_lined`` and ``simulate_lined``; expanded on 8x8x8).
 On 8x8x8, with the first failed cable and with a second one along another dimension (between
 (5,3,6) and (5,4,6)), each *allreduce* row runs ``cclc compile --emit json --explain`` of it
 (``auto`` builds every whole candidate and the form with lines, and keeps the fastest) and
@@ -68,7 +70,7 @@ def _source(dims_text: str, faults, kind: str = "alltoall") -> str:
              "    link 32 GB/s, 100 ns"]
     lines += [f"    fault link ({','.join(map(str, a))}) -- ({','.join(map(str, b))})"
               for a, b in faults]
-    name = {"alltoall": "a2a", "allreduce": "ar"}[kind]
+    name = {"alltoall": "a2a", "allreduce": "ar", "allgather": "ag", "reducescatter": "rs"}[kind]
     lines += ["}", f"collective {name} = {kind} on t {{ size {SIZE >> 20} MiB }}", ""]
     return "\n".join(lines)
 
@@ -82,19 +84,19 @@ def _collective(dims_text: str, faults, kind: str = "alltoall"):
 
 def _worker(dims_text: str, faults_text: str, side: str) -> dict:
     """One side of one case, measured in this process (``side``: exceptions or expanded of
-    the AllToAll, lines or lines-expanded of the AllReduce)."""
-    from cclc.algorithms.torus_cut_allreduce import lined_allreduce
+    the AllToAll, lines:KIND or lines-expanded:KIND of the collective KIND)."""
     from cclc.algorithms.torus_reroute import excepted_alltoall
     from cclc.bounds import bounds
     from cclc.symmetric_faults import expand_excepted, simulate_excepted, verify_excepted
     from cclc.symmetric_lines import simulate_lined, verify_lined
+    from cclc.symmetric_plan import EXCEPTED
 
+    side, _, kind = side.partition(":")
     lines = side.startswith("lines")
-    coll = _collective(dims_text, json.loads(faults_text),
-                       "allreduce" if lines else "alltoall")
+    coll = _collective(dims_text, json.loads(faults_text), kind if lines else "alltoall")
     out: dict = {}
     t0 = time.perf_counter()
-    x = lined_allreduce(coll) if lines else excepted_alltoall(coll)
+    x = EXCEPTED[coll.kind][0](coll) if lines else excepted_alltoall(coll)
     out["build_s"] = time.perf_counter() - t0
     if side in ("lines", "exceptions"):
         t0 = time.perf_counter()
@@ -173,10 +175,10 @@ def _match(pattern: str, text: str) -> re.Match[str]:
 
 
 def _row(dims_text: str, faults, max_expanded: int, kind: str = "alltoall") -> dict:
-    """One torus and fault set: the form's side (the AllToAll with exceptions, the AllReduce
+    """One torus and fault set: the form's side (the AllToAll with exceptions, the others
     with lines), its expansion where it fits, its compile on 4,096 ranks."""
     side = "exceptions" if kind == "alltoall" else "lines"
-    form = _run(dims_text, faults, side)
+    form = _run(dims_text, faults, side if kind == "alltoall" else f"lines:{kind}")
     n = 1
     for d in dims_text.split("x"):
         n *= int(d)
@@ -185,7 +187,8 @@ def _row(dims_text: str, faults, max_expanded: int, kind: str = "alltoall") -> d
            "pct_of_bound": 100.0 * form["bound_s"] / form["time_s"], "expanded": None,
            "compile": None}
     if form["expanded_ops"] <= max_expanded:
-        full = _run(dims_text, faults, "expanded" if kind == "alltoall" else "lines-expanded")
+        full = _run(dims_text, faults,
+                    "expanded" if kind == "alltoall" else f"lines-expanded:{kind}")
         if abs(full["time_s"] / form["time_s"] - 1) > 1e-9 or \
                 abs(full["link_bytes_max"] / form["link_bytes_max"] - 1) > 1e-9:
             raise SystemExit(f"{dims_text}: the expanded schedule's time or link bytes differ "
@@ -255,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     meta = run_meta(argv)
     rows = [_row(dims, faults, args.max_expanded) for dims, faults in CASES]
-    lines = [_row(dims, faults, args.max_expanded, "allreduce") for dims, faults in LINES_CASES]
+    lines = [_row(dims, faults, args.max_expanded, kind)
+             for kind in ("allreduce", "allgather", "reducescatter")
+             for dims, faults in LINES_CASES]
     allreduce = [_allreduce(dims, faults) for dims, faults in ALLREDUCE_CASES]
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows, "lines": lines,

@@ -295,12 +295,14 @@ def render_faulty(data: dict) -> list[str]:
 
 
 def _lines_table(rows) -> list[str]:
-    """The AllReduce with its cut rings run as lines, one row per torus and fault set."""
+    """The AllReduce, AllGather and ReduceScatter with their cut rings run as lines, one row
+    per collective, torus and fault set."""
     out = []
     for r in rows:
         lin, full, comp = r["lines"], r["expanded"], r["compile"]
         lin_s = lin["build_s"] + lin["verify_s"] + lin["simulate_s"]
-        out.append([f"{r['dims']} ({r['ranks']})", f"{len(r['failed_cables'])}",
+        out.append([r["collective"], f"{r['dims']} ({r['ranks']})",
+                    f"{len(r['failed_cables'])}",
                     f"{lin['masked_phases']} on {lin['masked_ranks']} ranks",
                     f"{lin['line_ops']:,}", f"{lin['time_s'] * 1e6:.1f} us",
                     f"{lin['bound_s'] * 1e6:.1f} us", f"{r['pct_of_bound']:.1f}%",
@@ -310,11 +312,13 @@ def _lines_table(rows) -> list[str]:
                     f"{comp['pct_of_bound']:.1f}%" if comp else "–"])
     if not out:
         return []
-    return ["", "The AllReduce (16 MiB) with the same failed cables: ring+dimrotation of the "
-            "healthy torus in symmetric form, less the phases of the rings a failed link cuts, "
-            "run there as lines in the same steps (`cclc.algorithms.torus_cut_allreduce`; "
-            "verified and timed by `cclc.symmetric_lines`):", ""] + _table(
-        ["torus (ranks)", "failed cables", "masked ring phases", "line ops", "time", "bound",
+    return ["", "The AllReduce, AllGather and ReduceScatter (16 MiB) with the same failed cables: "
+            "ring+dimrotation of the healthy torus in symmetric form, less the phases of the "
+            "rings a failed link cuts, run there as lines in the same steps "
+            "(`cclc.algorithms.torus_cut_allreduce`; verified and timed by "
+            "`cclc.symmetric_lines`):", ""] + _table(
+        ["collective", "torus (ranks)", "failed cables", "masked ring phases", "line ops",
+         "time", "bound",
          "% of bound", "build + verify + simulate, peak memory",
          "expanded: time and link bytes", "`cclc compile --emit json` (time, peak memory by "
          "/usr/bin/time, % of bound)"], out)
@@ -444,11 +448,11 @@ BENCHMARKS = (
               "check tool (C++, g++ -O2) on this machine", "`cclc.bounds.bounds(coll).best` of "
               "each member's own faulty machine (equal to its orbit representative's)",
               render_catalog),
-    Benchmark("symmetric_scale", "Schedules stored by symmetry: torus AllToAll and AllReduce "
-              "up to 4,096 ranks", (), "lockstep IR model (`cclc.symmetric_check."
-              "simulate_lockstep`, equal to `cclc.sim.simulate` of the expanded schedule); "
-              "AllToAll: HalfRing + DimRotation, AllReduce: DimRotation over rings, built in "
-              "symmetric form; 16 MiB, links of 32 GB/s and 100 ns",
+    Benchmark("symmetric_scale", "Schedules stored by symmetry: torus AllToAll, AllReduce, "
+              "AllGather and ReduceScatter up to 4,096 ranks", (), "lockstep IR model "
+              "(`cclc.symmetric_check.simulate_lockstep`, equal to `cclc.sim.simulate` of the "
+              "expanded schedule); AllToAll: HalfRing + DimRotation, the others: DimRotation "
+              "over rings, built in symmetric form; 16 MiB, links of 32 GB/s and 100 ns",
               "`cclc.bounds.bounds(coll, lp=False).best` (closed forms)", render_symmetric),
     Benchmark("lockstep_limits", "Synthesis against the lockstep bound (128-GPU fabric)", (),
               "each row's execution model (`cclc.execution`: `ir` and `mscclpp` lockstep, "
@@ -462,15 +466,16 @@ BENCHMARKS = (
               "`auto`'s synthesis candidate); planning times are this machine's wall and CPU "
               "seconds", "`cclc.bounds.bounds(coll).best` (LP included), the bound `cclc "
               "compile` prints", render_auto_synth),
-    Benchmark("faulty_scale", "A torus AllToAll and AllReduce with failed links, stored by "
-              "symmetry with exceptions", (),
+    Benchmark("faulty_scale", "Torus collectives with failed links, stored by symmetry with "
+              "exceptions", (),
               "lockstep IR model (`cclc.symmetric_faults.simulate_excepted`, equal to "
               "`cclc.sim.simulate` of the expanded schedule); the healthy torus's HalfRing + "
               "DimRotation less the journeys over a failed link, then a rerouted tail; 16 MiB, "
               "links of 32 GB/s and 100 ns, failed cables (2,2,2)--(3,2,2) and "
-              "(9,11,5)--(9,12,5) (on 8x8x8 the second is (5,3,6)--(5,4,6)); the AllReduce "
-              "with its cut rings as lines (`cclc.symmetric_lines.simulate_lined`, the same "
-              "model); on 8x8x8 also every whole candidate `auto` built, as `cclc compile "
+              "(9,11,5)--(9,12,5) (on 8x8x8 the second is (5,3,6)--(5,4,6)); the AllReduce, "
+              "AllGather and ReduceScatter with their cut rings as lines "
+              "(`cclc.symmetric_lines.simulate_lined`, the same model); on 8x8x8 also every "
+              "whole candidate `auto` built, as `cclc compile "
               "--emit json --explain` prints them (the same IR model)",
               "`cclc.bounds.bounds(coll, lp=False).best` of the faulty torus (closed forms)",
               render_faulty),
@@ -574,6 +579,8 @@ def _scale_faulty(data: dict) -> list[list[str]]:
                     f"{comp['pct_of_bound']:.1f}%", f"{comp['compile_s']:.1f} s",
                     f"{comp['maxrss_mb'] / 1024:.2f} GiB", "faulty_scale"])
     for r in data.get("allreduce", ()):
+        if r["ranks"] < 4096:
+            continue            # (in docs/results.md: the README's rows are the 4,096-rank ones)
         others = "; ".join(f"whole {k} {v['pct_of_bound']:.1f}%"
                            for k, v in r["candidates"].items() if k != r["chosen"])
         out.append([f"torus {r['dims']}, {_cables(r)}", f"{r['ranks']:,}",

@@ -1,8 +1,9 @@
 """The symmetric form beside the expanded schedule: time and memory to build, verify and simulate.
 
-For a healthy torus AllToAll and AllReduce (links of 32 GB/s and 100 ns, 16 MiB) on 4x4x4,
-8x8x8 and 16x16x16 tori, builds the schedule in symmetric form (``auto``'s builders,
-``cclc.symmetric_plan.BUILDERS``: HalfRing + DimRotation, DimRotation over rings), verifies it
+For a healthy torus AllToAll, AllReduce, AllGather and ReduceScatter (links of 32 GB/s and
+100 ns, 16 MiB) on 4x4x4, 8x8x8 and 16x16x16 tori, builds the schedule in symmetric form
+(``auto``'s builders, ``cclc.symmetric_plan.BUILDERS``: HalfRing + DimRotation, DimRotation
+over rings), verifies it
 (``cclc.symmetric_check.verify_symmetric``) and times it under the lockstep IR model
 (``cclc.symmetric_check.simulate_lockstep``); then, where the expanded schedule has at most
 ``--max-expanded`` ops, expands it (``cclc.symmetric.expand``) and runs the ordinary verifier
@@ -13,7 +14,7 @@ the expanded side also checks that its time and every link's bytes equal the sym
 The bound is ``cclc.bounds.bounds(coll, lp=False).best`` (the closed forms: on a healthy torus
 the LP adds nothing to the hop-bytes bound of an AllToAll).
 
-    python benchmarks/symmetric_scale.py                       # both, all three tori
+    python benchmarks/symmetric_scale.py                       # all four, all three tori
     python benchmarks/symmetric_scale.py --collective allreduce --dims 4x4x4 --json out.json
 """
 
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meta import run_meta  # noqa: E402  (benchmarks/ is not a package)
 
 DIMS = ("4x4x4", "8x8x8", "16x16x16")
-KINDS = ("alltoall", "allreduce")
+KINDS = ("alltoall", "allreduce", "allgather", "reducescatter")
 SIZE = 16 << 20
 #: the largest expanded schedule run (cclc.budget.MAX_OPS: what cclc plans at the most)
 MAX_EXPANDED = 20_000_000

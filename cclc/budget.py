@@ -28,20 +28,20 @@ included), so a refusal is never caused by an overestimate:
 * time: :data:`SECONDS_PER_OP` per op (build, verify, simulate), measured by
   ``benchmarks/ir_scale.py`` at 1.5-4 us per op on 2 cores.
 
-The CLI refuses when the ops exceed :data:`MAX_OPS`, the memory exceeds :data:`MEMORY_SHARE`
-of what the process can get (the machine's available memory, or a lower address-space limit:
-the estimates count the largest arrays only) or the time exceeds
-:data:`TIME_LIMIT`; it prints the estimate and the ways out (a smaller collective, the entry
-with the smallest schedule, ``--no-size-check``). Under ``auto`` the largest applicable
-candidate decides unless a candidate whose estimate is its exact count fits
-(:func:`fitting_entries`): then the collective is admitted, and the planner skips each
-candidate whose own estimate does not fit (:meth:`Limits.candidate_refusal`: the memory of
-its verifier need not grow with its ops) and says so in its table. An estimate that is a
-loose lower bound admits nothing by itself (recursive doubling counts ``n`` where it builds
-``n log2 n``); admitted, such a candidate is built only if its bound (:mod:`cclc.load_bounds`)
-does not show that it cannot win; where a synthesis would be built with no send bound to
-prune it (``synth`` counts ``n`` ops, and its search runs minutes past its budget at 4,096
-ranks) nothing is admitted: the collective is refused in seconds as before.
+The CLI refuses when the ops exceed :data:`MAX_OPS`, the memory exceeds :data:`MEMORY_SHARE` of
+what the process can get (the machine's available memory, or a lower address-space limit: the
+estimates count the largest arrays only) or the time exceeds :data:`TIME_LIMIT`; it prints the
+estimate and the ways out (a smaller collective, the entry with the smallest schedule but a
+synthesis no bound prunes, ``--no-size-check``). Under ``auto`` the largest applicable candidate
+decides unless a candidate whose estimate is its exact count fits (:func:`fitting_entries`):
+then the collective is admitted, and the planner skips each candidate whose own estimate does
+not fit (:meth:`Limits.candidate_refusal`: the memory of its verifier need not grow with its
+ops) and says so in its table. An estimate that is a loose lower bound admits nothing by itself
+(recursive doubling counts ``n`` where it builds ``n log2 n``); admitted, such a candidate is
+built only if its bound (:mod:`cclc.load_bounds`) does not show that it cannot win; where a
+synthesis would be built with no send bound to prune it (``synth`` counts ``n`` ops, and its
+search runs minutes past its budget at 4,096 ranks) nothing is admitted: the collective is
+refused in seconds as before.
 
 The estimates are the exact counts before relay lowering where the builders' counts have a
 closed form, and lower bounds elsewhere (``tests/plan/test_op_estimates.py`` measures every
@@ -97,7 +97,8 @@ _REDUCING = frozenset({CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
 class SizeEstimate:
     """Lower bounds on what planning ``collective`` needs; ``largest`` names the candidate
     whose schedule dominates; ``smallest`` (name, ops) the applicable entry with the smallest
-    bound when it is another one (the way out to suggest), else ``None``."""
+    bound when it is another one and not a synthesis that no bound prunes (the way out to
+    suggest), else ``None``."""
 
     collective: str
     ops: int
@@ -176,14 +177,16 @@ def estimate_size(coll: Collective, entries: Sequence, params: dict, others: Seq
             est = candidate_estimate(coll, entry, params)
             sized = sized[k + 1:]
             break
-    # the way out: the smallest applicable alternative (entries here, others without params)
+    # the way out: the smallest applicable alternative (entries here, others without params),
+    # but never a synthesis that no bound prunes: its estimate says nothing of its cost (synth
+    # counts n ops, and its search runs minutes past its budget at 4,096 ranks)
     names = {e.name for e in entries}
     sized += [(estimate_ops(coll, e, {}), len(entries) + i, e)
               for i, e in enumerate(others) if e.name not in names]
     sized.sort(key=lambda t: (t[0], t[1]))
     smallest = next(((e.name, size) for size, _, e in sized
-                     if size < est.ops and _applies(coll, e, params if e.name in names else {})),
-                    None)
+                     if size < est.ops and not _unbounded_synthesis(coll, e, {})
+                     and _applies(coll, e, params if e.name in names else {})), None)
     return replace(est, smallest=smallest)
 
 
@@ -196,13 +199,18 @@ def fitting_entries(coll: Collective, entries: Sequence, params: dict, memory: i
     limits = Limits(memory)
     built = [e for e in entries
              if _applies(coll, e, params) and limits.candidate_refusal(coll, e, params) is None]
-    if any(e.synthesize is not None and isinstance(e.step_sends(coll, **params), NoBound)
-           for e in built):
+    if any(_unbounded_synthesis(coll, e, params) for e in built):
         # a synthesis, whose cost no op count states, that no send bound can prune would be
         # built whatever it costs (synth's search runs minutes past its budget on a 4,096-rank
         # torus): nothing is admitted
         return ()
     return tuple(e.name for e in built if e.exact_ops)
+
+
+def _unbounded_synthesis(coll: Collective, entry, params: dict) -> bool:
+    """Whether registry ``entry`` is a synthesis whose cost no send bound states (its op
+    estimate is no measure of what building it takes)."""
+    return entry.synthesize is not None and isinstance(entry.step_sends(coll, **params), NoBound)
 
 
 def _applies(coll: Collective, entry, params: dict) -> bool:

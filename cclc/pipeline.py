@@ -416,7 +416,7 @@ def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel,
 
 def _exceptions_note(coll: Collective) -> str:
     """What a form stored by symmetry does about ``coll``'s failed links, for the note."""
-    if coll.kind is CollectiveKind.ALLREDUCE:
+    if coll.kind is not CollectiveKind.ALLTOALL:
         return ", with the phases of the rings its failed links cut run there as lines"
     return ", with exceptions for the journeys that cross its failed links"
 

@@ -46,7 +46,7 @@ from cclc.errors import ScheduleError
 from cclc.ir import Buf, Ops, Routes, Schedule
 
 __all__ = ["RANK_INDEXED", "ExceptedSchedule", "SymmetricSchedule", "TranslationGroup", "expand",
-           "healthy_collective", "symmetric_form"]
+           "healthy_collective", "summing_buffer", "symmetric_form"]
 
 #: the buffers whose blocks belong to ranks (move with the group), per collective kind the
 #: symmetric form serves. AllReduce's vector is cut into ``n`` blocks, block ``b`` the one rank
@@ -56,7 +56,16 @@ RANK_INDEXED: dict[CollectiveKind, tuple[Buf, ...]] = {
     CollectiveKind.ALLTOALL: (Buf.INPUT, Buf.OUTPUT),
     CollectiveKind.ALLGATHER: (Buf.OUTPUT,),
     CollectiveKind.ALLREDUCE: (Buf.INPUT, Buf.OUTPUT),
+    # a ReduceScatter's result is rank r's block alone; the blocks it sums on the way are in
+    # scratch, cut as the input is
+    CollectiveKind.REDUCESCATTER: (Buf.INPUT, Buf.SCRATCH),
 }
+
+
+def summing_buffer(kind: CollectiveKind) -> Buf:
+    """The rank-indexed buffer in which a schedule of ``kind`` moves and sums blocks: the
+    output, or a ReduceScatter's scratch (its output is one block)."""
+    return RANK_INDEXED[kind][-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,8 +357,9 @@ class ExceptedSchedule:
     from ``tail_scratch_from`` on, which the base never touches.
     :mod:`cclc.symmetric_faults` verifies, times and expands it.
 
-    An AllReduce's exceptions are ``interleaved``: the base's ring phases that run on a ring a
-    failed link cuts are masked (``journey`` then gives each representative op its ring phase,
+    An AllReduce's (AllGather's, ReduceScatter's) exceptions are ``interleaved``: the base's
+    ring phases that run on a ring a failed link cuts are masked (``journey`` then gives each
+    representative op its ring phase,
     :func:`cclc.symmetric_lines.ring_phase_classes`), and the tail is the lines that take
     their place, in the base's own steps; :mod:`cclc.symmetric_lines` verifies and times it.
     """

@@ -18,7 +18,8 @@ usable links alike, so every image route is one too.
 Values are data coordinates as in :mod:`cclc.semantics`. Copy collectives: element ``e`` of
 rank ``r``'s input is ``r E + e`` (``E`` elements per input); a translation by ``t`` moves
 ``r`` to ``r + t`` and, where the input's blocks belong to ranks (AllToAll), block ``b`` to
-``b + t``. AllReduce: a coordinate is a position in the result, whose block moves to ``b + t``,
+``b + t``. AllReduce and ReduceScatter: a coordinate is a position in the result, whose block
+moves to ``b + t``,
 and a chunk also holds the set of ranks whose contributions it sums (one boolean per rank, for
 rank 0's chunks only), moved to ``{r + t}``; a reduction must add the same data and no rank
 twice. An op copies or reduces its source chunks one to one onto its destination chunks, which
@@ -161,8 +162,9 @@ def _move_values(s: SymmetricSchedule, g: np.ndarray, t: np.ndarray) -> np.ndarr
     """Data coordinates ``g`` (none empty) moved by elements ``t``."""
     group = s.group
     if s.collective.kind in REDUCING_KINDS:
-        # a position in the result, in the block of the rank that block belongs to
-        B = int(s.layouts[Buf.OUTPUT].sum()) // s.n
+        # a position in the result, in the block of the rank that block belongs to (the
+        # input holds every block)
+        B = int(s.layouts[Buf.INPUT].sum()) // s.n
         block, within = np.divmod(g, B)
         return group.act(block, t) * B + within
     E = int(s.layouts[Buf.INPUT].sum())
@@ -358,9 +360,11 @@ def _run_step(s: SymmetricSchedule, idx: np.ndarray, base: np.ndarray, val: np.n
 def _check_output(s: SymmetricSchedule, got: np.ndarray, sets: np.ndarray | None) -> None:
     """Rank 0's output chunk ``j`` of block ``b`` must start with rank ``b``'s data at the same
     place of its block for rank 0 (AllToAll) or of its input (AllGather), or with result
-    element ``b B + j``'s place summed over every rank (AllReduce)."""
+    element ``b B + j``'s place summed over every rank (AllReduce; a ReduceScatter's output
+    is block 0 alone)."""
     lay = s.layouts[Buf.OUTPUT]
-    k = s.per_block(Buf.OUTPUT) or 1
+    # a ReduceScatter's output is rank 0's block alone
+    k = s.per_block(Buf.OUTPUT) or len(lay)
     block, within = np.divmod(np.arange(len(lay)), k)
     start_in_block = np.concatenate([[0], np.cumsum(lay[:k])[:-1]])[within]
     if sets is not None:

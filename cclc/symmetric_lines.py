@@ -1,13 +1,18 @@
-"""Verify and time a symmetric AllReduce whose cut rings run as lines, without expanding it.
+"""Verify and time a symmetric AllReduce (AllGather, ReduceScatter) whose cut rings run as
+lines, without expanding it.
 
 The schedule (:mod:`cclc.algorithms.torus_cut_allreduce`) is an
 :class:`~cclc.symmetric.ExceptedSchedule` with an ``interleaved`` tail: the symmetric
 AllReduce of the healthy torus less its ring phases on the rings that a failed link cuts, and
-the lines that take their place in the same steps. Why that is sound, and what is checked:
+the lines that take their place in the same steps (an AllGather's and a ReduceScatter's:
+the phases of one half; a ReduceScatter sums in scratch where the others sum in the output,
+its *summing buffer*, :func:`cclc.symmetric.summing_buffer`). Why that is sound, and what is
+checked:
 
 * *Ring phases* (:func:`ring_phase_classes`): every op of the base but the local copies of
-  step 0 sends one chunk of the output from rank 0 (as a representative) to a neighbour along
-  one dimension, reading and writing the same chunk index; the base holds every phase to
+  step 0 (and a ReduceScatter's copy of its block into its output in the last step) sends one
+  chunk of the summing buffer from rank 0 (as a representative) to a neighbour along one
+  dimension, reading and writing the same chunk index; the base holds every phase to
   ``span`` steps (its ``params``), so phase ``w`` of unit ``u`` (the chunk index modulo the
   units per block) is the class of the ops in steps ``1 + w span .. (w + 1) span`` of that
   unit, and all of a class's ops move along one dimension (checked).
@@ -25,7 +30,8 @@ the lines that take their place in the same steps. Why that is sound, and what i
   two agree on a chunk for every start state exactly when the sets agree. Where they differ
   the base's value must be dead: the next access to that chunk after the block's steps, in the
   base (interpreted in rank 0's frame, so once for every translation), is a copy that
-  overwrites it without anything reading it in that step. By induction over the blocks in
+  overwrites it without anything reading it in that step, or there is none and the chunk is
+  not in the output (a ReduceScatter's scratch). By induction over the blocks in
   time, every value a kept op or an output reads is then the base's, and the base is verified
   (:func:`cclc.symmetric_check.verify_symmetric`).
 
@@ -43,7 +49,7 @@ from cclc.collective import CollectiveKind
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind
 from cclc.sim import OverheadSteps, step_charges
-from cclc.symmetric import ExceptedSchedule, SymmetricSchedule, TranslationGroup
+from cclc.symmetric import ExceptedSchedule, SymmetricSchedule, TranslationGroup, summing_buffer
 from cclc.symmetric_check import link_loads, link_orbits, verify_symmetric
 from cclc.symmetric_faults import (
     ExceptedLockstep,
@@ -70,7 +76,7 @@ def ring_phase_classes(base: SymmetricSchedule) -> np.ndarray:
     U + u`` for the op of unit ``u`` (its chunk index modulo the ``U`` units of a block) in
     phase ``w`` (steps ``1 + w span .. (w + 1) span``)."""
     o = base.ops
-    U = base.per_block(Buf.OUTPUT) or 1
+    U = base.per_block(summing_buffer(base.collective.kind)) or 1
     span = _span(base)
     step = o.step.astype(np.int64)
     return np.where(o.src == o.dst, 0, 1 + ((step - 1) // span) * U + o.dst_off % U)
@@ -87,17 +93,21 @@ def _class_dims(base: SymmetricSchedule, classes: np.ndarray) -> np.ndarray:
     """Per class: the dimension its ops move along (-1 for the local class and for ids no op
     has); :class:`ScheduleError` where the base is not made of ring phases."""
     o, topo, g = base.ops, base.topology, base.group
+    work = summing_buffer(base.collective.kind)
     local = classes == 0
     lengths = base.routes.lengths()[o.route]
     remote = ~local
-    bad = (local & (o.step != 0)) | (remote & (
+    # a ReduceScatter's last step copies its block from scratch into its output
+    last = (o.step == o.n_steps - 1) & (o.src_buf == work) & (o.dst_buf == Buf.OUTPUT) \
+        & (o.kind == OpKind.COPY) if work is not Buf.OUTPUT else np.zeros(len(o), dtype=bool)
+    bad = (local & (o.step != 0) & ~last) | (remote & (
         (o.step < 1) | (o.src != 0) | (lengths != 1) | (o.count != 1)
-        | (o.src_buf != Buf.OUTPUT) | (o.dst_buf != Buf.OUTPUT) | (o.src_off != o.dst_off)))
+        | (o.src_buf != work) | (o.dst_buf != work) | (o.src_off != o.dst_off)))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise ScheduleError(f"representative op #{i} is not in a ring phase: a local op after "
-                            "step 0, or not one output chunk sent from rank 0 over one link "
-                            "into the same chunk of a neighbour")
+                            "step 0, or not one chunk sent from rank 0 over one link into the "
+                            "same chunk of a neighbour")
     links = base.routes.links[base.routes.offsets[:-1][o.route[remote]]].astype(np.int64)
     d = _link_dims(topo, g, links)
     dims = np.full(int(classes.max(initial=0)) + 1, -1, dtype=np.int64)
@@ -162,7 +172,8 @@ def required_lines_mask(base: SymmetricSchedule, classes: np.ndarray, topo,
 def _tail_checks(x: ExceptedSchedule, dims: np.ndarray, span: int) -> np.ndarray:
     """The static checks of the lines' ops; returns each op's class."""
     o, topo, g = x.tail, x.topology, x.group
-    U = x.base.per_block(Buf.OUTPUT) or 1
+    work = summing_buffer(x.collective.kind)
+    U = x.base.per_block(work) or 1
     routes = x.tail_routes
     n = x.n
     lays = x.layouts
@@ -170,20 +181,22 @@ def _tail_checks(x: ExceptedSchedule, dims: np.ndarray, span: int) -> np.ndarray
     bufs_ok = np.ones(len(o), dtype=bool)
     for side in ("src", "dst"):
         buf, off = getattr(o, f"{side}_buf"), getattr(o, f"{side}_off")
-        bufs_ok &= ((buf == Buf.OUTPUT) & (off >= 0) & (off < len(lays[Buf.OUTPUT]))) | (
+        bufs_ok &= ((buf == work) & (off >= 0) & (off < len(lays[work]))) | (
             (buf == Buf.SCRATCH) & (off >= 0) & (off < len(lays[Buf.SCRATCH])))
     bad = ~bufs_ok | (o.src < 0) | (o.src >= n) | (o.dst < 0) | (o.dst >= n) \
         | ((o.kind != OpKind.COPY) & (o.kind != OpKind.REDUCE)) | (o.count != 1) | (o.step < 1) \
         | (o.route < 0) | (o.route >= len(routes))
     if bad.any():
-        raise ScheduleError(f"line op #{int(np.flatnonzero(bad)[0])} is not one output or "
-                            "scratch chunk into another, in range")
+        raise ScheduleError(f"line op #{int(np.flatnonzero(bad)[0])} is not one chunk of the "
+                            "summing buffer or scratch into another, in range")
     def size(buf: np.ndarray, off: np.ndarray) -> np.ndarray:
         out = np.zeros(len(buf), dtype=np.int64)
         for b in (Buf.OUTPUT, Buf.SCRATCH):
             out[buf == b] = lays[b][off[buf == b]]
         return out
 
+    # (a ReduceScatter's line lands a sum in a chunk of another set, dead by then: the
+    # symbolic run checks what it holds)
     bad = (o.src_off % U != o.dst_off % U) \
         | (size(o.src_buf, o.src_off) != size(o.dst_buf, o.dst_off)) \
         | ((o.src_buf == Buf.OUTPUT) & (o.dst_buf == Buf.OUTPUT) & (o.src_off != o.dst_off)) \
@@ -209,19 +222,20 @@ def _tail_checks(x: ExceptedSchedule, dims: np.ndarray, span: int) -> np.ndarray
     return cls
 
 
-def _run_block(step, src, dst, kind, src_buf, src_off, dst_buf, dst_off, pos
+def _run_block(step, src, dst, kind, src_buf, src_off, dst_buf, dst_off, pos, work: Buf
                ) -> tuple[dict, set]:
-    """Run ops on one ring's chunks with symbolic values: an output chunk's value is (the
-    output chunk it is a sum of, a bit set of the ring positions whose start value of that
-    chunk it sums); at the start an output chunk holds its own position's bit, a scratch
-    chunk nothing. Returns (final value, written) per (position, buffer, chunk) touched;
+    """Run ops on one ring's chunks with symbolic values: a chunk's value is (the chunk of
+    ``work`` it is a sum of, a bit set of the ring positions whose start value of that chunk
+    it sums); at the start a chunk of ``work`` (the output, or a ReduceScatter's scratch)
+    holds its own position's bit, another scratch chunk nothing. Returns (final value,
+    written) per (position, buffer, chunk) touched;
     :class:`ScheduleError` for a read of an empty chunk, two writes to a chunk in one step, or
     a reduction of different chunks or that adds a member twice."""
     val: dict = {}
     written: set = set()
 
     def start(key):
-        return (key[2], 1 << key[0]) if key[1] == Buf.OUTPUT else (None, 0)
+        return (key[2], 1 << key[0]) if key[1] == work else (None, 0)
 
     order = np.argsort(step, kind="stable")
     cols = [np.asarray(a)[order].tolist()
@@ -253,18 +267,19 @@ def _run_block(step, src, dst, kind, src_buf, src_off, dst_buf, dst_off, pos
 
 
 class _Events:
-    """Every access to rank 0's output chunks in the base (in rank 0's frame), to ask what
-    comes next after a step."""
+    """Every access to rank 0's chunks of the summing buffer in the base (in rank 0's frame),
+    to ask what comes next after a step."""
 
     def __init__(self, base: SymmetricSchedule) -> None:
         o, g = base.ops, base.group
-        U = base.per_block(Buf.OUTPUT) or 1
+        self.work = work = summing_buffer(base.collective.kind)
+        U = base.per_block(work) or 1
         rows = np.repeat(np.arange(len(o)), o.count)
         q = np.arange(len(rows)) - (np.cumsum(o.count) - o.count)[rows]
         step = o.step[rows].astype(np.int64)
-        out = o.dst_buf[rows] == Buf.OUTPUT
+        out = o.dst_buf[rows] == work
         w_chunk = g.chunk_image(o.dst_off[rows] + q, U, g.inverse(o.dst[rows].astype(np.int64)))
-        r_in = o.src_buf[rows] == Buf.OUTPUT
+        r_in = o.src_buf[rows] == work
         r_chunk = g.chunk_image(o.src_off[rows] + q, U, g.inverse(o.src[rows].astype(np.int64)))
         reduce_ = o.kind[rows] == OpKind.REDUCE
         chunk = np.concatenate([w_chunk[out], r_chunk[r_in], w_chunk[out & reduce_]])
@@ -279,21 +294,24 @@ class _Events:
 
     def dead_after(self, chunk0: np.ndarray, step: np.ndarray) -> np.ndarray:
         """Whether each rank-0 chunk's value after ``step`` is overwritten, unread, by the
-        next access to it."""
+        next access to it, or never accessed again in a buffer that is not the output."""
         want = chunk0 * self.stride + step + 1
         at = np.searchsorted(self.keys, want)
         found = at < len(self.keys)
         found[found] &= self.keys[at[found]] // self.stride == chunk0[found]
-        return found & ~self.read[np.minimum(at, len(self.keys) - 1)]
+        overwritten = found & ~self.read[np.minimum(at, len(self.keys) - 1)]
+        return overwritten | (~found if self.work is not Buf.OUTPUT else False)
 
 
 def verify_lined(x: ExceptedSchedule) -> None:
     """Raise :class:`ScheduleError` unless the expanded schedule of ``x`` computes its
-    AllReduce on the faulty machine (see the module docstring)."""
+    AllReduce or AllGather on the faulty machine (see the module docstring)."""
     coll, base, g = x.collective, x.base, x.group
-    if coll.kind is not CollectiveKind.ALLREDUCE or not x.interleaved:
-        raise ScheduleError(f"lines replace the ring phases of an allreduce, not of "
-                            f"{coll.kind.value}, in the base's own steps")
+    if coll.kind not in (CollectiveKind.ALLREDUCE, CollectiveKind.ALLGATHER,
+                         CollectiveKind.REDUCESCATTER) or not x.interleaved:
+        raise ScheduleError(f"lines replace the ring phases of an allreduce, an allgather or "
+                            f"a reducescatter, not of {coll.kind.value}, in the base's own "
+                            "steps")
     if coll.topology.failed_ranks:
         raise ScheduleError("exceptions serve failed links; this machine has failed ranks")
     check_healthy_base(x)
@@ -310,7 +328,8 @@ def verify_lined(x: ExceptedSchedule) -> None:
         raise ScheduleError("the masked ring phases are not every phase of every ring a "
                             "failed link cuts, each once")
     span = _span(base)
-    U = base.per_block(Buf.OUTPUT) or 1
+    work = summing_buffer(coll.kind)
+    U = base.per_block(work) or 1
     t_cls = _tail_checks(x, dims, span)
     # every line op in a masked block: (its source, its class) is masked
     t_key = x.tail.src.astype(np.int64) * len(dims) + t_cls
@@ -342,11 +361,11 @@ def verify_lined(x: ExceptedSchedule) -> None:
         tb = (t_ring == ring) & (t_cls == cls)
         mr = m_rep[mb]
         b_val, b_w = _run_block(o.step[mr], m_src[mb], m_dst[mb], o.kind[mr],
-                                np.full(len(mr), int(Buf.OUTPUT)), m_chunk[mb],
-                                np.full(len(mr), int(Buf.OUTPUT)), m_chunk[mb], pos)
+                                np.full(len(mr), int(work)), m_chunk[mb],
+                                np.full(len(mr), int(work)), m_chunk[mb], pos, work)
         l_val, l_w = _run_block(t.step[tb], t.src[tb], t.dst[tb], t.kind[tb], t.src_buf[tb],
-                                t.src_off[tb], t.dst_buf[tb], t.dst_off[tb], pos)
-        differ = [k for k in b_w | l_w if k[1] == Buf.OUTPUT
+                                t.src_off[tb], t.dst_buf[tb], t.dst_off[tb], pos, work)
+        differ = [k for k in b_w | l_w if k[1] == work
                   and b_val.get(k, (k[2], 1 << k[0])) != l_val.get(k, (k[2], 1 << k[0]))]
         if not differ:
             continue

@@ -4,14 +4,14 @@ A collective whose size estimate (:mod:`cclc.budget`) is over :data:`SYMMETRIC_F
 planned in symmetric form when its machine is a healthy torus and a schedule of it is the same
 from every rank up to a translation: the schedule is then built, verified, timed and written
 as representatives and the group (:mod:`cclc.symmetric`), never expanded. Today that is the
-AllToAll and the AllReduce under ``auto`` (:data:`BUILDERS`, from
+AllToAll, AllReduce, AllGather and ReduceScatter under ``auto`` (:data:`BUILDERS`, from
 :mod:`cclc.algorithms.torus_symmetric`), timed under a lockstep model, and the AllToAll on a
 torus whose only faults are failed links: the healthy torus's schedule less the journeys that
 cross them, and a tail that delivers theirs (:mod:`cclc.algorithms.torus_reroute`,
-:mod:`cclc.symmetric_faults`); and the AllReduce there: ring+dimrotation less the phases of
-the rings they cut, run as lines in the same steps (:mod:`cclc.algorithms.torus_cut_allreduce`,
-:mod:`cclc.symmetric_lines`). Anything else is planned whole, or refused by the size check
-within seconds, with its estimate.
+:mod:`cclc.symmetric_faults`); and the AllReduce, AllGather and ReduceScatter there:
+ring+dimrotation less the phases of the rings they cut, run as lines in the same steps
+(:mod:`cclc.algorithms.torus_cut_allreduce`, :mod:`cclc.symmetric_lines`). Anything else is
+planned whole, or refused by the size check within seconds, with its estimate.
 :func:`symmetric_reason` says why a collective cannot take this path, :func:`plan_symmetric`
 takes it.
 """
@@ -21,9 +21,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cclc.algorithms.torus_cut_allreduce import lined_allreduce, lined_reason
+from cclc.algorithms.torus_cut_allreduce import (
+    lined_allgather,
+    lined_allreduce,
+    lined_reason,
+    lined_reducescatter,
+)
 from cclc.algorithms.torus_reroute import excepted_alltoall, excepted_reason
-from cclc.algorithms.torus_symmetric import symmetric_allreduce, symmetric_alltoall
+from cclc.algorithms.torus_symmetric import (
+    symmetric_allgather,
+    symmetric_allreduce,
+    symmetric_alltoall,
+    symmetric_reducescatter,
+)
 from cclc.algorithms.torus_symmetric import symmetric_reason as builders_reason
 from cclc.bounds import Bounds, bounds
 from cclc.collective import Collective, CollectiveKind
@@ -49,6 +59,8 @@ SYMMETRIC_FROM_OPS = 5_000_000
 BUILDERS: dict[CollectiveKind, Callable[[Collective], SymmetricSchedule]] = {
     CollectiveKind.ALLTOALL: symmetric_alltoall,
     CollectiveKind.ALLREDUCE: symmetric_allreduce,
+    CollectiveKind.ALLGATHER: symmetric_allgather,
+    CollectiveKind.REDUCESCATTER: symmetric_reducescatter,
 }
 
 #: the builder of each collective kind with exceptions for failed links, and why it cannot
@@ -57,6 +69,8 @@ EXCEPTED: dict[CollectiveKind, tuple[Callable[[Collective], ExceptedSchedule],
                                      Callable[[Collective], str | None]]] = {
     CollectiveKind.ALLTOALL: (excepted_alltoall, excepted_reason),
     CollectiveKind.ALLREDUCE: (lined_allreduce, lined_reason),
+    CollectiveKind.ALLGATHER: (lined_allgather, lined_reason),
+    CollectiveKind.REDUCESCATTER: (lined_reducescatter, lined_reason),
 }
 
 
@@ -96,8 +110,9 @@ def symmetric_reason(resolution: Resolution) -> str | None:
     # a torus whose failed links alone break the translations: the healthy torus's schedule
     # with exceptions (cclc.algorithms.torus_reroute, cclc.algorithms.torus_cut_allreduce)
     excepted = EXCEPTED.get(coll.kind)
-    failed = (f"exceptions for failed links are built for "
-              f"{' and '.join(k.value for k in EXCEPTED)} only, not {coll.kind.value}"
+    kinds = [k.value for k in EXCEPTED]
+    failed = (f"exceptions for failed links are built for {', '.join(kinds[:-1])} and "
+              f"{kinds[-1]} only, not {coll.kind.value}"
               if excepted is None else excepted[1](coll))
     return None if failed is None else f"{why}; nor with exceptions for them: {failed}"
 

@@ -24,7 +24,7 @@ from cclc.verify import verify
 
 SOURCE = """\
 topology ring = torus(6) { link 10 GB/s, 1 us }
-collective ag = allgather on ring { size 6 MiB }
+collective ag = allgather on ring { size 6 MiB; algorithm ring }
 collective a2a = alltoall on ring { size 6 MiB; algorithm direct }
 """
 

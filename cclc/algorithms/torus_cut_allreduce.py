@@ -1,4 +1,5 @@
-"""A torus AllReduce with failed links, stored by symmetry with exceptions: cut rings as lines.
+"""A torus AllReduce, AllGather or ReduceScatter with failed links, stored by symmetry with
+exceptions: cut rings as lines.
 
 The schedule is ring+dimrotation with the pieces and weights that
 :func:`cclc.algorithms.torus_collectives.dimrot_plan` gives the faulty torus, each unit's
@@ -15,9 +16,11 @@ beside the base, ``interleaved``). On a line of ``m`` (position 0 just past the 
 just before it) a reduce-scatter sums target ``x``'s set along a chain from position 0 (``x``
 hops) and one from ``m - 1`` (``m - 1 - x`` hops), both reaching ``x`` in step ``m - 2``, so a
 link carries at most one set of the unit each way a step; where both reach ``x``, the far
-chain's sum lands in scratch and is added in step ``m - 1``, a step of local ops; the
-allgather copies ``x``'s set out both ways from step 0, one hop a step (``m - 1`` steps: a
-line's end links carry a set every step).
+chain's sum lands in scratch and is added in step ``m - 1``, a step of local ops (a
+ReduceScatter, which sums in scratch, lands it in ``x``'s chunks of the set two places on,
+which ``x`` passed on a step before); the allgather copies ``x``'s set out both ways from
+step 0, one hop a step (``m - 1`` steps: a line's end links carry a set every step). An
+AllGather is the allgather phases alone, a ReduceScatter the reduce-scatter phases.
 A line sends both ways where a ring's unit sends one way, so its links carry twice a ring's
 bytes: the plan's weights (half the units on the pieces that start on a cut dimension) keep
 them as busy as the whole rings of the first phase. :mod:`cclc.symmetric_lines` verifies and
@@ -41,26 +44,39 @@ from cclc.algorithms.torus_symmetric import (
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Buf, OpKind, Ops, Routes
-from cclc.symmetric import ExceptedSchedule, TranslationGroup, healthy_collective
+from cclc.symmetric import ExceptedSchedule, TranslationGroup, healthy_collective, summing_buffer
 from cclc.symmetric_lines import required_lines_mask, ring_phase_classes
 
-__all__ = ["balanced_orders", "lined_allreduce", "lined_reason", "phase_costs"]
+__all__ = ["LINED", "balanced_orders", "lined_allgather", "lined_allreduce", "lined_reason",
+           "lined_reducescatter", "phase_costs"]
+
+
+#: the kinds whose cut rings run as lines here
+LINED = (CollectiveKind.ALLREDUCE, CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER)
 
 
 def lined_reason(coll: Collective) -> str | None:
-    """Why :func:`lined_allreduce` cannot serve ``coll`` (``None`` when it can): an AllReduce
-    on a torus with failed links (no failed ranks), sides of 3 or more, no ring cut twice,
-    whose healthy machine the symmetric builder serves."""
-    if coll.kind is not CollectiveKind.ALLREDUCE:
-        return f"cut rings run as lines in an allreduce only, not {coll.kind.value}"
+    """Why :func:`lined_allreduce` (:func:`lined_allgather`, :func:`lined_reducescatter`)
+    cannot serve ``coll`` (``None`` when it can): an AllReduce, AllGather or ReduceScatter on
+    a torus with failed links (no failed ranks), sides of 3 or more (4 or more on a cut
+    dimension of a ReduceScatter), no ring cut twice, whose healthy machine the symmetric
+    builder serves."""
+    if coll.kind not in LINED:
+        return (f"cut rings run as lines in an allreduce, an allgather or a reducescatter "
+                f"only, not {coll.kind.value}")
     why = faulty_reason(coll)
     if why is not None:
         return why
     if min(coll.topology.grid_dims) < 3:
         return "a side is shorter than 3 (a ring of two has no line)"
-    pieces, _, why = dimrot_plan(coll)
+    pieces, cuts, why = dimrot_plan(coll)
     if why is not None:
         return why
+    if coll.kind is CollectiveKind.REDUCESCATTER and min(coll.topology.grid_dims[d]
+                                                        for d in cuts) < 4:
+        # its line lands a partial sum in a chunk of another set that the rank is done with;
+        # on a ring of 3 none is done with before that step
+        return "a cut dimension's side is 3 (a reducescatter's line needs 4 or more)"
     per = coll.count // coll.n
     units = len(pieces)
     if per < units:
@@ -73,9 +89,28 @@ def lined_allreduce(coll: Collective) -> ExceptedSchedule:
     """The ring+dimrotation AllReduce of ``coll`` in symmetric form with its cut rings run as
     lines (see the module docstring); :class:`~cclc.errors.CollectiveError` where
     :func:`lined_reason` says it cannot."""
-    why = lined_reason(coll)
+    return _lined(coll, CollectiveKind.ALLREDUCE)
+
+
+def lined_reducescatter(coll: Collective) -> ExceptedSchedule:
+    """The reduce-scatter half of :func:`lined_allreduce`, summed in scratch: where both
+    chains reach a target the far chain's sum lands in the target's chunk of another set, one
+    it has passed on two steps before; :class:`~cclc.errors.CollectiveError` where
+    :func:`lined_reason` says it cannot."""
+    return _lined(coll, CollectiveKind.REDUCESCATTER)
+
+
+def lined_allgather(coll: Collective) -> ExceptedSchedule:
+    """The allgather half of :func:`lined_allreduce`: its phases alone, each cut ring's run as
+    a line; :class:`~cclc.errors.CollectiveError` where :func:`lined_reason` says it
+    cannot."""
+    return _lined(coll, CollectiveKind.ALLGATHER)
+
+
+def _lined(coll: Collective, kind: CollectiveKind) -> ExceptedSchedule:
+    why = lined_reason(coll) if coll.kind is kind else f"it is an {coll.kind.value}"
     if why is not None:
-        raise CollectiveError(f"no allreduce with lines for '{coll.name}': {why}")
+        raise CollectiveError(f"no {kind.value} with lines for '{coll.name}': {why}")
     pieces, cuts, _ = dimrot_plan(coll)
     healed = healthy_collective(coll)
     group = TranslationGroup.of(healed)
@@ -84,7 +119,8 @@ def lined_allreduce(coll: Collective) -> ExceptedSchedule:
     span = max(group.shape)
     # a line's target takes one chain's sum in scratch: a set of units per target of the
     # largest sets (the first phase's, on the shortest cut side)
-    sets = coll.n // min(group.shape[d] for d in cuts)
+    sets = (coll.n // min(group.shape[d] for d in cuts)
+            if kind is CollectiveKind.ALLREDUCE else 0)
     base = allreduce_phases(healed, group, units, ring_chains, span, compact=False,
                             scratch_sets=sets)
     classes = ring_phase_classes(base)
@@ -133,6 +169,14 @@ def balanced_orders(units, shape, cut: set[int]):
     return best
 
 
+def _phase(kind: CollectiveKind, window: int, D: int) -> tuple[bool, int]:
+    """Whether the base's phase ``window`` is an allgather phase, and the place in the units'
+    dimension orders of the dimension it runs on."""
+    if kind is CollectiveKind.ALLGATHER:
+        return True, D - 1 - window
+    return window >= D, window if window < D else 2 * D - 1 - window
+
+
 def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np.ndarray,
            cuts: dict[int, np.ndarray]) -> tuple[Ops, Routes]:
     """The ops of every cut ring's lines, one line per masked (ring, phase class); ``cuts``
@@ -141,6 +185,7 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
     shape = group.shape
     n, U = coll.n, len(units)
     D = len(units[0][0])
+    work = summing_buffer(coll.kind)
     blocks = group.coords(np.arange(n))                      # (dims, n)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "src", "dst", "kind",
                                                          "src_buf", "src_off", "dst_buf",
@@ -153,11 +198,12 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
                        ("dst_buf", int(dst[0])), ("dst_off", dst[1])):
             cols[key].append(np.broadcast_to(np.asarray(v, dtype=np.int64), (k,)).copy())
 
-    for ring, cls in {(int(r), int(c)) for r, c in _ring_of_mask(group, units, span, mask)}:
+    for ring, cls in {(int(r), int(c))
+                      for r, c in _ring_of_mask(coll.kind, group, units, span, mask)}:
         u = (cls - 1) % U
-        window = (cls - 1) // U                              # the phase, 0..2D-1
+        window = (cls - 1) // U                              # the base's phase
         order = units[u][0]
-        p = window if window < D else 2 * D - 1 - window      # the order's phase of the sets
+        gather, p = _phase(coll.kind, window, D)             # the order's phase of the sets
         d = order[p]
         m = shape[d]
         where = group.coords(np.array([ring]))[:, 0]
@@ -166,11 +212,8 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
         rank = np.ravel_multi_index(tuple(at), shape)
         P0 = 1 + window * span
         for x in range(m):
-            keep = np.ones(n, dtype=bool)
-            for dd in order[:p + 1]:
-                keep &= blocks[dd] == at[dd, x]
-            out = (Buf.OUTPUT, np.flatnonzero(keep) * U + u)
-            if window >= D:
+            out = (work, _set_chunks(blocks, at, order[:p + 1], x, U, u))
+            if gather:
                 # the allgather copies x's set out both ways, one hop a step from step 0
                 for i in range(m - 1 - x):
                     add(P0 + i, rank[x + i], rank[x + i + 1], OpKind.COPY, out, out)
@@ -186,7 +229,12 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
                 last = k == m - 2 - x
                 a, b = rank[m - 1 - k], rank[m - 2 - k]
                 if last and both:
-                    held = (Buf.SCRATCH, np.arange(len(out[1])) * U + u)
+                    # a ReduceScatter's scratch is its summing buffer: the sum lands in b's
+                    # chunks of the set two places on, which b passed on by step m - 3
+                    held = ((Buf.SCRATCH, np.arange(len(out[1])) * U + u)
+                            if work is Buf.OUTPUT else
+                            (work, _set_chunks(blocks, at, order[:p + 1],
+                                               x + 2 if x + 2 < m else x - 2, U, u)))
                     add(P0 + x + k, a, b, OpKind.COPY, out, held)
                     add(P0 + m - 1, b, b, OpKind.REDUCE, held, out)
                 else:
@@ -204,13 +252,24 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
     return ops, Routes(np.arange(-1, len(used) + 1).clip(0), used)
 
 
-def _ring_of_mask(group: TranslationGroup, units, span: int, mask: np.ndarray):
+def _set_chunks(blocks: np.ndarray, at: np.ndarray, dims, x: int, U: int, u: int
+                ) -> np.ndarray:
+    """The chunks of unit ``u`` of line position ``x``'s set: the blocks (coordinates
+    ``blocks``) that agree with the position (coordinates ``at[:, x]``) on ``dims``."""
+    keep = np.ones(blocks.shape[1], dtype=bool)
+    for dd in dims:
+        keep &= blocks[dd] == at[dd, x]
+    return np.flatnonzero(keep) * U + u
+
+
+def _ring_of_mask(kind: CollectiveKind, group: TranslationGroup, units, span: int,
+                  mask: np.ndarray):
     """(ring id, class) of every masked (element, class): the ring's id is its rank with the
     coordinate along the class's dimension set to 0."""
     U, D = len(units), len(units[0][0])
     for t, cls in mask.tolist():
         u, window = (cls - 1) % U, (cls - 1) // U
-        p = window if window < D else 2 * D - 1 - window
+        _, p = _phase(kind, window, D)
         d = units[u][0][p]
         c = group.coords(np.array([t]))[:, 0]
         c[d] = 0

@@ -34,18 +34,24 @@ from cclc.errors import CollectiveError, ScheduleError
 from cclc.ir import Buf, OpKind, Ops, Routes, even_split
 from cclc.symmetric import SymmetricSchedule, TranslationGroup, healthy_collective
 
-__all__ = ["allreduce_phases", "faulty_reason", "link_lookup", "ring_chains", "symmetric_allreduce",
-           "symmetric_alltoall", "symmetric_reason"]
+__all__ = ["BUILT", "allreduce_phases", "faulty_reason", "link_lookup", "ring_chains",
+           "symmetric_allgather", "symmetric_allreduce", "symmetric_alltoall",
+           "symmetric_reducescatter", "symmetric_reason"]
+
+
+#: the kinds the builders here serve
+BUILT = (CollectiveKind.ALLTOALL, CollectiveKind.ALLREDUCE, CollectiveKind.ALLGATHER,
+         CollectiveKind.REDUCESCATTER)
 
 
 def symmetric_reason(coll: Collective) -> str | None:
-    """Why the builders here cannot serve ``coll`` (``None`` when one can): an AllToAll or
-    AllReduce on a torus whose translations are a symmetry of it, with at least ``2 D``
-    elements in every rank's block (one per unit) and, for AllReduce, equal blocks."""
-    builders = (CollectiveKind.ALLTOALL, CollectiveKind.ALLREDUCE)
-    if coll.kind not in builders:
-        return (f"it is built for {' and '.join(k.value for k in builders)} only, not "
-                f"{coll.kind.value}")
+    """Why the builders here cannot serve ``coll`` (``None`` when one can): an AllToAll,
+    AllReduce, AllGather or ReduceScatter on a torus whose translations are a symmetry of it,
+    with at least ``2 D`` elements in every rank's block (one per unit) and, for AllReduce,
+    equal blocks."""
+    if coll.kind not in BUILT:
+        return (f"it is built for {', '.join(k.value for k in BUILT[:-1])} and "
+                f"{BUILT[-1].value} only, not {coll.kind.value}")
     try:
         group = TranslationGroup.of(coll)
     except ScheduleError as err:
@@ -205,7 +211,27 @@ def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
     data of phase ``i`` is ``N`` times that of phase ``i + 1``, so the bandwidth term is
     ``2 (n - 1) S / (n 2D bw)``: the injection bound of a torus whose sides are alike and even.
     :class:`~cclc.errors.CollectiveError` where :func:`symmetric_reason` says it cannot."""
-    group = _group_for(coll, CollectiveKind.ALLREDUCE)
+    return _dimrotation_rings(coll, CollectiveKind.ALLREDUCE)
+
+
+def symmetric_allgather(coll: Collective) -> SymmetricSchedule:
+    """A torus AllGather in symmetric form: the allgather half of :func:`symmetric_allreduce`
+    (rank 0 starts with its own block, and the phases spread the sets out dimension by
+    dimension, the last phase the largest). :class:`~cclc.errors.CollectiveError` where
+    :func:`symmetric_reason` says it cannot."""
+    return _dimrotation_rings(coll, CollectiveKind.ALLGATHER)
+
+
+def symmetric_reducescatter(coll: Collective) -> SymmetricSchedule:
+    """A torus ReduceScatter in symmetric form: the reduce-scatter half of
+    :func:`symmetric_allreduce`, summed in scratch (``n`` blocks, which the group moves as it
+    moves the input's), then rank 0's block copied into its output in a step of its own.
+    :class:`~cclc.errors.CollectiveError` where :func:`symmetric_reason` says it cannot."""
+    return _dimrotation_rings(coll, CollectiveKind.REDUCESCATTER)
+
+
+def _dimrotation_rings(coll: Collective, kind: CollectiveKind) -> SymmetricSchedule:
+    group = _group_for(coll, kind)
     shape = group.shape
     active = [d for d, m in enumerate(shape) if m > 1]
     D = max(len(active), 1)
@@ -227,34 +253,49 @@ def allreduce_phases(coll: Collective, group: TranslationGroup,
                      units: Sequence[tuple[Sequence[int], int]],
                      chains: Callable[[int, int], tuple[int, int]], span: int,
                      compact: bool, scratch_sets: int = 0) -> SymmetricSchedule:
-    """The DimRotation AllReduce of :func:`symmetric_allreduce` with its units given: unit
+    """The DimRotation ring phases of :func:`symmetric_allreduce` with its units given: unit
     ``u`` of ``units`` is (its dimension order, its half for ``chains``); every phase lasts
     ``span`` steps (phase ``i`` starts at step ``1 + i span``; step 0 copies the input),
     a reduce-scatter phase per dimension of the order, then an allgather phase per dimension
-    in the reverse order. ``compact`` drops the steps without ops; without it a phase keeps
-    its ``span`` steps, so the phases of :func:`ring_phase_classes` stay where they are.
-    ``scratch_sets`` sets of a block's units are laid out in scratch (chunk ``j U + u`` the
-    size of unit ``u``), for ops added beside these; none of these touches them."""
-    n, shape = coll.n, group.shape
+    in the reverse order: both for an AllReduce, the first half for a ReduceScatter (which
+    sums in scratch and copies rank 0's block into its output in a last step), the second for
+    an AllGather (rank 0's input copied into its block of the output first). ``compact`` drops
+    the steps without ops; without it a phase keeps its ``span`` steps, so the phases of
+    :func:`ring_phase_classes` stay where they are. ``scratch_sets`` sets of a block's units
+    are laid out in scratch (chunk ``j U + u`` the size of unit ``u``; after a
+    ReduceScatter's ``n`` blocks), for ops added beside these; none of these touches them."""
+    n, shape, kind = coll.n, group.shape, coll.kind
     U = len(units)
     D = len(units[0][0]) if units else 0
     pattern = even_split(coll.count // n, U)
-    layout = np.tile(pattern, n)
+    blocks_of = np.tile(pattern, n)
+    # where the phases sum and spread the blocks: the output, or scratch for a ReduceScatter
+    work = Buf.SCRATCH if kind is CollectiveKind.REDUCESCATTER else Buf.OUTPUT
+    layouts = {CollectiveKind.ALLREDUCE: (blocks_of, blocks_of),
+               CollectiveKind.ALLGATHER: (pattern, blocks_of),
+               CollectiveKind.REDUCESCATTER: (blocks_of, pattern)}[kind]
+    scratch = np.tile(pattern, scratch_sets + (n if work is Buf.SCRATCH else 0))
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "src", "dst", "kind",
                                                          "src_buf", "src_off", "dst_buf",
                                                          "dst_off", "count")}
 
-    def add(step, dst, kind, src_buf, chunks, count=1) -> None:
+    def add(step, dst, kind, src_buf, chunks, count=1, dst_buf=work) -> None:
         m = len(chunks)
         for k, v in (("step", step), ("src", 0), ("dst", dst), ("kind", kind),
-                     ("src_buf", src_buf), ("src_off", chunks), ("dst_buf", Buf.OUTPUT),
+                     ("src_buf", src_buf), ("src_off", chunks), ("dst_buf", dst_buf),
                      ("dst_off", chunks), ("count", count)):
             cols[k].append(np.broadcast_to(np.asarray(v, dtype=np.int64), (m,)).copy())
 
-    # every block of rank 0's input into its output (one op per block: ops do not cross blocks)
-    add(0, 0, OpKind.COPY, Buf.INPUT, np.arange(n) * U, count=U)
+    # rank 0's input into its work buffer: every block (one op per block: ops do not cross
+    # blocks), or an AllGather's one block into its own place
+    own = np.zeros(1, dtype=np.int64) if kind is CollectiveKind.ALLGATHER else np.arange(n)
+    add(0, 0, OpKind.COPY, Buf.INPUT, own * U, count=U)
+    stages = {CollectiveKind.ALLREDUCE: ((range(D), OpKind.REDUCE),
+                                         (range(D - 1, -1, -1), OpKind.COPY)),
+              CollectiveKind.ALLGATHER: ((range(D - 1, -1, -1), OpKind.COPY),),
+              CollectiveKind.REDUCESCATTER: ((range(D), OpKind.REDUCE),)}[kind]
     step = 1
-    for stage, kind in ((range(D), OpKind.REDUCE), (range(D - 1, -1, -1), OpKind.COPY)):
+    for stage, op in stages:
         for phase in stage:
             for u, (order, half) in enumerate(units if n > 1 else ()):
                 d, m = order[phase], shape[order[phase]]
@@ -266,10 +307,14 @@ def allreduce_phases(coll: Collective, group: TranslationGroup,
                         # rank 0 is hop k of the chain of target x: x - P + k = 0 on the plus
                         # chain of a reduce-scatter (x + M - k = 0 on the minus one), x + k = 0
                         # (x - k) when the allgather spreads x's set
-                        x = (sign * (length - k) if kind is OpKind.REDUCE else -sign * k) % m
+                        x = (sign * (length - k) if op is OpKind.REDUCE else -sign * k) % m
                         blocks = _ring_sets(shape, list(order[:phase]), d, x)
-                        add(step + k, neighbour, kind, Buf.OUTPUT, blocks * U + u)
+                        add(step + k, neighbour, op, work, blocks * U + u)
             step += span
+    if work is Buf.SCRATCH:
+        # block 0, summed over every rank, into the output
+        add(step, 0, OpKind.COPY, Buf.SCRATCH, np.zeros(1, dtype=np.int64), count=U,
+            dst_buf=Buf.OUTPUT)
     cat = {k: np.concatenate(v) for k, v in cols.items()}
     remote = cat["src"] != cat["dst"]
     route = np.zeros(len(cat["src"]), dtype=np.int64)
@@ -282,7 +327,6 @@ def allreduce_phases(coll: Collective, group: TranslationGroup,
     ops = Ops(route=route[order_], **{k: v[order_] for k, v in cat.items()})
     routes = Routes(np.arange(-1, len(used) + 1).clip(0), used)
     return SymmetricSchedule(collective=coll, group=group,
-                             layouts=(layout, layout, np.tile(pattern, scratch_sets)),
-                             ops=ops, routes=routes, algorithm="ring",
-                             schedule="dimrotation-symmetric",
+                             layouts=(*layouts, scratch), ops=ops, routes=routes,
+                             algorithm="ring", schedule="dimrotation-symmetric",
                              params=() if compact else (("span", span),))

@@ -203,6 +203,23 @@ def test_allreduce_on_a_faulty_4096_rank_torus_is_compiled_with_lines(tmp_path):
     assert "ring phases on the 16 ranks of the rings a failed link cuts" in check.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, stored", [
+    ("allgather", "40,951 representative ops for 167,735,296 ops"),
+    ("reducescatter", "45,047 representative ops for 184,520,212 ops")])
+def test_allgather_and_reducescatter_on_a_faulty_4096_rank_torus_are_compiled_with_lines(
+        tmp_path, kind, stored):
+    # refused whole (about 2e8 ops each); stored as the halves of the allreduce above
+    out = tmp_path / "out"
+    text = FAULTY_ALLREDUCE.replace("allreduce", kind)
+    run = _cclc(tmp_path, text, "compile", "-o", str(out), "--only", "ar", "--emit", "json")
+    assert run.returncode == 0, run.stderr
+    assert stored in run.stdout, run.stdout
+    assert "with exceptions: 10 ring phases on the 16 ranks" in run.stdout
+    check = _verify(out / "ar.schedule.json")
+    assert check.returncode == 0, check.stderr
+
+
 def test_allreduce_on_a_4096_rank_torus_with_a_ring_cut_twice_is_refused_within_seconds(
         tmp_path):
     # auto builds every candidate: its largest, ring+dimrotation, decides; a ring cut twice

@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 
 from cclc.algorithms import get
 from cclc.algorithms.torus_symmetric import (
+    symmetric_allgather,
     symmetric_allreduce,
     symmetric_alltoall,
     symmetric_reason,
+    symmetric_reducescatter,
 )
 from cclc.bounds import bounds
 from cclc.collective import CollectiveKind, make_collective
@@ -123,6 +125,37 @@ def test_symmetric_allreduce_matches_its_expansion_many(dims, per_rank, latency)
     _check_allreduce(dims, per_rank, latency)
 
 
+def _half(kind, dims, per_rank, latency):
+    topo = torus("t", tuple(dims), bandwidth=25e9, latency=latency)
+    n = topo.n_ranks
+    return make_collective("c", kind, topo, tuple(range(n)), size=4 * n * per_rank)
+
+
+_HALVES = {CollectiveKind.ALLGATHER: symmetric_allgather,
+           CollectiveKind.REDUCESCATTER: symmetric_reducescatter}
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shapes, st.integers(6, 13), st.sampled_from([0.0, 1e-6]),
+       st.sampled_from(sorted(_HALVES, key=lambda k: k.value)))
+def test_symmetric_allgather_and_reducescatter_match_their_expansion(dims, per_rank, latency,
+                                                                     kind):
+    coll = _half(kind, dims, per_rank, latency)
+    sym = _HALVES[kind](coll)
+    _same_as_expanded(sym)
+    assert simulate_lockstep(sym).time >= bounds(coll, lp=False).best * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("kind", sorted(_HALVES, key=lambda k: k.value))
+@pytest.mark.parametrize("dims", [(4,), (4, 4), (2, 2, 2), (3, 3, 3)])
+def test_symmetric_allgather_and_reducescatter_meet_the_bandwidth_bound(dims, kind):
+    # latency 0: half the AllReduce's bandwidth term, (n-1)/n S over the links out of a rank
+    coll = _half(kind, dims, 12 * len(dims), latency=0.0)
+    time = simulate_lockstep(_HALVES[kind](coll)).time
+    n, links = coll.n, sum(1 if m == 2 else 2 for m in dims)
+    assert time == pytest.approx((n - 1) / n * coll.size / (links * 25e9), rel=1e-9)
+
+
 @pytest.mark.parametrize("dims", [(4,), (3, 3), (2, 2, 2)])
 def test_a_step_of_local_copies_pays_no_peer_step_cost(dims):
     # the symmetric AllReduce ends with a step of local copies alone: under a cost charged on
@@ -165,13 +198,18 @@ def test_symmetric_allreduce_meets_the_bandwidth_bound_on_alike_sides(dims):
     assert time == pytest.approx(2 * (n - 1) / n * coll.size / (links * 25e9), rel=1e-9)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(shapes, st.booleans(), st.data())
-def test_a_mutated_representative_gets_the_same_verdict(dims, reducing, data):
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shapes, st.sampled_from(["alltoall", "allreduce", "allgather", "reducescatter"]),
+       st.data())
+def test_a_mutated_representative_gets_the_same_verdict(dims, kind, data):
     # 12 elements per block: every one of the (at most 6) units holds data, so an op dropped
     # loses some
-    sym = (symmetric_allreduce(_allreduce(dims, 12)) if reducing
-           else symmetric_alltoall(_alltoall(dims, 12)))
+    sym = {"alltoall": lambda: symmetric_alltoall(_alltoall(dims, 12)),
+           "allreduce": lambda: symmetric_allreduce(_allreduce(dims, 12)),
+           "allgather": lambda: symmetric_allgather(
+               _half(CollectiveKind.ALLGATHER, dims, 12, 1e-6)),
+           "reducescatter": lambda: symmetric_reducescatter(
+               _half(CollectiveKind.REDUCESCATTER, dims, 12, 1e-6))}[kind]()
     ops = sym.ops
     i = data.draw(st.integers(0, len(ops) - 1), label="op")
     field = data.draw(st.sampled_from(["drop", "step", "dst", "src_off", "dst_off",

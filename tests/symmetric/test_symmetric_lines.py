@@ -1,20 +1,23 @@
-"""cclc/symmetric_lines.py and cclc/algorithms/torus_cut_allreduce.py: an AllReduce on a torus
-with failed links, stored by symmetry with its cut rings run as lines, checked against its
-expansion (the ordinary verifier, the numeric interpreter against numpy, the simulator), over
-tori, sides and fault positions; and every kind of wrong form refused."""
+"""cclc/symmetric_lines.py and cclc/algorithms/torus_cut_allreduce.py: an AllReduce (and an
+AllGather and a ReduceScatter) on a torus with failed links, stored by symmetry with its cut
+rings run as lines, checked against its expansion (the ordinary verifier, the numeric
+interpreter against numpy, the simulator), over tori, sides and fault positions; and every kind
+of wrong form refused."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from cclc.algorithms.torus_collectives import dimrot_plan
 from cclc.algorithms.torus_cut_allreduce import (
     balanced_orders,
+    lined_allgather,
     lined_allreduce,
     lined_reason,
+    lined_reducescatter,
     phase_costs,
 )
 from cclc.collective import CollectiveKind, make_collective
@@ -34,9 +37,9 @@ from cclc.topology import torus, with_faults
 from cclc.verify import verify
 
 
-def _allreduce(dims, cables, per_rank=40, latency=1e-7):
-    """An AllReduce on a torus whose cables between coordinate pairs ``cables`` failed both
-    ways."""
+def _allreduce(dims, cables, per_rank=40, latency=1e-7, kind=CollectiveKind.ALLREDUCE):
+    """An AllReduce (or ``kind``) on a torus whose cables between coordinate pairs ``cables``
+    failed both ways."""
     n = int(np.prod(dims))
     topo = torus("t", tuple(dims), bandwidth=25e9, latency=latency, routing="none")
     pairs = []
@@ -45,8 +48,7 @@ def _allreduce(dims, cables, per_rank=40, latency=1e-7):
         v = int(np.ravel_multi_index(b, dims))
         pairs += [(u, v), (v, u)]
     topo = with_faults(topo, links=pairs)
-    return make_collective("ar", CollectiveKind.ALLREDUCE, topo, tuple(range(n)),
-                           size=per_rank * n * 4)
+    return make_collective("ar", kind, topo, tuple(range(n)), size=per_rank * n * 4)
 
 
 def _cable(dims, at, d):
@@ -56,8 +58,12 @@ def _cable(dims, at, d):
     return a, tuple(b)
 
 
+_BUILD = {CollectiveKind.ALLREDUCE: lined_allreduce, CollectiveKind.ALLGATHER: lined_allgather,
+          CollectiveKind.REDUCESCATTER: lined_reducescatter}
+
+
 def _check_against_expansion(coll):
-    x = lined_allreduce(coll)
+    x = _BUILD[coll.kind](coll)
     verify_lined(x)
     whole = expand_excepted(x)
     verify(whole)
@@ -84,11 +90,16 @@ def test_lines_equal_their_expansion_over_tori_and_fault_positions(data):
             continue
         rings.add(ring)
         cables.append(_cable(dims, at, d))
-    _check_against_expansion(_allreduce(dims, cables))
+    kind = data.draw(st.sampled_from(sorted(_BUILD, key=lambda k: k.value)), label="kind")
+    coll = _allreduce(dims, cables, kind=kind)
+    # (a reducescatter's line needs a side of 4 or more on a cut dimension)
+    assume(lined_reason(coll) is None)
+    _check_against_expansion(coll)
 
 
-def test_a_4x4x4_torus_with_two_cables_along_two_dimensions():
-    coll = _allreduce((4, 4, 4), [((1, 1, 1), (2, 1, 1)), ((0, 3, 2), (0, 0, 2))])
+@pytest.mark.parametrize("kind", sorted(_BUILD, key=lambda k: k.value))
+def test_a_4x4x4_torus_with_two_cables_along_two_dimensions(kind):
+    coll = _allreduce((4, 4, 4), [((1, 1, 1), (2, 1, 1)), ((0, 3, 2), (0, 0, 2))], kind=kind)
     x, whole = _check_against_expansion(coll)
     # every op of a cut ring's phases is masked, and no kept op crosses a failed link
     assert x.expanded_ops() == len(whole.ops)
@@ -145,7 +156,37 @@ def test_what_lines_cannot_serve_is_said():
     assert "no failed link" in (lined_reason(healthy) or "")
     a2a = make_collective("a", CollectiveKind.ALLTOALL, twice.topology, tuple(range(16)),
                           size=16 * 64)
-    assert "allreduce only" in (lined_reason(a2a) or "")
+    assert "allreduce, an allgather or a reducescatter only" in (lined_reason(a2a) or "")
+    rs = _allreduce((3, 4), [((0, 0), (1, 0))], kind=CollectiveKind.REDUCESCATTER)
+    assert "side is 3" in (lined_reason(rs) or "")
+    with pytest.raises(CollectiveError, match="it is an allreduce"):
+        lined_allgather(twice)
+
+
+def test_a_reducescatter_whose_far_sum_is_lost_or_misplaced_is_refused():
+    # the far chain's sum lands in the target's chunk of a set it has passed on, and a local
+    # step adds it: without that step, or adding another chunk, the result is wrong
+    x = lined_reducescatter(_allreduce((5, 4), [((1, 1), (2, 1))],
+                                       kind=CollectiveKind.REDUCESCATTER))
+    verify_lined(x)
+    local = np.flatnonzero(x.tail.src == x.tail.dst)
+    assert len(local) and (x.tail.kind[local] == OpKind.REDUCE).all()
+    with pytest.raises(ScheduleError):
+        verify_lined(x.replace(tail=x.tail.take(np.arange(len(x.tail)) != local[0])))
+    cols = x.tail.columns()
+    cols["src_off"] = cols["src_off"].copy()
+    cols["src_off"][local[0]] = cols["dst_off"][local[0]]
+    with pytest.raises(ScheduleError):
+        verify_lined(x.replace(tail=type(x.tail)(**cols)))
+
+
+def test_an_allgather_line_op_dropped_is_refused():
+    x = lined_allgather(_allreduce((4, 4, 3), [((1, 1, 1), (1, 2, 1))],
+                                   kind=CollectiveKind.ALLGATHER))
+    verify_lined(x)
+    keep = np.arange(len(x.tail)) != len(x.tail) // 2
+    with pytest.raises(ScheduleError):
+        verify_lined(x.replace(tail=x.tail.take(keep)))
 
 
 @pytest.fixture(scope="module")
