@@ -30,12 +30,19 @@ def _cpu_model() -> str:
 
 
 def _commit() -> str | None:
+    """The commit checked out, with ``+changes`` where cclc's tracked files differ from it
+    (the code that ran is then not that commit's)."""
     try:
         out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--",
+                                "cclc", "backends", "dsl", "benchmarks/*.py"],
+                               capture_output=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    return out.stdout.strip() + ("+changes" if dirty.returncode == 1 else "")
 
 
 def run_meta(argv: list[str] | None = None) -> dict:
