@@ -27,7 +27,8 @@ checked:
   kept uses healthy links.
 * Each block and its line are run side by side on symbolic values (:func:`_run_block`): a
   chunk's value is the set of ring members whose start value of that chunk it sums, so the
-  two agree on a chunk for every start state exactly when the sets agree. Where they differ
+  two agree on a chunk for every start state exactly when the sets agree; a line reads only
+  start values its block reads too (so they are the base's). Where they differ
   the base's value must be dead: the next access to that chunk after the block's steps, in the
   base (interpreted in rank 0's frame, so once for every translation), is a copy that
   overwrites it without anything reading it in that step, or there is none and the chunk is
@@ -223,16 +224,18 @@ def _tail_checks(x: ExceptedSchedule, dims: np.ndarray, span: int) -> np.ndarray
 
 
 def _run_block(step, src, dst, kind, src_buf, src_off, dst_buf, dst_off, pos, work: Buf
-               ) -> tuple[dict, set]:
+               ) -> tuple[dict, set, set]:
     """Run ops on one ring's chunks with symbolic values: a chunk's value is (the chunk of
     ``work`` it is a sum of, a bit set of the ring positions whose start value of that chunk
     it sums); at the start a chunk of ``work`` (the output, or a ReduceScatter's scratch)
-    holds its own position's bit, another scratch chunk nothing. Returns (final value,
-    written) per (position, buffer, chunk) touched;
+    holds its own position's bit, another scratch chunk nothing. Returns the final value per
+    (position, buffer, chunk) touched, the chunks written, and the chunks whose start value
+    is read;
     :class:`ScheduleError` for a read of an empty chunk, two writes to a chunk in one step, or
     a reduction of different chunks or that adds a member twice."""
     val: dict = {}
     written: set = set()
+    fresh: set = set()
 
     def start(key):
         return (key[2], 1 << key[0]) if key[1] == work else (None, 0)
@@ -251,10 +254,14 @@ def _run_block(step, src, dst, kind, src_buf, src_off, dst_buf, dst_off, pos, wo
         t_key = (int(pos[b]), db, do)
         if t_key in new:
             raise ScheduleError(f"two ops write chunk {do} of one rank in step {st}")
+        if s_key not in val:
+            fresh.add(s_key)
         v = val.get(s_key) or start(s_key)
         if not v[1]:
             raise ScheduleError(f"step {st} reads scratch chunk {so} before anything is in it")
         if k == OpKind.REDUCE:
+            if t_key not in val:
+                fresh.add(t_key)
             w = val.get(t_key) or start(t_key)
             if not w[1] or w[0] != v[0] or v[1] & w[1]:
                 raise ScheduleError(f"step {st} adds different chunks, to an empty one, or a "
@@ -263,7 +270,7 @@ def _run_block(step, src, dst, kind, src_buf, src_off, dst_buf, dst_off, pos, wo
         new[t_key] = v
     val.update(new)
     written.update(new)
-    return val, written
+    return val, written, fresh
 
 
 class _Events:
@@ -360,11 +367,20 @@ def verify_lined(x: ExceptedSchedule) -> None:
         mb = (m_ring == ring) & (m_cls == cls)
         tb = (t_ring == ring) & (t_cls == cls)
         mr = m_rep[mb]
-        b_val, b_w = _run_block(o.step[mr], m_src[mb], m_dst[mb], o.kind[mr],
-                                np.full(len(mr), int(work)), m_chunk[mb],
-                                np.full(len(mr), int(work)), m_chunk[mb], pos, work)
-        l_val, l_w = _run_block(t.step[tb], t.src[tb], t.dst[tb], t.kind[tb], t.src_buf[tb],
-                                t.src_off[tb], t.dst_buf[tb], t.dst_off[tb], pos, work)
+        b_val, b_w, b_fresh = _run_block(o.step[mr], m_src[mb], m_dst[mb], o.kind[mr],
+                                         np.full(len(mr), int(work)), m_chunk[mb],
+                                         np.full(len(mr), int(work)), m_chunk[mb], pos, work)
+        l_val, l_w, l_fresh = _run_block(t.step[tb], t.src[tb], t.dst[tb], t.kind[tb],
+                                         t.src_buf[tb], t.src_off[tb], t.dst_buf[tb],
+                                         t.dst_off[tb], pos, work)
+        # the line may read only start values the base's phase reads too: those hold the
+        # base's values (an earlier difference there is not dead, so it was refused), where
+        # a chunk the base overwrites first may still hold an earlier line's
+        if not l_fresh <= b_fresh:
+            k = min(l_fresh - b_fresh)
+            raise ScheduleError(f"the line of ring phase {cls} on the ring through rank {ring} "
+                                f"reads chunk {k[2]} of position {k[0]} before writing it, which "
+                                "the base's phase does not")
         differ = [k for k in b_w | l_w if k[1] == work
                   and b_val.get(k, (k[2], 1 << k[0])) != l_val.get(k, (k[2], 1 << k[0]))]
         if not differ:

@@ -95,7 +95,7 @@ def lined_allreduce(coll: Collective) -> ExceptedSchedule:
 def lined_reducescatter(coll: Collective) -> ExceptedSchedule:
     """The reduce-scatter half of :func:`lined_allreduce`, summed in scratch: where both
     chains reach a target the far chain's sum lands in the target's chunk of another set, one
-    it has passed on two steps before; :class:`~cclc.errors.CollectiveError` where
+    it passed on a step before; :class:`~cclc.errors.CollectiveError` where
     :func:`lined_reason` says it cannot."""
     return _lined(coll, CollectiveKind.REDUCESCATTER)
 
@@ -108,7 +108,7 @@ def lined_allgather(coll: Collective) -> ExceptedSchedule:
 
 
 def _lined(coll: Collective, kind: CollectiveKind) -> ExceptedSchedule:
-    why = lined_reason(coll) if coll.kind is kind else f"it is an {coll.kind.value}"
+    why = lined_reason(coll) if coll.kind is kind else f"it is {coll.kind.value}, not {kind.value}"
     if why is not None:
         raise CollectiveError(f"no {kind.value} with lines for '{coll.name}': {why}")
     pieces, cuts, _ = dimrot_plan(coll)

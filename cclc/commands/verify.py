@@ -30,8 +30,10 @@ A schedule stored by symmetry (one representative op per orbit of a torus's tran
 what 'cclc compile' writes where the whole schedule is too large) is verified in that form:
 rank 0's view of every orbit, the routes of the representatives and the group
 (docs/performance.md); on a torus with failed links also that the journeys left out are
-those that cross them and that the tail delivers theirs. --numeric needs the whole schedule
-and refuses it.
+those that cross them and that the tail delivers theirs (an AllToAll), or that the ring
+phases left out are those of the rings they cut and that the lines in their steps leave what
+is read later as those phases did (an AllReduce, AllGather or ReduceScatter). --numeric needs
+the whole schedule and refuses it.
 
 examples:
   cclc verify out/a2a.schedule.json

@@ -159,7 +159,7 @@ def test_what_lines_cannot_serve_is_said():
     assert "allreduce, an allgather or a reducescatter only" in (lined_reason(a2a) or "")
     rs = _allreduce((3, 4), [((0, 0), (1, 0))], kind=CollectiveKind.REDUCESCATTER)
     assert "side is 3" in (lined_reason(rs) or "")
-    with pytest.raises(CollectiveError, match="it is an allreduce"):
+    with pytest.raises(CollectiveError, match="it is allreduce, not allgather"):
         lined_allgather(twice)
 
 
@@ -178,6 +178,25 @@ def test_a_reducescatter_whose_far_sum_is_lost_or_misplaced_is_refused():
     cols["src_off"][local[0]] = cols["dst_off"][local[0]]
     with pytest.raises(ScheduleError):
         verify_lined(x.replace(tail=type(x.tail)(**cols)))
+
+
+def test_a_line_that_reads_a_chunk_before_it_arrives_is_refused():
+    # an allgather line's copy forwarded one step early reads a chunk the set has not reached
+    # (empty, in the expansion): its block's symbolic run alone would take the base's value
+    x = lined_allgather(_allreduce((5, 4), [((1, 1), (2, 1))], kind=CollectiveKind.ALLGATHER))
+    t = x.tail
+    step, src, dst, off = (np.asarray(a) for a in (t.step, t.src, t.dst, t.dst_off))
+    arrived = {(int(d), int(o), int(s)) for s, d, o in zip(step, dst, off, strict=True)}
+    i = next(j for j in range(len(t))
+             if (int(src[j]), int(off[j]), int(step[j]) - 1) in arrived)
+    cols = t.columns()
+    early = {k: np.concatenate([v, v[i:i + 1]]) for k, v in cols.items()}
+    early["step"][-1] -= 1
+    bad = x.replace(tail=type(t)(**early))
+    with pytest.raises(ScheduleError, match="before writing it"):
+        verify_lined(bad)
+    with pytest.raises(ScheduleError):
+        verify(expand_excepted(bad))
 
 
 def test_an_allgather_line_op_dropped_is_refused():
