@@ -61,8 +61,12 @@ from cclc.symmetric_faults import (
     route_pairs,
 )
 
-__all__ = ["cut_rings", "required_lines_mask", "ring_phase_classes", "simulate_lined",
+__all__ = ["LINED", "cut_rings", "required_lines_mask", "ring_phase_classes", "simulate_lined",
            "verify_lined"]
+
+#: the kinds whose cut rings may run as lines (their base's phases are ring phases)
+LINED = (CollectiveKind.ALLREDUCE, CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER)
+
 
 def _span(base: SymmetricSchedule) -> int:
     span = dict(base.params).get("span")
@@ -312,10 +316,9 @@ class _Events:
 
 def verify_lined(x: ExceptedSchedule) -> None:
     """Raise :class:`ScheduleError` unless the expanded schedule of ``x`` computes its
-    AllReduce or AllGather on the faulty machine (see the module docstring)."""
+    AllReduce, AllGather or ReduceScatter on the faulty machine (see the module docstring)."""
     coll, base, g = x.collective, x.base, x.group
-    if coll.kind not in (CollectiveKind.ALLREDUCE, CollectiveKind.ALLGATHER,
-                         CollectiveKind.REDUCESCATTER) or not x.interleaved:
+    if coll.kind not in LINED or not x.interleaved:
         raise ScheduleError(f"lines replace the ring phases of an allreduce, an allgather or "
                             f"a reducescatter, not of {coll.kind.value}, in the base's own "
                             "steps")

@@ -154,7 +154,7 @@ def plan_symmetric(coll: Collective, model: ExecutionModel,
 
 def verify_form(s: SymmetricSchedule | ExceptedSchedule) -> None:
     """Verify a schedule stored by symmetry with the verifier of its form (the symmetric
-    schedule, the AllToAll's exceptions or the AllReduce's lines), without expanding it."""
+    schedule, the AllToAll's exceptions or the lines of the others), without expanding it."""
     if not isinstance(s, ExceptedSchedule):
         verify_symmetric(s)
     elif s.interleaved:

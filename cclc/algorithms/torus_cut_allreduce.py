@@ -40,19 +40,16 @@ from cclc.algorithms.torus_symmetric import (
     faulty_reason,
     link_lookup,
     ring_chains,
+    ring_phases,
 )
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
 from cclc.ir import Buf, OpKind, Ops, Routes
 from cclc.symmetric import ExceptedSchedule, TranslationGroup, healthy_collective, summing_buffer
-from cclc.symmetric_lines import required_lines_mask, ring_phase_classes
+from cclc.symmetric_lines import LINED, required_lines_mask, ring_phase_classes
 
-__all__ = ["LINED", "balanced_orders", "lined_allgather", "lined_allreduce", "lined_reason",
+__all__ = ["balanced_orders", "lined_allgather", "lined_allreduce", "lined_reason",
            "lined_reducescatter", "phase_costs"]
-
-
-#: the kinds whose cut rings run as lines here
-LINED = (CollectiveKind.ALLREDUCE, CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER)
 
 
 def lined_reason(coll: Collective) -> str | None:
@@ -169,14 +166,6 @@ def balanced_orders(units, shape, cut: set[int]):
     return best
 
 
-def _phase(kind: CollectiveKind, window: int, D: int) -> tuple[bool, int]:
-    """Whether the base's phase ``window`` is an allgather phase, and the place in the units'
-    dimension orders of the dimension it runs on."""
-    if kind is CollectiveKind.ALLGATHER:
-        return True, D - 1 - window
-    return window >= D, window if window < D else 2 * D - 1 - window
-
-
 def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np.ndarray,
            cuts: dict[int, np.ndarray]) -> tuple[Ops, Routes]:
     """The ops of every cut ring's lines, one line per masked (ring, phase class); ``cuts``
@@ -203,7 +192,7 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
         u = (cls - 1) % U
         window = (cls - 1) // U                              # the base's phase
         order = units[u][0]
-        gather, p = _phase(coll.kind, window, D)             # the order's phase of the sets
+        p, op = ring_phases(coll.kind, D)[window]            # the order's phase of the sets
         d = order[p]
         m = shape[d]
         where = group.coords(np.array([ring]))[:, 0]
@@ -213,7 +202,7 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
         P0 = 1 + window * span
         for x in range(m):
             out = (work, _set_chunks(blocks, at, order[:p + 1], x, U, u))
-            if gather:
+            if op is OpKind.COPY:
                 # the allgather copies x's set out both ways, one hop a step from step 0
                 for i in range(m - 1 - x):
                     add(P0 + i, rank[x + i], rank[x + i + 1], OpKind.COPY, out, out)
@@ -269,7 +258,7 @@ def _ring_of_mask(kind: CollectiveKind, group: TranslationGroup, units, span: in
     U, D = len(units), len(units[0][0])
     for t, cls in mask.tolist():
         u, window = (cls - 1) % U, (cls - 1) // U
-        _, p = _phase(kind, window, D)
+        p, _ = ring_phases(kind, D)[window]
         d = units[u][0][p]
         c = group.coords(np.array([t]))[:, 0]
         c[d] = 0

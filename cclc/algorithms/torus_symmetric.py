@@ -32,10 +32,10 @@ import numpy as np
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError, ScheduleError
 from cclc.ir import Buf, OpKind, Ops, Routes, even_split
-from cclc.symmetric import SymmetricSchedule, TranslationGroup, healthy_collective
+from cclc.symmetric import SymmetricSchedule, TranslationGroup, healthy_collective, summing_buffer
 
 __all__ = ["BUILT", "allreduce_phases", "faulty_reason", "link_lookup", "ring_chains",
-           "symmetric_allgather", "symmetric_allreduce", "symmetric_alltoall",
+           "ring_phases", "symmetric_allgather", "symmetric_allreduce", "symmetric_alltoall",
            "symmetric_reducescatter", "symmetric_reason"]
 
 
@@ -249,6 +249,17 @@ def ring_chains(m: int, half: int) -> tuple[int, int]:
     return (m - 1, 0) if half == 0 else (0, m - 1)
 
 
+def ring_phases(kind: CollectiveKind, D: int) -> list[tuple[int, OpKind]]:
+    """The ring phases of :func:`allreduce_phases` for ``kind`` over ``D`` dimensions, in
+    order: each one's place in the units' dimension orders and its op (a reduce-scatter phase
+    per dimension, then an allgather phase per dimension in the reverse order; an AllGather
+    the second half alone, a ReduceScatter the first)."""
+    scatter = [(p, OpKind.REDUCE) for p in range(D)]
+    gather = [(p, OpKind.COPY) for p in range(D - 1, -1, -1)]
+    return {CollectiveKind.ALLREDUCE: scatter + gather, CollectiveKind.ALLGATHER: gather,
+            CollectiveKind.REDUCESCATTER: scatter}[kind]
+
+
 def allreduce_phases(coll: Collective, group: TranslationGroup,
                      units: Sequence[tuple[Sequence[int], int]],
                      chains: Callable[[int, int], tuple[int, int]], span: int,
@@ -270,7 +281,7 @@ def allreduce_phases(coll: Collective, group: TranslationGroup,
     pattern = even_split(coll.count // n, U)
     blocks_of = np.tile(pattern, n)
     # where the phases sum and spread the blocks: the output, or scratch for a ReduceScatter
-    work = Buf.SCRATCH if kind is CollectiveKind.REDUCESCATTER else Buf.OUTPUT
+    work = summing_buffer(kind)
     layouts = {CollectiveKind.ALLREDUCE: (blocks_of, blocks_of),
                CollectiveKind.ALLGATHER: (pattern, blocks_of),
                CollectiveKind.REDUCESCATTER: (blocks_of, pattern)}[kind]
@@ -290,27 +301,22 @@ def allreduce_phases(coll: Collective, group: TranslationGroup,
     # blocks), or an AllGather's one block into its own place
     own = np.zeros(1, dtype=np.int64) if kind is CollectiveKind.ALLGATHER else np.arange(n)
     add(0, 0, OpKind.COPY, Buf.INPUT, own * U, count=U)
-    stages = {CollectiveKind.ALLREDUCE: ((range(D), OpKind.REDUCE),
-                                         (range(D - 1, -1, -1), OpKind.COPY)),
-              CollectiveKind.ALLGATHER: ((range(D - 1, -1, -1), OpKind.COPY),),
-              CollectiveKind.REDUCESCATTER: ((range(D), OpKind.REDUCE),)}[kind]
     step = 1
-    for stage, op in stages:
-        for phase in stage:
-            for u, (order, half) in enumerate(units if n > 1 else ()):
-                d, m = order[phase], shape[order[phase]]
-                for sign, length in zip((1, -1), chains(m, half), strict=True):
-                    unit = np.zeros(len(shape), dtype=np.int64)
-                    unit[d] = sign
-                    neighbour = group.element(unit)
-                    for k in range(length):
-                        # rank 0 is hop k of the chain of target x: x - P + k = 0 on the plus
-                        # chain of a reduce-scatter (x + M - k = 0 on the minus one), x + k = 0
-                        # (x - k) when the allgather spreads x's set
-                        x = (sign * (length - k) if op is OpKind.REDUCE else -sign * k) % m
-                        blocks = _ring_sets(shape, list(order[:phase]), d, x)
-                        add(step + k, neighbour, op, work, blocks * U + u)
-            step += span
+    for phase, op in ring_phases(kind, D):
+        for u, (order, half) in enumerate(units if n > 1 else ()):
+            d, m = order[phase], shape[order[phase]]
+            for sign, length in zip((1, -1), chains(m, half), strict=True):
+                unit = np.zeros(len(shape), dtype=np.int64)
+                unit[d] = sign
+                neighbour = group.element(unit)
+                for k in range(length):
+                    # rank 0 is hop k of the chain of target x: x - P + k = 0 on the plus
+                    # chain of a reduce-scatter (x + M - k = 0 on the minus one), x + k = 0
+                    # (x - k) when the allgather spreads x's set
+                    x = (sign * (length - k) if op is OpKind.REDUCE else -sign * k) % m
+                    blocks = _ring_sets(shape, list(order[:phase]), d, x)
+                    add(step + k, neighbour, op, work, blocks * U + u)
+        step += span
     if work is Buf.SCRATCH:
         # block 0, summed over every rank, into the output
         add(step, 0, OpKind.COPY, Buf.SCRATCH, np.zeros(1, dtype=np.int64), count=U,
