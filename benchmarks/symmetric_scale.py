@@ -1,7 +1,8 @@
 """The symmetric form beside the expanded schedule: time and memory to build, verify and simulate.
 
 For a healthy torus AllToAll, AllReduce, AllGather and ReduceScatter (links of 32 GB/s and
-100 ns, 16 MiB) on 4x4x4, 8x8x8 and 16x16x16 tori, builds the schedule in symmetric form
+100 ns, 16 MiB) on 4x4x4, 8x8x8 and 16x16x16 tori, and on tori of unequal sides (8x8x16,
+16x16x32: a shorter ring's phases run in waves), builds the schedule in symmetric form
 (``auto``'s builders, ``cclc.symmetric_plan.BUILDERS``: HalfRing + DimRotation, DimRotation
 over rings), verifies it
 (``cclc.symmetric_check.verify_symmetric``) and times it under the lockstep IR model
@@ -31,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meta import run_meta  # noqa: E402  (benchmarks/ is not a package)
 
-DIMS = ("4x4x4", "8x8x8", "16x16x16")
+DIMS = ("4x4x4", "8x8x8", "16x16x16", "8x8x16", "16x16x32")
 KINDS = ("alltoall", "allreduce", "allgather", "reducescatter")
 SIZE = 16 << 20
 #: the largest expanded schedule run (cclc.budget.MAX_OPS: what cclc plans at the most)

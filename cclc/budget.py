@@ -336,5 +336,6 @@ def _count(ops: int) -> str:
 def _duration(seconds: float) -> str:
     for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
         if seconds >= size:
-            return f"{seconds / size:.3g} {unit}"
+            count = f"{seconds / size:.3g}"
+            return f"{count} {unit[:-1] if count == '1' else unit}"
     return f"{seconds:.3g} s"

@@ -374,7 +374,12 @@ def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel,
     takes the form as it is."""
     # cclc.budget, cclc.symmetric_plan only when this runs, not for cclc --help
     from cclc.budget import check_budget, estimate_size, fitting_entries
-    from cclc.symmetric_plan import SYMMETRIC_FROM_OPS, symmetric_model, symmetric_reason
+    from cclc.symmetric_plan import (
+        SYMMETRIC_FROM_OPS,
+        form_refusal,
+        symmetric_model,
+        symmetric_reason,
+    )
 
     memory = available_memory()
     symmetric = set()
@@ -385,7 +390,12 @@ def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel,
         # every entry serving the collective is a possible way out of a refusal
         est = estimate_size(r.collective, r.entries, r.params, r.serving)
         why = symmetric_reason(r) if est.ops > SYMMETRIC_FROM_OPS else "small enough"
-        if why == "small enough" and comparable and symmetric_reason(r) is None:
+        if why is None:
+            # the form has a size check of its own: a long ring or a reduction over 10^5
+            # ranks is too large stored by symmetry too
+            why = form_refusal(r.collective, memory)
+        if (why == "small enough" and comparable and symmetric_reason(r) is None
+                and form_refusal(r.collective, memory) is None):
             both.add(r.collective.name)
         if why is None:
             priced = symmetric_model(model)

@@ -12,8 +12,9 @@ cross them, and a tail that delivers theirs (:mod:`cclc.algorithms.torus_reroute
 ring+dimrotation less the phases of the rings they cut, run as lines in the same steps
 (:mod:`cclc.algorithms.torus_cut_allreduce`, :mod:`cclc.symmetric_lines`). Anything else is
 planned whole, or refused by the size check within seconds, with its estimate.
-:func:`symmetric_reason` says why a collective cannot take this path, :func:`plan_symmetric`
-takes it.
+:func:`symmetric_reason` says why a collective cannot take this path, :func:`form_refusal`
+why its form is too large for the machine (the size check of the form, from its closed-form
+size, :func:`form_estimate`), :func:`plan_symmetric` takes it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from cclc.algorithms.torus_cut_allreduce import (
 )
 from cclc.algorithms.torus_reroute import excepted_alltoall, excepted_reason
 from cclc.algorithms.torus_symmetric import (
+    form_size,
     symmetric_allgather,
     symmetric_allreduce,
     symmetric_alltoall,
@@ -36,6 +38,7 @@ from cclc.algorithms.torus_symmetric import (
 )
 from cclc.algorithms.torus_symmetric import symmetric_reason as builders_reason
 from cclc.bounds import Bounds, bounds
+from cclc.budget import BYTES_PER_OP, SECONDS_PER_OP, Limits, SizeEstimate
 from cclc.collective import Collective, CollectiveKind
 from cclc.execution import IR_MODEL, ExecutionModel
 from cclc.plan import Resolution
@@ -45,8 +48,8 @@ from cclc.symmetric_faults import simulate_excepted, verify_excepted
 from cclc.symmetric_lines import simulate_lined, verify_lined
 
 __all__ = ["BUILDERS", "EXCEPTED", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "build_symmetric",
-           "plan_symmetric", "simulate_form", "symmetric_model", "symmetric_reason",
-           "verify_form"]
+           "form_estimate", "form_refusal", "plan_symmetric", "simulate_form", "symmetric_model",
+           "symmetric_reason", "verify_form"]
 
 #: the size check's estimate (ops, a lower bound on the largest candidate, cclc.budget) above
 #: which ``auto`` plans a collective in symmetric form where it can: a quarter of the limit
@@ -54,6 +57,20 @@ __all__ = ["BUILDERS", "EXCEPTED", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "build
 #: 4,096 ranks (a 16x16x16 torus AllReduce: ring estimated at 16.8M ops, built with 50.3M,
 #: 14 GB before it was stopped)
 SYMMETRIC_FROM_OPS = 5_000_000
+
+#: seconds per step of a form at the least: its verifier runs a step at a time, 0.15 ms a step
+#: (and its builder's loop 0.3 ms) on an AllGather of a 2x16384 torus, 2 cores
+STEP_SECONDS = 1.5e-4
+#: seconds per representative op and rank at the least where the form reduces: its verifier
+#: moves a contributor row of ``n`` booleans per op (1.15 s for the 53,236 ops of a 16x16x16
+#: AllReduce, 5.3e-9 per op and rank, 2 cores)
+SET_SECONDS = 5e-9
+#: bytes per chunk slot of rank 0 in the form's verifier (an int64 value and an int64 stamp),
+#: plus ``n`` booleans of contributors where it reduces
+FORM_SLOT_BYTES = 16
+
+_REDUCING = frozenset({CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER})
+
 
 #: the builder of each collective kind that ``auto`` plans in symmetric form
 BUILDERS: dict[CollectiveKind, Callable[[Collective], SymmetricSchedule]] = {
@@ -115,6 +132,30 @@ def symmetric_reason(resolution: Resolution) -> str | None:
               f"{kinds[-1]} only, not {coll.kind.value}"
               if excepted is None else excepted[1](coll))
     return None if failed is None else f"{why}; nor with exceptions for them: {failed}"
+
+
+def form_estimate(coll: Collective) -> SizeEstimate:
+    """What planning ``coll`` in symmetric form needs at the least, from the closed-form size
+    of its builder's schedule (:func:`cclc.algorithms.torus_symmetric.form_size`; with failed
+    links, that of the healthy base, the exceptions beside it not counted): its
+    representative ops as the ops, their memory and the verifier's rank-0 chunk slots (with a
+    contributor row of ``n`` booleans each where it reduces), and the time of its ops, its
+    steps and its contributor rows. ``symmetric_reason`` must have accepted ``coll``."""
+    size = form_size(coll)
+    n = coll.n
+    reduces = coll.kind in _REDUCING
+    memory = size.ops * BYTES_PER_OP + size.slots * (FORM_SLOT_BYTES + (n if reduces else 0))
+    seconds = (size.ops * SECONDS_PER_OP + size.steps * STEP_SECONDS
+               + (size.ops * n * SET_SECONDS if reduces else 0.0))
+    return SizeEstimate(coll.name, size.ops, float(memory), seconds, "symmetric form")
+
+
+def form_refusal(coll: Collective, memory: int | None) -> str | None:
+    """Why ``coll``'s form stored by symmetry is too large for the limits of
+    :class:`cclc.budget.Limits` with ``memory`` bytes available (``None`` when it fits), in
+    words: a ring of tens of thousands of ranks makes a form of 10^8 representative ops, a
+    reduction over 10^5 ranks a verifier of contributor rows of terabytes."""
+    return Limits(memory).refusal(form_estimate(coll), "its form would have at least")
 
 
 def build_symmetric(coll: Collective) -> SymmetricSchedule | ExceptedSchedule:

@@ -25,7 +25,9 @@ alike; each step adds a link latency.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,7 +36,8 @@ from cclc.errors import CollectiveError, ScheduleError
 from cclc.ir import Buf, OpKind, Ops, Routes, even_split
 from cclc.symmetric import SymmetricSchedule, TranslationGroup, healthy_collective, summing_buffer
 
-__all__ = ["BUILT", "allreduce_phases", "faulty_reason", "link_lookup", "ring_chains",
+__all__ = ["BUILT", "FormSize", "allreduce_phases", "faulty_reason", "form_size", "link_lookup",
+           "ring_chains",
            "ring_phases", "symmetric_allgather", "symmetric_allreduce", "symmetric_alltoall",
            "symmetric_reducescatter", "symmetric_reason"]
 
@@ -77,6 +80,51 @@ def faulty_reason(coll: Collective) -> str | None:
         return "it has no failed link"
     why = symmetric_reason(healthy_collective(coll))
     return None if why is None else f"on its healthy torus {why}"
+
+
+@dataclass(frozen=True, slots=True)
+class FormSize:
+    """What a builder here makes of a collective, counted from its torus's sides alone:
+    representative ``ops``, ``steps`` and rank 0's chunk ``slots`` (input, output and scratch
+    together)."""
+
+    ops: int
+    steps: int
+    slots: int
+
+
+def form_size(coll: Collective) -> FormSize:
+    """The :class:`FormSize` of the schedule the builder of ``coll``'s kind makes for it (of
+    its healthy torus where it has failed links: the base the exceptions are made beside),
+    without building it: the size check's estimate (:mod:`cclc.symmetric_plan`). Exact for
+    the healthy builders (``tests/symmetric/test_symmetric.py`` holds them to it).
+
+    An AllToAll's unit travels each block's ring distance in every dimension, one op a hop;
+    a ring phase on a ring of ``m`` makes ``m - 1`` ops per block of a target's set, whose
+    size shrinks by the side of every dimension summed or spread before it."""
+    shape = tuple(int(m) for m in coll.topology.grid_dims)
+    n = math.prod(shape)
+    active = [m for m in shape if m > 1]
+    D = max(len(active), 1)
+    U = 2 * D
+    if n < 2:
+        return FormSize(1, 1, 3 * U)
+    if coll.kind is CollectiveKind.ALLTOALL:
+        # sum over offsets o of min(o, m - o): the hops of a ring's blocks in one dimension
+        hops = sum(n // m * sum(min(o, m - o) for o in range(m)) for m in active)
+        return FormSize(1 + U * hops, D * max(m // 2 for m in active), 3 * n * U)
+    phases = ring_phases(coll.kind, D)
+    ops = 1 if coll.kind is CollectiveKind.ALLGATHER else n
+    for piece in range(D):
+        order = [active[(piece + i) % D] for i in range(D)]
+        for p, _ in phases:
+            # the set of a phase on order[p]: the blocks that agree on order[:p + 1]
+            ops += 2 * (order[p] - 1) * (n // math.prod(order[:p + 1]))
+    span = max((m + 1) // 2 for m in active)
+    slots = {CollectiveKind.ALLREDUCE: 2 * n * U, CollectiveKind.ALLGATHER: U + n * U,
+             CollectiveKind.REDUCESCATTER: 2 * n * U + U}[coll.kind]
+    last = 1 if coll.kind is CollectiveKind.REDUCESCATTER else 0
+    return FormSize(ops + last, 1 + len(phases) * span + last, slots)
 
 
 def link_lookup(topo, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -175,11 +223,12 @@ def symmetric_alltoall(coll: Collective) -> SymmetricSchedule:
 def _ring_sets(shape: tuple[int, ...], fixed: list[int], dim: int, j: int) -> np.ndarray:
     """The blocks whose coordinates are 0 on the dimensions ``fixed`` and ``j`` on ``dim`` (rank
     0's set ``j`` of a ring phase on ``dim`` after the phases on ``fixed``)."""
-    coords = np.array(np.unravel_index(np.arange(int(np.prod(shape))), shape))
-    keep = coords[dim] == j
-    for d in fixed:
-        keep &= coords[d] == 0
-    return np.flatnonzero(keep)
+    # the coordinates each dimension may take, the blocks in ascending order: O(set), where a
+    # scan of every block made a phase on a long ring O(n) per step
+    ranges = [np.zeros(1, dtype=np.int64) if d in fixed else np.full(1, j) if d == dim
+              else np.arange(m) for d, m in enumerate(shape)]
+    grid = np.meshgrid(*ranges, indexing="ij")
+    return np.ravel_multi_index(tuple(g.ravel() for g in grid), shape).astype(np.int64)
 
 
 def _chains(m: int, half: int) -> tuple[int, int]:
@@ -237,9 +286,10 @@ def _dimrotation_rings(coll: Collective, kind: CollectiveKind) -> SymmetricSched
     D = max(len(active), 1)
     units = [([active[(piece + i) % D] for i in range(len(active))], half)
              for piece in range(D) for half in (0, 1)]
-    # a phase on a ring of N lasts ceil(N/2) steps (the longer chain of _chains)
+    # a phase on a ring of N lasts ceil(N/2) steps (the longer chain of _chains); a shorter
+    # ring's phase runs in waves to fill the longest one's
     span = max(((shape[d] + 1) // 2 for d in active), default=0)
-    return allreduce_phases(coll, group, units, _chains, span, compact=True)
+    return allreduce_phases(coll, group, units, _chains, span, compact=True, waves=True)
 
 
 def ring_chains(m: int, half: int) -> tuple[int, int]:
@@ -263,7 +313,8 @@ def ring_phases(kind: CollectiveKind, D: int) -> list[tuple[int, OpKind]]:
 def allreduce_phases(coll: Collective, group: TranslationGroup,
                      units: Sequence[tuple[Sequence[int], int]],
                      chains: Callable[[int, int], tuple[int, int]], span: int,
-                     compact: bool, scratch_sets: int = 0) -> SymmetricSchedule:
+                     compact: bool, scratch_sets: int = 0,
+                     waves: bool = False) -> SymmetricSchedule:
     """The DimRotation ring phases of :func:`symmetric_allreduce` with its units given: unit
     ``u`` of ``units`` is (its dimension order, its half for ``chains``); every phase lasts
     ``span`` steps (phase ``i`` starts at step ``1 + i span``; step 0 copies the input),
@@ -274,7 +325,12 @@ def allreduce_phases(coll: Collective, group: TranslationGroup,
     the steps without ops; without it a phase keeps its ``span`` steps, so the phases of
     :func:`ring_phase_classes` stay where they are. ``scratch_sets`` sets of a block's units
     are laid out in scratch (chunk ``j U + u`` the size of unit ``u``; after a
-    ReduceScatter's ``n`` blocks), for ops added beside these; none of these touches them."""
+    ReduceScatter's ``n`` blocks), for ops added beside these; none of these touches them.
+    ``waves``: a phase whose chains fit ``w > 1`` times into ``span`` runs as ``w`` waves, one
+    after another, each over a share of every set's blocks (a block's wave is fixed by its
+    coordinates on the dimensions not yet summed, which its chain does not change), so that a
+    short ring's link carries per step what a long ring's does instead of ``w`` times as much
+    in the first ``1/w`` of the phase."""
     n, shape, kind = coll.n, group.shape, coll.kind
     U = len(units)
     D = len(units[0][0]) if units else 0
@@ -305,7 +361,9 @@ def allreduce_phases(coll: Collective, group: TranslationGroup,
     for phase, op in ring_phases(kind, D):
         for u, (order, half) in enumerate(units if n > 1 else ()):
             d, m = order[phase], shape[order[phase]]
-            for sign, length in zip((1, -1), chains(m, half), strict=True):
+            lengths = chains(m, half)
+            count = max(1, span // max(lengths)) if waves else 1
+            for sign, length in zip((1, -1), lengths, strict=True):
                 unit = np.zeros(len(shape), dtype=np.int64)
                 unit[d] = sign
                 neighbour = group.element(unit)
@@ -315,7 +373,11 @@ def allreduce_phases(coll: Collective, group: TranslationGroup,
                     # (x - k) when the allgather spreads x's set
                     x = (sign * (length - k) if op is OpKind.REDUCE else -sign * k) % m
                     blocks = _ring_sets(shape, list(order[:phase]), d, x)
-                    add(step + k, neighbour, op, work, blocks * U + u)
+                    # (no more waves than blocks: a side of 2 beside a long ring would
+                    # otherwise cut a set of a few blocks into thousands of empty shares)
+                    shares = np.array_split(blocks, min(count, len(blocks)))
+                    for w, share in enumerate(shares):
+                        add(step + w * max(lengths) + k, neighbour, op, work, share * U + u)
         step += span
     if work is Buf.SCRATCH:
         # block 0, summed over every rank, into the output

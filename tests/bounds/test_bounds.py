@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from sim_builders import chain, direct_alltoall, ring_allgather
 
 from cclc.bounds import bounds, cut_bound, hop_bytes_bound, injection_bound, latency_bound, lp_bound
+from cclc.bounds_closed_form import Facts, candidate_cuts, cut_time
 from cclc.collective import CollectiveKind, DType, make_collective
 from cclc.errors import CollectiveError
 from cclc.sim import simulate
@@ -275,3 +277,33 @@ def test_torus_hop_sum_shortcut_matches_breadth_first_search(dims, wrap, group):
     f = mod.Facts(coll(t, K.ALLTOALL, len(group) * 100, group=group))
     bfs = float((f.pair_bytes() * mod._hop_matrix(f)).sum())
     assert mod._pair_hop_bytes(f) == pytest.approx(bfs, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 7), min_size=1, max_size=3).filter(lambda d: np.prod(d) > 1),
+       st.sampled_from([CollectiveKind.ALLTOALL, CollectiveKind.ALLGATHER,
+                        CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE]))
+def test_a_symmetric_torus_tries_one_bisection_per_dimension_and_loses_nothing(dims, kind):
+    # translations map each bisection of a dimension onto the others: the one tried is as good
+    # as the best of every offset (brute force over the masks, the way the cuts were tried)
+    topo = torus("t", tuple(dims), bandwidth=25e9, latency=1e-6)
+    n = topo.n_ranks
+    coll = make_collective("c", kind, topo, tuple(range(n)), size=4 * n * n)
+    f = Facts(coll)
+    tried = list(candidate_cuts(f))
+    wrapped = [m for m, w in zip(topo.grid_dims, topo.grid_wrap, strict=True) if w and m > 2]
+    assert sum("bisection" in name for name, _ in tried) == len(wrapped)
+    coords = np.array(np.unravel_index(np.arange(n), topo.dims))
+    best = max((cut_time(f, (coords[d] - off) % m < m // 2, None)
+                for d, m in enumerate(topo.grid_dims) if m > 2 for off in range(m)),
+               default=0.0)
+    assert cut_bound(coll).seconds >= best * (1 - 1e-12)
+
+
+def test_a_torus_with_a_failed_link_tries_every_bisection():
+    # the failed link breaks the translations: offsets differ in what they cut
+    topo = with_faults(torus("t", (6, 4), bandwidth=25e9), links=[(0, 1)])
+    coll = make_collective("c", CollectiveKind.ALLTOALL, topo, tuple(range(24)), size=4 * 24 * 24)
+    names = [name for name, _ in candidate_cuts(Facts(coll))]
+    assert sum("bisection of dimension 0" in name for name in names) == 6
+    assert sum("bisection of dimension 1" in name for name in names) == 4

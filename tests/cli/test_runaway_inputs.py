@@ -235,3 +235,24 @@ def test_allreduce_on_a_4096_rank_torus_with_a_ring_cut_twice_is_refused_within_
     assert "nor with exceptions for them" in err and "cut 2 times" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("dims, kind, why", [
+    # a ring of 4,096: 8.4e7 representative ops (its units travel 1,024 hops on average)
+    ("5, 4096", "alltoall", "more than the 2e+07 ops cclc plans"),
+    # 262,144 ranks: a contributor row of n booleans per chunk slot, 768 GiB
+    ("64, 64, 64", "allreduce", "of memory available"),
+])
+def test_a_form_stored_by_symmetry_too_large_is_refused_within_seconds(tmp_path, dims, kind,
+                                                                        why):
+    # the form has a size check of its own (cclc.symmetric_plan.form_refusal): before it, the
+    # first ran for minutes, the second failed allocating 768 GiB after half a minute
+    out = tmp_path / "out"
+    text = TORUS.format(dims=dims).replace("alltoall", kind).replace("16 MiB", "20 MiB")
+    run = _cclc(tmp_path, text, "compile", "-o", str(out), "--emit", "json")
+    assert run.returncode == 2, run.stderr
+    err = run.stderr
+    assert "nor can it be stored by symmetry: its form would have at least" in err
+    assert why in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()

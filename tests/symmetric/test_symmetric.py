@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from cclc.algorithms import get
 from cclc.algorithms.torus_symmetric import (
+    form_size,
     symmetric_allgather,
     symmetric_allreduce,
     symmetric_alltoall,
@@ -299,3 +300,43 @@ def test_a_mesh_or_a_partial_group_has_no_translations():
                            size=4 * 3)
     with pytest.raises(ScheduleError, match="every rank"):
         TranslationGroup.of(part)
+
+
+_BUILDERS = {CollectiveKind.ALLTOALL: symmetric_alltoall,
+             CollectiveKind.ALLREDUCE: symmetric_allreduce, **_HALVES}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 7), min_size=1, max_size=3).filter(
+    lambda d: 1 < int(np.prod(d)) <= 150), st.sampled_from(sorted(_BUILDERS, key=str)))
+def test_the_size_check_counts_what_the_builders_make(dims, kind):
+    # cclc.symmetric_plan.form_estimate refuses from these counts: they must be the builders'
+    topo = torus("t", tuple(dims))
+    n = topo.n_ranks
+    coll = make_collective("c", kind, topo, tuple(range(n)), size=4 * n * n * 6)
+    sym = _BUILDERS[kind](coll)
+    size = form_size(coll)
+    assert (size.ops, size.steps, size.slots) == (len(sym.ops), sym.ops.n_steps,
+                                                  sum(len(lay) for lay in sym.layouts))
+
+
+@pytest.mark.parametrize("kind", [CollectiveKind.ALLREDUCE, *_HALVES])
+@pytest.mark.parametrize("dims", [(4, 8), (4, 4, 8), (4, 12), (3, 6), (6, 12)])
+def test_a_shorter_ring_runs_in_waves_so_that_no_step_waits_on_it(dims, kind):
+    # unequal sides: a phase on a ring of 4 fits twice into a ring of 8's; run at once it put
+    # twice the longer ring's bytes a step on its links (66.7% of the bound on 8x8x16), in
+    # waves it carries no more a step than the longest ring's links do (a side of 2, whose
+    # two ranks one link joins each way, carries both chains on it: twice, in every wave)
+    topo = torus("t", dims, bandwidth=25e9, latency=0.0)
+    n = topo.n_ranks
+    coll = make_collective("c", kind, topo, tuple(range(n)), size=4 * n * 48)
+    e = expand(_BUILDERS[kind](coll))
+    o = e.ops
+    remote = o.src != o.dst
+    link = e.routes.links[e.routes.offsets[:-1][o.route[remote]]]
+    table = np.zeros((o.n_steps, topo.n_links))
+    np.add.at(table, (o.step[remote], link), o.count[remote])
+    ends = np.array([np.unravel_index(topo.link_src, dims), np.unravel_index(topo.link_dst, dims)])
+    dim_of = np.argmax(ends[0] != ends[1], axis=0)
+    longest = np.isin(dim_of, [d for d, m in enumerate(dims) if m == max(dims)])
+    assert (table[:, ~longest].max(axis=1) <= table[:, longest].max(axis=1)).all()
