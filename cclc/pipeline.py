@@ -449,8 +449,11 @@ def _faster_symmetric(coll: Collective, whole: Plan, model: ExecutionModel, even
         return None
     if whole.time is None or sym.time < whole.time:
         than = "" if whole.time is None else f", {format_time(whole.time)}"
+        # where the two print alike, by how much (4.6 ns of 600 us on the 8x4x4 example)
+        by = ("" if whole.time is None or format_time(whole.time) != format_time(sym.time)
+              else f" by {format_time(whole.time - sym.time)}")
         events.note(f"{coll.name}: stored by symmetry ({sym.name}, {format_time(sym.time)}) "
-                    f"is faster than the best whole candidate ({whole.name}{than}): kept")
+                    f"is faster than the best whole candidate ({whole.name}{than}){by}: kept")
         return sym
     events.note(f"{coll.name}: the best whole candidate ({whole.name}) is no slower than the "
                 f"form stored by symmetry ({sym.name}, {format_time(sym.time)}): kept")

@@ -8,7 +8,9 @@ dimensions after its first ordered so that the later phases are least busy
 symmetric form on the healthy torus (:func:`~cclc.algorithms.torus_symmetric.allreduce_phases`
 with one plain ring chain per unit: a unit of direction +1 is summed along the plus chain, one
 of -1 along the minus chain, a phase of ``m - 1`` steps on a ring of ``m``), every phase held
-to ``m`` steps. A ring that a failed link cuts runs each of its phases as a *line* instead:
+to the longest side's ``m`` steps (a shorter ring's phase in waves,
+:func:`~cclc.algorithms.torus_symmetric.allreduce_phases`). A ring that a failed link cuts runs
+each of its phases as a *line* instead:
 its ops in that phase (every member of the phase's class moved onto the ring's ranks,
 :func:`cclc.symmetric_lines.ring_phase_classes`) are masked, and the line's ops take their
 place in the same steps (an :class:`~cclc.symmetric.ExceptedSchedule` whose tail runs
@@ -19,8 +21,10 @@ link carries at most one set of the unit each way a step; where both reach ``x``
 chain's sum lands in scratch and is added in step ``m - 1``, a step of local ops (a
 ReduceScatter, which sums in scratch, lands it in ``x``'s chunks of the set two places on,
 which ``x`` passed on a step before); the allgather copies ``x``'s set out both ways from
-step 0, one hop a step (``m - 1`` steps: a line's end links carry a set every step). An
-AllGather is the allgather phases alone, a ReduceScatter the reduce-scatter phases.
+step 0, one hop a step (``m - 1`` steps: a line's end links carry a set every step). A line
+that fits ``w`` times into the phase runs in ``w`` waves of ``m`` steps, each over a share of
+every set at the same positions. An AllGather is the allgather phases alone, a ReduceScatter
+the reduce-scatter phases.
 A line sends both ways where a ring's unit sends one way, so its links carry twice a ring's
 bytes: the plan's weights (half the units on the pieces that start on a cut dimension) keep
 them as busy as the whole rings of the first phase. :mod:`cclc.symmetric_lines` verifies and
@@ -119,7 +123,7 @@ def _lined(coll: Collective, kind: CollectiveKind) -> ExceptedSchedule:
     sets = (coll.n // min(group.shape[d] for d in cuts)
             if kind is CollectiveKind.ALLREDUCE else 0)
     base = allreduce_phases(healed, group, units, ring_chains, span, compact=False,
-                            scratch_sets=sets)
+                            scratch_sets=sets, waves=True)
     classes = ring_phase_classes(base)
     mask = required_lines_mask(base, classes, coll.topology)
     tail = _lines(coll, group, units, span, mask, cuts)
@@ -199,35 +203,44 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
         at = np.repeat(where[:, None], m, axis=1)
         at[d] = (cuts[d][ring] + 1 + np.arange(m)) % m       # line position -> coordinates
         rank = np.ravel_multi_index(tuple(at), shape)
-        P0 = 1 + window * span
         for x in range(m):
-            out = (work, _set_chunks(blocks, at, order[:p + 1], x, U, u))
-            if op is OpKind.COPY:
-                # the allgather copies x's set out both ways, one hop a step from step 0
-                for i in range(m - 1 - x):
-                    add(P0 + i, rank[x + i], rank[x + i + 1], OpKind.COPY, out, out)
-                for i in range(x):
-                    add(P0 + i, rank[x - i], rank[x - i - 1], OpKind.COPY, out, out)
-                continue
-            for k in range(x):
-                add(P0 + m - 1 - x + k, rank[k], rank[k + 1], OpKind.REDUCE, out, out)
-            # the chain from the far end: its last hop falls in the left chain's last step,
-            # so where both reach x it lands in scratch and is added in a step of its own
-            both = 0 < x < m - 1
-            for k in range(m - 1 - x):
-                last = k == m - 2 - x
-                a, b = rank[m - 1 - k], rank[m - 2 - k]
-                if last and both:
-                    # a ReduceScatter's scratch is its summing buffer: the sum lands in b's
-                    # chunks of the set two places on, which b passed on by step m - 3
-                    held = ((Buf.SCRATCH, np.arange(len(out[1])) * U + u)
-                            if work is Buf.OUTPUT else
-                            (work, _set_chunks(blocks, at, order[:p + 1],
-                                               x + 2 if x + 2 < m else x - 2, U, u)))
-                    add(P0 + x + k, a, b, OpKind.COPY, out, held)
-                    add(P0 + m - 1, b, b, OpKind.REDUCE, held, out)
-                else:
-                    add(P0 + x + k, a, b, OpKind.REDUCE, out, out)
+            chunks = _set_chunks(blocks, at, order[:p + 1], x, U, u)
+            # where the line fits w times into the phase it runs in w waves, as the base's
+            # rings do, each over a share of the set (the same positions in every set)
+            waves = np.array_split(np.arange(len(chunks)), min(max(1, span // m),
+                                                               len(chunks)))
+            for w, share in enumerate(waves):
+                P0 = 1 + window * span + w * m
+                out = (work, chunks[share])
+                if op is OpKind.COPY:
+                    # the allgather copies x's set out both ways, one hop a step from step 0
+                    for i in range(m - 1 - x):
+                        add(P0 + i, rank[x + i], rank[x + i + 1], OpKind.COPY, out, out)
+                    for i in range(x):
+                        add(P0 + i, rank[x - i], rank[x - i - 1], OpKind.COPY, out, out)
+                    continue
+                for k in range(x):
+                    add(P0 + m - 1 - x + k, rank[k], rank[k + 1], OpKind.REDUCE, out, out)
+                # the chain from the far end: its last hop falls in the left chain's last
+                # step, so where both reach x it lands in scratch and is added in a step of
+                # its own
+                both = 0 < x < m - 1
+                for k in range(m - 1 - x):
+                    last = k == m - 2 - x
+                    a, b = rank[m - 1 - k], rank[m - 2 - k]
+                    if last and both:
+                        # a ReduceScatter's scratch is its summing buffer: the sum lands in
+                        # b's chunks of the set two places on (of this wave's share), which b
+                        # passed on by step m - 3 of the wave
+                        held = ((Buf.SCRATCH, share * U + u)
+                                if work is Buf.OUTPUT else
+                                (work, _set_chunks(blocks, at, order[:p + 1],
+                                                   x + 2 if x + 2 < m else x - 2, U,
+                                                   u)[share]))
+                        add(P0 + x + k, a, b, OpKind.COPY, out, held)
+                        add(P0 + m - 1, b, b, OpKind.REDUCE, held, out)
+                    else:
+                        add(P0 + x + k, a, b, OpKind.REDUCE, out, out)
     cat = {k: np.concatenate(v).astype(np.int64) if v else np.zeros(0, dtype=np.int64)
            for k, v in cols.items()}
     remote = cat["src"] != cat["dst"]

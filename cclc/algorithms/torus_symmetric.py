@@ -37,9 +37,8 @@ from cclc.ir import Buf, OpKind, Ops, Routes, even_split
 from cclc.symmetric import SymmetricSchedule, TranslationGroup, healthy_collective, summing_buffer
 
 __all__ = ["BUILT", "FormSize", "allreduce_phases", "faulty_reason", "form_size", "link_lookup",
-           "ring_chains",
-           "ring_phases", "symmetric_allgather", "symmetric_allreduce", "symmetric_alltoall",
-           "symmetric_reducescatter", "symmetric_reason"]
+           "ring_chains", "ring_phases", "symmetric_allgather", "symmetric_allreduce",
+           "symmetric_alltoall", "symmetric_reducescatter", "symmetric_reason"]
 
 
 #: the kinds the builders here serve
@@ -95,7 +94,8 @@ class FormSize:
 
 def form_size(coll: Collective) -> FormSize:
     """The :class:`FormSize` of the schedule the builder of ``coll``'s kind makes for it (of
-    its healthy torus where it has failed links: the base the exceptions are made beside),
+    its healthy torus where it has failed links: the base the exceptions are made beside, in
+    the healthy rotation of dimensions, the lines' own orders and weights not counted),
     without building it: the size check's estimate (:mod:`cclc.symmetric_plan`). Exact for
     the healthy builders (``tests/symmetric/test_symmetric.py`` holds them to it).
 
@@ -259,6 +259,8 @@ def symmetric_allreduce(coll: Collective) -> SymmetricSchedule:
     and every link of its dimension carries ``N - 1`` sets of one unit, as a ring would; the
     data of phase ``i`` is ``N`` times that of phase ``i + 1``, so the bandwidth term is
     ``2 (n - 1) S / (n 2D bw)``: the injection bound of a torus whose sides are alike and even.
+    On unequal sides every phase lasts as long as the longest ring's, and a shorter ring's
+    runs in waves to fill it (:func:`allreduce_phases`).
     :class:`~cclc.errors.CollectiveError` where :func:`symmetric_reason` says it cannot."""
     return _dimrotation_rings(coll, CollectiveKind.ALLREDUCE)
 

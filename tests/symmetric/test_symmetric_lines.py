@@ -281,3 +281,25 @@ def test_balanced_orders_make_the_second_phase_no_busier_than_a_hand_count():
     after = phase_costs(balanced_orders(units, (8, 8, 8), set(cuts)), (8, 8, 8), set(cuts))
     assert before[0] == after[0] == 2.0          # the first phase: weights, not orders
     assert before[1] == pytest.approx(3 / 8) and after[1] == pytest.approx(2 / 8)
+
+
+@pytest.mark.parametrize("kind", sorted(_BUILD, key=lambda k: k.value))
+@pytest.mark.parametrize("dims, cables", [
+    ((4, 8), [((1, 2), (2, 2))]),                            # the short ring cut
+    ((4, 8), [((1, 7), (1, 0))]),                            # the long ring cut
+    ((3, 6), [((0, 4), (1, 4)), ((2, 1), (2, 2))]),          # both
+    ((4, 4, 8), [((3, 1, 1), (0, 1, 1)), ((0, 2, 5), (0, 2, 6))]),
+])
+def test_lines_on_unequal_sides_run_in_waves_and_equal_their_expansion(kind, dims, cables):
+    # a phase lasts as long as the longest ring's: the base's shorter rings and the lines of
+    # shorter cut rings run in waves, each over a share of every set (issue: 8x8x16 with a
+    # failed cable, 51% of the bound before)
+    coll = _allreduce(dims, cables, kind=kind)
+    if lined_reason(coll) is not None:
+        pytest.skip(lined_reason(coll))
+    x, _ = _check_against_expansion(coll)
+    span = dict(x.base.params)["span"]
+    short = min(dims[d] for d in cut_rings(coll.topology, x.group))
+    if 2 * short <= span:
+        # some line op lies in a later wave: past the first m steps of its phase
+        assert ((x.tail.step - 1) % span >= short).any()
