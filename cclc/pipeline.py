@@ -368,7 +368,8 @@ def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel,
                  ) -> tuple[frozenset[str], frozenset[str]]:
     """Refuse, before writing anything, a collective the machine cannot plan (cclc.budget).
     Returns the names of those ``auto`` plans stored by symmetry instead (cclc.symmetric_plan:
-    the ones it can whose estimate is over ``SYMMETRIC_FROM_OPS``), and of those it also plans
+    the ones it can whose estimate is over ``SYMMETRIC_FROM_OPS`` and whose form fits,
+    ``form_refusal``), and of those it also plans
     stored by symmetry, to keep whichever form is faster: the smaller ones it can, where the
     candidates are timed under the lockstep model the form is timed under and every output
     takes the form as it is."""
