@@ -19,7 +19,8 @@ that keeps every bound a bound: :mod:`cclc.bounds_closed_form`).
     exact: the optimum is the full LP's), so a healthy torus of any size has one family and a
     5x5x5 torus with one failed link 30. It is skipped, and the report says so, above
     ``LP_MAX_VARIABLES`` flow variables (alltoall: one LP with shared capacities) or
-    ``LP_MAX_FAMILIES`` max-flow LPs (the others, OR-Tools GLOP, one small LP per family;
+    ``LP_MAX_FAMILIES`` max-flow LPs or ``LP_MAX_FLOW_LINKS`` links (the others, OR-Tools
+    GLOP, one small LP per family;
     allreduce: its joint LP, see below); the closed forms then stand alone. The alltoall LP
     is solved exactly (HiGHS interior point + crossover) up to ``LP_EXACT_MAX_VARIABLES``
     flow variables; above, PDLP solves it to a tolerance and the bound is the *certified*
@@ -102,7 +103,8 @@ from cclc.flow_lp import (
     torus_symmetry,
 )
 
-__all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_JOINT_VARIABLES",
+__all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_FLOW_LINKS",
+           "LP_MAX_JOINT_VARIABLES",
            "LP_MAX_VARIABLES", "LP_PDLP_MAX_VARIABLES", "Bound", "Bounds",
            "bounds", "cut_bound", "hop_bytes_bound", "injection_bound", "latency_bound",
            "latency_graph", "lp_bound",
@@ -145,6 +147,10 @@ LP_MAX_JOINT_VARIABLES = 10_000
 #: the other LPs split into one max-flow LP per family (links variables each): skipped above
 #: this many families (8x8x8 with a failed link: 120 allgather families)
 LP_MAX_FAMILIES = 1024
+#: the max-flow LPs (not alltoall) are skipped above this many links each: a node of 4,096
+#: NICs (a mutated example) made 7 LPs of 2.1M variables each, which GLOP worked on for
+#: minutes; the largest machine cclc ships, 4,096 GPUs on a three-tier fabric, has 29,184
+LP_MAX_FLOW_LINKS = 500_000
 #: the torus symmetry search (every automorphism of the torus checked against the faults) is
 #: skipped above this many vertices
 SYMMETRY_MAX_VERTICES = 4096
@@ -588,7 +594,8 @@ def _scaled_lp(f: Facts, forced: bool,
     if not forced:
         if f.kind is K.ALLTOALL and families * len(f.src) > max_variables:
             return None, sym, 0, None
-        if f.kind is not K.ALLTOALL and families > LP_MAX_FAMILIES:
+        if f.kind is not K.ALLTOALL and (families > LP_MAX_FAMILIES
+                                         or len(f.src) > LP_MAX_FLOW_LINKS):
             return None, sym, 0, None
     fallback = 0
     cert = None
@@ -623,6 +630,9 @@ def lp_skipped_note(coll: Collective, max_variables: int | None = None) -> str:
         limit = LP_MAX_VARIABLES if max_variables is None else max_variables
         return (f"lp: skipped, {families} commodity families x {links} links = "
                 f"{families * links} flow variables > {limit} (closed forms only{unreduced})")
+    if links > LP_MAX_FLOW_LINKS:
+        return (f"lp: skipped, {links} links > {LP_MAX_FLOW_LINKS} in each of its {families} "
+                f"max-flow LPs (closed forms only{unreduced})")
     return (f"lp: skipped, {families} max-flow LPs > {LP_MAX_FAMILIES} (closed forms "
             f"only{unreduced})")
 

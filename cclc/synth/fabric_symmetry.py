@@ -22,7 +22,9 @@ such as nauty and bliss), on two copies of the machine side by side:
    that the ``L`` powers form a group that acts freely on the members, as translations do.
 
 Targets ``b`` are tried in index order until one gives such a map (a refinement that cannot
-continue, or a map that fails the check, just moves on to the next target).
+continue, or a map that fails the check, just moves on to the next target), within a budget
+of link visits (``_MAX_WORK``): past it the search finds nothing and the synthesis runs
+without the symmetry.
 
 What it is used for: the ForestColl rate search runs one max-flow per orbit of members
 (:func:`member_powers`), exact since an automorphism maps cuts onto cuts, and so do the
@@ -45,6 +47,11 @@ __all__ = ["find_free_automorphism", "is_automorphism", "link_map", "member_powe
 
 #: targets tried for the first member before giving up (each try costs a few refinements)
 _MAX_TRIES = 32
+#: link visits of every refinement of a search, at the most, before it gives up (no map: the
+#: synthesis then runs without the symmetry). A map individualizes about 0.6 of the vertices
+#: one at a time (182 on the 288 of the 128-GPU example: 1.6e5 visits); a node of 4,096 alike
+#: NICs (a mutated example) asked for some 15,000 refinements of 50,000 links, minutes
+_MAX_WORK = 50_000_000
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -85,11 +92,14 @@ class _Refiner:
         self.dst = np.concatenate([topo.link_dst, topo.link_dst + v]).astype(np.int64)
         self.lab = np.concatenate([lab, lab]).astype(np.uint64)
         base = _vertex_labels(topo, members)
+        #: link visits so far (each round of a refinement visits every link of both copies)
+        self.work = 0
         self.start = self.refine(np.concatenate([base, base]))
 
     def refine(self, colors: np.ndarray) -> np.ndarray:
         n_classes = len(np.unique(colors))
         while True:
+            self.work += len(self.src)
             c = colors.astype(np.uint64)
             with np.errstate(over="ignore"):
                 out = _mix(self.lab * np.uint64(1 << 20) + c[self.dst] * np.uint64(2) + 1)
@@ -126,7 +136,7 @@ class _Refiner:
         ``None`` when the refinement cannot be continued."""
         v = self.v
         colors = self.individualize(self.start, a, b)
-        while self.balanced(colors):
+        while self.balanced(colors) and self.work <= _MAX_WORK:
             size = int(colors.max()) + 1
             first = np.bincount(colors[:v], minlength=size)
             open_ = np.flatnonzero(first[colors[:v]] > 1)
@@ -225,6 +235,8 @@ def find_free_automorphism(topo: Topology, members) -> np.ndarray | None:
     a = int(members[0])
     targets = np.flatnonzero(ref.start[ref.v:] == ref.start[a])
     for b in [int(t) for t in targets if t != a][:_MAX_TRIES]:
+        if ref.work > _MAX_WORK:
+            return None
         perm = ref.map_from(a, b)
         if perm is None or _powers(perm, members) is None:
             continue

@@ -58,3 +58,20 @@ def test_each_long_step_says_what_it_waits_for():
     assert any(s.startswith("searching the torus symmetries (") for s in said)
     assert any(s.startswith("solving the flow LP (") and "variables, HiGHS)" in s
                for s in said)
+
+
+@pytest.mark.parametrize("kind", [K.ALLGATHER, K.REDUCESCATTER, K.ALLREDUCE])
+def test_max_flow_lps_over_too_many_links_are_skipped_with_a_note(monkeypatch, kind):
+    # a node of 4,096 NICs (a mutated example) made max-flow LPs of 2.1M variables each, which
+    # ran for minutes; the limit stands in here at the 48 links of a 4x4 torus less one
+    import cclc.bounds as b
+
+    topo = torus("t", (4, 4), routing="none")
+    coll = make_collective("c", kind, topo, tuple(range(16)), size=16 * 64)
+    assert any(x.name == "lp" for x in bounds(coll).items)
+    monkeypatch.setattr(b, "LP_MAX_FLOW_LINKS", int((~topo.link_failed).sum()) - 1)
+    topo2 = torus("t", (4, 4), routing="none")             # a fresh topology: no kept optimum
+    coll2 = make_collective("c", kind, topo2, tuple(range(16)), size=16 * 64)
+    found = bounds(coll2)
+    assert not any(x.name == "lp" for x in found.items)
+    assert any("links >" in note and "max-flow LPs" in note for note in found.notes)

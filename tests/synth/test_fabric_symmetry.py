@@ -248,3 +248,25 @@ def test_a_deadline_inside_the_rounds_returns_whole_trees(monkeypatch):
                     assert g.src[h] == cut.parent[r, j, x] and g.dst[h] == x
                     x, hops = int(cut.parent[r, j, x]), hops + 1
                 assert x == r
+
+
+def test_the_search_gives_up_past_its_budget_of_link_visits(monkeypatch):
+    # a node of 4,096 alike NICs asked for ~15,000 refinements of 50,000 links (minutes); past
+    # the budget the search finds nothing and synthesis runs without the symmetry
+    import cclc.synth.fabric_symmetry as fs
+
+    coll = dsl.load("examples/hgx16_leafspine.ccl").collectives[0]
+    assert find_free_automorphism(coll.topology, coll.group) is not None
+    visits = []
+    refine = fs._Refiner.refine
+
+    def counted(self, colors):
+        out = refine(self, colors)
+        visits.append(self.work)
+        return out
+
+    monkeypatch.setattr(fs._Refiner, "refine", counted)
+    assert find_free_automorphism(coll.topology, coll.group) is not None
+    needed = max(visits)
+    monkeypatch.setattr(fs, "_MAX_WORK", needed // 2)
+    assert find_free_automorphism(coll.topology, coll.group) is None
