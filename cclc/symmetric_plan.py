@@ -39,7 +39,7 @@ from cclc.algorithms.torus_symmetric import (
 from cclc.algorithms.torus_symmetric import symmetric_reason as builders_reason
 from cclc.bounds import Bounds, bounds
 from cclc.budget import BYTES_PER_OP, SECONDS_PER_OP, Limits, SizeEstimate
-from cclc.collective import Collective, CollectiveKind
+from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind
 from cclc.execution import IR_MODEL, ExecutionModel
 from cclc.plan import Resolution
 from cclc.symmetric import ExceptedSchedule, SymmetricSchedule
@@ -68,9 +68,6 @@ SET_SECONDS = 5e-9
 #: bytes per chunk slot of rank 0 in the form's verifier (an int64 value and an int64 stamp),
 #: plus ``n`` booleans of contributors where it reduces
 FORM_SLOT_BYTES = 16
-
-_REDUCING = frozenset({CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER})
-
 
 #: the builder of each collective kind that ``auto`` plans in symmetric form
 BUILDERS: dict[CollectiveKind, Callable[[Collective], SymmetricSchedule]] = {
@@ -143,7 +140,7 @@ def form_estimate(coll: Collective) -> SizeEstimate:
     steps and its contributor rows. ``symmetric_reason`` must have accepted ``coll``."""
     size = form_size(coll)
     n = coll.n
-    reduces = coll.kind in _REDUCING
+    reduces = coll.kind in REDUCING_KINDS
     memory = size.ops * BYTES_PER_OP + size.slots * (FORM_SLOT_BYTES + (n if reduces else 0))
     seconds = (size.ops * SECONDS_PER_OP + size.steps * STEP_SECONDS
                + (size.ops * n * SET_SECONDS if reduces else 0.0))

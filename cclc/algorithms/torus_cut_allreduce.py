@@ -45,6 +45,7 @@ from cclc.algorithms.torus_symmetric import (
     link_lookup,
     ring_chains,
     ring_phases,
+    wave_shares,
 )
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
@@ -205,11 +206,12 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
         rank = np.ravel_multi_index(tuple(at), shape)
         for x in range(m):
             chunks = _set_chunks(blocks, at, order[:p + 1], x, U, u)
-            # where the line fits w times into the phase it runs in w waves, as the base's
-            # rings do, each over a share of the set (the same positions in every set)
-            waves = np.array_split(np.arange(len(chunks)), min(max(1, span // m),
-                                                               len(chunks)))
-            for w, share in enumerate(waves):
+            # a ReduceScatter's far sum lands in the set two places on (see below)
+            aside = (_set_chunks(blocks, at, order[:p + 1], x + 2 if x + 2 < m else x - 2,
+                                 U, u) if work is Buf.SCRATCH and 0 < x < m - 1 else None)
+            # where the line fits w times into the phase it runs in w waves of m steps, as the
+            # base's rings do, each over a share of the set (the same positions in every set)
+            for w, share in enumerate(wave_shares(len(chunks), m, span)):
                 P0 = 1 + window * span + w * m
                 out = (work, chunks[share])
                 if op is OpKind.COPY:
@@ -232,11 +234,8 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
                         # a ReduceScatter's scratch is its summing buffer: the sum lands in
                         # b's chunks of the set two places on (of this wave's share), which b
                         # passed on by step m - 3 of the wave
-                        held = ((Buf.SCRATCH, share * U + u)
-                                if work is Buf.OUTPUT else
-                                (work, _set_chunks(blocks, at, order[:p + 1],
-                                                   x + 2 if x + 2 < m else x - 2, U,
-                                                   u)[share]))
+                        held = ((Buf.SCRATCH, share * U + u) if aside is None
+                                else (work, aside[share]))
                         add(P0 + x + k, a, b, OpKind.COPY, out, held)
                         add(P0 + m - 1, b, b, OpKind.REDUCE, held, out)
                     else:

@@ -38,7 +38,7 @@ from cclc.symmetric import SymmetricSchedule, TranslationGroup, healthy_collecti
 
 __all__ = ["BUILT", "FormSize", "allreduce_phases", "faulty_reason", "form_size", "link_lookup",
            "ring_chains", "ring_phases", "symmetric_allgather", "symmetric_allreduce",
-           "symmetric_alltoall", "symmetric_reducescatter", "symmetric_reason"]
+           "symmetric_alltoall", "symmetric_reducescatter", "symmetric_reason", "wave_shares"]
 
 
 #: the kinds the builders here serve
@@ -115,12 +115,11 @@ def form_size(coll: Collective) -> FormSize:
         return FormSize(1 + U * hops, D * max(m // 2 for m in active), 3 * n * U)
     phases = ring_phases(coll.kind, D)
     ops = 1 if coll.kind is CollectiveKind.ALLGATHER else n
-    for piece in range(D):
-        order = [active[(piece + i) % D] for i in range(D)]
+    for order in _rotations(active):
         for p, _ in phases:
             # the set of a phase on order[p]: the blocks that agree on order[:p + 1]
             ops += 2 * (order[p] - 1) * (n // math.prod(order[:p + 1]))
-    span = max((m + 1) // 2 for m in active)
+    span = _halving_span(active)
     slots = {CollectiveKind.ALLREDUCE: 2 * n * U, CollectiveKind.ALLGATHER: U + n * U,
              CollectiveKind.REDUCESCATTER: 2 * n * U + U}[coll.kind]
     last = 1 if coll.kind is CollectiveKind.REDUCESCATTER else 0
@@ -285,13 +284,32 @@ def _dimrotation_rings(coll: Collective, kind: CollectiveKind) -> SymmetricSched
     group = _group_for(coll, kind)
     shape = group.shape
     active = [d for d, m in enumerate(shape) if m > 1]
-    D = max(len(active), 1)
-    units = [([active[(piece + i) % D] for i in range(len(active))], half)
-             for piece in range(D) for half in (0, 1)]
-    # a phase on a ring of N lasts ceil(N/2) steps (the longer chain of _chains); a shorter
-    # ring's phase runs in waves to fill the longest one's
-    span = max(((shape[d] + 1) // 2 for d in active), default=0)
+    # (a torus of one rank: one empty order, as its two units have always had)
+    units = [(order, half) for order in _rotations(active) or [[]] for half in (0, 1)]
+    # a shorter ring's phase runs in waves to fill the longest one's
+    span = _halving_span([shape[d] for d in active])
     return allreduce_phases(coll, group, units, _chains, span, compact=True, waves=True)
+
+
+def _rotations(dims: Sequence[int]) -> list[list[int]]:
+    """DimRotation's orders of ``dims`` (indices or sides alike): piece ``c`` visits
+    ``dims[c], dims[c + 1], ...``."""
+    return [[dims[(piece + i) % len(dims)] for i in range(len(dims))]
+            for piece in range(len(dims))]
+
+
+def _halving_span(sides: Sequence[int]) -> int:
+    """The steps of a phase of :func:`_dimrotation_rings`: a phase on a ring of ``N`` lasts
+    ``ceil(N/2)`` steps (the longer chain of :func:`_chains`), every phase the longest's."""
+    return max(((m + 1) // 2 for m in sides), default=0)
+
+
+def wave_shares(items: int, chain_steps: int, span: int) -> list[np.ndarray]:
+    """The positions ``0..items-1`` of a set cut into the waves of a phase whose chains take
+    ``chain_steps`` steps in a phase of ``span``: as many waves as fit, no more than there
+    are items (a side of 2 beside a long ring would otherwise cut a set of a few blocks into
+    thousands of empty shares), wave ``w`` starting ``w chain_steps`` steps in."""
+    return np.array_split(np.arange(items), max(1, min(span // chain_steps, items)))
 
 
 def ring_chains(m: int, half: int) -> tuple[int, int]:
@@ -364,7 +382,7 @@ def allreduce_phases(coll: Collective, group: TranslationGroup,
         for u, (order, half) in enumerate(units if n > 1 else ()):
             d, m = order[phase], shape[order[phase]]
             lengths = chains(m, half)
-            count = max(1, span // max(lengths)) if waves else 1
+            steps = max(lengths)
             for sign, length in zip((1, -1), lengths, strict=True):
                 unit = np.zeros(len(shape), dtype=np.int64)
                 unit[d] = sign
@@ -375,11 +393,10 @@ def allreduce_phases(coll: Collective, group: TranslationGroup,
                     # (x - k) when the allgather spreads x's set
                     x = (sign * (length - k) if op is OpKind.REDUCE else -sign * k) % m
                     blocks = _ring_sets(shape, list(order[:phase]), d, x)
-                    # (no more waves than blocks: a side of 2 beside a long ring would
-                    # otherwise cut a set of a few blocks into thousands of empty shares)
-                    shares = np.array_split(blocks, min(count, len(blocks)))
+                    shares = (wave_shares(len(blocks), steps, span) if waves
+                              else [np.arange(len(blocks))])
                     for w, share in enumerate(shares):
-                        add(step + w * max(lengths) + k, neighbour, op, work, share * U + u)
+                        add(step + w * steps + k, neighbour, op, work, blocks[share] * U + u)
         step += span
     if work is Buf.SCRATCH:
         # block 0, summed over every rank, into the output
