@@ -589,13 +589,15 @@ def _scaled_lp(f: Facts, forced: bool,
     """The LP bound over ``S`` (``None``: over the limits, unless ``forced``), and for an
     allreduce whose joint LP is over ``max_variables`` flow variables (unless ``forced``) that
     number: the bound is then the larger of the reduce-scatter and allgather LPs (0: not)."""
+    if not forced and f.kind is not K.ALLTOALL and len(f.src) > LP_MAX_FLOW_LINKS:
+        # over the link limit whatever the symmetry: skipped before searching for it
+        return None, Symmetry.trivial(f.topo.n_vertices, f.src, f.dst), 0, None
     sym = _symmetry(f)
     families = _lp_families(f, sym)
     if not forced:
         if f.kind is K.ALLTOALL and families * len(f.src) > max_variables:
             return None, sym, 0, None
-        if f.kind is not K.ALLTOALL and (families > LP_MAX_FAMILIES
-                                         or len(f.src) > LP_MAX_FLOW_LINKS):
+        if f.kind is not K.ALLTOALL and families > LP_MAX_FAMILIES:
             return None, sym, 0, None
     fallback = 0
     cert = None
@@ -617,8 +619,12 @@ def _scaled_lp(f: Facts, forced: bool,
 
 
 def lp_skipped_note(coll: Collective, max_variables: int | None = None) -> str:
-    """Why :func:`lp_bound` skipped ``coll`` under these limits."""
-    families, links = lp_size(coll)
+    """Why :func:`lp_bound` skipped ``coll`` under these limits (the symmetry searched for
+    only where the note counts families: not over the link limit, which it was not searched
+    for)."""
+    links = len(Facts(coll).src)
+    over_links = coll.kind is not K.ALLTOALL and links > LP_MAX_FLOW_LINKS
+    families = 0 if over_links else lp_size(coll)[0]
     topo = coll.topology
     unreduced = ""
     if (topo.dims is not None and topo.wrap is not None and topo.n_vertices == topo.n_ranks
@@ -630,9 +636,9 @@ def lp_skipped_note(coll: Collective, max_variables: int | None = None) -> str:
         limit = LP_MAX_VARIABLES if max_variables is None else max_variables
         return (f"lp: skipped, {families} commodity families x {links} links = "
                 f"{families * links} flow variables > {limit} (closed forms only{unreduced})")
-    if links > LP_MAX_FLOW_LINKS:
-        return (f"lp: skipped, {links} links > {LP_MAX_FLOW_LINKS} in each of its {families} "
-                f"max-flow LPs (closed forms only{unreduced})")
+    if over_links:
+        return (f"lp: skipped, {links} links > {LP_MAX_FLOW_LINKS} in each of its max-flow "
+                f"LPs (closed forms only{unreduced})")
     return (f"lp: skipped, {families} max-flow LPs > {LP_MAX_FAMILIES} (closed forms "
             f"only{unreduced})")
 

@@ -383,6 +383,12 @@ def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel,
     )
 
     memory = available_memory()
+
+    def form_reason(r: Resolution) -> str | None:
+        # the form has a size check of its own: a long ring or a reduction over 10^5 ranks
+        # is too large stored by symmetry too
+        return symmetric_reason(r) or form_refusal(r.collective, memory)
+
     symmetric = set()
     both = set()
     comparable = symmetric_model(model) == model and all(b.renders_symmetric
@@ -390,14 +396,12 @@ def _check_sizes(resolved: Sequence[Resolution], model: ExecutionModel,
     for r in resolved:
         # every entry serving the collective is a possible way out of a refusal
         est = estimate_size(r.collective, r.entries, r.params, r.serving)
-        why = symmetric_reason(r) if est.ops > SYMMETRIC_FROM_OPS else "small enough"
-        if why is None:
-            # the form has a size check of its own: a long ring or a reduction over 10^5
-            # ranks is too large stored by symmetry too
-            why = form_refusal(r.collective, memory)
-        if (why == "small enough" and comparable and symmetric_reason(r) is None
-                and form_refusal(r.collective, memory) is None):
-            both.add(r.collective.name)
+        if est.ops > SYMMETRIC_FROM_OPS:
+            why = form_reason(r)
+        else:
+            why = "small enough"
+            if comparable and form_reason(r) is None:
+                both.add(r.collective.name)
         if why is None:
             priced = symmetric_model(model)
             events.note(f"{r.collective.name}: its {est.largest} schedule alone has at least "

@@ -177,10 +177,9 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
     per dimension and rank the coordinate ``c`` of its ring's cut ``c -- c+1``
     (:func:`~cclc.algorithms.torus_collectives.line_cuts`)."""
     shape = group.shape
-    n, U = coll.n, len(units)
+    U = len(units)
     D = len(units[0][0])
     work = summing_buffer(coll.kind)
-    blocks = group.coords(np.arange(n))                      # (dims, n)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("step", "src", "dst", "kind",
                                                          "src_buf", "src_off", "dst_buf",
                                                          "dst_off")}
@@ -205,9 +204,9 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
         at[d] = (cuts[d][ring] + 1 + np.arange(m)) % m       # line position -> coordinates
         rank = np.ravel_multi_index(tuple(at), shape)
         for x in range(m):
-            chunks = _set_chunks(blocks, at, order[:p + 1], x, U, u)
+            chunks = _set_chunks(shape, at, order[:p + 1], x, U, u)
             # a ReduceScatter's far sum lands in the set two places on (see below)
-            aside = (_set_chunks(blocks, at, order[:p + 1], x + 2 if x + 2 < m else x - 2,
+            aside = (_set_chunks(shape, at, order[:p + 1], x + 2 if x + 2 < m else x - 2,
                                  U, u) if work is Buf.SCRATCH and 0 < x < m - 1 else None)
             # where the line fits w times into the phase it runs in w waves of m steps, as the
             # base's rings do, each over a share of the set (the same positions in every set)
@@ -253,14 +252,16 @@ def _lines(coll: Collective, group: TranslationGroup, units, span: int, mask: np
     return ops, Routes(np.arange(-1, len(used) + 1).clip(0), used)
 
 
-def _set_chunks(blocks: np.ndarray, at: np.ndarray, dims, x: int, U: int, u: int
-                ) -> np.ndarray:
-    """The chunks of unit ``u`` of line position ``x``'s set: the blocks (coordinates
-    ``blocks``) that agree with the position (coordinates ``at[:, x]``) on ``dims``."""
-    keep = np.ones(blocks.shape[1], dtype=bool)
-    for dd in dims:
-        keep &= blocks[dd] == at[dd, x]
-    return np.flatnonzero(keep) * U + u
+def _set_chunks(shape, at: np.ndarray, dims, x: int, U: int, u: int) -> np.ndarray:
+    """The chunks of unit ``u`` of line position ``x``'s set, in block order: the blocks of
+    the torus of ``shape`` that agree with the position (coordinates ``at[:, x]``) on
+    ``dims``, and take every value on the others (built from those, not found among all
+    blocks: a line asks for two sets per position, and a torus has many blocks)."""
+    axes = [np.array([at[d, x]]) if d in dims else np.arange(side)
+            for d, side in enumerate(shape)]
+    grid = np.meshgrid(*axes, indexing="ij")
+    blocks = np.ravel_multi_index(tuple(c.ravel() for c in grid), tuple(shape))
+    return blocks.astype(np.int64) * U + u
 
 
 def _ring_of_mask(kind: CollectiveKind, group: TranslationGroup, units, span: int,

@@ -72,6 +72,11 @@ def test_max_flow_lps_over_too_many_links_are_skipped_with_a_note(monkeypatch, k
     monkeypatch.setattr(b, "LP_MAX_FLOW_LINKS", int((~topo.link_failed).sum()) - 1)
     topo2 = torus("t", (4, 4), routing="none")             # a fresh topology: no kept optimum
     coll2 = make_collective("c", kind, topo2, tuple(range(16)), size=16 * 64)
-    found = bounds(coll2)
+    said: list[str] = []
+    found = bounds(coll2, on_stage=said.append)
     assert not any(x.name == "lp" for x in found.items)
     assert any("links >" in note and "max-flow LPs" in note for note in found.notes)
+    # skipped before the symmetry search, for the bound and for its note: no symmetry makes
+    # an LP over the link limit fit
+    assert not any(s.startswith("searching the torus symmetries") for s in said)
+    assert not any(isinstance(k, tuple) and k[0] == "torus_symmetry" for k in topo2._cache)
