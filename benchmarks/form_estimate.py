@@ -11,9 +11,9 @@ that much. For forms of every kind on tori of 4,096 to 32,768 ranks (links of 32
 counts its healthy base), each in a fresh process, this records the estimate and what building
 (``cclc.symmetric_plan.build_symmetric``), verifying and timing the form under the lockstep IR
 model (``cclc.symmetric_plan.verify_form`` and ``simulate_form``: the form's own verifier
-and simulator, the exceptions' or the lines' with a failed cable) take: seconds, and peak resident memory above the process's after
-its imports. Each row's ratio measured / estimate is at least 1 where the estimate is a
-floor; the run says so where it is not.
+and simulator, the exceptions' or the lines' with a failed cable) take: seconds, and peak
+resident memory above the process's after its imports. Each row's ratio measured / estimate
+is at least 1 where the estimate is a floor; the run says so where it is not.
 
     python benchmarks/form_estimate.py --json benchmarks/results/form_estimate.json
 """
