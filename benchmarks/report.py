@@ -259,6 +259,29 @@ def render_symmetric(data: dict) -> list[str]:
         "where the size estimate is over 5M ops."]
 
 
+def render_form_estimate(data: dict) -> list[str]:
+    """The size check's estimate of each form beside what planning the form took."""
+    out = []
+    for r in data["rows"]:
+        torus = f"{r['dims']} ({r['ranks']:,})" + (", 1 failed cable" if r["failed_cable"]
+                                                   else "")
+        out.append([r["collective"], torus, f"{r['estimate_ops']:,} / {r['ops']:,}",
+                    f"{r['estimate_s']:.2f} s", f"{r['measured_s']:.2f} s",
+                    f"{r['time_ratio']:.2f}", f"{r['estimate_bytes'] / 2**20:.0f} MiB",
+                    f"{r['measured_bytes'] / 2**20:.0f} MiB", f"{r['memory_ratio']:.2f}"])
+    under = [r for r in data["rows"] if r["time_ratio"] < 1 or r["memory_ratio"] < 1]
+    return _table(["collective", "torus (ranks)", "representative ops: estimated / built",
+                   "time: estimate", "build + verify + simulate", "measured / estimate",
+                   "memory: estimate", "peak above imports", "measured / estimate"], out) + [
+        "", "The estimate is what `cclc compile`'s size check refuses a form stored by "
+        "symmetry on (`cclc.symmetric_plan.form_refusal`), meant as a floor: "
+        + ("every row here needs at least what it estimates."
+           if not under else f"{len(under)} row(s) here need less than their estimate, "
+           "which could refuse a form that fits.")
+        + " With a failed cable the estimate counts the healthy base; the exceptions beside "
+        "it are not counted."]
+
+
 def render_faulty(data: dict) -> list[str]:
     """The AllToAll with exceptions for failed links, one row per torus and fault set."""
     out = []
@@ -479,6 +502,12 @@ BENCHMARKS = (
               "--emit json --explain` prints them (the same IR model)",
               "`cclc.bounds.bounds(coll, lp=False).best` of the faulty torus (closed forms)",
               render_faulty),
+    Benchmark("form_estimate", "The size check's estimate of a form stored by symmetry", (),
+              "this machine's seconds and peak memory (not a model): building the form, "
+              "verifying it and timing it under the lockstep IR model, in a fresh process; "
+              "16 MiB, links of 32 GB/s and 100 ns",
+              "`cclc.symmetric_plan.form_estimate` (closed-form size, measured constants)",
+              render_form_estimate),
     Benchmark("fattree_scale", "4,096 GPUs on a three-tier fabric (pods512_fattree.ccl, 1 GiB)",
               (), "lockstep IR model (`cclc compile --emit json`), planned spine and core "
               "routes; NCCL's side under cclc's model of NCCL", "`cclc.bounds.bounds(coll)"

@@ -38,7 +38,7 @@ from cclc.algorithms.torus_symmetric import (
 )
 from cclc.algorithms.torus_symmetric import symmetric_reason as builders_reason
 from cclc.bounds import Bounds, bounds
-from cclc.budget import BYTES_PER_OP, SECONDS_PER_OP, Limits, SizeEstimate
+from cclc.budget import BYTES_PER_OP, Limits, SizeEstimate
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind
 from cclc.execution import IR_MODEL, ExecutionModel
 from cclc.plan import Resolution
@@ -58,13 +58,19 @@ __all__ = ["BUILDERS", "EXCEPTED", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "build
 #: 14 GB before it was stopped)
 SYMMETRIC_FROM_OPS = 5_000_000
 
-#: seconds per step of a form at the least: its verifier runs a step at a time, 0.15 ms a step
-#: (and its builder's loop 0.3 ms) on an AllGather of a 2x16384 torus, 2 cores
+# The form's time constants are floors of what benchmarks/form_estimate.py measures (build,
+# verify and simulate, 2 cores; its table shows measured / estimate per form, at least 1):
+#: seconds per representative op at the least: 0.8 us an op measured on the AllToAll of a
+#: 64x64 torus (the whole-schedule constant, cclc.budget.SECONDS_PER_OP, is 1 us)
+FORM_SECONDS_PER_OP = 5e-7
+#: seconds per step of a form at the least: its verifier runs a step at a time, 0.35 ms a
+#: step measured in all (0.15 ms verifying, the builder's loop the rest) on an AllGather of a
+#: 2x16384 torus
 STEP_SECONDS = 1.5e-4
 #: seconds per representative op and rank at the least where the form reduces: its verifier
-#: moves a contributor row of ``n`` booleans per op (1.15 s for the 53,236 ops of a 16x16x16
-#: AllReduce, 5.3e-9 per op and rank, 2 cores)
-SET_SECONDS = 5e-9
+#: moves a contributor row of ``n`` booleans per op; 4.9e-9 to 1.0e-8 measured per op and rank
+#: (a 16x16x16 ReduceScatter the least)
+SET_SECONDS = 4e-9
 #: bytes per chunk slot of rank 0 in the form's verifier (an int64 value and an int64 stamp),
 #: plus ``n`` booleans of contributors where it reduces
 FORM_SLOT_BYTES = 16
@@ -142,7 +148,7 @@ def form_estimate(coll: Collective) -> SizeEstimate:
     n = coll.n
     reduces = coll.kind in REDUCING_KINDS
     memory = size.ops * BYTES_PER_OP + size.slots * (FORM_SLOT_BYTES + (n if reduces else 0))
-    seconds = (size.ops * SECONDS_PER_OP + size.steps * STEP_SECONDS
+    seconds = (size.ops * FORM_SECONDS_PER_OP + size.steps * STEP_SECONDS
                + (size.ops * n * SET_SECONDS if reduces else 0.0))
     return SizeEstimate(coll.name, size.ops, float(memory), seconds, "symmetric form")
 
