@@ -68,9 +68,9 @@ FORM_SECONDS_PER_OP = 5e-7
 #: 2x16384 torus
 STEP_SECONDS = 1.5e-4
 #: seconds per representative op and rank at the least where the form reduces: its verifier
-#: moves a contributor row of ``n`` booleans per op; 4.9e-9 to 1.0e-8 measured per op and rank
-#: (a 16x16x16 ReduceScatter the least)
-SET_SECONDS = 4e-9
+#: moves a contributor row of ``n`` booleans per op; 2.1e-9 to 1.0e-8 measured per op and rank
+#: (the least on a 16x16x16 AllReduce, whose verifier took 0.46 to 1.6 s from run to run)
+SET_SECONDS = 2e-9
 #: bytes per chunk slot of rank 0 in the form's verifier (an int64 value and an int64 stamp),
 #: plus ``n`` booleans of contributors where it reduces
 FORM_SLOT_BYTES = 16
