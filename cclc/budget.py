@@ -62,7 +62,7 @@ from cclc.algorithms import NoBound, every_rank_ops
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CclError
 from cclc.ir import Buf, Schedule
-from cclc.units import format_bytes
+from cclc.units import format_bytes, format_duration
 from cclc.verify import holds_whole_sets
 
 __all__ = ["BYTES_PER_LINK", "BYTES_PER_OP", "BYTES_PER_SLOT", "MAX_OPS", "MEMORY_SHARE",
@@ -276,11 +276,11 @@ class Limits:
             over.append(f"more than half the {format_bytes(self.memory)} of memory available "
                         "(estimates count the largest arrays only)")
         if est.seconds > TIME_LIMIT:
-            over.append(f"more than {_duration(TIME_LIMIT)}")
+            over.append(f"more than {format_duration(TIME_LIMIT)}")
         if not over:
             return None
         return (f"{lead} {_count(est.ops)} ops, "
-                f"{format_bytes(est.memory)} of memory and {_duration(est.seconds)} "
+                f"{format_bytes(est.memory)} of memory and {format_duration(est.seconds)} "
                 f"({'; '.join(over)})")
 
     def candidate_refusal(self, coll: Collective, entry, params: dict) -> str | None:
@@ -324,18 +324,10 @@ def check_budget(est: SizeEstimate, memory: int | None) -> None:
     raise CclError(
         f"collective '{est.collective}' is too large to plan here: its {est.largest} schedule "
         f"alone has at least {_count(est.ops)} ops{limit}, needing at least "
-        f"{format_bytes(est.memory)} of memory{have} and {_duration(est.seconds)}; use a "
+        f"{format_bytes(est.memory)} of memory{have} and {format_duration(est.seconds)}; use a "
         f"smaller topology, group, size or chunks{cheaper}, or --no-size-check to try "
         f"anyway{none_fits}")
 
 
 def _count(ops: int) -> str:
     return f"{ops:,}" if ops < 1_000_000 else f"{ops:.3g}"
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
-        if seconds >= size:
-            count = f"{seconds / size:.3g}"
-            return f"{count} {unit[:-1] if count == '1' else unit}"
-    return f"{seconds:.3g} s"

@@ -247,7 +247,8 @@ def alltoall_estimate(coll: Collective, arch: str = "hopper") -> NcclAllToAll | 
     topology, held to what the pods' core links carry on a three-tier fabric; ``None`` for
     another collective, a single rank, or a machine without nodes and switches (a torus or
     mesh: NCCL's p2p reaches a GPU that is not a direct NVLink neighbour over PCIe and host
-    memory, which such a topology does not describe, so no time is claimed)."""
+    memory, which such a topology does not describe, so no time is claimed), or where the
+    bytes inside or across nodes have no bandwidth the model can see."""
     if coll.kind is not CollectiveKind.ALLTOALL or coll.n < 2:
         return None
     if coll.topology.kind == "torus" or coll.topology.node_of_rank is None:
@@ -269,4 +270,9 @@ def alltoall_estimate(coll: Collective, arch: str = "hopper") -> NcclAllToAll | 
         intra, inter = _node_loads(topo, group, sent)
         largest = float(sent.max())
         core = pod_core_seconds(topo, group, sent)
+    bw_intra, bw_inter = _per_gpu_bandwidth(system)
+    if (intra and not bw_intra) or (inter and not bw_inter):
+        # bytes to move over a path the model finds no bandwidth on (a schedule document whose
+        # vertex names no longer say which vertex is a node's switch): no time is claimed
+        return None
     return _time(system, coll.size, intra, inter, largest, None if core is None else core[0])

@@ -6,7 +6,8 @@ unless it lasts longer than ``delay`` seconds; from then on a background thread 
 latest state after ``every`` seconds, then at doubling intervals up to a minute
 (``[12 s] grads: planning: 3 of 9 (33%), ring``), so a single
 long step (one big schedule, one big file) still shows that work goes on, and the stage's end
-is reported with its duration. Quick runs print nothing, so outputs stay as they were.
+is reported with its duration. A stage of alike items (a catalog's fault sets) also says how
+long the rest takes at the pace so far. Quick runs print nothing, so outputs stay as they were.
 """
 
 from __future__ import annotations
@@ -16,15 +17,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from cclc.units import format_duration
+
 __all__ = ["Progress", "Stage"]
 
 
 class Stage:
     """One named stage; :meth:`update` records how far along it is (thread-safe)."""
 
-    def __init__(self, what: str, total: int | None, clock: Callable[[], float]):
+    def __init__(self, what: str, total: int | None, clock: Callable[[], float],
+                 pace: bool = False):
         self.what = what
         self.total = total
+        #: whether the items are alike enough that the pace so far says when the rest ends
+        self.pace = pace
         self.done = 0
         self.detail = ""
         self.clock = clock
@@ -48,7 +54,11 @@ class Stage:
         if self.total:
             far = f": {done} of {self.total} ({100 * done // self.total}%)"
         item = f", {detail}" if detail else ""
-        return f"[{elapsed:.0f} s] {self.what}{far}{item}"
+        left = ""
+        if self.pace and self.total and 0 < done < self.total:
+            left = (f"; at this pace about {format_duration(elapsed / done * (self.total - done))}"
+                    " left")
+        return f"[{elapsed:.0f} s] {self.what}{far}{item}{left}"
 
 
 class Progress:
@@ -62,9 +72,12 @@ class Progress:
         self.clock = clock
 
     @contextmanager
-    def stage(self, what: str, total: int | None = None) -> Iterator[Stage]:
-        """Run a stage; a ticker thread reports it once it is slow (nothing when no sink)."""
-        st = Stage(what, total, self.clock)
+    def stage(self, what: str, total: int | None = None, pace: bool = False
+              ) -> Iterator[Stage]:
+        """Run a stage; a ticker thread reports it once it is slow (nothing when no sink).
+        ``pace``: its items are alike, and its lines say how long the rest takes at the pace
+        so far."""
+        st = Stage(what, total, self.clock, pace)
         if self.sink is None:
             yield st
             return

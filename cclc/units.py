@@ -7,7 +7,7 @@ from typing import Literal
 from cclc.errors import SemanticError
 
 __all__ = ["UNITS", "MIN_BANDWIDTH", "MAX_BANDWIDTH", "MAX_LATENCY", "parse_quantity",
-           "format_bytes", "format_time", "format_bandwidth"]
+           "format_bytes", "format_time", "format_bandwidth", "format_duration"]
 
 Kind = Literal["size", "bandwidth", "time"]
 
@@ -71,3 +71,12 @@ def format_time(t: float) -> str:
 def format_bandwidth(bps: float) -> str:
     """Bandwidth in GB/s (decimal), as nccl-tests prints it."""
     return f"{bps / 1e9:.4g} GB/s"
+
+
+def format_duration(seconds: float) -> str:
+    """A long wait in words, 3 significant digits: ``"2.5 hours"``, ``"1 minute"``, ``"40 s"``."""
+    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
+        if seconds >= size:
+            count = f"{seconds / size:.3g}"
+            return f"{count} {unit[:-1] if count == '1' else unit}"
+    return f"{seconds:.3g} s"

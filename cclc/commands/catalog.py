@@ -110,7 +110,8 @@ def run(args) -> int:
     status = 0
     with OutputDir(args.output, force=args.force) as out:
         for coll in collectives:
-            with progress.stage(f"{coll.name}: catalog") as st:
+            # one schedule per orbit, each planned as auto plans it: alike enough for a pace
+            with progress.stage(f"{coll.name}: catalog", pace=True) as st:
                 catalog = build_catalog(coll, classes, model=model, refusal=_refusal(backend),
                                         on_step=lambda i, total, what: st.update(i, what,
                                                                                   total),

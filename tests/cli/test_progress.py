@@ -52,3 +52,20 @@ def test_compile_keeps_stdout_and_stderr_quiet_for_a_quick_file(tmp_path, capsys
     captured = capsys.readouterr()
     assert "[" not in captured.err and "finished in" not in captured.err
     assert captured.out.startswith("a: ")
+
+
+def test_a_stage_of_alike_items_says_how_long_the_rest_takes_at_its_pace():
+    # a catalog of 88 fault sets at 30 s each runs for most of an hour: the line says so
+    lines: list[str] = []
+    clock = FakeClock()
+    progress = Progress(lines.append, delay=3.0, clock=clock)
+    with progress.stage("grads: catalog", pace=True) as st:
+        st.update(0, "no fault", total=88)
+        clock.now = 20.0
+        progress.report(st)                 # nothing done yet: no pace to go by
+        st.update(2, "node0.gpu1")
+        clock.now = 60.0
+        progress.report(st)
+    assert lines[0] == "[20 s] grads: catalog: 0 of 88 (0%), no fault"
+    assert lines[1] == ("[60 s] grads: catalog: 2 of 88 (2%), node0.gpu1; at this pace about "
+                        "43 minutes left")

@@ -197,3 +197,21 @@ def test_a_group_with_uneven_nodes_is_charged_its_busiest_gpus():
     inter_bw = min(s.gpu_nic_bw, s.nics * s.nic_bw / s.ppn)
     assert r.bound == "network"
     assert r.time_us - r.latency_us == pytest.approx((8 << 26) / (1e3 * inter_bw))
+
+
+def test_no_time_where_the_model_sees_no_bandwidth_for_the_bytes():
+    # a fuzz run of hand-edited schedule documents: vertex names that swap a GPU and the
+    # NVSwitch left the model no NVLink bandwidth, and `cclc sim` divided by it
+    import dataclasses
+
+    box = single_node("box", HGX)
+    names = list(box.vertex_names)
+    switch = names.index("node0.nvswitch")
+    names[1], names[switch] = names[switch], names[1]
+    renamed = dataclasses.replace(box, vertex_names=tuple(names))
+    group = tuple(range(box.n_ranks))
+    coll = make_collective("a", K.ALLTOALL, renamed, group, size=GiB)
+    assert alltoall_estimate(coll) is None
+    assert compare_with_nccl(coll, 1e-3) is None
+    # the machine as declared still gets its time
+    assert alltoall_estimate(make_collective("a", K.ALLTOALL, box, group, size=GiB)) is not None
