@@ -56,8 +56,9 @@ class Stage:
         item = f", {detail}" if detail else ""
         left = ""
         if self.pace and self.total and 0 < done < self.total:
-            left = (f"; at this pace about {format_duration(elapsed / done * (self.total - done))}"
-                    " left")
+            # two digits: a pace is a guess, not a measurement
+            rest = format_duration(elapsed / done * (self.total - done), digits=2)
+            left = f"; at this pace about {rest} left"
         return f"[{elapsed:.0f} s] {self.what}{far}{item}{left}"
 
 

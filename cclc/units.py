@@ -73,10 +73,11 @@ def format_bandwidth(bps: float) -> str:
     return f"{bps / 1e9:.4g} GB/s"
 
 
-def format_duration(seconds: float) -> str:
-    """A long wait in words, 3 significant digits: ``"2.5 hours"``, ``"1 minute"``, ``"40 s"``."""
+def format_duration(seconds: float, digits: int = 3) -> str:
+    """A long wait in words, ``digits`` significant digits: ``"2.5 hours"``, ``"1 minute"``,
+    ``"40 s"``."""
     for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
         if seconds >= size:
-            count = f"{seconds / size:.3g}"
+            count = f"{seconds / size:.{digits}g}"
             return f"{count} {unit[:-1] if count == '1' else unit}"
-    return f"{seconds:.3g} s"
+    return f"{seconds:.{digits}g} s"

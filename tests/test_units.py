@@ -13,3 +13,8 @@ from cclc.units import format_duration
     (3 * 86400.0, "3 days")])
 def test_durations_read_as_words_and_one_is_singular(seconds, text):
     assert format_duration(seconds) == text
+
+
+def test_a_guess_gets_two_digits():
+    assert format_duration(304.2, digits=2) == "5.1 minutes"
+    assert format_duration(304.2) == "5.07 minutes"

@@ -66,6 +66,11 @@ def test_a_stage_of_alike_items_says_how_long_the_rest_takes_at_its_pace():
         st.update(2, "node0.gpu1")
         clock.now = 60.0
         progress.report(st)
+        st.update(7, "node0.gpu6")
+        clock.now = 100.0
+        progress.report(st)
     assert lines[0] == "[20 s] grads: catalog: 0 of 88 (0%), no fault"
     assert lines[1] == ("[60 s] grads: catalog: 2 of 88 (2%), node0.gpu1; at this pace about "
                         "43 minutes left")
+    # 100 / 7 x 81 s: two digits, a guess is not a measurement
+    assert lines[2].endswith("at this pace about 19 minutes left")
