@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import subprocess
 import sys
@@ -29,9 +30,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from meta import run_meta  # noqa: E402  (benchmarks/ is not a package)
+from faulty_scale import SIZE, _source  # noqa: E402  (benchmarks/ is not a package)
+from meta import run_meta  # noqa: E402
 
-SIZE = 16 << 20
 #: (collective, torus, failed cable or None)
 CASES = (("allgather", "2x16384", None),
          ("reducescatter", "2x4096", None),
@@ -45,16 +46,6 @@ CASES = (("allgather", "2x16384", None),
          ("allreduce", "16x16x32", None),
          ("allreduce", "16x16x16", ((2, 2, 2), (3, 2, 2))),
          ("alltoall", "16x16x16", ((2, 2, 2), (3, 2, 2))))
-
-
-def _source(kind: str, dims_text: str, cable) -> str:
-    lines = [f"topology t = torus({dims_text.replace('x', ', ')}) {{",
-             "    link 32 GB/s, 100 ns"]
-    if cable is not None:
-        a, b = cable
-        lines.append(f"    fault link ({','.join(map(str, a))}) -- ({','.join(map(str, b))})")
-    lines += ["}", f"collective c = {kind} on t {{ size {SIZE >> 20} MiB }}", ""]
-    return "\n".join(lines)
 
 
 def _rss_bytes() -> int:
@@ -71,7 +62,7 @@ def _worker(kind: str, dims_text: str, cable_text: str) -> dict:
     from dsl import loads
 
     cable = json.loads(cable_text)
-    (coll,) = loads(_source(kind, dims_text, cable)).collectives
+    (coll,) = loads(_source(dims_text, () if cable is None else (cable,), kind)).collectives
     est = form_estimate(coll)
     base = _rss_bytes()
     out: dict = {"estimate_ops": est.ops, "estimate_s": est.seconds,
@@ -99,9 +90,7 @@ def _row(kind: str, dims_text: str, cable) -> dict:
     if done.returncode:
         raise SystemExit(f"{kind} on {dims_text}: the worker failed:\n{done.stderr}")
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    ranks = 1
-    for side in dims_text.split("x"):
-        ranks *= int(side)
+    ranks = math.prod(int(side) for side in dims_text.split("x"))
     row = {"collective": kind, "dims": dims_text, "ranks": ranks, "size": SIZE,
            "failed_cable": cable, **got,
            "time_ratio": got["measured_s"] / got["estimate_s"],

@@ -622,9 +622,10 @@ def lp_skipped_note(coll: Collective, max_variables: int | None = None) -> str:
     """Why :func:`lp_bound` skipped ``coll`` under these limits (the symmetry searched for
     only where the note counts families: not over the link limit, which it was not searched
     for)."""
-    links = len(Facts(coll).src)
+    f = Facts(coll)
+    links = len(f.src)
     over_links = coll.kind is not K.ALLTOALL and links > LP_MAX_FLOW_LINKS
-    families = 0 if over_links else lp_size(coll)[0]
+    families = 0 if over_links else _lp_families(f, _symmetry(f))
     topo = coll.topology
     unreduced = ""
     if (topo.dims is not None and topo.wrap is not None and topo.n_vertices == topo.n_ranks

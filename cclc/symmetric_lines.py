@@ -281,11 +281,8 @@ def _blocks(keys: np.ndarray) -> dict[int, np.ndarray]:
     """The indices of every distinct value of ``keys``, in increasing index, by increasing
     value."""
     order = np.argsort(keys, kind="stable")
-    k = keys[order]
-    cut = np.flatnonzero(k[1:] != k[:-1]) + 1
-    return {int(k[lo]): order[lo:hi] for lo, hi in zip(np.concatenate([[0], cut]).tolist(),
-                                                       np.concatenate([cut, [len(k)]]).tolist(),
-                                                       strict=True) if hi > lo}
+    runs = np.split(order, np.flatnonzero(np.diff(keys[order])) + 1) if len(order) else []
+    return {int(keys[run[0]]): run for run in runs}
 
 
 class _Events:

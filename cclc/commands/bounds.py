@@ -30,11 +30,10 @@ between two members (GPUs outside the group relay nothing):
              with the gap to the routed flow printed; skipped, as the output says, above
              60000 flow variables (--lp-max-variables raises it: 8x8x8 with one failed
              link is 120 families x 3071 links, about a minute; with four 512 x 3068,
-             routed, about half a minute). The others: skipped
-             above 1024 max-flow LPs or 500000 links; allreduce: one joint LP of its
-             reduce-scatter and
-             allgather flows sharing each link, replaced by the larger of the two phase LPs
-             above 10000 flow variables (--lp-max-variables sets that limit too)
+             routed, about half a minute). The others: skipped above 1024 max-flow LPs
+             or 500000 links; allreduce: one joint LP of its reduce-scatter and allgather
+             flows sharing each link, replaced by the larger of the two phase LPs above
+             10000 flow variables (--lp-max-variables sets that limit too)
 
 "% of bound" in 'cclc sim' is the strongest bound over the simulated time.
 
