@@ -398,21 +398,7 @@ def system_of(topology: Topology, group: tuple[int, ...] | list[int] | None = No
     gpu_bw = nvlink_as_nccl_sees_it(declared, arch) if nvswitch else declared
     nics, nic_bw, gpu_nic = 0, 0.0, 0.0
     if len(nodes) > 1:
-        node = int(node_of[r0])
-        prefix = f"node{node}.nic"
-        names = topology.vertex_names
-        nic_v = [v for v in range(topology.n_ranks, topology.n_vertices)
-                 if names[v].startswith(prefix)]
-        if len(nodes) == n:
-            # one GPU per node: NCCL keeps the NICs nearest that GPU (its PCIe switch)
-            near = [v for v in nic_v if np.any((src == r0) & (dst == v))]
-            nic_v = near or nic_v[:1]
-        up = {v: float(topology.link_bandwidth[(src == v) & healthy
-                                               & np.isin(kind, (LinkKind.IB, LinkKind.ETH))].sum())
-              for v in nic_v}
-        live = [v for v, bw in up.items() if bw > 0]
-        nics = len(live)
-        nic_bw = _gb(min(up[v] for v in live)) if live else 0.0
+        nics, nic_bw = _group_nics(topology, ranks, nodes, nvswitch)
         if nvswitch or len(nodes) == n:
             gpu_nic = min(nic_bw, gpu_nic_bandwidth(arch))
         else:
@@ -421,6 +407,52 @@ def system_of(topology: Topology, group: tuple[int, ...] | list[int] | None = No
             gpu_bw = gpu_nic * max(nics, 1)
     intra_hw = "nvlink" if nvswitch else "pci"
     return NcclSystem(arch, n, len(nodes), intra_hw, gpu_bw, nics, nic_bw, gpu_nic, nvswitch)
+
+
+def _group_nics(topology: Topology, ranks: list[int], nodes: list[int], nvswitch: bool
+                ) -> tuple[int, float]:
+    """The NICs per node that the group's GPUs use, and the slowest one's bandwidth (GB/s),
+    as NCCL settles them: each rank's search sees its own node, and every graph then takes
+    the fewest channels and the lowest bandwidth over all ranks (NVIDIA/nccl v2.28.9,
+    src/init.cc, the ``graphInfo`` loop after the third allgather), so the worst node
+    decides. A failed NIC is not there for NCCL (its port is down). With one GPU per node
+    each keeps the NICs on its PCIe switch; where all of those failed it reaches another
+    GPU's over NVLink (PXN, src/graph/paths.cc ``ncclTopoComputePaths``: a path through the
+    NVLink peer whose PCIe switch holds the NIC) at that NIC's bandwidth."""
+    src, dst, kind = topology.link_src, topology.link_dst, topology.link_kind
+    uplink = ~topology.link_failed & np.isin(kind, (LinkKind.IB, LinkKind.ETH))
+    up = np.bincount(src[uplink], weights=topology.link_bandwidth[uplink],
+                     minlength=topology.n_vertices)
+    wanted = set(nodes)
+    nic_of_node: dict[int, list[int]] = {h: [] for h in nodes}
+    for v in range(topology.n_ranks, topology.n_vertices):
+        name = topology.vertex_names[v]
+        node, dot, device = name.partition(".")
+        if dot and device.startswith("nic") and node[4:].isdigit() and int(node[4:]) in wanted:
+            nic_of_node[int(node[4:])].append(v)
+    node_of = topology.node_of_rank
+    assert node_of is not None
+    if len(nodes) == len(ranks):
+        # the NICs on each GPU's PCIe switch: a link between them, failed or not
+        own = (src < topology.n_ranks) & (dst >= topology.n_ranks) & (kind == LinkKind.PCIE)
+        near: dict[int, list[tuple[int, bool]]] = {}
+        for k in np.flatnonzero(own & np.isin(src, ranks)).tolist():
+            near.setdefault(int(src[k]), []).append((int(dst[k]), not topology.link_failed[k]))
+        used = []
+        for r in ranks:
+            on_node = nic_of_node[int(node_of[r])]
+            mine = [(v, ok) for v, ok in near.get(r, []) if v in on_node]
+            mine = mine or [(v, True) for v in on_node[:1]]
+            live = [v for v, ok in mine if ok and up[v] > 0]
+            if not live and nvswitch:
+                live = sorted((v for v in on_node if up[v] > 0), key=lambda v: -up[v])[:1]
+            used.append(live)
+    else:
+        used = [[v for v in nic_of_node[h] if up[v] > 0] for h in nodes]
+    count = min(len(u) for u in used)
+    if not count:
+        return 0, 0.0
+    return count, _gb(min(up[v] for u in used for v in u))
 
 
 # -- the search -------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ import numpy as np
 from cclc.algorithms import Algorithm, NoBound, register
 from cclc.algorithms.common import PairRouter, even_split, pair_router
 from cclc.algorithms.hierarchical import node_grid
+from cclc.algorithms.nic_spread import NicSpread, SpreadBuilder
 from cclc.algorithms.torus_collectives import KINDS
 from cclc.collective import Collective, CollectiveKind
 from cclc.errors import CollectiveError
@@ -99,7 +100,8 @@ def _applicable(coll: Collective, **params) -> str | None:
 
 
 def _ops(coll: Collective, **params) -> int:
-    """The ops the build issues (the module docstring counts them)."""
+    """The ops the build issues (the module docstring counts them; a member whose NIC failed
+    adds a part per live NIC of its server to each of its rail ops, :mod:`.nic_spread`)."""
     members, why = node_grid(coll)
     if why or members is None:
         return coll.n
@@ -107,15 +109,79 @@ def _ops(coll: Collective, **params) -> int:
     gather = 1 + rail_steps(nodes) * gpus + gpus - 1       # 1 + S + (G - 1)(S + 1)
     per_rank = {CollectiveKind.ALLGATHER: gather, CollectiveKind.REDUCESCATTER: gather + 1,
                 CollectiveKind.ALLREDUCE: 2 * gather}[coll.kind]
-    return coll.n * per_rank
+    lay = _Layout(members)
+    spread, _ = _spread(coll, lay)
+    extra = spread.extra_ops(*_rail_ops(lay, coll.kind)) if spread.active else 0
+    return coll.n * per_rank + extra
+
+
+def _rail_ops(lay: _Layout, kind: CollectiveKind) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(src, dst, times)``: the ops between servers that the build issues, as pairs of
+    group indices and how many ops each pair has (every rail round's pieces in the halving or
+    the doubling, and a ReduceScatter's or AllGather's hand-off)."""
+    n, N = lay.rank.size, lay.nodes
+    ranks = np.arange(n)
+    rounds = 2 if kind is CollectiveKind.ALLREDUCE else 1
+    src, dst, times = [], [], []
+    mask = 1
+    while mask < N:
+        src.append(ranks)
+        dst.append(lay.at[lay.gpu, lay.pos ^ mask])
+        times.append(np.full(n, rounds * -(-mask // _piece(N))))
+        mask <<= 1
+    if kind is CollectiveKind.REDUCESCATTER:
+        src.append(ranks)
+        dst.append(lay.gpu * N + lay.pos)
+        times.append(np.ones(n, dtype=np.int64))
+    elif kind is CollectiveKind.ALLGATHER:
+        src.append(ranks)
+        dst.append(lay.at[ranks // N, ranks % N])
+        times.append(np.ones(n, dtype=np.int64))
+    return np.concatenate(src), np.concatenate(dst), np.concatenate(times)
 
 
 def _slots(coll: Collective, **params) -> int:
     """Chunk slots of one rank: ``n`` chunks in every buffer but a ReduceScatter's output
-    (one) and an AllGather's input (one)."""
+    (one) and an AllGather's input (one), plus the chunks cut for members whose NIC failed
+    (:func:`_spread`)."""
     n = coll.n
-    return {CollectiveKind.ALLREDUCE: 3 * n, CollectiveKind.REDUCESCATTER: 2 * n + 1,
-            CollectiveKind.ALLGATHER: n + 1}.get(coll.kind, 1)
+    slots = {CollectiveKind.ALLREDUCE: 3 * n, CollectiveKind.REDUCESCATTER: 2 * n + 1,
+             CollectiveKind.ALLGATHER: n + 1}.get(coll.kind, 1)
+    members, why = node_grid(coll)
+    if why or members is None:
+        return slots
+    spread, cut = _spread(coll, _Layout(members))
+    return slots + (spread.factor - 1) * sum(int(m.sum()) for m in cut)
+
+
+#: the most chunk slots (over all ranks) that cutting chunks for members whose NIC failed may
+#: add: beyond it the schedule keeps one relay per such member (its verification would cost
+#: more than the fault does: a 4,096-GPU ReduceScatter cut whole takes 200M more slots)
+MAX_CUT_SLOTS = 1 << 26
+
+
+def _spread(coll: Collective, lay: _Layout) -> tuple[NicSpread, tuple[np.ndarray, ...]]:
+    """How the members whose NIC failed are spread over their servers' live NICs
+    (:mod:`.nic_spread`) and which chunks of each buffer (input, output, scratch) are cut
+    for it: an AllReduce's buffers share one index space, so only the shares of those
+    members' rails are cut; a ReduceScatter's or AllGather's hand-offs join every chunk of
+    the shares to the single-chunk buffer, so every chunk is cut. Nothing is cut where that
+    would add more than :data:`MAX_CUT_SLOTS` slots."""
+    n, N = coll.n, lay.nodes
+    spread = NicSpread(coll, coll.count // n)
+    sizes = {CollectiveKind.ALLREDUCE: (n, n, n), CollectiveKind.REDUCESCATTER: (n, 1, n),
+             CollectiveKind.ALLGATHER: (1, n, 0)}.get(coll.kind, (0, 0, 0))
+    if coll.kind is CollectiveKind.ALLREDUCE:
+        shared = np.zeros(n, dtype=bool)
+        for g in np.unique(lay.gpu[spread.dead]).tolist():
+            shared[g * N:(g + 1) * N] = True
+        cut: tuple[np.ndarray, ...] = (shared, shared, shared)
+    else:
+        cut = tuple(np.ones(k, dtype=bool) for k in sizes)
+    if not spread.active or n * (spread.factor - 1) * sum(int(m.sum()) for m in cut) \
+            > MAX_CUT_SLOTS:
+        return NicSpread(coll, 0), tuple(np.zeros(k, dtype=bool) for k in sizes)
+    return spread, cut
 
 
 class _Layout:
@@ -320,9 +386,11 @@ def _build(coll: Collective, **params) -> Schedule:
     n, N = coll.n, lay.nodes
     ranks = np.arange(n)
     held = lay.gpu * N + lay.pos            # the chunk each rank holds after the halving
+    # a GPU whose NIC failed leaves its server through all the live NICs, not one
+    spread, cut = _spread(coll, lay)
     if coll.kind is CollectiveKind.ALLREDUCE:
         chunks = even_split(coll.count, n)
-        b = ScheduleBuilder(coll, input=chunks, output=chunks, scratch=chunks)
+        b = SpreadBuilder(coll, spread, input=chunks, output=chunks, scratch=chunks, cut=cut)
         routes = pair_router(coll)
         b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
               dst_off=0, count=n)
@@ -333,7 +401,8 @@ def _build(coll: Collective, **params) -> Schedule:
         return b.build(NAME)
     per = coll.count // n
     if coll.kind is CollectiveKind.REDUCESCATTER:
-        b = ScheduleBuilder(coll, input=[per] * n, output=[per], scratch=[per] * n)
+        b = SpreadBuilder(coll, spread, input=[per] * n, output=[per], scratch=[per] * n,
+                          cut=cut)
         routes = pair_router(coll)
         b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
               dst_off=0, count=n)
@@ -343,7 +412,7 @@ def _build(coll: Collective, **params) -> Schedule:
               src_buf=Buf.SCRATCH, src_off=held, dst_buf=Buf.OUTPUT, dst_off=0)
         return b.build(NAME)
     # allgather: the mirror; the rank holding block i after the hand-off is at[i // N, i % N]
-    b = ScheduleBuilder(coll, input=[per], output=[per] * n)
+    b = SpreadBuilder(coll, spread, input=[per], output=[per] * n, cut=cut)
     routes = pair_router(coll)
     holder = lay.at[ranks // N, ranks % N]
     b.add(step=0, src=ranks, dst=holder, route=routes.ids(b, ranks, holder),

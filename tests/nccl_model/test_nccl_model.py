@@ -26,7 +26,7 @@ from cclc.nccl_model import (
     nvlink_as_nccl_sees_it,
     system_of,
 )
-from cclc.topology import NodeType, leaf_spine, single_node, single_switch
+from cclc.topology import NodeType, leaf_spine, single_node, single_switch, with_faults
 
 GiB = 1 << 30
 HGX = NodeType("hgx", "nvswitch", 8, 450e9, 1e-6, nics=8, nic_bandwidth=50e9)
@@ -85,6 +85,31 @@ def test_channels_spread_over_all_nics():
     # duplicated into 8 x 24
     half = NodeType("h4", "nvswitch", 8, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
     assert nccl_init(system_of(_cluster(4, half))).ring == Graph(8, 24.0, 24.0)
+
+
+def _fail_nic(topo, name: str):
+    v = topo.vertex(name)
+    return with_faults(topo, links=[(int(a), int(b)) for a, b in
+                                    zip(topo.link_src, topo.link_dst, strict=True) if v in (a, b)])
+
+
+def test_a_failed_nic_is_seen_by_every_rank():
+    """NCCL settles each graph on the fewest channels and the lowest bandwidth over all
+    ranks, so a node with a failed NIC holds the whole group to 7 NICs, whichever rank comes
+    first; a GPU whose own NIC failed reaches another one over NVLink (PXN) at that NIC's
+    rate, so a rail group with it is not slower (it was 0 NICs, sockets' 0.12 GB/s)."""
+    healthy = _cluster(4)
+    for node in (0, 2):
+        s = system_of(_fail_nic(healthy, f"node{node}.nic3"))
+        assert (s.nics, s.nic_bw) == (7, 50.0)
+    rail = [healthy.vertex(f"node{h}.gpu0") for h in range(4)]
+    assert system_of(_fail_nic(healthy, "node0.nic0"), rail) == system_of(healthy, rail)
+    assert system_of(_fail_nic(healthy, "node2.nic0"), rail).nics == 1
+    # every NIC of a node gone: nothing to reach
+    dead = healthy
+    for i in range(8):
+        dead = _fail_nic(dead, f"node1.nic{i}")
+    assert system_of(dead, rail).nics == 0
 
 
 def test_one_node_allgather_is_ring_simple_by_hand():

@@ -1,0 +1,249 @@
+"""A GPU whose NIC failed, served by every live NIC of its server instead of one.
+
+On a server of GPUs each with its own NIC (NCCL's PXN layout: the NIC hangs off its GPU's
+PCIe switch, the other GPUs reach it over NVLink), a GPU whose NIC is gone can only leave the
+server through another GPU's NIC. A fewest-hop route picks one such GPU for all of its
+traffic, and that NIC then carries two GPUs' bytes: an algorithm whose every rank sends in
+every step (recursive halving along rails) takes twice as long in every step, not 1/G longer
+(46% of the bound where the healthy fabric gives 87%, a 1 GiB AllReduce on 16 HGX servers).
+
+:class:`SpreadBuilder` cuts each cross-server op of such a GPU into one part per live NIC of
+its server (``L`` of them), each part routed through its own NIC's GPU, so every live NIC
+carries ``1 + 1/L`` of its share (8/7 of the healthy time on HGX servers, where no schedule
+that has that server send as much as the others can do better). For the parts to be whole
+chunks, the chunks those ops move (the algorithm says which) are each cut into
+:attr:`NicSpread.factor` chunks and the algorithm's offsets and counts are mapped to match:
+the builder does both, so an algorithm adds its ops as it would without the fault.
+
+The parts' routes leave and enter servers only through the NIC of the GPU at either end or
+of the relaying GPU (a search that passes no other GPU), and a part is cut only where every
+part's route is a fewest-hop path (what ECMP carries, :mod:`cclc.routing`): both ends
+without a NIC then use the same rail on both servers. Ops that cannot be cut keep their
+route (the single relaying GPU). Nothing changes on a fabric where every GPU has its NIC.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import reduce
+
+import numpy as np
+
+from cclc.collective import Collective
+from cclc.ir import ScheduleBuilder, even_split
+from cclc.routing import hop_distance
+from cclc.topology import LinkKind, Topology
+
+__all__ = ["MAX_FACTOR", "NicSpread", "SpreadBuilder", "refine"]
+
+#: the most chunks one chunk of the layout is cut into: the least common multiple of the live
+#: NIC counts of the servers with a dead one (7 on HGX servers with one NIC gone; 7 and 6
+#: together give 42); above it the largest count is used and the parts differ by a chunk
+MAX_FACTOR = 64
+
+
+def _dead_nic_gpus(topo: Topology) -> np.ndarray:
+    """Per rank: whether the GPU had a NIC of its own (a PCIe link to a vertex with an
+    uplink) and that NIC is now unusable (its link from the GPU or every uplink failed)."""
+    dead = np.zeros(topo.n_ranks, dtype=bool)
+    live = np.zeros(topo.n_ranks, dtype=bool)
+    src, dst = topo.link_src, topo.link_dst
+    uplink = np.isin(topo.link_kind, (LinkKind.IB, LinkKind.ETH))
+    has_up = np.zeros(topo.n_vertices, dtype=bool)
+    has_live_up = np.zeros(topo.n_vertices, dtype=bool)
+    has_up[src[uplink]] = True
+    has_live_up[src[uplink & ~topo.link_failed]] = True
+    to_nic = np.flatnonzero((src < topo.n_ranks) & (dst >= topo.n_ranks)
+                            & (topo.link_kind == LinkKind.PCIE) & has_up[dst])
+    ok = ~topo.link_failed[to_nic] & has_live_up[dst[to_nic]]
+    live[src[to_nic[ok]]] = True
+    dead[src[to_nic[~ok]]] = True
+    return dead & ~live
+
+
+class NicSpread:
+    """Which group members lost their NIC (``dead``), the live-NIC members of each one's
+    server it leaves through (``relays``), and the chunk ``factor`` that lets their ops be
+    cut evenly. ``factor`` is 1 (nothing to do) where no member lost its NIC, its server has
+    fewer than two live ones, or the collective's blocks (``block_elements``) are too small
+    to cut."""
+
+    def __init__(self, coll: Collective, block_elements: int):
+        topo = coll.topology
+        self.topology = topo
+        self.group = np.asarray(coll.group, dtype=np.int64)
+        self.relays: dict[int, np.ndarray] = {}
+        self.factor = 1
+        self._searches: dict[int, np.ndarray] = {}
+        self._parts: dict[tuple[int, int], list[np.ndarray]] = {}
+        on_fabric = topo.kind == "fabric" and topo.node_of_rank is not None
+        dead = _dead_nic_gpus(topo)[self.group] if on_fabric else np.zeros(coll.n, dtype=bool)
+        node_of = topo.node_of_rank
+        self.node = (node_of[self.group].astype(np.int64) if dead.any() and node_of is not None
+                     else np.zeros(coll.n, dtype=np.int64))
+        for i in np.flatnonzero(dead).tolist():
+            mates = np.flatnonzero((self.node == self.node[i]) & ~dead)
+            if len(mates) > 1:          # with one live NIC the fewest-hop route is the cut
+                self.relays[i] = mates
+        self.dead = np.zeros(coll.n, dtype=bool)
+        self.dead[list(self.relays)] = True
+        counts = sorted({len(r) for r in self.relays.values()})
+        if counts:
+            lcm = reduce(math.lcm, counts)
+            factor = lcm if lcm <= MAX_FACTOR else counts[-1]
+            self.factor = factor if block_elements >= factor else 1
+
+    @property
+    def active(self) -> bool:
+        return self.factor > 1
+
+    def candidates(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Per op ``src -> dst`` (group indices): whether it crosses servers with an end
+        that lost its NIC (whether :meth:`parts` may cut it)."""
+        if not self.active:
+            return np.zeros(len(src), dtype=bool)
+        return (self.node[src] != self.node[dst]) & (self.dead[src] | self.dead[dst])
+
+    def parts(self, s: int, d: int) -> list[np.ndarray]:
+        """The link ids of each part of ``s -> d`` (group indices), each through its own
+        relays; empty where the op is kept whole (one relay, or a part's route would not be a
+        fewest-hop path, which ECMP would not carry)."""
+        key = (s, d)
+        if key not in self._parts:
+            paths = []
+            for rs, rd in self._relay_pairs(s, d):
+                stops = [s] + [r for r in (rs, rd) if r is not None] + [d]
+                paths.append(np.concatenate([self._path(a, c)
+                                             for a, c in zip(stops, stops[1:], strict=False)]))
+            fewest = hop_distance(self.topology, self.group[[s]], self.group[[d]])[0]
+            if len(paths) < 2 or any(len(p) != fewest for p in paths):
+                paths = []
+            self._parts[key] = paths
+        return self._parts[key]
+
+    def extra_ops(self, src: np.ndarray, dst: np.ndarray, times: np.ndarray) -> int:
+        """How many ops cutting adds to ops ``src -> dst`` (group indices) that an algorithm
+        issues ``times`` times each (for its op count)."""
+        pick = np.flatnonzero(self.candidates(src, dst))
+        return sum(int(times[k]) * max(len(self.parts(int(src[k]), int(dst[k]))) - 1, 0)
+                   for k in pick.tolist())
+
+    def _relay_pairs(self, s: int, d: int) -> list[tuple[int | None, int | None]]:
+        """The relays of each part of ``s -> d``: (the source's, the destination's), ``None``
+        where that end has its NIC."""
+        rs, rd = self.relays.get(s), self.relays.get(d)
+        if rs is not None and rd is not None:
+            # both ends without a NIC: only the same rail on both servers is a fewest-hop path
+            gpu = self.topology.gpu_of_rank
+            assert gpu is not None
+            on_d = {int(gpu[self.group[r]]): int(r) for r in rd.tolist()}
+            return [(int(r), on_d[g]) for r in rs.tolist()
+                    if (g := int(gpu[self.group[r]])) in on_d]
+        if rs is not None:
+            return [(int(r), None) for r in rs.tolist()]
+        assert rd is not None
+        return [(None, int(r)) for r in rd.tolist()]
+
+    def _path(self, a: int, c: int) -> np.ndarray:
+        """Link ids of a fewest-hop healthy path between group members ``a -> c`` that passes
+        no other GPU (so it leaves and enters servers through the NICs of ``a`` and ``c``)."""
+        topo = self.topology
+        keys, links = topo.hop_links()
+        v = topo.n_vertices
+        start = int(self.group[a])
+        if a not in self._searches:
+            # scipy.sparse only when a NIC failed (importing this module needs no scipy)
+            from scipy.sparse import csr_matrix
+            from scipy.sparse.csgraph import dijkstra
+
+            tail, head = keys // v, keys % v
+            keep = (tail >= topo.n_ranks) | (tail == start)
+            graph = csr_matrix((np.ones(int(keep.sum())), (tail[keep], head[keep])),
+                               shape=(v, v))
+            self._searches[a] = dijkstra(graph, indices=start, unweighted=True,
+                                         return_predecessors=True)[1]
+        pred = self._searches[a]
+        hops = []
+        at = int(self.group[c])
+        while at != start:
+            prev = int(pred[at])
+            if prev < 0:
+                raise AssertionError(f"no path from {topo.vertex_names[start]} to "
+                                     f"{topo.vertex_names[at]} through NICs alone")
+            hops.append(int(links[np.searchsorted(keys, prev * v + at)]))
+            at = prev
+        return np.array(hops[::-1], dtype=np.int64)
+
+
+def refine(chunks: Sequence[int] | np.ndarray, factor: int, cut: np.ndarray | None = None
+           ) -> np.ndarray:
+    """The chunks of a layout with those in ``cut`` (all by default) each cut into ``factor``
+    near-equal chunks, in order."""
+    chunks = np.asarray(chunks, dtype=np.int64)
+    if factor == 1 or not len(chunks):
+        return chunks
+    cut = np.ones(len(chunks), dtype=bool) if cut is None else cut
+    return np.concatenate([even_split(int(c), factor) if k else [int(c)]
+                           for c, k in zip(chunks.tolist(), cut.tolist(), strict=True)])
+
+
+class SpreadBuilder(ScheduleBuilder):
+    """A :class:`~cclc.ir.ScheduleBuilder` that takes layouts, offsets and counts in the
+    algorithm's chunks and cuts each chunk of ``cut`` (per buffer: input, output, scratch; a
+    mask per layout, ``None`` for all) into ``spread.factor`` chunks of the real layout, then
+    cuts each cross-server op of a member without a NIC into one op per relay
+    (:class:`NicSpread`). The chunks an op moves must be cut alike on both sides (the
+    algorithm cuts the chunks its NIC-less members move, in every buffer they pass through).
+    Without a dead NIC it is a plain builder."""
+
+    def __init__(self, coll: Collective, spread: NicSpread, input: Sequence[int] | np.ndarray,
+                 output: Sequence[int] | np.ndarray, scratch: Sequence[int] | np.ndarray = (),
+                 cut: tuple[np.ndarray | None, ...] = (None, None, None)):
+        f = spread.factor
+        layouts = (input, output, scratch)
+        masks = [np.ones(len(lay), dtype=bool) if m is None else np.asarray(m, dtype=bool)
+                 for lay, m in zip(layouts, cut, strict=True)]
+        super().__init__(coll, *(refine(lay, f, m)
+                                 for lay, m in zip(layouts, masks, strict=True)))
+        self.spread = spread
+        #: per buffer: the refined index of every chunk boundary of the algorithm's layout
+        self._starts = [np.concatenate([[0], np.cumsum(np.where(m, f, 1))]) for m in masks]
+
+    def add(self, *, step, src, dst, route=0, count=1, src_buf, src_off, dst_buf, dst_off,
+            **cols) -> None:
+        if self.spread.factor == 1:
+            super().add(step=step, src=src, dst=dst, route=route, count=count, src_buf=src_buf,
+                        src_off=src_off, dst_buf=dst_buf, dst_off=dst_off, **cols)
+            return
+        names = ("step", "src", "dst", "route", "count", "src_buf", "src_off", "dst_buf",
+                 "dst_off", *cols)
+        values = (step, src, dst, route, count, src_buf, src_off, dst_buf, dst_off,
+                  *cols.values())
+        arrays = np.broadcast_arrays(*(np.asarray(x) for x in values))
+        op = {k: a.reshape(-1).astype(np.int64) for k, a in zip(names, arrays, strict=True)}
+        counts = []
+        for side in ("src", "dst"):
+            buf, off = op[f"{side}_buf"], op[f"{side}_off"]
+            first, end = np.empty_like(off), np.empty_like(off)
+            for b, starts in enumerate(self._starts):
+                m = buf == b
+                first[m], end[m] = starts[off[m]], starts[off[m] + op["count"][m]]
+            op[f"{side}_off"] = first
+            counts.append(end - first)
+        if not np.array_equal(counts[0], counts[1]):
+            raise AssertionError("an op moves chunks cut differently on its two sides")
+        op["count"] = counts[0]
+        parts = [self.spread.parts(int(op["src"][k]), int(op["dst"][k])) if c else []
+                 for k, c in enumerate(self.spread.candidates(op["src"], op["dst"]).tolist())]
+        # an op over uncut chunks has too few to share out: it keeps its route
+        whole = np.array([len(p) < 2 or len(p) > c for p, c in
+                          zip(parts, op["count"].tolist(), strict=True)], dtype=bool)
+        super().add(**{k: a[whole] for k, a in op.items()})
+        for k in np.flatnonzero(~whole).tolist():
+            sizes = even_split(int(op["count"][k]), len(parts[k]))
+            first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            row = {name: a[k] for name, a in op.items()}
+            row.update(route=np.array([self.route(p.tolist()) for p in parts[k]]), count=sizes,
+                       src_off=row["src_off"] + first, dst_off=row["dst_off"] + first)
+            super().add(**row)
