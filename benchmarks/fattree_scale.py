@@ -10,9 +10,14 @@ refusal (the size check's estimate) when the compile is refused. The AllToAll of
 (``tokens``: 16.7M pairs, each on its own route) is measured under ``auto`` and with
 ``--algorithm direct`` (rail_halving serves no alltoall).
 
+``--fault`` adds a fault statement to the fabric (``nic node(0).nic(0)``: a GPU without its
+NIC, served through the other NICs of its server) and measures the same rows on it.
+
     python benchmarks/fattree_scale.py                      # every row (many minutes)
     python benchmarks/fattree_scale.py --only params        # one collective
     python benchmarks/fattree_scale.py --json benchmarks/results/fattree_scale.json
+    python benchmarks/fattree_scale.py --fault "nic node(0).nic(0)" --only grads \
+        --only params --only shards --json benchmarks/results/fattree_nic.json
 """
 
 from __future__ import annotations
@@ -41,17 +46,32 @@ _CHOSEN = re.compile(r"^(?P<name>\w+): (?P<algo>[\w+]+) (?P<time>[\d.]+ \w?s), "
                      r"(?P<pct>[\d.]+)% of bound(?: \([^)]*\))?, (?P<ops>[\d,]+) ops")
 
 
-def _run(name: str, mode: str, timeout: float) -> dict:
+def _machine(fault: str | None, folder: Path) -> str:
+    """The machine file to compile: the shipped one relative to the repository (run from
+    there, so messages name no local path), or a copy in ``folder`` with ``fault`` added to
+    its fabric."""
+    if fault is None:
+        return str(MACHINE.relative_to(ROOT))
+    text = MACHINE.read_text()
+    head = "topology cluster = fabric(fat_tree) {\n"
+    if head not in text:
+        raise SystemExit(f"{MACHINE.name} has no line '{head.strip()}' to add the fault to")
+    copy = folder / MACHINE.name
+    copy.write_text(text.replace(head, f"{head}    fault {fault}\n"))
+    return str(copy)
+
+
+def _run(name: str, mode: str, timeout: float, fault: str | None = None) -> dict:
     """One compile in a child process, measured."""
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_before = cpu.ru_utime + cpu.ru_stime
-    # the file relative to the repository (run from there), so messages name no local path
-    args = [sys.executable, "-m", "cclc.cli", "compile", str(MACHINE.relative_to(ROOT)),
-            "--only", name, "--emit", "json"]
-    if mode != "auto":
-        args += ["--algorithm", mode]
     row: dict = {"collective": name, "mode": mode}
     with tempfile.TemporaryDirectory() as tmp:
+        machine = _machine(fault, Path(tmp))
+        args = [sys.executable, "-m", "cclc.cli", "compile", machine, "--only", name,
+                "--emit", "json"]
+        if mode != "auto":
+            args += ["--algorithm", mode]
         # GNU time reports this child's own peak (ru_maxrss of children is the largest so far)
         peak_file = Path(tmp) / "peak"
         args = ["/usr/bin/time", "-o", str(peak_file), "-f", "%M"] + args
@@ -83,7 +103,7 @@ def _run(name: str, mode: str, timeout: float) -> dict:
                  if not x.startswith("Command exited with non-zero status")]
         # the message, not the caret line under the source it points at
         errors = [x for x in lines if "error:" in x]
-        row["error"] = (errors or lines or ["failed"])[-1]
+        row["error"] = (errors or lines or ["failed"])[-1].replace(tmp + "/", "")
     row["within_target"] = out.returncode == 0 and row["seconds"] <= TARGET_SECONDS
     return row
 
@@ -94,18 +114,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=MODES, action="append", help="these modes")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per row")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    ap.add_argument("--fault", metavar="STATEMENT",
+                    help="a fault added to the fabric, as after 'fault' in the language "
+                         "(e.g. \"nic node(0).nic(0)\")")
     args = ap.parse_args(argv)
     from meta import run_meta  # benchmarks/meta.py, beside this script
 
     results: dict = {"meta": run_meta(argv), "file": str(MACHINE.relative_to(ROOT)),
                      "target_seconds": TARGET_SECONDS, "rows": []}
+    if args.fault:
+        results["fault"] = args.fault
     rows = []
     if args.json and Path(args.json).exists():
         # rows of other collectives and modes measured before are kept
         rows = json.loads(Path(args.json).read_text())["rows"]
     for name in args.only or COLLECTIVES:
         for mode in args.mode or MODES_OF.get(name, MODES[:2]):
-            row = _run(name, mode, args.timeout)
+            row = _run(name, mode, args.timeout, args.fault)
             rows = [r for r in rows if (r["collective"], r["mode"]) != (name, mode)] + [row]
             print(json.dumps(row), flush=True)
             if args.json:

@@ -48,14 +48,16 @@ class Benchmark:
     model: str
     bound: str
     render: Callable[[dict], list[str]]
+    #: the script, where it is not ``benchmarks/NAME.py`` (one script, several runs)
+    script: str | None = None
 
     @property
     def json_path(self) -> Path:
         return RESULTS / f"{self.name}.json"
 
     def command(self) -> list[str]:
-        return [sys.executable, str(ROOT / "benchmarks" / f"{self.name}.py"), *self.args,
-                "--json", str(self.json_path.relative_to(ROOT))]
+        return [sys.executable, str(ROOT / "benchmarks" / f"{self.script or self.name}.py"),
+                *self.args, "--json", str(self.json_path.relative_to(ROOT))]
 
 
 def _size(n: float) -> str:
@@ -512,6 +514,13 @@ BENCHMARKS = (
               (), "lockstep IR model (`cclc compile --emit json`), planned spine and core "
               "routes; NCCL's side under cclc's model of NCCL", "`cclc.bounds.bounds(coll)"
               ".best` (closed forms; the LP is skipped at this size)", render_fattree),
+    Benchmark("fattree_nic", "The same fabric with a failed NIC (GPU 0 of node 0 has none)",
+              ("--fault", "nic node(0).nic(0)", "--only", "grads", "--only", "params",
+               "--only", "shards"),
+              "lockstep IR model (`cclc compile --emit json`), planned spine and core "
+              "routes; NCCL's side under cclc's model of NCCL", "`cclc.bounds.bounds(coll)"
+              ".best` (closed forms; the LP is skipped at this size)", render_fattree,
+              script="fattree_scale"),
 )
 
 
@@ -663,6 +672,9 @@ _FATTREE_KINDS = {"params": "AllGather", "shards": "ReduceScatter", "grads": "Al
 
 def _scale_fattree(data: dict) -> list[list[str]]:
     out = []
+    machine = "pods512_fattree (3 tiers, 2:1 at the core)"
+    if data.get("fault"):
+        machine = f"pods512_fattree, `fault {data['fault']}`"
     # what a user runs: auto where it compiles (naming the schedule it chose), else the
     # named runs; every row is in docs/results.md
     auto_done = {r["collective"] for r in data["rows"]
@@ -673,7 +685,7 @@ def _scale_fattree(data: dict) -> list[list[str]]:
         peak = r.get("peak_bytes")
         done = r.get("status") == 0
         mode = f"auto ({r['algorithm']})" if r["mode"] == "auto" else r["mode"]
-        out.append(["pods512_fattree (3 tiers, 2:1 at the core)", "4,096",
+        out.append([machine, "4,096",
                     f"{r['collective']} ({_FATTREE_KINDS.get(r['collective'], '?')} 1 GiB)",
                     mode + ("" if done else " (refused by the size check)"),
                     f"{r['pct_of_bound']:.1f}%" if done else "–",
@@ -686,7 +698,7 @@ def _scale_fattree(data: dict) -> list[list[str]]:
 #: the README's scale table: benchmark -> its rows
 SCALE_ROWS: dict[str, Callable[[dict], list[list[str]]]] = {
     "symmetric_scale": _scale_symmetric, "faulty_scale": _scale_faulty,
-    "fattree_scale": _scale_fattree,
+    "fattree_scale": _scale_fattree, "fattree_nic": _scale_fattree,
     "auto_synth": _scale_auto_synth,
     "lockstep_limits": _scale_lockstep}
 
