@@ -98,6 +98,12 @@ def to_units(schedule: Schedule, max_units: int | None = None, split: bool = Fal
     (:func:`backends.common.padded_count`).
     """
     longest = _exact_longest(schedule, pad)
+    if max_units is None and longest is not None and longest > _LONGEST_BUILT:
+        # no runtime limit, but tables of one unit per element would not fit in memory
+        near = _near_form(schedule, _LONGEST_BUILT)
+        if near is not None:
+            return near
+        raise UnitsTooLong(_too_long(longest, None))
     if (max_units is not None and not split and longest is not None
             and longest > max(max_units, _LONGEST_BUILT)):
         # the exact form would be too long to address, and too large to build first (a gcd
@@ -105,10 +111,8 @@ def to_units(schedule: Schedule, max_units: int | None = None, split: bool = Fal
         near = _near_form(schedule, max_units)
         if near is not None:
             return near
-        raise UnitsTooLong(
-            f"MSCCL needs equal chunks: the gcd of this schedule's chunk sizes and its count "
-            f"makes {longest} chunks per buffer, more than the runtime can address "
-            f"({max_units}); choose chunk counts that divide the buffer evenly, or fewer chunks")
+        raise UnitsTooLong(_too_long(longest, max_units) + "; choose chunk counts that "
+                           "divide the buffer evenly, or fewer chunks")
     exact = _exact_form(schedule, pad)
     if exact[1].padded:
         return exact
@@ -122,15 +126,27 @@ def to_units(schedule: Schedule, max_units: int | None = None, split: bool = Fal
     return _near_form(schedule, max_units) or exact
 
 
-def units_refusal(schedule: Schedule, max_units: int) -> str | None:
+def units_refusal(schedule: Schedule, max_units: int | None = None) -> str | None:
     """Why :func:`to_units` with ``max_units`` would refuse ``schedule`` (its exact units too
-    many to address and no near-equal form), or None; cheap when the exact form fits (the
-    gcd of the chunk sizes, nothing built), so a planner can ask it of every winner."""
+    many to address, or with no runtime limit too many to build tables of, and no near-equal
+    form), or None; cheap when the exact form fits (the gcd of the chunk sizes, nothing
+    built), so a planner can ask it of every winner."""
     longest = _exact_longest(schedule, False)
-    if longest is None or longest <= max_units:
+    limit = _LONGEST_BUILT if max_units is None else max_units
+    if longest is None or longest <= limit:
         return None
-    if _near_form(schedule, max_units) is not None:
+    if _near_form(schedule, limit) is not None:
         return None
+    return _too_long(longest, max_units)
+
+
+def _too_long(longest: int, max_units: int | None) -> str:
+    """Why ``longest`` units per buffer are refused: past a runtime's limit, or (``None``)
+    past what cclc builds tables for."""
+    if max_units is None:
+        return (f"the schedule's chunks, counted in equal units (the gcd of its chunk sizes and "
+                f"its count), make {longest} units per buffer, more than cclc builds tables "
+                f"for ({_LONGEST_BUILT})")
     return (f"MSCCL needs equal chunks: the gcd of this schedule's chunk sizes and its count "
             f"makes {longest} chunks per buffer, more than the runtime can address "
             f"({max_units})")

@@ -37,7 +37,7 @@ from backends.common import (
 from backends.contract import Backend, Facts
 from backends.nccl.build import TARGET_FILES, BuildError, build, cuda_home, nccl_home
 from backends.nccl.tables import DataflowTables, dataflow_tables, table_lane_cost
-from backends.units import UnitFacts, buffer_units, to_units
+from backends.units import UnitFacts, buffer_units, to_units, units_refusal
 from backends.write import write_backend
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, DType
 from cclc.dataflow import MAX_LANES
@@ -282,9 +282,10 @@ class NcclBackend:
                 for name, text in render_sources(subject, options, budget, self.api).items()}
 
     def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
-        """The library runs every verified schedule (it has no
-        limit on steps, threadblocks or chunks that a schedule could exceed)."""
-        return None
+        """The library runs every verified schedule (it has no limit on steps, threadblocks
+        or chunks that a schedule could exceed); only its tables, counted in equal units,
+        can be more than cclc builds (:func:`~backends.units.units_refusal`)."""
+        return units_refusal(subject)
 
     def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
         targets = _targets(options)

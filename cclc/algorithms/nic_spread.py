@@ -35,7 +35,7 @@ from cclc.ir import ScheduleBuilder, even_split
 from cclc.routing import hop_distance
 from cclc.topology import LinkKind, Topology
 
-__all__ = ["MAX_FACTOR", "NicSpread", "SpreadBuilder", "refine"]
+__all__ = ["MAX_FACTOR", "NicSpread", "SpreadBuilder", "cut_unit", "refine"]
 
 #: the most chunks one chunk of the layout is cut into: the least common multiple of the live
 #: NIC counts of the servers with a dead one (7 on HGX servers with one NIC gone; 7 and 6
@@ -176,16 +176,50 @@ class NicSpread:
         return np.array(hops[::-1], dtype=np.int64)
 
 
-def refine(chunks: Sequence[int] | np.ndarray, factor: int, cut: np.ndarray | None = None
-           ) -> np.ndarray:
+#: a cut chunk's parts differ by at most one unit in this many (a coarser unit would leave one
+#: NIC more than 1/8 above its share of the dead NIC's bytes)
+_UNITS_PER_PART = 8
+
+
+def cut_unit(layouts: Sequence[np.ndarray], factor: int) -> int:
+    """The element count that cut parts are made of: the largest divisor of every chunk's size
+    that still gives each part :data:`_UNITS_PER_PART` of them. Runtimes that need equal
+    chunks count a buffer in the gcd of all chunk sizes, so cutting a 4 MiB chunk of bf16
+    into sevenths element by element would make them count it in single elements (two
+    million units instead of 64)."""
+    sizes = [int(x) for lay in layouts for x in np.unique(lay) if x > 0]
+    common = math.gcd(*sizes) if sizes else 1
+    smallest = min(sizes, default=1)
+    need = _UNITS_PER_PART * factor
+    for d in _divisors(common):
+        if smallest * d // common >= need:
+            return common // d
+    return 1
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n``, ascending."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def refine(chunks: Sequence[int] | np.ndarray, factor: int, cut: np.ndarray | None = None,
+           unit: int = 1) -> np.ndarray:
     """The chunks of a layout with those in ``cut`` (all by default) each cut into ``factor``
-    near-equal chunks, in order."""
+    near-equal chunks of whole ``unit`` elements (the last takes any remainder), in order."""
     chunks = np.asarray(chunks, dtype=np.int64)
     if factor == 1 or not len(chunks):
         return chunks
     cut = np.ones(len(chunks), dtype=bool) if cut is None else cut
-    return np.concatenate([even_split(int(c), factor) if k else [int(c)]
-                           for c, k in zip(chunks.tolist(), cut.tolist(), strict=True)])
+    out: list[int] = []
+    for c, k in zip(chunks.tolist(), cut.tolist(), strict=True):
+        if not k:
+            out.append(c)
+            continue
+        parts = even_split(c // unit, factor) * unit
+        parts[-1] += c - int(parts.sum())
+        out.extend(parts.tolist())
+    return np.array(out, dtype=np.int64)
 
 
 class SpreadBuilder(ScheduleBuilder):
@@ -204,7 +238,8 @@ class SpreadBuilder(ScheduleBuilder):
         layouts = (input, output, scratch)
         masks = [np.ones(len(lay), dtype=bool) if m is None else np.asarray(m, dtype=bool)
                  for lay, m in zip(layouts, cut, strict=True)]
-        super().__init__(coll, *(refine(lay, f, m)
+        unit = cut_unit([np.asarray(lay) for lay in layouts], f) if f > 1 else 1
+        super().__init__(coll, *(refine(lay, f, m, unit)
                                  for lay, m in zip(layouts, masks, strict=True)))
         self.spread = spread
         #: per buffer: the refined index of every chunk boundary of the algorithm's layout

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import cclc.algorithms.rail_halving as rail_halving
 from cclc.algorithms import get
-from cclc.algorithms.nic_spread import NicSpread, _dead_nic_gpus, refine
+from cclc.algorithms.nic_spread import NicSpread, _dead_nic_gpus, cut_unit, refine
 from cclc.collective import CollectiveKind as K
 from cclc.collective import DType, make_collective
 from cclc.ir import Buf
@@ -174,3 +174,20 @@ def test_nothing_is_cut_where_it_cannot_be(monkeypatch):
     monkeypatch.setattr(rail_halving, "MAX_CUT_SLOTS", 0)
     capped = _coll(_fail_nics(topo, [(1, 2)]), K.ALLREDUCE)
     assert len(_build(capped).ops) == healthy_ops
+
+
+def test_cut_chunks_keep_the_units_coarse():
+    """Chunks are cut in whole units of a divisor of every chunk's size, so the runtimes that
+    count buffers in equal units (the gcd of the chunk sizes) count 64 units per chunk cut in
+    sevenths, not one per element (which ran the NCCL library's emission out of memory)."""
+    from backends.units import buffer_units, to_units
+
+    assert cut_unit([np.full(4, 1 << 22)], 7) == 1 << 16
+    assert refine([1 << 22], 7, None, 1 << 16).tolist() == [x << 16 for x in
+                                                           (10, 9, 9, 9, 9, 9, 9)]
+    topo = _fail_nics(_leaf_spine(4, 4), [(1, 1)])
+    coll = make_collective("c", K.ALLREDUCE, topo, topo.all_ranks(), size=2 * (16 << 22))
+    s = _build(coll)
+    units, _ = to_units(s, split=True, pad=True)
+    # 3 live NICs: parts of at least 8 units, so 32 units of 2^16 per chunk of 2^21 elements
+    assert max(buffer_units(units)) == 16 * 32

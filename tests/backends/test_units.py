@@ -104,3 +104,32 @@ def test_padded_alltoall_is_the_same_schedule():
     _, s = pick(coll, ["direct"])
     units, facts = _check_same(s, pad=True)
     assert facts.padded and units.layouts[Buf.INPUT].ndim == 2
+
+
+def test_units_too_many_to_build_are_refused_not_built():
+    """A scratch chunk of one element before a whole buffer (gcd 1, and the copy into it
+    shifts the data by one element, so no near-equal form): in units the buffers would be
+    tables of 33M units each; with no runtime limit (the NCCL library) the conversion
+    refuses instead of building them (a schedule like it ran the compile out of memory),
+    and the library's refusal says so before any candidate is chosen."""
+    from backends.contract import EmitOptions
+    from backends.nccl import BACKEND
+    from backends.units import UnitsTooLong, units_refusal
+    from cclc.ir import ScheduleBuilder
+
+    ring = torus("ring", (2,))
+    count = (1 << 25) + 2
+    coll = make_collective("ar", CollectiveKind.ALLREDUCE, ring, (0, 1), size=4 * count)
+    b = ScheduleBuilder(coll, input=[count], output=[count], scratch=[1, count])
+    ranks = np.arange(2)
+    b.add(step=0, src=ranks, dst=ranks, src_buf=Buf.INPUT, src_off=0, dst_buf=Buf.SCRATCH,
+          dst_off=1)
+    routes = [b.route((ring.link_id(0, 1),)), b.route((ring.link_id(1, 0),))]
+    b.add(step=1, src=ranks, dst=1 - ranks, route=routes, src_buf=Buf.SCRATCH, src_off=1,
+          dst_buf=Buf.OUTPUT, dst_off=0)
+    s = b.build("hand")
+    with pytest.raises(UnitsTooLong, match="more than cclc builds tables for"):
+        to_units(s, split=True, pad=True)
+    assert "more than cclc builds tables for" in units_refusal(s)
+    assert "more than cclc builds tables for" in BACKEND.refusal(s, EmitOptions())
+    assert units_refusal(s, 1 << 26) is None          # a runtime limit above it: fits
