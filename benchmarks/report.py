@@ -672,9 +672,9 @@ _FATTREE_KINDS = {"params": "AllGather", "shards": "ReduceScatter", "grads": "Al
 
 def _scale_fattree(data: dict) -> list[list[str]]:
     out = []
-    machine = "pods512_fattree (3 tiers, 2:1 at the core)"
+    machine, bench = "pods512_fattree (3 tiers, 2:1 at the core)", "fattree_scale"
     if data.get("fault"):
-        machine = f"pods512_fattree, `fault {data['fault']}`"
+        machine, bench = f"pods512_fattree, `fault {data['fault']}`", "fattree_nic"
     # what a user runs: auto where it compiles (naming the schedule it chose), else the
     # named runs; every row is in docs/results.md
     auto_done = {r["collective"] for r in data["rows"]
@@ -691,7 +691,7 @@ def _scale_fattree(data: dict) -> list[list[str]]:
                     f"{r['pct_of_bound']:.1f}%" if done else "–",
                     f"{r['seconds']:.0f} s" + (f" ({r['cpu_seconds']:.0f} s CPU)"
                                                if "cpu_seconds" in r else ""),
-                    f"{peak / 2 ** 30:.2f} GiB" if peak else "–", "fattree_scale"])
+                    f"{peak / 2 ** 30:.2f} GiB" if peak else "–", bench])
     return out
 
 
