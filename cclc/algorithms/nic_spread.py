@@ -224,26 +224,39 @@ def refine(chunks: Sequence[int] | np.ndarray, factor: int, cut: np.ndarray | No
 
 class SpreadBuilder(ScheduleBuilder):
     """A :class:`~cclc.ir.ScheduleBuilder` that takes layouts, offsets and counts in the
-    algorithm's chunks and cuts each chunk of ``cut`` (per buffer: input, output, scratch; a
-    mask per layout, ``None`` for all) into ``spread.factor`` chunks of the real layout, then
-    cuts each cross-server op of a member without a NIC into one op per relay
-    (:class:`NicSpread`). The chunks an op moves must be cut alike on both sides (the
-    algorithm cuts the chunks its NIC-less members move, in every buffer they pass through).
-    Without a dead NIC it is a plain builder."""
+    algorithm's chunks and cuts each chunk of ``cut`` into ``spread.factor`` chunks of the
+    real layout, then cuts each cross-server op of a member without a NIC into one op per
+    relay (:class:`NicSpread`). ``cut`` has a mask per buffer (input, output, scratch):
+    ``None`` for every chunk, a mask of the layout's chunks, or for a one-chunk buffer a mask
+    of the ranks (``(n, 1)``), whose uncut ranks keep the chunk whole and pad it with empty
+    ones (every rank of a layout has as many chunks). The chunks an op moves must be cut
+    alike on both sides (the algorithm cuts the chunks its NIC-less members move, in every
+    buffer they pass through). Without a dead NIC it is a plain builder."""
 
     def __init__(self, coll: Collective, spread: NicSpread, input: Sequence[int] | np.ndarray,
                  output: Sequence[int] | np.ndarray, scratch: Sequence[int] | np.ndarray = (),
                  cut: tuple[np.ndarray | None, ...] = (None, None, None)):
         f = spread.factor
-        layouts = (input, output, scratch)
+        layouts = [np.asarray(lay, dtype=np.int64) for lay in (input, output, scratch)]
         masks = [np.ones(len(lay), dtype=bool) if m is None else np.asarray(m, dtype=bool)
                  for lay, m in zip(layouts, cut, strict=True)]
-        unit = cut_unit([np.asarray(lay) for lay in layouts], f) if f > 1 else 1
-        super().__init__(coll, *(refine(lay, f, m, unit)
-                                 for lay, m in zip(layouts, masks, strict=True)))
+        unit = cut_unit(layouts, f) if f > 1 else 1
+        refined = []
+        #: per buffer: the refined index of every chunk boundary of the algorithm's layout,
+        #: ``(chunks + 1,)``, or per rank ``(n, 2)`` for a buffer cut by rank
+        self._starts: list[np.ndarray] = []
+        for lay, m in zip(layouts, masks, strict=True):
+            if m.ndim == 2 and f > 1:
+                whole = np.zeros(f, dtype=np.int64)
+                whole[0] = lay[0]
+                refined.append(np.where(m, refine(lay, f, None, unit)[None, :], whole[None, :]))
+                self._starts.append(np.stack([np.zeros(len(m), dtype=np.int64),
+                                              np.where(m[:, 0], f, 1)], axis=1))
+            else:
+                refined.append(refine(lay, f, m.reshape(-1) if m.ndim == 2 else m, unit))
+                self._starts.append(np.concatenate([[0], np.cumsum(np.where(m, f, 1))]))
+        super().__init__(coll, *refined)
         self.spread = spread
-        #: per buffer: the refined index of every chunk boundary of the algorithm's layout
-        self._starts = [np.concatenate([[0], np.cumsum(np.where(m, f, 1))]) for m in masks]
 
     def add(self, *, step, src, dst, route=0, count=1, src_buf, src_off, dst_buf, dst_off,
             **cols) -> None:
@@ -263,7 +276,12 @@ class SpreadBuilder(ScheduleBuilder):
             first, end = np.empty_like(off), np.empty_like(off)
             for b, starts in enumerate(self._starts):
                 m = buf == b
-                first[m], end[m] = starts[off[m]], starts[off[m] + op["count"][m]]
+                if starts.ndim == 2:
+                    rank = op[side][m]
+                    first[m] = starts[rank, off[m]]
+                    end[m] = starts[rank, off[m] + op["count"][m]]
+                else:
+                    first[m], end[m] = starts[off[m]], starts[off[m] + op["count"][m]]
             op[f"{side}_off"] = first
             counts.append(end - first)
         if not np.array_equal(counts[0], counts[1]):

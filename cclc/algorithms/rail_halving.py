@@ -151,36 +151,41 @@ def _slots(coll: Collective, **params) -> int:
     if why or members is None:
         return slots
     spread, cut = _spread(coll, _Layout(members))
-    return slots + (spread.factor - 1) * sum(int(m.sum()) for m in cut)
+    return slots + _cut_slots(spread, cut)
+
+
+def _cut_slots(spread: NicSpread, cut: tuple[np.ndarray, ...]) -> int:
+    """The slots per rank that cutting ``cut`` adds: ``factor - 1`` per cut chunk, and as
+    many on every rank for a one-chunk buffer cut by rank (the others pad it)."""
+    f = spread.factor
+    return sum((f - 1) * (1 if m.ndim == 2 else int(m.sum())) for m in cut)
 
 
 #: the most chunk slots (over all ranks) that cutting chunks for members whose NIC failed may
 #: add: beyond it the schedule keeps one relay per such member (its verification would cost
-#: more than the fault does: a 4,096-GPU ReduceScatter cut whole takes 200M more slots)
+#: more than the fault does)
 MAX_CUT_SLOTS = 1 << 26
 
 
 def _spread(coll: Collective, lay: _Layout) -> tuple[NicSpread, tuple[np.ndarray, ...]]:
     """How the members whose NIC failed are spread over their servers' live NICs
     (:mod:`.nic_spread`) and which chunks of each buffer (input, output, scratch) are cut
-    for it: an AllReduce's buffers share one index space, so only the shares of those
-    members' rails are cut; a ReduceScatter's or AllGather's hand-offs join every chunk of
-    the shares to the single-chunk buffer, so every chunk is cut. Nothing is cut where that
-    would add more than :data:`MAX_CUT_SLOTS` slots."""
+    for it: the shares of those members' rails, the chunks their rail rounds move, and of a
+    ReduceScatter's output or an AllGather's input (one chunk) the ranks whose block is in
+    such a share (the hand-off of chunk ``i`` joins rank ``i``'s one chunk). Nothing is cut
+    where that would add more than :data:`MAX_CUT_SLOTS` slots."""
     n, N = coll.n, lay.nodes
     spread = NicSpread(coll, coll.count // n)
-    sizes = {CollectiveKind.ALLREDUCE: (n, n, n), CollectiveKind.REDUCESCATTER: (n, 1, n),
-             CollectiveKind.ALLGATHER: (1, n, 0)}.get(coll.kind, (0, 0, 0))
-    if coll.kind is CollectiveKind.ALLREDUCE:
-        shared = np.zeros(n, dtype=bool)
-        for g in np.unique(lay.gpu[spread.dead]).tolist():
-            shared[g * N:(g + 1) * N] = True
-        cut: tuple[np.ndarray, ...] = (shared, shared, shared)
-    else:
-        cut = tuple(np.ones(k, dtype=bool) for k in sizes)
-    if not spread.active or n * (spread.factor - 1) * sum(int(m.sum()) for m in cut) \
-            > MAX_CUT_SLOTS:
-        return NicSpread(coll, 0), tuple(np.zeros(k, dtype=bool) for k in sizes)
+    shared = np.zeros(n, dtype=bool)
+    for g in np.unique(lay.gpu[spread.dead]).tolist():
+        shared[g * N:(g + 1) * N] = True
+    by_rank = shared[:, None]            # chunk i of the shares is rank i's block
+    none = np.zeros(0, dtype=bool)
+    cut = {CollectiveKind.ALLREDUCE: (shared, shared, shared),
+           CollectiveKind.REDUCESCATTER: (shared, by_rank, shared),
+           CollectiveKind.ALLGATHER: (by_rank, shared, none)}.get(coll.kind, (none,) * 3)
+    if not spread.active or n * _cut_slots(spread, cut) > MAX_CUT_SLOTS:
+        return NicSpread(coll, 0), tuple(np.zeros_like(m) for m in cut)
     return spread, cut
 
 
