@@ -43,9 +43,10 @@ __all__ = ["MAX_FACTOR", "NicSpread", "SpreadBuilder", "cut_unit", "refine"]
 MAX_FACTOR = 64
 
 
-def _dead_nic_gpus(topo: Topology) -> np.ndarray:
-    """Per rank: whether the GPU had a NIC of its own (a PCIe link to a vertex with an
-    uplink) and that NIC is now unusable (its link from the GPU or every uplink failed)."""
+def _nic_states(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank: whether its GPU has a live NIC of its own (a PCIe link to a vertex with an
+    uplink, both healthy), and whether it had one and lost it (its link from the GPU or every
+    uplink failed). A GPU of a server with fewer NICs than GPUs may have neither."""
     dead = np.zeros(topo.n_ranks, dtype=bool)
     live = np.zeros(topo.n_ranks, dtype=bool)
     src, dst = topo.link_src, topo.link_dst
@@ -59,7 +60,7 @@ def _dead_nic_gpus(topo: Topology) -> np.ndarray:
     ok = ~topo.link_failed[to_nic] & has_live_up[dst[to_nic]]
     live[src[to_nic[ok]]] = True
     dead[src[to_nic[~ok]]] = True
-    return dead & ~live
+    return live, dead & ~live
 
 
 class NicSpread:
@@ -77,13 +78,14 @@ class NicSpread:
         self.factor = 1
         self._searches: dict[int, np.ndarray] = {}
         self._parts: dict[tuple[int, int], list[np.ndarray]] = {}
-        on_fabric = topo.kind == "fabric" and topo.node_of_rank is not None
-        dead = _dead_nic_gpus(topo)[self.group] if on_fabric else np.zeros(coll.n, dtype=bool)
         node_of = topo.node_of_rank
+        live = dead = np.zeros(coll.n, dtype=bool)
+        if topo.kind == "fabric" and node_of is not None:
+            live, dead = (a[self.group] for a in _nic_states(topo))
         self.node = (node_of[self.group].astype(np.int64) if dead.any() and node_of is not None
                      else np.zeros(coll.n, dtype=np.int64))
         for i in np.flatnonzero(dead).tolist():
-            mates = np.flatnonzero((self.node == self.node[i]) & ~dead)
+            mates = np.flatnonzero((self.node == self.node[i]) & live)
             if len(mates) > 1:          # with one live NIC the fewest-hop route is the cut
                 self.relays[i] = mates
         self.dead = np.zeros(coll.n, dtype=bool)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import cclc.algorithms.rail_halving as rail_halving
 from cclc.algorithms import get
-from cclc.algorithms.nic_spread import NicSpread, _dead_nic_gpus, cut_unit, refine
+from cclc.algorithms.nic_spread import NicSpread, _nic_states, cut_unit, refine
 from cclc.collective import CollectiveKind as K
 from cclc.collective import DType, make_collective
 from cclc.ir import Buf
@@ -61,8 +61,13 @@ def _build(coll):
     return s
 
 
+def _dead_nic_gpus(topo: Topology) -> np.ndarray:
+    return _nic_states(topo)[1]
+
+
 def test_dead_nic_gpus_from_the_topology():
     topo = _leaf_spine(4, 4)
+    assert _nic_states(topo)[0].all()
     assert not _dead_nic_gpus(topo).any()
     failed = _fail_nics(topo, [(1, 2)])
     assert np.flatnonzero(_dead_nic_gpus(failed)).tolist() == [topo.vertex("node1.gpu2")]
@@ -191,3 +196,21 @@ def test_cut_chunks_keep_the_units_coarse():
     units, _ = to_units(s, split=True, pad=True)
     # 3 live NICs: parts of at least 8 units, so 32 units of 2^16 per chunk of 2^21 elements
     assert max(buffer_units(units)) == 16 * 32
+
+
+def test_servers_with_fewer_nics_than_gpus():
+    """8 GPUs and 4 NICs (on GPUs 0, 2, 4, 6): a GPU without a NIC of its own is not a relay;
+    with NIC 0 of node 1 failed its GPU 0 is spread over the NICs of GPUs 2, 4 and 6."""
+    node = NodeType("half", "nvswitch", 8, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
+    topo = leaf_spine("f", 4, node, rails=4, leaves=None, spines=2, oversubscription=1.0,
+                      bandwidth=50e9, latency=2e-6)
+    live, dead = _nic_states(_fail_nics(topo, [(1, 0)]))
+    assert np.flatnonzero(dead).tolist() == [topo.vertex("node1.gpu0")]
+    assert live.sum() == 4 * 4 - 1
+    coll = _coll(_fail_nics(topo, [(1, 0)]), K.ALLREDUCE)
+    spread = NicSpread(coll, coll.count // coll.n)
+    (relays,) = spread.relays.values()
+    assert [int(coll.group[r]) for r in relays] == [topo.vertex(f"node1.gpu{g}") for g in (2, 4, 6)]
+    for kind in KINDS:
+        s = _build(_coll(_fail_nics(topo, [(1, 0)]), kind))
+        check_numeric(s, dtypes=[DType.INT32])

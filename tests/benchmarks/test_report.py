@@ -25,9 +25,11 @@ def test_every_benchmark_has_its_json():
 
 
 def test_every_recorded_run_names_its_command_and_machine():
+    scripts = {b.name: b.script or b.name for b in report.BENCHMARKS}
     for name, data in report.load_results().items():
         meta = data["meta"]
-        assert meta["command"].startswith(f"python benchmarks/{name}.py"), name
+        assert meta["command"].startswith(f"python benchmarks/{scripts[name]}.py"), name
+        assert meta["command"].endswith(f"--json benchmarks/results/{name}.json"), name
         assert "cores" in meta["machine"] and meta["date"], name
 
 
