@@ -109,7 +109,7 @@ def test_padded_alltoall_is_the_same_schedule():
 def test_units_too_many_to_build_are_refused_not_built():
     """A scratch chunk of one element before a whole buffer (gcd 1, and the copy into it
     shifts the data by one element, so no near-equal form): in units the buffers would be
-    tables of 33M units each; with no runtime limit (the NCCL library) the conversion
+    tables of 268M units each; with no runtime limit (the NCCL library) the conversion
     refuses instead of building them (a schedule like it ran the compile out of memory),
     and the library's refusal says so before any candidate is chosen."""
     from backends.contract import EmitOptions
@@ -118,7 +118,7 @@ def test_units_too_many_to_build_are_refused_not_built():
     from cclc.ir import ScheduleBuilder
 
     ring = torus("ring", (2,))
-    count = (1 << 25) + 2
+    count = (1 << 28) + 2
     coll = make_collective("ar", CollectiveKind.ALLREDUCE, ring, (0, 1), size=4 * count)
     b = ScheduleBuilder(coll, input=[count], output=[count], scratch=[1, count])
     ranks = np.arange(2)
@@ -132,4 +132,4 @@ def test_units_too_many_to_build_are_refused_not_built():
         to_units(s, split=True, pad=True)
     assert "more than cclc builds tables for" in units_refusal(s)
     assert "more than cclc builds tables for" in BACKEND.refusal(s, EmitOptions())
-    assert units_refusal(s, 1 << 26) is None          # a runtime limit above it: fits
+    assert units_refusal(s, 1 << 29) is None          # a runtime limit above it: fits
