@@ -90,9 +90,9 @@ def _pod_capacity(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
     assert topo.pod_of_node is not None and topo.node_of_rank is not None
     names, src, dst = topo.vertex_names, topo.link_src, topo.link_dst
     pod_of_vertex = np.full(topo.n_vertices, -1, dtype=np.int64)
-    for v in range(topo.n_ranks, topo.n_vertices):
-        if names[v].startswith("node") and ".nic" in names[v]:
-            pod_of_vertex[v] = topo.pod_of_node[int(names[v][4:names[v].index(".")])]
+    nic_node = topo.nic_nodes()
+    nics = np.flatnonzero(nic_node >= 0)
+    pod_of_vertex[nics] = topo.pod_of_node[nic_node[nics]]
     # a leaf is in the pod of the NICs it serves, a spine in the pod of its leaves
     for lower, upper in (("node", "leaf"), ("leaf", "spine")):
         wired = np.array([names[u].startswith(lower) and names[v].startswith(upper)

@@ -419,31 +419,28 @@ def _group_nics(topology: Topology, ranks: list[int], nodes: list[int], nvswitch
     each keeps the NICs on its PCIe switch; where all of those failed it reaches another
     GPU's over NVLink (PXN, src/graph/paths.cc ``ncclTopoComputePaths``: a path through the
     NVLink peer whose PCIe switch holds the NIC) at that NIC's bandwidth."""
-    src, dst, kind = topology.link_src, topology.link_dst, topology.link_kind
+    src, kind = topology.link_src, topology.link_kind
     uplink = ~topology.link_failed & np.isin(kind, (LinkKind.IB, LinkKind.ETH))
     up = np.bincount(src[uplink], weights=topology.link_bandwidth[uplink],
                      minlength=topology.n_vertices)
-    wanted = set(nodes)
+    nic_node = topology.nic_nodes()
     nic_of_node: dict[int, list[int]] = {h: [] for h in nodes}
-    for v in range(topology.n_ranks, topology.n_vertices):
-        name = topology.vertex_names[v]
-        node, dot, device = name.partition(".")
-        if dot and device.startswith("nic") and node[4:].isdigit() and int(node[4:]) in wanted:
-            nic_of_node[int(node[4:])].append(v)
+    for v in np.flatnonzero(nic_node >= 0).tolist():
+        if int(nic_node[v]) in nic_of_node:
+            nic_of_node[int(nic_node[v])].append(v)
     node_of = topology.node_of_rank
     assert node_of is not None
     if len(nodes) == len(ranks):
-        # the NICs on each GPU's PCIe switch: a link between them, failed or not
-        own = (src < topology.n_ranks) & (dst >= topology.n_ranks) & (kind == LinkKind.PCIE)
+        # the NICs on each GPU's PCIe switch, failed or not
         near: dict[int, list[tuple[int, bool]]] = {}
-        for k in np.flatnonzero(own & np.isin(src, ranks)).tolist():
-            near.setdefault(int(src[k]), []).append((int(dst[k]), not topology.link_failed[k]))
+        for r, v, ok in zip(*(a.tolist() for a in topology.gpu_nics()), strict=True):
+            near.setdefault(r, []).append((v, ok))
         used = []
         for r in ranks:
             on_node = nic_of_node[int(node_of[r])]
             mine = [(v, ok) for v, ok in near.get(r, []) if v in on_node]
-            mine = mine or [(v, True) for v in on_node[:1]]
-            live = [v for v, ok in mine if ok and up[v] > 0]
+            mine = mine or [(v, up[v] > 0) for v in on_node[:1]]
+            live = [v for v, ok in mine if ok]
             if not live and nvswitch:
                 live = sorted((v for v in on_node if up[v] > 0), key=lambda v: -up[v])[:1]
             used.append(live)

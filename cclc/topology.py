@@ -387,6 +387,35 @@ class Topology:
                 best = max(best, float(reached.max()))
         return best
 
+    # -- NICs --------------------------------------------------------------------------------
+    def nic_nodes(self) -> np.ndarray:
+        """Per vertex: the node whose NIC it is (the builders name NIC ``i`` of node ``h``
+        ``node{h}.nic{i}``), -1 for every other vertex. Read-only, kept."""
+        if "nic_nodes" not in self._cache:
+            out = np.full(self.n_vertices, -1, dtype=np.int64)
+            for v in range(self.n_ranks, self.n_vertices):
+                node, dot, device = self.vertex_names[v].partition(".")
+                if dot and device.startswith("nic") and node[4:].isdigit():
+                    out[v] = int(node[4:])
+            self._cache["nic_nodes"] = _frozen(out)
+        return self._cache["nic_nodes"]
+
+    def gpu_nics(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The NICs on each GPU's own PCIe switch (NCCL's PXN layout: one NIC, or several,
+        hangs off each of some GPUs): rows ``(rank, nic, usable)``, one per PCIe link from a
+        rank to a NIC, usable where that link and one of the NIC's uplinks are healthy.
+        Read-only, kept."""
+        if "gpu_nics" not in self._cache:
+            src, dst, kind = self.link_src, self.link_dst, self.link_kind
+            up = np.zeros(self.n_vertices, dtype=bool)
+            up[src[np.isin(kind, (LinkKind.IB, LinkKind.ETH)) & ~self.link_failed]] = True
+            k = np.flatnonzero((src < self.n_ranks) & (kind == LinkKind.PCIE)
+                               & (self.nic_nodes()[dst] >= 0))
+            rows = (src[k].astype(np.int64), dst[k].astype(np.int64),
+                    ~self.link_failed[k] & up[dst[k]])
+            self._cache["gpu_nics"] = tuple(_frozen(a) for a in rows)
+        return self._cache["gpu_nics"]
+
     # -- groups ------------------------------------------------------------------------------
     def all_ranks(self) -> tuple[int, ...]:
         return tuple(range(self.n_ranks))

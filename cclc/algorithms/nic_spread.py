@@ -33,7 +33,7 @@ import numpy as np
 from cclc.collective import Collective
 from cclc.ir import ScheduleBuilder, even_split
 from cclc.routing import hop_distance
-from cclc.topology import LinkKind, Topology
+from cclc.topology import Topology
 
 __all__ = ["MAX_FACTOR", "NicSpread", "SpreadBuilder", "cut_unit", "refine"]
 
@@ -44,23 +44,15 @@ MAX_FACTOR = 64
 
 
 def _nic_states(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
-    """Per rank: whether its GPU has a live NIC of its own (a PCIe link to a vertex with an
-    uplink, both healthy), and whether it had one and lost it (its link from the GPU or every
-    uplink failed). A GPU of a server with fewer NICs than GPUs may have neither."""
-    dead = np.zeros(topo.n_ranks, dtype=bool)
+    """Per rank: whether its GPU has a usable NIC of its own, and whether it had one and lost
+    it (:meth:`~cclc.topology.Topology.gpu_nics`). A GPU of a server with fewer NICs than
+    GPUs may have neither."""
+    rank, _, usable = topo.gpu_nics()
     live = np.zeros(topo.n_ranks, dtype=bool)
-    src, dst = topo.link_src, topo.link_dst
-    uplink = np.isin(topo.link_kind, (LinkKind.IB, LinkKind.ETH))
-    has_up = np.zeros(topo.n_vertices, dtype=bool)
-    has_live_up = np.zeros(topo.n_vertices, dtype=bool)
-    has_up[src[uplink]] = True
-    has_live_up[src[uplink & ~topo.link_failed]] = True
-    to_nic = np.flatnonzero((src < topo.n_ranks) & (dst >= topo.n_ranks)
-                            & (topo.link_kind == LinkKind.PCIE) & has_up[dst])
-    ok = ~topo.link_failed[to_nic] & has_live_up[dst[to_nic]]
-    live[src[to_nic[ok]]] = True
-    dead[src[to_nic[~ok]]] = True
-    return live, dead & ~live
+    had = np.zeros(topo.n_ranks, dtype=bool)
+    live[rank[usable]] = True
+    had[rank] = True
+    return live, had & ~live
 
 
 class NicSpread:
@@ -289,13 +281,17 @@ class SpreadBuilder(ScheduleBuilder):
         if not np.array_equal(counts[0], counts[1]):
             raise AssertionError("an op moves chunks cut differently on its two sides")
         op["count"] = counts[0]
-        parts = [self.spread.parts(int(op["src"][k]), int(op["dst"][k])) if c else []
-                 for k, c in enumerate(self.spread.candidates(op["src"], op["dst"]).tolist())]
-        # an op over uncut chunks has too few to share out: it keeps its route
-        whole = np.array([len(p) < 2 or len(p) > c for p, c in
-                          zip(parts, op["count"].tolist(), strict=True)], dtype=bool)
+        # only the ops of members without a NIC are looked at (a handful of the n per call)
+        parts: dict[int, list[np.ndarray]] = {}
+        for k in np.flatnonzero(self.spread.candidates(op["src"], op["dst"])).tolist():
+            p = self.spread.parts(int(op["src"][k]), int(op["dst"][k]))
+            # an op over uncut chunks has too few to share out: it keeps its route
+            if len(p) >= 2 and len(p) <= op["count"][k]:
+                parts[k] = p
+        whole = np.ones(len(op["src"]), dtype=bool)
+        whole[list(parts)] = False
         super().add(**{k: a[whole] for k, a in op.items()})
-        for k in np.flatnonzero(~whole).tolist():
+        for k in parts:
             sizes = even_split(int(op["count"][k]), len(parts[k]))
             first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
             row = {name: a[k] for name, a in op.items()}
