@@ -24,6 +24,7 @@ route (the single relaying GPU). Nothing changes on a fabric where every GPU has
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from functools import reduce
@@ -31,11 +32,12 @@ from functools import reduce
 import numpy as np
 
 from cclc.collective import Collective
-from cclc.ir import ScheduleBuilder, even_split
+from cclc.ir import Schedule, ScheduleBuilder, even_split
 from cclc.routing import hop_distance
 from cclc.topology import Topology
 
-__all__ = ["MAX_FACTOR", "NicSpread", "SpreadBuilder", "cut_unit", "refine"]
+__all__ = ["MAX_FACTOR", "NicSpread", "SpreadBuilder", "cut_unit", "refine", "spread_nics",
+           "spread_note"]
 
 #: the most chunks one chunk of the layout is cut into: the least common multiple of the live
 #: NIC counts of the servers with a dead one (7 on HGX servers with one NIC gone; 7 and 6
@@ -53,6 +55,47 @@ def _nic_states(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
     live[rank[usable]] = True
     had[rank] = True
     return live, had & ~live
+
+
+def spread_nics(s: Schedule) -> dict[int, int]:
+    """The ranks without a NIC of their own whose cross-server ops ``s`` routes through more
+    than one NIC of their server, and how many NICs each (read from the routes, whatever
+    built them)."""
+    topo = s.topology
+    if topo.kind != "fabric" or topo.node_of_rank is None:
+        return {}
+    group = np.asarray(s.collective.group, dtype=np.int64)
+    lost = _nic_states(topo)[1][group]
+    if not lost.any():
+        return {}
+    ops = s.ops
+    node = topo.node_of_rank[group]
+    nic_node = topo.nic_nodes()
+    nics: dict[int, set[int]] = {}
+    for end, mine in ((ops.src, topo.link_src), (ops.dst, topo.link_dst)):
+        pick = np.flatnonzero(lost[end] & (node[ops.src] != node[ops.dst]) & (ops.route > 0))
+        # each (member, route) once: at 4,096 ranks a member has thousands of ops
+        for member, route in set(zip(end[pick].tolist(), ops.route[pick].tolist(),
+                                     strict=True)):
+            at = mine[list(s.routes.path(route))]
+            own = at[nic_node[at] == node[member]]
+            nics.setdefault(int(group[member]), set()).update(own.tolist())
+    return {r: len(v) for r, v in sorted(nics.items()) if len(v) > 1}
+
+
+def spread_note(s: Schedule) -> str | None:
+    """What the report says of a schedule that spreads a member's traffic over its server's
+    NICs (:func:`spread_nics`): the time counts each part on the NIC it was planned on, and
+    no output pins a message's NIC."""
+    spread = spread_nics(s)
+    if not spread:
+        return None
+    ranks = ", ".join(str(r) for r in list(spread)[:4]) + (", ..." if len(spread) > 4 else "")
+    return (f"rank{'s' if len(spread) > 1 else ''} {ranks} without a NIC of "
+            f"{'their' if len(spread) > 1 else 'its'} own: cross-server parts planned over "
+            f"{max(spread.values())} NICs of the server; a plan, not what runs: NCCL and the "
+            "runtimes on it pick a message's NIC themselves (PXN included), so the time above "
+            "holds only where they spread it as planned")
 
 
 class NicSpread:
@@ -91,6 +134,13 @@ class NicSpread:
     @property
     def active(self) -> bool:
         return self.factor > 1
+
+    def kept_whole(self) -> NicSpread:
+        """The same members and relays with nothing cut (``factor`` 1): every op keeps its
+        fewest-hop route, through one relaying GPU."""
+        whole = copy.copy(self)
+        whole.factor = 1
+        return whole
 
     def candidates(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Per op ``src -> dst`` (group indices): whether it crosses servers with an end

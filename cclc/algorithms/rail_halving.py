@@ -185,7 +185,7 @@ def _spread(coll: Collective, lay: _Layout) -> tuple[NicSpread, tuple[np.ndarray
            CollectiveKind.REDUCESCATTER: (shared, by_rank, shared),
            CollectiveKind.ALLGATHER: (by_rank, shared, none)}.get(coll.kind, (none,) * 3)
     if not spread.active or n * _cut_slots(spread, cut) > MAX_CUT_SLOTS:
-        return NicSpread(coll, 0), tuple(np.zeros_like(m) for m in cut)
+        return spread.kept_whole(), tuple(np.zeros_like(m) for m in cut)
     return spread, cut
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import backends
 from backends.contract import EmitOptions
 from backends.msccl.runtimes import RUNTIMES
+from cclc.algorithms.nic_spread import spread_note
 from cclc.commands.argtypes import path_named
 from cclc.dataflow import lower_schedule
 from cclc.errors import CclError, ScheduleError
@@ -267,6 +268,8 @@ class _Printer(Events):
             print(f"  with cclc's planned spines: {format_time(p.planned_time)}; a plan, not "
                   "what runs: realizing a spine per flow needs a routing mechanism no backend "
                   "has yet, so the time above is under ECMP hashing")
+        if (spread := spread_note(p.schedule)) is not None:
+            print(f"  {spread}")
         if nccl:
             print(f"  {nccl}")
         emitted = parse_emit(self.args.emit)

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from backends import load as load_backend
+from cclc.algorithms.nic_spread import spread_note
 from cclc.bounds import bounds
 from cclc.errors import CclError, ScheduleError
 from cclc.execution import IR_MODEL, predict
@@ -97,6 +98,8 @@ def run(args) -> int:
         if pred.planned_time is not None:
             print(f"  {'':<11} {_us(pred.planned_time)} with cclc's planned spines: a plan "
                   "that needs a routing mechanism")
+    if (spread := spread_note(schedule)) is not None:
+        print(f"  {spread}")
     moves = result.time > 0
     # nothing crosses a link (a one-rank group): rates and ratios have no meaning
     print(f"  algbw       {_gbps(result.algbw) if moves else '-'}")

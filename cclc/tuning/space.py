@@ -252,14 +252,16 @@ def machine_of(topology: Topology, group: Sequence[int] | None = None, arch: str
         inter_lat = float(sum(topology.link_latency[far_path]))
         ib = np.flatnonzero((kind == LinkKind.IB) | (kind == LinkKind.ETH))
         gpus = topology.n_ranks // topology.n_nodes
-        # NIC injection bandwidth per GPU: the NIC->fabric ports of one node over its GPUs
-        nic_names = {i for i, name in enumerate(topology.vertex_names) if ".nic" in name}
-        up = [e for e in ib if int(src[e]) in nic_names]
-        node_up = sum(topology.link_bandwidth[e] for e in up
-                      if topology.vertex_names[src[e]].startswith(f"node{nodes[0]}."))
-        inter_bw = float(node_up) / gpus
+        # NIC injection bandwidth per GPU: the live NIC->fabric ports of a node over its
+        # GPUs, the node with the fewest deciding (NCCL takes the minimum over ranks)
+        nic_node = topology.nic_nodes()
+        up = ib[nic_node[src[ib]] >= 0]
+        live = up[~topology.link_failed[up]]
+        node_up = np.bincount(nic_node[src[live]], weights=topology.link_bandwidth[live],
+                              minlength=max(nodes) + 1)
+        inter_bw = float(node_up[nodes].min()) / gpus
         # an oversubscribed spine layer shares its uplinks among the leaf's downlinks
-        nic_total = float(sum(topology.link_bandwidth[e] for e in up))
+        nic_total = float(topology.link_bandwidth[up].sum())
         core = [e for e in ib if topology.vertex_names[src[e]].startswith("leaf")
                 and topology.vertex_names[dst[e]].startswith("spine")]
         if core and nic_total > 0:

@@ -214,3 +214,22 @@ def test_servers_with_fewer_nics_than_gpus():
     for kind in KINDS:
         s = _build(_coll(_fail_nics(topo, [(1, 0)]), kind))
         check_numeric(s, dtypes=[DType.INT32])
+
+
+def test_the_spread_is_read_from_the_routes(monkeypatch):
+    """``spread_nics`` names the ranks whose cross-server ops the routes spread over several
+    NICs, with how many (read from the schedule, not from how it was built); one relay, or
+    a healthy fabric, spreads nothing, and the report says so only where there is a spread."""
+    from cclc.algorithms.nic_spread import spread_nics, spread_note
+
+    topo = _fail_nics(_leaf_spine(4, 4), [(2, 1)])
+    s = _build(_coll(topo, K.ALLREDUCE))
+    dead = topo.vertex("node2.gpu1")
+    assert spread_nics(s) == {dead: 3}
+    note = spread_note(s)
+    assert note is not None and f"rank {dead} " in note and "3 NICs" in note
+    assert "a plan, not what runs" in note
+    assert spread_nics(_build(_coll(_leaf_spine(4, 4), K.ALLREDUCE))) == {}
+    monkeypatch.setattr(rail_halving, "MAX_CUT_SLOTS", 0)
+    one_relay = _build(_coll(topo, K.ALLREDUCE))
+    assert spread_nics(one_relay) == {} and spread_note(one_relay) is None

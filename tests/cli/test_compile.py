@@ -292,3 +292,29 @@ def test_an_alltoall_is_compared_with_nccls_grouped_send_recv(tmp_path, run_cli)
     (line,) = lines
     assert line.startswith("NCCL today (predicted by cclc's model of NCCL): p2p/simple ")
     assert "busbw" in line and "slower" in line and "faster" not in line
+
+
+def test_a_spread_over_nics_is_reported_as_a_plan(tmp_path, run_cli):
+    """A GPU without its NIC served over its server's other NICs: the report says the time
+    counts a spread the runtimes choose for themselves (a plan, as the planned spines are);
+    the healthy fabric's report has no such line."""
+    source = """\
+node hgx = nvswitch(gpus = 4) {
+    link 450 GB/s, 1 us
+    nic 4 x 400 Gb/s
+}
+topology cluster = fabric(leaf_spine) {
+    nodes 4 x hgx
+    rails 4
+    spines 2
+    link 400 Gb/s, 2 us
+FAULT}
+collective grads = allreduce on cluster { size 1 MiB; dtype bf16; op sum; algorithm rail_halving }
+"""
+    for fault, said in (("", False), ("    fault nic node(1).nic(2)\n", True)):
+        path = tmp_path / "f.ccl"
+        path.write_text(source.replace("FAULT", fault))
+        code, out, err = run_cli("compile", path, "--emit", "json", "-o", tmp_path / "o",
+                                 "--force")
+        assert code == 0, err
+        assert ("without a NIC of its own: cross-server parts planned over 3 NICs" in out) == said

@@ -115,3 +115,20 @@ def test_versions(text, abi):
 def test_bad_versions(text):
     with pytest.raises(SemanticError):
         NcclVersion.parse(text)
+
+
+def test_a_failed_nic_lowers_what_every_gpu_gets():
+    """The node with the fewest live NICs decides the per-GPU NIC bandwidth, whichever node
+    the group starts on (NCCL takes the minimum over ranks), and a failed NIC counts
+    nothing: 7 of 8 NICs of 50 GB/s over 8 GPUs."""
+    from cclc.topology import leaf_spine, with_faults
+
+    from .conftest import HGX
+
+    topo = leaf_spine("cluster", 4, HGX, rails=8, leaves=None, spines=4,
+                      oversubscription=1.0, bandwidth=50e9, latency=1e-6)
+    v = topo.vertex("node2.nic5")
+    links = [(int(a), int(b)) for a, b in zip(topo.link_src, topo.link_dst, strict=True)
+             if v in (a, b)]
+    assert machine_of(with_faults(topo, links=links)).inter_bw == pytest.approx(50e9 * 7 / 8)
+    assert machine_of(topo).inter_bw == pytest.approx(50e9)
