@@ -578,6 +578,10 @@ def fair_shares(s: Schedule) -> dict[int, np.ndarray]:
     return out
 
 
+#: CP-SAT's limit per step assignment, in its deterministic time units (about seconds)
+CPSAT_DETERMINISTIC_TIME = 2.0
+
+
 def _assign_step(fab: dict, sizes: np.ndarray, la: np.ndarray, lb: np.ndarray) -> np.ndarray:
     """Spine per flow for one step: greedy largest-first; CP-SAT when greedy breaks a share."""
     n_leaves, n_spines = fab["up"].shape
@@ -636,7 +640,11 @@ def _assign_cpsat(fab, sizes, la, lb, cands, cap_up, cap_down, hint) -> np.ndarr
     solver = cp_model.CpSolver()
     solver.parameters.num_search_workers = 1
     solver.parameters.random_seed = 0
-    solver.parameters.max_time_in_seconds = 10.0
+    # a limit in CP-SAT's deterministic time, not seconds: where it stops short the routes
+    # are the same on every machine (a wall-clock limit made them depend on its speed), and
+    # hard steps (a GPU without its NIC on hgx16: 118 flows) took 10 s each for what 2 units
+    # (about 2.3 s here) find
+    solver.parameters.max_deterministic_time = CPSAT_DETERMINISTIC_TIME
     status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return hint

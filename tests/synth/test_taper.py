@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from synth_tori import torus_with_cuts
+from synth_tori import assert_receive_slots_per_member, torus_with_cuts
 
 import dsl
 from backends.common import EmitOptions
@@ -150,6 +150,7 @@ def test_tapered_allreduce_with_two_latencies_is_what_it_predicts(mixed_latency_
     s = _with_units(coll, syn, units.tolist())
     verify(s)
     check_numeric(s)
+    assert_receive_slots_per_member(s)
     predicted = pipeline_time(link_loads(syn.graph, start, move, latency=True),
                               units / units.sum(), tree_bytes, 0.0)
     assert float(simulate(s).time) == pytest.approx(predicted, rel=1e-3)
