@@ -269,7 +269,6 @@ def test_auto_races_itself_and_keeps_its_candidate_small():
     assert s.algorithm == "synth" and len(s.ops) <= auto_op_limit(DEFAULT_BUDGET) + coll.n
 
 
-
 @pytest.mark.parametrize("topo", _fabrics()[2:], ids=lambda t: t.name + str(t.n_failed_links))
 @pytest.mark.parametrize("kind", [K.ALLREDUCE, K.REDUCESCATTER])
 def test_receive_slots_are_numbered_per_member(topo, kind):
