@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cclc",
         description="cclc compiles a machine and a collective, written in a .ccl file, into a "
-                    "verified communication schedule and code for NCCL and MSCCL.",
+                    "verified communication schedule and code for NCCL, MSCCL++ and MSCCL.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"cclc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

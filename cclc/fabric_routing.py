@@ -664,18 +664,22 @@ def planned_routes(s: Schedule) -> Schedule:
     got = _flows(s)
     if got is None or not len(got[2]):
         return s
-    fab = got[0]
-    choose = _tier_choices if "core_index" in fab else _spine_choices
-    spine_of_op, core_of_op = choose(s, *got)
+    fab, _, crossing, la, lb, up3 = got
+    del got
+    core_of_op: np.ndarray | None = None
+    if "core_index" in fab:
+        spine_of_op, core_of_op = _tier_choices(s, fab, crossing, la, lb, up3)
+    else:
+        spine_of_op = _spine_choices(s, fab, crossing, la, lb)
     # the flows' arrays go before the table is rewritten, the pass's busiest moment (at
     # 4,096 GPUs 16.7M flows: 0.6 GB with their sizes)
-    del got
+    del crossing, la, lb, up3
     # only the paths ops take: the ones replaced would double the table (and the JSON)
     return _rewrite(s, fab, spine_of_op, core_of_op, used_only=True)
 
 
-def _spine_choices(s: Schedule, fab: dict, _pos, crossing: np.ndarray, la: np.ndarray,
-                   lb: np.ndarray, _up3) -> tuple[np.ndarray, None]:
+def _spine_choices(s: Schedule, fab: dict, crossing: np.ndarray, la: np.ndarray,
+                   lb: np.ndarray) -> np.ndarray:
     """:func:`planned_routes` on two tiers: the spine of every op (-1: crossing none)."""
     _check_paths(s, fab, la, lb, None)
     sizes = s.op_bytes()[crossing]
@@ -688,7 +692,7 @@ def _spine_choices(s: Schedule, fab: dict, _pos, crossing: np.ndarray, la: np.nd
                            lambda i: _assign_step(fab, sizes[i], la[i], lb[i]))
     for idx, choice in zip(flows, choices, strict=True):
         spine_of_op[crossing[idx]] = choice
-    return spine_of_op, None
+    return spine_of_op
 
 
 def _solved_once(steps: list[np.ndarray], pattern: Callable[[np.ndarray], bytes],
@@ -730,7 +734,7 @@ def _check_paths(s: Schedule, fab: dict, la: np.ndarray, lb: np.ndarray,
             raise _no_path(s, a, b)
 
 
-def _tier_choices(s: Schedule, fab: dict, _pos, crossing: np.ndarray, la: np.ndarray,
+def _tier_choices(s: Schedule, fab: dict, crossing: np.ndarray, la: np.ndarray,
                   lb: np.ndarray, up3: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`planned_routes` on a three-tier fabric: the spine of every op that stays in its
     pod and the core of every op that leaves it (-1 elsewhere). Every flow of a step gets the

@@ -51,7 +51,7 @@ SYMMETRY_KEY = "symmetry"
 EXCEPTIONS_KEY = "exceptions"
 _STORED_BY_SYMMETRY = (f"a schedule stored by symmetry ('{SYMMETRY_KEY}'): its ops are one "
                        "representative per orbit, not the whole schedule; 'cclc verify' "
-                       "checks it (this command does not take it yet)")
+                       "and 'cclc sim' take it, this command does not")
 
 _E = TypeVar("_E", bound=Enum)
 #: the kinds of topology a document may name, as the :class:`Topology` field spells them

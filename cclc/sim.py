@@ -61,7 +61,7 @@ from cclc.ir import Buf, Schedule, format_schedule
 from cclc.nccl_model import bus_factor
 
 __all__ = ["OVERHEAD_STEPS", "SIM_MODES", "OverheadSteps", "Prepared", "SimResult",
-           "dest_counts", "prepare", "rank_in_runs", "simulate", "step_charges"]
+           "busiest_links", "dest_counts", "prepare", "rank_in_runs", "simulate", "step_charges"]
 
 SIM_MODES = ("lockstep", "event")
 
@@ -98,6 +98,13 @@ def _ro(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def busiest_links(link_busy: np.ndarray, k: int = 5) -> np.ndarray:
+    """Ids of the ``k`` links with the most busy time in ``link_busy`` (seconds per link),
+    busiest first, ties by id; unused links left out."""
+    used = np.flatnonzero(link_busy > 0)
+    return used[np.lexsort((used, -link_busy[used]))][:k]
+
+
 @dataclass(frozen=True, eq=False)
 class SimResult:
     """What :func:`simulate` found. Times in seconds, bytes in bytes, bandwidths in B/s.
@@ -130,9 +137,7 @@ class SimResult:
 
     def busiest_links(self, k: int = 5) -> np.ndarray:
         """Ids of the ``k`` links with the most busy time, busiest first (unused links left out)."""
-        used = np.flatnonzero(self.link_busy > 0)
-        order = np.lexsort((used, -self.link_busy[used]))
-        return used[order[:k]]
+        return busiest_links(self.link_busy, k)
 
     def percent_of(self, bound: float) -> float:
         """``bound / time`` in percent: how close the schedule comes to a lower bound."""

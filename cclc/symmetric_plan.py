@@ -43,13 +43,13 @@ from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind
 from cclc.execution import IR_MODEL, ExecutionModel
 from cclc.plan import Resolution
 from cclc.symmetric import ExceptedSchedule, SymmetricSchedule
-from cclc.symmetric_check import simulate_lockstep, verify_symmetric
-from cclc.symmetric_faults import simulate_excepted, verify_excepted
+from cclc.symmetric_check import SymmetricLockstep, simulate_lockstep, verify_symmetric
+from cclc.symmetric_faults import ExceptedLockstep, simulate_excepted, verify_excepted
 from cclc.symmetric_lines import simulate_lined, verify_lined
 
 __all__ = ["BUILDERS", "EXCEPTED", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "build_symmetric",
-           "form_estimate", "form_refusal", "plan_symmetric", "simulate_form", "symmetric_model",
-           "symmetric_reason", "verify_form"]
+           "describe_form", "form_estimate", "form_refusal", "plan_symmetric", "simulate_form",
+           "symmetric_model", "symmetric_reason", "verify_form"]
 
 #: the size check's estimate (ops, a lower bound on the largest candidate, cclc.budget) above
 #: which ``auto`` plans a collective in symmetric form where it can: a quarter of the limit
@@ -190,7 +190,7 @@ def plan_symmetric(coll: Collective, model: ExecutionModel,
     on_stage(f"verifying {len(schedule.ops):,} representative ops{_exceptions(schedule)}")
     verify_form(schedule)
     on_stage("simulating")
-    time = simulate_form(schedule, model)
+    time = simulate_form(schedule, model).time
     found = known if known is not None else bounds(coll, on_stage=on_stage)
     return SymmetricPlan(schedule=schedule, time=time, bound=found.best, bounds=found,
                          model=model)
@@ -207,14 +207,30 @@ def verify_form(s: SymmetricSchedule | ExceptedSchedule) -> None:
         verify_excepted(s)
 
 
-def simulate_form(s: SymmetricSchedule | ExceptedSchedule, model: ExecutionModel) -> float:
-    """The lockstep time of a schedule stored by symmetry under ``model``'s step cost, by the
-    simulator of its form, without expanding it."""
+def simulate_form(s: SymmetricSchedule | ExceptedSchedule, model: ExecutionModel
+                  ) -> SymmetricLockstep | ExceptedLockstep:
+    """The lockstep simulation of a schedule stored by symmetry under ``model``'s step cost
+    (its time, every step's time and every link's bytes), by the simulator of its form,
+    without expanding it."""
     cost, steps = model.step_overhead, model.overhead_steps
     if not isinstance(s, ExceptedSchedule):
-        return simulate_lockstep(s, step_overhead=cost, overhead_steps=steps).time
+        return simulate_lockstep(s, step_overhead=cost, overhead_steps=steps)
     simulator = simulate_lined if s.interleaved else simulate_excepted
-    return simulator(s, step_overhead=cost, overhead_steps=steps).time
+    return simulator(s, step_overhead=cost, overhead_steps=steps)
+
+
+def describe_form(s: SymmetricSchedule | ExceptedSchedule) -> str:
+    """How ``s`` is stored, for a command's report: its group and its exceptions."""
+    shape = "x".join(map(str, s.group.shape))
+    exceptions = ""
+    if isinstance(s, ExceptedSchedule) and s.interleaved:
+        exceptions = (f", less {len(set(s.masked_journey.tolist()))} ring phases on "
+                      f"the {len(set(s.masked_element.tolist()))} ranks of the rings a "
+                      f"failed link cuts, and their lines of {len(s.tail)} ops")
+    elif isinstance(s, ExceptedSchedule):
+        exceptions = (f", less {len(s.masked_element)} journeys that cross a failed "
+                      f"link, and a tail of {len(s.tail)} ops")
+    return f"stored by symmetry: the translations of the {shape} torus{exceptions}"
 
 
 def _exceptions(s: SymmetricSchedule | ExceptedSchedule) -> str:

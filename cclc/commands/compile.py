@@ -41,8 +41,9 @@ meanwhile is refused at once (exit 2) and writes nothing.
 
 Times are predicted under the execution model of the first code-emitting backend in --emit
 (nccl: dataflow lanes with a per-group cost; nccl-onesided: each rank's ops in order with
-a per-message signal cost; msccl: dataflow with a per-op cost; json only: the IR's plain
-lockstep) and the topology's declared routing; every printed time names
+a per-message signal cost; mscclpp: lockstep between peers with a signal round trip per step;
+msccl: dataflow with a per-op cost; json only: the IR's plain lockstep) and the topology's
+declared routing; every printed time names
 its model, and a note says which output chose it (the same file may choose another algorithm
 with another --emit). On an ECMP fabric the time with cclc's planned spines is printed beside
 it, as a plan.

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
+import numpy as np
+
 from backends import load as load_backend
 from cclc.algorithms.nic_spread import spread_note
 from cclc.bounds import bounds
 from cclc.errors import CclError, ScheduleError
 from cclc.execution import IR_MODEL, predict
+from cclc.nccl_model import bus_factor
 from cclc.progress import Progress
-from cclc.sim import simulate
+from cclc.sim import busiest_links, simulate
 from cclc.verify import verify
 
 __all__ = ["add_parser", "run"]
@@ -29,6 +32,11 @@ link in the same step share it, a route's bytes stream through its hops at once 
 Prints the time, the algorithm and bus bandwidths (nccl-tests definitions), the strongest
 lower bound and "% of bound" (bound / time; 100% is optimal), and the busiest links; with
 --steps a table of every step.
+
+A schedule stored by symmetry (what 'cclc compile' writes for a large torus: one
+representative op per orbit of its translations) is verified and timed in its own form,
+never expanded: in lockstep only, and its step table gives each step's start and time, not
+its bytes or busiest link.
 
 examples:
   cclc sim out/a2a.schedule.json
@@ -63,67 +71,70 @@ def _gbps(bw: float) -> str:
 
 
 def run(args) -> int:
-    # cclc.nccl_comparison, cclc.serialize only when this runs, not for cclc --help
-    from cclc.nccl_comparison import compare_with_nccl
-    from cclc.serialize import load
+    # cclc.serialize, cclc.symmetric* only when this runs, not for cclc --help
+    from cclc.serialize import read_document
+    from cclc.symmetric import ExceptedSchedule, SymmetricSchedule
+    from cclc.symmetric_plan import describe_form, simulate_form, verify_form
 
     if args.links < 0:
         raise CclError(f"--links must be >= 0, got {args.links}")
     progress = Progress(lambda line: print(line, file=sys.stderr, flush=True))
     with progress.stage(f"reading {args.file}"):
-        schedule = load(args.file)      # a bad file raises CclError: the CLI exits 2
+        # a bad file raises CclError: the CLI exits 2
+        schedule = read_document(args.file)
+    # a schedule stored by symmetry is verified and timed in its form, never expanded
+    form = isinstance(schedule, SymmetricSchedule | ExceptedSchedule)
+    if form and (args.mode != "lockstep" or args.backend):
+        asked = (f"--mode {args.mode}" if args.mode != "lockstep"
+                 else f"--backend {args.backend[0]}")
+        print(f"{args.file}: {asked} needs every op of the whole schedule, and this one is "
+              f"stored by symmetry ({schedule.expanded_ops():,} ops): its form is timed in "
+              "lockstep only (the IR model); run without it", file=sys.stderr)
+        return 2
+    ops = f"{len(schedule.ops):,} representative ops" if form else f"{len(schedule.ops)} ops"
     try:
         # timing a schedule that does not do its job would report meaningless numbers
-        with progress.stage(f"verifying {len(schedule.ops)} ops"):
-            verify(schedule)
+        with progress.stage(f"verifying {ops}"):
+            (verify_form if form else verify)(schedule)
     except ScheduleError as err:
         print(f"error: {args.file} fails verification, so it is not simulated:\n{err.message}",
               file=sys.stderr)
         return 1
     coll = schedule.collective
     topo = schedule.topology
-    with progress.stage(f"simulating {len(schedule.ops)} ops ({args.mode})"):
-        result = simulate(schedule, mode=args.mode)
+    with progress.stage(f"simulating {ops} ({args.mode})"):
+        result = (simulate_form(schedule, IR_MODEL) if form
+                  else simulate(schedule, mode=args.mode))
     with progress.stage(f"computing the lower bounds of {coll.n} ranks"):
         bound = bounds(coll, lp=not args.no_lp)
     print(f"{coll.name}: {coll.kind.value} of {coll.size} B on {coll.n} ranks of "
           f"'{topo.name}', algorithm {schedule.algorithm}, schedule {schedule.schedule}")
-    print(f"  ops {len(schedule.ops)}, steps {schedule.n_steps}, mode {result.mode}")
-    print(f"  time        {_us(result.time)} ({result.mode}, no software cost, the "
+    count = (f"{ops} for {schedule.expanded_ops():,} ops ({describe_form(schedule)})" if form
+             else str(len(schedule.ops)))
+    print(f"  ops {count}, steps {len(result.step_time)}, mode {args.mode}")
+    print(f"  time        {_us(result.time)} ({args.mode}, no software cost, the "
           "routes as written)")
-    preds = [predict(schedule, load_backend(name).execution_model or IR_MODEL)
-             for name in args.backend]
+    preds = [] if form else [predict(schedule, load_backend(name).execution_model or IR_MODEL)
+                             for name in args.backend]
     for name, pred in zip(args.backend, preds, strict=True):
         print(f"  as {name:<8} {_us(pred.time)} ({pred.model.label}; routing {topo.routing})")
         if pred.planned_time is not None:
             print(f"  {'':<11} {_us(pred.planned_time)} with cclc's planned spines: a plan "
                   "that needs a routing mechanism")
-    if (spread := spread_note(schedule)) is not None:
+    if not form and (spread := spread_note(schedule)) is not None:
         print(f"  {spread}")
-    moves = result.time > 0
-    # nothing crosses a link (a one-rank group): rates and ratios have no meaning
-    print(f"  algbw       {_gbps(result.algbw) if moves else '-'}")
-    print(f"  busbw       {_gbps(result.busbw) if moves else '-'}")
-    best = bound.best_bound
-    print(f"  bound       {_us(best.seconds)} ({best.name}: {best.description})")
-    pct = f"{result.percent_of(best.seconds):.1f}%" if moves else "- (nothing to move)"
-    print(f"  % of bound  {pct}")
-    if preds:   # like for like: the first backend's time, which charges software cost
-        baseline = compare_with_nccl(coll, preds[0].time)
-    else:
-        baseline = compare_with_nccl(coll, result.time, software_cost=False)
-    if baseline:
-        print(f"  {baseline}")
-    for note in bound.notes:
-        print(f"  note: {note}")
-    links = result.busiest_links(args.links)
-    if len(links):
-        print("  busiest links:")
-        for link in links.tolist():
-            util = result.link_busy[link] / result.time if result.time > 0 else 0.0
-            print(f"    {topo.link_name(link):<32} {result.link_bytes[link]:>14.0f} B  "
-                  f"busy {_us(result.link_busy[link]):>14}  {100 * util:5.1f}%")
-    if args.steps:
+    _print_rates_and_bound(coll, result.time, bound, preds[0].time if preds else None)
+    _print_links(topo, result.link_bytes, result.link_bytes / topo.link_bandwidth,
+                 result.time, args.links)
+    if args.steps and form:
+        # the form's simulator gives each step's time, not its bytes or busiest link
+        start = np.concatenate([[0.0], np.cumsum(result.step_time)[:-1]])
+        print("  step        start          time")
+        for s, (at, took) in enumerate(zip(start, result.step_time, strict=True)):
+            print(f"  {s:>4} {at * 1e6:>12.3f} {took * 1e6:>13.3f}")
+        print("  (times in us; a step's bytes and busiest link are not computed for a "
+              "schedule stored by symmetry)")
+    elif args.steps:
         print("  step        start          time         bytes  busiest link")
         for s in range(result.n_steps):
             link = result.step_busiest_link[s]
@@ -132,3 +143,41 @@ def run(args) -> int:
                   f" {result.step_bytes[s]:>13.0f}  {name}")
         print("  (times in us)")
     return 0
+
+
+def _print_rates_and_bound(coll, time: float, bound, backend_time: float | None) -> None:
+    """The rates, the strongest bound and % of it, the comparison with NCCL and the bounds'
+    notes (``backend_time``: the first ``--backend``'s time, which charges software cost)."""
+    # cclc.nccl_comparison only when this runs, not for cclc --help
+    from cclc.nccl_comparison import compare_with_nccl
+
+    moves = time > 0
+    # nothing crosses a link (a one-rank group): rates and ratios have no meaning
+    algbw = coll.size / time if moves else 0.0
+    print(f"  algbw       {_gbps(algbw) if moves else '-'}")
+    print(f"  busbw       {_gbps(algbw * bus_factor(coll.kind, coll.n)) if moves else '-'}")
+    best = bound.best_bound
+    print(f"  bound       {_us(best.seconds)} ({best.name}: {best.description})")
+    pct = f"{100.0 * best.seconds / time:.1f}%" if moves else "- (nothing to move)"
+    print(f"  % of bound  {pct}")
+    if backend_time is not None:    # like for like
+        baseline = compare_with_nccl(coll, backend_time)
+    else:
+        baseline = compare_with_nccl(coll, time, software_cost=False)
+    if baseline:
+        print(f"  {baseline}")
+    for note in bound.notes:
+        print(f"  note: {note}")
+
+
+def _print_links(topo, link_bytes: np.ndarray, link_busy: np.ndarray, time: float,
+                 k: int) -> None:
+    """The ``k`` busiest links (busiest first, unused ones left out) with their bytes, busy
+    time and share of the schedule's time."""
+    links = busiest_links(link_busy, k)
+    if len(links):
+        print("  busiest links:")
+        for link in links.tolist():
+            util = link_busy[link] / time if time > 0 else 0.0
+            print(f"    {topo.link_name(link):<32} {link_bytes[link]:>14.0f} B  "
+                  f"busy {_us(link_busy[link]):>14}  {100 * util:5.1f}%")

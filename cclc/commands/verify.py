@@ -80,8 +80,7 @@ def run(args) -> int:
 def _run_symmetric(args, schedule: SymmetricSchedule | ExceptedSchedule, progress: Progress
                    ) -> int:
     # cclc.symmetric*, only when this runs, not for cclc --help
-    from cclc.symmetric import ExceptedSchedule as Excepted
-    from cclc.symmetric_plan import verify_form
+    from cclc.symmetric_plan import describe_form, verify_form
 
     name = schedule.collective.name
     if args.numeric:
@@ -95,16 +94,6 @@ def _run_symmetric(args, schedule: SymmetricSchedule | ExceptedSchedule, progres
     except ScheduleError as err:
         print(f"{args.file}: verification failed: {err.message}", file=sys.stderr)
         return 1
-    shape = "x".join(map(str, schedule.group.shape))
-    exceptions = ""
-    if isinstance(schedule, Excepted) and schedule.interleaved:
-        exceptions = (f", less {len(set(schedule.masked_journey.tolist()))} ring phases on "
-                      f"the {len(set(schedule.masked_element.tolist()))} ranks of the rings a "
-                      f"failed link cuts, and their lines of {len(schedule.tail)} ops")
-    elif isinstance(schedule, Excepted):
-        exceptions = (f", less {len(schedule.masked_element)} journeys that cross a failed "
-                      f"link, and a tail of {len(schedule.tail)} ops")
     print(f"ok: {name}: {len(schedule.ops)} representative ops for "
-          f"{schedule.expanded_ops()} ops (stored by symmetry: the translations of the "
-          f"{shape} torus{exceptions}), verified")
+          f"{schedule.expanded_ops()} ops ({describe_form(schedule)}), verified")
     return 0

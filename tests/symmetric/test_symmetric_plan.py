@@ -219,6 +219,41 @@ def test_cclc_verify_checks_a_document_stored_by_symmetry(tmp_path, refuse_every
     assert "verification failed" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("fault, kind", [("", "alltoall"),
+                                         ("\n    fault link (1,1) -- (2,1)", "alltoall"),
+                                         ("\n    fault link (1,1) -- (2,1)", "allreduce")])
+def test_cclc_sim_times_a_document_stored_by_symmetry_as_its_expansion(
+        tmp_path, refuse_everything, capsys, fault, kind):
+    """``cclc sim`` on the three forms (symmetric, with a tail, with lines) prints the time,
+    the busiest links and every step's time the simulator gives the expanded schedule, and
+    refuses what needs the whole schedule."""
+    from cclc.cli import main
+
+    compile_source(SOURCE.format(fault=fault, kind=kind), tmp_path / "o")
+    path = tmp_path / "o" / "a2a.schedule.json"
+    doc = read_document(path)
+    assert isinstance(doc, SymmetricSchedule | ExceptedSchedule)
+    whole = expand_excepted(doc) if isinstance(doc, ExceptedSchedule) else expand(doc)
+    ref = simulate(whole)
+    assert main(["sim", "--steps", "--links", "3", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"representative ops for {len(whole.ops):,} ops" in out
+    assert f"time        {ref.time * 1e6:.3f} us" in out
+    topo = whole.topology
+    listed = out[out.index("busiest links:"):].splitlines()[1:4]
+    assert [line.split()[0] for line in listed] == [topo.link_name(k)
+                                                    for k in ref.busiest_links(3)]
+    assert [float(line.split()[1]) for line in listed] == [
+        ref.link_bytes[k] for k in ref.busiest_links(3)]
+    rows = [line.split() for line in out[out.index("  step "):].splitlines()[1:]
+            if line.split() and line.split()[0].isdigit()]
+    assert len(rows) == ref.n_steps
+    assert [float(r[2]) for r in rows] == pytest.approx(ref.step_time * 1e6, abs=1e-3)
+    for asked in (["--mode", "event"], ["--backend", "nccl"]):
+        assert main(["sim", *asked, str(path)]) == 2
+        assert "stored by symmetry" in capsys.readouterr().err
+
+
 def _whole_and_symmetric_times(text: str) -> tuple[float, float]:
     """The best whole candidate's time under auto and the form stored by symmetry's, each
     planned on its own (the IR model, what ``--emit json`` prices with)."""
