@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from backends import load as load_backend
 from cclc.algorithms.nic_spread import spread_note
-from cclc.bounds import bounds
+from cclc.bounds import Bounds, bounds
+from cclc.collective import Collective
 from cclc.errors import CclError, ScheduleError
 from cclc.execution import IR_MODEL, predict
 from cclc.nccl_model import bus_factor
 from cclc.progress import Progress
 from cclc.sim import busiest_links, simulate
 from cclc.verify import verify
+
+if TYPE_CHECKING:
+    from cclc.ir import Schedule
+    from cclc.symmetric import ExceptedSchedule, SymmetricSchedule
+    from cclc.topology import Topology
 
 __all__ = ["add_parser", "run"]
 
@@ -71,10 +79,9 @@ def _gbps(bw: float) -> str:
 
 
 def run(args) -> int:
-    # cclc.serialize, cclc.symmetric* only when this runs, not for cclc --help
+    # cclc.serialize, cclc.symmetric only when this runs, not for cclc --help
     from cclc.serialize import read_document
     from cclc.symmetric import ExceptedSchedule, SymmetricSchedule
-    from cclc.symmetric_plan import describe_form, simulate_form, verify_form
 
     if args.links < 0:
         raise CclError(f"--links must be >= 0, got {args.links}")
@@ -82,59 +89,28 @@ def run(args) -> int:
     with progress.stage(f"reading {args.file}"):
         # a bad file raises CclError: the CLI exits 2
         schedule = read_document(args.file)
-    # a schedule stored by symmetry is verified and timed in its form, never expanded
-    form = isinstance(schedule, SymmetricSchedule | ExceptedSchedule)
-    if form and (args.mode != "lockstep" or args.backend):
-        asked = (f"--mode {args.mode}" if args.mode != "lockstep"
-                 else f"--backend {args.backend[0]}")
-        print(f"{args.file}: {asked} needs every op of the whole schedule, and this one is "
-              f"stored by symmetry ({schedule.expanded_ops():,} ops): its form is timed in "
-              "lockstep only (the IR model); run without it", file=sys.stderr)
-        return 2
-    ops = f"{len(schedule.ops):,} representative ops" if form else f"{len(schedule.ops)} ops"
-    try:
-        # timing a schedule that does not do its job would report meaningless numbers
-        with progress.stage(f"verifying {ops}"):
-            (verify_form if form else verify)(schedule)
-    except ScheduleError as err:
-        print(f"error: {args.file} fails verification, so it is not simulated:\n{err.message}",
-              file=sys.stderr)
+    if isinstance(schedule, SymmetricSchedule | ExceptedSchedule):
+        return _run_form(args, schedule, progress)
+    if not _verified(args, progress, f"{len(schedule.ops)} ops", lambda: verify(schedule)):
         return 1
     coll = schedule.collective
     topo = schedule.topology
-    with progress.stage(f"simulating {ops} ({args.mode})"):
-        result = (simulate_form(schedule, IR_MODEL) if form
-                  else simulate(schedule, mode=args.mode))
-    with progress.stage(f"computing the lower bounds of {coll.n} ranks"):
-        bound = bounds(coll, lp=not args.no_lp)
-    print(f"{coll.name}: {coll.kind.value} of {coll.size} B on {coll.n} ranks of "
-          f"'{topo.name}', algorithm {schedule.algorithm}, schedule {schedule.schedule}")
-    count = (f"{ops} for {schedule.expanded_ops():,} ops ({describe_form(schedule)})" if form
-             else str(len(schedule.ops)))
-    print(f"  ops {count}, steps {len(result.step_time)}, mode {args.mode}")
-    print(f"  time        {_us(result.time)} ({args.mode}, no software cost, the "
-          "routes as written)")
-    preds = [] if form else [predict(schedule, load_backend(name).execution_model or IR_MODEL)
-                             for name in args.backend]
+    with progress.stage(f"simulating {len(schedule.ops)} ops ({args.mode})"):
+        result = simulate(schedule, mode=args.mode)
+    bound = _bounds(args, progress, coll)
+    _print_head(schedule, str(len(schedule.ops)), result.n_steps, args.mode, result.time)
+    preds = [predict(schedule, load_backend(name).execution_model or IR_MODEL)
+             for name in args.backend]
     for name, pred in zip(args.backend, preds, strict=True):
         print(f"  as {name:<8} {_us(pred.time)} ({pred.model.label}; routing {topo.routing})")
         if pred.planned_time is not None:
             print(f"  {'':<11} {_us(pred.planned_time)} with cclc's planned spines: a plan "
                   "that needs a routing mechanism")
-    if not form and (spread := spread_note(schedule)) is not None:
+    if (spread := spread_note(schedule)) is not None:
         print(f"  {spread}")
     _print_rates_and_bound(coll, result.time, bound, preds[0].time if preds else None)
-    _print_links(topo, result.link_bytes, result.link_bytes / topo.link_bandwidth,
-                 result.time, args.links)
-    if args.steps and form:
-        # the form's simulator gives each step's time, not its bytes or busiest link
-        start = np.concatenate([[0.0], np.cumsum(result.step_time)[:-1]])
-        print("  step        start          time")
-        for s, (at, took) in enumerate(zip(start, result.step_time, strict=True)):
-            print(f"  {s:>4} {at * 1e6:>12.3f} {took * 1e6:>13.3f}")
-        print("  (times in us; a step's bytes and busiest link are not computed for a "
-              "schedule stored by symmetry)")
-    elif args.steps:
+    _print_links(topo, result.link_bytes, result.link_busy, result.time, args.links)
+    if args.steps:
         print("  step        start          time         bytes  busiest link")
         for s in range(result.n_steps):
             link = result.step_busiest_link[s]
@@ -145,7 +121,73 @@ def run(args) -> int:
     return 0
 
 
-def _print_rates_and_bound(coll, time: float, bound, backend_time: float | None) -> None:
+def _run_form(args, schedule: SymmetricSchedule | ExceptedSchedule, progress: Progress) -> int:
+    """``run`` on a schedule stored by symmetry: verified and timed by its form's own
+    verifier and lockstep simulator (:mod:`cclc.symmetric_plan`), never expanded."""
+    # cclc.symmetric_plan only when this runs, not for cclc --help
+    from cclc.symmetric_plan import describe_form, simulate_form, verify_form
+
+    whole = f"{schedule.expanded_ops():,} ops"
+    if args.mode != "lockstep" or args.backend:
+        asked = (f"--mode {args.mode}" if args.mode != "lockstep"
+                 else f"--backend {args.backend[0]}")
+        print(f"{args.file}: {asked} needs every op of the whole schedule, and this one is "
+              f"stored by symmetry ({whole}): its form is timed in lockstep only (the IR "
+              "model); run without it", file=sys.stderr)
+        return 2
+    ops = f"{len(schedule.ops):,} representative ops"
+    if not _verified(args, progress, ops, lambda: verify_form(schedule)):
+        return 1
+    topo = schedule.topology
+    with progress.stage(f"simulating {ops} (lockstep)"):
+        result = simulate_form(schedule, IR_MODEL)
+    bound = _bounds(args, progress, schedule.collective)
+    _print_head(schedule, f"{ops} for {whole} ({describe_form(schedule)})",
+                len(result.step_time), "lockstep", result.time)
+    _print_rates_and_bound(schedule.collective, result.time, bound, None)
+    _print_links(topo, result.link_bytes, result.link_bytes / topo.link_bandwidth,
+                 result.time, args.links)
+    if args.steps:
+        # the form's simulator gives each step's time, not its bytes or busiest link
+        start = np.concatenate([[0.0], np.cumsum(result.step_time)[:-1]])
+        print("  step        start          time")
+        for s, (at, took) in enumerate(zip(start, result.step_time, strict=True)):
+            print(f"  {s:>4} {at * 1e6:>12.3f} {took * 1e6:>13.3f}")
+        print("  (times in us; a step's bytes and busiest link are not computed for a "
+              "schedule stored by symmetry)")
+    return 0
+
+
+def _verified(args, progress: Progress, ops: str, check: Callable[[], None]) -> bool:
+    """Whether ``check`` (the verifier) passes; says why not (timing a schedule that does not
+    do its job would report meaningless numbers)."""
+    try:
+        with progress.stage(f"verifying {ops}"):
+            check()
+    except ScheduleError as err:
+        print(f"error: {args.file} fails verification, so it is not simulated:\n{err.message}",
+              file=sys.stderr)
+        return False
+    return True
+
+
+def _bounds(args, progress: Progress, coll: Collective) -> Bounds:
+    with progress.stage(f"computing the lower bounds of {coll.n} ranks"):
+        return bounds(coll, lp=not args.no_lp)
+
+
+def _print_head(schedule: Schedule | SymmetricSchedule | ExceptedSchedule, ops: str,
+                steps: int, mode: str, time: float) -> None:
+    coll = schedule.collective
+    print(f"{coll.name}: {coll.kind.value} of {coll.size} B on {coll.n} ranks of "
+          f"'{coll.topology.name}', algorithm {schedule.algorithm}, schedule "
+          f"{schedule.schedule}")
+    print(f"  ops {ops}, steps {steps}, mode {mode}")
+    print(f"  time        {_us(time)} ({mode}, no software cost, the routes as written)")
+
+
+def _print_rates_and_bound(coll: Collective, time: float, bound: Bounds,
+                           backend_time: float | None) -> None:
     """The rates, the strongest bound and % of it, the comparison with NCCL and the bounds'
     notes (``backend_time``: the first ``--backend``'s time, which charges software cost)."""
     # cclc.nccl_comparison only when this runs, not for cclc --help
@@ -170,7 +212,7 @@ def _print_rates_and_bound(coll, time: float, bound, backend_time: float | None)
         print(f"  note: {note}")
 
 
-def _print_links(topo, link_bytes: np.ndarray, link_busy: np.ndarray, time: float,
+def _print_links(topo: Topology, link_bytes: np.ndarray, link_busy: np.ndarray, time: float,
                  k: int) -> None:
     """The ``k`` busiest links (busiest first, unused ones left out) with their bytes, busy
     time and share of the schedule's time."""
