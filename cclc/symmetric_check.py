@@ -47,8 +47,8 @@ from cclc.semantics import EMPTY
 from cclc.sim import OverheadSteps, step_charges
 from cclc.symmetric import RANK_INDEXED, SymmetricSchedule, TranslationGroup
 
-__all__ = ["Journeys", "SymmetricLockstep", "journeys", "link_loads", "link_orbits",
-           "simulate_lockstep", "verify_symmetric"]
+__all__ = ["Journeys", "SymmetricLockstep", "busiest_per_step", "journeys", "link_loads",
+           "link_orbits", "orbit_links", "simulate_lockstep", "step_bytes", "verify_symmetric"]
 
 _BUF_WORD = {Buf.INPUT: "input", Buf.OUTPUT: "output", Buf.SCRATCH: "scratch"}
 
@@ -422,12 +422,49 @@ def link_loads(s: SymmetricSchedule) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class SymmetricLockstep:
-    """The lockstep simulation of a symmetric schedule: total time, per-step times and the
-    bytes of every link (as :class:`cclc.sim.SimResult` has them for the expanded one)."""
+    """The lockstep simulation of a symmetric schedule: total time, per-step times, bytes and
+    busiest link, and the bytes of every link (as :class:`cclc.sim.SimResult` has them for
+    the expanded one)."""
 
     time: float
     step_time: np.ndarray
     link_bytes: np.ndarray
+    step_bytes: np.ndarray
+    step_busiest_link: tuple[int | None, ...]
+
+
+def step_bytes(s: SymmetricSchedule, op_bytes: np.ndarray, n_steps: int) -> np.ndarray:
+    """Bytes the expanded schedule's ops between two ranks move in every step: each
+    representative's bytes once per element of the group (translations act freely)."""
+    o = s.ops
+    remote = s.routes.lengths()[o.route] > 0
+    per_rep = np.bincount(o.step[remote].astype(np.int64), weights=op_bytes[remote],
+                          minlength=n_steps)
+    return per_rep * s.group.order
+
+
+def orbit_links(s: SymmetricSchedule) -> tuple[np.ndarray, np.ndarray]:
+    """The links of every orbit, orbit by orbit (by :func:`link_orbits`' id) and in id order
+    within one, and each orbit's first position in that list (index by orbit id)."""
+    orbit = link_orbits(s)
+    links = np.flatnonzero(orbit >= 0)
+    by_orbit = links[np.argsort(orbit[links], kind="stable")]
+    first = np.searchsorted(orbit[by_orbit], np.arange(s.topology.n_links))
+    return by_orbit, first
+
+
+def busiest_per_step(n_steps: int, cell_step: np.ndarray, cell_busy: np.ndarray,
+                     cell_link: np.ndarray) -> tuple[int | None, ...]:
+    """Every step's busiest link among (step, link) cells with their busy times: the most
+    busy, ties to the lowest link id (:func:`cclc.sim.simulate`'s choice); ``None`` for a
+    step without a cell."""
+    out: list[int | None] = [None] * n_steps
+    if len(cell_step):
+        order = np.lexsort((cell_link, -cell_busy, cell_step))
+        firsts = order[np.flatnonzero(np.diff(cell_step[order], prepend=-1) != 0)]
+        for i in firsts.tolist():
+            out[int(cell_step[i])] = int(cell_link[i])
+    return tuple(out)
 
 
 def simulate_lockstep(s: SymmetricSchedule, step_overhead: float = 0.0,
@@ -458,5 +495,11 @@ def simulate_lockstep(s: SymmetricSchedule, step_overhead: float = 0.0,
     np.maximum.at(step_time, step, op_time)
     charges = step_charges(step, o.src != o.dst, n_steps, step_overhead, overhead_steps)
     total = float((step_time + charges).sum()) if n_steps else 0.0
-    return SymmetricLockstep(time=total, step_time=step_time, link_bytes=link_loads(s))
+    # every link of an orbit is as busy as the orbit's cell: its lowest id stands for it
+    by_orbit, first = orbit_links(s)
+    busiest = busiest_per_step(n_steps, keys // topo.n_links, busy,
+                               by_orbit[first[keys % topo.n_links]])
+    return SymmetricLockstep(time=total, step_time=step_time, link_bytes=link_loads(s),
+                             step_bytes=step_bytes(s, op_bytes, n_steps),
+                             step_busiest_link=busiest)
 

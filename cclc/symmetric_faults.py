@@ -35,11 +35,20 @@ from cclc.ir import Buf, OpKind, Ops, Routes, Schedule
 from cclc.routing import carried_routes
 from cclc.sim import OverheadSteps, simulate, step_charges
 from cclc.symmetric import ExceptedSchedule, SymmetricSchedule, expand, healthy_collective
-from cclc.symmetric_check import Journeys, journeys, link_loads, link_orbits
+from cclc.symmetric_check import (
+    Journeys,
+    busiest_per_step,
+    journeys,
+    link_loads,
+    link_orbits,
+    orbit_links,
+    step_bytes,
+)
 
-__all__ = ["ExceptedLockstep", "check_healthy_base", "expand_excepted", "masked_instances",
-           "masked_links", "masked_outputs", "op_bytes", "required_mask", "route_pairs",
-           "simulate_excepted", "verify_excepted", "verify_tail"]
+__all__ = ["ExceptedLockstep", "base_step_bytes", "check_healthy_base", "expand_excepted",
+           "masked_instances", "masked_links", "masked_outputs", "op_bytes", "required_mask",
+           "route_pairs", "simulate_excepted", "verify_excepted", "verify_tail",
+           "whole_cell_links"]
 
 
 def route_pairs(s: SymmetricSchedule) -> tuple[np.ndarray, np.ndarray]:
@@ -315,11 +324,44 @@ def verify_tail(x: ExceptedSchedule, rank: np.ndarray, chunk: np.ndarray) -> Non
 @dataclass(frozen=True, eq=False)
 class ExceptedLockstep:
     """The lockstep time of an excepted schedule: total, per step (the base's, then the
-    tail's) and the bytes of every link, as :func:`cclc.sim.simulate` gives the expansion."""
+    tail's: time, bytes, busiest link) and the bytes of every link, as
+    :func:`cclc.sim.simulate` gives the expansion."""
 
     time: float
     step_time: np.ndarray
     link_bytes: np.ndarray
+    step_bytes: np.ndarray
+    step_busiest_link: tuple[int | None, ...]
+
+
+def base_step_bytes(x: ExceptedSchedule, elems: np.ndarray, n_steps: int) -> np.ndarray:
+    """Bytes the expanded base moves between ranks in every step, less its masked ops'."""
+    base = x.base
+    _, m_rep = masked_instances(x)
+    m_rep = m_rep[base.routes.lengths()[base.ops.route[m_rep]] > 0]
+    masked = np.bincount(base.ops.step[m_rep].astype(np.int64), weights=elems[m_rep],
+                         minlength=n_steps)
+    return step_bytes(base, elems, n_steps) - masked
+
+
+def whole_cell_links(base: SymmetricSchedule, cell_step: np.ndarray, cell_orbit: np.ndarray,
+                     touched: np.ndarray) -> np.ndarray:
+    """For (step, orbit) cells that keep their whole bytes on some links: the lowest link of
+    the orbit no exception touches in that step (``touched``: ``step * links + link`` keys of
+    the links whose bytes changed)."""
+    L = base.topology.n_links
+    by_orbit, first = orbit_links(base)
+    at = first[cell_orbit]
+    out = by_orbit[at]
+    hit = np.flatnonzero(np.isin(cell_step * L + out, touched))
+    if len(hit):
+        moved = set(touched.tolist())
+        for i in hit.tolist():
+            j = int(at[i])
+            while int(cell_step[i]) * L + int(by_orbit[j]) in moved:
+                j += 1
+            out[i] = by_orbit[j]
+    return out
 
 
 def simulate_excepted(x: ExceptedSchedule, step_overhead: float = 0.0,
@@ -387,7 +429,15 @@ def simulate_excepted(x: ExceptedSchedule, step_overhead: float = 0.0,
     link_bytes += np.asarray(tail.link_bytes, dtype=np.float64)
     total = float(step_time.sum() + charges.sum()) + float(tail.time)
     step_times = np.concatenate([step_time + charges, tail.step_time])
-    return ExceptedLockstep(time=total, step_time=step_times, link_bytes=link_bytes)
+    busiest = busiest_per_step(
+        n_steps, np.concatenate([m_step[kept], k_step[whole]]),
+        np.concatenate([((busy[ck] - removed) / bw[m_link])[kept], (busy / bw[k_orbit])[whole]]),
+        np.concatenate([m_link[kept], whole_cell_links(base, k_step[whole], k_orbit[whole],
+                                                       mkeys)]))
+    return ExceptedLockstep(
+        time=total, step_time=step_times, link_bytes=link_bytes,
+        step_bytes=np.concatenate([base_step_bytes(x, elems, n_steps), tail.step_bytes]),
+        step_busiest_link=busiest + tail.step_busiest_link)
 
 
 def op_bytes(s: SymmetricSchedule) -> np.ndarray:

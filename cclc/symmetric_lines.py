@@ -51,14 +51,16 @@ from cclc.errors import ScheduleError
 from cclc.ir import Buf, OpKind
 from cclc.sim import OverheadSteps, step_charges
 from cclc.symmetric import ExceptedSchedule, SymmetricSchedule, TranslationGroup, summing_buffer
-from cclc.symmetric_check import link_loads, link_orbits, verify_symmetric
+from cclc.symmetric_check import busiest_per_step, link_loads, link_orbits, verify_symmetric
 from cclc.symmetric_faults import (
     ExceptedLockstep,
+    base_step_bytes,
     check_healthy_base,
     masked_instances,
     masked_links,
     op_bytes,
     route_pairs,
+    whole_cell_links,
 )
 
 __all__ = ["LINED", "cut_rings", "required_lines_mask", "ring_phase_classes", "simulate_lined",
@@ -473,5 +475,13 @@ def simulate_lined(x: ExceptedSchedule, step_overhead: float = 0.0,
     link_bytes = link_loads(base)
     np.subtract.at(link_bytes, moved, elems[pair_op[at]])
     np.add.at(link_bytes, t_link, t_bytes)
+    busiest = busiest_per_step(
+        n_steps, np.concatenate([c_step[live], k_step[whole]]),
+        np.concatenate([(t_busy / bw[c_link])[live], (busy / bw[k_orbit])[whole]]),
+        np.concatenate([c_link[live], whole_cell_links(base, k_step[whole], k_orbit[whole],
+                                                       tkeys)]))
+    moved_bytes = base_step_bytes(x, elems, n_steps) + np.bincount(
+        t.step.astype(np.int64), weights=t_bytes, minlength=n_steps)
     return ExceptedLockstep(time=float(step_time.sum() + charges.sum()),
-                            step_time=step_time + charges, link_bytes=link_bytes)
+                            step_time=step_time + charges, link_bytes=link_bytes,
+                            step_bytes=moved_bytes, step_busiest_link=busiest)

@@ -226,10 +226,10 @@ def describe_form(s: SymmetricSchedule | ExceptedSchedule) -> str:
     if isinstance(s, ExceptedSchedule) and s.interleaved:
         exceptions = (f", less {len(set(s.masked_journey.tolist()))} ring phases on "
                       f"the {len(set(s.masked_element.tolist()))} ranks of the rings a "
-                      f"failed link cuts, and their lines of {len(s.tail)} ops")
+                      f"failed link cuts, and their lines of {len(s.tail):,} ops")
     elif isinstance(s, ExceptedSchedule):
-        exceptions = (f", less {len(s.masked_element)} journeys that cross a failed "
-                      f"link, and a tail of {len(s.tail)} ops")
+        exceptions = (f", less {len(s.masked_element):,} journeys that cross a failed "
+                      f"link, and a tail of {len(s.tail):,} ops")
     return f"stored by symmetry: the translations of the {shape} torus{exceptions}"
 
 

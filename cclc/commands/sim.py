@@ -43,8 +43,7 @@ lower bound and "% of bound" (bound / time; 100% is optimal), and the busiest li
 
 A schedule stored by symmetry (what 'cclc compile' writes for a large torus: one
 representative op per orbit of its translations) is verified and timed in its own form,
-never expanded: in lockstep only, and its step table gives each step's start and time, not
-its bytes or busiest link.
+never expanded, in lockstep only.
 
 examples:
   cclc sim out/a2a.schedule.json
@@ -111,13 +110,8 @@ def run(args) -> int:
     _print_rates_and_bound(coll, result.time, bound, preds[0].time if preds else None)
     _print_links(topo, result.link_bytes, result.link_busy, result.time, args.links)
     if args.steps:
-        print("  step        start          time         bytes  busiest link")
-        for s in range(result.n_steps):
-            link = result.step_busiest_link[s]
-            name = "-" if link is None else topo.link_name(link)
-            print(f"  {s:>4} {result.step_start[s] * 1e6:>12.3f} {result.step_time[s] * 1e6:>13.3f}"
-                  f" {result.step_bytes[s]:>13.0f}  {name}")
-        print("  (times in us)")
+        _print_steps(topo, result.step_start, result.step_time, result.step_bytes,
+                     result.step_busiest_link)
     return 0
 
 
@@ -148,13 +142,10 @@ def _run_form(args, schedule: SymmetricSchedule | ExceptedSchedule, progress: Pr
     _print_links(topo, result.link_bytes, result.link_bytes / topo.link_bandwidth,
                  result.time, args.links)
     if args.steps:
-        # the form's simulator gives each step's time, not its bytes or busiest link
+        # lockstep: a step starts when the one before it ends
         start = np.concatenate([[0.0], np.cumsum(result.step_time)[:-1]])
-        print("  step        start          time")
-        for s, (at, took) in enumerate(zip(start, result.step_time, strict=True)):
-            print(f"  {s:>4} {at * 1e6:>12.3f} {took * 1e6:>13.3f}")
-        print("  (times in us; a step's bytes and busiest link are not computed for a "
-              "schedule stored by symmetry)")
+        _print_steps(topo, start, result.step_time, result.step_bytes,
+                     result.step_busiest_link)
     return 0
 
 
@@ -210,6 +201,16 @@ def _print_rates_and_bound(coll: Collective, time: float, bound: Bounds,
         print(f"  {baseline}")
     for note in bound.notes:
         print(f"  note: {note}")
+
+
+def _print_steps(topo: Topology, start: np.ndarray, time: np.ndarray, moved: np.ndarray,
+                 busiest: tuple[int | None, ...]) -> None:
+    print("  step        start          time         bytes  busiest link")
+    for s, link in enumerate(busiest):
+        name = "-" if link is None else topo.link_name(link)
+        print(f"  {s:>4} {start[s] * 1e6:>12.3f} {time[s] * 1e6:>13.3f} {moved[s]:>13.0f}  "
+              f"{name}")
+    print("  (times in us)")
 
 
 def _print_links(topo: Topology, link_bytes: np.ndarray, link_busy: np.ndarray, time: float,

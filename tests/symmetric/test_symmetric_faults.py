@@ -55,6 +55,8 @@ def _both_ways(x: ExceptedSchedule) -> None:
         ref = simulate(whole, step_overhead=1e-7, overhead_steps=rule)
         assert sim.time == pytest.approx(ref.time, rel=1e-12)
         np.testing.assert_allclose(sim.link_bytes, ref.link_bytes, rtol=1e-12)
+        assert sim.step_bytes.tolist() == ref.step_bytes.tolist()
+        assert sim.step_busiest_link == ref.step_busiest_link
     # no kept op and no tail op crosses a failed link
     failed = np.flatnonzero(x.topology.link_failed)
     assert not np.asarray(ref.link_bytes)[failed].any()

@@ -72,6 +72,8 @@ def _check_against_expansion(coll):
     sim = simulate(whole, step_overhead=3e-7, overhead_steps="peer")
     assert lock.time == pytest.approx(sim.time, rel=1e-12)
     assert np.allclose(lock.link_bytes, sim.link_bytes)
+    assert lock.step_bytes.tolist() == sim.step_bytes.tolist()
+    assert lock.step_busiest_link == sim.step_busiest_link
     assert not lock.link_bytes[coll.topology.link_failed].any()
     return x, whole
 

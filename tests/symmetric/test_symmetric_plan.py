@@ -225,8 +225,8 @@ def test_cclc_verify_checks_a_document_stored_by_symmetry(tmp_path, refuse_every
 def test_cclc_sim_times_a_document_stored_by_symmetry_as_its_expansion(
         tmp_path, refuse_everything, capsys, fault, kind):
     """``cclc sim`` on the three forms (symmetric, with a tail, with lines) prints the time,
-    the busiest links and every step's time the simulator gives the expanded schedule, and
-    refuses what needs the whole schedule."""
+    the busiest links and every step's start, time, bytes and busiest link the simulator
+    gives the expanded schedule, and refuses what needs the whole schedule."""
     from cclc.cli import main
 
     compile_source(SOURCE.format(fault=fault, kind=kind), tmp_path / "o")
@@ -248,7 +248,11 @@ def test_cclc_sim_times_a_document_stored_by_symmetry_as_its_expansion(
     rows = [line.split() for line in out[out.index("  step "):].splitlines()[1:]
             if line.split() and line.split()[0].isdigit()]
     assert len(rows) == ref.n_steps
+    assert [float(r[1]) for r in rows] == pytest.approx(ref.step_start * 1e6, abs=1e-3)
     assert [float(r[2]) for r in rows] == pytest.approx(ref.step_time * 1e6, abs=1e-3)
+    assert [float(r[3]) for r in rows] == ref.step_bytes.tolist()
+    assert [r[4] for r in rows] == ["-" if k is None else topo.link_name(k)
+                                    for k in ref.step_busiest_link]
     for asked in (["--mode", "event"], ["--backend", "nccl"]):
         assert main(["sim", *asked, str(path)]) == 2
         assert "stored by symmetry" in capsys.readouterr().err
