@@ -210,8 +210,8 @@ def verify_form(s: SymmetricSchedule | ExceptedSchedule) -> None:
 def simulate_form(s: SymmetricSchedule | ExceptedSchedule, model: ExecutionModel
                   ) -> SymmetricLockstep | ExceptedLockstep:
     """The lockstep simulation of a schedule stored by symmetry under ``model``'s step cost
-    (its time, every step's time and every link's bytes), by the simulator of its form,
-    without expanding it."""
+    (its time, every step's time, bytes and busiest link, and every link's bytes), by the
+    simulator of its form, without expanding it."""
     cost, steps = model.step_overhead, model.overhead_steps
     if not isinstance(s, ExceptedSchedule):
         return simulate_lockstep(s, step_overhead=cost, overhead_steps=steps)

@@ -205,6 +205,7 @@ def _print_rates_and_bound(coll: Collective, time: float, bound: Bounds,
 
 def _print_steps(topo: Topology, start: np.ndarray, time: np.ndarray, moved: np.ndarray,
                  busiest: tuple[int | None, ...]) -> None:
+    """The ``--steps`` table: every step's start, time, bytes and busiest link."""
     print("  step        start          time         bytes  busiest link")
     for s, link in enumerate(busiest):
         name = "-" if link is None else topo.link_name(link)
