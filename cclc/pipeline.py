@@ -477,9 +477,7 @@ def _compile_symmetric(coll: Collective, model: ExecutionModel,
     # cclc.budget, cclc.symmetric* only when this runs, not for cclc --help
     from backends.contract import symmetric_refusal
     from cclc.budget import MAX_OPS
-    from cclc.symmetric import ExceptedSchedule, expand
-    from cclc.symmetric_faults import expand_excepted
-    from cclc.symmetric_plan import plan_symmetric
+    from cclc.symmetric_plan import expand_form, plan_symmetric
 
     p = planned
     if p is None:
@@ -499,8 +497,7 @@ def _compile_symmetric(coll: Collective, model: ExecutionModel,
             raise CclError(why)
         if backend.renders_symmetric:
             return write_outputs(backend, coll, sym.schedule, out, options, facts)
-        expanded = (expand_excepted(sym.schedule) if isinstance(sym.schedule, ExceptedSchedule)
-                    else expand(sym.schedule))
+        expanded = expand_form(sym.schedule)
         why = backend.refusal(expanded, options)
         if why is not None:
             raise CclError(why)

@@ -50,8 +50,8 @@ SYMMETRY_KEY = "symmetry"
 #: the key, inside :data:`SYMMETRY_KEY`, of the exceptions for failed links
 EXCEPTIONS_KEY = "exceptions"
 _STORED_BY_SYMMETRY = (f"a schedule stored by symmetry ('{SYMMETRY_KEY}'): its ops are one "
-                       "representative per orbit, not the whole schedule; 'cclc verify' "
-                       "and 'cclc sim' take it, this command does not")
+                       "representative per orbit, not the whole schedule; read it with "
+                       "read_document (cclc.symmetric_plan.expand_form expands it)")
 
 _E = TypeVar("_E", bound=Enum)
 #: the kinds of topology a document may name, as the :class:`Topology` field spells them

@@ -41,15 +41,21 @@ from cclc.bounds import Bounds, bounds
 from cclc.budget import BYTES_PER_OP, Limits, SizeEstimate
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind
 from cclc.execution import IR_MODEL, ExecutionModel
+from cclc.ir import Schedule
 from cclc.plan import Resolution
-from cclc.symmetric import ExceptedSchedule, SymmetricSchedule
+from cclc.symmetric import ExceptedSchedule, SymmetricSchedule, expand
 from cclc.symmetric_check import SymmetricLockstep, simulate_lockstep, verify_symmetric
-from cclc.symmetric_faults import ExceptedLockstep, simulate_excepted, verify_excepted
+from cclc.symmetric_faults import (
+    ExceptedLockstep,
+    expand_excepted,
+    simulate_excepted,
+    verify_excepted,
+)
 from cclc.symmetric_lines import simulate_lined, verify_lined
 
 __all__ = ["BUILDERS", "EXCEPTED", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "build_symmetric",
-           "describe_form", "form_estimate", "form_refusal", "plan_symmetric", "simulate_form",
-           "symmetric_model", "symmetric_reason", "verify_form"]
+           "describe_form", "expand_form", "form_estimate", "form_refusal", "plan_symmetric",
+           "simulate_form", "symmetric_model", "symmetric_reason", "verify_form"]
 
 #: the size check's estimate (ops, a lower bound on the largest candidate, cclc.budget) above
 #: which ``auto`` plans a collective in symmetric form where it can: a quarter of the limit
@@ -217,6 +223,12 @@ def simulate_form(s: SymmetricSchedule | ExceptedSchedule, model: ExecutionModel
         return simulate_lockstep(s, step_overhead=cost, overhead_steps=steps)
     simulator = simulate_lined if s.interleaved else simulate_excepted
     return simulator(s, step_overhead=cost, overhead_steps=steps)
+
+
+def expand_form(s: SymmetricSchedule | ExceptedSchedule) -> Schedule:
+    """The whole schedule of a schedule stored by symmetry, every rank's ops (for an output
+    or a command that needs them; :meth:`expanded_ops` of ``s`` says how many first)."""
+    return expand_excepted(s) if isinstance(s, ExceptedSchedule) else expand(s)
 
 
 def describe_form(s: SymmetricSchedule | ExceptedSchedule) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cclc.commands.argtypes import path_named
 from cclc.errors import CclError, ScheduleError
+from cclc.ir import Schedule
 from cclc.outdir import OutputDir
 from cclc.pipeline import measure
 from cclc.verify import verify
@@ -16,7 +17,9 @@ HELP = """Draw one or more schedules (JSON written by 'cclc compile') as a singl
 page: the topology with link load per step (slider, play/pause, left/right keys), a timeline of
 links x time from the event-driven simulator with the critical path, a per-rank buffer view
 for small schedules, and the numbers (time, algbw, busbw, % of bound). Several schedules are
-drawn side by side for comparison.
+drawn side by side for comparison. A schedule stored by symmetry (what 'cclc compile' writes
+for a large torus) is verified in that form and drawn expanded, where every rank's ops fit
+cclc's size limit ('cclc sim --steps' times a larger one without expanding it).
 
 example:
   cclc compile examples/torus5x5_fault.ccl -o out/
@@ -38,7 +41,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     # backends.html, cclc.serialize only when this runs, not for cclc --help
     from backends.html import render
-    from cclc.serialize import load
+    from cclc.serialize import read_document
 
     out = Path(args.output)
     if out.exists() and not out.is_file():
@@ -51,9 +54,13 @@ def run(args) -> int:
         schedules = []
         for path in args.schedules:
             print(f"viz: reading {path}", file=sys.stderr)
-            schedule = load(path)
+            document = read_document(path)
             try:
-                verify(schedule)  # a drawing of a wrong schedule would mislead
+                # a drawing of a wrong schedule would mislead
+                schedule = (document if isinstance(document, Schedule)
+                            else _expanded(path, document))
+                if schedule is document:
+                    verify(schedule)
             except ScheduleError as err:
                 print(f"error: {path} fails verification, so it is not drawn:\n{err.message}",
                       file=sys.stderr)
@@ -64,3 +71,24 @@ def run(args) -> int:
         folder.write_bytes(out.name, page.encode("utf-8"))
     print(f"wrote {out} ({len(page) / 1e6:.2f} MB)")
     return 0
+
+
+def _expanded(path: str, form) -> Schedule:
+    """The whole schedule of ``form`` (stored by symmetry), verified in its form first; a
+    :class:`CclError` where every rank's ops are over the size limit that ``cclc compile``'s
+    HTML output keeps to (:func:`backends.contract.symmetric_refusal`)."""
+    # cclc.budget, cclc.symmetric_plan only when this runs, not for cclc --help
+    from backends import load
+    from backends.contract import symmetric_refusal
+    from cclc.budget import MAX_OPS
+    from cclc.symmetric_plan import describe_form, expand_form, verify_form
+
+    if symmetric_refusal(load("html"), form, MAX_OPS) is not None:
+        raise CclError(f"{path} is {describe_form(form)}; drawing it needs every rank's ops: "
+                       f"{form.expanded_ops():,}, over cclc's limit of {MAX_OPS:,}; "
+                       f"'cclc sim --steps {path}' times it and prints every step without "
+                       "expanding it")
+    verify_form(form)
+    print(f"viz: {path}: {describe_form(form)}; verified in that form, drawn expanded "
+          f"({form.expanded_ops():,} ops)", file=sys.stderr)
+    return expand_form(form)

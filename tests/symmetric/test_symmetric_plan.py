@@ -32,7 +32,7 @@ from cclc.symmetric import ExceptedSchedule, SymmetricSchedule, expand
 from cclc.symmetric_check import verify_symmetric
 from cclc.symmetric_faults import expand_excepted, verify_excepted
 from cclc.symmetric_lines import verify_lined
-from cclc.symmetric_plan import plan_symmetric, symmetric_model, symmetric_reason
+from cclc.symmetric_plan import expand_form, plan_symmetric, symmetric_model, symmetric_reason
 from cclc.topology import torus
 from cclc.verify import verify
 
@@ -233,7 +233,7 @@ def test_cclc_sim_times_a_document_stored_by_symmetry_as_its_expansion(
     path = tmp_path / "o" / "a2a.schedule.json"
     doc = read_document(path)
     assert isinstance(doc, SymmetricSchedule | ExceptedSchedule)
-    whole = expand_excepted(doc) if isinstance(doc, ExceptedSchedule) else expand(doc)
+    whole = expand_form(doc)
     ref = simulate(whole)
     assert main(["sim", "--steps", "--links", "3", str(path)]) == 0
     out = capsys.readouterr().out
@@ -256,6 +256,48 @@ def test_cclc_sim_times_a_document_stored_by_symmetry_as_its_expansion(
     for asked in (["--mode", "event"], ["--backend", "nccl"]):
         assert main(["sim", *asked, str(path)]) == 2
         assert "stored by symmetry" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fault, kind", [("", "alltoall"),
+                                         ("\n    fault link (1,1) -- (2,1)", "alltoall"),
+                                         ("\n    fault link (1,1) -- (2,1)", "allreduce")])
+def test_cclc_viz_draws_a_document_stored_by_symmetry_expanded(
+        tmp_path, refuse_everything, capsys, monkeypatch, fault, kind):
+    """``cclc viz`` on the three forms draws the page of the expanded schedule, verified in
+    its form first; over the size limit it refuses (nothing written) and names ``cclc sim``;
+    a form that fails its verifier is not drawn."""
+    from backends.html import render
+    from cclc.cli import main
+    from cclc.pipeline import measure
+
+    compile_source(SOURCE.format(fault=fault, kind=kind), tmp_path / "o")
+    path = tmp_path / "o" / "a2a.schedule.json"
+    doc = read_document(path)
+    assert isinstance(doc, SymmetricSchedule | ExceptedSchedule)
+    page = tmp_path / "page.html"
+    assert main(["viz", str(path), "-o", str(page)]) == 0
+    assert "verified in that form, drawn expanded" in capsys.readouterr().err
+    whole = expand_form(doc)
+    assert page.read_text(encoding="utf-8") == render([(whole, measure(whole))])
+
+    limit = cclc.budget.MAX_OPS
+    monkeypatch.setattr(cclc.budget, "MAX_OPS", doc.expanded_ops() - 1)
+    big = tmp_path / "big.html"
+    assert main(["viz", str(path), "-o", str(big)]) == 2
+    err = capsys.readouterr().err
+    assert f"{doc.expanded_ops():,}, over cclc's limit" in err and "cclc sim --steps" in err
+    assert not big.exists()
+    monkeypatch.setattr(cclc.budget, "MAX_OPS", limit)
+
+    if isinstance(doc, SymmetricSchedule):
+        cols = doc.ops.columns()
+        cols["dst_off"] = (cols["dst_off"] + 1) % len(doc.layouts[1])
+        bad = tmp_path / "bad.schedule.json"
+        bad.write_bytes(b"".join(symmetric_document_pieces(
+            doc.replace(ops=type(doc.ops)(**cols)))))
+        assert main(["viz", str(bad), "-o", str(tmp_path / "bad.html")]) == 1
+        assert "fails verification" in capsys.readouterr().err
+        assert not (tmp_path / "bad.html").exists()
 
 
 def _whole_and_symmetric_times(text: str) -> tuple[float, float]:
