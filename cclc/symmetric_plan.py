@@ -54,7 +54,8 @@ from cclc.symmetric_faults import (
 from cclc.symmetric_lines import simulate_lined, verify_lined
 
 __all__ = ["BUILDERS", "EXCEPTED", "SYMMETRIC_FROM_OPS", "SymmetricPlan", "build_symmetric",
-           "describe_form", "expand_form", "form_estimate", "form_refusal", "plan_symmetric",
+           "describe_form", "expand_form", "form_estimate", "form_refusal", "form_steps",
+           "plan_symmetric",
            "simulate_form", "symmetric_model", "symmetric_reason", "verify_form"]
 
 #: the size check's estimate (ops, a lower bound on the largest candidate, cclc.budget) above
@@ -235,14 +236,25 @@ def describe_form(s: SymmetricSchedule | ExceptedSchedule) -> str:
     """How ``s`` is stored, for a command's report: its group and its exceptions."""
     shape = "x".join(map(str, s.group.shape))
     exceptions = ""
-    if isinstance(s, ExceptedSchedule) and s.interleaved:
-        exceptions = (f", less {len(set(s.masked_journey.tolist()))} ring phases on "
-                      f"the {len(set(s.masked_element.tolist()))} ranks of the rings a "
-                      f"failed link cuts, and their lines of {len(s.tail):,} ops")
-    elif isinstance(s, ExceptedSchedule):
-        exceptions = (f", less {len(s.masked_element):,} journeys that cross a failed "
-                      f"link, and a tail of {len(s.tail):,} ops")
+    if isinstance(s, ExceptedSchedule):
+        if s.interleaved:
+            exceptions = (f", less {len(set(s.masked_journey.tolist()))} ring phases on the "
+                          f"{len(set(s.masked_element.tolist())):,} ranks of the rings a "
+                          f"failed link cuts, run there as lines of {len(s.tail):,} ops in the "
+                          "same steps")
+        else:
+            exceptions = (f", less {len(s.masked_element):,} journeys that cross a failed "
+                          f"link, delivered after it by a tail of {len(s.tail):,} ops in "
+                          f"{s.tail.n_steps} steps")
     return f"stored by symmetry: the translations of the {shape} torus{exceptions}"
+
+
+def form_steps(s: SymmetricSchedule | ExceptedSchedule) -> int:
+    """The steps of ``s``'s whole schedule: a tail runs after the base, lines beside it."""
+    base = s.ops.n_steps
+    if not isinstance(s, ExceptedSchedule):
+        return base
+    return max(base, s.tail.n_steps) if s.interleaved else base + s.tail.n_steps
 
 
 def _exceptions(s: SymmetricSchedule | ExceptedSchedule) -> str:

@@ -280,8 +280,8 @@ class _Printer(Events):
             print(f"  {_onesided_report(p)}")
 
     def planned_symmetric(self, coll, p, whole=None) -> None:
-        # cclc.symmetric only when this runs, not for cclc --help
-        from cclc.symmetric import ExceptedSchedule
+        # cclc.symmetric_plan only when this runs, not for cclc --help
+        from cclc.symmetric_plan import describe_form, form_steps
 
         pct = f", {p.pct_of_bound:.1f}% of bound" if p.pct_of_bound is not None else ""
         if self.args.explain and whole is not None:
@@ -289,25 +289,9 @@ class _Printer(Events):
             print(format_candidates(whole, outdone_by=p.name))
             print(f"  and stored by symmetry: {p.name} {format_time(p.time)}{pct}: chosen")
         s = p.schedule
-        steps = s.ops.n_steps
-        exceptions = ""
-        if isinstance(s, ExceptedSchedule) and s.interleaved:
-            steps = max(steps, s.tail.n_steps)
-            exceptions = (f" with exceptions: {len(set(s.masked_journey.tolist()))} ring phases "
-                          f"on the {len(set(s.masked_element.tolist())):,} ranks of the rings "
-                          f"its {s.topology.n_failed_links} failed links cut left out, run "
-                          f"there as lines of {len(s.tail):,} ops in the same steps")
-        elif isinstance(s, ExceptedSchedule):
-            steps += s.tail.n_steps
-            exceptions = (f" with exceptions: {len(s.masked_element):,} journeys that cross "
-                          f"its {s.topology.n_failed_links} failed links left out, their units "
-                          f"delivered after it by a tail of {len(s.tail):,} ops in "
-                          f"{s.tail.n_steps} steps")
         print(f"{coll.name}: {p.name} {format_time(p.time)}{pct}, {len(s.ops):,} "
-              f"representative ops for {s.expanded_ops():,} ops in {steps} "
-              f"steps, stored by symmetry (the translations of the "
-              f"{'x'.join(map(str, s.group.shape))} torus){exceptions} ({p.model.label}; "
-              f"routing {coll.topology.routing})")
+              f"representative ops for {s.expanded_ops():,} ops in {form_steps(s)} steps, "
+              f"{describe_form(s)} ({p.model.label}; routing {coll.topology.routing})")
 
     def failed(self, coll, message: str) -> None:
         print(f"error: collective '{coll.name}': the schedule failed verification, so "
