@@ -222,11 +222,19 @@ def candidate_bounds(coll: Collective, algos: list[Algorithm], params: dict, mod
             if a.applicable(coll, **params) is None else None for a in algos]
 
 
-def evaluation_order(bounds: Sequence[LoadBound | NoBound | None]) -> list[int]:
+def evaluation_order(bounds: Sequence[LoadBound | NoBound | None],
+                     synthesizes: Sequence[bool] | None = None) -> list[int]:
     """Indices in the order ``auto`` evaluates them: candidates without a bound first (any of
-    them may be the fastest), then by increasing bound, registration order among equals."""
-    def key(i: int) -> tuple[bool, float, int]:
+    them may be the fastest), then by increasing bound, registration order among equals; among
+    those without a bound, the ones that ``synthesizes`` (seconds where a template takes
+    milliseconds) after the others, so they know the time to beat
+    (:attr:`cclc.algorithms.BuildContext.beat`)."""
+    late = synthesizes if synthesizes is not None else [False] * len(bounds)
+
+    def key(i: int) -> tuple[bool, bool, float, int]:
         b = bounds[i]
-        return (isinstance(b, LoadBound), b.time if isinstance(b, LoadBound) else 0.0, i)
+        if isinstance(b, LoadBound):
+            return (True, False, b.time, i)
+        return (False, late[i], 0.0, i)
 
     return sorted(range(len(bounds)), key=key)

@@ -28,6 +28,7 @@ from cclc.algorithms import (
     BudgetExhausted,
     BuildContext,
     NoBound,
+    Outpaced,
     algorithms_for,
     get,
 )
@@ -296,6 +297,10 @@ def _evaluate(coll: Collective, algo: Algorithm, params: dict, bound: float | No
         # the routing cannot carry a move and no member of the group can relay it, or a
         # synthesis found nothing within its budget
         return Candidate(algo.name, False, err.message), None
+    except Outpaced as err:
+        # auto's synthesis predicted itself far slower than the fastest so far (no estimate:
+        # its prediction is not a lower bound, so only a refusal of that one builds it again)
+        return Candidate(algo.name, True, None, pruned=err.message), None
     # an estimate below what was built: the verifier's interpreter must still fit
     reason = None if limits is None else limits.schedule_refusal(schedule)
     if reason is not None:
@@ -451,8 +456,9 @@ def _plan_auto(res: Resolution, context: BuildContext, all_bounds: Bounds | None
     bounded = iter(candidate_bounds(coll, [a for a, ok in zip(chosen, fits, strict=True) if ok],
                                     params, context.model) if prune else ())
     run = _AutoRun(res, bound, context, step, total, limits, fits,
-                   [next(bounded) if prune and ok else None for ok in fits])
-    for n_done, i in enumerate(evaluation_order(run.bounds_of)):
+                   [next(bounded) if prune and ok else None for ok in fits], prune)
+    for n_done, i in enumerate(evaluation_order(
+            run.bounds_of, [a.synthesize is not None for a in chosen])):
         algo = chosen[i]
         step(1 + n_done, total, algo.name)
         est, fastest = run.bounds_of[i], run.fastest
@@ -490,6 +496,7 @@ class _AutoRun:
     limits: Limits | None
     fits: list[bool]            # whether each candidate's size estimate fits ``limits``
     bounds_of: list[LoadBound | NoBound | None]
+    prune: bool = True
     found: list[Candidate | None] = field(default_factory=list)
     fastest: _Best | None = None
 
@@ -501,8 +508,13 @@ class _AutoRun:
         if self.fastest is not None:
             self.fastest = self.fastest.make_room()
         est = self.bounds_of[i]
+        context = self.context
+        # a synthesis may give up against the fastest so far, unless every candidate is to
+        # be built (prune=False)
+        if self.prune and self.fastest is not None and self.fastest.row.time is not None:
+            context = replace(context, beat=(self.fastest.row.name, self.fastest.row.time))
         row, schedule = _evaluate(self.res.collective, self.res.entries[i], self.res.params,
-                                  self.bound, self.context, _saying(self.step, at, self.total),
+                                  self.bound, context, _saying(self.step, at, self.total),
                                   self.limits, self.fits[i])
         self.found[i] = row = replace(
             row, estimate=est.time if isinstance(est, LoadBound) else None,
@@ -524,8 +536,9 @@ class _AutoRun:
                 ranked = self._ranked()
                 next_time = ranked[0][0] if ranked else float("inf")
                 for i, r in enumerate(self.found):
-                    if (r is not None and r.pruned is not None and r.estimate is not None
-                            and r.estimate < next_time):
+                    # (a synthesis that gave up against the refused one has no estimate)
+                    if (r is not None and r.pruned is not None
+                            and (r.estimate is None or r.estimate < next_time)):
                         self.evaluate(i, last)
                 ranked = self._ranked()
                 if not ranked:

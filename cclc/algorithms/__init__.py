@@ -25,8 +25,8 @@ from cclc.sends import Sends
 from cclc.sim import simulate
 
 __all__ = ["REGISTRY", "Algorithm", "BudgetExhausted", "BuildContext", "CostFn", "NoBound",
-           "OpsFn", "SendsFn", "Synthesis", "TrafficFn", "algorithms_for", "every_rank_ops", "get",
-           "lockstep_time", "register", "unregister"]
+           "OpsFn", "Outpaced", "SendsFn", "Synthesis", "TrafficFn", "algorithms_for",
+           "every_rank_ops", "get", "lockstep_time", "register", "unregister"]
 
 #: the predicted time (seconds) of a schedule: what an algorithm that tunes itself (e.g.
 #: hierarchical's pipeline depth) minimizes; it is given, never imported by the algorithm
@@ -52,12 +52,15 @@ class BuildContext:
     its hint names no ``budget`` (``cclc compile --synth-budget``; ``None``: its default);
     ``emit_seconds_per_op``: what writing the requested outputs costs per op of the schedule
     kept (their :attr:`backends.contract.Backend.seconds_per_op` added), which ``auto``'s
-    synthesis candidate pays for within its budget.
+    synthesis candidate pays for within its budget. ``beat``: the name and simulated time
+    (seconds) of the fastest candidate ``auto`` has so far, which its synthesis candidate
+    gives up against (:class:`Outpaced`) where its own prediction is far above it.
     """
 
     model: ExecutionModel = IR_MODEL
     synth_budget: float | None = None
     emit_seconds_per_op: float = 0.0
+    beat: tuple[str, float] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,6 +88,17 @@ class Synthesis:
 class BudgetExhausted(CollectiveError):
     """A synthesis's budget ran out before it had a schedule (the planner then races the
     templates, or reports the candidate as not applicable under ``auto``)."""
+
+
+class Outpaced(CollectiveError):
+    """``auto``'s synthesis candidate gave up before building its ops: its own prediction
+    (``predicted``, seconds) is far above the time of the fastest candidate so far
+    (:attr:`BuildContext.beat`); the planner reports it as pruned, and builds it after all
+    where the outputs refuse that candidate."""
+
+    def __init__(self, message: str, predicted: float):
+        super().__init__(message)
+        self.predicted = predicted
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from cclc.algorithms import (
     Algorithm,
     BuildContext,
     NoBound,
+    Outpaced,
     Synthesis,
     every_rank_ops,
     register,
@@ -73,6 +74,7 @@ from cclc.synth.pricing import step_cost
 from cclc.synth.taper import link_loads, pipeline_time, tapered_units
 from cclc.synth.tree_time import edge_starts
 from cclc.synth.trees import TreePacking
+from cclc.units import format_time
 
 __all__ = ["DEFAULT_BUDGET", "MAX_OPS", "MAX_OPS_AUTO", "SOLVER", "TreeSynthesis",
            "build_synth_trees", "op_limit", "synthesize_tree_schedule", "synthesize_trees"]
@@ -113,10 +115,11 @@ def _strongly_connected(g: HopGraph) -> bool:
 
 
 def _taper(coll: Collective, syn: TreeSynthesis, chunks: int, fixed: bool, max_ops: int,
-           deadline: float, model: ExecutionModel) -> tuple[int, np.ndarray | None]:
-    """The pipeline's depth and units per chunk (``None``: equal chunks): a tapered pipeline
-    (:mod:`cclc.synth.taper`) of ``chunks``, or (unless ``fixed``) of a deeper one, where it is
-    :data:`_TAPER_GAIN` faster in the lockstep model than equal chunks at ``chunks``.
+           deadline: float, model: ExecutionModel) -> tuple[int, np.ndarray | None, float]:
+    """The pipeline's depth, units per chunk (``None``: equal chunks) and lockstep time: a
+    tapered pipeline (:mod:`cclc.synth.taper`) of ``chunks``, or (unless ``fixed``) of a
+    deeper one, where it is :data:`_TAPER_GAIN` faster in the lockstep model than equal chunks
+    at ``chunks`` (their time, where not).
 
     Tapering needs every block cut into whole equal units (2 to :data:`_TAPER_UNITS` times the
     depth per tree, the finest that divides the blocks): the runtimes move whole units, and
@@ -129,7 +132,7 @@ def _taper(coll: Collective, syn: TreeSynthesis, chunks: int, fixed: bool, max_o
                                            min(cap, -(-3 * chunks // 2)), min(cap, 2 * chunks)})
     depths = [c for c in depths if 2 <= c <= _TAPER_MAX_DEPTH]
     if not depths:
-        return chunks, None
+        return chunks, None, float("inf")
     if ag is not None and rs is not None:
         start, move = edge_starts(rs, ag)
         blocks = set(even_split(coll.count, coll.n).tolist())
@@ -161,7 +164,7 @@ def _taper(coll: Collective, syn: TreeSynthesis, chunks: int, fixed: bool, max_o
             t = pipeline_time(exact, units / per_tree, tree_bytes, cost)
             if t < best[0]:
                 best = (t, c, units)
-    return best[1], best[2]
+    return best[1], best[2], best[0] if best[2] is not None else equal
 
 
 #: how much faster (lockstep model) a tapered pipeline must be than equal chunks to be used
@@ -175,6 +178,18 @@ _TAPER_MAX_DEPTH = 64
 #: 1 GiB AllGather to 96.6% of its bound (8 C: 95.1%; the LP's fractions: 96.7%) and keeps its
 #: largest chunk (48 units) under the MSCCL runtimes' ``cnt`` limit (71)
 _TAPER_UNITS = 16
+
+
+#: how far above the fastest candidate so far (:attr:`BuildContext.beat`) the trees' predicted
+#: time (the pipeline's lockstep time, tapered where that is faster, before the ops are
+#: built) must be for ``auto``'s synth to give up (:class:`~cclc.algorithms.Outpaced`). A
+#: margin, not a bound: the built schedule's time (routed, and priced under ECMP's hashing
+#: where the fabric declares it) was 0.98 to 1.00 times the prediction on the examples'
+#: AllGathers, ReduceScatters and AllReduces (tests/algorithms/test_synth_outpaced.py; the
+#: equal-chunk prediction alone was 1.34 times a tapered ring's time). On the 128-GPU fabric
+#: with a failed NIC the trees predict 18.6 ms where rail_halving takes 6.75 ms: giving up
+#: there skips 15 s of spine planning.
+GIVE_UP = 1.25
 
 
 def synthesize_tree_schedule(coll: Collective, context: BuildContext, **params) -> Synthesis:
@@ -201,15 +216,22 @@ def synthesize_tree_schedule(coll: Collective, context: BuildContext, **params) 
         return Synthesis(None, (("solver", SOLVER),), None, t0)
     given = hint_int(params, "chunks", None)
     room = ops_left(t0 + budget, max_ops, machine_slowdown(t0, cpu0), model)
-    _, chunks = predict_pipeline(coll, syn.graph, syn.ag, syn.rs, block_bytes(coll),
-                                 syn.rate_ag, syn.rate_rs, model, given, room)
+    predicted, chunks = predict_pipeline(coll, syn.graph, syn.ag, syn.rs, block_bytes(coll),
+                                         syn.rate_ag, syn.rate_rs, model, given, room)
     units = None
     # a lockstep step waits for its slowest link, so a deep level drains the last chunk a
     # whole step; under the dataflow models (msccl, nccl) it does not, and the tail's small
     # chunks only add per-op cost (msccl model, 128-GPU fabric's 128 MiB ReduceScatter: 78.5%
     # of the bound with equal chunks, 74.5% tapered)
     if hint_int(params, "taper", 1, low=0) and model.mode == "lockstep":
-        chunks, units = _taper(coll, syn, chunks, given is not None, room, t0 + budget, model)
+        chunks, units, tapered = _taper(coll, syn, chunks, given is not None, room,
+                                        t0 + budget, model)
+        predicted = min(predicted, tapered)
+    if context.beat is not None and predicted > GIVE_UP * context.beat[1]:
+        name, beat = context.beat
+        raise Outpaced(f"its trees' predicted time, {format_time(predicted)}, is over "
+                       f"{GIVE_UP:g}x {name}'s simulated {format_time(beat)}: given up before "
+                       "building its ops", predicted)
     meta: tuple[tuple[str, object], ...] = (
         ("solver", SOLVER), ("status", syn.status), ("solve_s", round(syn.solve_s, 3)),
         ("k", _packed(syn).k), ("chunks", chunks))

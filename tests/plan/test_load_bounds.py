@@ -157,6 +157,10 @@ def test_the_stated_accuracy_under_the_ir_model():
 def test_evaluation_order_and_prune_reason():
     bounds = [LoadBound(3.0, 0), None, LoadBound(1.0, 0), LoadBound(1.0, 1), None]
     assert evaluation_order(bounds) == [1, 4, 2, 3, 0]
+    # a synthesis without a bound after the other unbounded candidates (so it knows the time
+    # to beat); one with a bound keeps its place among the bounded
+    assert evaluation_order(bounds, [False, True, False, False, False]) == [4, 1, 2, 3, 0]
+    assert evaluation_order(bounds, [False, False, True, False, False]) == [1, 4, 2, 3, 0]
     assert prune_reason(LoadBound(2.0, 0), 1.0, "mate") is not None
     assert prune_reason(LoadBound(1.0, 0), 1.0, "mate") is None     # equal: it may tie
     assert prune_reason(None, 1.0, "mate") is None
