@@ -186,7 +186,9 @@ _TAPER_UNITS = 16
 #: margin, not a bound: the built schedule's time (routed, and priced under ECMP's hashing
 #: where the fabric declares it) was 0.98 to 1.00 times the prediction on the examples'
 #: AllGathers, ReduceScatters and AllReduces (tests/algorithms/test_synth_outpaced.py; the
-#: equal-chunk prediction alone was 1.34 times a tapered ring's time). On the 128-GPU fabric
+#: equal-chunk prediction alone was 1.34 times a tapered ring's time). Under the lockstep
+#: models only: under the dataflow ones (msccl, nccl) the prediction was 0.66 to 1.22 times
+#: the built schedule's time on the same examples, so synth is always built. On the 128-GPU fabric
 #: with a failed NIC the trees predict 18.6 ms where rail_halving takes 6.75 ms: giving up
 #: there skips 15 s of spine planning.
 GIVE_UP = 1.25
@@ -227,7 +229,8 @@ def synthesize_tree_schedule(coll: Collective, context: BuildContext, **params) 
         chunks, units, tapered = _taper(coll, syn, chunks, given is not None, room,
                                         t0 + budget, model)
         predicted = min(predicted, tapered)
-    if context.beat is not None and predicted > GIVE_UP * context.beat[1]:
+    if (context.beat is not None and model.mode == "lockstep"
+            and predicted > GIVE_UP * context.beat[1]):
         name, beat = context.beat
         raise Outpaced(f"its trees' predicted time, {format_time(predicted)}, is over "
                        f"{GIVE_UP:g}x {name}'s simulated {format_time(beat)}: given up before "

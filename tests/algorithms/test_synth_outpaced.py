@@ -14,7 +14,7 @@ import dsl
 from cclc.algorithms import BuildContext, Outpaced, get
 from cclc.algorithms.synth_trees import GIVE_UP, synthesize_tree_schedule
 from cclc.collective import CollectiveKind, Hint, make_collective
-from cclc.execution import IR_MODEL, predict
+from cclc.execution import IR_MODEL, MSCCL_MODEL, predict
 from cclc.plan import plan
 from cclc.topology import torus
 
@@ -72,6 +72,9 @@ def test_the_built_schedule_takes_more_than_the_prediction_over_the_margin(
     assert "given up before building its ops" in given_up.value.message
     built = get("synth").build(coll, context=BuildContext())
     assert predict(built, IR_MODEL).time > predicted / GIVE_UP
+    # under a dataflow model (its prediction is not that close) it never gives up
+    assert synthesize_tree_schedule(
+        coll, BuildContext(model=MSCCL_MODEL, beat=("a template", 1e-12))).schedule is not None
 
 
 def test_auto_prunes_a_synthesis_that_gives_up_and_builds_it_where_the_faster_is_refused(
