@@ -183,14 +183,15 @@ _TAPER_UNITS = 16
 #: how far above the fastest candidate so far (:attr:`BuildContext.beat`) the trees' predicted
 #: time (the pipeline's lockstep time, tapered where that is faster, before the ops are
 #: built) must be for ``auto``'s synth to give up (:class:`~cclc.algorithms.Outpaced`). A
-#: margin, not a bound: the built schedule's time (routed, and priced under ECMP's hashing
-#: where the fabric declares it) was 0.98 to 1.00 times the prediction on the examples'
-#: AllGathers, ReduceScatters and AllReduces (tests/algorithms/test_synth_outpaced.py; the
-#: equal-chunk prediction alone was 1.34 times a tapered ring's time). Under the lockstep
-#: models only: under the dataflow ones (msccl, nccl) the prediction was 0.66 to 1.22 times
-#: the built schedule's time on the same examples, so synth is always built. On the 128-GPU fabric
-#: with a failed NIC the trees predict 18.6 ms where rail_halving takes 6.75 ms: giving up
-#: there skips 15 s of spine planning.
+#: margin, not a bound: under the IR model the built schedule's time (routed, and priced
+#: under ECMP's hashing where the fabric declares it) was 0.98 to 1.00 times the prediction
+#: on 16 AllGathers, ReduceScatters and AllReduces of the examples
+#: (tests/algorithms/test_synth_outpaced.py checks the small ones; the equal-chunk prediction
+#: alone was 1.34 times a tapered ring's time). Under the lockstep models only: under the
+#: msccl model the prediction was 0.66 to 1.22 times the built schedule's time on the 12
+#: smaller ones, so synth is always built under the dataflow models. On the 128-GPU fabric
+#: with a failed NIC the trees predict 18.6 ms (IR model) where rail_halving takes 6.75 ms:
+#: giving up there skips 15 s of spine planning.
 GIVE_UP = 1.25
 
 

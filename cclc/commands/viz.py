@@ -57,10 +57,11 @@ def run(args) -> int:
             document = read_document(path)
             try:
                 # a drawing of a wrong schedule would mislead
-                schedule = (document if isinstance(document, Schedule)
-                            else _expanded(path, document))
-                if schedule is document:
-                    verify(schedule)
+                if isinstance(document, Schedule):
+                    verify(document)
+                    schedule = document
+                else:
+                    schedule = _expanded(path, document)
             except ScheduleError as err:
                 print(f"error: {path} fails verification, so it is not drawn:\n{err.message}",
                       file=sys.stderr)
@@ -83,12 +84,13 @@ def _expanded(path: str, form) -> Schedule:
     from cclc.budget import MAX_OPS
     from cclc.symmetric_plan import describe_form, expand_form, verify_form
 
+    stored = describe_form(form)
     if symmetric_refusal(load("html"), form, MAX_OPS) is not None:
-        raise CclError(f"{path} is {describe_form(form)}; drawing it needs every rank's ops: "
+        raise CclError(f"{path} is {stored}; drawing it needs every rank's ops: "
                        f"{form.expanded_ops():,}, over cclc's limit of {MAX_OPS:,}; "
                        f"'cclc sim --steps {path}' times it and prints every step without "
                        "expanding it")
     verify_form(form)
-    print(f"viz: {path}: {describe_form(form)}; verified in that form, drawn expanded "
+    print(f"viz: {path}: {stored}; verified in that form, drawn expanded "
           f"({form.expanded_ops():,} ops)", file=sys.stderr)
     return expand_form(form)
