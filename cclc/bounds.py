@@ -64,6 +64,12 @@ that keeps every bound a bound: :mod:`cclc.bounds_closed_form`).
       and the description says so.
     * broadcast / reduce: one family per non-root rank: ``S`` from the root (to the root),
       capacities not shared — the max-flow bound.
+``routes``
+    A group smaller than the machine: one flow per pair of members along the routes the
+    routing carries between them, every member sending and receiving what it must, all
+    sharing each link (:mod:`cclc.route_bound`). The LP above lets a link any pair's route
+    reaches carry any commodity; this one knows that a GPU outside the group forwards nothing,
+    so a link only one pair's routes reach carries only that pair's bytes.
 
 ``Bounds.best`` is the largest of the bounds, ``Bounds.name`` which one it is; "% of bound"
 is ``best / simulated time``.
@@ -102,6 +108,7 @@ from cclc.flow_lp import (
     torus_automorphism_count,
     torus_symmetry,
 )
+from cclc.route_bound import routes_bound
 
 __all__ = ["LP_EXACT_MAX_VARIABLES", "LP_MAX_FAMILIES", "LP_MAX_FLOW_LINKS",
            "LP_MAX_JOINT_VARIABLES",
@@ -690,6 +697,13 @@ def _bounds(coll: Collective, lp: bool, lp_max_ranks: int | None,
             notes.append(lp_skipped_note(coll, lp_max_variables))
         else:
             items.append(b)
+        # a group smaller than the machine: what its members send and receive over the routes
+        # between them (GPUs outside it forward nothing)
+        routes, skipped = routes_bound(coll)
+        if routes is not None:
+            items.append(routes)
+        if skipped is not None:
+            notes.append(skipped)
     else:
         notes.append("lp: not computed")
     return Bounds(collective=coll.name, items=tuple(items), notes=tuple(notes))

@@ -283,7 +283,7 @@ class Topology:
             self._cache["edge_links"] = (keys[order], edges[order, 2])
         return self._cache["edge_links"]
 
-    def _live_links(self) -> np.ndarray:
+    def live_links(self) -> np.ndarray:
         """Per link: healthy, between vertices that are not failed ranks."""
         ok = ~self.link_failed
         if self.failed_ranks:
@@ -297,7 +297,7 @@ class Topology:
         keys ``tail * n_vertices + head`` and the lowest link id of each (it names the hop)."""
         if "hop_links" not in self._cache:
             v = self.n_vertices
-            ok = np.flatnonzero(self._live_links())
+            ok = np.flatnonzero(self.live_links())
             key = self.link_src[ok].astype(np.int64) * v + self.link_dst[ok]
             order = np.lexsort((ok, key))
             key, ok = key[order], ok[order]
@@ -353,7 +353,7 @@ class Topology:
         # scipy.sparse (~0.2 s to import) only when this runs: importing the module needs no scipy
         from scipy.sparse import csr_matrix
 
-        ok = self._live_links()
+        ok = self.live_links()
         src, dst, lat = self.link_src[ok], self.link_dst[ok], self.link_latency[ok]
         # csr_matrix sums duplicate entries: keep only the fastest of parallel links
         order = np.lexsort((lat, dst, src))

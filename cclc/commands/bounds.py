@@ -34,6 +34,10 @@ between two members (GPUs outside the group relay nothing):
              or 500000 links; allreduce: one joint LP of its reduce-scatter and allgather
              flows sharing each link, replaced by the larger of the two phase LPs above
              10000 flow variables (--lp-max-variables sets that limit too)
+  routes     a group smaller than the machine: the LP of one flow per pair of members
+             along the routes between them, each member sending and receiving what it
+             must, all sharing each link (a link only one pair's routes reach carries only
+             that pair's bytes); skipped, as the output says, above 300000 flow variables
 
 "% of bound" in 'cclc sim' is the strongest bound over the simulated time.
 
@@ -52,7 +56,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("bounds", help="print the lower bounds of every collective in a file",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", metavar="FILE.ccl", help="the program")
-    p.add_argument("--no-lp", action="store_true", help="closed-form bounds only")
+    p.add_argument("--no-lp", action="store_true",
+                   help="closed-form bounds only (no lp, no routes)")
     p.add_argument("--lp-max-variables", type=_positive, metavar="N",
                    help="solve the alltoall LP (the joint allreduce LP) up to N flow "
                         "variables (default 60000; allreduce 10000)")

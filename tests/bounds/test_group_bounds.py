@@ -163,7 +163,14 @@ def _topologies():
     t5 = torus("t", (3, 3), bandwidth=NIC, latency=1e-7, routing="none")
     t6 = with_faults(torus("t", (4, 2), bandwidth=NIC, latency=1e-7, routing="dimension_order"),
                      links=[(0, 2), (2, 0)])
-    return [t1, t2, t3, t4, t5, t6]
+    # a GPU without its NIC: the other NICs of its server are its rail's way out and in
+    # (the `routes` bound counts them as its alone)
+    t7 = fabric(3, gpus=4, nics=4, spines=2)
+    nic = t7.vertex("node0.nic0")
+    touching = (t7.link_src == nic) | (t7.link_dst == nic)
+    t7 = with_faults(t7, links=list(zip(t7.link_src[touching].tolist(),
+                                         t7.link_dst[touching].tolist(), strict=True)))
+    return [t1, t2, t3, t4, t5, t6, t7]
 
 
 TOPOLOGIES = _topologies()
