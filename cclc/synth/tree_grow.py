@@ -12,6 +12,7 @@ out-trees, the reversed moves for in-trees.
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,7 +43,9 @@ class TreeFamily:
     ``into[v]``: the moves leaving and entering member ``v``; ``link_moves``: the transposed
     incidence (which moves use each link); ``move_of[l]``: with ``single``, the move of link
     ``l`` (a link is one move at most: moves join distinct pairs), -1 for none;
-    ``out_lists``: ``out`` as Python lists (the heap of :func:`_grow_static` reads them).
+    ``out_moves[v]``: the moves leaving ``v`` as ``(move, the member it reaches)`` and
+    ``src_list``: every move's source, Python lists (the loop of :func:`_grow_static` reads
+    them).
     """
 
     g: HopGraph
@@ -54,7 +57,8 @@ class TreeFamily:
     into: list
     link_moves: csr_matrix
     move_of: np.ndarray | None
-    out_lists: list
+    out_moves: list
+    src_list: list
 
 
 def tree_family(g: HopGraph, depth_slack: int) -> TreeFamily:
@@ -72,8 +76,10 @@ def tree_family(g: HopGraph, depth_slack: int) -> TreeFamily:
         move_of = np.full(len(g.capacity), -1, dtype=np.int64)
         move_of[single] = np.arange(g.m)
     out = _by(g.src, g.n)
+    dst = g.dst.tolist()
+    out_moves = [[(h, dst[h]) for h in o.tolist()] for o in out]
     return TreeFamily(g, inc, single, limit.astype(np.int64), edge_links, out,
-                      _by(g.dst, g.n), inc.T.tocsr(), move_of, [o.tolist() for o in out])
+                      _by(g.dst, g.n), inc.T.tocsr(), move_of, out_moves, g.src.tolist())
 
 
 def _by(ends: np.ndarray, n: int) -> list:
@@ -173,52 +179,59 @@ def _grow_static(fam: TreeFamily, r: int, load: np.ndarray, unit: np.ndarray,
     """:func:`grow_tree` without a symmetry: the tree's own uses do not count in its prices
     (``SELF_WEIGHT`` 0) and it has no translates, so every move keeps its price while the
     tree grows, and the rule is Prim's algorithm under a depth limit: a heap of the
-    frontier's moves per side of the limit, keyed by (cost, move) for the same ties."""
+    frontier's moves per side of the limit, keyed by (cost, move) for the same ties.
+
+    A move is pushed only when it costs no more than every move already offered to the same
+    member from the same side: a costlier one can never be the cheapest of its heap (the
+    cheaper offer stays there until its member is reached), so the trees are the same, with
+    fewer pushes and pops."""
     g = fam.g
     n = g.n
     p = np.exp(np.minimum(ALPHA * load, 600.0)) * unit
     move = (p[fam.single] if fam.single is not None else fam.inc @ p).tolist()
-    dst = g.dst.tolist()
-    out = fam.out_lists
+    out, src = fam.out_moves, fam.src_list
     limit = int(fam.limit[r])
     parent = [r] * n
     edge = [0] * n
     depth = [0] * n
     reached = [False] * n
-    near: list = []
-    far: list = []
-
-    def reach(v: int) -> None:
+    offered = ([math.inf] * n, [math.inf] * n)     # the cheapest offer per member and side
+    heaps: tuple[list, list] = ([], [])             # (near, far): within the limit, beyond
+    near, far = heaps
+    push, pop = heapq.heappush, heapq.heappop
+    v = r
+    for left in range(n - 1, -1, -1):
+        # v joins: its moves are offered to the members not reached yet
         reached[v] = True
         d = depth[v]
-        heap = near if d < limit else far
+        side = 0 if d < limit else 1
+        heap, best = heaps[side], offered[side]
         step = depth_price * (d + 1)
-        for h in out[v]:
-            if not reached[dst[h]]:
-                heapq.heappush(heap, (move[h] + step, h))
-
-    reach(r)
-    for _ in range(n - 1):
-        while near and reached[dst[near[0][1]]]:
-            heapq.heappop(near)
+        for h, w in out[v]:
+            if not reached[w]:
+                c = move[h] + step
+                if c <= best[w]:
+                    best[w] = c
+                    push(heap, (c, h, w))
+        if not left:
+            break
+        while near and reached[near[0][2]]:
+            pop(near)
         if near:
-            h = heapq.heappop(near)[1]
+            _, h, v = pop(near)
         else:
-            while reached[dst[far[0][1]]]:
-                heapq.heappop(far)
-            h = heapq.heappop(far)[1]
-        v, u = dst[h], int(g.src[h])
+            while reached[far[0][2]]:
+                pop(far)
+            _, h, v = pop(far)
+        u = src[h]
         parent[v], edge[v], depth[v] = u, h, depth[u] + 1
-        reach(v)
     parent_a = np.array(parent, dtype=np.int64)
     edge_a = np.array(edge, dtype=np.int64)
-    own = np.zeros(len(unit))
-    members = np.arange(n) != r
-    for_links = edge_a[members]
+    for_links = np.delete(edge_a, r)
     lengths = np.diff(g.offsets)[for_links]
     starts = np.repeat(g.offsets[for_links], lengths)
     within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    np.add.at(own, g.links[starts + within], 1.0)
+    own = np.bincount(g.links[starts + within], minlength=len(unit)).astype(np.float64)
     return parent_a, edge_a, own
 
 
