@@ -699,7 +699,7 @@ def _bounds(coll: Collective, lp: bool, lp_max_ranks: int | None,
             items.append(b)
         # a group smaller than the machine: what its members send and receive over the routes
         # between them (GPUs outside it forward nothing)
-        routes, skipped = routes_bound(coll)
+        routes, skipped = routes_bound(coll, on_stage)
         if routes is not None:
             items.append(routes)
         if skipped is not None:

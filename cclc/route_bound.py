@@ -49,6 +49,8 @@ kept on the topology for the next size or candidate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
@@ -71,16 +73,17 @@ _MAX_TESTS = 200_000_000
 _SOLVER_SLACK = 1e-6
 
 
-def routes_bound(coll: Collective) -> tuple[Bound | None, str | None]:
+def routes_bound(coll: Collective, on_stage: Callable[[str], None] | None = None
+                 ) -> tuple[Bound | None, str | None]:
     """The ``routes`` bound of ``coll`` (module docstring) and a note: ``(bound, None)``,
     ``(None, why it was skipped)``, or ``(None, None)`` where it does not apply (a group of
     every live rank, a single member, a group that is not connected: the other bounds say
-    so)."""
+    so). ``on_stage(what)`` is told what the LP waits for, before it starts."""
     topo = coll.topology
     live_ranks = topo.n_ranks - len(topo.failed_ranks)
     if coll.n < 2 or coll.n >= live_ranks:
         return None, None
-    f = Facts(coll)
+    f = Facts(coll, on_stage)
     # every live link, not only those the other bounds keep: the routes are the routing's
     # over the live links, found here on their own
     live = np.flatnonzero(topo.live_links())
@@ -111,6 +114,7 @@ def _scaled(f: Facts, live: np.ndarray) -> tuple[float | None, int]:
     pair_a, pair_b, var_pair, var_link = _route_links(f, live)
     if len(var_link) > ROUTES_MAX_VARIABLES:
         return None, len(var_link)
+    f.say(f"solving the routes LP ({len(var_link)} pair-link flow variables, HiGHS)")
     send, recv, total = _demands(f)
     topo = f.topo
     src, dst = topo.link_src.astype(np.int64), topo.link_dst.astype(np.int64)
