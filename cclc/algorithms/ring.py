@@ -12,6 +12,9 @@ healthy path. One direction only.
 * allreduce: reduce-scatter then allgather over ``n`` near-equal blocks of the buffer.
 * broadcast: a pipelined chain from the root along the ring, the buffer cut in ``chunks``
   pieces (default: the count that balances per-hop latency against pipeline fill).
+* reduce: the same chain run backwards: after a local step that seeds every member's output
+  with its own input (but the far end's), each piece leaves the far end of the chain and
+  every member adds its partial sum into the next one towards the root, one hop per step.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.sparse.csgraph import dijkstra
 
 from cclc.algorithms import Algorithm, NoBound, register
 from cclc.algorithms.common import (
@@ -30,6 +34,7 @@ from cclc.algorithms.common import (
     ring_order,
 )
 from cclc.algorithms.member_sends import block_bytes
+from cclc.bounds_closed_form import latency_graph
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 from cclc.sends import Sends, sends
@@ -37,16 +42,18 @@ from cclc.sends import Sends, sends
 __all__ = ["build_ring", "chain_chunks"]
 
 _KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
-                    CollectiveKind.ALLREDUCE, CollectiveKind.BROADCAST})
+                    CollectiveKind.ALLREDUCE, CollectiveKind.BROADCAST, CollectiveKind.REDUCE})
+#: the collectives the ring serves as a pipelined chain, cut in ``chunks`` pieces
+_CHAINS = frozenset({CollectiveKind.BROADCAST, CollectiveKind.REDUCE})
 
-#: most pieces a broadcast chain cuts the buffer into (beyond this, latency dominates anyway)
+#: most pieces a chain cuts the buffer into (beyond this, latency dominates anyway)
 MAX_CHAIN_CHUNKS = 64
 
 
 def _applicable(coll: Collective, **params) -> str | None:
     if coll.kind not in _KINDS:
         return f"ring does not serve {coll.kind.value}"
-    extra = set(params) - ({"chunks"} if coll.kind is CollectiveKind.BROADCAST else set())
+    extra = set(params) - ({"chunks"} if coll.kind in _CHAINS else set())
     if extra:
         return f"ring takes no parameter {', '.join(sorted(extra))} for {coll.kind.value}"
     return bad_int_param(params, "chunks") or chunks_reason(coll, params, coll.count,
@@ -58,11 +65,14 @@ def _ops(coll: Collective, **params) -> int:
     copies and ``n (n - 1)`` forwards for allgather; ``n^2`` local copies and ``n (n - 1)``
     partial sums for reducescatter; for allreduce ``3n - 2`` ops per non-empty block (a local
     copy on every rank, ``n - 1`` partial sums, ``n - 1`` forwards); a broadcast chain moves
-    each of its ``chunks`` pieces over each of its ``n - 1`` hops, after the root's copy."""
+    each of its ``chunks`` pieces over each of its ``n - 1`` hops, after the root's copy; a
+    reduce chain seeds ``n - 1`` members' pieces and adds each piece over each hop."""
     n = coll.n
-    if coll.kind is CollectiveKind.BROADCAST:
+    if coll.kind in _CHAINS:
         chunks = hint_int(params, "chunks", None)
         k = chain_chunks(coll, n - 1) if chunks is None else min(chunks, coll.count)
+        if coll.kind is CollectiveKind.REDUCE and n > 1:
+            return 2 * k * (n - 1)
         return k * n
     if coll.kind is CollectiveKind.ALLGATHER:
         return n * n
@@ -74,9 +84,9 @@ def _ops(coll: Collective, **params) -> int:
 def _slots(coll: Collective, **params) -> int:
     """One rank's chunk slots: its block and the ``n`` blocks of the output (allgather); ``n``
     input blocks, ``n`` partial sums and its output block (reducescatter); ``n`` blocks of input
-    and output (allreduce); the pieces of input and output (broadcast)."""
+    and output (allreduce); the pieces of input and output (broadcast, reduce)."""
     n = coll.n
-    if coll.kind is CollectiveKind.BROADCAST:
+    if coll.kind in _CHAINS:
         chunks = hint_int(params, "chunks", None)
         k = chain_chunks(coll, n - 1) if chunks is None else min(chunks, coll.count)
         return 2 * k
@@ -85,10 +95,12 @@ def _slots(coll: Collective, **params) -> int:
 
 
 def build_ring(coll: Collective, **params) -> Schedule:
-    """The ring schedule of ``coll``; ``chunks=K`` sets the broadcast pipeline depth."""
+    """The ring schedule of ``coll``; ``chunks=K`` sets a chain's pipeline depth."""
     order = ring_order(coll)
     if coll.kind is CollectiveKind.BROADCAST:
         return _broadcast(coll, order, hint_int(params, "chunks", None))
+    if coll.kind is CollectiveKind.REDUCE:
+        return _reduce(coll, order, hint_int(params, "chunks", None))
     return _BUILDERS[coll.kind](coll, order)
 
 
@@ -197,19 +209,45 @@ def chain_chunks(coll: Collective, hops: int) -> int:
     """Pieces that minimise a pipelined chain's alpha-beta time over ``hops`` hops.
 
     Time is ``(k + hops - 1) * (alpha + S / (k B))``, minimal at ``k = sqrt((hops - 1) S /
-    (alpha B))``, using the group's slowest link bandwidth and mean latency.
+    (alpha B))``, using the slowest healthy link's bandwidth and the latency of the slowest
+    hop between ring neighbours (:func:`_hop_latency`): a lockstep step lasts as long as its
+    slowest hop, which on a fabric crosses several switches (the Reduce of
+    examples/pcie_oversubscribed.ccl: 26 pieces, 1.05 ms, where one link's latency gave 63
+    pieces and 1.18 ms).
     """
     topo = coll.topology
     healthy = ~topo.link_failed
     bandwidth = float(topo.link_bandwidth[healthy].min()) if healthy.any() else 1.0
-    latency = float(topo.link_latency[healthy].mean()) if healthy.any() else 0.0
     limit = max(1, min(MAX_CHAIN_CHUNKS, coll.count))
     if hops <= 1:
         return 1
+    latency = _hop_latency(coll)
     if latency <= 0:
         return limit
     k = math.sqrt((hops - 1) * coll.size / (latency * bandwidth))
     return int(min(limit, max(1, round(k))))
+
+
+#: ring neighbours whose path latency :func:`_hop_latency` reads, evenly spaced along the ring
+_LATENCY_SAMPLES = 32
+
+
+def _hop_latency(coll: Collective) -> float:
+    """The largest latency of the fastest healthy path between two ring neighbours, over
+    :data:`_LATENCY_SAMPLES` of them evenly spaced (the chain's pieces move one hop per
+    step, so its slowest hop sets the pace)."""
+    order = ring_order(coll)
+    n = len(order)
+    topo = coll.topology
+    ok = topo.live_links()
+    graph = latency_graph(topo.link_src[ok], topo.link_dst[ok], topo.link_latency[ok],
+                          topo.n_vertices)
+    group = np.asarray(coll.group, dtype=np.int64)
+    pick = np.unique(np.linspace(0, n - 1, min(n, _LATENCY_SAMPLES)).round().astype(np.int64))
+    src, dst = group[order[pick]], group[order[(pick + 1) % n]]
+    dist = dijkstra(graph, indices=src)[np.arange(len(pick)), dst]
+    reached = dist[np.isfinite(dist)]
+    return float(reached.max()) if len(reached) else 0.0
 
 
 def _broadcast(coll: Collective, order: np.ndarray, chunks: int | None) -> Schedule:
@@ -237,13 +275,44 @@ def _broadcast(coll: Collective, order: np.ndarray, chunks: int | None) -> Sched
     return b.build("ring", params=(("chunks", k),))
 
 
+def _reduce(coll: Collective, order: np.ndarray, chunks: int | None) -> Schedule:
+    n = coll.n
+    # the chain: ring order rotated to start at the root; pieces flow from its far end
+    start = int(np.flatnonzero(order == coll.root)[0])
+    chain = np.roll(order, -start)
+    k = chain_chunks(coll, n - 1) if chunks is None else min(chunks, coll.count)
+    pieces = even_split(coll.count, k)
+    b = ScheduleBuilder(coll, input=pieces, output=pieces)
+    piece_ids = np.arange(k)
+    if n == 1:
+        b.add(step=0, src=int(chain[0]), dst=int(chain[0]), src_buf=Buf.INPUT,
+              src_off=piece_ids, dst_buf=Buf.OUTPUT, dst_off=piece_ids)
+        return b.build("ring", params=(("chunks", k),))
+    # step 0 (local): every member but the far end starts its partial sums from its input
+    seeders = np.repeat(chain[:-1], k)
+    b.add(step=0, src=seeders, dst=seeders, src_buf=Buf.INPUT, src_off=np.tile(piece_ids, n - 1),
+          dst_buf=Buf.OUTPUT, dst_off=np.tile(piece_ids, n - 1))
+    # hop h carries chain[h + 1]'s partial sum into chain[h]; the far end's hop is n - 2, and
+    # piece p crosses hop h in step 1 + p + (n - 2 - h)
+    hop_route = add_pair_routes(b, coll, chain[1:], chain[:-1])
+    hop = np.arange(n - 1)
+    for t in range(k + n - 2):
+        piece = t - (n - 2 - hop)
+        live = (piece >= 0) & (piece < k)
+        h = hop[live]
+        b.add(step=t + 1, src=chain[h + 1], dst=chain[h], route=hop_route[h],
+              kind=OpKind.REDUCE, src_buf=np.where(h == n - 2, Buf.INPUT, Buf.OUTPUT),
+              src_off=piece[live], dst_buf=Buf.OUTPUT, dst_off=piece[live])
+    return b.build("ring", params=(("chunks", k),))
+
+
 def _sends(coll: Collective, **params) -> tuple[Sends, ...] | NoBound:
     """Every position sends one block to its successor in each of ``n - 1`` steps (allgather,
     reducescatter) or ``2 (n - 1)`` (allreduce: at least the smallest of its ``n`` blocks);
-    a broadcast chain has no rule."""
+    a chain (broadcast, reduce) has no rule."""
     n = coll.n
-    if coll.kind is CollectiveKind.BROADCAST:
-        return NoBound("no rule for the sends of the broadcast chain")
+    if coll.kind in _CHAINS:
+        return NoBound(f"no rule for the sends of the {coll.kind.value} chain")
     if n < 2:
         return ()
     order = ring_order(coll)
@@ -263,4 +332,4 @@ register(Algorithm(
     load=NoBound("no traffic rule: the ring's and the chain's link loads are not derived "
                  "before building, so it is always built"),
     description="blocks passed to the successor on a ring over the group (one direction); "
-                "broadcast as a pipelined chain"))
+                "broadcast and reduce as a pipelined chain"))

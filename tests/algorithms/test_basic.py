@@ -3,6 +3,8 @@ tori and a switch fabric, for group sizes 2..9; plus the shapes that make them w
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,11 +14,12 @@ from cclc import bounds, sim
 from cclc.algorithms import get
 from cclc.algorithms.common import route_table, snake_order, torus_routes
 from cclc.collective import CollectiveKind, make_collective
-from cclc.ir import Buf
+from cclc.ir import Buf, OpKind
 from cclc.numeric import check_numeric
 from cclc.topology import NodeType, leaf_spine, single_node, single_switch, torus, with_faults
 from cclc.verify import verify
 
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 NODE = NodeType("hgx", "nvswitch", 4, 100e9, 1e-6, nics=2, nic_bandwidth=50e9)
 TOPOLOGIES = {
     "ring9": lambda: torus("ring9", (9,), bandwidth=10e9, latency=1e-7),
@@ -32,7 +35,8 @@ TOPOLOGIES = {
                                  oversubscription=1, bandwidth=50e9, latency=1e-6),
 }
 CASES = [("direct", k) for k in ("ALLTOALL", "ALLGATHER", "REDUCESCATTER")] + \
-        [("ring", k) for k in ("ALLGATHER", "REDUCESCATTER", "ALLREDUCE", "BROADCAST")] + \
+        [("ring", k) for k in ("ALLGATHER", "REDUCESCATTER", "ALLREDUCE", "BROADCAST",
+                               "REDUCE")] + \
         [("tree", k) for k in ("BROADCAST", "REDUCE")]
 
 
@@ -155,6 +159,36 @@ def test_ring_broadcast_chunks():
     s = get("ring").build(coll, chunks=5)
     verify(s)
     assert s.n_steps == 5 + 6 - 2 and dict(s.params)["chunks"] == 5
+
+
+def test_ring_reduce_is_the_broadcast_chain_run_backwards():
+    topo = torus("t", (6,), latency=1e-6)
+    for root in range(6):
+        coll = make_collective("c", CollectiveKind.REDUCE, topo, tuple(range(6)),
+                               size=4 * 1000, root=root)
+        s = get("ring").build(coll, chunks=5)
+        verify(s)
+        check_numeric(s)
+        # a local step seeding the partial sums, then 5 pieces over 5 hops
+        assert s.n_steps == 1 + 5 + 6 - 2 and dict(s.params)["chunks"] == 5
+        assert len(s.ops) == get("ring").ops(coll, chunks=5)
+        remote = s.ops.src != s.ops.dst
+        # every remote op adds into the next member towards the root; nothing leaves the root
+        assert (s.ops.kind[remote] == OpKind.REDUCE).all()
+        assert not (s.ops.src[remote] == root).any()
+        assert (s.ops.dst[remote] == root).sum() == 5
+
+
+@pytest.mark.parametrize("name", ["sum", "bcast"])
+def test_chain_pieces_are_near_the_best_count_on_a_fabric(name):
+    # the default piece count reads the slowest hop's route latency (several switches on a
+    # fabric, not one link's): within 2% of the best of every count from 1 to 64
+    import dsl
+
+    prog = dsl.load(os.path.join(EXAMPLES, "pcie_oversubscribed.ccl"))
+    coll = next(c for c in prog.collectives if c.name == name)
+    best = min(sim.simulate(get("ring").build(coll, chunks=k)).time for k in range(1, 65))
+    assert sim.simulate(get("ring").build(coll)).time <= 1.02 * best
 
 
 def test_tree_has_log_steps():
