@@ -250,14 +250,19 @@ def _hop_latency(coll: Collective) -> float:
     return float(reached.max()) if len(reached) else 0.0
 
 
+def _chain(coll: Collective, order: np.ndarray, chunks: int | None
+           ) -> tuple[np.ndarray, int, ScheduleBuilder]:
+    """A chain's members from the root on (the ring order rotated to start there), its number
+    of pieces, and a builder of its buffers cut in those pieces."""
+    start = int(np.flatnonzero(order == coll.root)[0])
+    k = chain_chunks(coll, coll.n - 1) if chunks is None else min(chunks, coll.count)
+    pieces = even_split(coll.count, k)
+    return np.roll(order, -start), k, ScheduleBuilder(coll, input=pieces, output=pieces)
+
+
 def _broadcast(coll: Collective, order: np.ndarray, chunks: int | None) -> Schedule:
     n = coll.n
-    # the chain: ring order rotated to start at the root
-    start = int(np.flatnonzero(order == coll.root)[0])
-    chain = np.roll(order, -start)
-    k = chain_chunks(coll, n - 1) if chunks is None else min(chunks, coll.count)
-    pieces = even_split(coll.count, k)
-    b = ScheduleBuilder(coll, input=pieces, output=pieces)
+    chain, k, b = _chain(coll, order, chunks)
     root = int(chain[0])
     b.add(step=0, src=root, dst=root, src_buf=Buf.INPUT, src_off=np.arange(k),
           dst_buf=Buf.OUTPUT, dst_off=np.arange(k))
@@ -277,12 +282,8 @@ def _broadcast(coll: Collective, order: np.ndarray, chunks: int | None) -> Sched
 
 def _reduce(coll: Collective, order: np.ndarray, chunks: int | None) -> Schedule:
     n = coll.n
-    # the chain: ring order rotated to start at the root; pieces flow from its far end
-    start = int(np.flatnonzero(order == coll.root)[0])
-    chain = np.roll(order, -start)
-    k = chain_chunks(coll, n - 1) if chunks is None else min(chunks, coll.count)
-    pieces = even_split(coll.count, k)
-    b = ScheduleBuilder(coll, input=pieces, output=pieces)
+    # pieces flow from the chain's far end to the root
+    chain, k, b = _chain(coll, order, chunks)
     piece_ids = np.arange(k)
     if n == 1:
         b.add(step=0, src=int(chain[0]), dst=int(chain[0]), src_buf=Buf.INPUT,
