@@ -40,9 +40,10 @@ counted in bytes):
 * Broadcast / Reduce: the root sends (receives) ``S``, every other member receives (sends)
   ``S``, ``(n-1) S`` in all; AllToAll: each member's row and column of the size matrix.
 
-It is computed only for a group smaller than the machine's live ranks (a group of every rank
-may use every link for every pair: the other bounds count the same there) and only while the
-pairs' route links stay under :data:`ROUTES_MAX_VARIABLES`; the report says when it was skipped.
+It is computed only for a group smaller than the machine's live ranks (in a group of every
+rank every GPU may relay, which is what the link-counting bounds assume, and its pairs are
+many) and only while the pairs' route links stay under :data:`ROUTES_MAX_VARIABLES`; the report
+says when it was skipped.
 The optimum over ``S`` does not depend on ``S`` (the demands are proportional to it), so it is
 kept on the topology for the next size or candidate.
 """
