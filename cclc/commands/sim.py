@@ -65,7 +65,8 @@ def add_parser(sub) -> None:
     p.add_argument("--links", type=int, default=5, metavar="N",
                    help="how many of the busiest links to list (default: 5)")
     p.add_argument("--no-lp", action="store_true",
-                   help="skip the LP bound (closed-form bounds only; faster on big groups)")
+                   help="skip the LP bounds, lp and routes (closed-form bounds only; faster "
+                        "on big groups)")
     p.set_defaults(run=run)
 
 
