@@ -172,9 +172,12 @@ def _route_links(f: Facts, live: np.ndarray
     dst = topo.link_dst.astype(np.int64)[live]
     v = topo.n_vertices
     n = f.n
-    graph = sp.csr_matrix((np.ones(len(src)), (src, dst)), shape=(v, v))
-    d_from = dijkstra(graph, unweighted=True, indices=g)           # (n, V)
-    d_to = dijkstra(graph.T.tocsr(), unweighted=True, indices=g)    # (n, V): vertex -> member
+    # fewest hops from every member (the topology's searches, which routing shares) and to
+    # every member (the same search on the reversed links)
+    d_from = topo.fewest_hops(g)[0]                                 # (n, V)
+    keys, _ = topo.hop_links()
+    back = sp.csr_matrix((np.ones(len(keys)), (keys % v, keys // v)), shape=(v, v))
+    d_to = dijkstra(back, unweighted=True, indices=g)               # (n, V): vertex -> member
     found = []
     for i in range(n):
         # (member b, link) for source member i, one source at a time ((n, links) at most)

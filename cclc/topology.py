@@ -343,25 +343,30 @@ class Topology:
         # mesh takes half a minute to build
         from scipy.sparse.csgraph import connected_components
 
-        _, label = connected_components(self._healthy_matrix(), directed=True,
+        _, label = connected_components(self.latency_matrix(), directed=True,
                                         connection="strong")
         return bool((label[ranks] == label[ranks[0]]).all())
 
-    def _healthy_matrix(self):
-        """Healthy links as a sparse ``(V, V)`` matrix of latencies (the lowest of parallel
-        links); zero latencies are stored explicitly, so they stay edges for scipy.csgraph."""
-        # scipy.sparse (~0.2 s to import) only when this runs: importing the module needs no scipy
-        from scipy.sparse import csr_matrix
+    def latency_matrix(self):
+        """Live links as a sparse ``(V, V)`` matrix of latencies (the lowest of parallel
+        links), kept on the topology; zero latencies are stored explicitly, so they stay edges
+        for scipy.csgraph."""
+        if "latency_matrix" not in self._cache:
+            # scipy.sparse (~0.2 s to import) only when this runs: importing the module needs
+            # no scipy
+            from scipy.sparse import csr_matrix
 
-        ok = self.live_links()
-        src, dst, lat = self.link_src[ok], self.link_dst[ok], self.link_latency[ok]
-        # csr_matrix sums duplicate entries: keep only the fastest of parallel links
-        order = np.lexsort((lat, dst, src))
-        src, dst, lat = src[order], dst[order], lat[order]
-        first = np.ones(len(src), dtype=bool)
-        first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
-        n = self.n_vertices
-        return csr_matrix((lat[first], (src[first], dst[first])), shape=(n, n))
+            ok = self.live_links()
+            src, dst, lat = self.link_src[ok], self.link_dst[ok], self.link_latency[ok]
+            # csr_matrix sums duplicate entries: keep only the fastest of parallel links
+            order = np.lexsort((lat, dst, src))
+            src, dst, lat = src[order], dst[order], lat[order]
+            first = np.ones(len(src), dtype=bool)
+            first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+            n = self.n_vertices
+            self._cache["latency_matrix"] = csr_matrix((lat[first], (src[first], dst[first])),
+                                                       shape=(n, n))
+        return self._cache["latency_matrix"]
 
     def diameter_latency(self, ranks: Sequence[int] | None = None, max_sources: int = 64) -> float:
         """Largest shortest-path latency between ranks of ``ranks`` (all live ranks by default).
@@ -375,7 +380,7 @@ class Topology:
         # scipy.sparse (~0.2 s to import) only when this runs: importing the module needs no scipy
         from scipy.sparse.csgraph import dijkstra
 
-        adj = self._healthy_matrix()
+        adj = self.latency_matrix()
         step = max(1, len(ranks) // max_sources)
         sources = ranks[::step]
         targets = np.asarray(ranks)

@@ -34,7 +34,6 @@ from cclc.algorithms.common import (
     ring_order,
 )
 from cclc.algorithms.member_sends import block_bytes
-from cclc.bounds_closed_form import latency_graph
 from cclc.collective import Collective, CollectiveKind
 from cclc.ir import Buf, OpKind, Schedule, ScheduleBuilder
 from cclc.sends import Sends, sends
@@ -213,7 +212,7 @@ def chain_chunks(coll: Collective, hops: int) -> int:
     hop between ring neighbours (:func:`_hop_latency`): a lockstep step lasts as long as its
     slowest hop, which on a fabric crosses several switches (the Reduce of
     examples/pcie_oversubscribed.ccl: 26 pieces, 1.05 ms, where one link's latency gave 63
-    pieces and 1.18 ms).
+    pieces and 1.18 ms; IR model).
     """
     topo = coll.topology
     healthy = ~topo.link_failed
@@ -233,21 +232,23 @@ _LATENCY_SAMPLES = 32
 
 
 def _hop_latency(coll: Collective) -> float:
-    """The largest latency of the fastest healthy path between two ring neighbours, over
+    """The largest latency of the fastest live path between two ring neighbours, over
     :data:`_LATENCY_SAMPLES` of them evenly spaced (the chain's pieces move one hop per
-    step, so its slowest hop sets the pace)."""
-    order = ring_order(coll)
-    n = len(order)
+    step, so its slowest hop sets the pace); kept on the topology per group (the op count,
+    the slot count and the build each ask)."""
     topo = coll.topology
-    ok = topo.live_links()
-    graph = latency_graph(topo.link_src[ok], topo.link_dst[ok], topo.link_latency[ok],
-                          topo.n_vertices)
     group = np.asarray(coll.group, dtype=np.int64)
-    pick = np.unique(np.linspace(0, n - 1, min(n, _LATENCY_SAMPLES)).round().astype(np.int64))
-    src, dst = group[order[pick]], group[order[(pick + 1) % n]]
-    dist = dijkstra(graph, indices=src)[np.arange(len(pick)), dst]
-    reached = dist[np.isfinite(dist)]
-    return float(reached.max()) if len(reached) else 0.0
+    key = ("chain_hop_latency", group.tobytes())
+    if key not in topo._cache:
+        order = ring_order(coll)
+        n = len(order)
+        pick = np.unique(np.linspace(0, n - 1, min(n, _LATENCY_SAMPLES)).round()
+                         .astype(np.int64))
+        src, dst = group[order[pick]], group[order[(pick + 1) % n]]
+        dist = dijkstra(topo.latency_matrix(), indices=src)[np.arange(len(pick)), dst]
+        reached = dist[np.isfinite(dist)]
+        topo._cache[key] = float(reached.max()) if len(reached) else 0.0
+    return topo._cache[key]
 
 
 def _chain(coll: Collective, order: np.ndarray, chunks: int | None
