@@ -51,6 +51,7 @@ from cclc.algorithms import (
     register,
 )
 from cclc.algorithms.common import bad_int_param, even_split, hint_int
+from cclc.algorithms.nic_relay import healed_nics, nic_slowdown, relay_lost_nics
 from cclc.algorithms.synth_flows import budget_seconds
 from cclc.algorithms.tree_budget import (
     DEFAULT_BUDGET,
@@ -189,16 +190,43 @@ _TAPER_UNITS = 16
 #: (tests/algorithms/test_synth_outpaced.py checks the small ones; the equal-chunk prediction
 #: alone was 1.34 times a tapered ring's time). Under the lockstep models only: under the
 #: msccl model the prediction was 0.66 to 1.22 times the built schedule's time on the 12
-#: smaller ones, so synth is always built under the dataflow models. On the 128-GPU fabric
-#: with a failed NIC the trees predict 18.6 ms (IR model) where rail_halving takes 6.75 ms:
-#: giving up there skips 15 s of spine planning.
+#: smaller ones, so synth is always built under the dataflow models. Where a member lost its
+#: NIC the prediction is the healed machine's times :func:`nic_slowdown` (the 128-GPU
+#: fabric's 1 GiB AllReduce: 5.14 ms x 8/7 = 5.87 ms predicted, 6.02 ms relayed).
 GIVE_UP = 1.25
 
 
 def synthesize_tree_schedule(coll: Collective, context: BuildContext, **params) -> Synthesis:
     """The synthesized schedule of an AllGather, ReduceScatter or AllReduce, packed and
     pipelined for ``context.model``; without a schedule when the budget ended before any
-    packing was whole (the planner then races the templates: :mod:`cclc.template_race`)."""
+    packing was whole (the planner then races the templates: :mod:`cclc.template_race`).
+
+    Where a member lost its NIC, the trees are packed on the machine with that NIC working
+    (where the fabric's symmetry holds) and the ops of that member between servers relayed
+    through its server's live NICs (:mod:`cclc.algorithms.nic_relay`); planned on the real
+    machine only where the relayed plan does not carry over."""
+    healed = healed_nics(coll)
+    if healed is not None:
+        slowdown = nic_slowdown(coll)
+        found = _synthesize(healed, context, params, slowdown)
+        if found.schedule is None:
+            return found
+        s = relay_lost_nics(found.schedule, coll)
+        if s is not None:
+            assert found.optimal is not None
+            t = float(simulate(s).time)
+            # the healed machine's optimum bounds the real one's (healing only adds links)
+            meta = tuple(kv for kv in s.params if kv[0] != "lp_fraction") + (
+                ("lp_fraction", round(found.optimal / t, 4)),)
+            return Synthesis(s.replace(params=meta), found.params, found.optimal,
+                             found.started)
+    return _synthesize(coll, context, params)
+
+
+def _synthesize(coll: Collective, context: BuildContext, params: dict,
+                slowdown: float = 1.0) -> Synthesis:
+    """:func:`synthesize_tree_schedule` on ``coll``'s machine as it is; ``slowdown``: how
+    much slower the schedule will run where it is relayed (for ``auto``'s give-up)."""
     # the collective's own budget, else `cclc compile --synth-budget`, else the default
     budget = budget_seconds(params, context.synth_budget)
     budget = DEFAULT_BUDGET if budget is None else budget
@@ -231,11 +259,14 @@ def synthesize_tree_schedule(coll: Collective, context: BuildContext, **params) 
                                         t0 + budget, model)
         predicted = min(predicted, tapered)
     if (context.beat is not None and model.mode == "lockstep"
-            and predicted > GIVE_UP * context.beat[1]):
+            and predicted * slowdown > GIVE_UP * context.beat[1]):
         name, beat = context.beat
-        raise Outpaced(f"its trees' predicted time, {format_time(predicted)}, is over "
-                       f"{GIVE_UP:g}x {name}'s simulated {format_time(beat)}: given up before "
-                       "building its ops", predicted)
+        relayed = (f" ({format_time(predicted)} planned with its lost NICs working, times "
+                   f"{slowdown:.3g} for the NICs left)" if slowdown != 1.0 else "")
+        raise Outpaced(f"its trees' predicted time, {format_time(predicted * slowdown)}"
+                       f"{relayed}, is over {GIVE_UP:g}x {name}'s simulated "
+                       f"{format_time(beat)}: given up before building its ops",
+                       predicted * slowdown)
     meta: tuple[tuple[str, object], ...] = (
         ("solver", SOLVER), ("status", syn.status), ("solve_s", round(syn.solve_s, 3)),
         ("k", _packed(syn).k), ("chunks", chunks))
