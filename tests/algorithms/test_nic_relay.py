@@ -157,3 +157,40 @@ def test_a_bandwidth_bound_relay_costs_about_a_share_of_the_live_nics():
     assert s is not None
     ratio = float(simulate(s).time) / float(simulate(twin).time)
     assert 1 < ratio <= nic_slowdown(coll) * 1.03
+
+
+@pytest.mark.parametrize("slack", [0.0, float("inf")])
+def test_the_faulty_machine_is_packed_too_where_relaying_is_far_off(monkeypatch, slack):
+    """Above RELAY_SLACK times the live NICs' share the faulty machine's own packing is tried
+    in what is left of the budget, and the faster of the two kept; below, it is not tried."""
+    import cclc.algorithms.synth_trees as synth_trees
+
+    topo = _fabric(4, 4)
+    coll = _coll(with_faults(topo, links=_nic_links(topo, 1, 2)), K.ALLGATHER)
+    seen: dict[str, list] = {"packed": [], "relayed": []}
+    pack, relay = synth_trees._synthesize, synth_trees.relay_lost_nics
+
+    def packed(c, context, params, slowdown=1.0):
+        found = pack(c, context, params, slowdown)
+        seen["packed"].append((c, params, found.schedule))
+        return found
+
+    def relayed(s, c):
+        out = relay(s, c)
+        seen["relayed"].append(out)
+        return out
+
+    monkeypatch.setattr(synth_trees, "RELAY_SLACK", slack)
+    monkeypatch.setattr(synth_trees, "_synthesize", packed)
+    monkeypatch.setattr(synth_trees, "relay_lost_nics", relayed)
+    s = synthesize_tree_schedule(coll, BuildContext()).schedule
+    (on_relays,) = seen["relayed"]
+    if slack == float("inf"):
+        assert len(seen["packed"]) == 1 and s is not None
+        assert s.ops is on_relays.ops
+        return
+    (_, healed_params, _), (again, params, own) = seen["packed"]
+    assert again is coll and healed_params == {}
+    assert 0 < params["budget"] < synth_trees.DEFAULT_BUDGET
+    fastest = min((on_relays, own), key=lambda x: float(simulate(x).time))
+    assert float(simulate(s).time) == float(simulate(fastest).time)
