@@ -805,8 +805,11 @@ def fat_tree(name: str, n_nodes: int, node: NodeType, pods: int, rails: int,
 
 def with_faults(topo: Topology, links: Iterable[tuple[int, int]] = (),
                 ranks: Iterable[int] = (),
-                groups: Iterable[tuple[str, Iterable[tuple[int, int]]]] = ()) -> Topology:
-    """``topo`` with the directed ``links`` failed and the ``ranks`` (and all their links) failed.
+                groups: Iterable[tuple[str, Iterable[tuple[int, int]]]] = (),
+                devices: Iterable[int] = ()) -> Topology:
+    """``topo`` with the directed ``links`` failed, the ``ranks`` (and all their links) failed,
+    and the ``devices`` (switches and NICs: vertices that are not ranks) failed with every
+    link into or out of them (``fault switch``, ``fault nic``).
 
     ``groups`` are named sets of directed links that fail together (an optical circuit switch);
     their links fail and the group is remembered for reports. :class:`TopologyError` names a
@@ -822,6 +825,10 @@ def with_faults(topo: Topology, links: Iterable[tuple[int, int]] = (),
         group_list.append((gname, tuple(ids)))
     for u, v in links:
         failed[_find_link(topo, u, v)] = True
+    for device in devices:
+        if not topo.n_ranks <= device < topo.n_vertices:
+            raise TopologyError(f"vertex {device} of '{topo.name}' is not a switch or NIC")
+        failed |= (topo.link_src == device) | (topo.link_dst == device)
     dead = set(topo.failed_ranks)
     for r in ranks:
         if not 0 <= r < topo.n_ranks:

@@ -136,6 +136,7 @@ def apply_faults(topo: Topology,
         return topo
     links: list[tuple[int, int]] = []
     ranks: list[int] = []
+    devices: list[int] = []
     groups: list[tuple[str, list[tuple[int, int]]]] = []
     group_lines: dict[str, int] = {}
     # a repeated line is a copy-paste slip that would otherwise pass without a word
@@ -152,7 +153,7 @@ def apply_faults(topo: Topology,
         elif isinstance(fault, ast.FaultSwitch | ast.FaultNic):
             device = _device(topo, fault)
             _once(failed_on, [device], fault.keyword.split()[1], fault.device.span)
-            links += _links_of(topo, device)
+            devices.append(device)
         else:
             name = fault.name.text
             if name in group_lines:
@@ -162,7 +163,7 @@ def apply_faults(topo: Topology,
             if not fault.links:
                 raise SemanticError(f"fault group '{name}' lists no links", fault.name.span)
             groups.append((name, [d for pair in fault.links for d in _directed_links(topo, pair)]))
-    return with_faults(topo, links, ranks, groups)
+    return with_faults(topo, links, ranks, groups, devices)
 
 
 #: how the builders of :mod:`cclc.topology` name switches and NICs (``leaf3``,
@@ -186,13 +187,6 @@ def _device(topo: Topology, fault: ast.FaultSwitch | ast.FaultNic) -> int:
         raise SemanticError(f"{display_name(name)} is not a {'NIC' if what == 'nic' else what}"
                             f": name one like {example}", fault.device.span)
     return vertex
-
-
-def _links_of(topo: Topology, vertex: int) -> list[tuple[int, int]]:
-    """Every directed link into or out of ``vertex``: what fails with it."""
-    touching = (topo.link_src == vertex) | (topo.link_dst == vertex)
-    return [(int(u), int(v)) for u, v in zip(topo.link_src[touching].tolist(),
-                                             topo.link_dst[touching].tolist(), strict=True)]
 
 
 def _once(failed_on: dict, items: list, what: str, span) -> None:

@@ -38,12 +38,7 @@ def _leaf_spine(nodes: int, gpus: int) -> Topology:
 def _fail_nics(topo: Topology, nics) -> Topology:
     """``topo`` with NIC ``i`` of node ``h`` and all its links failed, for each ``(h, i)``
     (what ``fault nic node(h).nic(i)`` does)."""
-    links = []
-    for h, i in nics:
-        v = topo.vertex(f"node{h}.nic{i}")
-        links += [(int(a), int(b)) for a, b in zip(topo.link_src, topo.link_dst, strict=True)
-                  if v in (a, b)]
-    return with_faults(topo, links=links)
+    return with_faults(topo, devices=[topo.vertex(f"node{h}.nic{i}") for h, i in nics])
 
 
 def _coll(topo: Topology, kind: K, blocks: int = 2, name: str = "c"):

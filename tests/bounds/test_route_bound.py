@@ -39,10 +39,7 @@ def fabric(nodes: int, gpus: int = 4, spines: int = 2):
 
 def without(t, vertex: str):
     """``t`` with every link of ``vertex`` failed (`fault nic` / `fault switch`)."""
-    v = t.vertex(vertex)
-    touching = (t.link_src == v) | (t.link_dst == v)
-    return with_faults(t, links=list(zip(t.link_src[touching].tolist(),
-                                         t.link_dst[touching].tolist(), strict=True)))
+    return with_faults(t, devices=[t.vertex(vertex)])
 
 
 def coll(t, kind, size, group):

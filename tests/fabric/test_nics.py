@@ -4,7 +4,9 @@ each GPU, from the builders' names and PCIe links, and whether it can still be u
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from cclc.errors import TopologyError
 from cclc.topology import NodeType, leaf_spine, with_faults
 
 
@@ -42,3 +44,16 @@ def test_each_gpu_has_the_nic_on_its_pcie_switch():
 
 def test_pcie_servers_have_no_gpu_nics():
     assert len(_fabric(4, 2, "pcie").gpu_nics()[0]) == 0
+
+
+def test_a_failed_device_takes_every_link_of_its_own():
+    """``with_faults(devices=...)``, what ``fault nic`` and ``fault switch`` do: exactly the
+    links into and out of each device fail; a rank is not a device."""
+    topo = _fabric(4, 4)
+    nic, leaf = topo.vertex("node1.nic2"), topo.vertex("leaf0")
+    out = with_faults(topo, devices=[nic, leaf])
+    touching = np.isin(topo.link_src, [nic, leaf]) | np.isin(topo.link_dst, [nic, leaf])
+    assert np.array_equal(out.link_failed, touching)
+    assert not out.failed_ranks
+    with pytest.raises(TopologyError, match="not a switch or NIC"):
+        with_faults(topo, devices=[0])

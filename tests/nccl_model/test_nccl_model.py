@@ -88,9 +88,7 @@ def test_channels_spread_over_all_nics():
 
 
 def _fail_nic(topo, name: str):
-    v = topo.vertex(name)
-    return with_faults(topo, links=[(int(a), int(b)) for a, b in
-                                    zip(topo.link_src, topo.link_dst, strict=True) if v in (a, b)])
+    return with_faults(topo, devices=[topo.vertex(name)])
 
 
 def test_a_failed_nic_is_seen_by_every_rank():
