@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cclc.algorithms import BuildContext
@@ -93,26 +93,36 @@ def _brute_force_choice(s, coll) -> None:
             load[chosen] += size[k] / bw[chosen]
 
 
-@settings(max_examples=8, deadline=None)
-@given(kind=st.sampled_from(KINDS), node=st.integers(0, 3), nic=st.integers(0, 3),
-       data=st.data())
-def test_relayed_synth_is_correct_and_spread(kind, node, nic, data):
+@settings(max_examples=10, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(KINDS),
+       lost=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=2,
+                     unique_by=lambda x: x[0]),
+       seed=st.integers(0, 2**16))
+@example(kind=K.ALLREDUCE, lost=[(0, 1), (2, 1)], seed=0)     # both ends of some ops
+@example(kind=K.REDUCESCATTER, lost=[(0, 1), (3, 2)], seed=1)
+def test_relayed_synth_is_correct_and_spread(monkeypatch, kind, lost, seed):
+    import cclc.algorithms.synth_trees as synth_trees
+
+    # the relayed schedule whatever its time (the faulty machine's own packing is tested
+    # below); the same setting for every input
+    monkeypatch.setattr(synth_trees, "RELAY_SLACK", float("inf"))
     topo = _fabric(4, 4)
-    faulty = _without_nic(topo, node, nic)
+    faulty = with_faults(topo, devices=[topo.vertex(f"node{h}.nic{i}") for h, i in lost])
     coll = _coll(faulty, kind)
     s = synthesize_tree_schedule(coll, BuildContext()).schedule
     assert s is not None and s.collective is coll
     verify(s)
-    check_numeric(s, seed=data.draw(st.integers(0, 2**16)))
+    check_numeric(s, seed=seed)
     _, links = s.op_links()
     assert not faulty.link_failed[links].any()
     assert relay_count(s) == 0
-    dead = topo.vertex(f"node{node}.gpu{nic}")
-    assert spread_nics(s) == {dead: 3}
+    dead = [topo.vertex(f"node{h}.gpu{i}") for h, i in lost]
+    assert spread_nics(s) == dict.fromkeys(sorted(dead), 3)
     relayed = dict(s.params)["nic_relayed"]
-    ends = s.ops.src.astype(int), s.ops.dst.astype(int)
+    src, dst = s.ops.src.astype(int), s.ops.dst.astype(int)
     node_of = faulty.node_of_rank
-    crossing = (node_of[ends[0]] != node_of[ends[1]]) & ((ends[0] == dead) | (ends[1] == dead))
+    crossing = (node_of[src] != node_of[dst]) & (np.isin(src, dead) | np.isin(dst, dead))
     assert relayed == int(crossing.sum()) > 0
     assert "ops relayed through live NICs" in synth_report(s)
     assert 0 < dict(s.params)["lp_fraction"] <= 1
