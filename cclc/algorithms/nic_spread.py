@@ -92,7 +92,7 @@ def spread_note(s: Schedule) -> str | None:
         return None
     ranks = ", ".join(str(r) for r in list(spread)[:4]) + (", ..." if len(spread) > 4 else "")
     return (f"rank{'s' if len(spread) > 1 else ''} {ranks} without a NIC of "
-            f"{'their' if len(spread) > 1 else 'its'} own: cross-server parts planned over "
+            f"{'their' if len(spread) > 1 else 'its'} own: cross-server traffic planned over "
             f"{max(spread.values())} NICs of the server; a plan, not what runs: NCCL and the "
             "runtimes on it pick a message's NIC themselves (PXN included), so the time above "
             "holds only where they spread it as planned")

@@ -317,4 +317,4 @@ collective grads = allreduce on cluster { size 1 MiB; dtype bf16; op sum; algori
         code, out, err = run_cli("compile", path, "--emit", "json", "-o", tmp_path / "o",
                                  "--force")
         assert code == 0, err
-        assert ("without a NIC of its own: cross-server parts planned over 3 NICs" in out) == said
+        assert ("without a NIC of its own: cross-server traffic planned over 3 NICs" in out) == said
