@@ -12,12 +12,18 @@ refusal (the size check's estimate) when the compile is refused. The AllToAll of
 
 ``--fault`` adds a fault statement to the fabric (``nic node(0).nic(0)``: a GPU without its
 NIC, served through the other NICs of its server) and measures the same rows on it.
+``--machine`` measures another fabric file's collectives the same way (``--mode synth`` too:
+the 128-GPU example with a failed NIC, where synth packs the machine with the NIC working
+and relays that GPU's ops).
 
     python benchmarks/fattree_scale.py                      # every row (many minutes)
     python benchmarks/fattree_scale.py --only params        # one collective
     python benchmarks/fattree_scale.py --json benchmarks/results/fattree_scale.json
     python benchmarks/fattree_scale.py --fault "nic node(0).nic(0)" --only grads \
         --only params --only shards --json benchmarks/results/fattree_nic.json
+    python benchmarks/fattree_scale.py --machine examples/hgx16_leafspine.ccl \
+        --fault "nic node(0).nic(0)" --only grads --only shards --mode auto \
+        --mode rail_halving --mode synth --json benchmarks/results/nic_fabric.json
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MACHINE = ROOT / "benchmarks" / "machines" / "pods512_fattree.ccl"
 COLLECTIVES = ("params", "shards", "grads", "tokens")
-MODES = ("auto", "rail_halving", "direct")
+MODES = ("auto", "rail_halving", "direct", "synth")
 #: the modes of a collective, where not the first two of MODES
 MODES_OF = {"tokens": ("auto", "direct")}
 TARGET_SECONDS = 60.0
@@ -46,29 +52,31 @@ _CHOSEN = re.compile(r"^(?P<name>\w+): (?P<algo>[\w+]+) (?P<time>[\d.]+ \w?s), "
                      r"(?P<pct>[\d.]+)% of bound(?: \([^)]*\))?, (?P<ops>[\d,]+) ops")
 
 
-def _machine(fault: str | None, folder: Path) -> str:
+def _machine(machine: Path, fault: str | None, folder: Path) -> str:
     """The machine file to compile: the shipped one relative to the repository (run from
     there, so messages name no local path), or a copy in ``folder`` with ``fault`` added to
     its fabric."""
     if fault is None:
-        return str(MACHINE.relative_to(ROOT))
-    text = MACHINE.read_text()
-    head = "topology cluster = fabric(fat_tree) {\n"
-    if head not in text:
-        raise SystemExit(f"{MACHINE.name} has no line '{head.strip()}' to add the fault to")
-    copy = folder / MACHINE.name
-    copy.write_text(text.replace(head, f"{head}    fault {fault}\n"))
+        return str(machine.relative_to(ROOT))
+    text = machine.read_text()
+    head = re.search(r"^topology \w+ = fabric\(\w+\) \{\n", text, re.MULTILINE)
+    if head is None:
+        raise SystemExit(f"{machine.name} has no 'topology NAME = fabric(...) {{' line to add "
+                         "the fault to")
+    copy = folder / machine.name
+    copy.write_text(text[:head.end()] + f"    fault {fault}\n" + text[head.end():])
     return str(copy)
 
 
-def _run(name: str, mode: str, timeout: float, fault: str | None = None) -> dict:
+def _run(name: str, mode: str, timeout: float, fault: str | None = None,
+         machine: Path = MACHINE) -> dict:
     """One compile in a child process, measured."""
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_before = cpu.ru_utime + cpu.ru_stime
     row: dict = {"collective": name, "mode": mode}
     with tempfile.TemporaryDirectory() as tmp:
-        machine = _machine(fault, Path(tmp))
-        args = [sys.executable, "-m", "cclc.cli", "compile", machine, "--only", name,
+        file = _machine(machine, fault, Path(tmp))
+        args = [sys.executable, "-m", "cclc.cli", "compile", file, "--only", name,
                 "--emit", "json"]
         if mode != "auto":
             args += ["--algorithm", mode]
@@ -110,7 +118,11 @@ def _run(name: str, mode: str, timeout: float, fault: str | None = None) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", choices=COLLECTIVES, action="append", help="these collectives")
+    ap.add_argument("--machine", type=Path, default=MACHINE,
+                    help="the fabric file (default: benchmarks/machines/pods512_fattree.ccl)")
+    ap.add_argument("--only", action="append", metavar="NAME",
+                    help=f"these collectives (default: {', '.join(COLLECTIVES)} of the default "
+                         "machine, every one of another)")
     ap.add_argument("--mode", choices=MODES, action="append", help="these modes")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per row")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
@@ -118,9 +130,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="a fault added to the fabric, as after 'fault' in the language "
                          "(e.g. \"nic node(0).nic(0)\")")
     args = ap.parse_args(argv)
+    machine = (args.machine if args.machine.is_absolute() else Path.cwd() / args.machine)
+    machine = machine.resolve()
+    names = re.findall(r"^collective (\w+) =", machine.read_text(), re.MULTILINE)
+    unknown = sorted(set(args.only or ()) - set(names))
+    if unknown:
+        ap.error(f"{machine.name} has no collective {', '.join(unknown)} (it has "
+                 f"{', '.join(names)})")
+    default = COLLECTIVES if machine == MACHINE else tuple(names)
     from meta import run_meta  # benchmarks/meta.py, beside this script
 
-    results: dict = {"meta": run_meta(argv), "file": str(MACHINE.relative_to(ROOT)),
+    results: dict = {"meta": run_meta(argv), "file": str(machine.relative_to(ROOT)),
                      "target_seconds": TARGET_SECONDS, "rows": []}
     if args.fault:
         results["fault"] = args.fault
@@ -128,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json and Path(args.json).exists():
         # rows of other collectives and modes measured before are kept
         rows = json.loads(Path(args.json).read_text())["rows"]
-    for name in args.only or COLLECTIVES:
+    for name in args.only or default:
         for mode in args.mode or MODES_OF.get(name, MODES[:2]):
-            row = _run(name, mode, args.timeout, args.fault)
+            row = _run(name, mode, args.timeout, args.fault, machine)
             rows = [r for r in rows if (r["collective"], r["mode"]) != (name, mode)] + [row]
             print(json.dumps(row), flush=True)
             if args.json:

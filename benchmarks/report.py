@@ -521,6 +521,17 @@ BENCHMARKS = (
               "routes; NCCL's side under cclc's model of NCCL", "`cclc.bounds.bounds(coll)"
               ".best` (closed forms; the LP is skipped at this size)", render_fattree,
               script="fattree_scale"),
+    Benchmark("nic_fabric", "A failed NIC on the 128-GPU fabric (hgx16_leafspine.ccl, GPU 0 "
+              "of node 0 without its NIC)",
+              ("--machine", "examples/hgx16_leafspine.ccl", "--fault", "nic node(0).nic(0)",
+               "--only", "grads", "--only", "shards", "--mode", "auto", "--mode",
+               "rail_halving", "--mode", "synth"),
+              "lockstep IR model (`cclc compile --emit json`) under the example's ECMP "
+              "routing; synth packs the machine with the NIC working and relays that GPU's "
+              "ops through the other NICs of its server (`cclc/algorithms/nic_relay.py`); "
+              "NCCL's side under cclc's model of NCCL", "`cclc.bounds.bounds(coll).best` (LP "
+              "included), the bound `cclc compile` prints", render_fattree,
+              script="fattree_scale"),
 )
 
 
