@@ -52,12 +52,18 @@ _CHOSEN = re.compile(r"^(?P<name>\w+): (?P<algo>[\w+]+) (?P<time>[\d.]+ \w?s), "
                      r"(?P<pct>[\d.]+)% of bound(?: \([^)]*\))?, (?P<ops>[\d,]+) ops")
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository where it is inside it (so records and messages name
+    no local path), else as given."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def _machine(machine: Path, fault: str | None, folder: Path) -> str:
     """The machine file to compile: the shipped one relative to the repository (run from
     there, so messages name no local path), or a copy in ``folder`` with ``fault`` added to
     its fabric."""
     if fault is None:
-        return str(machine.relative_to(ROOT))
+        return _shown(machine)
     text = machine.read_text()
     head = re.search(r"^topology \w+ = fabric\(\w+\) \{\n", text, re.MULTILINE)
     if head is None:
@@ -140,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     default = COLLECTIVES if machine == MACHINE else tuple(names)
     from meta import run_meta  # benchmarks/meta.py, beside this script
 
-    results: dict = {"meta": run_meta(argv), "file": str(machine.relative_to(ROOT)),
+    results: dict = {"meta": run_meta(argv), "file": _shown(machine),
                      "target_seconds": TARGET_SECONDS, "rows": []}
     if args.fault:
         results["fault"] = args.fault

@@ -192,7 +192,7 @@ _TAPER_UNITS = 16
 #: msccl model the prediction was 0.66 to 1.22 times the built schedule's time on the 12
 #: smaller ones, so synth is always built under the dataflow models. Where a member lost its
 #: NIC the prediction is the healed machine's times :func:`nic_slowdown` (the 128-GPU
-#: fabric's 1 GiB AllReduce: 5.14 ms x 8/7 = 5.87 ms predicted, 6.02 ms relayed).
+#: fabric's 1 GiB AllReduce, IR model: 5.14 ms x 8/7 = 5.87 ms predicted, 6.02 ms relayed).
 GIVE_UP = 1.25
 
 
@@ -208,33 +208,31 @@ def synthesize_tree_schedule(coll: Collective, context: BuildContext, **params) 
     over or is more than :data:`RELAY_SLACK` above the live NICs' share (the faster kept)."""
     healed = healed_nics(coll)
     if healed is None:
-        return _synthesize(coll, context, params)
+        return _synthesize(coll, context, params)[0]
     t0 = time.monotonic()
     slowdown = nic_slowdown(coll)
-    found = _synthesize(healed, context, params, slowdown)
+    found, healed_time = _synthesize(healed, context, params, slowdown)
     if found.schedule is None:
         return found
     s = relay_lost_nics(found.schedule, coll)
     if s is None:
-        return _synthesize(coll, context, _left(params, context, t0))
+        return _synthesize(coll, context, _left(params, context, t0))[0]
     t = float(simulate(s).time)
     # the healed machine's optimum bounds the real one's (healing only adds links)
     meta = tuple(kv for kv in s.params if kv[0] != "lp_fraction") + (
         ("lp_fraction", round(found.optimal / t, 4) if found.optimal else 0.0),)
     relayed = Synthesis(s.replace(params=meta), found.params, found.optimal, found.started)
-    if t <= RELAY_SLACK * slowdown * float(simulate(found.schedule).time):
+    if t <= RELAY_SLACK * slowdown * healed_time:
         return relayed
     # whole ops on few relays: the faulty machine's own packing, in what is left of the budget
     left = _left(params, context, t0)
     if left["budget"] <= 0:
         return relayed
     try:
-        plain = _synthesize(coll, context, left)
+        plain, plain_time = _synthesize(coll, context, left)
     except Outpaced:
         return relayed
-    if plain.schedule is not None and float(simulate(plain.schedule).time) < t:
-        return plain
-    return relayed
+    return plain if plain_time < t else relayed
 
 
 #: how far above the live NICs' share (``nic_slowdown`` times the healed machine's time) a
@@ -248,20 +246,23 @@ def synthesize_tree_schedule(coll: Collective, context: BuildContext, **params) 
 RELAY_SLACK = 1.2
 
 
+def _budget(params: dict, context: BuildContext) -> float:
+    """The collective's own budget, else `cclc compile --synth-budget`, else the default."""
+    budget = budget_seconds(params, context.synth_budget)
+    return DEFAULT_BUDGET if budget is None else budget
+
+
 def _left(params: dict, context: BuildContext, t0: float) -> dict:
     """``params`` with the budget that is left since ``t0``."""
-    budget = budget_seconds(params, context.synth_budget)
-    budget = DEFAULT_BUDGET if budget is None else budget
-    return {**params, "budget": budget - (time.monotonic() - t0)}
+    return {**params, "budget": _budget(params, context) - (time.monotonic() - t0)}
 
 
 def _synthesize(coll: Collective, context: BuildContext, params: dict,
-                slowdown: float = 1.0) -> Synthesis:
-    """:func:`synthesize_tree_schedule` on ``coll``'s machine as it is; ``slowdown``: how
-    much slower the schedule will run where it is relayed (for ``auto``'s give-up)."""
-    # the collective's own budget, else `cclc compile --synth-budget`, else the default
-    budget = budget_seconds(params, context.synth_budget)
-    budget = DEFAULT_BUDGET if budget is None else budget
+                slowdown: float = 1.0) -> tuple[Synthesis, float]:
+    """:func:`synthesize_tree_schedule` on ``coll``'s machine as it is, and the schedule's
+    lockstep time (``inf`` without one); ``slowdown``: how much slower the schedule will run
+    where it is relayed (for ``auto``'s give-up)."""
+    budget = _budget(params, context)
     model = context.model
     t0, cpu0 = time.monotonic(), time.process_time()
     # `auto` builds, verifies and predicts every candidate, and writes the requested outputs
@@ -276,7 +277,7 @@ def _synthesize(coll: Collective, context: BuildContext, params: dict,
     syn = synthesize_trees(coll, left, hint_int(params, "trees", None), max_ops=max_ops,
                            model=model)
     if syn is None:
-        return Synthesis(None, (("solver", SOLVER),), None, t0)
+        return Synthesis(None, (("solver", SOLVER),), None, t0), float("inf")
     given = hint_int(params, "chunks", None)
     room = ops_left(t0 + budget, max_ops, machine_slowdown(t0, cpu0), model)
     predicted, chunks = predict_pipeline(coll, syn.graph, syn.ag, syn.rs, block_bytes(coll),
@@ -315,7 +316,7 @@ def _synthesize(coll: Collective, context: BuildContext, params: dict,
         s = tree_schedule.allreduce_ops(coll, syn.graph, syn.rs, syn.ag, chunks, meta, units)
     t = float(simulate(s).time)
     s = s.replace(params=meta + (("lp_fraction", round(syn.optimal_time / t, 4)),))
-    return Synthesis(s, (("solver", SOLVER),), syn.optimal_time, t0)
+    return Synthesis(s, (("solver", SOLVER),), syn.optimal_time, t0), t
 
 
 def build_synth_trees(coll: Collective, context: BuildContext, **params) -> Schedule:

@@ -180,9 +180,9 @@ def test_the_faulty_machine_is_packed_too_where_relaying_is_far_off(monkeypatch,
     pack, relay = synth_trees._synthesize, synth_trees.relay_lost_nics
 
     def packed(c, context, params, slowdown=1.0):
-        found = pack(c, context, params, slowdown)
+        found, seconds = pack(c, context, params, slowdown)
         seen["packed"].append((c, params, found.schedule))
-        return found
+        return found, seconds
 
     def relayed(s, c):
         out = relay(s, c)

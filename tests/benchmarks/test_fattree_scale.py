@@ -39,3 +39,9 @@ def test_an_unknown_collective_is_refused(capsys):
         fattree_scale.main(["--machine", str(ROOT / "examples" / "hgx16_leafspine.ccl"),
                             "--only", "tokens"])
     assert "has no collective tokens (it has grads, acts, shards)" in capsys.readouterr().err
+
+
+def test_a_machine_outside_the_repository_is_named_as_given(tmp_path):
+    outside = tmp_path / "f.ccl"
+    outside.write_text((ROOT / "examples" / "hgx16_leafspine.ccl").read_text())
+    assert fattree_scale._machine(outside, None, tmp_path) == str(outside)
