@@ -82,15 +82,19 @@ def _missing_vertex(topo: Topology, parts: list[str]) -> str:
         m = re.fullmatch(r"([A-Za-z_]+?)(\d*)", step.split(".")[0])
         if m:
             children.setdefault(m.group(1), []).append(int(m.group(2)) if m.group(2) else -1)
-    have = []
+    have = {}
     for kind, indices in children.items():
         lo, hi = min(indices), max(indices)
-        have.append(kind if hi < 0 else f"{kind}({lo})" if lo == hi
-                    else f"{kind}({lo})..{kind}({hi})")
+        have[kind] = (kind if hi < 0 else f"{kind}({lo})" if lo == hi
+                      else f"{kind}({lo})..{kind}({hi})")
     owner = f"'{topo.name}'" if not parent else display_name(parent)
+    if missing is not None and max(children.get(missing, [-1])) >= 0:
+        # `node(0).nic` where the node has nic(0)..: the word is right, its index is missing
+        return f"'{missing}' needs an index: {owner} has {have[missing]}"
+    have_text = ", ".join(have.values())
     if missing is None:
-        return f"{owner} is not a single vertex: name one of its parts ({', '.join(have)})"
-    return f"{owner} has no {display_name(missing)}: it has {', '.join(have)}"
+        return f"{owner} is not a single vertex: name one of its parts ({have_text})"
+    return f"{owner} has no {display_name(missing)}: it has {have_text}"
 
 
 def rank_of(topo: Topology, endpoint: ast.Endpoint) -> int:

@@ -64,6 +64,9 @@ def test_fault_switch_and_fault_nic_fail_every_link_of_the_device():
     ((*BASE, "fault switch node(1).nic(0)"), (11, 18), "node(1).nic(0) is not a switch"),
     ((*BASE, "fault nic leaf(1)"), (11, 15), "leaf(1) is not a NIC"),
     ((*BASE, "fault switch core(8)"), (11, 18), "has no core(8)"),
+    ((*BASE, "fault nic node(1).nic"), (11, 15), "'nic' needs an index: node(1) has "
+                                                 "nic(0)..nic(7)"),
+    ((*BASE, "fault switch core"), (11, 18), "'core' needs an index: 'c' has core(0)..core(7)"),
     ((*BASE, "fault switch core(1)", "fault switch core(1)"), (12, 18), "duplicate fault"),
     ((*BASE, "pods 3"), (11, 5), "duplicate setting 'pods'"),
 ])
