@@ -29,9 +29,10 @@ from backends.contract import Backend, Contents, EmitOptions, Facts
 from backends.msccl.lower import LimitError
 from backends.mscclpp.limits import COMMIT, LIMITS, REPOSITORY
 from backends.mscclpp.lower import LoweredPlan, chunk_refusal, lower, lowering_refusal
+from backends.mscclpp.nics import nic_refusal
 from backends.mscclpp.plan import plan_document
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, ReduceOp
-from cclc.errors import NotExpressible
+from cclc.errors import NotExpressible, ScheduleError
 from cclc.execution import MSCCLPP_MODEL, ExecutionModel
 from cclc.ir import Schedule
 
@@ -111,6 +112,9 @@ def _checked(schedule: Schedule) -> None:
     why = _why_not(schedule)
     if why is not None:
         raise NotExpressible(why)
+    why = nic_refusal(schedule)
+    if why is not None:
+        raise ScheduleError(why)
 
 
 def render_plan(schedule: Schedule, options: EmitOptions | None = None,
@@ -199,10 +203,13 @@ class MscclppBackend:
 
     def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
         """Why :meth:`render` would refuse ``subject``: a collective MSCCL++ has no plan for,
-        or what the lowering refuses, whatever the op count, found by the lowering's own checks
-        without building the programs (:func:`~backends.mscclpp.lower.lowering_refusal`: a
-        candidate costs its unit conversion, not a lowering, and only the winner is lowered)."""
-        return _why_not(subject) or chunk_refusal(subject) or lowering_refusal(subject)
+        routes between servers that MSCCL++ would not take
+        (:func:`~backends.mscclpp.nics.nic_refusal`), or what the lowering refuses, whatever
+        the op count, found by the lowering's own checks without building the programs
+        (:func:`~backends.mscclpp.lower.lowering_refusal`: a candidate costs its unit
+        conversion, not a lowering, and only the winner is lowered)."""
+        return (_why_not(subject) or nic_refusal(subject) or chunk_refusal(subject)
+                or lowering_refusal(subject))
 
 
 BACKEND: Backend[Collective, Schedule] = MscclppBackend()

@@ -1,8 +1,9 @@
 """Schedules that spread a GPU without its NIC over its server's live NICs (rail_halving over
 cclc.algorithms.nic_spread: chunks cut for it, a ReduceScatter's output and an AllGather's
 input padded with empty chunks on the ranks not cut) through every output: the MSCCL XML
-passes the independent executor, the MSCCL++ plans run in cclc's executor of MSCCL++'s
-semantics in and out of place, and the NCCL library's MPI build computes numpy's result."""
+passes the independent executor and the NCCL library's MPI build computes numpy's result
+(NCCL's runtimes pick a message's NIC themselves, PXN included); MSCCL++, which sends a
+rank's port channels through its own NIC only, refuses them, naming the failed NIC."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from backend_helpers import MPIRUN, run_mpi
 from backends.common import EmitOptions
 from backends.msccl import render_xml
 from backends.msccl.executor import execute
-from backends.mscclpp import render_plan
-from backends.mscclpp.executor import run
+from backends.mscclpp import BACKEND, render_plan
 from cclc.algorithms import get
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
+from cclc.errors import ScheduleError
 from cclc.topology import NodeType, leaf_spine, with_faults
 from cclc.verify import verify
 
@@ -48,11 +49,13 @@ def test_msccl_xml_runs_in_the_executor(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.value)
-def test_mscclpp_plans_run(kind):
+def test_mscclpp_refuses_a_gpu_without_its_nic(kind):
     s = _spread(kind)
-    for inplace in (False, True):
-        plan = render_plan(s, inplace=inplace)
-        run(plan, seeds=2)
+    why = BACKEND.refusal(s, EmitOptions())
+    assert why is not None and "(node0.nic1 failed)" in why
+    assert "relayed by another GPU" in why
+    with pytest.raises(ScheduleError, match=r"node0\.nic1 failed"):
+        render_plan(s)
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun (OpenMPI) is not installed")
