@@ -129,13 +129,17 @@ class Backend(Protocol[Key, Subject]):
     schedule, where it fits the size limit (:func:`symmetric_refusal`); ``seconds_per_op`` is
     what rendering a schedule (and the simulations it wants) costs per op, measured, which
     ``auto``'s synthesis candidate pays for within its budget
-    (:func:`cclc.algorithms.tree_budget.auto_op_limit`)."""
+    (:func:`cclc.algorithms.tree_budget.auto_op_limit`); ``own_nics`` says that its runtime
+    sends a GPU's messages between servers through that GPU's own NIC, relayed by no other
+    GPU (MSCCL++'s port channels), so the planner routes them so
+    (:func:`cclc.own_nics.own_nic_routes`)."""
 
     name: str
     wants_simulation: bool
     execution_model: ExecutionModel | None
     renders_symmetric: bool
     seconds_per_op: float
+    own_nics: bool
 
     def files(self, key: Key, options: EmitOptions) -> tuple[str, ...]:
         """Every file (relative POSIX names) the backend will write for ``key``, including what

@@ -247,7 +247,8 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
             try:
                 # 2-5. build, route, verify and measure every candidate; keep the fastest
                 p = _plan(resolution, request, model, _refusal(backends, options),
-                          sum(b.seconds_per_op for b in backends), events)
+                          sum(b.seconds_per_op for b in backends), events,
+                          any(b.own_nics for b in backends))
             except ScheduleError as err:
                 events.failed(coll, err.message)
                 results.append(Compiled(coll, None, err.message))
@@ -529,7 +530,7 @@ def _topology_text(topo) -> str:
 
 def _plan(resolution: Resolution, request: Request, model: ExecutionModel,
           refusal: Callable[[Schedule], str | None], emit_seconds_per_op: float,
-          events: Events) -> Plan:
+          events: Events, own_nics: bool) -> Plan:
     coll = resolution.collective
     limits = Limits(available_memory()) if request.size_check else None
     with events.stage(f"{coll.name}: planning") as st:
@@ -539,7 +540,7 @@ def _plan(resolution: Resolution, request: Request, model: ExecutionModel,
                     on_step=lambda i, total, what: st.update(i, what, total),
                     refusal=refusal, synth_budget=request.synth_budget,
                     resolution=resolution, emit_seconds_per_op=emit_seconds_per_op,
-                    limits=limits)
+                    limits=limits, own_nics=own_nics)
 
 
 def _refusal(backends: Sequence[Backend[Any, Any]], options: EmitOptions

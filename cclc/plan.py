@@ -330,7 +330,8 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
          on_step: StepFn | None = None, prune: bool = True,
          refusal: Callable[[Schedule], str | None] | None = None,
          synth_budget: float | None = None, resolution: Resolution | None = None,
-         emit_seconds_per_op: float = 0.0, limits: Limits | None = None) -> Plan:
+         emit_seconds_per_op: float = 0.0, limits: Limits | None = None,
+         own_nics: bool = False) -> Plan:
     """Choose, build and check the schedule of ``coll``.
 
     With an explicit algorithm hint, that entry is built and verified (its
@@ -361,9 +362,11 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
     skips a candidate whose estimate or built schedule does not fit them, and an explicit
     entry whose built schedule does not is refused (:class:`~cclc.errors.CclError`) before
     it is verified.
+    ``own_nics``: route every op between servers through its GPUs' own NICs, what an output's
+    runtime runs (:attr:`~cclc.algorithms.BuildContext.own_nics`).
     """
     step = on_step or (lambda i, total, what: None)
-    context = BuildContext(model, synth_budget, emit_seconds_per_op)
+    context = BuildContext(model, synth_budget, emit_seconds_per_op, own_nics=own_nics)
     res = resolution if resolution is not None else resolve(coll, context)
     others = [a for a in res.serving if a.name != res.entries[0].name] \
         if res.explicit and explain else []

@@ -43,9 +43,12 @@ def relay_count(schedule: Schedule) -> int:
     return int((~carried[schedule.ops.route]).sum())
 
 
-def lower_relays(schedule: Schedule) -> Schedule:
+def lower_relays(schedule: Schedule, across_ranks: bool = True) -> Schedule:
     """``schedule`` with every op whose route the topology's routing does not carry replaced
     by a chain of carried hops through the ranks on its route (see the module docstring).
+    ``across_ranks=False``: a route with a rank inside it counts as not carried either, so
+    the op is relayed by that rank (a runtime that sends a GPU's messages through its own NIC
+    only cannot carry one over NVLink to another GPU's NIC, as NCCL's PXN does).
 
     Returns ``schedule`` itself when every route is carried. Raises :class:`RelayError` when
     a route would have to be relayed by a rank outside the collective's group.
@@ -56,7 +59,7 @@ def lower_relays(schedule: Schedule) -> Schedule:
     """
     s = schedule
     topo = s.topology
-    carried = carried_routes(topo, s.routes)
+    carried = _carried(topo, s.routes, across_ranks)
     ops = s.ops
     relayed = ~carried[ops.route]
     if not relayed.any():
@@ -69,7 +72,7 @@ def lower_relays(schedule: Schedule) -> Schedule:
 
     # -- chains: every relayed route cut into carried segments, in first-use order ---------
     used = cols["route"][first_occurrence_ids(cols["route"])[1]]     # in first-use order
-    seg_route, seg_start, seg_end = _cut_routes(topo, s.routes, used)
+    seg_route, seg_start, seg_end = _cut_routes(topo, s.routes, used, across_ranks)
     n_seg = np.bincount(seg_route, minlength=len(used))
     seg_first = np.concatenate([[0], np.cumsum(n_seg)[:-1]])
     links = s.routes.links.astype(np.int64)
@@ -180,7 +183,21 @@ def _merge(keep: Ops, new: dict[str, np.ndarray], last: np.ndarray) -> Ops:
     return new_ops.take(np.argsort(new_ops.step, kind="stable"))
 
 
-def _cut_routes(topo, routes: Routes, which: np.ndarray
+def _carried(topo, routes: Routes, across_ranks: bool) -> np.ndarray:
+    """:func:`cclc.routing.carried_routes`, less the routes with a rank inside them where
+    ``across_ranks`` is False."""
+    ok = carried_routes(topo, routes)
+    if across_ranks:
+        return ok
+    lengths = routes.lengths()
+    inner = topo.link_dst[routes.links] < topo.n_ranks
+    inner[routes.offsets[1:][lengths > 0] - 1] = False          # a route's end is its own
+    row = np.repeat(np.arange(len(lengths)), lengths)
+    ok[row[inner]] = False
+    return ok
+
+
+def _cut_routes(topo, routes: Routes, which: np.ndarray, across_ranks: bool = True
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each of the routes ``which`` cut into the fewest pieces, greedily from its start, that
     the topology's routing carries one by one (what :func:`cclc.routing.carried_segments`
@@ -211,7 +228,7 @@ def _cut_routes(topo, routes: Routes, which: np.ndarray
             lens = b - a
             sub_off = np.concatenate([[0, 0], np.cumsum(lens)])
             sub = links[np.repeat(a - sub_off[1:-1], lens) + np.arange(int(lens.sum()))]
-            ok = carried_routes(topo, Routes(sub_off, sub.astype(np.int32)))[1:]
+            ok = _carried(topo, Routes(sub_off, sub.astype(np.int32)), across_ranks)[1:]
             hit = cand[ok]
             best[hit] = jj[hit]
             undecided[hit] = False

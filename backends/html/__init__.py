@@ -50,6 +50,7 @@ class HtmlBackend:
     name = "html"
     wants_simulation = True
     renders_symmetric = False
+    own_nics = False
     #: a page runs nothing
     execution_model: ExecutionModel | None = None
     #: the two simulations it wants and the page: 3.7 us per op (CPU seconds rendering

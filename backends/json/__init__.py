@@ -28,6 +28,7 @@ class JsonBackend:
     name = "json"
     wants_simulation = False
     renders_symmetric = True
+    own_nics = False
     #: a document runs nothing
     execution_model: ExecutionModel | None = None
     #: nothing beyond the planner's own per-op cost, which was measured with the document

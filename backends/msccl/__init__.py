@@ -187,6 +187,7 @@ class MscclBackend:
     name = "msccl"
     wants_simulation = False
     renders_symmetric = False
+    own_nics = False
     execution_model: ExecutionModel | None = MSCCL_MODEL
     #: the lowering and the XML: 96 us per op (CPU seconds rendering hgx16_leafspine's
     #: `shards`, `hierarchical`'s 262,272 ops, on the two-core machine beside other work)

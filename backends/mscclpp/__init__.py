@@ -183,6 +183,8 @@ class MscclppBackend:
     name = "mscclpp"
     wants_simulation = False
     renders_symmetric = False
+    #: port channels go through the GPU's own NIC (see backends.mscclpp.nics)
+    own_nics = True
     execution_model: ExecutionModel | None = MSCCLPP_MODEL
     #: the lowering and both plans: 134 us per op (CPU seconds rendering hgx16_leafspine's
     #: `shards`, `hierarchical`'s 262,272 ops, on the two-core machine beside other work)

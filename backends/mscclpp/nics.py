@@ -15,7 +15,9 @@ the same: it leaves through NIC ``r % k`` of its server (``k`` members per serve
 of a server read as its ``i``-th IB device), arrives through the destination's NIC ``r' %
 k``, and passes through no GPU between them. Elsewhere MSCCL++ would take another path than
 the one verified and timed, and where a GPU's NIC failed it would send through the failed
-NIC: :func:`nic_refusal` says why, and the output refuses the schedule.
+NIC: :func:`nic_refusal` says why, and the output refuses the schedule. With this output in
+``--emit`` the planner builds such routes where it can (:mod:`cclc.own_nics`, and relays of a
+GPU without its NIC through a server mate), so what is refused is what no route fixes.
 """
 
 from __future__ import annotations

@@ -255,6 +255,7 @@ class NcclBackend:
 
     wants_simulation = False
     renders_symmetric = False
+    own_nics = False
     execution_model: ExecutionModel | None = NCCL_MODEL
 
     def __init__(self, api: str = "lanes") -> None:

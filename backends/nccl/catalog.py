@@ -155,6 +155,7 @@ class CatalogNcclBackend:
     name = "nccl"
     wants_simulation = False
     renders_symmetric = False
+    own_nics = False
     #: every schedule of the catalog was planned and priced as the library's
     execution_model: ExecutionModel | None = NCCL_MODEL
     #: the tables of every schedule, as the library's (:data:`backends.nccl.SECONDS_PER_OP`)

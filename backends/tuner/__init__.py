@@ -109,6 +109,7 @@ class TunerBackend:
     name = "tuner"
     wants_simulation = False
     renders_symmetric = False
+    own_nics = False
     #: the plugin picks NCCL's own algorithms: it runs no schedule of cclc's
     execution_model: ExecutionModel | None = None
     #: its subject is a table of parameters, not a schedule

@@ -20,7 +20,8 @@ from cclc.execution import IR_MODEL, ExecutionModel
 from cclc.fabric_routing import route_spines
 from cclc.ir import Schedule
 from cclc.link_traffic import Traffic
-from cclc.relay import lower_relays
+from cclc.own_nics import own_nic_routes
+from cclc.relay import RelayError, lower_relays
 from cclc.sends import Sends
 from cclc.sim import simulate
 
@@ -55,12 +56,17 @@ class BuildContext:
     synthesis candidate pays for within its budget. ``beat``: the name and simulated time
     (seconds) of the fastest candidate ``auto`` has so far, which its synthesis candidate
     gives up against (:class:`Outpaced`) where its own prediction is far above it.
+    ``own_nics``: an output's runtime sends a GPU's messages between servers through its own
+    NIC only (:attr:`backends.contract.Backend.own_nics`), so every build's ops between
+    servers are routed so (:func:`cclc.own_nics.own_nic_routes`) before their spines are
+    planned.
     """
 
     model: ExecutionModel = IR_MODEL
     synth_budget: float | None = None
     emit_seconds_per_op: float = 0.0
     beat: tuple[str, float] | None = None
+    own_nics: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -270,8 +276,19 @@ def _with_context(applicable: Callable[..., str | None], contextual: bool
     return applies
 
 
-def _passes(schedule: Schedule) -> Schedule:
-    return lower_relays(route_spines(schedule))
+def _passes(schedule: Schedule, context: BuildContext | None = None) -> Schedule:
+    if context is None or not context.own_nics or schedule.topology.kind != "fabric":
+        return lower_relays(route_spines(schedule))
+    # each op between servers through its GPUs' own NICs; a GPU without one has its traffic
+    # relayed by a server mate through the mate's NIC, in two ops (the runtime's GPU does not
+    # forward another GPU's message as NCCL's PXN does)
+    routed = route_spines(own_nic_routes(schedule))
+    try:
+        return lower_relays(routed, across_ranks=False)
+    except RelayError:
+        # the mate is not a member (a rail group): the plain lowering, which that output
+        # refuses with its reason
+        return lower_relays(routed)
 
 
 def _with_passes(build: Callable[..., Schedule], tunes: bool, contextual: bool
@@ -282,10 +299,11 @@ def _with_passes(build: Callable[..., Schedule], tunes: bool, contextual: bool
             # a tuning algorithm compares its variants as routed (not yet relayed), which is
             # how they reach the machine's links
             measure = cost or lockstep_time
-            params["cost"] = lambda s: measure(route_spines(s))
+            own = context is not None and context.own_nics
+            params["cost"] = lambda s: measure(route_spines(own_nic_routes(s) if own else s))
         if contextual:
             params["context"] = context or BuildContext()
-        return _passes(build(coll, **params))
+        return _passes(build(coll, **params), context)
 
     return build_route_relay
 
@@ -299,7 +317,7 @@ def _synthesis_with_passes(synthesize: Callable[..., Synthesis], contextual: boo
         found = synthesize(coll, **params)
         if found.schedule is None:
             return found
-        return replace(found, schedule=_passes(found.schedule))
+        return replace(found, schedule=_passes(found.schedule, context))
 
     return synthesize_route_relay
 

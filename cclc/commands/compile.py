@@ -46,7 +46,8 @@ msccl: dataflow with a per-op cost; json only: the IR's plain lockstep) and the 
 declared routing; every printed time names
 its model, and a note says which output chose it (the same file may choose another algorithm
 with another --emit). On an ECMP fabric the time with cclc's planned spines is printed beside
-it, as a plan.
+it, as a plan. With mscclpp in --emit, every op between servers is routed through its GPUs' own
+NICs (MSCCL++'s port channels take no other path), for every output of the run.
 
 examples:
   cclc compile examples/torus5x5.ccl -o out/

@@ -171,6 +171,7 @@ class Fake:
     execution_model = None
     seconds_per_op = 0.0
     renders_symmetric = False
+    own_nics = False
 
     def files(self, key, options):
         return (key.name + ".txt",)
