@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from backends import load as load_backend
+from backends.contract import EmitOptions
 from cclc.algorithms.nic_spread import spread_note
 from cclc.bounds import Bounds, bounds
 from cclc.collective import Collective
@@ -49,7 +50,8 @@ examples:
   cclc sim out/a2a.schedule.json
   cclc sim --mode event --steps out/a2a.schedule.json
   cclc sim --links 10 --no-lp out/grads.schedule.json
-  cclc sim --backend nccl out/a2a.schedule.json      # also the time as the NCCL library runs it"""
+  cclc sim --backend nccl out/a2a.schedule.json      # also the time as the NCCL library runs it
+  cclc sim --backend mscclpp out/grads.schedule.json # ... and as MSCCL++ runs it, or why not"""
 
 
 def add_parser(sub) -> None:
@@ -58,9 +60,11 @@ def add_parser(sub) -> None:
     p.add_argument("file", metavar="FILE.schedule.json", help="the schedule document")
     p.add_argument("--mode", choices=("lockstep", "event"), default="lockstep",
                    help="cost model (default: lockstep)")
-    p.add_argument("--backend", action="append", choices=("nccl", "msccl"), default=[],
+    p.add_argument("--backend", action="append",
+                   choices=("nccl", "nccl-onesided", "msccl", "mscclpp"), default=[],
                    help="also print the time under this backend's execution model (lockstep "
-                        "or dataflow, with its software overhead; repeatable)")
+                        "or dataflow, with its software overhead; repeatable), and why that "
+                        "output would refuse the schedule, if it would")
     p.add_argument("--steps", action="store_true", help="print the per-step breakdown")
     p.add_argument("--links", type=int, default=5, metavar="N",
                    help="how many of the busiest links to list (default: 5)")
@@ -99,13 +103,17 @@ def run(args) -> int:
         result = simulate(schedule, mode=args.mode)
     bound = _bounds(args, progress, coll)
     _print_head(schedule, str(len(schedule.ops)), result.n_steps, args.mode, result.time)
-    preds = [predict(schedule, load_backend(name).execution_model or IR_MODEL)
-             for name in args.backend]
-    for name, pred in zip(args.backend, preds, strict=True):
+    backends = [load_backend(name) for name in args.backend]
+    preds = [predict(schedule, b.execution_model or IR_MODEL) for b in backends]
+    for name, b, pred in zip(args.backend, backends, preds, strict=True):
         print(f"  as {name:<8} {_us(pred.time)} ({pred.model.label}; routing {topo.routing})")
         if pred.planned_time is not None:
             print(f"  {'':<11} {_us(pred.planned_time)} with cclc's planned spines: a plan "
                   "that needs a routing mechanism")
+        # a time of what that output would not write is no time of what runs: say so
+        why = b.refusal(schedule, EmitOptions())
+        if why is not None:
+            print(f"  {'':<11} but --emit {name} refuses this schedule: {why}")
     if (spread := spread_note(schedule)) is not None:
         print(f"  {spread}")
     _print_rates_and_bound(coll, result.time, bound, preds[0].time if preds else None)

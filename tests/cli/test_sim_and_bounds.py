@@ -80,3 +80,31 @@ def test_bounds_prints_the_lockstep_bound_on_machines_of_nodes(capsys):
     assert len(lines) == 3
     # acts: one GPU per node, so one step: the 4 us route and 60 MiB into NIC 0 at 50 GB/s
     assert lines[1].startswith("   in the lockstep model: 1262.29")
+
+
+def test_sim_as_mscclpp_says_when_that_output_refuses_the_schedule(tmp_path, capsys):
+    # a direct alltoall between two servers of three GPUs: its cross-rail pairs go over
+    # NVLink to the destination's rail (NCCL's PXN), which MSCCL++'s port channels cannot do
+    from cclc.algorithms import get
+    from cclc.collective import CollectiveKind, make_collective
+    from cclc.own_nics import own_nic_routes
+    from cclc.topology import NodeType, leaf_spine
+
+    node = NodeType("box", "nvswitch", 3, 450e9, 1e-6, nics=3, nic_bandwidth=50e9)
+    topo = leaf_spine("f", 2, node, rails=3, leaves=None, spines=2, oversubscription=1.0,
+                      bandwidth=50e9, latency=2e-6)
+    coll = make_collective("a2a", CollectiveKind.ALLTOALL, topo, topo.all_ranks(),
+                           size=6 * 6 * 16)
+    direct = get("direct")
+    assert direct is not None
+    pxn = direct.build(coll)
+    for name, schedule, refused in (("pxn", pxn, True), ("own", own_nic_routes(pxn), False)):
+        path = tmp_path / f"{name}.schedule.json"
+        serialize.save(schedule, path)
+        assert main(["sim", "--no-lp", "--backend", "mscclpp", "--backend", "nccl",
+                     str(path)]) == 0
+        out = capsys.readouterr().out
+        assert "as mscclpp" in out and "(mscclpp model" in out and "as nccl" in out
+        assert ("but --emit mscclpp refuses this schedule: MSCCL++ sends each rank's port "
+                "channels through one IB device" in out) == refused
+        assert "but --emit nccl refuses" not in out
