@@ -42,13 +42,14 @@ def own_nic_routes(s: Schedule) -> Schedule:
     cross = cross[(own[src[cross]] >= 0) & (own[dst[cross]] >= 0)]
     pairs, inverse = np.unique(np.stack([src[cross], dst[cross]]), axis=1, return_inverse=True)
     paths = _nic_paths(s, own, pairs)
-    wanted = np.array([paths.get((int(a), int(b))) is not None for a, b in pairs.T], dtype=bool)
     b = ScheduleBuilder(s.collective, *s.layouts)
     route = b.routes(s.routes.offsets, s.routes.links)[ops.route]
-    pair_route = np.array([b.route(paths[(int(a), int(c))]) if ok else -1
-                           for (a, c), ok in zip(pairs.T, wanted, strict=True)], dtype=np.int64)
-    take = wanted[inverse.reshape(-1)]
-    new = pair_route[inverse.reshape(-1)][take]
+    # each pair's new route id, -1 where it has none
+    pair_route = np.array([b.route(paths[p]) if p in paths else -1
+                           for p in map(tuple, pairs.T.tolist())], dtype=np.int64)
+    new = pair_route[inverse.reshape(-1)]
+    take = new >= 0
+    new = new[take]
     if (route[cross[take]] == new).all():
         return s
     route[cross[take]] = new

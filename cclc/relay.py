@@ -27,7 +27,7 @@ import numpy as np
 
 from cclc.errors import ScheduleError
 from cclc.ir import OP_COLUMNS, Buf, OpKind, Ops, Routes, Schedule
-from cclc.routing import carried_routes
+from cclc.routing import carried_routes, through_ranks
 from cclc.sorting import first_occurrence_ids
 
 __all__ = ["RelayError", "lower_relays", "relay_count"]
@@ -187,14 +187,7 @@ def _carried(topo, routes: Routes, across_ranks: bool) -> np.ndarray:
     """:func:`cclc.routing.carried_routes`, less the routes with a rank inside them where
     ``across_ranks`` is False."""
     ok = carried_routes(topo, routes)
-    if across_ranks:
-        return ok
-    lengths = routes.lengths()
-    inner = topo.link_dst[routes.links] < topo.n_ranks
-    inner[routes.offsets[1:][lengths > 0] - 1] = False          # a route's end is its own
-    row = np.repeat(np.arange(len(lengths)), lengths)
-    ok[row[inner]] = False
-    return ok
+    return ok if across_ranks else ok & ~through_ranks(topo, routes.offsets, routes.links)
 
 
 def _cut_routes(topo, routes: Routes, which: np.ndarray, across_ranks: bool = True

@@ -37,6 +37,7 @@ from cclc.ir import Routes
 from cclc.topology import Topology
 
 __all__ = ["FABRIC_ROUTINGS", "TORUS_ROUTINGS", "carried_routes", "carried_segments",
+           "through_ranks",
            "describe", "hop_distance"]
 
 #: routings a torus or mesh may declare (the first is the default)
@@ -142,6 +143,18 @@ def carried_routes(topo: Topology, routes: Routes, routing: str | None = None) -
     else:
         raise ValueError(f"unknown routing '{routing}'")
     return ok
+
+
+def through_ranks(topo: Topology, offsets: np.ndarray, links: np.ndarray) -> np.ndarray:
+    """Boolean per path of the CSR table ``offsets``/``links``: whether a rank lies inside it
+    (the head of a link other than its last), so that the GPU there forwards it (NCCL's PXN
+    over NVLink to another GPU's NIC, or a relay)."""
+    lengths = np.diff(offsets)
+    inner = topo.link_dst[links] < topo.n_ranks
+    inner[offsets[1:][lengths > 0] - 1] = False          # a path's end is its own
+    out = np.zeros(len(lengths), dtype=bool)
+    out[np.repeat(np.arange(len(lengths)), lengths)[inner]] = True
+    return out
 
 
 def carried_segments(topo: Topology, path: tuple[int, ...]) -> list[tuple[int, ...]]:

@@ -22,17 +22,14 @@ GPU without its NIC through a server mate), so what is refused is what no route 
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from backends.mscclpp.limits import COMMIT, REPOSITORY
+from cclc.errors import TopologyError
 from cclc.ir import Schedule, csr_take
+from cclc.routing import through_ranks
 
 __all__ = ["nic_refusal"]
-
-_NIC = re.compile(r"node(\d+)\.nic(\d+)")
-
 
 def nic_refusal(schedule: Schedule) -> str | None:
     """Why MSCCL++ would not send ``schedule``'s ops between servers over the routes it
@@ -61,14 +58,9 @@ def nic_refusal(schedule: Schedule) -> str | None:
                 + ("a server's members are apart in this group" if apart
                    else f"this group has servers of {counts} members"))
     names = topo.vertex_names
-    nic_of: dict[tuple[int, int], int] = {}
-    for v in np.flatnonzero(topo.nic_nodes() >= 0).tolist():
-        m = _NIC.fullmatch(names[v])
-        if m:
-            nic_of[(int(m[1]), int(m[2]))] = v
     index = np.arange(len(group)) % k
-    device = np.array([nic_of.get((int(server[a]), int(index[a])), -1)
-                       for a in range(len(group))], dtype=np.int64)
+    device = np.array([_nic(topo, int(server[a]), int(index[a])) for a in range(len(group))],
+                      dtype=np.int64)
     ends = np.unique(np.concatenate([ops.src[cross], ops.dst[cross]]))
     if (device[ends] < 0).any():
         bare = int(ends[device[ends] < 0][0])
@@ -86,10 +78,7 @@ def nic_refusal(schedule: Schedule) -> str | None:
     at = np.flatnonzero(nic)
     first_nic[row[at][::-1]] = heads[at][::-1]
     last_nic[row[at]] = heads[at]
-    inner = np.ones(len(links), dtype=bool)
-    inner[off[1:] - 1] = False                     # a route's last head is its destination
-    relayed = np.zeros(len(routes), dtype=bool)
-    relayed[row[inner & (heads < topo.n_ranks)]] = True
+    relayed = through_ranks(topo, off, links)
     op = cross[first_op]
     a, b = ops.src[op].astype(np.int64), ops.dst[op].astype(np.int64)
     bad = np.flatnonzero(relayed | (first_nic != device[a]) | (last_nic != device[b]))
@@ -109,3 +98,12 @@ def nic_refusal(schedule: Schedule) -> str | None:
             f"arrive through {names[device[dst]]}"
             + (f" ({' and '.join(failed)} failed)" if failed else "")
             + f", where the schedule routes it {how}")
+
+
+def _nic(topo, server: int, index: int) -> int:
+    """NIC ``index`` of ``server`` (the fabric builders name it ``node{server}.nic{index}``),
+    -1 where the server has none."""
+    try:
+        return topo.vertex(f"node{server}.nic{index}")
+    except TopologyError:
+        return -1
