@@ -36,8 +36,8 @@ import numpy as np
 from cclc.ir import Routes
 from cclc.topology import Topology
 
-__all__ = ["FABRIC_ROUTINGS", "TORUS_ROUTINGS", "carried_routes", "carried_segments",
-           "through_ranks",
+__all__ = ["FABRIC_ROUTINGS", "TORUS_ROUTINGS", "FewestHopPaths", "carried_routes",
+           "carried_segments", "through_ranks",
            "describe", "hop_distance"]
 
 #: routings a torus or mesh may declare (the first is the default)
@@ -174,3 +174,70 @@ def carried_segments(topo: Topology, path: tuple[int, ...]) -> list[tuple[int, .
         out.append(best)
         i += len(best)
     return out
+
+
+#: (source, vertex) cells whose predecessor links :class:`FewestHopPaths` looks up at once
+_CELL_BLOCK = 1 << 21
+
+#: paths :meth:`FewestHopPaths.write` walks at once
+_WALK_BLOCK = 1 << 18
+
+
+class FewestHopPaths:
+    """Fewest-hop paths over healthy links from each vertex of ``sources`` to every vertex,
+    read back from the topology's breadth-first searches (:meth:`Topology.fewest_hops`, kept
+    there) for many paths at once: a path is a (source row, end vertex) pair, and the walk
+    goes a block of paths at a time (at 4,096 GPUs 16.7M paths of up to 8 hops: whole-table
+    temporaries would be fresh memory at every hop, which costs more than the lookups)."""
+
+    def __init__(self, topo: Topology, sources: np.ndarray):
+        self.sources = np.ascontiguousarray(sources, dtype=np.int64)
+        self.keys, self.links = topo.hop_links()
+        self.v = v = topo.n_vertices
+        self.dist, self.pred = topo.fewest_hops(self.sources)
+        # the link into every vertex from its predecessor, looked up once for all paths, a
+        # block of sources at a time (at 4,096 sources the whole table's temporaries are
+        # 1.2 GB of fresh memory)
+        into = np.full(self.pred.shape, -1, dtype=np.int32)
+        heads = np.arange(v, dtype=np.int64)
+        rows = max(1, _CELL_BLOCK // max(v, 1))
+        for lo in range(0, len(self.pred), rows):
+            pred = self.pred[lo:lo + rows]
+            has = pred >= 0
+            cells = pred[has] * v + np.broadcast_to(heads, pred.shape)[has]
+            into[lo:lo + rows][has] = self.links[np.searchsorted(self.keys, cells)]
+        self.into = into
+
+    def hops(self, rows: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Hops of each path (source row ``rows[i]`` to vertex ``ends[i]``): float, ``inf``
+        where none."""
+        return self.dist.reshape(-1)[rows.astype(np.int64) * self.v + ends]
+
+    def write(self, rows: np.ndarray, ends: np.ndarray, out: np.ndarray,
+              last_at: np.ndarray, avoid: np.ndarray | None = None) -> np.ndarray:
+        """Write each path's links into ``out``, its last link at ``last_at[i]`` and the
+        others before it (the caller lays the paths out from :meth:`hops`; every path must
+        exist). ``avoid``: a boolean per vertex; returns which paths pass through one (not
+        counting their two ends), all False without it."""
+        crosses = np.zeros(len(rows), dtype=bool)
+        pred, into = self.pred.reshape(-1), self.into.reshape(-1)
+        for lo in range(0, len(rows), _WALK_BLOCK):
+            # every path written from its end back to its source; the walk keeps only the
+            # paths still walking
+            row = rows[lo:lo + _WALK_BLOCK].astype(np.int64) * self.v
+            start = self.sources[rows[lo:lo + _WALK_BLOCK]]
+            at = last_at[lo:lo + _WALK_BLOCK]
+            which = np.arange(lo, lo + len(row))
+            cell = row + ends[lo:lo + _WALK_BLOCK]
+            walking = cell != row + start
+            at, start, row, which, cell = (x[walking] for x in (at, start, row, which, cell))
+            while len(cell):
+                out[at] = into[cell]
+                prev = pred[cell]
+                walking = prev != start
+                if avoid is not None:
+                    crosses[which[walking & avoid[np.maximum(prev, 0)]]] = True
+                at, start, row, which = at[walking] - 1, start[walking], row[walking], \
+                    which[walking]
+                cell = row + prev[walking]
+        return crosses

@@ -28,7 +28,7 @@ from backends.common import RecentLowerings, c_identifier
 from backends.contract import Backend, Contents, EmitOptions, Facts
 from backends.msccl.lower import LimitError
 from backends.mscclpp.limits import COMMIT, LIMITS, REPOSITORY
-from backends.mscclpp.lower import LoweredPlan, chunk_refusal, lower, lowering_refusal
+from backends.mscclpp.lower import LoweredPlan, chunk_refusal, lower, lowering_refusal, size_refusal
 from backends.mscclpp.nics import nic_refusal
 from backends.mscclpp.plan import plan_document
 from cclc.collective import REDUCING_KINDS, Collective, CollectiveKind, ReduceOp
@@ -112,7 +112,7 @@ def _checked(schedule: Schedule) -> None:
     why = _why_not(schedule)
     if why is not None:
         raise NotExpressible(why)
-    why = nic_refusal(schedule)
+    why = size_refusal(schedule) or nic_refusal(schedule)
     if why is not None:
         raise ScheduleError(why)
 
@@ -205,13 +205,14 @@ class MscclppBackend:
 
     def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
         """Why :meth:`render` would refuse ``subject``: a collective MSCCL++ has no plan for,
-        routes between servers that MSCCL++ would not take
+        more ops than cclc lowers (:func:`~backends.mscclpp.lower.size_refusal`, asked
+        first: the other checks walk every op), routes between servers that MSCCL++ would not take
         (:func:`~backends.mscclpp.nics.nic_refusal`), or what the lowering refuses, whatever
         the op count, found by the lowering's own checks without building the programs
         (:func:`~backends.mscclpp.lower.lowering_refusal`: a candidate costs its unit
         conversion, not a lowering, and only the winner is lowered)."""
-        return (_why_not(subject) or nic_refusal(subject) or chunk_refusal(subject)
-                or lowering_refusal(subject))
+        return (_why_not(subject) or size_refusal(subject) or nic_refusal(subject)
+                or chunk_refusal(subject) or lowering_refusal(subject))
 
 
 BACKEND: Backend[Collective, Schedule] = MscclppBackend()

@@ -60,6 +60,18 @@ __all__ = ["BUF_LETTER", "Instr", "LoweredPlan", "Region", "channel_type", "chun
 #: MSCCL++'s buffer spellings (execution_plan.cc ``convertToBufferType``)
 BUF_LETTER = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
 
+#: the most ops of a schedule this output lowers. The lowering and the two plans hold every
+#: instruction as an object (6.3 KB of peak memory and 190 us per op: 262,144 ops of a 512-GPU
+#: AllToAll added 1.66 GB and 50 s to its compile), and MSCCL++'s executor parses the whole
+#: plan file, every GPU's part, on each rank (microsoft/mscclpp 1f5f065,
+#: src/core/executor/execution_plan.cc, ``ExecutionPlan::Impl::loadExecutionPlan``:
+#: ``json::parse(file)`` then ``gpus[rank]``), a file of 370 bytes per op. At this cap: about
+#: 6.6 GB and 200 s here, and plans of 0.4 GB.
+MAX_OPS = 1 << 20
+
+#: the bytes of plan JSON per op of the schedule (each of the two files; measured as above)
+PLAN_BYTES_PER_OP = 370
+
 #: the most chunks a buffer is cut into: a call's size must be a multiple of
 #: ``buffer_alignment`` x chunks (execution_plan.cc ``checkMessageSize``), so more chunks make
 #: the plan serve fewer sizes; beyond it a schedule's uneven chunks are made near-equal
@@ -393,6 +405,20 @@ def lowering_refusal(schedule: Schedule) -> str | None:
     except ScheduleError as err:
         return err.message
     return None
+
+
+def size_refusal(schedule: Schedule) -> str | None:
+    """Why the schedule is too large for this output (:data:`MAX_OPS`), or None: checked
+    before anything is lowered, since the lowering of an oversized schedule is what would
+    run away."""
+    n = len(schedule.ops)
+    if n <= MAX_OPS:
+        return None
+    return (f"its {n:,} ops are over the {MAX_OPS:,} cclc lowers into an MSCCL++ plan: each "
+            f"plan would be about {n * PLAN_BYTES_PER_OP / 1e9:.1f} GB of JSON, which "
+            "MSCCL++'s executor parses whole on every rank (execution_plan.cc "
+            "loadExecutionPlan), and lowering it would take about "
+            f"{n * 6.3e3 / 1e9:.0f} GB here; --emit json or nccl write this schedule")
 
 
 def chunk_refusal(schedule: Schedule) -> str | None:

@@ -17,6 +17,7 @@ import numpy as np
 from cclc.collective import Collective
 from cclc.errors import CollectiveError
 from cclc.ir import ScheduleBuilder, even_split
+from cclc.routing import FewestHopPaths
 from cclc.topology import Topology
 
 __all__ = [
@@ -275,11 +276,8 @@ def pair_router(coll: Collective) -> PairRouter:
     return topo._cache[key]
 
 
-#: (source, vertex) cells whose predecessor links :class:`PairRouter` looks up at once
-_CELL_BLOCK = 1 << 21
-
-#: paths :meth:`PairRouter.ids` walks at once
-_WALK_BLOCK = 1 << 18
+#: pairs whose hop counts :meth:`PairRouter.ids` reads at once
+_HOPS_BLOCK = 1 << 20
 
 
 class PairRouter:
@@ -287,33 +285,18 @@ class PairRouter:
     breadth-first search per group member in scipy
     (:meth:`cclc.topology.Topology.shortest_path_links` runs one in networkx per source and
     keeps every path: 19 of 21 s of a 1,024-rank build, minutes and gigabytes at 4,096
-    ranks), the paths read back from the predecessors for all pairs together. Among paths of
-    equal length the choice may differ from networkx's; on a fabric the routing pass
-    (:func:`cclc.fabric_routing.route_spines`) replans the spine and core hops anyway."""
+    ranks), the paths read back from the predecessors for all pairs together
+    (:class:`cclc.routing.FewestHopPaths`). Among paths of equal length the choice may differ
+    from networkx's; on a fabric the routing pass (:func:`cclc.fabric_routing.route_spines`)
+    replans the spine and core hops anyway."""
 
     def __init__(self, coll: Collective):
         topo = coll.topology
         self.names = topo.vertex_names
         self.group = np.asarray(coll.group, dtype=np.int64)
-        v = topo.n_vertices
-        # the searches are the topology's (kept there: the relay check and the bounds ask
-        # for the same ones); the lowest link id of every (tail, head) pair names the hop
-        self.keys, self.links = topo.hop_links()
-        self.v = v
-        dist, self.pred = topo.fewest_hops(self.group)
-        self.hops = dist
-        # the link into every vertex from its predecessor, looked up once for all pairs, a
-        # block of sources at a time (at 4,096 GPUs the whole table's temporaries are 1.2 GB
-        # of fresh memory, which costs more than the lookups)
-        into = np.full(self.pred.shape, -1, dtype=np.int32)
-        heads = np.arange(v, dtype=np.int64)
-        rows = max(1, _CELL_BLOCK // max(v, 1))
-        for lo in range(0, len(self.pred), rows):
-            pred = self.pred[lo:lo + rows]
-            has = pred >= 0
-            cells = pred[has] * v + np.broadcast_to(heads, pred.shape)[has]
-            into[lo:lo + rows][has] = self.links[np.searchsorted(self.keys, cells)]
-        self.into = into
+        self.paths = FewestHopPaths(topo, self.group)
+        self.keys, self.links, self.v = self.paths.keys, self.paths.links, self.paths.v
+        self.hops, self.pred = self.paths.dist, self.paths.pred
 
     def ids(self, b: ScheduleBuilder, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Route ids (added to builder ``b``) of group-index pairs ``src -> dst``; 0 where
@@ -330,52 +313,30 @@ class PairRouter:
         else:
             pairs, inverse = np.unique(key, return_inverse=True)
         del key
-        # every stage a block of pairs at a time: the walk's temporaries stay small enough to
-        # be reused, where whole-table ones were fresh memory at every hop (at 4,096 GPUs
-        # 16.7M paths of up to 6 hops, and fresh memory, not the lookups, was most of the
-        # time)
-        blocks = range(0, len(pairs), _WALK_BLOCK)
-        hops = self.hops.reshape(-1)
-        offsets = np.zeros(len(pairs) + 1, dtype=np.int64)
-        for lo in blocks:
-            u, cell = self._cells(pairs[lo:lo + _WALK_BLOCK])
-            self._check_paths(u, cell)            # (once: the walk below trusts them)
-            offsets[lo + 1:lo + 1 + len(cell)] = hops[cell]
+        # (32-bit: at 4,096 GPUs every entry is one of 16.7M, and fresh memory is the cost)
+        u = (pairs // n).astype(np.int32)
+        end = self.group[pairs % n].astype(np.int32)
+        del pairs
+        offsets = np.zeros(len(u) + 1, dtype=np.int64)
+        for lo in range(0, len(u), _HOPS_BLOCK):
+            hops = self.paths.hops(u[lo:lo + _HOPS_BLOCK], end[lo:lo + _HOPS_BLOCK])
+            self._check_paths(u[lo:], end[lo:], hops)   # (the walk trusts them)
+            offsets[lo + 1:lo + 1 + len(hops)] = hops
         np.cumsum(offsets, out=offsets)
         links = np.empty(int(offsets[-1]), dtype=np.int32)
-        pred, into = self.pred.reshape(-1), self.into.reshape(-1)
-        width = self.pred.shape[1]
-        for lo in blocks:
-            # every path written from its destination back to its source; the walk keeps
-            # only the paths still walking
-            u, cell = self._cells(pairs[lo:lo + _WALK_BLOCK])
-            row, start, at = u * width, self.group[u], offsets[lo + 1:lo + 1 + len(u)] - 1
-            while len(cell):
-                links[at] = into[cell]
-                prev = pred[cell]
-                walking = prev != start
-                at, start, row = at[walking] - 1, start[walking], row[walking]
-                cell = row + prev[walking]
+        self.paths.write(u, end, links, offsets[1:] - 1)
         route = b.add_routes(offsets, links)
         ids[remote] = route if inverse is None else route[inverse.reshape(-1)]
         return ids
 
-    def _cells(self, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per pair (``source * n + destination``, group indices): its source and its
-        (source row, destination vertex) cell of the (group, vertex) tables as a flat index
-        (one gather per hop instead of two-index lookups)."""
-        n, width = len(self.group), self.pred.shape[1]
-        u = pairs // n
-        return u, u * width + self.group[pairs % n]
-
-    def _check_paths(self, u: np.ndarray, cell: np.ndarray) -> None:
-        """:class:`CollectiveError` where a pair of :meth:`_cells` has no healthy path."""
-        none = self.pred.reshape(-1)[cell] < 0
+    def _check_paths(self, u: np.ndarray, end: np.ndarray, hops: np.ndarray) -> None:
+        """:class:`CollectiveError` where a pair (group row ``u``, vertex ``end``) has no
+        healthy path."""
+        none = ~np.isfinite(hops)
         if none.any():
             bad = int(np.flatnonzero(none)[0])
-            width = self.pred.shape[1]
             raise CollectiveError(f"no healthy path from {self.names[self.group[u[bad]]]} "
-                                  f"to {self.names[cell[bad] % width]}")
+                                  f"to {self.names[end[bad]]}")
 
 
 def add_pair_routes(builder: ScheduleBuilder, coll: Collective, src: np.ndarray,

@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
+from cclc import routing
 from cclc.algorithms import common
 from cclc.algorithms.common import pair_router
 from cclc.collective import CollectiveKind as K
@@ -20,7 +21,7 @@ from cclc.topology import NodeType, fat_tree, with_faults
 @pytest.mark.parametrize("faulty", [False, True])
 def test_routes_are_fewest_hop_paths(faulty, block, monkeypatch):
     # (block 1: the predecessors' links looked up one source at a time)
-    monkeypatch.setattr(common, "_CELL_BLOCK", block)
+    monkeypatch.setattr(routing, "_CELL_BLOCK", block)
     hgx = NodeType("hgx", "nvswitch", 4, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
     topo = fat_tree("c", 8, hgx, pods=2, rails=4, leaves=None, spines=2, cores=4,
                     oversubscription=(1, 2), bandwidth=50e9, latency=2e-6)
@@ -65,8 +66,10 @@ def _walked(router, src: np.ndarray, dst: np.ndarray) -> list[tuple[int, ...]]:
 @pytest.mark.parametrize("faulty", [False, True])
 @pytest.mark.parametrize("order", ["all pairs", "shuffled with repeats"])
 def test_bulk_walk_matches_hop_by_hop(faulty, order, block, monkeypatch):
-    # (blocks of 1 and 7 pairs: the walk's blocks, one path and a few, against one block)
-    monkeypatch.setattr(common, "_WALK_BLOCK", block)
+    # (blocks of 1 and 7 pairs: the walk's and the hop counts' blocks, one path and a few,
+    # against one block)
+    monkeypatch.setattr(routing, "_WALK_BLOCK", block)
+    monkeypatch.setattr(common, "_HOPS_BLOCK", block)
     hgx = NodeType("hgx", "nvswitch", 4, 450e9, 1e-6, nics=4, nic_bandwidth=50e9)
     topo = fat_tree("c", 8, hgx, pods=2, rails=4, leaves=None, spines=2, cores=4,
                     oversubscription=(1, 2), bandwidth=50e9, latency=2e-6)

@@ -108,6 +108,29 @@ def test_a_gpu_without_its_nic_keeps_its_routes():
     assert "(node0.nic1 failed)" in (nic_refusal(t) or "")
 
 
+def test_a_nic_reached_only_through_a_gpu_keeps_its_routes():
+    # node1.nic0's cable down from its leaf failed, its cable up healthy: the NIC still sends
+    # (a healthy NIC of its own for node1.gpu0), but the fewest hops into it from another
+    # server's NIC come through a GPU of node1, which would forward them: those ops keep
+    # their routes, and every other op between servers takes its own NICs
+    topo = _fabric(3, 2)
+    nic = topo.vertex("node1.nic0")
+    leaf = next(int(u) for u, w in zip(topo.link_src, topo.link_dst, strict=True)
+                if w == nic and topo.vertex_names[u].startswith("leaf"))
+    topo = with_faults(topo, [(leaf, nic)])
+    into = topo.vertex("node1.gpu0")
+    s = _schedule(topo, K.ALLTOALL, "direct")
+    t = own_nic_routes(s)
+    verify(t)
+    _own_nic_walks(t, skip={into})
+    kept = 0
+    for i in range(len(s.ops)):
+        if int(s.ops.dst[i]) == into and int(s.ops.src[i]) < 3:
+            assert s.routes.path(int(s.ops.route[i])) == t.routes.path(int(t.ops.route[i]))
+            kept += 1
+    assert kept == 3
+
+
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(server=st.integers(0, 1), nic=st.integers(0, 2),
        case=st.sampled_from([(K.ALLREDUCE, "rail_halving"), (K.ALLREDUCE, "synth"),

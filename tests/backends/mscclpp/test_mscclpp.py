@@ -138,6 +138,30 @@ def test_refusals_name_the_reason():
         render_plan(ring_allgather(), EmitOptions(nthreads=2048))
 
 
+def test_a_schedule_over_the_op_cap_is_refused_before_anything_walks_its_ops(monkeypatch):
+    # (the cap lowered to the ring's op count: one op over it is refused, the cap itself not)
+    import importlib
+
+    import backends.mscclpp as mscclpp
+    lower = importlib.import_module("backends.mscclpp.lower")   # (the package's `lower` is
+    s = ring_allgather()                                         # the function)
+    backend = load("mscclpp")
+    monkeypatch.setattr(lower, "MAX_OPS", len(s.ops))
+    assert backend.refusal(s, EmitOptions()) is None
+    monkeypatch.setattr(lower, "MAX_OPS", len(s.ops) - 1)
+
+    def walked(*_):
+        raise AssertionError("an op-by-op check ran on a schedule over the cap")
+
+    for name in ("nic_refusal", "chunk_refusal", "lowering_refusal"):
+        monkeypatch.setattr(mscclpp, name, walked)
+    why = backend.refusal(s, EmitOptions())
+    assert f"its {len(s.ops):,} ops are over the {len(s.ops) - 1:,}" in why
+    assert "parses whole on every rank" in why and "--emit json or nccl" in why
+    with pytest.raises(ScheduleError, match="ops are over the"):
+        render_plan(s)
+
+
 def test_limits_are_cited():
     for name, limit in LIMITS.items():
         assert re.search(r"\S+ in microsoft/mscclpp src/\S+ @ 1f5f065", limit.cite()), name
