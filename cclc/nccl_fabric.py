@@ -93,10 +93,13 @@ def _pod_capacity(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
     nic_node = topo.nic_nodes()
     nics = np.flatnonzero(nic_node >= 0)
     pod_of_vertex[nics] = topo.pod_of_node[nic_node[nics]]
-    # a leaf is in the pod of the NICs it serves, a spine in the pod of its leaves
+    # a leaf is in the pod of the NICs it serves, a spine in the pod of its leaves (of those
+    # that serve NICs: a pod with fewer servers than ports has leaves that serve none, and
+    # their spines must not take their "no pod")
     for lower, upper in (("node", "leaf"), ("leaf", "spine")):
         wired = np.array([names[u].startswith(lower) and names[v].startswith(upper)
                           for u, v in zip(src.tolist(), dst.tolist(), strict=True)])
+        wired &= pod_of_vertex[src] >= 0
         pod_of_vertex[dst[wired]] = pod_of_vertex[src[wired]]
     core = np.array([n.startswith("core") for n in names])
     ok = ~topo.link_failed

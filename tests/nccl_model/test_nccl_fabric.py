@@ -11,7 +11,7 @@ import pytest
 
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
-from cclc.nccl_fabric import core_limits, dtree_edges, ring_edges
+from cclc.nccl_fabric import core_limits, dtree_edges, pod_core_seconds, ring_edges
 from cclc.nccl_model import nccl_estimate
 from cclc.topology import NodeType, fat_tree
 
@@ -71,3 +71,24 @@ def test_nccl_chooses_blind_and_the_narrow_core_slows_it():
     assert est["wide"].core_limit is None
     assert est["narrow"].core_limit is not None
     assert est["narrow"].time_us > est["wide"].time_us * 1.2
+
+
+def test_leaves_that_serve_no_server_leave_their_spines_in_the_pod():
+    # one server per pod and two leaves per rail: half the leaves serve no NIC. Their spines
+    # are the pod's all the same (they were given "no pod" by the leaves without one, and
+    # the pods' core capacity came out 0: NCCL predicted at "inf s")
+    topo = fat_tree("c", 2, HGX, pods=2, rails=8, leaves=16, spines=4, cores=8,
+                    oversubscription=(1.0, 2.0), bandwidth=50e9, latency=2e-6)
+    names = topo.vertex_names
+    # the builder numbers spines pod by pod: spines 0-3 are pod 0's
+    up = sum(float(bw) for u, v, bw, bad in zip(topo.link_src, topo.link_dst,
+                                                topo.link_bandwidth, topo.link_failed,
+                                                strict=True)
+             if not bad and names[u] in {f"spine{i}" for i in range(4)}
+             and names[v].startswith("core"))
+    assert up > 0
+    seconds, pods = pod_core_seconds(topo, topo.all_ranks(), 1e6)
+    # each of pod 0's 8 GPUs sends 1 MB to each of pod 1's 8
+    assert (seconds, pods) == (pytest.approx(64e6 / up), 2)
+    limits = core_limits(topo, topo.all_ranks())
+    assert limits.ring == pytest.approx(up / 1e9) and math.isfinite(limits.tree)
