@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cclc.ir import Routes, Schedule, csr_join_offsets, csr_take, intern_paths
+from cclc.ir import Routes, Schedule, csr_take, csr_take_pieces, intern_paths
 from cclc.routing import FewestHopPaths
 from cclc.sorting import first_occurrence_ids
 
@@ -76,8 +76,7 @@ def own_nic_routes(s: Schedule) -> Schedule:
     route[keep] = ids[old_rank[1:]]
     route[cross] = ids[len(kept_rows) + pair_of]
     del keep, old_rank, old_first, pair_of
-    pieces = [kept, (offsets, links)]
-    table = _table(pieces, distinct)
+    table = Routes(*csr_take_pieces([kept, (offsets, links)], distinct))
     cols = ops.columns()
     cols["route"] = route.astype(cols["route"].dtype)
     return s.replace(ops=type(ops)(**cols), routes=table)
@@ -88,10 +87,10 @@ def _same_paths(old: Routes, routes: np.ndarray, offsets: np.ndarray, links: np.
     """Whether route ``routes[i]`` of ``old`` is path ``rows[i]`` of the CSR table
     ``offsets``/``links``, for every ``i`` (a block of paths at a time, up to the first that
     differs)."""
-    lengths = np.diff(offsets)
+    old_lengths, lengths = old.lengths(), np.diff(offsets)
     for lo in range(0, len(routes), _SAME_BLOCK):
         was_routes, now_rows = routes[lo:lo + _SAME_BLOCK], rows[lo:lo + _SAME_BLOCK]
-        if not (old.lengths()[was_routes] == lengths[now_rows]).all():
+        if not (old_lengths[was_routes] == lengths[now_rows]).all():
             return False
         _, was = csr_take(old.offsets, old.links, was_routes)
         _, now = csr_take(offsets, links, now_rows)
@@ -102,17 +101,6 @@ def _same_paths(old: Routes, routes: np.ndarray, offsets: np.ndarray, links: np.
 
 #: paths :func:`_same_paths` compares at once
 _SAME_BLOCK = 1 << 18
-
-
-def _table(pieces: list[tuple[np.ndarray, np.ndarray]], distinct: np.ndarray) -> Routes:
-    """The route table of the paths ``distinct`` of the CSR tables ``pieces`` read one after
-    another (``intern_paths``'s firsts)."""
-    sizes = [len(o) - 1 for o, _ in pieces]
-    if len(distinct) == sum(sizes):
-        return Routes(csr_join_offsets([o for o, _ in pieces]),
-                      np.concatenate([x for _, x in pieces]))
-    joined = (csr_join_offsets([o for o, _ in pieces]), np.concatenate([x for _, x in pieces]))
-    return Routes(*csr_take(*joined, distinct))
 
 
 def _nic_paths(s: Schedule, own: np.ndarray, a: np.ndarray, c: np.ndarray

@@ -22,6 +22,7 @@ from backends.common import EmitOptions
 from backends.mscclpp import BACKEND, render_plan
 from backends.mscclpp.executor import run
 from backends.mscclpp.nics import nic_refusal
+from cclc import own_nics
 from cclc.algorithms import BuildContext, get
 from cclc.collective import CollectiveKind as K
 from cclc.collective import make_collective
@@ -169,11 +170,17 @@ def test_relays_across_ranks_only_where_asked():
     assert not inner
 
 
-def test_nothing_to_route_is_the_schedule_itself():
+@pytest.mark.parametrize("block", [1, 1 << 18])
+def test_nothing_to_route_is_the_schedule_itself(block, monkeypatch):
+    # (block 1: the routes compared with the new paths one at a time)
+    monkeypatch.setattr(own_nics, "_SAME_BLOCK", block)
     on_torus = _schedule(torus("t", (3, 3)), K.ALLREDUCE, "ring")
     assert own_nic_routes(on_torus) is on_torus
     one_gpu = _schedule(_fabric(1, 3), K.ALLTOALL, "direct")   # own NICs already
     assert own_nic_routes(one_gpu) is one_gpu
+    # its first pair between servers, on one rail, keeps its path; the next does not
+    pxn = _schedule(_fabric(3, 2), K.ALLTOALL, "direct")
+    assert own_nic_routes(pxn) is not pxn
 
 
 TEXT = """node box = nvswitch(gpus = 3) {
