@@ -130,7 +130,7 @@ def _nic_paths(s: Schedule, own: np.ndarray, a: np.ndarray, c: np.ndarray
     sources = np.unique(own[sends])
     row_of = np.full(v, -1, dtype=np.int32)
     row_of[sources] = np.arange(len(sources), dtype=np.int32)
-    paths = FewestHopPaths(topo, sources)
+    paths = FewestHopPaths.of(topo, sources)
     rows = row_of[own[a]]
     ends = own[c].astype(np.int32)
     hops = paths.hops(rows, ends)

@@ -188,7 +188,17 @@ class FewestHopPaths:
     read back from the topology's breadth-first searches (:meth:`Topology.fewest_hops`, kept
     there) for many paths at once: a path is a (source row, end vertex) pair, and the walk
     goes a block of paths at a time (at 4,096 GPUs 16.7M paths of up to 8 hops: whole-table
-    temporaries would be fresh memory at every hop, which costs more than the lookups)."""
+    temporaries would be fresh memory at every hop, which costs more than the lookups).
+    :meth:`of` keeps one per topology and source list (every build of a compile asks)."""
+
+    @classmethod
+    def of(cls, topo: Topology, sources: np.ndarray) -> FewestHopPaths:
+        """The paths from ``sources`` on ``topo``, made once (kept in the topology's cache)."""
+        sources = np.ascontiguousarray(sources, dtype=np.int64)
+        key = ("fewest_hop_paths", sources.tobytes())
+        if key not in topo._cache:
+            topo._cache[key] = cls(topo, sources)
+        return topo._cache[key]
 
     def __init__(self, topo: Topology, sources: np.ndarray):
         self.sources = np.ascontiguousarray(sources, dtype=np.int64)

@@ -294,7 +294,7 @@ class PairRouter:
         topo = coll.topology
         self.names = topo.vertex_names
         self.group = np.asarray(coll.group, dtype=np.int64)
-        self.paths = FewestHopPaths(topo, self.group)
+        self.paths = FewestHopPaths.of(topo, self.group)
         self.keys, self.links, self.v = self.paths.keys, self.paths.links, self.paths.v
         self.hops, self.pred = self.paths.dist, self.paths.pred
 
