@@ -61,12 +61,12 @@ __all__ = ["BUF_LETTER", "Instr", "LoweredPlan", "Region", "channel_type", "chun
 BUF_LETTER = {Buf.INPUT: "i", Buf.OUTPUT: "o", Buf.SCRATCH: "s"}
 
 #: the most ops of a schedule this output lowers. The lowering and the two plans hold every
-#: instruction as an object (6.3 KB of peak memory and 190 us per op: 262,144 ops of a 512-GPU
-#: AllToAll added 1.66 GB and 50 s to its compile), and MSCCL++'s executor parses the whole
+#: instruction as an object (6.5 KB of peak memory and 190 us per op: 262,144 ops of a 512-GPU
+#: AllToAll added 1.7 GB and 50 s to its compile), and MSCCL++'s executor parses the whole
 #: plan file, every GPU's part, on each rank (microsoft/mscclpp 1f5f065,
 #: src/core/executor/execution_plan.cc, ``ExecutionPlan::Impl::loadExecutionPlan``:
 #: ``json::parse(file)`` then ``gpus[rank]``), a file of 370 bytes per op. At this cap: about
-#: 6.6 GB and 200 s here, and plans of 0.4 GB.
+#: 6.8 GB and 200 s here, and plans of 0.4 GB.
 MAX_OPS = 1 << 20
 
 #: the bytes of plan JSON per op of the schedule (each of the two files; measured as above)
@@ -418,7 +418,7 @@ def size_refusal(schedule: Schedule) -> str | None:
             f"plan would be about {n * PLAN_BYTES_PER_OP / 1e9:.1f} GB of JSON, which "
             "MSCCL++'s executor parses whole on every rank (execution_plan.cc "
             "loadExecutionPlan), and lowering it would take about "
-            f"{n * 6.3e3 / 1e9:.0f} GB here; --emit json or nccl write this schedule")
+            f"{n * 6.5e3 / 1e9:.0f} GB here; --emit json or nccl write this schedule")
 
 
 def chunk_refusal(schedule: Schedule) -> str | None:
