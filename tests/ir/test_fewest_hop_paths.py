@@ -67,3 +67,11 @@ def test_bulk_walk_matches_networkx(cut_every, block, seed, from_nics, monkeypat
         assert not topo.link_failed[path].any()
         assert bool(crosses[i]) == bool(avoid[verts[1:-1]].any())
     assert not paths.write(rows[walk], ends[walk], links, offsets[1:] - 1).any()
+
+
+def test_one_walker_per_topology_and_sources():
+    topo = _machine(0)
+    a = FewestHopPaths.of(topo, np.arange(4))
+    assert FewestHopPaths.of(topo, np.array([0, 1, 2, 3], dtype=np.int32)) is a
+    assert FewestHopPaths.of(topo, np.arange(5)) is not a
+    assert FewestHopPaths.of(_machine(0), np.arange(4)) is not a      # another topology
