@@ -73,6 +73,9 @@ MAX_OPS = 1 << 21
 #: the bytes of plan JSON per op of the schedule (each of the two files; measured as above)
 PLAN_BYTES_PER_OP = 370
 
+#: the lowering's peak memory per op of the schedule (measured as above)
+LOWERING_BYTES_PER_OP = 6.5e3
+
 #: the most chunks a buffer is cut into: a call's size must be a multiple of
 #: ``buffer_alignment`` x chunks (execution_plan.cc ``checkMessageSize``), so more chunks make
 #: the plan serve fewer sizes; beyond it a schedule's uneven chunks are made near-equal
@@ -419,7 +422,8 @@ def size_refusal(schedule: Schedule) -> str | None:
             f"plan would be about {n * PLAN_BYTES_PER_OP / 1e9:.1f} GB of JSON, which "
             "MSCCL++'s executor parses whole on every rank (execution_plan.cc "
             "loadExecutionPlan), and lowering it would take about "
-            f"{n * 6.5e3 / 1e9:.0f} GB here; --emit json or nccl write this schedule")
+            f"{n * LOWERING_BYTES_PER_OP / 1e9:.0f} GB here; --emit json or nccl write this "
+            "schedule")
 
 
 def chunk_refusal(schedule: Schedule) -> str | None:
