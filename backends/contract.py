@@ -72,7 +72,10 @@ class EmitOptions:
     tuner plugin). ``mpi``: also emit and build the MPI (CPU) variant. ``nccl_home``: a folder
     with ``include/nccl.h`` and ``lib/libnccl.so.2`` (``None``: the ``nvidia-nccl-cu13``
     wheel). ``cuda_arch``: nvcc ``-arch`` value. ``cc``: the C compiler of the tuner plugin
-    (``None``: ``$CC``, else ``gcc``).
+    (``None``: ``$CC``, else ``gcc``). ``nccl_lane_memory``: bytes per rank the NCCL
+    library's lane buffers may take (``--nccl-lane-memory``; ``None``: the default,
+    :data:`cclc.lane_cost.DEFAULT_LANE_MEMORY`), which its refusal asks before anything is
+    rendered.
     """
 
     msccl_runtime: str = "msccl"
@@ -87,6 +90,7 @@ class EmitOptions:
     nccl_home: str | None = None
     cuda_arch: str = "sm_90"
     cc: str | None = None
+    nccl_lane_memory: int | None = None
 
     def __post_init__(self) -> None:
         if self.protocol not in _PROTOCOLS:

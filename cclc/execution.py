@@ -88,12 +88,13 @@ from cclc.dataflow import MAX_LANES, dataflow_time, lower_schedule
 from cclc.errors import ScheduleError
 from cclc.fabric_routing import ecmp_pair_links, ecmp_routes, has_spines
 from cclc.ir import Schedule
-from cclc.lane_cost import DEFAULT_LANE_MEMORY, choose_lanes
+from cclc.lane_cost import DEFAULT_LANE_MEMORY, choose_lanes, lane_floor_refusal
 from cclc.sim import OverheadSteps, simulate
 
 __all__ = ["IR_MODEL", "LOCKSTEP_NCCL_MODEL", "MODELS", "MSCCLPP_MODEL", "MSCCL_MODEL",
            "NCCL_GROUP_OVERHEAD", "NCCL_MODEL", "NCCL_ONESIDED_MODEL", "ExecutionModel",
-           "Output", "Prediction", "model_for", "model_lanes", "model_reason", "predict"]
+           "Output", "Prediction", "model_for", "model_lanes", "model_reason", "predict",
+           "unpriced_reason"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +268,19 @@ def model_lanes(schedule: Schedule, model: ExecutionModel) -> int:
         return choose_lanes(schedule, model.lane_memory).max_lanes
     except ScheduleError:
         return MAX_LANES
+
+
+def unpriced_reason(schedule: Schedule, model: ExecutionModel) -> str | None:
+    """Why ``model`` gives ``schedule`` no time, or None: the model prices what its runtime
+    runs, and the NCCL library cannot hold the connections of a schedule whose pairs of
+    ranks alone need more buffers than the model's lane budget
+    (:func:`cclc.lane_cost.lane_floor_refusal`). A count of pairs, asked before the
+    lowering into lanes: that lowering is the model's cost (over half an hour for the
+    4,096-GPU fat tree's direct AllToAll), and its time would be of nothing that runs."""
+    if model.mode != "dataflow" or model.lane_memory is None or model.max_lanes is not None:
+        return None
+    why = lane_floor_refusal(schedule, model.lane_memory)
+    return None if why is None else f"the NCCL library cannot run it: {why}"
 
 
 def predict(schedule: Schedule, model: ExecutionModel = IR_MODEL) -> Prediction:

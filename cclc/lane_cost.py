@@ -57,7 +57,8 @@ from cclc.ir import Schedule
 
 __all__ = ["CUDA_IPC_MIN", "DEFAULT_LANE_MEMORY", "LANE_CTA_LIMIT", "LL128_BUFFSIZE",
            "LL_BUFFSIZE", "P2P_RECV_BYTES", "P2P_SEND_BYTES", "SIMPLE_BUFFSIZE", "LaneChoice",
-           "LaneCost", "choose_lanes", "lane_cost", "plan_entries", "schedule_lane_cost"]
+           "LaneCost", "choose_lanes", "lane_cost", "lane_floor_refusal", "plan_entries",
+           "schedule_lane_cost"]
 
 #: NCCL's default per-protocol buffers of one connection on one channel (src/init.cc)
 LL_BUFFSIZE = 8 * 512 * 8 * 16
@@ -175,16 +176,12 @@ def choose_lanes(s: Schedule, budget: int = DEFAULT_LANE_MEMORY) -> LaneChoice:
     >>> choose_lanes(s, 100 * 2 ** 20).lane_ctas
     4
     """
-    if budget <= 0:
-        raise ScheduleError(f"the NCCL lane memory budget must be > 0 bytes, not {budget}")
+    why = lane_floor_refusal(s, budget)
+    if why is not None:
+        raise ScheduleError(why)
     o = s.ops
     src, dst = o.src.astype(np.int64), o.dst.astype(np.int64)
     route = o.route.astype(np.int64)
-    # every pair of ranks that exchanges messages keeps one connection on some lane: below
-    # that, with one CTA, no lane count fits (and none is tried)
-    floor = _bytes(*_connections(s.n, src, dst, np.zeros(len(src), dtype=np.int64)), 1)
-    if floor > budget:
-        raise ScheduleError(_too_small(floor, budget))
     needed = None
     cap = MAX_LANES
     while cap >= 1:
@@ -202,6 +199,21 @@ def choose_lanes(s: Schedule, budget: int = DEFAULT_LANE_MEMORY) -> LaneChoice:
         # fewer lanes than the colouring used before: each step down merges some connections
         cap = min(cap, lanes) - 1
     raise ScheduleError(_too_small(needed or 0, budget))
+
+
+def lane_floor_refusal(s: Schedule, budget: int = DEFAULT_LANE_MEMORY) -> str | None:
+    """Why no lane count fits ``s`` in ``budget`` bytes per rank, or None: every pair of
+    ranks that exchanges messages keeps at least one connection with one CTA, and below that
+    nothing is tried (:func:`choose_lanes` raises this). A count of pairs, so cheap enough to
+    ask before a schedule is priced under the nccl model: the 4,096-GPU fat tree's direct
+    AllToAll (4,095 peers a rank, 48 GiB of connection buffers) was otherwise lowered into
+    lanes for over half an hour, for an output that then refused it."""
+    if budget <= 0:
+        raise ScheduleError(f"the NCCL lane memory budget must be > 0 bytes, not {budget}")
+    o = s.ops
+    src, dst = o.src.astype(np.int64), o.dst.astype(np.int64)
+    floor = _bytes(*_connections(s.n, src, dst, np.zeros(len(src), dtype=np.int64)), 1)
+    return _too_small(floor, budget) if floor > budget else None
 
 
 def _too_small(needed: int, budget: int) -> str:

@@ -200,6 +200,9 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
     """
     events = events or Events()
     options = request.options or EmitOptions()
+    if request.nccl_lane_memory is not None:
+        # the NCCL output's refusal asks it before anything is rendered
+        options = dataclasses.replace(options, nccl_lane_memory=request.nccl_lane_memory)
     backends = [load(name) for name in request.emit]
     # the outputs decide the execution model that prices the candidates (each runtime pays
     # software costs of its own); a lane budget for a model without lanes is refused first

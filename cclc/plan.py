@@ -36,7 +36,7 @@ from cclc.bounds import Bound, Bounds, bounds
 from cclc.budget import Limits
 from cclc.collective import Collective, make_collective
 from cclc.errors import CclError, CollectiveError, ScheduleError, Span
-from cclc.execution import IR_MODEL, ExecutionModel, predict
+from cclc.execution import IR_MODEL, ExecutionModel, predict, unpriced_reason
 from cclc.ir import Schedule
 from cclc.load_bounds import LoadBound, candidate_bounds, evaluation_order, prune_reason
 from cclc.lockstep_bound import lockstep_bound
@@ -305,6 +305,12 @@ def _evaluate(coll: Collective, algo: Algorithm, params: dict, bound: float | No
     reason = None if limits is None else limits.schedule_refusal(schedule)
     if reason is not None:
         return Candidate(algo.name, False, reason), None
+    # a schedule the model's runtime cannot run has no time under it (and its pricing can
+    # be the longest work of the compile)
+    reason = unpriced_reason(schedule, context.model)
+    if reason is not None:
+        return Candidate(algo.name, False, f"no time under the {context.model.name} model: "
+                         f"{reason}"), None
     say(f"{algo.name}: verifying {len(schedule.ops)} ops")
     try:
         verify(schedule)
@@ -425,6 +431,12 @@ def _plan_explicit(res: Resolution, others: list[Algorithm], context: BuildConte
         raise CclError(f"collective '{coll.name}': its {chosen.name} schedule is {why}; use a "
                        "smaller topology, group, size or chunks, another algorithm, or "
                        "--no-size-check to try anyway")
+    why = unpriced_reason(schedule, context.model)
+    if why is not None:
+        raise CclError(f"collective '{coll.name}': its {chosen.name} schedule has no time "
+                       f"under the {context.model.name} model, which prices what the first "
+                       f"code-emitting output of --emit runs: {why}, or emit that output "
+                       "after another")
     step(1, total, f"{chosen.name}: verifying {len(schedule.ops)} ops")
     verify(schedule)
     step(1, total, f"{chosen.name}: simulating {len(schedule.ops)} ops")

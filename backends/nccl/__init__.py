@@ -51,6 +51,7 @@ from cclc.lane_cost import (
     LaneChoice,
     LaneCost,
     choose_lanes,
+    lane_floor_refusal,
 )
 
 __all__ = ["APIS", "BACKEND", "ONESIDED", "SECONDS_PER_OP", "NcclBackend", "emit",
@@ -276,17 +277,31 @@ class NcclBackend:
     def render(self, subject: Schedule, options: EmitOptions, facts: Facts
                ) -> dict[str, str | bytes]:
         sub = f"{self.name}-{c_identifier(subject.collective.name)}"
-        # the budget the planner priced the lanes with, when it priced with the nccl model
-        budget = facts.model.lane_memory if facts.model is not None and \
-            facts.model.lane_memory is not None else DEFAULT_LANE_MEMORY
+        budget = self._budget(options, facts)
         return {f"{sub}/{name}": text
                 for name, text in render_sources(subject, options, budget, self.api).items()}
 
     def refusal(self, subject: Schedule, options: EmitOptions) -> str | None:
-        """The library runs every verified schedule (it has no limit on steps, threadblocks
-        or chunks that a schedule could exceed); only its tables, counted in equal units,
-        can be more than cclc builds (:func:`~backends.units.units_refusal`)."""
-        return units_refusal(subject)
+        """The library has no limit on steps, threadblocks or chunks that a schedule could
+        exceed; its tables, counted in equal units, can be more than cclc builds
+        (:func:`~backends.units.units_refusal`), and the lanes form cannot hold the
+        connections of a schedule whose pairs of ranks alone need more NCCL buffers than the
+        lane budget (``options.nccl_lane_memory``;
+        :func:`~cclc.lane_cost.lane_floor_refusal`), which :meth:`render` would find."""
+        why = units_refusal(subject)
+        if why is None and self.api == "lanes":
+            why = lane_floor_refusal(subject, self._budget(options))
+        return why
+
+    @staticmethod
+    def _budget(options: EmitOptions, facts: Facts | None = None) -> int:
+        """The lane budget asked for, else the one the planner priced the lanes with (when
+        it priced with the nccl model), else the default."""
+        if options.nccl_lane_memory is not None:
+            return options.nccl_lane_memory
+        if facts is not None and facts.model is not None and facts.model.lane_memory is not None:
+            return facts.model.lane_memory
+        return DEFAULT_LANE_MEMORY
 
     def build(self, folder: pathlib.Path, key: Collective, options: EmitOptions) -> list[str]:
         targets = _targets(options)

@@ -340,7 +340,8 @@ def _onesided_report(p) -> str:
 def _options(args):
     return EmitOptions(msccl_runtime=getattr(args, "msccl_runtime", "msccl"),
                        max_bytes=getattr(args, "msccl_max_bytes", None),
-                       build=getattr(args, "build", False))
+                       build=getattr(args, "build", False),
+                       nccl_lane_memory=getattr(args, "nccl_lane_memory", None))
 
 
 def run(args) -> int:

@@ -4,6 +4,7 @@ emitted tables, the budget's choices, and the compile report."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -14,18 +15,24 @@ from backend_helpers import pairwise_alltoall, random_allgather, ring_reducescat
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.nccl import render_sources
+from backends.contract import EmitOptions
+from backends.nccl import BACKEND, ONESIDED, render_sources
 from backends.nccl.tables import COLUMNS, DataflowRole, dataflow_tables, table_lane_cost
 from backends.units import to_units
+from cclc import plan as plan_module
+from cclc.collective import CollectiveKind, Hint, make_collective
 from cclc.dataflow import lower_schedule
-from cclc.errors import ScheduleError
-from cclc.execution import NCCL_GROUP_OVERHEAD, NCCL_MODEL, model_lanes
+from cclc.errors import CclError, ScheduleError
+from cclc.execution import NCCL_GROUP_OVERHEAD, NCCL_MODEL, model_lanes, unpriced_reason
 from cclc.lane_cost import (
     P2P_RECV_BYTES,
     P2P_SEND_BYTES,
     choose_lanes,
+    lane_floor_refusal,
     schedule_lane_cost,
 )
+from cclc.plan import plan
+from cclc.topology import torus
 
 MIB = 2 ** 20
 
@@ -86,12 +93,16 @@ def test_small_ring_by_hand():
 @given(st.integers(2, 6), st.integers(0, 10 ** 6), st.sampled_from([24, 100, 400, 4096]))
 def test_estimate_matches_the_tables(n, seed, budget_mib):
     s = random_allgather(n, seed)
+    # the floor, a count of pairs asked before pricing, refuses exactly what the choice does
+    floor = lane_floor_refusal(s, budget_mib * MIB)
     try:
         choice = choose_lanes(s, budget_mib * MIB)
     except ScheduleError as err:
         # refused only when one channel per connection does not fit either
         assert "raise --nccl-lane-memory" in err.message
+        assert floor == err.message
         return
+    assert floor is None
     tables = dataflow_tables(s, *to_units(s, split=True, pad=True), max_lanes=choice.max_lanes)
     cost = table_lane_cost(tables, choice.lane_ctas)
     assert (cost.device_bytes, cost.events) == _by_hand(tables, choice.lane_ctas)
@@ -110,6 +121,50 @@ def test_budget_halves_ctas_then_refuses():
         choose_lanes(s, 23 * MIB)
     with pytest.raises(ScheduleError, match="must be > 0"):
         choose_lanes(s, 0)
+
+
+def test_the_output_refuses_what_its_lanes_cannot_hold():
+    s = pairwise_alltoall()          # 2 sends and 2 receives a rank: 24 MiB with one lane
+    assert BACKEND.refusal(s, EmitOptions()) is None
+    assert BACKEND.refusal(s, EmitOptions(nccl_lane_memory=24 * MIB)) is None
+    why = BACKEND.refusal(s, EmitOptions(nccl_lane_memory=23 * MIB))
+    assert why is not None and "at least 24 MiB per rank" in why
+    # the one-sided form runs on the caller's communicator: no lane buffers
+    assert ONESIDED.refusal(s, EmitOptions(nccl_lane_memory=23 * MIB)) is None
+
+
+def _alltoall_2x4(budget_mib: int):
+    """An AllToAll on 8 ranks and the nccl model with ``budget_mib`` of lane memory:
+    ``direct`` talks to 7 peers a rank (84 MiB with one lane), the rings to fewer."""
+    coll = make_collective("a2a", CollectiveKind.ALLTOALL,
+                           torus("t", (2, 4), bandwidth=50e9, latency=1e-6), tuple(range(8)),
+                           8 * 8 * 1024)
+    return coll, dataclasses.replace(NCCL_MODEL, lane_memory=budget_mib * MIB)
+
+
+def test_the_model_gives_no_time_to_what_its_runtime_cannot_run(monkeypatch):
+    coll, model = _alltoall_2x4(64)
+    p = plan(coll, model=model, prune=False)
+    row = next(r for r in p.candidates if r.name == "direct")
+    assert not row.applicable and row.time is None
+    assert row.reason.startswith("no time under the nccl model: the NCCL library cannot run "
+                                 "it: the NCCL library needs at least 84 MiB per rank")
+    # the chosen one runs on the library under that budget, and the output takes it
+    assert p.name != "direct" and unpriced_reason(p.schedule, model) is None
+    assert BACKEND.refusal(p.schedule, EmitOptions(nccl_lane_memory=64 * MIB)) is None
+    # named explicitly, it is refused before it is verified or lowered into lanes
+    monkeypatch.setattr(plan_module, "verify", lambda s: pytest.fail("verified"))
+    with pytest.raises(CclError, match=r"its direct schedule has no time under the nccl "
+                                       r"model.*raise --nccl-lane-memory"):
+        plan(_named(coll, "direct"), model=model)
+    monkeypatch.undo()
+    # with room for its connections it is priced as before
+    coll, roomy = _alltoall_2x4(84)
+    assert plan(_named(coll, "direct"), model=roomy).time is not None
+
+
+def _named(coll, name: str):
+    return dataclasses.replace(coll, algorithm=Hint(name))
 
 
 def test_the_model_prices_the_lanes_it_chooses():
@@ -162,8 +217,10 @@ def test_compile_reports_lanes_and_takes_the_budget(tmp_path):
     assert "budget of 40 MiB" in header
     bad = _compile(tmp_path, "--emit", "json,nccl", "--nccl-lane-memory", "lots")
     assert bad.returncode == 2 and "expected a memory size > 0" in bad.stderr
+    # no schedule's connections fit: none has a time under the nccl model
     small = _compile(tmp_path, "--emit", "json,nccl", "--nccl-lane-memory", "1M", "--force")
-    assert small.returncode == 1 and "raise --nccl-lane-memory" in small.stderr
+    assert small.returncode == 2 and "no time under the nccl model" in small.stderr
+    assert "raise --nccl-lane-memory" in small.stderr
     unpriced = _compile(tmp_path, "--emit", "json", "--nccl-lane-memory", "1G", "--force")
     assert unpriced.returncode == 2 and "needs nccl" in unpriced.stderr
     onesided = _compile(tmp_path, "--emit", "json,nccl-onesided", "--force")
