@@ -392,7 +392,7 @@ def plan(coll: Collective, explain: bool = False, model: ExecutionModel = IR_MOD
                                 limits)
     else:
         chosen = _plan_auto(res, context, all_bounds, unjoinable, step, total, prune, refusal,
-                            limits)
+                            limits, explain)
     return replace(chosen, lockstep=_lockstep(coll, model, chosen.bound))
 
 
@@ -453,25 +453,32 @@ def _plan_explicit(res: Resolution, others: list[Algorithm], context: BuildConte
 
 def _plan_auto(res: Resolution, context: BuildContext, all_bounds: Bounds | None,
                unjoinable: CclError | None, step: StepFn, total: int, prune: bool,
-               refusal: Callable[[Schedule], str | None] | None, limits: Limits | None
-               ) -> Plan:
+               refusal: Callable[[Schedule], str | None] | None, limits: Limits | None,
+               explain: bool = False) -> Plan:
     """``auto``: every candidate of ``res`` evaluated, cheapest load bound first, those that
     cannot win pruned, the fastest kept (the first registered among equals) if the outputs
-    take it, else the next fastest they take (:meth:`_AutoRun.first_taken`)."""
+    take it, else the next fastest they take (:meth:`_AutoRun.first_taken`). The load
+    bounds are computed where they can prune (two candidates or more to build) or are shown
+    (``explain``)."""
     coll, chosen, params = res.collective, res.entries, res.params
     bound = None if all_bounds is None else float(all_bounds.best)
-    # cheapest bound first, so a good time is known early and prunes the most; the winner is
-    # the fastest, the first registered among equals, whatever the order of evaluation
-    if prune:
-        step(0, total, f"load bounds of the {len(chosen)} candidates")
     # a candidate the size check skips is not bounded either: its rule could hold as many
     # entries as its ops (direct's sends at 4,096 ranks: 2e8)
     fits = [limits is None or limits.candidate_refusal(coll, algo, params) is None
             for algo in chosen]
+    # a lone candidate is built whatever its bound: the 4,096-GPU fat tree's AllToAll, where
+    # only direct applies and fits, spent 1.7-2.5 s on direct's send bound for nothing
+    live = sum(ok and algo.applicable(coll, **params) is None
+               for algo, ok in zip(chosen, fits, strict=True))
+    bounds_loads = prune and (explain or live > 1)
+    # cheapest bound first, so a good time is known early and prunes the most; the winner is
+    # the fastest, the first registered among equals, whatever the order of evaluation
+    if bounds_loads:
+        step(0, total, f"load bounds of the {len(chosen)} candidates")
     bounded = iter(candidate_bounds(coll, [a for a, ok in zip(chosen, fits, strict=True) if ok],
-                                    params, context.model) if prune else ())
+                                    params, context.model) if bounds_loads else ())
     run = _AutoRun(res, bound, context, step, total, limits, fits,
-                   [next(bounded) if prune and ok else None for ok in fits], prune)
+                   [next(bounded) if bounds_loads and ok else None for ok in fits], prune)
     for n_done, i in enumerate(evaluation_order(
             run.bounds_of, [a.synthesize is not None for a in chosen])):
         algo = chosen[i]

@@ -185,3 +185,32 @@ def test_explain_shows_bound_time_and_why_pruned():
     chosen = next(r for r in rows if r.split()[0] == p.name)
     est = next(r.estimate for r in p.candidates if r.name == p.name)
     assert est is None or "chosen" in chosen
+
+
+def test_a_lone_candidate_is_bounded_only_for_explain(monkeypatch):
+    # nothing to prune: its bound would be computed for nothing (the 4,096-GPU fat tree's
+    # AllToAll, where direct alone applies and fits, spent seconds on it)
+    import cclc.plan as plan_module
+    from cclc.algorithms import get
+    from cclc.plan import Resolution
+
+    c = _coll(faulty_torus((8,), None))
+    calls: list[int] = []
+    real = plan_module.candidate_bounds
+
+    def counted(coll, algos, params, model):
+        calls.append(len(algos))
+        return real(coll, algos, params, model)
+
+    monkeypatch.setattr(plan_module, "candidate_bounds", counted)
+    alone = Resolution(c, (get("direct"), get("mate")), explicit=False)
+    # mate accelerates a ring with a failed link: direct is the one candidate
+    assert get("mate").applicable(c) is not None
+    p = plan(c, resolution=alone)
+    assert calls == [] and all(r.estimate is None for r in p.candidates)
+    p = plan(c, resolution=alone, explain=True)
+    assert calls == [2] and next(r for r in p.candidates if r.name == "direct").estimate
+    # two candidates to build: bounded, to prune
+    both = Resolution(c, (get("direct"), get("bruck")), explicit=False)
+    plan(c, resolution=both)
+    assert calls == [2, 2]
