@@ -462,17 +462,14 @@ def _ecmp_choices(s: Schedule, seed: int
             + ops.step[crossing].astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B9)
     h = _mix(key)
     # the candidates of every distinct (source leaf, dest leaf, through a core), padded
-    flow_key = (la * (len(fab["leaf_index"]) + 1) + lb) * 2 + up3
-    # rows numbered by first use (np.unique's sort by value took seconds at 16.7M flows)
-    inverse, first = first_occurrence_ids(flow_key)
-    cands = [(_core_candidates if bool(up3[j]) else _candidates)(fab, int(la[j]), int(lb[j]))
-             for j in first.tolist()]
+    pairs, inverse = _leaf_pairs(fab, la, lb, up3)
+    cands = [_path_candidates(fab, a, b, c) for a, b, c in pairs]
     count = np.array([len(c) for c in cands], dtype=np.int64)
     if not count.all():
         # the first op without a healthy path names it
         j = int(np.flatnonzero(count[inverse] == 0)[0])
         raise _no_path(s, int(la[j]), int(lb[j]))
-    table = np.zeros((len(first), int(count.max())), dtype=np.int64)
+    table = np.zeros((len(pairs), int(count.max())), dtype=np.int64)
     for row, c in enumerate(cands):
         table[row, :len(c)] = c
     # through a core, one hash over the (spine, core) paths: with the fat tree's equal
@@ -721,16 +718,8 @@ def _check_paths(s: Schedule, fab: dict, la: np.ndarray, lb: np.ndarray,
     climb to a core; ``None`` on two tiers). Each distinct flow is checked once; only when
     one fails are the flows walked as a set, as they always were, to name the same pair."""
     climbs = np.zeros(len(la), dtype=bool) if up3 is None else up3
-    # the distinct (leaf, leaf, climbs) by marking them in their small key space (a sort of
-    # the 4,096-GPU AllToAll's 16.7M keys took a second); leaves are >= 0 on crossing flows
-    width = len(fab["leaf_index"]) + 1
-    seen = np.zeros(2 * width * width, dtype=bool)
-    seen[(la * width + lb) * 2 + climbs] = True
-    distinct = np.flatnonzero(seen)
-    if all(len((_core_candidates if c else _candidates)(fab, a, b))
-           for a, b, c in zip((distinct // 2 // width).tolist(),
-                              (distinct // 2 % width).tolist(),
-                              (distinct % 2).astype(bool).tolist(), strict=True)):
+    if all(len(_path_candidates(fab, a, b, c))
+           for a, b, c in _leaf_pairs(fab, la, lb, climbs)[0]):
         return
     if up3 is None:
         for a, b in set(zip(la.tolist(), lb.tolist(), strict=True)):
@@ -739,6 +728,33 @@ def _check_paths(s: Schedule, fab: dict, la: np.ndarray, lb: np.ndarray,
     for a, b, c in set(zip(la.tolist(), lb.tolist(), climbs.tolist(), strict=True)):
         if not len((_core_candidates if c else _candidates)(fab, a, b)):
             raise _no_path(s, a, b)
+
+
+def _leaf_pairs(fab: dict, la: np.ndarray, lb: np.ndarray, climbs: np.ndarray
+                ) -> tuple[list[tuple[int, int, bool]], np.ndarray]:
+    """The distinct (source leaf, dest leaf, climbs to a core) of the flows, and the row of
+    each flow among them. Marked in their small key space (leaves >= 0 on crossing flows):
+    sorting the 4,096-GPU AllToAll's 16.7M keys took a second."""
+    width = len(fab["leaf_index"]) + 1
+    key = (la * width + lb) * 2 + climbs
+    seen = np.zeros(2 * width * width, dtype=bool)
+    seen[key] = True
+    distinct = np.flatnonzero(seen)
+    row = np.zeros(len(seen), dtype=np.int64)
+    row[distinct] = np.arange(len(distinct))
+    pairs = list(zip((distinct // 2 // width).tolist(), (distinct // 2 % width).tolist(),
+                     (distinct % 2).astype(bool).tolist(), strict=True))
+    return pairs, row[key]
+
+
+def _path_candidates(fab: dict, a: int, b: int, climbs: bool) -> np.ndarray:
+    """:func:`_core_candidates` or :func:`_candidates` of leaves ``a`` and ``b``, kept on the
+    fabric's structure (the plan's check and ECMP's hash ask for the same 16K pairs)."""
+    kept = fab.setdefault("path_candidates", {})
+    key = (a, b, climbs)
+    if key not in kept:
+        kept[key] = (_core_candidates if climbs else _candidates)(fab, a, b)
+    return kept[key]
 
 
 def _tier_choices(s: Schedule, fab: dict, crossing: np.ndarray, la: np.ndarray,
