@@ -210,9 +210,14 @@ def lane_floor_refusal(s: Schedule, budget: int = DEFAULT_LANE_MEMORY) -> str | 
     lanes for over half an hour, for an output that then refused it."""
     if budget <= 0:
         raise ScheduleError(f"the NCCL lane memory budget must be > 0 bytes, not {budget}")
-    o = s.ops
-    src, dst = o.src.astype(np.int64), o.dst.astype(np.int64)
-    floor = _bytes(*_connections(s.n, src, dst, np.zeros(len(src), dtype=np.int64)), 1)
+    # kept on the schedule: the planner asks before pricing, then the pricing's lane choice,
+    # the output's refusal and its rendering ask again (a sort of every op's pair each time)
+    if "lane_floor" not in s._cache:
+        o = s.ops
+        src, dst = o.src.astype(np.int64), o.dst.astype(np.int64)
+        s._cache["lane_floor"] = _bytes(
+            *_connections(s.n, src, dst, np.zeros(len(src), dtype=np.int64)), 1)
+    floor = s._cache["lane_floor"]
     return _too_small(floor, budget) if floor > budget else None
 
 

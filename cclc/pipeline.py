@@ -95,9 +95,10 @@ class Request:
     source: str = "the file"
     #: seconds ``synth`` may spend on a collective that names no budget (``None``: its default)
     synth_budget: float | None = None
-    #: bytes per rank the NCCL library's lane buffers may take (``None``: the nccl model's
-    #: default, :data:`cclc.lane_cost.DEFAULT_LANE_MEMORY`); it travels in the model, which
-    #: prices the lanes and hands the budget to the backend through :class:`Facts`
+    #: bytes per rank the NCCL library's lane buffers may take (``None``: ``options``'s, else
+    #: the nccl model's default, :data:`cclc.lane_cost.DEFAULT_LANE_MEMORY`); it travels in
+    #: the model, which prices the lanes, and in the options, which the output's refusal and
+    #: rendering read
     nccl_lane_memory: int | None = None
 
 
@@ -200,13 +201,15 @@ def compile_program(program: Program, output: str | os.PathLike | OutputDir,
     """
     events = events or Events()
     options = request.options or EmitOptions()
-    if request.nccl_lane_memory is not None:
-        # the NCCL output's refusal asks it before anything is rendered
-        options = dataclasses.replace(options, nccl_lane_memory=request.nccl_lane_memory)
+    # one lane budget for the model that prices the lanes and for the NCCL output, whose
+    # refusal asks it before anything is rendered
+    lane_memory = request.nccl_lane_memory if request.nccl_lane_memory is not None \
+        else options.nccl_lane_memory
+    options = dataclasses.replace(options, nccl_lane_memory=lane_memory)
     backends = [load(name) for name in request.emit]
     # the outputs decide the execution model that prices the candidates (each runtime pays
     # software costs of its own); a lane budget for a model without lanes is refused first
-    model = _with_lane_memory(model_for(backends), request)
+    model = _with_lane_memory(model_for(backends), lane_memory)
 
     # 1. resolve: the collectives asked for, each checked against the algorithm table
     if not program.topologies:
@@ -316,16 +319,16 @@ def _write_each(coll: Collective, backends: Sequence[Backend[Any, Any]],
 
 # -- the stages --------------------------------------------------------------------------------
 
-def _with_lane_memory(model: ExecutionModel, request: Request) -> ExecutionModel:
+def _with_lane_memory(model: ExecutionModel, lane_memory: int | None) -> ExecutionModel:
     """``model`` with the lane memory budget asked for; refused when ``model`` is not the
     dataflow library's (its lanes would not be priced with the budget)."""
-    if request.nccl_lane_memory is None:
+    if lane_memory is None:
         return model
     if model.lane_memory is None:
         raise CclError("--nccl-lane-memory needs nccl as the first code-emitting output of "
                        f"--emit (the candidates are priced under the {model.name} model, "
                        "which has no lanes)")
-    return dataclasses.replace(model, lane_memory=request.nccl_lane_memory)
+    return dataclasses.replace(model, lane_memory=lane_memory)
 
 
 def _select(program: Program, request: Request) -> list[Collective]:

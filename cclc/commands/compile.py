@@ -340,8 +340,7 @@ def _onesided_report(p) -> str:
 def _options(args):
     return EmitOptions(msccl_runtime=getattr(args, "msccl_runtime", "msccl"),
                        max_bytes=getattr(args, "msccl_max_bytes", None),
-                       build=getattr(args, "build", False),
-                       nccl_lane_memory=getattr(args, "nccl_lane_memory", None))
+                       build=getattr(args, "build", False))
 
 
 def run(args) -> int:
