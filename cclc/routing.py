@@ -110,9 +110,20 @@ def carried_routes(topo: Topology, routes: Routes, routing: str | None = None) -
     """Boolean per route: whether ``routing`` (the topology's by default) carries it.
 
     Only routes whose links exist, chain and are healthy are meaningful here; the verifier
-    checks those properties first. The empty route 0 counts as carried.
+    checks those properties first. The empty route 0 counts as carried. The answer is kept on
+    ``routes`` for ``topo`` (read-only): the relay pass and the verifier ask it of one table.
     """
     routing = topo.routing if routing is None else routing
+    key = ("carried", id(topo), routing)
+    if key not in routes._cache:
+        ok = _carried_routes(topo, routes, routing)
+        ok.setflags(write=False)
+        # (the topology is kept beside the answer: its id stays its own while the key lives)
+        routes._cache[key] = (topo, ok)
+    return routes._cache[key][1]
+
+
+def _carried_routes(topo: Topology, routes: Routes, routing: str) -> np.ndarray:
     lengths = routes.lengths()
     ok = np.ones(len(routes), dtype=bool)
     nonempty = np.flatnonzero(lengths > 0)

@@ -436,11 +436,16 @@ class _Interpreter:
         # are interpreted op by op; everything else chunk by chunk
         if self.flat_layout is not None:
             # shared layouts: the chunk's element count without decoding the slot
-            cs = np.repeat(self.chunk_base[sb] + o.src_off[idx], cnt) + k
-            cd = np.repeat(self.chunk_base[db] + o.dst_off[idx], cnt) + k
-            odd = self.flat_layout[cs] != self.flat_layout[cd]
+            # (one side at a time: the chunk numbers of both at once were the compile's
+            # peak at 16.7M pairs)
+            odd = self.flat_layout[np.repeat(self.chunk_base[sb] + o.src_off[idx], cnt) + k]
+            odd = odd != self.flat_layout[np.repeat(self.chunk_base[db] + o.dst_off[idx],
+                                                    cnt) + k]
         else:
             odd = self.slot_elems(ss) != self.slot_elems(ds)
+        # (a pair's slots are all the rest needs: a one-step alltoall of 16.7M ops holds
+        # 0.1 GB per array, and the verifier's step is the compile's peak)
+        del sb, db, k
         # (op position in the step, rank of the check, message): the lowest op wins, and for
         # one op the first check that applies
         errors: list[tuple[int, int, str]] = []

@@ -196,3 +196,21 @@ def test_direct_on_random_faulty_tori_lowers_to_carried_moves(dims, seed, routin
     if routing == "none":
         assert (lengths <= 1).all()
     assert carried_routes(t, s.routes)[s.ops.route].all()
+
+
+def test_the_carried_routes_are_kept_on_the_table_for_each_topology():
+    t = replace(torus("t", (4, 4)), routing="none", _cache={})
+    one_hop = (t.link_id(0, 1),)
+    two_hops = (t.link_id(0, 1), t.link_id(1, 2))
+    routes = _routes([one_hop, two_hops])
+    first = carried_routes(t, routes)
+    assert first[1:].tolist() == [True, False]
+    # asked again (the relay pass, then the verifier): the same answer, which nobody may change
+    assert carried_routes(t, routes) is first and not first.flags.writeable
+    # another topology, or another routing, has its own
+    shortest = replace(t, routing="shortest", _cache={})
+    assert carried_routes(shortest, routes)[1:].tolist() == [True, True]
+    assert carried_routes(t, routes, "shortest")[1:].tolist() == [True, True]
+    assert carried_routes(t, routes) is first
+    # a table made from this one keeps nothing of it
+    assert replace(routes)._cache == {}

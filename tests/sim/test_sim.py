@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_builders import chain, direct_alltoall, ring_allgather
 
+import cclc.sim
 from cclc.collective import CollectiveKind, DType, make_collective
 from cclc.errors import ScheduleError
 from cclc.ir import Buf, ScheduleBuilder
@@ -241,3 +242,24 @@ def test_an_op_outside_its_buffer_is_an_error_not_a_crash():
     for mode in ("lockstep", "event"):
         with pytest.raises(ScheduleError, match=r"op #1 reads or writes outside"):
             simulate(broken, mode=mode)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([(4,), (3, 3), (2, 3, 2)]), st.integers(1, 64), st.booleans())
+def test_the_critical_path_is_each_steps_first_op_of_the_longest(dims, kib, ring):
+    """The lockstep path names, in step order, the lowest-numbered op among those that set
+    each step's length (every op of a ring step ties; a direct step's longest routes win)."""
+    t = torus("t", dims, bandwidth=B, latency=LAT)
+    s = ring_allgather(t, kib * 1024 * t.n_ranks) if ring else direct_alltoall(
+        t, kib * 1024 * t.n_ranks ** 2, pipelined_steps=True)
+    r = simulate(s, "lockstep")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cclc.sim, "_OP_BLOCK", 3)        # the ties looked for a few ops at a time
+        assert simulate(s, "lockstep").critical_path == r.critical_path
+    want = []
+    for step in range(s.n_steps):
+        ops = np.flatnonzero(s.ops.step == step)
+        if len(ops):
+            finish = r.op_finish[ops]
+            want.append(int(ops[np.flatnonzero(finish == finish.max())[0]]))
+    assert r.critical_path == tuple(want)
