@@ -262,27 +262,25 @@ def simulate(schedule: Schedule, mode: Literal["lockstep", "event"] = "lockstep"
     topo = schedule.topology
     bw = topo.link_bandwidth
     # lockstep and the per-step breakdown share the (step, link) table
-    step_links = _step_link_busy(schedule, p)
+    keys, busy, worst, cell_bytes = _step_link_busy(schedule, p)
     # a link's bytes are its cells' (whole bytes: exact in float64 summed in any order)
-    cells, _, _, cell_bytes = step_links
-    link_bytes = np.bincount(cells % topo.n_links, weights=cell_bytes,
+    link_bytes = np.bincount(keys % topo.n_links, weights=cell_bytes,
                              minlength=topo.n_links).astype(np.float64)
     link_busy = link_bytes / bw
+    step = schedule.ops.step.astype(np.int64)
     if mode == "lockstep":
         ops = schedule.ops
         charges = step_charges(ops.step, ops.src != ops.dst, schedule.n_steps, step_overhead,
                                overhead_steps)
-        start, finish, path = _lockstep(schedule, p, local, charges, step_links)
+        start, finish, path = _lockstep(schedule, p, step, local, charges, worst)
     else:
         start, finish, path = _event(schedule, p, local, op_overhead)
     # what is left needs only the ops' bytes and the (step, link) cells: the per-op arrays
     # of the run let go (a 4,096-GPU alltoall: 0.1 GB each, and this is the compile's peak)
     op_bytes, net_ops = p.op_bytes, p.net_ops
-    keys, busy = step_links[0], step_links[1]
-    del p, local, step_links
+    del p, local, worst
 
     n_steps = schedule.n_steps
-    step = schedule.ops.step.astype(np.int64)
     if mode == "lockstep":
         # barriers: a step's slot runs from the end of the previous one to its own end
         step_end = np.zeros(n_steps)
@@ -416,14 +414,15 @@ def _busiest_of_steps(n_links: int, n_steps: int, keys: np.ndarray, busy: np.nda
 # lockstep
 
 
-def _lockstep(s: Schedule, p: Prepared, local: np.ndarray, overhead: np.ndarray,
-              step_links=None) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
-    """Start and finish of every op, and the op that sets each step; ``overhead``: the
-    software cost of every step (:func:`step_charges`). ``local`` becomes the ops' times (the
-    caller's last use of it: a copy was 0.1 GB at 4,096 GPUs, at the compile's peak)."""
+def _lockstep(s: Schedule, p: Prepared, step: np.ndarray, local: np.ndarray,
+              overhead: np.ndarray, worst: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """Start and finish of every op, and the op that sets each step (``step``: every op's, as
+    int64); ``overhead``: the
+    software cost of every step (:func:`step_charges`); ``worst``: the busiest cell of every
+    networked op (:func:`_step_link_busy`). ``local`` becomes the ops' times (the caller's
+    last use of it: a copy was 0.1 GB at 4,096 GPUs, at the compile's peak)."""
     n_ops = len(s.ops)
-    step = s.ops.step.astype(np.int64)
-    _, _, worst, _ = step_links or _step_link_busy(s, p)
     op_time = local
     if len(p.net_ops):
         op_time[p.net_ops] = p.route_latency[p.net_ops] + worst
