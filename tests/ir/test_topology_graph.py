@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import networkx as nx
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cclc.topology import torus, with_faults
+from cclc import topology
+from cclc.topology import NO_PREDECESSOR, NodeType, leaf_spine, torus, with_faults
 
 
 @st.composite
@@ -69,3 +71,57 @@ def test_fewest_hops_are_bfs_lengths_along_their_predecessors(topo, data):
             assert not topo.link_failed[link]
     again = topo.fewest_hops(np.array(sources))
     assert again[0] is dist and again[1] is pred
+
+
+@st.composite
+def leaf_spines(draw):
+    gpus = draw(st.integers(1, 4))
+    nics = draw(st.integers(1, 2))
+    node = NodeType("n", draw(st.sampled_from(["nvswitch", "pcie"])), gpus, 100e9, 1e-6,
+                    nics=nics, nic_bandwidth=50e9)
+    topo = leaf_spine("ls", draw(st.integers(2, 4)), node, rails=draw(st.integers(1, nics)),
+                      leaves=None, spines=draw(st.integers(1, 3)), oversubscription=1.0,
+                      bandwidth=50e9, latency=2e-6)
+    if draw(st.booleans()):
+        leaf, spine = topo.vertex("leaf0"), topo.vertex("spine0")
+        topo = with_faults(topo, [(leaf, spine), (spine, leaf)])
+    return topo
+
+
+def _first_to_reach(topo, source: int) -> dict[int, int]:
+    """The vertex that first reaches each vertex in a breadth-first search from ``source``
+    over healthy links that takes each vertex's out-links from the highest head down."""
+    keys, _ = topo.hop_links()
+    v = topo.n_vertices
+    heads: dict[int, list[int]] = {}
+    for k in keys.tolist():
+        heads.setdefault(k // v, []).append(k % v)
+    seen, queue, by = {source}, [source], {}
+    for u in queue:                                 # (the list grows as the search goes)
+        for w in sorted(heads.get(u, []), reverse=True):
+            if w not in seen:
+                seen.add(w)
+                by[w] = u
+                queue.append(w)
+    return by
+
+
+@settings(max_examples=40, deadline=None)
+@given(topo=st.one_of(faulty_tori(), leaf_spines()), data=st.data())
+def test_the_predecessor_is_the_first_to_reach_scanning_heads_from_the_highest(topo, data):
+    """Among paths of equal length the search picks one by a stated rule (scipy's Dijkstra
+    searches, used before, follow their heap's order of ties), the same in blocks of one,
+    two or all sources."""
+    live = [r for r in range(topo.n_ranks) if r not in topo.failed_ranks]
+    sources = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=5))
+    rows = data.draw(st.sampled_from([1, 2, 1 << 10]))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(topology, "_SEARCH_CELLS", rows * topo.n_vertices)
+        dist, pred = topo.fewest_hops(np.array(sources))
+    g = topo.healthy_graph()
+    for row, s in enumerate(sources):
+        by = _first_to_reach(topo, s)
+        want = [by.get(t, NO_PREDECESSOR) for t in range(topo.n_vertices)]
+        assert pred[row].tolist() == want
+        got = nx.single_source_shortest_path_length(g, s)
+        assert dist[row].tolist() == [got.get(t, np.inf) for t in range(topo.n_vertices)]
