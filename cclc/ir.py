@@ -239,10 +239,7 @@ class Schedule:
         if "op_links" not in self._cache:
             route = self.ops.route
             lengths = self.routes.lengths()[route]
-            # 32 bits, as the route table's links are, and op ids where they fit: at 4,096
-            # ranks 130M pairs, 1.5 GB where 64 bits took 2
-            op_id = np.int32 if len(self.ops) < 2 ** 31 else np.int64
-            pair_op = np.repeat(np.arange(len(self.ops), dtype=op_id), lengths)
+            pair_op = self.pair_ops()
             pair_link = np.empty(len(pair_op), dtype=self.routes.links.dtype)
             starts = self.routes.offsets[:-1][route]
             # the pairs' positions in the route table a block of ops at a time (those of
@@ -256,6 +253,22 @@ class Schedule:
             pair_link.setflags(write=False)
             self._cache["op_links"] = (pair_op, pair_link)
         return self._cache["op_links"]
+
+    def pair_ops(self) -> np.ndarray:
+        """The op of every (op, link) pair of :meth:`op_links`, without the links (not kept:
+        read-only where ``op_links`` keeps it)."""
+        if "op_links" in self._cache:
+            return self._cache["op_links"][0]
+        # 32 bits, as the route table's links are, and op ids where they fit: at 4,096 ranks
+        # 130M pairs, 1.5 GB where 64 bits took 2
+        op_id = np.int32 if len(self.ops) < 2 ** 31 else np.int64
+        return np.repeat(np.arange(len(self.ops), dtype=op_id),
+                         self.routes.lengths()[self.ops.route])
+
+    def release_op_links(self) -> None:
+        """Let :meth:`op_links`'s kept pairs go (they are made again if asked): for a caller
+        that holds other links for the same pairs (ECMP's, at 4,096 GPUs 0.5 GB each)."""
+        self._cache.pop("op_links", None)
 
     def op_bytes(self) -> np.ndarray:
         return self.op_elems() * self.collective.dtype.itemsize

@@ -228,6 +228,11 @@ def _chunk_coords(what: str, coll: Collective, chunk_elems: np.ndarray, blocks: 
             f"the {what} layout of rank {r} has {int(have[r])} elements, but a "
             f"{coll.kind.value} of {coll.size} B ({coll.dtype.value}) on {n} ranks needs "
             f"{int(need[r])} in that buffer")
+    if chunk_elems.shape == blocks.shape and (blocks > 0).all() \
+            and np.array_equal(chunk_elems, blocks):
+        # a chunk per block (a direct alltoall's): each chunk starts at its block's
+        # coordinate (the search below took 2.5 s on 4,096 ranks' 16.7M chunks)
+        return np.array(base, dtype=np.int64)
     # flatten (rank, position) into one sorted key so every rank is searched at once
     width = int(need.max(initial=0)) + 1
     row = np.arange(n, dtype=np.int64)[:, None] * width

@@ -180,11 +180,14 @@ def prepare(s: Schedule, pair_links: np.ndarray | None = None) -> Prepared:
         s._cache["ranges_checked"] = True
     lengths = routes.lengths()[route]
     first = np.cumsum(lengths) - lengths           # index of each op's first pair
-    pair_op, pair_link = s.op_links()
-    if pair_links is not None:
-        if len(pair_links) != len(pair_link) or (len(pair_links) and (
+    if pair_links is None:
+        pair_op, pair_link = s.op_links()
+    else:
+        # (the routes' own links are not read: ECMP's pricing lets them go first)
+        pair_op = s.pair_ops()
+        if len(pair_links) != len(pair_op) or (len(pair_links) and (
                 pair_links.min() < 0 or pair_links.max() >= topo.n_links)):
-            raise ScheduleError(f"{len(pair_links)} links given for the {len(pair_link)} "
+            raise ScheduleError(f"{len(pair_links)} links given for the {len(pair_op)} "
                                 "(op, link) pairs of the schedule's routes, or a link outside "
                                 f"0..{topo.n_links - 1}")
         pair_link = pair_links

@@ -95,3 +95,25 @@ def test_any_single_op_corruption_is_rejected(c, data):
     except ScheduleError:
         return
     raise AssertionError(f"corruption '{way}' of op {i} was accepted")
+
+
+@SETTINGS
+@given(collectives(), st.data())
+def test_the_verdict_does_not_depend_on_the_order_the_ops_are_stored_in(c, data):
+    """The verifier reads a step's ops in place where they lie together in op order and
+    gathers them otherwise: a schedule and its ops in another order pass or fail alike,
+    whole or with an op dropped."""
+    s = build(c)
+    moving = np.flatnonzero(s.op_elems() > 0)
+    if len(moving) and data.draw(st.booleans()):
+        s = without_op(s, int(data.draw(st.sampled_from(moving.tolist()))))
+    order = np.array(data.draw(st.permutations(range(len(s.ops)))), dtype=np.int64)
+    shuffled = s.replace(ops=type(s.ops)(**{k: v[order] for k, v in s.ops.columns().items()}))
+    verdicts = []
+    for x in (s, shuffled):
+        try:
+            verify(x)
+            verdicts.append("passes")
+        except ScheduleError:
+            verdicts.append("fails")
+    assert verdicts[0] == verdicts[1]
