@@ -388,7 +388,10 @@ class ScheduleBuilder:
         ops = Ops(**cols)
         offsets = np.concatenate([np.array([0], dtype=np.int64)] + [o[1:] if i == 0 else o
                                   for i, o in enumerate(self._route_offsets)])
-        links = (np.concatenate(self._route_links) if self._route_links
+        # one piece (a whole alltoall's routes, 0.5 GB at 4,096 GPUs) kept as it is, not
+        # copied: the table makes it read-only (a view of another array is copied there)
+        links = (self._route_links[0] if len(self._route_links) == 1
+                 else np.concatenate(self._route_links) if self._route_links
                  else np.zeros(0, dtype=np.int32))
         return Schedule(collective=self.collective, layouts=self.layouts, ops=ops,
                         routes=Routes(offsets, links), algorithm=algorithm, schedule=schedule,

@@ -586,8 +586,9 @@ def _breadth_first(keys: np.ndarray, v: int, sources: np.ndarray
         # the level of each place, ``inf`` at ``v``; each vertex's read at its place
         level = np.cumsum(starts, axis=1, dtype=np.float64)
         level[:, v] = np.inf
+        # (mode "clip": "raise", the default, buffers the output; every index is in range)
         np.take(level.ravel(), place.reshape(n, v + 1)[:, v - 1::-1] + row_start,
-                out=dist[lo:lo + n])
+                out=dist[lo:lo + n], mode="clip")
     return dist, pred
 
 
