@@ -239,7 +239,7 @@ class Schedule:
         if "op_links" not in self._cache:
             route = self.ops.route
             lengths = self.routes.lengths()[route]
-            pair_op = self.pair_ops()
+            pair_op = _pair_ops(len(self.ops), lengths)
             pair_link = np.empty(len(pair_op), dtype=self.routes.links.dtype)
             starts = self.routes.offsets[:-1][route]
             # the pairs' positions in the route table a block of ops at a time (those of
@@ -259,11 +259,7 @@ class Schedule:
         read-only where ``op_links`` keeps it)."""
         if "op_links" in self._cache:
             return self._cache["op_links"][0]
-        # 32 bits, as the route table's links are, and op ids where they fit: at 4,096 ranks
-        # 130M pairs, 1.5 GB where 64 bits took 2
-        op_id = np.int32 if len(self.ops) < 2 ** 31 else np.int64
-        return np.repeat(np.arange(len(self.ops), dtype=op_id),
-                         self.routes.lengths()[self.ops.route])
+        return _pair_ops(len(self.ops), self.routes.lengths()[self.ops.route])
 
     def release_op_links(self) -> None:
         """Let :meth:`op_links`'s kept pairs go (they are made again if asked): for a caller
@@ -396,6 +392,13 @@ class ScheduleBuilder:
         return Schedule(collective=self.collective, layouts=self.layouts, ops=ops,
                         routes=Routes(offsets, links), algorithm=algorithm, schedule=schedule,
                         params=params)
+
+
+def _pair_ops(n_ops: int, lengths: np.ndarray) -> np.ndarray:
+    """Every op's id once per link of its route (``lengths``): 32 bits, as the route table's
+    links are, where they fit (at 4,096 ranks 130M pairs, 1.5 GB where 64 bits took 2)."""
+    op_id = np.int32 if n_ops < 2 ** 31 else np.int64
+    return np.repeat(np.arange(n_ops, dtype=op_id), lengths)
 
 
 #: ops whose (op, link) pairs :meth:`Schedule.op_links` gathers at once

@@ -421,10 +421,10 @@ def _lockstep(s: Schedule, p: Prepared, step: np.ndarray, local: np.ndarray,
               overhead: np.ndarray, worst: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """Start and finish of every op, and the op that sets each step (``step``: every op's, as
-    int64); ``overhead``: the
-    software cost of every step (:func:`step_charges`); ``worst``: the busiest cell of every
-    networked op (:func:`_step_link_busy`). ``local`` becomes the ops' times (the caller's
-    last use of it: a copy was 0.1 GB at 4,096 GPUs, at the compile's peak)."""
+    int64); ``overhead``: the software cost of every step (:func:`step_charges`); ``worst``:
+    the busiest cell of every networked op (:func:`_step_link_busy`). ``local`` becomes the
+    ops' times (the caller's last use of it: a copy was 0.1 GB at 4,096 GPUs, at the
+    compile's peak)."""
     n_ops = len(s.ops)
     op_time = local
     if len(p.net_ops):

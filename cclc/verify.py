@@ -255,13 +255,17 @@ class _Interpreter:
         were 1.1 GB over the schedule at 4,096 ranks, and slower to walk."""
         o = self.s.ops
         bad = np.empty(len(o), dtype=bool)
-        tables = _RouteChecks(self)
+        table = self.route_table()
+        group = np.asarray(self.s.collective.group, dtype=np.int64)
         for lo in range(0, len(o), _STATIC_OPS):
-            bad[lo:lo + _STATIC_OPS] = self._static_block(slice(lo, lo + _STATIC_OPS), tables)
+            bad[lo:lo + _STATIC_OPS] = self._static_block(slice(lo, lo + _STATIC_OPS), table,
+                                                          group)
         return bad
 
-    def _static_block(self, ops: slice, tables: _RouteChecks) -> np.ndarray:
-        """:meth:`static_checks` of the ops in ``ops``."""
+    def _static_block(self, ops: slice, table: tuple[np.ndarray, np.ndarray, np.ndarray],
+                      group: np.ndarray) -> np.ndarray:
+        """:meth:`static_checks` of the ops in ``ops``, given :meth:`route_table` and the
+        group's ranks."""
         s = self.s
         n = s.n
         step, src, dst, kind, count, route = (getattr(s.ops, c)[ops] for c in (
@@ -287,16 +291,16 @@ class _Interpreter:
         bad |= ok & local & (route != 0)
         bad |= ok & ~local & (route == 0)
         ok = ~bad
-        route_ok, first_v, last_v = tables.table()
+        route_ok, first_v, last_v = table
         rt = np.where(ok, route, 0)
         remote = ok & ~local
-        g_src = tables.group[np.where(ok, src, 0)]
-        g_dst = tables.group[np.where(ok, dst, 0)]
+        g_src = group[np.where(ok, src, 0)]
+        g_dst = group[np.where(ok, dst, 0)]
         bad |= remote & (~route_ok[rt] | (first_v[rt] != g_src) | (last_v[rt] != g_dst))
         ok = ~bad
         # a route must also be one the topology's declared routing carries by itself
         if ok.any():
-            bad |= ok & remote & ~tables.carried()[np.where(ok, route, 0)]
+            bad |= ok & remote & ~carried_routes(s.topology, s.routes)[np.where(ok, route, 0)]
         return bad
 
     def range_elems(self, rank, buf, off, count) -> np.ndarray:
@@ -674,7 +678,6 @@ class _Interpreter:
         raise ScheduleError(msg)
 
 
-# -- a reduction's contributor sets, a slice of contributor ranks at a time --------------------
 def _pairs(count: np.ndarray) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
     """The op (position) of every (op, chunk) pair of ops moving ``count`` chunks each, and
     what gives every pair its slot from its op's first: pair ``k`` of an op is its chunk
@@ -692,26 +695,7 @@ def _pairs(count: np.ndarray) -> tuple[np.ndarray, Callable[[np.ndarray], np.nda
 _STATIC_OPS = 1 << 20
 
 
-class _RouteChecks:
-    """What :meth:`_Interpreter.static_checks` asks of the route table, made on first use
-    and shared by its blocks of ops: :meth:`_Interpreter.route_table`, the routes the
-    topology's routing carries, and the group's ranks."""
-
-    def __init__(self, interp: _Interpreter):
-        self.interp = interp
-        self.group = np.asarray(interp.s.collective.group, dtype=np.int64)
-        self._table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-
-    def table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if self._table is None:
-            self._table = self.interp.route_table()
-        return self._table
-
-    def carried(self) -> np.ndarray:
-        s = self.interp.s
-        return carried_routes(s.topology, s.routes)
-
-
+# -- a reduction's contributor sets, a slice of contributor ranks at a time --------------------
 def _verify_sliced(s: Schedule, width: int | None, cmap: ChunkMap) -> None:
     """:func:`verify`, holding the contributor sets of ``width`` contributor ranks at a time
     (``None``: as many as fit in :data:`SLICE_BYTES`).
