@@ -687,33 +687,40 @@ def _spine_choices(s: Schedule, fab: dict, crossing: np.ndarray, la: np.ndarray,
     sizes = s.op_bytes()[crossing]
     steps = s.ops.step[crossing]
     spine_of_op = np.full(len(s.ops), -1, dtype=np.int32)
-    # canonical order inside each step so that equal patterns share one solution
-    flows = [idx[lexsort_ints((sizes[idx], lb[idx], la[idx]))]
-             for idx in np.split(np.arange(len(crossing)), np.flatnonzero(np.diff(steps)) + 1)]
-    choices = _solved_once(flows, lambda i: np.stack([la[i], lb[i], sizes[i]]).tobytes(),
-                           lambda i: _assign_step(fab, sizes[i], la[i], lb[i]))
-    for idx, choice in zip(flows, choices, strict=True):
+    # every step in canonical order: the greedy (and CP-SAT's model) takes the flows in the
+    # order given
+    solved = _solved_once(
+        [i[lexsort_ints((sizes[i], lb[i], la[i]))]
+         for i in np.split(np.arange(len(crossing)), np.flatnonzero(np.diff(steps)) + 1)],
+        lambda i: i, lambda i: np.stack([la[i], lb[i], sizes[i]]).tobytes(),
+        lambda i: _assign_step(fab, sizes[i], la[i], lb[i]))
+    for idx, choice in solved:
         spine_of_op[crossing[idx]] = choice
     return spine_of_op
 
 
-def _solved_once(steps: list[np.ndarray], pattern: Callable[[np.ndarray], bytes],
-                 solve: Callable[[np.ndarray], np.ndarray]) -> list[np.ndarray]:
-    """``solve(flows)`` of every step's flows, once per distinct ``pattern(flows)``. Patterns
-    are built only for steps with as many flows as another step (equal patterns have equal
-    lengths): a one-step alltoall of 16.7M flows would build a 0.5 GB pattern to find no
+def _solved_once(steps: list[np.ndarray], canonical: Callable[[np.ndarray], np.ndarray],
+                 pattern: Callable[[np.ndarray], bytes],
+                 solve: Callable[[np.ndarray], np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(flows, solve(flows))`` of every step's flows, solved once per distinct
+    ``pattern(flows)`` of the flows in ``canonical`` order. ``solve`` must give each flow the
+    same choice whatever order the flows come in (it orders them itself, ties by their order
+    among equal flows, which ``canonical`` keeps). Only steps with as many flows as another
+    step are put in canonical order and given a pattern (equal patterns have equal lengths):
+    a one-step alltoall's 16.7M flows would be sorted, and a 0.5 GB pattern built, to find no
     other step like it."""
     count = collections.Counter(len(flows) for flows in steps)
     memo: dict[bytes, np.ndarray] = {}
     out = []
     for flows in steps:
         if count[len(flows)] == 1:
-            out.append(solve(flows))
+            out.append((flows, solve(flows)))
             continue
+        flows = canonical(flows)
         key = pattern(flows)
         if key not in memo:
             memo[key] = solve(flows)
-        out.append(memo[key])
+        out.append((flows, memo[key]))
     return out
 
 
@@ -775,13 +782,13 @@ def _tier_choices(s: Schedule, fab: dict, crossing: np.ndarray, la: np.ndarray,
     spine_of_op = np.full(len(s.ops), -1, dtype=np.int32)
     core_of_op = np.full(len(s.ops), -1, dtype=np.int32)
     paths: dict[tuple[int, int, bool], tuple[np.ndarray, np.ndarray]] = {}
-    flows = [idx[lexsort_ints((sizes[idx], up3[idx], lb[idx], la[idx]))]
-             for idx in np.split(np.arange(len(crossing)), np.flatnonzero(np.diff(steps)) + 1)]
-    choices = _solved_once(
-        flows, lambda i: np.stack([la[i], lb[i], sizes[i], up3[i]]).tobytes(),
+    solved = _solved_once(
+        np.split(np.arange(len(crossing)), np.flatnonzero(np.diff(steps)) + 1),
+        lambda i: i[lexsort_ints((sizes[i], up3[i], lb[i], la[i]))],
+        lambda i: np.stack([la[i], lb[i], sizes[i], up3[i]]).tobytes(),
         lambda i: _assign_step_tiers(s.topology.link_bandwidth, fab, paths, sizes[i], la[i],
                                      lb[i], up3[i]))
-    for idx, choice in zip(flows, choices, strict=True):
+    for idx, choice in solved:
         at, climbs = crossing[idx], up3[idx]
         core_of_op[at[climbs]] = choice[climbs]
         spine_of_op[at[~climbs]] = choice[~climbs]
@@ -798,8 +805,11 @@ def _assign_step_tiers(bandwidth: np.ndarray, fab: dict, paths: dict, sizes: np.
     in 16K runs."""
     load = np.zeros(len(bandwidth))
     choice = np.empty(len(sizes), dtype=np.int64)
-    order = np.argsort(-sizes, kind="stable")
-    key = (la[order] * (int(lb.max(initial=0)) + 1) + lb[order]) * 2 + up3[order]
+    key = (la * (int(lb.max(initial=0)) + 1) + lb) * 2 + up3
+    # largest first, then by leaves and tier, then in the order given (one sort of a combined
+    # key: the flows of a one-step alltoall come in the ops' order)
+    order = lexsort_ints((key, int(sizes.max(initial=0)) - sizes))
+    key = key[order]
     cut = np.flatnonzero((np.diff(key) != 0) | (np.diff(sizes[order]) != 0)) + 1
     starts = np.concatenate([[0], cut]).tolist()
     ends = np.concatenate([cut, [len(order)]]).tolist()
@@ -825,21 +835,39 @@ def _tier_paths(fab: dict, paths: dict, a: int, b: int, up3: bool
         if up3:
             cand = _core_candidates(fab, a, b)
             links = _core_path(fab, a, b, cand)
+            # two core paths share a link only where they share a spine (each link joins one
+            # pair of switches), so their components follow from their spines, which repeat
+            # for every leaf pair of two pods: joined once per spines (16K leaf pairs at
+            # 4,096 GPUs, a handful of spine patterns)
+            spines = (fab["pod_spine"][fab["leaf_pod"][a], cand].tobytes(),
+                      fab["pod_spine"][fab["leaf_pod"][b], cand].tobytes())
+            comps = fab.setdefault("core_components", {})
+            if spines not in comps:
+                comps[spines] = _components(links)
+            comp = comps[spines]
         else:
             cand = _candidates(fab, a, b)
             links = np.stack([fab["up"][a, cand], fab["down"][cand, b]], axis=1)
-        comp = np.arange(len(cand))
-        # join paths that share a link until nothing changes (a handful of rounds)
-        changed = True
-        while changed and len(cand):
-            low = np.full(int(links.max()) + 1, len(cand))
-            np.minimum.at(low, links.ravel(), np.repeat(comp, links.shape[1]))
-            new = np.minimum(comp, low[links].min(axis=1))
-            new = new[new]
-            changed = bool((new != comp).any())
-            comp = new
+            # distinct spines: no link shared, every path alone
+            comp = np.arange(len(cand))
         got = paths[key] = (cand, links, comp)
     return got
+
+
+def _components(links: np.ndarray) -> np.ndarray:
+    """The component of every path (row of ``links``) among paths joined by shared links,
+    named by its first row."""
+    comp = np.arange(len(links))
+    # join paths that share a link until nothing changes (a handful of rounds)
+    changed = True
+    while changed and len(links):
+        low = np.full(int(links.max()) + 1, len(links))
+        np.minimum.at(low, links.ravel(), np.repeat(comp, links.shape[1]))
+        new = np.minimum(comp, low[links].min(axis=1))
+        new = new[new]
+        changed = bool((new != comp).any())
+        comp = new
+    return comp
 
 
 def spine_link_loads(s: Schedule) -> dict[int, np.ndarray]:

@@ -80,13 +80,14 @@ _LINK = st.one_of(st.integers(0, 6), st.integers(0, 10 ** 6))
 @settings(max_examples=80, deadline=None)
 @given(tables=st.lists(st.lists(st.lists(_LINK, max_size=4), max_size=12),
                        min_size=1, max_size=3),
-       collide=st.booleans(), one_empty=st.booleans(), block=st.sampled_from([1, 3, 1 << 20]))
-def test_intern_paths_numbers_first_occurrences(tables, collide, one_empty, block):
+       collide=st.booleans(), one_empty=st.booleans(), block=st.sampled_from([1, 3, 1 << 20]),
+       ends_table=st.sampled_from([0, 1 << 27]))
+def test_intern_paths_numbers_first_occurrences(tables, collide, one_empty, block, ends_table):
     """Against a dictionary of tuples; with every hash equal (all paths collide), the exact
     packed sort takes over and gives the same numbering. Links drawn from a wide range and
     one empty path (``one_empty``: only the first table starts with it) give tables whose
     paths all differ in their ends, numbered without hashing (their ends read ``block``
-    paths at a time)."""
+    paths at a time, marked in a table of flags or, with ``ends_table`` 0, sorted)."""
     tables = [[[]] + paths if i == 0 or not one_empty else paths
               for i, paths in enumerate(tables)]
     pieces = []
@@ -103,6 +104,7 @@ def test_intern_paths_numbers_first_occurrences(tables, collide, one_empty, bloc
     n = sum(len(o) - 1 for o, _ in pieces)
     with pytest.MonkeyPatch.context() as m:
         m.setattr(ir, "_ENDS_BLOCK", block)
+        m.setattr(ir, "_ENDS_TABLE", ends_table)
         ids, firsts = intern_paths(pieces, np.zeros(n, dtype=np.uint64) if collide else None)
     assert ids.tolist() == want_ids
     assert firsts.tolist() == want_firsts
