@@ -705,7 +705,8 @@ def _solved_once(steps: list[np.ndarray], canonical: Callable[[np.ndarray], np.n
     """``(flows, solve(flows))`` of every step's flows, solved once per distinct
     ``pattern(flows)`` of the flows in ``canonical`` order. ``solve`` must give each flow the
     same choice whatever order the flows come in (it orders them itself, ties by their order
-    among equal flows, which ``canonical`` keeps). Only steps with as many flows as another
+    among equal flows, which ``canonical`` keeps), unless the steps come in canonical order
+    already (``canonical`` the identity). Only steps with as many flows as another
     step are put in canonical order and given a pattern (equal patterns have equal lengths):
     a one-step alltoall's 16.7M flows would be sorted, and a 0.5 GB pattern built, to find no
     other step like it."""
