@@ -293,6 +293,7 @@ def _evaluate(coll: Collective, algo: Algorithm, params: dict, bound: float | No
     if reason is not None:
         return Candidate(algo.name, False, reason), None
     before_build()
+    context = replace(context, say=lambda what: say(f"{algo.name}: {what}"))
     try:
         schedule = algo.build(coll, context=context, **params)  # any other failure: a bug
     except (RelayError, BudgetExhausted) as err:
@@ -425,7 +426,8 @@ def _plan_explicit(res: Resolution, others: list[Algorithm], context: BuildConte
         race = res.params.get("race", 1) != 0
         schedule = race_synthesis(coll, chosen, context, res.params, race)
     else:
-        schedule = chosen.build(coll, context=context, **res.params)
+        schedule = chosen.build(coll, context=replace(
+            context, say=lambda what: step(1, total, f"{chosen.name}: {what}")), **res.params)
     if unjoinable is not None:
         raise unjoinable
     why = None if limits is None else limits.schedule_refusal(schedule)
