@@ -279,7 +279,7 @@ def _with_context(applicable: Callable[..., str | None], contextual: bool
 
 
 def _passes(schedule: Schedule, context: BuildContext | None = None) -> Schedule:
-    say = context.say if context is not None and context.say is not None else None
+    say = None if context is None else context.say
     if say is not None and has_spines(schedule.topology):
         say(f"planning the spines of {len(schedule.ops)} ops")
     if context is None or not context.own_nics or schedule.topology.kind != "fabric":
